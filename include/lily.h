@@ -1,0 +1,110 @@
+/* lily: the public engine API. Front ends (CLI, server, bench, tests) include only this header.
+ *
+ * A lily_engine is a loaded model (weights mapped or uploaded once, read-only afterwards). A
+ * lily_session is one timeline over that model: it owns all mutable state (the KV cache of every
+ * attention layer, the conv and fp32 recurrent state of every Gated DeltaNet layer, the logits of
+ * the last position). Tokens are appended with lily_session_prefill (a batch) or
+ * lily_session_decode (one token). Because the recurrent state cannot be truncated, a session
+ * cannot be rewound; instead its full state can be saved in a lily_snapshot and restored later.
+ *
+ * Conventions: every call that can fail returns 0 on success and -1 on failure, with a message in
+ * the caller's lily_err (which may be NULL). Objects are freed by the _free and _close calls, which accept
+ * NULL. Nothing here allocates per decoded token. */
+#ifndef LILY_H
+#define LILY_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct lily_err {
+    char msg[512];
+} lily_err;
+
+typedef struct lily_engine lily_engine;
+typedef struct lily_session lily_session;
+typedef struct lily_snapshot lily_snapshot;
+
+typedef enum lily_backend_kind {
+    LILY_BACKEND_CPU = 0,
+    LILY_BACKEND_CUDA = 1,
+} lily_backend_kind;
+
+/* Zero-initialise and set what you need; zero fields take the defaults given. */
+typedef struct lily_engine_opts {
+    lily_backend_kind backend; /* default CPU */
+    int n_threads;             /* CPU worker threads; 0 = one per online core */
+    int prefill_chunk;         /* tokens per prefill step; 0 = 512 */
+    int device;                /* CUDA device ordinal */
+    /* Progress while loading (done/total bytes); may be NULL. */
+    void (*progress)(void *ud, uint64_t done, uint64_t total);
+    void *progress_ud;
+} lily_engine_opts;
+
+/* What a loaded model is. Strings are borrowed from the engine. */
+typedef struct lily_model_info {
+    const char *model_type;   /* "qwen3_5_moe" or "qwen3_5" */
+    const char *layout;       /* "hf" or "mlx" */
+    const char *quant;        /* "bf16", "mlx-4bit", "mlx-8bit", ... */
+    const char *backend;      /* "cpu" or "cuda" */
+    int vocab_size;           /* logits per position */
+    int hidden_size;
+    int n_layers;
+    int n_attn_layers;        /* full attention layers; the rest are Gated DeltaNet */
+    int n_experts, n_experts_used; /* 0 for dense models */
+    int max_position;         /* max_position_embeddings */
+    int eos_ids[4];           /* end-of-sequence token ids from the config, -1 padded */
+    uint64_t n_params;        /* text-model parameters */
+    uint64_t weight_bytes;    /* bytes of all text-model weights as stored */
+    uint64_t bytes_per_token; /* weight bytes read per decoded token (active experts only) */
+    uint64_t kv_bytes_per_token;   /* KV cache growth per token of context */
+    uint64_t recurrent_state_bytes; /* GDN conv + recurrent state, independent of context */
+} lily_model_info;
+
+/* Opens the model directory dir (config.json + *.safetensors). */
+int lily_engine_open(const char *dir, const lily_engine_opts *opts, lily_engine **out,
+                     lily_err *err);
+void lily_engine_close(lily_engine *eng);
+/* Borrowed, valid until lily_engine_close. */
+const lily_model_info *lily_engine_info(const lily_engine *eng);
+
+/* A session with room for max_ctx tokens of context (0 = the model's max_position). */
+int lily_session_create(lily_engine *eng, int max_ctx, lily_session **out, lily_err *err);
+void lily_session_free(lily_session *s);
+/* Number of tokens consumed so far. */
+int lily_session_pos(const lily_session *s);
+int lily_session_max_ctx(const lily_session *s);
+/* Forgets everything: back to an empty context. */
+void lily_session_reset(lily_session *s);
+
+/* Called after each prefill chunk with tokens done so far; return non-zero to cancel (the
+ * session then holds the tokens consumed up to that chunk, and the call returns -1 with
+ * "cancelled"). */
+typedef int (*lily_prefill_cb)(void *ud, int done, int total);
+
+/* Consumes n tokens. If all_logits is non-NULL it receives [n][vocab] floats (row i = logits
+ * after token i); the last row is always available from lily_session_logits afterwards. */
+int lily_session_prefill(lily_session *s, const int32_t *tokens, int n, float *all_logits,
+                         lily_prefill_cb cb, void *ud, lily_err *err);
+/* Consumes one token (the decode path). */
+int lily_session_decode(lily_session *s, int32_t token, lily_err *err);
+/* Logits after the last consumed token, [vocab]. Borrowed, valid until the next call on s. */
+const float *lily_session_logits(lily_session *s);
+
+/* Snapshots hold a session's full state (KV up to pos, conv and recurrent states, logits). */
+int lily_session_snapshot(lily_session *s, lily_snapshot **out, lily_err *err);
+/* Restores s to the snapshot's state; s must belong to the same engine with max_ctx >= the
+ * snapshot's position. */
+int lily_session_restore(lily_session *s, const lily_snapshot *snap, lily_err *err);
+int lily_snapshot_pos(const lily_snapshot *snap);
+size_t lily_snapshot_bytes(const lily_snapshot *snap);
+void lily_snapshot_free(lily_snapshot *snap);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,26 @@
+/* Read-only file mappings and whole-file reads. */
+#ifndef LILY_BASE_FILE_H
+#define LILY_BASE_FILE_H
+
+#include <stddef.h>
+
+#include "lily.h"
+
+typedef struct lily_mmap {
+    const unsigned char *data; /* the mapping, read-only; NULL for an empty file */
+    size_t size;               /* bytes */
+} lily_mmap;
+
+/* Maps path read-only. Returns 0, or -1 with a message naming the file. */
+int lily_mmap_open(lily_mmap *m, const char *path, lily_err *e);
+void lily_mmap_close(lily_mmap *m);
+
+/* Reads a whole file into a NUL-terminated heap buffer (caller frees with free()). *len may be
+ * NULL. Fails above max_bytes. */
+int lily_read_file(const char *path, size_t max_bytes, char **out, size_t *len, lily_err *e);
+
+/* Joins dir and name into out (a path buffer of outlen bytes); returns -1 if it does not fit. */
+int lily_path_join(char *out, size_t outlen, const char *dir, const char *name);
+int lily_file_exists(const char *path);
+
+#endif

@@ -1,0 +1,10 @@
+/* Monotonic clock. */
+#include "base/timer.h"
+
+#include <time.h>
+
+double lily_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}

@@ -1,0 +1,14 @@
+/* The lily command-line front end: one function per subcommand, each in tools/cmd_<name>.c.
+ * Each takes the arguments after the subcommand name and returns the process exit code. */
+#ifndef LILY_TOOLS_CLI_H
+#define LILY_TOOLS_CLI_H
+
+/* Small shared helpers for argument parsing (tools/cli_util.c). */
+/* Returns argv[i+1] for option argv[i], or prints an error and returns NULL. */
+const char *lily_cli_value(int argc, char **argv, int *i);
+/* Parses a size such as 512, 4K, 128k, 1M into *out. Returns 0 or -1. */
+int lily_cli_size(const char *s, long *out);
+
+/* subcommands (one line each) */
+
+#endif

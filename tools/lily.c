@@ -1,0 +1,39 @@
+/* lily: entry point; dispatches to the subcommands declared in cli.h. */
+#include <stdio.h>
+#include <string.h>
+
+#include "cli.h"
+
+typedef struct {
+    const char *name;
+    int (*fn)(int argc, char **argv);
+    const char *help;
+} lily_command;
+
+static const lily_command commands[] = {
+    /* one line per subcommand, in the order shown by --help */
+    {NULL, NULL, NULL},
+};
+
+static void usage(FILE *f) {
+    fprintf(f, "usage: lily <command> [options]\n\ncommands:\n");
+    for (size_t i = 0; commands[i].name; i++)
+        fprintf(f, "  %-12s %s\n", commands[i].name, commands[i].help);
+    fprintf(f, "\nRun 'lily <command> --help' for a command's options.\n");
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2) {
+        usage(stderr);
+        return 2;
+    }
+    if (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help") || !strcmp(argv[1], "help")) {
+        usage(stdout);
+        return 0;
+    }
+    for (size_t i = 0; commands[i].name; i++)
+        if (!strcmp(argv[1], commands[i].name)) return commands[i].fn(argc - 2, argv + 2);
+    fprintf(stderr, "lily: unknown command '%s'\n", argv[1]);
+    usage(stderr);
+    return 2;
+}
