@@ -1,0 +1,58 @@
+/* The backend contract: a backend executes whole steps of the model.
+ *
+ * The engine hands a backend the bound model once (open) and then asks it to run whole steps:
+ * one prefill chunk or one decode step per call (forward), over a per-session state object that
+ * the backend owns (KV caches, GDN conv and recurrent states, scratch). A GPU backend keeps all of
+ * it on the device; only token ids go in and logits come out. Snapshots of a session are states
+ * too, cloned and copied by the backend (device-to-device on a GPU).
+ *
+ * The CPU backend (src/backend/cpu) is the reference implementation of this contract. */
+#ifndef LILY_BACKEND_BACKEND_H
+#define LILY_BACKEND_BACKEND_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "lily.h"
+#include "model/model.h"
+
+typedef struct lily_backend lily_backend; /* one per engine, backend-defined */
+typedef struct lily_bstate lily_bstate;   /* one per session or snapshot, backend-defined */
+
+typedef struct lily_backend_ops {
+    const char *name; /* "cpu", "cuda" */
+
+    /* Prepares the backend for model m (borrowed; outlives the backend): uploads or repacks
+     * weights, creates thread pools or streams. */
+    int (*open)(const lily_model *m, const lily_engine_opts *opts, lily_backend **out,
+                lily_err *e);
+    void (*close)(lily_backend *b);
+
+    /* A state with KV room for max_ctx positions, empty (position 0). */
+    int (*state_create)(lily_backend *b, int max_ctx, lily_bstate **out, lily_err *e);
+    void (*state_free)(lily_backend *b, lily_bstate *s);
+    /* Back to position 0 (zeroes the recurrent and conv states). */
+    void (*state_reset)(lily_backend *b, lily_bstate *s);
+    /* Copies the first pos positions of src (KV) and all of its recurrent/conv state into dst,
+     * which must have max_ctx >= pos. Used for snapshot and restore. */
+    int (*state_copy)(lily_backend *b, lily_bstate *dst, const lily_bstate *src, int pos,
+                      lily_err *e);
+    /* Bytes a state of max_ctx positions holds. */
+    size_t (*state_bytes)(lily_backend *b, int max_ctx);
+
+    /* Runs tokens[0..n) at positions pos..pos+n-1, updating s. n is at most the prefill chunk the
+     * engine was opened with. logits receives [n][V] floats when all_logits, else the [V] logits
+     * of the last token. */
+    int (*forward)(lily_backend *b, lily_bstate *s, const int32_t *tokens, int n, int pos,
+                   float *logits, int all_logits, lily_err *e);
+} lily_backend_ops;
+
+extern const lily_backend_ops lily_backend_cpu;
+#ifdef LILY_HAVE_CUDA
+extern const lily_backend_ops lily_backend_cuda;
+#endif
+
+/* The ops table for kind, or NULL with a message when that backend is not built in. */
+const lily_backend_ops *lily_backend_get(lily_backend_kind kind, lily_err *e);
+
+#endif

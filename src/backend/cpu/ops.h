@@ -1,0 +1,73 @@
+/* CPU reference operators of the forward pass, in fp32.
+ *
+ * These are the reference for every other implementation (the CUDA kernels are checked against
+ * them on random inputs). Activations are fp32 row-major; weights are lily_mat in their stored
+ * format and are dequantized on the fly, a row or a tile at a time, never as a whole matrix.
+ * Functions taking a pool split their work across its threads; pool may be NULL (serial). */
+#ifndef LILY_BACKEND_CPU_OPS_H
+#define LILY_BACKEND_CPU_OPS_H
+
+#include <stdint.h>
+
+#include "base/pool.h"
+#include "model/model.h"
+
+/* bf16 <-> f32 (round to nearest even). */
+static inline float lily_bf16_to_f32(uint16_t h) {
+    union {
+        uint32_t u;
+        float f;
+    } v = {(uint32_t)h << 16};
+    return v.f;
+}
+static inline uint16_t lily_f32_to_bf16(float f) {
+    union {
+        float f;
+        uint32_t u;
+    } v = {f};
+    if ((v.u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((v.u >> 16) | 0x40); /* NaN */
+    v.u += 0x7fffu + ((v.u >> 16) & 1u);
+    return (uint16_t)(v.u >> 16);
+}
+float lily_f16_to_f32(uint16_t h);
+
+/* Dequantizes row r of W (cols values) into out. */
+void lily_mat_row_f32(const lily_mat *W, int r, float *out);
+
+/* Y[t][o] = sum_c W[o][c] * X[t][c] for t < n, o < W->rows.
+ * X is [n][ldx] (ldx >= W->cols), Y is [n][ldy] (ldy >= W->rows). Work is split over rows of W;
+ * each worker dequantizes a small tile of W and applies it to all n rows of X (weight reuse). */
+void lily_cpu_matmul(const lily_mat *W, const float *X, int n, int ldx, float *Y, int ldy,
+                     lily_pool *pool);
+
+/* y[i] = x[i] / sqrt(mean(x^2) + eps) * w[i], over n values (in place allowed). */
+void lily_cpu_rmsnorm(const float *x, const float *w, int n, float eps, float *y);
+
+/* Half-split (NeoX) RoPE on the first rot dims of a head vector x at position pos. */
+void lily_cpu_rope(float *x, int rot, int pos, double theta);
+
+/* Depthwise causal conv over channels for n tokens, then SiLU.
+ * in: [n][C] pre-conv inputs; state: [(K-1)][C], the K-1 previous inputs (oldest first), updated
+ * to the last K-1 inputs; w: [C][K] taps, tap K-1 multiplies the current input; out: [n][C]. */
+void lily_cpu_conv_silu(const float *in, int n, int C, int K, float *state, const float *w,
+                        float *out);
+
+/* Gated DeltaNet recurrence for one value head over n tokens, in place on the fp32 state
+ * S [Dk][Dv]: for each t, S = lambda_t*S; m = S^T k_t; d = beta_t*(v_t - m); S += k_t d^T;
+ * o_t = S^T q_t. q, k: rows of Dk at stride ldq/ldk (already L2-normed, q scaled); v, o: rows of
+ * Dv at stride ldv/ldo; beta, lambda: [n] at stride ldg. */
+void lily_cpu_gdn_scan(float *S, int Dk, int Dv, int n, const float *q, int ldq, const float *k,
+                       int ldk, const float *v, int ldv, const float *beta, const float *lambda,
+                       int ldg, float *o, int ldo);
+
+/* Causal GQA attention for n new queries at positions pos..pos+n-1 over a cache holding
+ * positions 0..pos+n-1. q: [n][Nq*Dh]; kc, vc: [ctx][Nkv*Dh] caches; out: [n][Nq*Dh].
+ * scale multiplies q.k; softmax in fp32 with max subtraction. */
+void lily_cpu_attention(const float *q, int n, int pos, const float *kc, const float *vc, int Nq,
+                        int Nkv, int Dh, float scale, float *out, lily_pool *pool);
+
+/* Router: softmax over E logits, top k, renormalised (if norm) weights. Ties go to the lower
+ * expert id. idx/wt: [k]. */
+void lily_cpu_topk_softmax(const float *logits, int E, int k, int norm, int *idx, float *wt);
+
+#endif
