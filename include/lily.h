@@ -71,7 +71,7 @@ void lily_engine_close(lily_engine *eng);
 /* Borrowed, valid until lily_engine_close. */
 const lily_model_info *lily_engine_info(const lily_engine *eng);
 
-/* A session with room for max_ctx tokens of context (0 = the model's max_position). */
+/* A session with room for max_ctx tokens of context (0 = min(max_position, 4096)). */
 int lily_session_create(lily_engine *eng, int max_ctx, lily_session **out, lily_err *err);
 void lily_session_free(lily_session *s);
 /* Number of tokens consumed so far. */

@@ -19,6 +19,8 @@ struct lily_pool {
     atomic_int next;   /* next task index */
     atomic_int active; /* workers still inside the current job */
     atomic_int stop;
+    void **scratch;     /* [n_threads + 1] */
+    size_t *scratch_cap;
     lily_task_fn fn;
     void *ctx;
     int n;
@@ -76,6 +78,8 @@ lily_pool *lily_pool_create(int n_threads) {
     pthread_mutex_init(&p->mu, NULL);
     pthread_cond_init(&p->cv, NULL);
     p->threads = lily_xcalloc((size_t)n_threads, sizeof(pthread_t));
+    p->scratch = lily_xcalloc((size_t)n_threads + 1, sizeof(void *));
+    p->scratch_cap = lily_xcalloc((size_t)n_threads + 1, sizeof(size_t));
     for (int i = 1; i < n_threads; i++) {
         lily_pool_arg *a = lily_xmalloc(sizeof *a);
         a->p = p;
@@ -95,6 +99,9 @@ void lily_pool_free(lily_pool *p) {
     for (int i = 1; i < p->n_threads; i++) pthread_join(p->threads[i], NULL);
     pthread_mutex_destroy(&p->mu);
     pthread_cond_destroy(&p->cv);
+    for (int i = 0; i <= p->n_threads; i++) free(p->scratch[i]);
+    free(p->scratch);
+    free(p->scratch_cap);
     free(p->threads);
     free(p);
 }
@@ -122,4 +129,14 @@ void lily_pool_run(lily_pool *p, lily_task_fn fn, void *ctx, int n) {
         __builtin_ia32_pause();
 #endif
     }
+}
+
+void *lily_pool_scratch(lily_pool *p, int slot, size_t bytes) {
+    LILY_ASSERT(slot >= 0 && slot <= p->n_threads);
+    if (p->scratch_cap[slot] < bytes) {
+        free(p->scratch[slot]);
+        p->scratch[slot] = lily_xaligned(bytes);
+        p->scratch_cap[slot] = bytes;
+    }
+    return p->scratch[slot];
 }

@@ -1,0 +1,278 @@
+/* Y = X W^T with W in its stored format (F32, BF16, F16, MLX Q4/Q8), dequantized on the fly.
+ *
+ * Two strategies, chosen by the number of token rows n:
+ *  - decode (n <= 4), Q4 weights: a fused kernel reads each 4-bit group once, turns the nibbles
+ *    into floats in registers and applies them to every token. X is first reordered per group of
+ *    64 into [even elements | odd elements], so the low and high nibbles of a byte line up with
+ *    two contiguous halves of x and no shuffles are needed; the group's affine bias is applied
+ *    as bias * sum(x over the group), computed once per call.
+ *  - prefill (and the other types): work is split into (token block, row tile) tasks. A task
+ *    dequantizes a 16-row tile of W into per-thread fp32 scratch, then a 4x4 register-blocked
+ *    micro-kernel multiplies it with a 32-token block of X that stays in L2.
+ * AVX-512 bodies are compiled with target attributes and picked at run time; plain C otherwise. */
+#include <immintrin.h>
+#include <math.h>
+#include <string.h>
+
+#include "backend/cpu/ops.h"
+#include "base/err.h"
+
+#define MM_TILE_ROWS 16
+#define MM_TILE_TOKENS 32
+
+static int have_avx512(void) {
+    static int cached = -1;
+    if (cached < 0) {
+        __builtin_cpu_init();
+        cached = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                 __builtin_cpu_supports("avx512vl");
+    }
+    return cached;
+}
+
+/* ---- per-thread scratch owned by the pool ---------------------------------------------------- */
+
+typedef struct {
+    const lily_mat *W;
+    const float *X;
+    int n, ldx;
+    float *Y;
+    int ldy;
+    int n_tiles;      /* row tiles of MM_TILE_ROWS */
+    int n_tblocks;    /* token blocks of MM_TILE_TOKENS */
+    const float *Xr;  /* decode: X reordered per group (even | odd), [n][cols] */
+    const float *xs;  /* decode: per-group sums of X, [n][cols/group] */
+    lily_pool *pool;
+    float *tile_buf;  /* serial path only */
+} mm_job;
+
+/* ---- scalar reference kernels ---------------------------------------------------------------- */
+
+static void tile_mul_scalar(const float *Wt, int R, int cols, const float *X, int ldx, int T,
+                            float *Y, int ldy) {
+    for (int t = 0; t < T; t++) {
+        const float *x = X + (size_t)t * ldx;
+        for (int r = 0; r < R; r++) {
+            const float *w = Wt + (size_t)r * cols;
+            float acc = 0;
+            for (int c = 0; c < cols; c++) acc += w[c] * x[c];
+            Y[(size_t)t * ldy + r] = acc;
+        }
+    }
+}
+
+/* ---- AVX-512 kernels -------------------------------------------------------------------------- */
+
+__attribute__((target("avx512f,avx512bw,avx512vl"))) static void
+tile_mul_avx512(const float *Wt, int R, int cols, const float *X, int ldx, int T, float *Y,
+                int ldy) {
+    int full = cols & ~15;
+    __mmask16 tail = (__mmask16)((1u << (cols - full)) - 1u);
+    for (int r0 = 0; r0 < R; r0 += 4) {
+        const float *w[4];
+        for (int i = 0; i < 4; i++) w[i] = Wt + (size_t)(r0 + i < R ? r0 + i : r0) * cols;
+        for (int t0 = 0; t0 < T; t0 += 4) {
+            const float *x[4];
+            for (int j = 0; j < 4; j++) x[j] = X + (size_t)(t0 + j < T ? t0 + j : t0) * ldx;
+            __m512 acc[4][4];
+            for (int i = 0; i < 4; i++)
+                for (int j = 0; j < 4; j++) acc[i][j] = _mm512_setzero_ps();
+            int c = 0;
+            for (; c < full; c += 16) {
+                __m512 wv[4], xv[4];
+                for (int i = 0; i < 4; i++) wv[i] = _mm512_loadu_ps(w[i] + c);
+                for (int j = 0; j < 4; j++) xv[j] = _mm512_loadu_ps(x[j] + c);
+                for (int i = 0; i < 4; i++)
+                    for (int j = 0; j < 4; j++) acc[i][j] = _mm512_fmadd_ps(wv[i], xv[j], acc[i][j]);
+            }
+            if (c < cols) {
+                __m512 wv[4], xv[4];
+                for (int i = 0; i < 4; i++) wv[i] = _mm512_maskz_loadu_ps(tail, w[i] + c);
+                for (int j = 0; j < 4; j++) xv[j] = _mm512_maskz_loadu_ps(tail, x[j] + c);
+                for (int i = 0; i < 4; i++)
+                    for (int j = 0; j < 4; j++) acc[i][j] = _mm512_fmadd_ps(wv[i], xv[j], acc[i][j]);
+            }
+            for (int j = 0; j < 4 && t0 + j < T; j++)
+                for (int i = 0; i < 4 && r0 + i < R; i++)
+                    Y[(size_t)(t0 + j) * ldy + r0 + i] = _mm512_reduce_add_ps(acc[i][j]);
+        }
+    }
+}
+
+/* Dequantizes rows [r0, r0+R) of a Q4 matrix into Wt [R][cols]. */
+__attribute__((target("avx512f,avx512bw,avx512vl"))) static void
+dequant_q4_avx512(const lily_mat *W, int r0, int R, float *Wt) {
+    int cols = W->cols, ng = cols / 64;
+    const __m256i m4 = _mm256_set1_epi8(0x0f);
+    for (int r = 0; r < R; r++) {
+        const uint8_t *q = (const uint8_t *)W->w + (size_t)(r0 + r) * cols / 2;
+        const uint16_t *sc = W->scales + (size_t)(r0 + r) * ng;
+        const uint16_t *bi = W->biases + (size_t)(r0 + r) * ng;
+        float *o = Wt + (size_t)r * cols;
+        for (int g = 0; g < ng; g++) {
+            __m512 s = _mm512_set1_ps(lily_bf16_to_f32(sc[g]));
+            __m512 b = _mm512_set1_ps(lily_bf16_to_f32(bi[g]));
+            __m256i v = _mm256_loadu_si256((const __m256i *)(q + (size_t)g * 32));
+            __m256i lo = _mm256_and_si256(v, m4);
+            __m256i hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+            /* interleave back to element order: e0 = lo0, e1 = hi0, ... */
+            __m256i a = _mm256_unpacklo_epi8(lo, hi); /* elements 0..15 | 32..47 (lanes) */
+            __m256i c = _mm256_unpackhi_epi8(lo, hi); /* elements 16..31 | 48..63 */
+            __m128i e0 = _mm256_castsi256_si128(a), e2 = _mm256_extracti128_si256(a, 1);
+            __m128i e1 = _mm256_castsi256_si128(c), e3 = _mm256_extracti128_si256(c, 1);
+            float *og = o + (size_t)g * 64;
+            _mm512_storeu_ps(og, _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(e0)), s, b));
+            _mm512_storeu_ps(og + 16,
+                             _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(e1)), s, b));
+            _mm512_storeu_ps(og + 32,
+                             _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(e2)), s, b));
+            _mm512_storeu_ps(og + 48,
+                             _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(e3)), s, b));
+        }
+    }
+}
+
+/* Decode kernel: rows [r0, r1) of a Q4 matrix times n <= 4 reordered token vectors. */
+__attribute__((target("avx512f,avx512bw,avx512vl"))) static void
+q4_rows_avx512(const lily_mat *W, int r0, int r1, const float *Xr, const float *xs, int n,
+               float *Y, int ldy) {
+    int cols = W->cols, ng = cols / 64;
+    const __m256i m4 = _mm256_set1_epi8(0x0f);
+    for (int r = r0; r < r1; r++) {
+        const uint8_t *q = (const uint8_t *)W->w + (size_t)r * cols / 2;
+        const uint16_t *sc = W->scales + (size_t)r * ng, *bi = W->biases + (size_t)r * ng;
+        __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(),
+                         _mm512_setzero_ps()};
+        float bsum[4] = {0, 0, 0, 0};
+        for (int g = 0; g < ng; g++) {
+            __m256i v = _mm256_loadu_si256((const __m256i *)(q + (size_t)g * 32));
+            __m256i lo = _mm256_and_si256(v, m4);
+            __m256i hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+            __m512 l0 = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm256_castsi256_si128(lo)));
+            __m512 l1 = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm256_extracti128_si256(lo, 1)));
+            __m512 h0 = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm256_castsi256_si128(hi)));
+            __m512 h1 = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm256_extracti128_si256(hi, 1)));
+            __m512 s = _mm512_set1_ps(lily_bf16_to_f32(sc[g]));
+            float b = lily_bf16_to_f32(bi[g]);
+            for (int t = 0; t < n; t++) {
+                const float *x = Xr + (size_t)t * cols + (size_t)g * 64;
+                __m512 p = _mm512_mul_ps(l0, _mm512_loadu_ps(x));
+                p = _mm512_fmadd_ps(l1, _mm512_loadu_ps(x + 16), p);
+                p = _mm512_fmadd_ps(h0, _mm512_loadu_ps(x + 32), p);
+                p = _mm512_fmadd_ps(h1, _mm512_loadu_ps(x + 48), p);
+                acc[t] = _mm512_fmadd_ps(p, s, acc[t]);
+                bsum[t] += b * xs[(size_t)t * ng + g];
+            }
+        }
+        for (int t = 0; t < n; t++) Y[(size_t)t * ldy + r] = _mm512_reduce_add_ps(acc[t]) + bsum[t];
+    }
+}
+
+static void q4_rows_scalar(const lily_mat *W, int r0, int r1, const float *Xr, const float *xs,
+                           int n, float *Y, int ldy) {
+    int cols = W->cols, ng = cols / 64;
+    for (int r = r0; r < r1; r++) {
+        const uint8_t *q = (const uint8_t *)W->w + (size_t)r * cols / 2;
+        const uint16_t *sc = W->scales + (size_t)r * ng, *bi = W->biases + (size_t)r * ng;
+        for (int t = 0; t < n; t++) {
+            float acc = 0;
+            for (int g = 0; g < ng; g++) {
+                const uint8_t *qg = q + (size_t)g * 32;
+                const float *x = Xr + (size_t)t * cols + (size_t)g * 64;
+                float p = 0;
+                for (int i = 0; i < 32; i++)
+                    p += (float)(qg[i] & 15) * x[i] + (float)(qg[i] >> 4) * x[32 + i];
+                acc += p * lily_bf16_to_f32(sc[g]) + lily_bf16_to_f32(bi[g]) * xs[(size_t)t * ng + g];
+            }
+            Y[(size_t)t * ldy + r] = acc;
+        }
+    }
+}
+
+/* ---- task bodies ------------------------------------------------------------------------------ */
+
+static void dequant_tile(const lily_mat *W, int r0, int R, float *Wt) {
+    if (W->dt == LILY_DT_Q4 && W->group == 64 && have_avx512()) {
+        dequant_q4_avx512(W, r0, R, Wt);
+        return;
+    }
+    for (int r = 0; r < R; r++) lily_mat_row_f32(W, r0 + r, Wt + (size_t)r * W->cols);
+}
+
+static void mm_tile_task(void *ctx, int task, int thread) {
+    mm_job *j = ctx;
+    const lily_mat *W = j->W;
+    int tb = task / j->n_tiles, tile = task % j->n_tiles;
+    int r0 = tile * MM_TILE_ROWS, R = W->rows - r0 < MM_TILE_ROWS ? W->rows - r0 : MM_TILE_ROWS;
+    int t0 = tb * MM_TILE_TOKENS, T = j->n - t0 < MM_TILE_TOKENS ? j->n - t0 : MM_TILE_TOKENS;
+    size_t need = (size_t)MM_TILE_ROWS * W->cols * sizeof(float);
+    float *Wt = j->pool ? lily_pool_scratch(j->pool, thread, need) : j->tile_buf;
+    dequant_tile(W, r0, R, Wt);
+    const float *X = j->X + (size_t)t0 * j->ldx;
+    float *Y = j->Y + (size_t)t0 * j->ldy + r0;
+    if (have_avx512()) tile_mul_avx512(Wt, R, W->cols, X, j->ldx, T, Y, j->ldy);
+    else tile_mul_scalar(Wt, R, W->cols, X, j->ldx, T, Y, j->ldy);
+}
+
+#define MM_Q4_ROWS 8
+
+static void mm_q4_task(void *ctx, int task, int thread) {
+    (void)thread;
+    mm_job *j = ctx;
+    int r0 = task * MM_Q4_ROWS, r1 = r0 + MM_Q4_ROWS;
+    if (r1 > j->W->rows) r1 = j->W->rows;
+    if (have_avx512()) q4_rows_avx512(j->W, r0, r1, j->Xr, j->xs, j->n, j->Y, j->ldy);
+    else q4_rows_scalar(j->W, r0, r1, j->Xr, j->xs, j->n, j->Y, j->ldy);
+}
+
+void lily_cpu_matmul(const lily_mat *W, const float *X, int n, int ldx, float *Y, int ldy,
+                     lily_pool *pool) {
+    if (n <= 0) return;
+    mm_job j = {0};
+    j.W = W;
+    j.X = X;
+    j.n = n;
+    j.ldx = ldx;
+    j.Y = Y;
+    j.ldy = ldy;
+    j.pool = pool;
+    int threads = pool ? lily_pool_threads(pool) : 1;
+    if (W->dt == LILY_DT_Q4 && W->group == 64 && n <= 4) {
+        int cols = W->cols, ng = cols / 64;
+        size_t need = (size_t)n * (cols + ng) * sizeof(float);
+        float *buf = pool ? lily_pool_scratch(pool, threads, need) : lily_xmalloc(need);
+        float *Xr = buf, *xs = buf + (size_t)n * cols;
+        for (int t = 0; t < n; t++) {
+            const float *x = X + (size_t)t * ldx;
+            for (int g = 0; g < ng; g++) {
+                const float *xg = x + (size_t)g * 64;
+                float *o = Xr + (size_t)t * cols + (size_t)g * 64;
+                float s = 0;
+                for (int i = 0; i < 32; i++) {
+                    o[i] = xg[2 * i];
+                    o[32 + i] = xg[2 * i + 1];
+                    s += xg[2 * i] + xg[2 * i + 1];
+                }
+                xs[(size_t)t * ng + g] = s;
+            }
+        }
+        j.Xr = Xr;
+        j.xs = xs;
+        int tasks = (W->rows + MM_Q4_ROWS - 1) / MM_Q4_ROWS;
+        if (pool) lily_pool_run(pool, mm_q4_task, &j, tasks);
+        else
+            for (int t = 0; t < tasks; t++) mm_q4_task(&j, t, 0);
+        if (!pool) free(buf);
+        return;
+    }
+    j.n_tiles = (W->rows + MM_TILE_ROWS - 1) / MM_TILE_ROWS;
+    j.n_tblocks = (n + MM_TILE_TOKENS - 1) / MM_TILE_TOKENS;
+    int tasks = j.n_tiles * j.n_tblocks;
+    if (pool) {
+        lily_pool_run(pool, mm_tile_task, &j, tasks);
+    } else {
+        j.tile_buf = lily_xmalloc((size_t)MM_TILE_ROWS * W->cols * sizeof(float));
+        for (int t = 0; t < tasks; t++) mm_tile_task(&j, t, 0);
+        free(j.tile_buf);
+    }
+}

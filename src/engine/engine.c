@@ -1,0 +1,241 @@
+/* The engine and its sessions: the public API of lily.h over a model and a backend.
+ *
+ * The engine owns the loaded model and one backend instance. A session owns a backend state and
+ * the logits of its last position; prefill splits the input into chunks of at most
+ * opts.prefill_chunk tokens so working memory does not grow with the prompt. Snapshots are
+ * backend states holding exactly the positions consumed so far, plus the logits. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/backend.h"
+#include "base/err.h"
+#include "model/model.h"
+
+struct lily_engine {
+    lily_model *model;
+    const lily_backend_ops *ops;
+    lily_backend *be;
+    lily_engine_opts opts;
+    lily_model_info info;
+};
+
+struct lily_session {
+    lily_engine *eng;
+    lily_bstate *st;
+    int pos, max_ctx;
+    float *logits; /* [V] */
+    int has_logits;
+};
+
+struct lily_snapshot {
+    lily_engine *eng;
+    lily_bstate *st;
+    int pos;
+    float *logits;
+    int has_logits;
+    size_t bytes;
+};
+
+static uint64_t mat_bytes(const lily_mat *m) { return (uint64_t)m->rows * lily_mat_row_bytes(m); }
+
+static void fill_info(lily_engine *eng) {
+    const lily_model *m = eng->model;
+    const lily_config *c = &m->cfg;
+    lily_model_info *in = &eng->info;
+    in->model_type = c->model_type;
+    in->layout = m->layout;
+    in->quant = m->quant;
+    in->backend = eng->ops->name;
+    in->vocab_size = c->vocab;
+    in->hidden_size = c->hidden;
+    in->n_layers = c->n_layers;
+    for (int l = 0; l < c->n_layers; l++) in->n_attn_layers += c->layer_is_attn[l];
+    in->n_experts = c->is_moe ? c->n_experts : 0;
+    in->n_experts_used = c->is_moe ? c->top_k : 0;
+    in->max_position = c->max_position;
+    memcpy(in->eos_ids, c->eos_ids, sizeof in->eos_ids);
+    in->n_params = m->n_params;
+    in->weight_bytes = m->weight_bytes;
+    /* bytes read per decoded token: every dense matrix, k of E experts, one embedding row */
+    uint64_t b = mat_bytes(&m->lm_head) + lily_mat_row_bytes(&m->embed);
+    for (int l = 0; l < c->n_layers; l++) {
+        const lily_layer *ly = &m->layers[l];
+        if (ly->is_attn)
+            b += mat_bytes(&ly->q_proj) + mat_bytes(&ly->k_proj) + mat_bytes(&ly->v_proj) +
+                 mat_bytes(&ly->o_proj);
+        else
+            b += mat_bytes(&ly->qkv_proj) + mat_bytes(&ly->z_proj) + mat_bytes(&ly->b_proj) +
+                 mat_bytes(&ly->a_proj) + mat_bytes(&ly->out_proj);
+        if (c->is_moe) {
+            b += mat_bytes(&ly->router) +
+                 (uint64_t)c->top_k * (mat_bytes(&ly->exp_gate[0]) + mat_bytes(&ly->exp_up[0]) +
+                                       mat_bytes(&ly->exp_down[0]));
+            if (c->shared_inter > 0)
+                b += mat_bytes(&ly->sh_gate) + mat_bytes(&ly->sh_up) + mat_bytes(&ly->sh_down) +
+                     mat_bytes(&ly->sh_gate_w);
+        } else {
+            b += mat_bytes(&ly->mlp_gate) + mat_bytes(&ly->mlp_up) + mat_bytes(&ly->mlp_down);
+        }
+    }
+    in->bytes_per_token = b;
+    in->kv_bytes_per_token = (uint64_t)in->n_attn_layers * 2 * c->n_kv_heads * c->head_dim * 2;
+    int C = 2 * c->lin_nk * c->lin_dk + c->lin_nv * c->lin_dv;
+    int n_gdn = c->n_layers - in->n_attn_layers;
+    in->recurrent_state_bytes =
+        (uint64_t)n_gdn * ((uint64_t)c->lin_nv * c->lin_dk * c->lin_dv * 4 +
+                           (uint64_t)(c->conv_k - 1) * C * 2);
+}
+
+int lily_engine_open(const char *dir, const lily_engine_opts *opts, lily_engine **out,
+                     lily_err *err) {
+    *out = NULL;
+    lily_engine *eng = lily_xcalloc(1, sizeof *eng);
+    if (opts) eng->opts = *opts;
+    if (eng->opts.prefill_chunk <= 0) eng->opts.prefill_chunk = 512;
+    eng->ops = lily_backend_get(eng->opts.backend, err);
+    if (!eng->ops) {
+        free(eng);
+        return -1;
+    }
+    if (lily_model_load(dir, &eng->model, err) != 0) {
+        free(eng);
+        return -1;
+    }
+    if (eng->ops->open(eng->model, &eng->opts, &eng->be, err) != 0) {
+        lily_model_free(eng->model);
+        free(eng);
+        return -1;
+    }
+    fill_info(eng);
+    *out = eng;
+    return 0;
+}
+
+void lily_engine_close(lily_engine *eng) {
+    if (!eng) return;
+    eng->ops->close(eng->be);
+    lily_model_free(eng->model);
+    free(eng);
+}
+
+const lily_model_info *lily_engine_info(const lily_engine *eng) { return &eng->info; }
+
+int lily_session_create(lily_engine *eng, int max_ctx, lily_session **out, lily_err *err) {
+    *out = NULL;
+    int cap = eng->model->cfg.max_position;
+    if (max_ctx <= 0) max_ctx = cap < 4096 ? cap : 4096;
+    if (max_ctx > cap)
+        return lily_fail(err, "context of %d exceeds the model's max_position_embeddings %d",
+                         max_ctx, cap);
+    lily_session *s = lily_xcalloc(1, sizeof *s);
+    s->eng = eng;
+    s->max_ctx = max_ctx;
+    if (eng->ops->state_create(eng->be, max_ctx, &s->st, err) != 0) {
+        free(s);
+        return -1;
+    }
+    s->logits = lily_xaligned((size_t)eng->model->cfg.vocab * sizeof(float));
+    *out = s;
+    return 0;
+}
+
+void lily_session_free(lily_session *s) {
+    if (!s) return;
+    s->eng->ops->state_free(s->eng->be, s->st);
+    free(s->logits);
+    free(s);
+}
+
+int lily_session_pos(const lily_session *s) { return s->pos; }
+int lily_session_max_ctx(const lily_session *s) { return s->max_ctx; }
+
+void lily_session_reset(lily_session *s) {
+    s->eng->ops->state_reset(s->eng->be, s->st);
+    s->pos = 0;
+    s->has_logits = 0;
+}
+
+int lily_session_prefill(lily_session *s, const int32_t *tokens, int n, float *all_logits,
+                         lily_prefill_cb cb, void *ud, lily_err *err) {
+    lily_engine *eng = s->eng;
+    int V = eng->model->cfg.vocab, chunk = eng->opts.prefill_chunk;
+    if (n <= 0) return lily_fail(err, "prefill of %d tokens", n);
+    if (s->pos + n > s->max_ctx)
+        return lily_fail(err, "context overflow: %d tokens in the session + %d new exceed %d",
+                         s->pos, n, s->max_ctx);
+    for (int done = 0; done < n;) {
+        int m = n - done < chunk ? n - done : chunk;
+        float *dst = all_logits ? all_logits + (size_t)done * V : s->logits;
+        if (eng->ops->forward(eng->be, s->st, tokens + done, m, s->pos, dst, all_logits != NULL,
+                              err) != 0)
+            return -1;
+        s->pos += m;
+        done += m;
+        s->has_logits = 1;
+        if (all_logits)
+            memcpy(s->logits, all_logits + (size_t)(done - 1) * V, (size_t)V * sizeof(float));
+        if (cb && done < n && cb(ud, done, n)) return lily_fail(err, "cancelled");
+    }
+    if (cb) cb(ud, n, n);
+    return 0;
+}
+
+int lily_session_decode(lily_session *s, int32_t token, lily_err *err) {
+    if (s->pos + 1 > s->max_ctx)
+        return lily_fail(err, "context overflow: the session holds its maximum of %d tokens",
+                         s->max_ctx);
+    if (s->eng->ops->forward(s->eng->be, s->st, &token, 1, s->pos, s->logits, 0, err) != 0)
+        return -1;
+    s->pos++;
+    s->has_logits = 1;
+    return 0;
+}
+
+const float *lily_session_logits(lily_session *s) { return s->has_logits ? s->logits : NULL; }
+
+int lily_session_snapshot(lily_session *s, lily_snapshot **out, lily_err *err) {
+    lily_engine *eng = s->eng;
+    *out = NULL;
+    lily_snapshot *snap = lily_xcalloc(1, sizeof *snap);
+    int cap = s->pos > 0 ? s->pos : 1;
+    if (eng->ops->state_create(eng->be, cap, &snap->st, err) != 0) {
+        free(snap);
+        return -1;
+    }
+    if (eng->ops->state_copy(eng->be, snap->st, s->st, s->pos, err) != 0) {
+        eng->ops->state_free(eng->be, snap->st);
+        free(snap);
+        return -1;
+    }
+    size_t V = (size_t)eng->model->cfg.vocab;
+    snap->eng = eng;
+    snap->pos = s->pos;
+    snap->has_logits = s->has_logits;
+    snap->logits = lily_xmalloc(V * sizeof(float));
+    memcpy(snap->logits, s->logits, V * sizeof(float));
+    snap->bytes = eng->ops->state_bytes(eng->be, cap) + V * sizeof(float);
+    *out = snap;
+    return 0;
+}
+
+int lily_session_restore(lily_session *s, const lily_snapshot *snap, lily_err *err) {
+    if (snap->eng != s->eng) return lily_fail(err, "snapshot belongs to another engine");
+    if (snap->pos > s->max_ctx)
+        return lily_fail(err, "snapshot of %d positions does not fit a context of %d", snap->pos,
+                         s->max_ctx);
+    if (s->eng->ops->state_copy(s->eng->be, s->st, snap->st, snap->pos, err) != 0) return -1;
+    s->pos = snap->pos;
+    s->has_logits = snap->has_logits;
+    memcpy(s->logits, snap->logits, (size_t)s->eng->model->cfg.vocab * sizeof(float));
+    return 0;
+}
+
+int lily_snapshot_pos(const lily_snapshot *snap) { return snap->pos; }
+size_t lily_snapshot_bytes(const lily_snapshot *snap) { return snap->bytes; }
+
+void lily_snapshot_free(lily_snapshot *snap) {
+    if (!snap) return;
+    snap->eng->ops->state_free(snap->eng->be, snap->st);
+    free(snap->logits);
+    free(snap);
+}
