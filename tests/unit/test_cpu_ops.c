@@ -1,0 +1,320 @@
+/* CPU operators against independent plain references on random inputs (odd sizes, several
+ * token counts, every weight dtype, with and without the thread pool). */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/cpu/ops.h"
+#include "base/pool.h"
+
+static int n_pass, n_fail;
+static uint64_t rng = 0x9e3779b97f4a7c15ull;
+
+static uint32_t rnd(void) {
+    rng ^= rng << 13;
+    rng ^= rng >> 7;
+    rng ^= rng << 17;
+    return (uint32_t)(rng >> 11);
+}
+static float frand(void) { return (float)((rnd() & 0xffffff) / 16777216.0 * 2.0 - 1.0); }
+
+static void check(int ok, const char *what, double err) {
+    if (ok) n_pass++;
+    else n_fail++;
+    printf("%s %-48s err=%.3g\n", ok ? "ok  " : "FAIL", what, err);
+}
+
+static uint16_t f32_to_f16(float f) {
+    /* simple round-to-nearest for normal-range values used in the test */
+    union {
+        float f;
+        uint32_t u;
+    } v = {f};
+    uint32_t sign = (v.u >> 16) & 0x8000u;
+    int exp = (int)((v.u >> 23) & 0xff) - 127 + 15;
+    uint32_t man = v.u & 0x7fffffu;
+    if (exp <= 0) return (uint16_t)sign;
+    uint32_t h = sign | ((uint32_t)exp << 10) | (man >> 13);
+    if (man & 0x1000u) h++;
+    return (uint16_t)h;
+}
+
+/* Element (r, c) of W by the format's definition, independent of the library's dequant. */
+static double ref_elem(const lily_mat *W, int r, int c) {
+    switch (W->dt) {
+    case LILY_DT_F32:
+        return ((const float *)W->w)[(size_t)r * W->cols + c];
+    case LILY_DT_BF16: {
+        uint32_t u = (uint32_t)((const uint16_t *)W->w)[(size_t)r * W->cols + c] << 16;
+        float f;
+        memcpy(&f, &u, 4);
+        return f;
+    }
+    case LILY_DT_F16: {
+        uint16_t h = ((const uint16_t *)W->w)[(size_t)r * W->cols + c];
+        int e = (h >> 10) & 31, m = h & 1023;
+        double v = e ? ldexp(1.0 + m / 1024.0, e - 15) : ldexp(m / 1024.0, -14);
+        return (h & 0x8000) ? -v : v;
+    }
+    case LILY_DT_Q4:
+    case LILY_DT_Q8: {
+        int bits = W->dt == LILY_DT_Q4 ? 4 : 8, per = 32 / bits;
+        const uint32_t *words = (const uint32_t *)W->w + (size_t)r * W->cols / per;
+        uint32_t q = (words[c / per] >> ((c % per) * bits)) & ((1u << bits) - 1);
+        int g = c / W->group, ng = W->cols / W->group;
+        uint32_t su = (uint32_t)W->scales[(size_t)r * ng + g] << 16;
+        uint32_t bu = (uint32_t)W->biases[(size_t)r * ng + g] << 16;
+        float s, b;
+        memcpy(&s, &su, 4);
+        memcpy(&b, &bu, 4);
+        return (double)s * q + b;
+    }
+    }
+    return NAN;
+}
+
+static void make_mat(lily_mat *W, lily_dtype dt, int rows, int cols, void **mem) {
+    memset(W, 0, sizeof *W);
+    W->dt = dt;
+    W->rows = rows;
+    W->cols = cols;
+    size_t n = (size_t)rows * cols;
+    float amp = 1.0f / sqrtf((float)cols);
+    if (dt == LILY_DT_F32) {
+        float *p = malloc(n * 4);
+        for (size_t i = 0; i < n; i++) p[i] = frand() * amp;
+        W->w = p;
+        mem[0] = p;
+    } else if (dt == LILY_DT_BF16 || dt == LILY_DT_F16) {
+        uint16_t *p = malloc(n * 2);
+        for (size_t i = 0; i < n; i++)
+            p[i] = dt == LILY_DT_BF16 ? lily_f32_to_bf16(frand() * amp) : f32_to_f16(frand() * amp);
+        W->w = p;
+        mem[0] = p;
+    } else {
+        int bits = dt == LILY_DT_Q4 ? 4 : 8;
+        W->group = 64;
+        int ng = cols / 64;
+        uint32_t *q = malloc(n * bits / 8);
+        for (size_t i = 0; i < n * bits / 32; i++) q[i] = rnd() ^ (rnd() << 16);
+        uint16_t *s = malloc((size_t)rows * ng * 2), *b = malloc((size_t)rows * ng * 2);
+        float qmax = (float)((1 << bits) - 1);
+        for (size_t i = 0; i < (size_t)rows * ng; i++) {
+            float sc = amp * (0.5f + 0.5f * fabsf(frand())) * 2.0f / qmax;
+            s[i] = lily_f32_to_bf16(sc);
+            b[i] = lily_f32_to_bf16(-sc * qmax / 2 + frand() * amp * 0.1f);
+        }
+        W->w = q;
+        W->scales = s;
+        W->biases = b;
+        mem[0] = q;
+        mem[1] = s;
+        mem[2] = b;
+    }
+}
+
+static void test_matmul(lily_pool *pool) {
+    const lily_dtype dts[] = {LILY_DT_F32, LILY_DT_BF16, LILY_DT_F16, LILY_DT_Q4, LILY_DT_Q8};
+    const char *names[] = {"f32", "bf16", "f16", "q4", "q8"};
+    const int ns[] = {1, 2, 3, 4, 5, 17, 33, 70};
+    for (int d = 0; d < 5; d++) {
+        int quant = dts[d] == LILY_DT_Q4 || dts[d] == LILY_DT_Q8;
+        int shapes[][2] = {{37, quant ? 192 : 71}, {129, quant ? 64 : 200}, {16, quant ? 320 : 5}};
+        for (int si = 0; si < 3; si++)
+            for (int ni = 0; ni < 8; ni++) {
+                int rows = shapes[si][0], cols = shapes[si][1], n = ns[ni];
+                void *mem[3] = {0};
+                lily_mat W;
+                make_mat(&W, dts[d], rows, cols, mem);
+                int ldx = cols + 3, ldy = rows + 5;
+                float *X = malloc((size_t)n * ldx * 4), *Y = malloc((size_t)n * ldy * 4);
+                for (int i = 0; i < n * ldx; i++) X[i] = frand();
+                for (int i = 0; i < n * ldy; i++) Y[i] = NAN; /* poison */
+                lily_cpu_matmul(&W, X, n, ldx, Y, ldy, (ni & 1) ? pool : NULL);
+                double worst = 0;
+                int bad = 0;
+                for (int t = 0; t < n; t++)
+                    for (int r = 0; r < rows; r++) {
+                        double ref = 0, mag = 0;
+                        for (int c = 0; c < cols; c++) {
+                            double w = ref_elem(&W, r, c);
+                            ref += w * X[(size_t)t * ldx + c];
+                            mag += fabs(w * X[(size_t)t * ldx + c]);
+                        }
+                        double err = fabs(Y[(size_t)t * ldy + r] - ref) / (mag + 1e-12);
+                        if (!(err <= 1e-5)) bad = 1;
+                        if (err > worst || err != err) worst = err;
+                    }
+                char what[96];
+                snprintf(what, sizeof what, "matmul %s %dx%d n=%d%s", names[d], rows, cols, n,
+                         (ni & 1) ? " pool" : "");
+                check(!bad, what, worst);
+                free(X), free(Y), free(mem[0]), free(mem[1]), free(mem[2]);
+            }
+    }
+}
+
+static void test_conv(void) {
+    int C = 13, K = 4, n = 11;
+    float *in = malloc((size_t)n * C * 4), *w = malloc((size_t)C * K * 4);
+    float *st = calloc((size_t)(K - 1) * C, 4), *st2 = calloc((size_t)(K - 1) * C, 4);
+    float *o1 = malloc((size_t)n * C * 4), *o2 = malloc((size_t)n * C * 4);
+    for (int i = 0; i < n * C; i++) in[i] = frand();
+    for (int i = 0; i < C * K; i++) w[i] = frand();
+    lily_cpu_conv_silu(in, n, C, K, st, w, o1);
+    /* the same sequence fed in pieces of 1, 2 and 5 tokens must give the same outputs */
+    int pieces[] = {1, 2, 1, 5, 2}, at = 0;
+    for (int p = 0; p < 5; p++) {
+        lily_cpu_conv_silu(in + (size_t)at * C, pieces[p], C, K, st2, w, o2 + (size_t)at * C);
+        at += pieces[p];
+    }
+    double worst = 0, worst2 = 0;
+    for (int t = 0; t < n; t++)
+        for (int c = 0; c < C; c++) {
+            double acc = 0;
+            for (int tau = 0; tau < K; tau++) {
+                int s = t - (K - 1) + tau;
+                if (s >= 0) acc += (double)w[c * K + tau] * in[s * C + c];
+            }
+            double ref = acc / (1 + exp(-acc));
+            worst = fmax(worst, fabs(o1[t * C + c] - ref));
+            worst2 = fmax(worst2, fabs(o2[t * C + c] - o1[t * C + c]));
+        }
+    check(worst < 1e-5, "conv+silu vs reference", worst);
+    check(worst2 < 1e-6 && !memcmp(st, st2, (size_t)(K - 1) * C * 4), "conv in pieces == whole",
+          worst2);
+    free(in), free(w), free(st), free(st2), free(o1), free(o2);
+}
+
+static void test_gdn(void) {
+    int Dk = 7, Dv = 9, n = 23;
+    float *S = malloc((size_t)Dk * Dv * 4);
+    double *R = malloc((size_t)Dk * Dv * 8);
+    for (int i = 0; i < Dk * Dv; i++) R[i] = S[i] = frand();
+    float *q = malloc((size_t)n * Dk * 4), *k = malloc((size_t)n * Dk * 4);
+    float *v = malloc((size_t)n * Dv * 4), *o = malloc((size_t)n * Dv * 4);
+    float beta[64], lam[64];
+    for (int i = 0; i < n * Dk; i++) q[i] = frand(), k[i] = frand() * 0.4f;
+    for (int i = 0; i < n * Dv; i++) v[i] = frand();
+    for (int t = 0; t < n; t++) beta[t] = 0.5f + 0.5f * fabsf(frand()), lam[t] = 0.7f + 0.3f * fabsf(frand());
+    lily_cpu_gdn_scan(S, Dk, Dv, n, q, Dk, k, Dk, v, Dv, beta, lam, 1, o, Dv);
+    /* closed form: S_t = lam (I - beta k k^T) S_{t-1} + beta k v^T; o_t = S_t^T q */
+    double worst = 0;
+    double *T = malloc((size_t)Dk * Dv * 8);
+    for (int t = 0; t < n; t++) {
+        const float *kt = k + t * Dk, *vt = v + t * Dv, *qt = q + t * Dk;
+        for (int i = 0; i < Dk; i++)
+            for (int j = 0; j < Dv; j++) {
+                double kS = 0;
+                for (int a = 0; a < Dk; a++) kS += (double)kt[a] * R[a * Dv + j];
+                T[i * Dv + j] = lam[t] * (R[i * Dv + j] - beta[t] * kt[i] * kS) +
+                                (double)beta[t] * kt[i] * vt[j];
+            }
+        memcpy(R, T, (size_t)Dk * Dv * 8);
+        for (int j = 0; j < Dv; j++) {
+            double acc = 0;
+            for (int i = 0; i < Dk; i++) acc += R[i * Dv + j] * qt[i];
+            worst = fmax(worst, fabs(acc - o[t * Dv + j]));
+        }
+    }
+    double sw = 0;
+    for (int i = 0; i < Dk * Dv; i++) sw = fmax(sw, fabs(R[i] - S[i]));
+    check(worst < 1e-4, "gdn scan outputs vs closed form", worst);
+    check(sw < 1e-4, "gdn scan final state vs closed form", sw);
+    free(S), free(R), free(T), free(q), free(k), free(v), free(o);
+}
+
+static void test_attention(lily_pool *pool) {
+    int Nq = 6, Nkv = 2, Dh = 10, pos = 37, n = 9, ctx = pos + n;
+    int qd = Nq * Dh, kd = Nkv * Dh;
+    float *q = malloc((size_t)n * qd * 4), *kc = malloc((size_t)ctx * kd * 4);
+    float *vc = malloc((size_t)ctx * kd * 4), *o = malloc((size_t)n * qd * 4);
+    float *scr = malloc((size_t)lily_pool_threads(pool) * ctx * 4);
+    for (int i = 0; i < n * qd; i++) q[i] = frand() * 2;
+    for (int i = 0; i < ctx * kd; i++) kc[i] = frand() * 2, vc[i] = frand();
+    lily_cpu_attention(q, n, pos, kc, vc, Nq, Nkv, Dh, 0.3f, o, scr, pool);
+    double worst = 0;
+    for (int t = 0; t < n; t++)
+        for (int h = 0; h < Nq; h++) {
+            int g = h / (Nq / Nkv), len = pos + t + 1;
+            double s[64], mx = -1e30, sum = 0;
+            for (int p = 0; p < len; p++) {
+                double d = 0;
+                for (int i = 0; i < Dh; i++) d += (double)q[t * qd + h * Dh + i] * kc[p * kd + g * Dh + i];
+                s[p] = d * 0.3;
+                mx = fmax(mx, s[p]);
+            }
+            for (int p = 0; p < len; p++) sum += s[p] = exp(s[p] - mx);
+            for (int i = 0; i < Dh; i++) {
+                double acc = 0;
+                for (int p = 0; p < len; p++) acc += s[p] / sum * vc[p * kd + g * Dh + i];
+                worst = fmax(worst, fabs(acc - o[t * qd + h * Dh + i]));
+            }
+        }
+    check(worst < 1e-5, "causal GQA attention vs reference", worst);
+    free(q), free(kc), free(vc), free(o), free(scr);
+}
+
+static void test_misc(void) {
+    /* RoPE: rotation of the first rot dims, half-split pairs, rest untouched */
+    float x[24], y[24];
+    for (int i = 0; i < 24; i++) x[i] = y[i] = frand();
+    lily_cpu_rope(y, 16, 123, 10000.0);
+    double worst = 0;
+    for (int i = 0; i < 8; i++) {
+        double f = pow(10000.0, -(2.0 * i) / 16), a = 123 * f;
+        worst = fmax(worst, fabs(y[i] - (x[i] * cos(a) - x[i + 8] * sin(a))));
+        worst = fmax(worst, fabs(y[i + 8] - (x[i + 8] * cos(a) + x[i] * sin(a))));
+    }
+    for (int i = 16; i < 24; i++) worst = fmax(worst, fabs(y[i] - x[i]));
+    check(worst < 1e-4, "rope half-split, partial", worst);
+    /* RMSNorm */
+    float w[37], z[37], r[37];
+    double ss = 0;
+    for (int i = 0; i < 37; i++) z[i] = frand() * 3, w[i] = frand(), ss += (double)z[i] * z[i];
+    lily_cpu_rmsnorm(z, w, 37, 1e-6f, r);
+    worst = 0;
+    for (int i = 0; i < 37; i++) worst = fmax(worst, fabs(r[i] - z[i] / sqrt(ss / 37 + 1e-6) * w[i]));
+    check(worst < 1e-5, "rmsnorm", worst);
+    /* top-k softmax: the k largest, weights renormalised, descending */
+    float lg[19];
+    for (int i = 0; i < 19; i++) lg[i] = frand() * 4;
+    int idx[5];
+    float wt[5];
+    lily_cpu_topk_softmax(lg, 19, 5, 1, idx, wt);
+    int ok = 1;
+    double wsum = 0;
+    for (int j = 0; j < 5; j++) {
+        int above = 0;
+        for (int e = 0; e < 19; e++) above += lg[e] > lg[idx[j]];
+        ok &= above == j;
+        wsum += wt[j];
+        if (j) ok &= wt[j] <= wt[j - 1];
+    }
+    double ew = exp(lg[idx[1]] - lg[idx[0]]);
+    check(ok && fabs(wsum - 1) < 1e-6 && fabs(wt[1] / wt[0] - ew) < 1e-5, "router top-k softmax",
+          fabs(wsum - 1));
+    /* dequantized rows equal the format definition */
+    void *mem[3] = {0};
+    lily_mat W;
+    make_mat(&W, LILY_DT_Q4, 5, 128, mem);
+    float row[128];
+    lily_mat_row_f32(&W, 3, row);
+    worst = 0;
+    for (int c = 0; c < 128; c++) worst = fmax(worst, fabs(row[c] - ref_elem(&W, 3, c)));
+    check(worst < 1e-6, "q4 row dequant", worst);
+    free(mem[0]), free(mem[1]), free(mem[2]);
+}
+
+int main(void) {
+    lily_pool *pool = lily_pool_create(3);
+    test_matmul(pool);
+    test_conv();
+    test_gdn();
+    test_attention(pool);
+    test_misc();
+    lily_pool_free(pool);
+    printf("%d passed, %d failed\n", n_pass, n_fail);
+    return n_fail ? 1 : 0;
+}
