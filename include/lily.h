@@ -60,7 +60,10 @@ typedef struct lily_model_info {
     uint64_t n_params;        /* text-model parameters */
     uint64_t weight_bytes;    /* bytes of all text-model weights as stored */
     uint64_t bytes_per_token; /* weight bytes read per decoded token (active experts only) */
-    uint64_t kv_bytes_per_token;   /* KV cache growth per token of context */
+    uint64_t kv_bytes_per_token;   /* KV cache growth per token of context (bf16 K and V) */
+    uint64_t flops_per_token;      /* 2 x active matrix weights per token, lm_head excluded */
+    uint64_t lm_head_flops;        /* 2 x lm_head weights (one position's logits) */
+    uint64_t attn_flops_per_ctx;   /* attention scores + values per token per context position */
     uint64_t recurrent_state_bytes; /* GDN conv + recurrent state, independent of context */
 } lily_model_info;
 

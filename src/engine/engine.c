@@ -37,6 +37,7 @@ struct lily_snapshot {
 };
 
 static uint64_t mat_bytes(const lily_mat *m) { return (uint64_t)m->rows * lily_mat_row_bytes(m); }
+static uint64_t mat_elems(const lily_mat *m) { return (uint64_t)m->rows * (uint64_t)m->cols; }
 
 static void fill_info(lily_engine *eng) {
     const lily_model *m = eng->model;
@@ -57,28 +58,32 @@ static void fill_info(lily_engine *eng) {
     in->n_params = m->n_params;
     in->weight_bytes = m->weight_bytes;
     /* bytes read per decoded token: every dense matrix, k of E experts, one embedding row */
-    uint64_t b = mat_bytes(&m->lm_head) + lily_mat_row_bytes(&m->embed);
+    uint64_t b = mat_bytes(&m->lm_head) + lily_mat_row_bytes(&m->embed), w = 0;
+#define ACT(mat) (b += mat_bytes(mat), w += mat_elems(mat))
     for (int l = 0; l < c->n_layers; l++) {
         const lily_layer *ly = &m->layers[l];
-        if (ly->is_attn)
-            b += mat_bytes(&ly->q_proj) + mat_bytes(&ly->k_proj) + mat_bytes(&ly->v_proj) +
-                 mat_bytes(&ly->o_proj);
-        else
-            b += mat_bytes(&ly->qkv_proj) + mat_bytes(&ly->z_proj) + mat_bytes(&ly->b_proj) +
-                 mat_bytes(&ly->a_proj) + mat_bytes(&ly->out_proj);
-        if (c->is_moe) {
-            b += mat_bytes(&ly->router) +
-                 (uint64_t)c->top_k * (mat_bytes(&ly->exp_gate[0]) + mat_bytes(&ly->exp_up[0]) +
-                                       mat_bytes(&ly->exp_down[0]));
-            if (c->shared_inter > 0)
-                b += mat_bytes(&ly->sh_gate) + mat_bytes(&ly->sh_up) + mat_bytes(&ly->sh_down) +
-                     mat_bytes(&ly->sh_gate_w);
+        if (ly->is_attn) {
+            ACT(&ly->q_proj), ACT(&ly->k_proj), ACT(&ly->v_proj), ACT(&ly->o_proj);
         } else {
-            b += mat_bytes(&ly->mlp_gate) + mat_bytes(&ly->mlp_up) + mat_bytes(&ly->mlp_down);
+            ACT(&ly->qkv_proj), ACT(&ly->z_proj), ACT(&ly->b_proj), ACT(&ly->a_proj);
+            ACT(&ly->out_proj);
+        }
+        if (c->is_moe) {
+            ACT(&ly->router);
+            for (int k = 0; k < c->top_k; k++)
+                ACT(&ly->exp_gate[0]), ACT(&ly->exp_up[0]), ACT(&ly->exp_down[0]);
+            if (c->shared_inter > 0)
+                ACT(&ly->sh_gate), ACT(&ly->sh_up), ACT(&ly->sh_down), ACT(&ly->sh_gate_w);
+        } else {
+            ACT(&ly->mlp_gate), ACT(&ly->mlp_up), ACT(&ly->mlp_down);
         }
     }
+#undef ACT
     in->bytes_per_token = b;
+    in->flops_per_token = 2 * w;
+    in->lm_head_flops = 2 * mat_elems(&m->lm_head);
     in->kv_bytes_per_token = (uint64_t)in->n_attn_layers * 2 * c->n_kv_heads * c->head_dim * 2;
+    in->attn_flops_per_ctx = (uint64_t)in->n_attn_layers * 4 * c->n_q_heads * c->head_dim;
     int C = 2 * c->lin_nk * c->lin_dk + c->lin_nv * c->lin_dv;
     int n_gdn = c->n_layers - in->n_attn_layers;
     in->recurrent_state_bytes =
