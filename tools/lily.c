@@ -13,6 +13,7 @@ typedef struct {
 static const lily_command commands[] = {
     /* one line per subcommand, in the order shown by --help */
     {"score", lily_cmd_score, "teacher-forced logits of a token file (prefill/decode/chunked)"},
+    {"generate", lily_cmd_generate, "generate token ids from prompt token ids"},
     {"bench", lily_cmd_bench, "prefill and decode speed at a sweep of context lengths"},
     {NULL, NULL, NULL},
 };
