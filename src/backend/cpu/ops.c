@@ -9,6 +9,9 @@
 
 #include "base/err.h"
 
+/* Hot loops are compiled for AVX-512, AVX2 and the baseline; the loader picks one at run time. */
+#define LILY_SIMD_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+
 float lily_f16_to_f32(uint16_t h) {
     uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
     uint32_t exp = (h >> 10) & 0x1fu, man = h & 0x3ffu;
@@ -94,7 +97,7 @@ void lily_cpu_rope(float *x, int rot, int pos, double theta) {
 
 static inline float silu(float x) { return x / (1.0f + expf(-x)); }
 
-void lily_cpu_conv_silu(const float *in, int n, int C, int K, float *state, const float *w,
+LILY_SIMD_CLONES void lily_cpu_conv_silu(const float *in, int n, int C, int K, float *state, const float *w,
                         float *out) {
     for (int t = 0; t < n; t++) {
         const float *cur = in + (size_t)t * C;
@@ -125,7 +128,7 @@ void lily_cpu_conv_silu(const float *in, int n, int C, int K, float *state, cons
     }
 }
 
-void lily_cpu_gdn_scan(float *S, int Dk, int Dv, int n, const float *q, int ldq, const float *k,
+LILY_SIMD_CLONES void lily_cpu_gdn_scan(float *S, int Dk, int Dv, int n, const float *q, int ldq, const float *k,
                        int ldk, const float *v, int ldv, const float *beta, const float *lambda,
                        int ldg, float *o, int ldo) {
     float m[512], d[512];
@@ -168,7 +171,7 @@ typedef struct {
     int ctx;
 } attn_job;
 
-static void attn_task(void *ctx, int task, int thread) {
+LILY_SIMD_CLONES static void attn_task(void *ctx, int task, int thread) {
     attn_job *a = ctx;
     int t = task / a->Nq, h = task % a->Nq;
     int kvh = h / (a->Nq / a->Nkv);
