@@ -309,7 +309,13 @@ static void test_misc(void) {
 
 int main(void) {
     lily_pool *pool = lily_pool_create(3);
-    test_matmul(pool);
+    const char *isas[] = {"avx512", "avx2", "scalar"};
+    for (int i = 0; i < 3; i++) {
+        printf("-- matmul kernels capped at %s\n", isas[i]);
+        lily_cpu_set_isa(isas[i]);
+        test_matmul(pool);
+    }
+    lily_cpu_set_isa(NULL);
     test_conv();
     test_gdn();
     test_attention(pool);

@@ -12,6 +12,7 @@
  * AVX-512 bodies are compiled with target attributes and picked at run time; plain C otherwise. */
 #include <immintrin.h>
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "backend/cpu/ops.h"
@@ -20,14 +21,31 @@
 #define MM_TILE_ROWS 16
 #define MM_TILE_TOKENS 32
 
-static int have_avx512(void) {
-    static int cached = -1;
+/* Instruction set of the matmul kernels: 2 = AVX-512, 1 = AVX2+FMA, 0 = plain C. Detected once;
+ * LILY_CPU_ISA=avx512|avx2|scalar in the environment caps it (tests use it to cover every path). */
+static int cached = -1;
+static int isa_level(void) {
     if (cached < 0) {
         __builtin_cpu_init();
-        cached = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-                 __builtin_cpu_supports("avx512vl");
+        int lvl = 0;
+        if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) lvl = 1;
+        if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+            __builtin_cpu_supports("avx512vl"))
+            lvl = 2;
+        const char *cap = getenv("LILY_CPU_ISA");
+        if (cap && !strcmp(cap, "scalar")) lvl = 0;
+        else if (cap && !strcmp(cap, "avx2") && lvl > 1) lvl = 1;
+        cached = lvl;
     }
     return cached;
+}
+static int have_avx512(void) { return isa_level() == 2; }
+static int have_avx2(void) { return isa_level() >= 1; }
+
+void lily_cpu_set_isa(const char *isa) {
+    if (isa) setenv("LILY_CPU_ISA", isa, 1);
+    else unsetenv("LILY_CPU_ISA");
+    cached = -1; /* re-detect with the new cap */
 }
 
 /* ---- per-thread scratch owned by the pool ---------------------------------------------------- */
@@ -189,6 +207,82 @@ static void q4_rows_scalar(const lily_mat *W, int r0, int r1, const float *Xr, c
     }
 }
 
+/* ---- AVX2 kernels ----------------------------------------------------------------------------- */
+
+__attribute__((target("avx2,fma"))) static float hsum256(__m256 v) {
+    __m128 a = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    a = _mm_add_ps(a, _mm_movehl_ps(a, a));
+    a = _mm_add_ss(a, _mm_movehdup_ps(a));
+    return _mm_cvtss_f32(a);
+}
+
+__attribute__((target("avx2,fma"))) static void tile_mul_avx2(const float *Wt, int R, int cols,
+                                                              const float *X, int ldx, int T,
+                                                              float *Y, int ldy) {
+    int full = cols & ~7;
+    for (int r0 = 0; r0 < R; r0 += 4) {
+        const float *w[4];
+        for (int i = 0; i < 4; i++) w[i] = Wt + (size_t)(r0 + i < R ? r0 + i : r0) * cols;
+        for (int t0 = 0; t0 < T; t0 += 2) {
+            const float *x[2];
+            for (int j = 0; j < 2; j++) x[j] = X + (size_t)(t0 + j < T ? t0 + j : t0) * ldx;
+            __m256 acc[4][2];
+            for (int i = 0; i < 4; i++) acc[i][0] = acc[i][1] = _mm256_setzero_ps();
+            for (int c = 0; c < full; c += 8) {
+                __m256 x0 = _mm256_loadu_ps(x[0] + c), x1 = _mm256_loadu_ps(x[1] + c);
+                for (int i = 0; i < 4; i++) {
+                    __m256 wv = _mm256_loadu_ps(w[i] + c);
+                    acc[i][0] = _mm256_fmadd_ps(wv, x0, acc[i][0]);
+                    acc[i][1] = _mm256_fmadd_ps(wv, x1, acc[i][1]);
+                }
+            }
+            for (int j = 0; j < 2 && t0 + j < T; j++)
+                for (int i = 0; i < 4 && r0 + i < R; i++) {
+                    float v = hsum256(acc[i][j]);
+                    for (int c = full; c < cols; c++) v += w[i][c] * x[j][c];
+                    Y[(size_t)(t0 + j) * ldy + r0 + i] = v;
+                }
+        }
+    }
+}
+
+__attribute__((target("avx2,fma"))) static void
+q4_rows_avx2(const lily_mat *W, int r0, int r1, const float *Xr, const float *xs, int n,
+             float *Y, int ldy) {
+    int cols = W->cols, ng = cols / 64;
+    const __m128i m4 = _mm_set1_epi8(0x0f);
+    for (int r = r0; r < r1; r++) {
+        const uint8_t *q = (const uint8_t *)W->w + (size_t)r * cols / 2;
+        const uint16_t *sc = W->scales + (size_t)r * ng, *bi = W->biases + (size_t)r * ng;
+        __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(),
+                         _mm256_setzero_ps()};
+        float bsum[4] = {0, 0, 0, 0};
+        for (int g = 0; g < ng; g++) {
+            __m256 s = _mm256_set1_ps(lily_bf16_to_f32(sc[g]));
+            float b = lily_bf16_to_f32(bi[g]);
+            __m256 lo[4], hi[4];
+            for (int h = 0; h < 2; h++) {
+                __m128i v = _mm_loadu_si128((const __m128i *)(q + (size_t)g * 32 + 16 * h));
+                __m128i l = _mm_and_si128(v, m4), u = _mm_and_si128(_mm_srli_epi16(v, 4), m4);
+                lo[2 * h] = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(l));
+                lo[2 * h + 1] = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(l, 8)));
+                hi[2 * h] = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(u));
+                hi[2 * h + 1] = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(u, 8)));
+            }
+            for (int t = 0; t < n; t++) {
+                const float *x = Xr + (size_t)t * cols + (size_t)g * 64;
+                __m256 p = _mm256_mul_ps(lo[0], _mm256_loadu_ps(x));
+                for (int k = 1; k < 4; k++) p = _mm256_fmadd_ps(lo[k], _mm256_loadu_ps(x + 8 * k), p);
+                for (int k = 0; k < 4; k++)
+                    p = _mm256_fmadd_ps(hi[k], _mm256_loadu_ps(x + 32 + 8 * k), p);
+                acc[t] = _mm256_fmadd_ps(p, s, acc[t]);
+                bsum[t] += b * xs[(size_t)t * ng + g];
+            }
+        }
+        for (int t = 0; t < n; t++) Y[(size_t)t * ldy + r] = hsum256(acc[t]) + bsum[t];
+    }
+}
+
 /* ---- task bodies ------------------------------------------------------------------------------ */
 
 static void dequant_tile(const lily_mat *W, int r0, int R, float *Wt) {
@@ -211,6 +305,7 @@ static void mm_tile_task(void *ctx, int task, int thread) {
     const float *X = j->X + (size_t)t0 * j->ldx;
     float *Y = j->Y + (size_t)t0 * j->ldy + r0;
     if (have_avx512()) tile_mul_avx512(Wt, R, W->cols, X, j->ldx, T, Y, j->ldy);
+    else if (have_avx2()) tile_mul_avx2(Wt, R, W->cols, X, j->ldx, T, Y, j->ldy);
     else tile_mul_scalar(Wt, R, W->cols, X, j->ldx, T, Y, j->ldy);
 }
 
@@ -222,6 +317,7 @@ static void mm_q4_task(void *ctx, int task, int thread) {
     int r0 = task * MM_Q4_ROWS, r1 = r0 + MM_Q4_ROWS;
     if (r1 > j->W->rows) r1 = j->W->rows;
     if (have_avx512()) q4_rows_avx512(j->W, r0, r1, j->Xr, j->xs, j->n, j->Y, j->ldy);
+    else if (have_avx2()) q4_rows_avx2(j->W, r0, r1, j->Xr, j->xs, j->n, j->Y, j->ldy);
     else q4_rows_scalar(j->W, r0, r1, j->Xr, j->xs, j->n, j->Y, j->ldy);
 }
 

@@ -40,6 +40,10 @@ void lily_mat_row_f32(const lily_mat *W, int r, float *out);
 void lily_cpu_matmul(const lily_mat *W, const float *X, int n, int ldx, float *Y, int ldy,
                      lily_pool *pool);
 
+/* Caps the matmul kernels' instruction set ("avx512", "avx2", "scalar"; NULL = detect). For tests:
+ * not thread-safe against concurrent matmuls. */
+void lily_cpu_set_isa(const char *isa);
+
 /* y[i] = x[i] / sqrt(mean(x^2) + eps) * w[i], over n values (in place allowed). */
 void lily_cpu_rmsnorm(const float *x, const float *w, int n, float eps, float *y);
 
