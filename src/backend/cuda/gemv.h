@@ -1,0 +1,49 @@
+/* Decode-path matrix-vector products (batch 1) on the GPU, bandwidth-bound.
+ *
+ * One launch computes y_s = W_s x' for up to LILY_GEMV_SEGS matrices ("segments") that share the
+ * input vector and weight type (e.g. q/k/v, or qkv/z/b/a of a GDN layer). Each block first builds
+ * x' in shared memory through a prologue (copy, RMSNorm with a weight, or the per-head gated
+ * RMSNorm of the GDN output), then warps take groups of rows; a row is split over LPR lanes that
+ * each load 16-byte code chunks, several rows at once so that many loads are in flight. The
+ * per-row epilogue stores, adds into y (the residual), or applies the GDN causal conv + SiLU with
+ * its conv state (one thread per channel, so the state update has no race). */
+#ifndef LILY_BACKEND_CUDA_GEMV_H
+#define LILY_BACKEND_CUDA_GEMV_H
+
+#include "backend/cuda/cuda_mem.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define LILY_GEMV_SEGS 4
+
+enum { LILY_GV_STORE = 0, LILY_GV_ADD = 1, LILY_GV_CONV = 2 };
+enum { LILY_GP_NONE = 0, LILY_GP_RMSNORM = 1, LILY_GP_GATED = 2 };
+
+typedef struct lily_gemv_seg {
+    const lily_dmat *m;      /* one matrix (n_mats == 1) */
+    float *y;                /* [rows] output */
+    int epi;                 /* LILY_GV_* */
+    float *conv_state;       /* CONV: [K-1][rows] previous pre-conv values, oldest first */
+    const float *conv_w;     /* CONV: [rows][K], tap K-1 multiplies the current value */
+    int conv_k;              /* CONV: K (2..8) */
+} lily_gemv_seg;
+
+typedef struct lily_gemv_pro {
+    int kind;        /* LILY_GP_* */
+    const float *w;  /* RMSNORM: [cols]; GATED: [head] */
+    const float *z;  /* GATED: [cols], the output is multiplied by silu(z) */
+    int head;        /* GATED: values per head; cols % head == 0 */
+    float eps;
+} lily_gemv_pro;
+
+/* x: [cols] device fp32. pro may be NULL (plain copy). Segments must share cols and type. */
+int lily_cuda_gemv(const lily_gemv_seg *segs, int nseg, const float *x, const lily_gemv_pro *pro,
+                   lily_cuda_stream st, lily_err *e);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

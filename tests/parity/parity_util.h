@@ -1,0 +1,162 @@
+/* Helpers shared by the GPU-vs-CPU parity tests (header-only; not a test itself): a seeded RNG,
+ * random weight matrices in every stored format, relative-error comparison with a printed line per
+ * check, and device buffers. Every check prints what it compares and its error; main prints the
+ * final "N passed, N failed" line. */
+#ifndef LILY_TESTS_PARITY_PARITY_UTIL_H
+#define LILY_TESTS_PARITY_PARITY_UTIL_H
+
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/cpu/ops.h"
+#include "model/model.h"
+
+#ifdef LILY_HAVE_CUDA
+#include "backend/cuda/cuda_mem.h"
+#endif
+
+static int pt_pass, pt_fail;
+static uint64_t pt_rng = 0x2545f4914f6cdd1dull;
+
+static uint32_t pt_rnd(void) {
+    pt_rng ^= pt_rng << 13;
+    pt_rng ^= pt_rng >> 7;
+    pt_rng ^= pt_rng << 17;
+    return (uint32_t)(pt_rng >> 11);
+}
+/* uniform in [-1, 1) */
+static float pt_frand(void) { return (float)((pt_rnd() & 0xffffff) / 16777216.0 * 2.0 - 1.0); }
+
+static void pt_fill(float *x, size_t n, float scale) {
+    for (size_t i = 0; i < n; i++) x[i] = pt_frand() * scale;
+}
+
+/* Relative L2 error of got vs ref (NaN anywhere fails), with the max abs difference. */
+static int pt_check(const char *what, const float *got, const float *ref, size_t n, double tol) {
+    double num = 0, den = 0, mx = 0;
+    int nan = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (!isfinite(got[i])) nan = 1;
+        double d = (double)got[i] - ref[i];
+        num += d * d;
+        den += (double)ref[i] * ref[i];
+        if (fabs(d) > mx) mx = fabs(d);
+    }
+    double rel = den > 0 ? sqrt(num / den) : sqrt(num);
+    int ok = !nan && rel <= tol;
+    if (ok) pt_pass++;
+    else pt_fail++;
+    printf("%s %-60s n=%-8zu rel=%.3g maxabs=%.3g (tol %.1g)%s\n", ok ? "ok  " : "FAIL", what, n,
+           rel, mx, tol, nan ? " NaN" : "");
+    return ok;
+}
+
+static void pt_check_true(const char *what, int ok) {
+    if (ok) pt_pass++;
+    else pt_fail++;
+    printf("%s %s\n", ok ? "ok  " : "FAIL", what);
+}
+
+static int pt_finish(void) {
+    printf("%d passed, %d failed\n", pt_pass, pt_fail);
+    return pt_fail ? 1 : 0;
+}
+
+/* A random host matrix [rows, cols] of type dt (Q4/Q8 group 64, BF16, F32). Scales are small
+ * and biases centred so that dequantized weights are O(1/sqrt(cols)). Free with pt_mat_free. */
+static lily_mat pt_mat(lily_dtype dt, int rows, int cols) {
+    lily_mat m;
+    memset(&m, 0, sizeof m);
+    m.dt = dt;
+    m.rows = rows;
+    m.cols = cols;
+    size_t n = (size_t)rows * cols;
+    float amp = 1.0f / sqrtf((float)cols);
+    if (dt == LILY_DT_Q4 || dt == LILY_DT_Q8) {
+        int bits = dt == LILY_DT_Q4 ? 4 : 8, qmax = (1 << bits) - 1;
+        m.group = 64;
+        size_t ng = n / 64;
+        uint8_t *w = malloc(n * bits / 8);
+        for (size_t i = 0; i < n * bits / 8; i++) w[i] = (uint8_t)pt_rnd();
+        uint16_t *s = malloc(ng * 2), *b = malloc(ng * 2);
+        for (size_t g = 0; g < ng; g++) {
+            float sc = (0.5f + 0.5f * fabsf(pt_frand())) * 2.0f * amp / qmax * 1.7f;
+            s[g] = lily_f32_to_bf16(sc);
+            b[g] = lily_f32_to_bf16(-sc * qmax / 2 + 0.2f * amp * pt_frand());
+        }
+        m.w = w;
+        m.scales = s;
+        m.biases = b;
+    } else if (dt == LILY_DT_BF16) {
+        uint16_t *w = malloc(n * 2);
+        for (size_t i = 0; i < n; i++) w[i] = lily_f32_to_bf16(pt_frand() * 1.7f * amp);
+        m.w = w;
+    } else {
+        float *w = malloc(n * 4);
+        for (size_t i = 0; i < n; i++) w[i] = pt_frand() * 1.7f * amp;
+        m.w = w;
+    }
+    return m;
+}
+
+static void pt_mat_free(lily_mat *m) {
+    free((void *)m->w);
+    free((void *)m->scales);
+    free((void *)m->biases);
+    memset(m, 0, sizeof *m);
+}
+
+#ifdef LILY_HAVE_CUDA
+/* Device copy of n floats (aborts the test on failure: nothing to recover). */
+static float *pt_dup(const float *h, size_t n) {
+    lily_err e;
+    float *d = lily_cuda_upload_f32(h, n, &e);
+    if (!d) {
+        printf("FAIL upload: %s\n", e.msg);
+        exit(1);
+    }
+    return d;
+}
+static void *pt_dalloc(size_t bytes) {
+    lily_err e;
+    void *d = lily_cuda_alloc(bytes, &e);
+    if (!d) {
+        printf("FAIL alloc: %s\n", e.msg);
+        exit(1);
+    }
+    /* poison: a kernel that leaves an element unwritten shows up as NaN */
+    lily_cuda_memset(d, 0xff, bytes, NULL, &e);
+    return d;
+}
+static void pt_get(float *h, const void *d, size_t n) {
+    lily_err e;
+    if (lily_cuda_sync(&e) || lily_cuda_d2h(h, d, n * sizeof(float), &e)) {
+        printf("FAIL device: %s\n", e.msg);
+        exit(1);
+    }
+}
+static int pt_ok(int rc, const char *what, const lily_err *e) {
+    if (rc) {
+        printf("FAIL %s: %s\n", what, e->msg);
+        pt_fail++;
+    }
+    return rc == 0;
+}
+/* Exits 77 unless a CUDA device is present. */
+static void pt_need_gpu(void) {
+    if (lily_cuda_device_count() == 0) {
+        printf("skipped: no CUDA device\n");
+        exit(77);
+    }
+    lily_err e;
+    if (lily_cuda_set_device(0, &e)) {
+        printf("skipped: %s\n", e.msg);
+        exit(77);
+    }
+}
+#endif
+
+#endif
