@@ -9,10 +9,11 @@
 
 #include "base/err.h"
 
-/* A candidate token: its working logit and id. */
+/* A candidate token: its working logit, id and unnormalised probability exp((l - max) / T). */
 typedef struct cand {
     float logit;
     int32_t id;
+    float w;
 } cand;
 
 struct lily_sampler {
@@ -21,7 +22,6 @@ struct lily_sampler {
     uint64_t rng[4];
     float *w;        /* [vocab] working logits */
     cand *c;         /* [vocab] candidates */
-    double *prob;    /* [vocab] candidate weights */
     uint8_t *mark;   /* [vocab] scratch marks for distinct-token passes, kept all zero */
     int32_t *count;  /* [vocab] accepted-token counts */
     int32_t *seen;   /* distinct accepted tokens, in first-seen order */
@@ -66,13 +66,6 @@ static int better(const cand *a, const cand *b) {
     return a->logit > b->logit || (a->logit == b->logit && a->id < b->id);
 }
 
-static int cand_cmp(const void *pa, const void *pb) {
-    const cand *a = pa, *b = pb;
-    if (better(a, b)) return -1;
-    if (better(b, a)) return 1;
-    return 0;
-}
-
 static void swap_cand(cand *a, cand *b) {
     cand t = *a;
     *a = *b;
@@ -108,6 +101,40 @@ static void select_top(cand *c, int n, int k) {
     }
 }
 
+/* Top-p without sorting: rearranges c[0..n) so that its first k elements are the k best (in
+ * the total order) and k is the smallest count whose weight reaches target. Expected O(n):
+ * a quickselect that recurses only into the side holding the boundary. */
+static int select_mass(cand *c, int n, double target) {
+    int lo = 0, hi = n - 1;
+    double acc = 0.0; /* weight of c[0..lo), all known to be kept */
+    while (lo <= hi) {
+        int mid = lo + (hi - lo) / 2;
+        if (better(&c[mid], &c[lo])) swap_cand(&c[mid], &c[lo]);
+        if (better(&c[hi], &c[lo])) swap_cand(&c[hi], &c[lo]);
+        if (better(&c[hi], &c[mid])) swap_cand(&c[hi], &c[mid]);
+        swap_cand(&c[mid], &c[hi]); /* median pivot parked at hi */
+        cand pivot = c[hi];
+        int m = lo;
+        double above = 0.0;
+        for (int i = lo; i < hi; i++)
+            if (better(&c[i], &pivot)) {
+                above += c[i].w;
+                swap_cand(&c[i], &c[m++]);
+            }
+        swap_cand(&c[m], &c[hi]); /* c[lo..m) better than the pivot, c[m] the pivot */
+        if (acc + above >= target) {
+            hi = m - 1;
+        } else if (acc + above + pivot.w >= target) {
+            return m + 1;
+        } else {
+            acc += above + pivot.w;
+            lo = m + 1;
+        }
+    }
+    /* target not reached (rounding) or reached exactly at lo: keep what is known to be needed */
+    return lo > 0 ? (lo < n ? lo : n) : 1;
+}
+
 /* ---- lifecycle -------------------------------------------------------------------------------- */
 
 lily_sampler_params lily_sampler_params_default(void) {
@@ -140,7 +167,6 @@ int lily_sampler_create(const lily_sampler_params *p, int vocab, lily_sampler **
     s->vocab = vocab;
     s->w = lily_xmalloc((size_t)vocab * sizeof *s->w);
     s->c = lily_xmalloc((size_t)vocab * sizeof *s->c);
-    s->prob = lily_xmalloc((size_t)vocab * sizeof *s->prob);
     s->mark = lily_xcalloc((size_t)vocab, 1);
     s->count = lily_xcalloc((size_t)vocab, sizeof *s->count);
     s->seen = lily_xmalloc((size_t)vocab * sizeof *s->seen);
@@ -153,7 +179,6 @@ void lily_sampler_free(lily_sampler *s) {
     if (!s) return;
     free(s->w);
     free(s->c);
-    free(s->prob);
     free(s->mark);
     free(s->count);
     free(s->seen);
@@ -234,7 +259,7 @@ int32_t lily_sampler_sample(lily_sampler *s, const float *logits, const int32_t 
     cand *c = s->c;
     int n = 0;
     for (int i = 0; i < V; i++)
-        if (w[i] != -INFINITY) c[n++] = (cand){w[i], i};
+        if (w[i] != -INFINITY) c[n++] = (cand){w[i], i, 0.0f};
 
     /* top-k */
     if (p->top_k > 0 && p->top_k < n) {
@@ -242,70 +267,40 @@ int32_t lily_sampler_sample(lily_sampler *s, const float *logits, const int32_t 
         n = p->top_k;
     }
 
-    /* Probabilities need the maximum; top-p needs descending order. Sorting everything is only
-     * needed when top-p is on: first try sorting a head of the list and checking that it already
-     * holds mass p, which is the common case for a peaked distribution. */
-    int use_top_p = p->top_p > 0.0f && p->top_p < 1.0f;
-    int use_min_p = p->min_p > 0.0f;
+    /* Weights relative to the best candidate: the difference first, so that a logit of FLT_MAX
+     * cannot overflow when divided by T < 1. */
     double inv_t = 1.0 / (double)p->temperature;
     float maxl = c[0].logit;
     for (int i = 1; i < n; i++)
         if (c[i].logit > maxl) maxl = c[i].logit;
-    double *prob = s->prob;
     double total = 0.0;
     for (int i = 0; i < n; i++) {
-        /* difference first: a logit of FLT_MAX must not overflow when divided by T < 1 */
-        prob[i] = exp(((double)c[i].logit - (double)maxl) * inv_t);
-        total += prob[i];
+        c[i].w = expf((c[i].logit - maxl) * (float)inv_t);
+        total += c[i].w;
     }
-    if (use_top_p) {
-        int head = n;
-        if (n > 1024) {
-            head = 1024;
-            select_top(c, n, head);
-            double mass = 0.0;
-            for (int i = 0; i < head; i++) mass += exp(((double)c[i].logit - maxl) * inv_t);
-            if (mass < (double)p->top_p * total) head = n; /* head too light: sort it all */
-        }
-        qsort(c, (size_t)head, sizeof *c, cand_cmp);
-        double cum = 0.0, target = (double)p->top_p * total;
-        int keep = head;
-        for (int i = 0; i < head; i++) {
-            prob[i] = exp(((double)c[i].logit - maxl) * inv_t);
-            cum += prob[i];
-            if (cum >= target) {
-                keep = i + 1;
-                break;
-            }
-        }
-        n = keep;
-    }
-    if (use_min_p) {
-        /* the largest probability has weight exp(0) = 1 relative to total */
+    /* min-p and top-p each keep a prefix of the candidates in descending order, so applying
+     * min-p first (a cheap linear pass) and then top-p with the mass target of the full
+     * distribution gives the same set as top-p followed by min-p. */
+    if (p->min_p > 0.0f) {
         int m = 0;
-        for (int i = 0; i < n; i++) {
-            double pi = exp(((double)c[i].logit - maxl) * inv_t);
-            if (pi >= (double)p->min_p) c[m++] = c[i];
-        }
-        if (m == 0) { /* min_p > 1: keep the best token(s) */
+        for (int i = 0; i < n; i++)
+            if ((double)c[i].w >= (double)p->min_p) c[m++] = c[i];
+        if (m == 0) /* min_p > 1: keep the best token(s) */
             for (int i = 0; i < n; i++)
                 if (c[i].logit == maxl) c[m++] = c[i];
-        }
         n = m;
     }
-    total = 0.0;
+    if (p->top_p > 0.0f && p->top_p < 1.0f) n = select_mass(c, n, (double)p->top_p * total);
+    double sum = 0.0;
+    for (int i = 0; i < n; i++) sum += c[i].w;
+    double r = uniform01(s) * sum, cum = 0.0;
     for (int i = 0; i < n; i++) {
-        prob[i] = exp(((double)c[i].logit - maxl) * inv_t);
-        total += prob[i];
-    }
-    double r = uniform01(s) * total, cum = 0.0;
-    for (int i = 0; i < n; i++) {
-        cum += prob[i];
+        cum += c[i].w;
         if (r < cum) return c[i].id;
     }
     /* rounding left r just above the sum: take the last candidate with weight */
     for (int i = n - 1; i >= 0; i--)
-        if (prob[i] > 0.0) return c[i].id;
+        if (c[i].w > 0.0f) return c[i].id;
     return c[0].id;
 }
 

@@ -13,12 +13,15 @@
  *   7. min-p (keep tokens whose probability is >= min_p times the largest probability);
  *   8. draw one token from the renormalised survivors.
  * This is the order of llama.cpp's classic chain with temperature moved before top-p/min-p, so
- * that top-p and min-p see the distribution that is actually sampled.
+ * that top-p and min-p see the distribution that is actually sampled. (Top-p and min-p each keep
+ * a prefix of the descending order, so the code applies min-p first, as a linear pass, and then
+ * finds the top-p boundary by a weighted quickselect against the full distribution's mass: the
+ * same set, without sorting the vocabulary.)
  *
  * Randomness: xoshiro256** seeded with four outputs of splitmix64(seed). A non-greedy draw
  * consumes exactly one 64-bit output, so the same seed, parameters, logits and accept calls give
- * the same tokens on every machine (the arithmetic is in double and deterministic; sorting uses a
- * total order: logit descending, then id ascending). Greedy draws consume nothing.
+ * the same tokens (selection uses a total order: logit descending, then id ascending; only the C
+ * library's expf could differ between builds, by an ulp). Greedy draws consume nothing.
  *
  * Log-probabilities for the API (lily_logprobs_top, lily_logprob) are the log-softmax of the RAW
  * logits (temperature 1, no penalties, no filters), as the OpenAI API reports them.
