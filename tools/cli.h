@@ -21,5 +21,7 @@ int lily_cli_read_tokens(const char *path, int32_t **out, int *n);
 int lily_cmd_score(int argc, char **argv);
 int lily_cmd_bench(int argc, char **argv);
 int lily_cmd_generate(int argc, char **argv);
+int lily_cmd_info(int argc, char **argv);
+int lily_cmd_mkmodel(int argc, char **argv);
 
 #endif

@@ -15,6 +15,8 @@ static const lily_command commands[] = {
     {"score", lily_cmd_score, "teacher-forced logits of a token file (prefill/decode/chunked)"},
     {"generate", lily_cmd_generate, "generate token ids from prompt token ids"},
     {"bench", lily_cmd_bench, "prefill and decode speed at a sweep of context lengths"},
+    {"info", lily_cmd_info, "what a model directory holds: shapes, sizes, bytes per token"},
+    {"mkmodel", lily_cmd_mkmodel, "write a random-weight checkpoint (HF or MLX layout)"},
     {NULL, NULL, NULL},
 };
 
