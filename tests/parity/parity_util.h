@@ -21,21 +21,24 @@
 static int pt_pass, pt_fail;
 static uint64_t pt_rng = 0x2545f4914f6cdd1dull;
 
-static uint32_t pt_rnd(void) {
+static inline uint32_t pt_rnd(void) {
     pt_rng ^= pt_rng << 13;
     pt_rng ^= pt_rng >> 7;
     pt_rng ^= pt_rng << 17;
     return (uint32_t)(pt_rng >> 11);
 }
 /* uniform in [-1, 1) */
-static float pt_frand(void) { return (float)((pt_rnd() & 0xffffff) / 16777216.0 * 2.0 - 1.0); }
+static inline float pt_frand(void) {
+    return (float)((pt_rnd() & 0xffffff) / 16777216.0 * 2.0 - 1.0);
+}
 
-static void pt_fill(float *x, size_t n, float scale) {
+static inline void pt_fill(float *x, size_t n, float scale) {
     for (size_t i = 0; i < n; i++) x[i] = pt_frand() * scale;
 }
 
 /* Relative L2 error of got vs ref (NaN anywhere fails), with the max abs difference. */
-static int pt_check(const char *what, const float *got, const float *ref, size_t n, double tol) {
+static inline int pt_check(const char *what, const float *got, const float *ref, size_t n,
+                           double tol) {
     double num = 0, den = 0, mx = 0;
     int nan = 0;
     for (size_t i = 0; i < n; i++) {
@@ -54,20 +57,20 @@ static int pt_check(const char *what, const float *got, const float *ref, size_t
     return ok;
 }
 
-static void pt_check_true(const char *what, int ok) {
+static inline void pt_check_true(const char *what, int ok) {
     if (ok) pt_pass++;
     else pt_fail++;
     printf("%s %s\n", ok ? "ok  " : "FAIL", what);
 }
 
-static int pt_finish(void) {
+static inline int pt_finish(void) {
     printf("%d passed, %d failed\n", pt_pass, pt_fail);
     return pt_fail ? 1 : 0;
 }
 
 /* A random host matrix [rows, cols] of type dt (Q4/Q8 group 64, BF16, F32). Scales are small
  * and biases centred so that dequantized weights are O(1/sqrt(cols)). Free with pt_mat_free. */
-static lily_mat pt_mat(lily_dtype dt, int rows, int cols) {
+static inline lily_mat pt_mat(lily_dtype dt, int rows, int cols) {
     lily_mat m;
     memset(&m, 0, sizeof m);
     m.dt = dt;
@@ -102,7 +105,7 @@ static lily_mat pt_mat(lily_dtype dt, int rows, int cols) {
     return m;
 }
 
-static void pt_mat_free(lily_mat *m) {
+static inline void pt_mat_free(lily_mat *m) {
     free((void *)m->w);
     free((void *)m->scales);
     free((void *)m->biases);
@@ -111,7 +114,7 @@ static void pt_mat_free(lily_mat *m) {
 
 #ifdef LILY_HAVE_CUDA
 /* Device copy of n floats (aborts the test on failure: nothing to recover). */
-static float *pt_dup(const float *h, size_t n) {
+static inline float *pt_dup(const float *h, size_t n) {
     lily_err e;
     float *d = lily_cuda_upload_f32(h, n, &e);
     if (!d) {
@@ -120,7 +123,7 @@ static float *pt_dup(const float *h, size_t n) {
     }
     return d;
 }
-static void *pt_dalloc(size_t bytes) {
+static inline void *pt_dalloc(size_t bytes) {
     lily_err e;
     void *d = lily_cuda_alloc(bytes, &e);
     if (!d) {
@@ -131,14 +134,14 @@ static void *pt_dalloc(size_t bytes) {
     lily_cuda_memset(d, 0xff, bytes, NULL, &e);
     return d;
 }
-static void pt_get(float *h, const void *d, size_t n) {
+static inline void pt_get(float *h, const void *d, size_t n) {
     lily_err e;
     if (lily_cuda_sync(&e) || lily_cuda_d2h(h, d, n * sizeof(float), &e)) {
         printf("FAIL device: %s\n", e.msg);
         exit(1);
     }
 }
-static int pt_ok(int rc, const char *what, const lily_err *e) {
+static inline int pt_ok(int rc, const char *what, const lily_err *e) {
     if (rc) {
         printf("FAIL %s: %s\n", what, e->msg);
         pt_fail++;
@@ -146,7 +149,7 @@ static int pt_ok(int rc, const char *what, const lily_err *e) {
     return rc == 0;
 }
 /* Exits 77 unless a CUDA device is present. */
-static void pt_need_gpu(void) {
+static inline void pt_need_gpu(void) {
     if (lily_cuda_device_count() == 0) {
         printf("skipped: no CUDA device\n");
         exit(77);

@@ -1,0 +1,217 @@
+/* Gated DeltaNet kernels (see gdn.h). */
+#include "backend/cuda/gdn.h"
+
+#include "backend/cuda/common.cuh"
+
+namespace {
+
+constexpr int kDk = 128;       /* key dim: 4 rows per lane */
+constexpr int kScanWarps = 4;  /* warps per block; each warp owns (head, 8 value columns) */
+
+/* Reduce-scatter of 8 values over the 32 lanes: afterwards lane l holds the full sum of value
+ * c = (l >> 2) & 7 (9 shuffles instead of 8 x 5). */
+__device__ __forceinline__ float reduce8(const float (&v)[8], int lane) {
+    float a4[4], a2[2];
+    bool hi = lane & 16;
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        float send = hi ? v[i] : v[i + 4], keep = hi ? v[i + 4] : v[i];
+        a4[i] = keep + __shfl_xor_sync(0xffffffffu, send, 16);
+    }
+    hi = lane & 8;
+#pragma unroll
+    for (int i = 0; i < 2; i++) {
+        float send = hi ? a4[i] : a4[i + 2], keep = hi ? a4[i + 2] : a4[i];
+        a2[i] = keep + __shfl_xor_sync(0xffffffffu, send, 8);
+    }
+    hi = lane & 4;
+    float send = hi ? a2[0] : a2[1], keep = hi ? a2[1] : a2[0];
+    float r = keep + __shfl_xor_sync(0xffffffffu, send, 4);
+    r += __shfl_xor_sync(0xffffffffu, r, 2);
+    r += __shfl_xor_sync(0xffffffffu, r, 1);
+    return r;
+}
+
+struct scan_in {
+    float4 q, k, v0, v1;
+    float b, a;
+};
+
+__global__ void __launch_bounds__(kScanWarps * 32)
+    gdn_scan_kernel(float *__restrict__ S, int Nk, int Nv, int Dv, int n,
+                    const float *__restrict__ qkv, int ld, const float *__restrict__ bp,
+                    const float *__restrict__ ap, int ldba, const float *__restrict__ A_log,
+                    const float *__restrict__ dt_bias, float *__restrict__ o, int ldo) {
+    const int lane = threadIdx.x & 31;
+    const int wid = blockIdx.x * kScanWarps + (threadIdx.x >> 5);
+    const int groups = Dv / 8;
+    if (wid >= Nv * groups) return;
+    const int j = wid / groups, g = wid % groups, i = j / (Nv / Nk);
+    float *Sw = S + (((size_t)j * groups + g) * kDk + 4 * lane) * 8;
+    float s[4][8];
+#pragma unroll
+    for (int r = 0; r < 4; r++) {
+        float4 x = *(const float4 *)(Sw + r * 8), y = *(const float4 *)(Sw + r * 8 + 4);
+        s[r][0] = x.x, s[r][1] = x.y, s[r][2] = x.z, s[r][3] = x.w;
+        s[r][4] = y.x, s[r][5] = y.y, s[r][6] = y.z, s[r][7] = y.w;
+    }
+    const float negA = -expf(A_log[j]), dtb = dt_bias[j];
+    const float qscale = 1.0f / sqrtf((float)kDk);
+    const int qo = i * kDk + 4 * lane, ko = Nk * kDk + i * kDk + 4 * lane;
+    const int vo = 2 * Nk * kDk + j * Dv + 8 * g;
+    const int my_c = (lane >> 2) & 7;
+    auto load = [&](int t) {
+        scan_in in;
+        const float *row = qkv + (size_t)t * ld;
+        in.q = *(const float4 *)(row + qo);
+        in.k = *(const float4 *)(row + ko);
+        in.v0 = *(const float4 *)(row + vo);
+        in.v1 = *(const float4 *)(row + vo + 4);
+        in.b = bp[(size_t)t * ldba + j];
+        in.a = ap[(size_t)t * ldba + j];
+        return in;
+    };
+    scan_in cur = load(0);
+    for (int t = 0; t < n; t++) {
+        scan_in nxt = t + 1 < n ? load(t + 1) : cur; /* prefetch the next token */
+        float q[4] = {cur.q.x, cur.q.y, cur.q.z, cur.q.w};
+        float k[4] = {cur.k.x, cur.k.y, cur.k.z, cur.k.w};
+        const float v[8] = {cur.v0.x, cur.v0.y, cur.v0.z, cur.v0.w,
+                            cur.v1.x, cur.v1.y, cur.v1.z, cur.v1.w};
+        float qs = q[0] * q[0] + q[1] * q[1] + q[2] * q[2] + q[3] * q[3];
+        float ks = k[0] * k[0] + k[1] * k[1] + k[2] * k[2] + k[3] * k[3];
+        qs = warp_sum(qs);
+        ks = warp_sum(ks);
+        float qr = qscale / sqrtf(qs + 1e-6f), kr = 1.0f / sqrtf(ks + 1e-6f);
+#pragma unroll
+        for (int r = 0; r < 4; r++) q[r] *= qr, k[r] *= kr;
+        float x = cur.a + dtb;
+        float sp = x > 20.0f ? x : log1pf(expf(x));
+        float lam = expf(negA * sp), beta = sigmoid_f(cur.b);
+        /* decay and retrieve: m = (lam S)^T k */
+        float m[8];
+#pragma unroll
+        for (int c = 0; c < 8; c++) m[c] = 0.f;
+#pragma unroll
+        for (int r = 0; r < 4; r++)
+#pragma unroll
+            for (int c = 0; c < 8; c++) {
+                s[r][c] *= lam;
+                m[c] = fmaf(s[r][c], k[r], m[c]);
+            }
+        float mc = reduce8(m, lane);
+        float vc = v[0];
+#pragma unroll
+        for (int c = 1; c < 8; c++)
+            if (c == my_c) vc = v[c];
+        float dc = beta * (vc - mc);
+        float d[8];
+#pragma unroll
+        for (int c = 0; c < 8; c++) d[c] = __shfl_sync(0xffffffffu, dc, 4 * c);
+        /* rank-1 write and read-out: S += k d^T; o = S^T q */
+        float oc[8];
+#pragma unroll
+        for (int c = 0; c < 8; c++) oc[c] = 0.f;
+#pragma unroll
+        for (int r = 0; r < 4; r++)
+#pragma unroll
+            for (int c = 0; c < 8; c++) {
+                s[r][c] = fmaf(k[r], d[c], s[r][c]);
+                oc[c] = fmaf(s[r][c], q[r], oc[c]);
+            }
+        float out = reduce8(oc, lane);
+        if ((lane & 3) == 0) o[(size_t)t * ldo + (size_t)j * Dv + 8 * g + my_c] = out;
+        cur = nxt;
+    }
+#pragma unroll
+    for (int r = 0; r < 4; r++) {
+        *(float4 *)(Sw + r * 8) = make_float4(s[r][0], s[r][1], s[r][2], s[r][3]);
+        *(float4 *)(Sw + r * 8 + 4) = make_float4(s[r][4], s[r][5], s[r][6], s[r][7]);
+    }
+}
+
+template <int K>
+__global__ void conv_silu_kernel(const float *in, int ldin, int n, int C,
+                                 float *__restrict__ state, const float *__restrict__ w,
+                                 float *out, int ldout) {
+    int ch = blockIdx.x * blockDim.x + threadIdx.x;
+    if (ch >= C) return;
+    float h[K - 1], wc[K];
+#pragma unroll
+    for (int t = 0; t < K - 1; t++) h[t] = state[(size_t)t * C + ch];
+#pragma unroll
+    for (int t = 0; t < K; t++) wc[t] = w[(size_t)ch * K + t];
+    for (int t = 0; t < n; t++) {
+        float cur = in[(size_t)t * ldin + ch];
+        float acc = wc[K - 1] * cur;
+#pragma unroll
+        for (int u = 0; u < K - 1; u++) acc += wc[u] * h[u];
+#pragma unroll
+        for (int u = 0; u < K - 2; u++) h[u] = h[u + 1];
+        h[K - 2] = cur;
+        out[(size_t)t * ldout + ch] = silu_f(acc);
+    }
+#pragma unroll
+    for (int t = 0; t < K - 1; t++) state[(size_t)t * C + ch] = h[t];
+}
+
+__global__ void gated_rmsnorm_kernel(float *o, int ldo, const float *__restrict__ z, int ldz,
+                                     int n, int nh, int hd, const float *__restrict__ w,
+                                     float eps) {
+    int lane = threadIdx.x & 31;
+    int wid = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+    if (wid >= n * nh) return;
+    int t = wid / nh, h = wid % nh;
+    float *oh = o + (size_t)t * ldo + (size_t)h * hd;
+    const float *zh = z + (size_t)t * ldz + (size_t)h * hd;
+    float ss = 0.f;
+    for (int i = lane; i < hd; i += 32) ss += oh[i] * oh[i];
+    ss = warp_sum(ss);
+    float r = 1.0f / sqrtf(ss / hd + eps);
+    for (int i = lane; i < hd; i += 32) oh[i] = oh[i] * r * w[i] * silu_f(zh[i]);
+}
+
+} // namespace
+
+extern "C" int lily_cuda_gdn_scan(float *S, int Nk, int Nv, int Dk, int Dv, int n,
+                                  const float *qkv, int ldqkv, const float *b, const float *a,
+                                  int ldba, const float *A_log, const float *dt_bias, float *o,
+                                  int ldo, lily_cuda_stream st, lily_err *e) {
+    if (Dk != kDk || Dv % 8 || Nk < 1 || Nv % Nk || ldqkv % 4)
+        return lily_fail(e, "gdn scan: unsupported shape Nk=%d Nv=%d Dk=%d Dv=%d (needs Dk=128,"
+                            " Dv%%8==0, Nv%%Nk==0)", Nk, Nv, Dk, Dv);
+    if (n < 1) return 0;
+    int warps = Nv * (Dv / 8);
+    int blocks = (warps + kScanWarps - 1) / kScanWarps;
+    gdn_scan_kernel<<<blocks, kScanWarps * 32, 0, st>>>(S, Nk, Nv, Dv, n, qkv, ldqkv, b, a, ldba,
+                                                        A_log, dt_bias, o, ldo);
+    LILY_CU_LAUNCHED(e);
+    return 0;
+}
+
+extern "C" int lily_cuda_conv_silu(const float *in, int ldin, int n, int C, int K, float *state,
+                                   const float *w, float *out, int ldout, lily_cuda_stream st,
+                                   lily_err *e) {
+    if (n < 1) return 0;
+    int blocks = (C + 127) / 128;
+    switch (K) {
+    case 2: conv_silu_kernel<2><<<blocks, 128, 0, st>>>(in, ldin, n, C, state, w, out, ldout); break;
+    case 3: conv_silu_kernel<3><<<blocks, 128, 0, st>>>(in, ldin, n, C, state, w, out, ldout); break;
+    case 4: conv_silu_kernel<4><<<blocks, 128, 0, st>>>(in, ldin, n, C, state, w, out, ldout); break;
+    case 5: conv_silu_kernel<5><<<blocks, 128, 0, st>>>(in, ldin, n, C, state, w, out, ldout); break;
+    case 6: conv_silu_kernel<6><<<blocks, 128, 0, st>>>(in, ldin, n, C, state, w, out, ldout); break;
+    default: return lily_fail(e, "conv: kernel width %d is not supported (2..6)", K);
+    }
+    LILY_CU_LAUNCHED(e);
+    return 0;
+}
+
+extern "C" int lily_cuda_gated_rmsnorm(float *o, int ldo, const float *z, int ldz, int n, int nh,
+                                       int hd, const float *w, float eps, lily_cuda_stream st,
+                                       lily_err *e) {
+    if (n < 1) return 0;
+    int warps = n * nh, blocks = (warps + 7) / 8;
+    gated_rmsnorm_kernel<<<blocks, 256, 0, st>>>(o, ldo, z, ldz, n, nh, hd, w, eps);
+    LILY_CU_LAUNCHED(e);
+    return 0;
+}

@@ -1,0 +1,197 @@
+/* GPU attention (backend/cuda/attn.h) against lily_cpu_attention: the prep kernel (q/k RMSNorm,
+ * partial RoPE, bf16 cache append) against lily_cpu_rmsnorm + lily_cpu_rope, split-K decode at
+ * contexts from 1 to 40000 positions (one split, many splits, fewer splits than warps), and the
+ * tensor-core prefill over chunks that start at 0 and deep in the cache, with and without the
+ * sigmoid output gate, for several head dims and group sizes. Cache values and prefill queries
+ * are rounded to bf16 on the host so both sides see the same inputs. */
+#include <stdio.h>
+
+#ifndef LILY_HAVE_CUDA
+int main(void) {
+    printf("skipped: built without CUDA\n");
+    return 77;
+}
+#else
+#include "backend/cuda/attn.h"
+#include "parity_util.h"
+
+static float bfr(float x) { return lily_bf16_to_f32(lily_f32_to_bf16(x)); }
+static float sig(float x) { return 1.0f / (1.0f + expf(-x)); }
+
+/* Random bf16-valued cache of ctx rows; host fp32 copy and device bf16 copy. */
+static void make_cache(int ctx, int width, float **h, uint16_t **d) {
+    size_t n = (size_t)ctx * width;
+    *h = malloc(n * 4);
+    uint16_t *b = malloc(n * 2);
+    for (size_t i = 0; i < n; i++) {
+        b[i] = lily_f32_to_bf16(pt_frand() * 2.0f);
+        (*h)[i] = lily_bf16_to_f32(b[i]);
+    }
+    lily_err e;
+    *d = lily_cuda_alloc(n * 2, &e);
+    lily_cuda_h2d(*d, b, n * 2, &e);
+    free(b);
+}
+
+static int32_t *dev_pos(int p) {
+    lily_err e;
+    int32_t *d = lily_cuda_alloc(4, &e);
+    lily_cuda_h2d(d, &p, 4, &e);
+    return d;
+}
+
+static void decode_case(int Nq, int Nkv, int Dh, int ctx, int splits, int gated) {
+    lily_err e;
+    char name[160];
+    int qd = Nq * Dh;
+    float *kc, *vc;
+    uint16_t *dk, *dv;
+    make_cache(ctx, Nkv * Dh, &kc, &dk);
+    make_cache(ctx, Nkv * Dh, &vc, &dv);
+    float *q = malloc(qd * 4), *gate = malloc(qd * 4), *ref = malloc(qd * 4);
+    pt_fill(q, qd, 1.5f);
+    pt_fill(gate, qd, 3.0f);
+    float scale = 1.0f / sqrtf((float)Dh);
+    float *scr = malloc((size_t)ctx * 4);
+    lily_cpu_attention(q, 1, ctx - 1, kc, vc, Nq, Nkv, Dh, scale, ref, scr, NULL);
+    if (gated)
+        for (int i = 0; i < qd; i++) ref[i] *= sig(gate[i]);
+    float *dq = pt_dup(q, qd), *dg = pt_dup(gate, qd), *dout = pt_dalloc(qd * 4);
+    float *dscr = pt_dalloc(lily_cuda_attn_decode_scratch(Nq, Dh, splits) * 4);
+    int32_t *dp = dev_pos(ctx - 1);
+    int rc = lily_cuda_attn_decode(dq, dk, dv, dp, Nq, Nkv, Dh, scale, gated ? dg : NULL, dscr,
+                                   splits, dout, NULL, &e);
+    if (!pt_ok(rc, "decode launch", &e)) return;
+    float *got = malloc(qd * 4);
+    pt_get(got, dout, qd);
+    snprintf(name, sizeof name, "attn decode Nq=%d Nkv=%d Dh=%d ctx=%d splits=%d%s", Nq, Nkv, Dh,
+             ctx, splits, gated ? " gated" : "");
+    pt_check(name, got, ref, qd, 1e-4);
+    lily_cuda_free(dk), lily_cuda_free(dv), lily_cuda_free(dq), lily_cuda_free(dg);
+    lily_cuda_free(dout), lily_cuda_free(dscr), lily_cuda_free(dp);
+    free(kc), free(vc), free(q), free(gate), free(ref), free(scr), free(got);
+}
+
+static void prefill_case(int Nq, int Nkv, int Dh, int pos0, int n, int gated) {
+    lily_err e;
+    char name[160];
+    int qd = Nq * Dh, ctx = pos0 + n;
+    float *kc, *vc;
+    uint16_t *dk, *dv;
+    make_cache(ctx, Nkv * Dh, &kc, &dk);
+    make_cache(ctx, Nkv * Dh, &vc, &dv);
+    size_t nq = (size_t)n * qd;
+    float *q = malloc(nq * 4), *gate = malloc(nq * 4), *ref = malloc(nq * 4);
+    for (size_t i = 0; i < nq; i++) q[i] = bfr(pt_frand() * 1.5f);
+    pt_fill(gate, nq, 3.0f);
+    float scale = 1.0f / sqrtf((float)Dh);
+    float *scr = malloc((size_t)ctx * 4);
+    lily_cpu_attention(q, n, pos0, kc, vc, Nq, Nkv, Dh, scale, ref, scr, NULL);
+    if (gated)
+        for (size_t i = 0; i < nq; i++) ref[i] *= sig(gate[i]);
+    float *dq = pt_dup(q, nq), *dg = pt_dup(gate, nq), *dout = pt_dalloc(nq * 4);
+    int32_t *dp = dev_pos(pos0);
+    int rc = lily_cuda_attn_prefill(dq, n, dk, dv, dp, Nq, Nkv, Dh, scale, gated ? dg : NULL,
+                                    dout, NULL, &e);
+    if (!pt_ok(rc, "prefill launch", &e)) return;
+    float *got = malloc(nq * 4);
+    pt_get(got, dout, nq);
+    snprintf(name, sizeof name, "attn prefill Nq=%d Nkv=%d Dh=%d pos0=%d n=%d%s", Nq, Nkv, Dh,
+             pos0, n, gated ? " gated" : "");
+    /* P is rounded to bf16 for the tensor cores */
+    pt_check(name, got, ref, nq, 5e-3);
+    lily_cuda_free(dk), lily_cuda_free(dv), lily_cuda_free(dq), lily_cuda_free(dg);
+    lily_cuda_free(dout), lily_cuda_free(dp);
+    free(kc), free(vc), free(q), free(gate), free(ref), free(scr), free(got);
+}
+
+static void prep_case(int Nq, int Nkv, int Dh, int R, int pos0, int n, int gated) {
+    lily_err e;
+    char name[160];
+    int qw = Nq * Dh * (gated ? 2 : 1), ldqg = qw + 3, kvw = Nkv * Dh, ldkv = kvw + 1;
+    int ctx = pos0 + n;
+    double theta = 1e7;
+    float *qg = malloc((size_t)n * ldqg * 4), *k = malloc((size_t)n * ldkv * 4);
+    float *v = malloc((size_t)n * ldkv * 4), *qn = malloc(Dh * 4), *kn = malloc(Dh * 4);
+    pt_fill(qg, (size_t)n * ldqg, 2.0f);
+    pt_fill(k, (size_t)n * ldkv, 2.0f);
+    pt_fill(v, (size_t)n * ldkv, 2.0f);
+    for (int i = 0; i < Dh; i++) qn[i] = 1 + 0.3f * pt_frand(), kn[i] = 1 + 0.3f * pt_frand();
+    float *inv = malloc((R / 2 + 1) * 4);
+    for (int i = 0; i < R / 2; i++) inv[i] = 1.0f / powf((float)theta, (float)(2 * i) / (float)R);
+    float *dqg = pt_dup(qg, (size_t)n * ldqg), *dk = pt_dup(k, (size_t)n * ldkv);
+    float *dv = pt_dup(v, (size_t)n * ldkv), *dqn = pt_dup(qn, Dh), *dkn = pt_dup(kn, Dh);
+    float *dinv = pt_dup(inv, R / 2 + 1);
+    float *dq = pt_dalloc((size_t)n * Nq * Dh * 4), *dgt = pt_dalloc((size_t)n * Nq * Dh * 4);
+    uint16_t *dkc = pt_dalloc((size_t)ctx * kvw * 2), *dvc = pt_dalloc((size_t)ctx * kvw * 2);
+    int32_t *dp = dev_pos(pos0);
+    int rc = lily_cuda_attn_prep(dqg, ldqg, dk, dv, ldkv, n, dp, Nq, Nkv, Dh, R, dinv, dqn, dkn,
+                                 1e-6f, gated, dq, dgt, dkc, dvc, NULL, &e);
+    if (!pt_ok(rc, "prep launch", &e)) return;
+    size_t nq = (size_t)n * Nq * Dh, nk = (size_t)n * kvw;
+    float *rq = malloc(nq * 4), *rg = malloc(nq * 4), *rk = malloc(nk * 4), *rv = malloc(nk * 4);
+    for (int t = 0; t < n; t++) {
+        for (int h = 0; h < Nq; h++) {
+            const float *src = qg + (size_t)t * ldqg + (size_t)h * Dh * (gated ? 2 : 1);
+            float *dst = rq + ((size_t)t * Nq + h) * Dh;
+            lily_cpu_rmsnorm(src, qn, Dh, 1e-6f, dst);
+            lily_cpu_rope(dst, R, pos0 + t, theta);
+            if (gated) memcpy(rg + ((size_t)t * Nq + h) * Dh, src + Dh, Dh * 4);
+        }
+        for (int h = 0; h < Nkv; h++) {
+            float *dst = rk + ((size_t)t * Nkv + h) * Dh;
+            lily_cpu_rmsnorm(k + (size_t)t * ldkv + h * Dh, kn, Dh, 1e-6f, dst);
+            lily_cpu_rope(dst, R, pos0 + t, theta);
+            memcpy(rv + ((size_t)t * Nkv + h) * Dh, v + (size_t)t * ldkv + h * Dh, Dh * 4);
+        }
+    }
+    float *gq = malloc(nq * 4), *gg = malloc(nq * 4), *gk = malloc(nk * 4), *gv = malloc(nk * 4);
+    uint16_t *bk = malloc(nk * 2), *bv = malloc(nk * 2);
+    pt_get(gq, dq, nq);
+    if (gated) pt_get(gg, dgt, nq);
+    lily_cuda_d2h(bk, dkc + (size_t)pos0 * kvw, nk * 2, &e);
+    lily_cuda_d2h(bv, dvc + (size_t)pos0 * kvw, nk * 2, &e);
+    for (size_t i = 0; i < nk; i++) gk[i] = lily_bf16_to_f32(bk[i]), gv[i] = lily_bf16_to_f32(bv[i]);
+    snprintf(name, sizeof name, "attn prep q Nq=%d Dh=%d R=%d pos0=%d n=%d", Nq, Dh, R, pos0, n);
+    pt_check(name, gq, rq, nq, 2e-5);
+    if (gated) {
+        snprintf(name, sizeof name, "attn prep gate Nq=%d n=%d", Nq, n);
+        pt_check(name, gg, rg, nq, 0);
+    }
+    snprintf(name, sizeof name, "attn prep k cache (bf16) Nkv=%d pos0=%d n=%d", Nkv, pos0, n);
+    pt_check(name, gk, rk, nk, 4e-3);
+    snprintf(name, sizeof name, "attn prep v cache (bf16) Nkv=%d pos0=%d n=%d", Nkv, pos0, n);
+    pt_check(name, gv, rv, nk, 4e-3);
+    lily_cuda_free(dqg), lily_cuda_free(dk), lily_cuda_free(dv), lily_cuda_free(dqn);
+    lily_cuda_free(dkn), lily_cuda_free(dinv), lily_cuda_free(dq), lily_cuda_free(dgt);
+    lily_cuda_free(dkc), lily_cuda_free(dvc), lily_cuda_free(dp);
+    free(qg), free(k), free(v), free(qn), free(kn), free(inv), free(rq), free(rg), free(rk);
+    free(rv), free(gq), free(gg), free(gk), free(gv), free(bk), free(bv);
+}
+
+int main(void) {
+    pt_need_gpu();
+    prep_case(16, 2, 256, 64, 0, 1, 1);
+    prep_case(16, 2, 256, 64, 131000, 3, 1);
+    prep_case(4, 4, 64, 16, 7, 29, 0);
+    decode_case(16, 2, 256, 1, 128, 1);
+    decode_case(16, 2, 256, 7, 128, 1);
+    decode_case(16, 2, 256, 1000, 128, 1);
+    decode_case(16, 2, 256, 4097, 128, 0);
+    decode_case(16, 2, 256, 40000, 128, 1);
+    decode_case(8, 2, 128, 300, 3, 1);
+    decode_case(4, 4, 64, 33, 1, 0);
+    decode_case(16, 1, 64, 95, 5, 1);
+    prefill_case(16, 2, 256, 0, 1, 1);
+    prefill_case(16, 2, 256, 0, 77, 1);
+    prefill_case(16, 2, 256, 3000, 512, 1);
+    prefill_case(8, 2, 128, 0, 33, 0);
+    prefill_case(4, 4, 64, 5, 100, 1);
+    prefill_case(2, 1, 256, 17, 9, 0);
+    lily_err e;
+    pt_check_true("attention rejects Dh=96", lily_cuda_attn_prefill(NULL, 1, NULL, NULL, NULL, 2,
+                                                                    1, 96, 1, NULL, NULL, NULL,
+                                                                    &e) == -1);
+    return pt_finish();
+}
+#endif
