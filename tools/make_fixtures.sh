@@ -48,7 +48,7 @@ prepare)
         args=$(cat "$fixtures/$n/mkmodel.args" 2>/dev/null) || { fail "$n" "no mkmodel.args"; continue; }
         rm -rf "${models:?}/$n"
         # shellcheck disable=SC2086 # the args file is a word list on purpose
-        if "$lily" mkmodel --out "$models/$n" $args >/dev/null; then
+        if "$lily" mkmodel --out "$models/$n" $args --quiet >/dev/null; then
             pass "$n ($(du -sh "$models/$n" | cut -f1): mkmodel $args)"
         else
             fail "$n" "lily mkmodel --out $models/$n $args"

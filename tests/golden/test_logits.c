@@ -211,6 +211,7 @@ static int make_checkpoint(const char *bin, const char *fixture, const char *dir
     argv[argc++] = (char *)dir;
     for (char *tok = strtok(text, " \t\r\n"); tok && argc < MAX_ARGS; tok = strtok(NULL, " \t\r\n"))
         argv[argc++] = tok;
+    argv[argc++] = "--quiet";
     argv[argc] = NULL;
     fflush(stdout);
     pid_t pid = fork();
