@@ -220,16 +220,36 @@ static void finish_call(lily_outparse *p) {
 
 /* ---- state handlers: each returns 1 when it made progress, 0 when it needs more input ------- */
 
+/* At the very start of reasoning (or of the whole output, in content) a `<think>` tag, possibly
+ * after whitespace, is skipped (reasoning) or opens the reasoning block (content). Returns 1 when
+ * it consumed something, 0 when the start is not a <think>, -1 when more input is needed. */
+static int think_at_start(lily_outparse *p) {
+    const char *s = p->buf.data;
+    size_t n = p->buf.len, w = 0;
+    while (w < n && is_ws(s[w])) w++;
+    match r = starts(s + w, n - w, M_THINK);
+    if (r == M_FULL) {
+        consume(p, w + strlen(M_THINK));
+        p->st = S_REASONING;
+        p->r_started = 0;
+        return 1;
+    }
+    if (r == M_PARTIAL && !p->eof) return -1; /* also covers "all whitespace so far" */
+    return 0;
+}
+
 static int h_text(lily_outparse *p) {
     const char *ms[4];
     int nm = 0;
     int reasoning = p->st == S_REASONING;
+    if (reasoning ? !p->r_started : !p->any_output) {
+        int t = think_at_start(p);
+        if (t) return t > 0;
+    }
     if (reasoning) {
         ms[nm++] = M_END_THINK;
-        if (!p->r_started) ms[nm++] = M_THINK;
-    } else {
-        if (!p->any_output) ms[nm++] = M_THINK;
-        if (p->implicit_think_end) ms[nm++] = M_END_THINK;
+    } else if (p->implicit_think_end) {
+        ms[nm++] = M_END_THINK;
     }
     if (p->opts.tools) {
         ms[nm++] = M_CALL;
@@ -256,9 +276,6 @@ static int h_text(lily_outparse *p) {
             p->st = S_CONTENT;
         }
         p->implicit_think_end = 0; /* content: a stray close after a call is dropped once */
-    } else if (m == M_THINK) {
-        p->st = S_REASONING; /* skipped at the start of reasoning; opens it at content start */
-        p->r_started = 0;
     } else {
         start_call(p, m, m == M_CALL ? S_CALL_OPEN : S_FUNC_NAME);
     }

@@ -153,6 +153,10 @@ static const tcase CASES[] = {
     {"content paragraphs and trailing space", 0, 1, 0, "\n\nPara one.\n\nPara two.  \n", "",
      "Para one.\n\nPara two.", 0, {0}, {0}},
     {"empty output", 1, 1, 0, "", "", "", 0, {0}, {0}},
+    {"<think> after reasoning text stays text (fuzz find)", 1, 1, 0, "abc<think>def</think>x",
+     "abc<think>def", "x", 0, {0}, {0}},
+    {"<think> after content stays content", 0, 1, 0, "  hi <think>x</think>", "",
+     "hi <think>x</think>", 0, {0}, {0}},
 };
 
 /* ---- checks ------------------------------------------------------------------------------- */
