@@ -4,9 +4,11 @@
 # needs torch + transformers (the GPU machine) while the checkpoints come from our own binary:
 #
 #   here:         tools/make_fixtures.sh prepare build/lily      # -> .devcarry/models/<name>/
-#   GPU machine:  tools/make_fixtures.sh run                     # -> $OUT/<name>.logits.bin,
-#                                                                #    $OUT/<name>.fnv, fixtures.log
+#   GPU machine:  tools/make_fixtures.sh run                     # -> $OUT/fixtures.tar (holding
+#                                                                #    <name>.logits.bin, <name>.fnv)
+#                                                                #    and $OUT/fixtures.log
 #   here:         tools/make_fixtures.sh install DIR             # DIR = where $OUT came back
+#                                                                #    (fixtures.tar or loose files)
 #
 # Each step takes optional fixture names (default: every fixture directory with tokens.bin).
 # `run` options via environment: OUT (output folder, default ./fixtures-out), MODELS (default
@@ -79,11 +81,19 @@ run)
             rm -f "$out/$n.logits.bin" "$out/$n.fnv"
         fi
     done
+    # One archive instead of 2 files per fixture (the GPU tool returns at most 8 files).
+    (cd "$out" && ls ./*.logits.bin ./*.fnv >/dev/null 2>&1 &&
+        tar -cf fixtures.tar ./*.logits.bin ./*.fnv && rm -f ./*.logits.bin ./*.fnv) || true
     tail -n 400 "$log" | grep -E "^(===|ok|FAIL|hf_reference: ERROR|model |logits |selfcheck|  GDN)" || true
     ;;
 install)
     src=${1:?usage: make_fixtures.sh install DIR [names...]}
     shift
+    if [ -f "$src/fixtures.tar" ]; then
+        tmp=$(mktemp -d)
+        tar -xf "$src/fixtures.tar" -C "$tmp" || { echo "cannot unpack $src/fixtures.tar"; exit 1; }
+        src=$tmp
+    fi
     for n in $(names "$@"); do
         if [ ! -f "$src/$n.logits.bin" ] || [ ! -f "$src/$n.fnv" ]; then
             fail "$n" "no $src/$n.logits.bin or $src/$n.fnv"
@@ -95,7 +105,7 @@ install)
     done
     ;;
 *)
-    sed -n '2,17p' "$0"
+    sed -n '2,18p' "$0"
     exit 2
     ;;
 esac
