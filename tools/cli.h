@@ -23,5 +23,8 @@ int lily_cmd_bench(int argc, char **argv);
 int lily_cmd_generate(int argc, char **argv);
 int lily_cmd_info(int argc, char **argv);
 int lily_cmd_mkmodel(int argc, char **argv);
+int lily_cmd_tokenize(int argc, char **argv);
+int lily_cmd_detokenize(int argc, char **argv);
+int lily_cmd_template(int argc, char **argv);
 
 #endif

@@ -17,6 +17,9 @@ static const lily_command commands[] = {
     {"bench", lily_cmd_bench, "prefill and decode speed at a sweep of context lengths"},
     {"info", lily_cmd_info, "what a model directory holds: shapes, sizes, bytes per token"},
     {"mkmodel", lily_cmd_mkmodel, "write a random-weight checkpoint (HF or MLX layout)"},
+    {"tokenize", lily_cmd_tokenize, "text -> token ids with a model's tokenizer.json"},
+    {"detokenize", lily_cmd_detokenize, "token ids -> text with a model's tokenizer.json"},
+    {"template", lily_cmd_template, "render a model's chat template for a request (JSON file)"},
     {NULL, NULL, NULL},
 };
 
