@@ -108,14 +108,15 @@ static int bind_any(lily_binder *b, const char *module, const char *wname, int n
     snprintf(bname, sizeof bname, "%s.biases", module);
     const lily_st_tensor *sc = find(b, sname), *bi = find(b, bname);
     int64_t shp[3];
-    if (rows < 0) {
+    int any_rows = rows < 0;
+    if (any_rows) {
         if (w->ndim != 2 || w->shape[0] < 1 || w->shape[0] > (1 << 24))
             return lily_fail(b->err, "%s: tensor \"%s\": expected a 2-D [vocab, %d] matrix",
                              lily_st_path_of(b->st, w), w->name, cols);
         rows = trows = (int)w->shape[0];
     }
     if (stacked) shp[0] = n;
-    shp[nd - 2] = trows; /* shp[nd - 1] is set per tensor below */
+    shp[nd - 2] = any_rows ? -1 : trows; /* shp[nd - 1] is set per tensor below */
     uint64_t nmat = stacked ? (uint64_t)n : 1;
     lily_mat m = {0};
     m.rows = rows;
