@@ -1,0 +1,658 @@
+/* MoE kernels, decode and prefill (see moe.h). */
+#include "backend/cuda/moe.h"
+
+#include "backend/cuda/common.cuh"
+#include "backend/cuda/gemm.h"
+#include "backend/cuda/gemv.h"
+
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int kMaxK = 16; /* experts per token supported by the fused decode kernels */
+
+/* ---- routing --------------------------------------------------------------------------------- */
+
+/* Softmax over E logits, top k (ties to the lower id), renormalised when norm. One warp; sl is
+ * E floats of this warp's shared scratch. Lane 0 ends with idx/wt valid in the caller's arrays. */
+__device__ void topk_warp(const float *logits, int E, int k, int norm, float *sl, int *idx,
+                          float *wt) {
+    const int lane = threadIdx.x & 31;
+    float mx = -INFINITY;
+    for (int e = lane; e < E; e += 32) {
+        float v = logits[e];
+        sl[e] = v;
+        mx = fmaxf(mx, v);
+    }
+    mx = warp_max(mx);
+    float sum = 0.f;
+    for (int e = lane; e < E; e += 32) sum += expf(sl[e] - mx);
+    sum = warp_sum(sum);
+    __syncwarp();
+    float wsum = 0.f;
+    for (int j = 0; j < k; j++) {
+        float bv = -INFINITY;
+        int bi = 0x7fffffff;
+        for (int e = lane; e < E; e += 32)
+            if (sl[e] > bv) bv = sl[e], bi = e; /* strided ascending: keeps the lowest id */
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) {
+            float ov = __shfl_xor_sync(0xffffffffu, bv, o);
+            int oi = __shfl_xor_sync(0xffffffffu, bi, o);
+            if (ov > bv || (ov == bv && oi < bi)) bv = ov, bi = oi;
+        }
+        float w = expf(bv - mx) / sum;
+        if (lane == 0) {
+            idx[j] = bi;
+            wt[j] = w;
+            sl[bi] = -INFINITY;
+        }
+        wsum += w;
+        __syncwarp();
+    }
+    if (norm && lane == 0)
+        for (int j = 0; j < k; j++) wt[j] /= wsum;
+    __syncwarp();
+}
+
+/* ---- decode ------------------------------------------------------------------------------------ */
+
+struct dec_layout {
+    size_t logits, idx, wt, sg, h, total; /* byte offsets */
+    int imax;
+};
+
+dec_layout dec_plan(const lily_cuda_moe *m) {
+    dec_layout d;
+    int I = m->k ? m->gate->rows : 0, Is = m->sh_gate ? m->sh_gate->rows : 0;
+    d.imax = I > Is ? I : Is;
+    size_t o = 0;
+    auto take = [&](size_t bytes) {
+        size_t r = o;
+        o += (bytes + 255) & ~(size_t)255;
+        return r;
+    };
+    d.logits = take(((size_t)m->E + 1) * 4);
+    d.idx = take((size_t)(m->k + 1) * 4);
+    d.wt = take((size_t)(m->k + 1) * 4);
+    d.sg = take(4);
+    d.h = take((size_t)(m->k + 1) * d.imax * 4);
+    d.total = o;
+    return d;
+}
+
+struct mat_ref {
+    const uint8_t *w;
+    const uint32_t *sb;
+    size_t ws, sbs; /* expert strides */
+};
+
+mat_ref ref_of(const lily_dmat *d) {
+    mat_ref r = {nullptr, nullptr, 0, 0};
+    if (d) r = {d->w, d->sb, d->w_stride, d->sb_stride};
+    return r;
+}
+
+struct gu_params {
+    const float *x, *norm_w;
+    float eps;
+    int H, E, k, norm, I, Is, has_sgate;
+    const float *logits;
+    mat_ref gate, up, sgate, sup;
+    int32_t *idx;
+    float *wt, *sg, *h;
+    int imax;
+};
+
+/* Writes RMSNorm(x; w) (or x when w is NULL) in the transposed GEMV layout, then chunk sums. */
+template <int DT>
+__device__ void xs_build(const float *x, const float *w, float eps, int cols, float *xs,
+                         float *xsum) {
+    __shared__ float red[32];
+    constexpr int epc = wtype<DT>::epc;
+    const int nchunk = cols / epc;
+    float r = 1.f;
+    if (w) {
+        float ss = 0.f;
+        for (int i = threadIdx.x; i < cols; i += blockDim.x) ss += x[i] * x[i];
+        ss = block_sum(ss, red);
+        r = 1.0f / sqrtf(ss / cols + eps);
+    }
+    for (int i = threadIdx.x; i < cols; i += blockDim.x)
+        xs[xs_index(i, epc, nchunk)] = w ? x[i] * r * w[i] : x[i];
+    __syncthreads();
+    store_xsum<DT>(xs, xsum, nchunk);
+    __syncthreads();
+}
+
+/* grid (ceil(imax / rows per block), k + shared). */
+template <int DT, int LPR>
+__global__ void __launch_bounds__(kThreads) moe_gate_up_kernel(const __grid_constant__ gu_params p) {
+    extern __shared__ float4 smem4[];
+    __shared__ int s_idx[kMaxK];
+    __shared__ float s_wt[kMaxK];
+    __shared__ float s_sl[1024];
+    float *xs = (float *)smem4, *xsum = xs + p.H;
+    const int nchunk = p.H / wtype<DT>::epc;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    if (p.k > 0 && warp == 0) topk_warp(p.logits, p.E, p.k, p.norm, s_sl, s_idx, s_wt);
+    xs_build<DT>(p.x, p.norm_w, p.eps, p.H, xs, xsum); /* its barriers publish s_idx/s_wt */
+    const int slot = blockIdx.y;
+    if (blockIdx.x == 0 && slot == 0 && threadIdx.x == 0) {
+        for (int j = 0; j < p.k; j++) p.idx[j] = s_idx[j], p.wt[j] = s_wt[j];
+        *p.sg = p.has_sgate ? sigmoid_f(p.logits[p.E]) : 1.0f;
+    }
+    const bool shared = slot >= p.k;
+    const int rows = shared ? p.Is : p.I;
+    const uint8_t *gw, *uw;
+    const uint32_t *gsb, *usb;
+    if (shared) {
+        gw = p.sgate.w, uw = p.sup.w, gsb = p.sgate.sb, usb = p.sup.sb;
+    } else {
+        int ex = s_idx[slot];
+        gw = p.gate.w + (size_t)ex * p.gate.ws, uw = p.up.w + (size_t)ex * p.up.ws;
+        gsb = p.gate.sb ? p.gate.sb + (size_t)ex * p.gate.sbs : nullptr;
+        usb = p.up.sb ? p.up.sb + (size_t)ex * p.up.sbs : nullptr;
+    }
+    constexpr int rpg = 32 / LPR;
+    const int sub = lane / LPR, sl = lane % LPR;
+    const size_t rb = dmat_row_bytes(DT, p.H);
+    const int ng = p.H / 64;
+    const int base = (blockIdx.x * (kThreads / 32) + warp) * 2 * rpg;
+    const uint8_t *wr[4];
+    const uint32_t *sbr[4];
+    int r[2] = {base + sub, base + rpg + sub};
+#pragma unroll
+    for (int u = 0; u < 2; u++) {
+        bool ok = r[u] < rows;
+        wr[2 * u] = ok ? gw + (size_t)r[u] * rb : nullptr;
+        wr[2 * u + 1] = ok ? uw + (size_t)r[u] * rb : nullptr;
+        sbr[2 * u] = ok && gsb ? gsb + (size_t)r[u] * ng : nullptr;
+        sbr[2 * u + 1] = ok && usb ? usb + (size_t)r[u] * ng : nullptr;
+    }
+    float acc[4];
+    rows_dot<DT, LPR, 4>(wr, sbr, (const float4 *)xs, xsum, nchunk, sl, acc);
+#pragma unroll
+    for (int u = 0; u < 2; u++) {
+        float g = group_sum<LPR>(acc[2 * u]), v = group_sum<LPR>(acc[2 * u + 1]);
+        if (sl == 0 && r[u] < rows) p.h[(size_t)slot * p.imax + r[u]] = silu_f(g) * v;
+    }
+}
+
+struct dn_params {
+    const float *h;
+    const int32_t *idx;
+    const float *wt, *sg;
+    int k, has_shared, I, H, imax;
+    mat_ref down, sdown;
+    float *x;
+};
+
+/* grid: blocks over the H output rows. */
+template <int DT, int LPR>
+__global__ void __launch_bounds__(kThreads) moe_down_kernel(const __grid_constant__ dn_params p) {
+    extern __shared__ float4 smem4[];
+    __shared__ float s_f[kMaxK + 1];
+    __shared__ const uint8_t *s_w[kMaxK + 1];
+    __shared__ const uint32_t *s_sb[kMaxK + 1];
+    constexpr int epc = wtype<DT>::epc;
+    const int nchunk = p.I / epc, ns = p.k + p.has_shared;
+    const int stride = p.I + nchunk; /* floats per slot: xs then xsum */
+    float *sm = (float *)smem4;
+    for (int i = threadIdx.x; i < ns * p.I; i += blockDim.x) {
+        int s = i / p.I, c = i % p.I;
+        sm[s * stride + xs_index(c, epc, nchunk)] = p.h[(size_t)s * p.imax + c];
+    }
+    if (threadIdx.x < ns) {
+        int s = threadIdx.x;
+        if (s < p.k) {
+            int ex = p.idx[s];
+            s_f[s] = p.wt[s];
+            s_w[s] = p.down.w + (size_t)ex * p.down.ws;
+            s_sb[s] = p.down.sb ? p.down.sb + (size_t)ex * p.down.sbs : nullptr;
+        } else {
+            s_f[s] = *p.sg;
+            s_w[s] = p.sdown.w;
+            s_sb[s] = p.sdown.sb;
+        }
+    }
+    __syncthreads();
+    for (int s = 0; s < ns; s++) store_xsum<DT>(sm + s * stride, sm + s * stride + p.I, nchunk);
+    __syncthreads();
+    constexpr int rpg = 32 / LPR;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int sub = lane / LPR, sl = lane % LPR;
+    const size_t rb = dmat_row_bytes(DT, p.I);
+    const int ng = p.I / 64;
+    for (int base = (blockIdx.x * (kThreads / 32) + warp) * rpg; base < p.H;
+         base += gridDim.x * (kThreads / 32) * rpg) {
+        const int o = base + sub;
+        float total = 0.f;
+        for (int s0 = 0; s0 < ns; s0 += 4) {
+            const uint8_t *wr[4];
+            const uint32_t *sbr[4];
+            float acc[4];
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                bool ok = s0 + i < ns && o < p.H;
+                wr[i] = ok ? s_w[s0 + i] + (size_t)o * rb : nullptr;
+                sbr[i] = ok && s_sb[s0 + i] ? s_sb[s0 + i] + (size_t)o * ng : nullptr;
+                acc[i] = 0.f;
+            }
+            for (int c = sl; c < nchunk; c += LPR) {
+                uint4 w[4];
+#pragma unroll
+                for (int i = 0; i < 4; i++)
+                    w[i] = wr[i] ? ldg_stream(wr[i] + (size_t)c * 16) : make_uint4(0, 0, 0, 0);
+#pragma unroll
+                for (int i = 0; i < 4; i++) {
+                    if (!wr[i]) continue;
+                    const float *xs = sm + (s0 + i) * stride;
+                    float d = chunk_dot<DT>(w[i], (const float4 *)xs, c, nchunk);
+                    if (DT != LILY_CW_BF16) {
+                        uint32_t sb = __ldg(sbr[i] + c / wtype<DT>::cpg);
+                        d = fmaf(lo_bf16(sb), d, hi_bf16(sb) * xs[p.I + c]);
+                    }
+                    acc[i] += d;
+                }
+            }
+#pragma unroll
+            for (int i = 0; i < 4; i++)
+                if (s0 + i < ns) total = fmaf(s_f[s0 + i], acc[i], total);
+        }
+        total = group_sum<LPR>(total);
+        if (sl == 0 && o < p.H) p.x[o] += total;
+    }
+}
+
+int lpr_for(int nchunk) {
+    return nchunk % 32 == 0 ? 32 : nchunk % 16 == 0 ? 16 : nchunk % 8 == 0 ? 8 : nchunk % 4 == 0 ? 4 : 2;
+}
+
+template <int DT, int LPR>
+int launch_gu(const gu_params &p, int slots, lily_cuda_stream st, lily_err *e) {
+    size_t smem = ((size_t)p.H + p.H / wtype<DT>::epc) * 4;
+    if (smem > 40 * 1024)
+        LILY_CU_TRY(cudaFuncSetAttribute(moe_gate_up_kernel<DT, LPR>,
+                                         cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem),
+                    e);
+    int rpb = (kThreads / 32) * 2 * (32 / LPR);
+    dim3 grid((p.imax + rpb - 1) / rpb, slots);
+    moe_gate_up_kernel<DT, LPR><<<grid, kThreads, smem, st>>>(p);
+    LILY_CU_LAUNCHED(e);
+    return 0;
+}
+
+template <int DT, int LPR>
+int launch_dn(const dn_params &p, lily_cuda_stream st, lily_err *e) {
+    int ns = p.k + p.has_shared;
+    size_t smem = (size_t)ns * (p.I + p.I / wtype<DT>::epc) * 4;
+    if (smem > 40 * 1024)
+        LILY_CU_TRY(cudaFuncSetAttribute(moe_down_kernel<DT, LPR>,
+                                         cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem),
+                    e);
+    int rpb = (kThreads / 32) * (32 / LPR);
+    int blocks = (p.H + rpb - 1) / rpb;
+    if (blocks > 264) blocks = 264;
+    moe_down_kernel<DT, LPR><<<blocks, kThreads, smem, st>>>(p);
+    LILY_CU_LAUNCHED(e);
+    return 0;
+}
+
+template <int DT> int launch_gu_dt(const gu_params &p, int slots, lily_cuda_stream st, lily_err *e) {
+    switch (lpr_for(p.H / wtype<DT>::epc)) {
+    case 32: return launch_gu<DT, 32>(p, slots, st, e);
+    case 16: return launch_gu<DT, 16>(p, slots, st, e);
+    case 8: return launch_gu<DT, 8>(p, slots, st, e);
+    case 4: return launch_gu<DT, 4>(p, slots, st, e);
+    default: return launch_gu<DT, 2>(p, slots, st, e);
+    }
+}
+template <int DT> int launch_dn_dt(const dn_params &p, lily_cuda_stream st, lily_err *e) {
+    switch (lpr_for(p.I / wtype<DT>::epc)) {
+    case 32: return launch_dn<DT, 32>(p, st, e);
+    case 16: return launch_dn<DT, 16>(p, st, e);
+    case 8: return launch_dn<DT, 8>(p, st, e);
+    case 4: return launch_dn<DT, 4>(p, st, e);
+    default: return launch_dn<DT, 2>(p, st, e);
+    }
+}
+
+/* Checks the shapes the fused kernels rely on. */
+int check_moe(const lily_cuda_moe *m, lily_err *e) {
+    if (m->k < 0 || m->k > kMaxK || (m->k > 0 && (!m->router || !m->gate || !m->up || !m->down)))
+        return lily_fail(e, "moe: %d experts per token (0..%d, with router and experts)", m->k,
+                         kMaxK);
+    if (m->E > 1024) return lily_fail(e, "moe: %d experts (at most 1024)", m->E);
+    if (m->k == 0 && !m->sh_gate) return lily_fail(e, "moe: neither experts nor a shared expert");
+    const lily_dmat *g = m->k ? m->gate : m->sh_gate, *d = m->k ? m->down : m->sh_down;
+    if (m->sh_gate && m->k &&
+        (m->sh_gate->dt != g->dt || m->sh_down->dt != d->dt || m->sh_gate->rows != g->rows ||
+         m->sh_up->dt != g->dt))
+        return lily_fail(e, "moe: the fused CUDA kernels need the shared expert in the experts'"
+                            " format and width");
+    if (m->up && (m->up->dt != g->dt)) return lily_fail(e, "moe: gate and up differ in format");
+    return 0;
+}
+
+} // namespace
+
+extern "C" size_t lily_cuda_moe_decode_scratch(const lily_cuda_moe *m) {
+    return dec_plan(m).total;
+}
+
+extern "C" const int32_t *lily_cuda_moe_decode_idx(const lily_cuda_moe *m, const void *scratch) {
+    return (const int32_t *)((const char *)scratch + dec_plan(m).idx);
+}
+extern "C" const float *lily_cuda_moe_decode_wt(const lily_cuda_moe *m, const void *scratch) {
+    return (const float *)((const char *)scratch + dec_plan(m).wt);
+}
+
+extern "C" int lily_cuda_moe_decode(const lily_cuda_moe *m, float *x, const float *norm_w,
+                                    float eps, void *scratch, lily_cuda_stream st, lily_err *e) {
+    if (check_moe(m, e)) return -1;
+    dec_layout d = dec_plan(m);
+    char *s = (char *)scratch;
+    float *logits = (float *)(s + d.logits);
+    /* router and shared-gate logits: one GEMV launch when they share a format */
+    lily_gemv_pro pro = {LILY_GP_RMSNORM, norm_w, nullptr, 0, eps};
+    lily_gemv_seg seg[2];
+    int ns = 0;
+    if (m->k > 0) seg[ns++] = {m->router, logits, LILY_GV_STORE, nullptr, nullptr, 0};
+    if (m->sh_gate_w) {
+        lily_gemv_seg sg = {m->sh_gate_w, logits + m->E, LILY_GV_STORE, nullptr, nullptr, 0};
+        if (ns && m->sh_gate_w->dt != m->router->dt) {
+            if (lily_cuda_gemv(&sg, 1, x, &pro, st, e)) return -1;
+        } else {
+            seg[ns++] = sg;
+        }
+    }
+    if (ns && lily_cuda_gemv(seg, ns, x, &pro, st, e)) return -1;
+    const lily_dmat *g = m->k ? m->gate : m->sh_gate, *dn = m->k ? m->down : m->sh_down;
+    gu_params p = {};
+    p.x = x;
+    p.norm_w = norm_w;
+    p.eps = eps;
+    p.H = g->cols;
+    p.E = m->E;
+    p.k = m->k;
+    p.norm = m->norm;
+    p.I = m->k ? m->gate->rows : 0;
+    p.Is = m->sh_gate ? m->sh_gate->rows : 0;
+    p.has_sgate = m->sh_gate_w != nullptr;
+    p.logits = logits;
+    p.gate = ref_of(m->gate);
+    p.up = ref_of(m->up);
+    p.sgate = ref_of(m->sh_gate);
+    p.sup = ref_of(m->sh_up);
+    p.idx = (int32_t *)(s + d.idx);
+    p.wt = (float *)(s + d.wt);
+    p.sg = (float *)(s + d.sg);
+    p.h = (float *)(s + d.h);
+    p.imax = d.imax;
+    int slots = m->k + (m->sh_gate ? 1 : 0);
+    int rc;
+    switch (g->dt) {
+    case LILY_CW_Q4: rc = launch_gu_dt<LILY_CW_Q4>(p, slots, st, e); break;
+    case LILY_CW_Q8: rc = launch_gu_dt<LILY_CW_Q8>(p, slots, st, e); break;
+    default: rc = launch_gu_dt<LILY_CW_BF16>(p, slots, st, e); break;
+    }
+    if (rc) return -1;
+    dn_params q = {};
+    q.h = p.h;
+    q.idx = p.idx;
+    q.wt = p.wt;
+    q.sg = p.sg;
+    q.k = m->k;
+    q.has_shared = m->sh_gate != nullptr;
+    q.I = dn->cols;
+    q.H = dn->rows;
+    q.imax = d.imax;
+    q.down = ref_of(m->down);
+    q.sdown = ref_of(m->sh_down);
+    q.x = x;
+    switch (dn->dt) {
+    case LILY_CW_Q4: return launch_dn_dt<LILY_CW_Q4>(q, st, e);
+    case LILY_CW_Q8: return launch_dn_dt<LILY_CW_Q8>(q, st, e);
+    default: return launch_dn_dt<LILY_CW_BF16>(q, st, e);
+    }
+}
+
+/* ---- prefill ----------------------------------------------------------------------------------- */
+
+namespace {
+
+constexpr int GBN = LILY_GEMM_GROUP_BN;
+
+struct pre_layout {
+    size_t logits, idx, wt, counts, off, tiles, ntiles, gather, slot, hg, hu, yg, sg, su, ys, total;
+    int max_tiles, I, Is, H;
+};
+
+pre_layout pre_plan(const lily_cuda_moe *m, int n) {
+    pre_layout d;
+    d.I = m->k ? m->gate->rows : 0;
+    d.Is = m->sh_gate ? m->sh_gate->rows : 0;
+    d.H = m->k ? m->down->rows : m->sh_down->rows;
+    size_t nk = (size_t)n * m->k;
+    d.max_tiles = m->k ? (int)((nk + GBN - 1) / GBN) + m->E : 0;
+    size_t o = 0;
+    auto take = [&](size_t bytes) {
+        size_t r = o;
+        o += (bytes + 255) & ~(size_t)255;
+        return r;
+    };
+    d.logits = take((size_t)n * (m->E + 1) * 4);
+    d.idx = take(nk * 4);
+    d.wt = take(nk * 4);
+    d.counts = take((size_t)m->E * 4);
+    d.off = take(((size_t)m->E + 1) * 4);
+    d.tiles = take((size_t)d.max_tiles * 12);
+    d.ntiles = take(4);
+    d.gather = take(nk * 4);
+    d.slot = take(nk * 4);
+    d.hg = take(nk * d.I * 4);
+    d.hu = take(nk * d.I * 4);
+    d.yg = take(nk * d.H * 4);
+    d.sg = take((size_t)n * d.Is * 4);
+    d.su = take((size_t)n * d.Is * 4);
+    d.ys = take(d.Is ? (size_t)n * d.H * 4 : 0);
+    d.total = o;
+    return d;
+}
+
+/* One warp per token: top-k of its logits row, plus the per-expert histogram. */
+__global__ void route_kernel(const float *__restrict__ logits, int ldl, int n, int E, int k,
+                             int norm, int32_t *idx, float *wt, int32_t *counts) {
+    extern __shared__ float rsl[];
+    __shared__ int s_idx[8][kMaxK];
+    __shared__ float s_wt[8][kMaxK];
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int t = blockIdx.x * 8 + warp;
+    if (t >= n) return;
+    topk_warp(logits + (size_t)t * ldl, E, k, norm, rsl + warp * E, s_idx[warp], s_wt[warp]);
+    if (lane < k) {
+        idx[(size_t)t * k + lane] = s_idx[warp][lane];
+        wt[(size_t)t * k + lane] = s_wt[warp][lane];
+        atomicAdd(&counts[s_idx[warp][lane]], 1);
+    }
+}
+
+__global__ void count_kernel(const int32_t *__restrict__ idx, int nk, int E, int32_t *counts) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < nk) {
+        int ex = idx[i];
+        if (ex >= 0 && ex < E) atomicAdd(&counts[ex], 1);
+    }
+}
+
+/* One block of 1024 threads: expert offsets and the grouped GEMM's tile list. */
+__global__ void __launch_bounds__(1024)
+    scan_kernel(const int32_t *__restrict__ counts, int E, int32_t *off, int32_t *tiles,
+                int32_t *ntiles) {
+    __shared__ int s_c[1024], s_t[1024];
+    int e = threadIdx.x;
+    int c = e < E ? counts[e] : 0, nt = (c + GBN - 1) / GBN;
+    s_c[e] = c;
+    s_t[e] = nt;
+    __syncthreads();
+    /* inclusive Hillis-Steele scans of counts and tile counts */
+    for (int o = 1; o < 1024; o <<= 1) {
+        int a = e >= o ? s_c[e - o] : 0, b = e >= o ? s_t[e - o] : 0;
+        __syncthreads();
+        s_c[e] += a;
+        s_t[e] += b;
+        __syncthreads();
+    }
+    if (e < E) {
+        int r0 = s_c[e] - c, t0 = s_t[e] - nt;
+        off[e] = r0;
+        for (int i = 0; i < nt; i++) {
+            tiles[3 * (t0 + i)] = e;
+            tiles[3 * (t0 + i) + 1] = r0 + i * GBN;
+            tiles[3 * (t0 + i) + 2] = min(GBN, c - i * GBN);
+        }
+    }
+    if (e == 0) {
+        off[E] = s_c[1023];
+        *ntiles = s_t[1023];
+    }
+}
+
+/* One warp per expert: grouped rows in (token, slot) order, so the result is deterministic. */
+__global__ void scatter_kernel(const int32_t *__restrict__ idx, int nk, int k, int E,
+                               const int32_t *__restrict__ off, int32_t *gather, int32_t *slot) {
+    const int lane = threadIdx.x & 31;
+    const int ex = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+    if (ex >= E) return;
+    int pos = off[ex];
+    for (int f0 = 0; f0 < nk; f0 += 32) {
+        int f = f0 + lane;
+        bool mine = f < nk && idx[f] == ex;
+        unsigned b = __ballot_sync(0xffffffffu, mine);
+        if (mine) {
+            int p = pos + __popc(b & ((1u << lane) - 1));
+            gather[p] = f / k;
+            slot[f] = p;
+        }
+        pos += __popc(b);
+    }
+}
+
+__global__ void silu_mul_kernel(float *g, const float *__restrict__ u, size_t n) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) g[i] = silu_f(g[i]) * u[i];
+}
+
+/* x[t][d] += sigmoid(sgl[t]) * ys[t][d] + sum_j wt[t][j] * yg[slot[t][j]][d]. */
+__global__ void combine_kernel(float *x, int n, int H, int k, const float *__restrict__ wt,
+                               const int32_t *__restrict__ slot, const float *__restrict__ yg,
+                               const float *__restrict__ ys, const float *__restrict__ sgl,
+                               int ldl) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= (size_t)n * H) return;
+    int t = (int)(i / H), d = (int)(i % H);
+    float acc = 0.f;
+    if (ys) acc = (sgl ? sigmoid_f(sgl[(size_t)t * ldl]) : 1.0f) * ys[i];
+    for (int j = 0; j < k; j++)
+        acc = fmaf(wt[(size_t)t * k + j], yg[(size_t)slot[(size_t)t * k + j] * H + d], acc);
+    x[i] += acc;
+}
+
+int silu_mul(float *g, const float *u, size_t n, lily_cuda_stream st, lily_err *e) {
+    if (!n) return 0;
+    silu_mul_kernel<<<(unsigned)((n + 255) / 256), 256, 0, st>>>(g, u, n);
+    LILY_CU_LAUNCHED(e);
+    return 0;
+}
+
+int prefill_common(const lily_cuda_moe *m, const float *u, int n, const int32_t *given_idx,
+                   const float *given_wt, float *x, void *scratch, lily_cuda_stream st,
+                   lily_err *e) {
+    if (check_moe(m, e)) return -1;
+    if (n < 1) return 0;
+    pre_layout d = pre_plan(m, n);
+    char *s = (char *)scratch;
+    float *logits = (float *)(s + d.logits);
+    int ldl = m->E + 1, H = d.H, k = m->k, E = m->E;
+    int nk = n * k;
+    const int32_t *idx = (const int32_t *)(s + d.idx);
+    const float *wt = (const float *)(s + d.wt);
+    int32_t *slot = (int32_t *)(s + d.slot);
+    if (k > 0) {
+        int32_t *counts = (int32_t *)(s + d.counts);
+        LILY_CU_TRY(cudaMemsetAsync(counts, 0, (size_t)E * 4, st), e);
+        if (given_idx) {
+            idx = given_idx;
+            wt = given_wt;
+            count_kernel<<<(nk + 255) / 256, 256, 0, st>>>(idx, nk, E, counts);
+            LILY_CU_LAUNCHED(e);
+        } else {
+            if (lily_cuda_gemm(m->router, u, H, n, logits, ldl, 0, st, e)) return -1;
+            route_kernel<<<(n + 7) / 8, 256, 8 * E * sizeof(float), st>>>(
+                logits, ldl, n, E, k, m->norm, (int32_t *)(s + d.idx), (float *)(s + d.wt),
+                counts);
+            LILY_CU_LAUNCHED(e);
+        }
+        int32_t *off = (int32_t *)(s + d.off), *tiles = (int32_t *)(s + d.tiles);
+        int32_t *ntiles = (int32_t *)(s + d.ntiles), *gather = (int32_t *)(s + d.gather);
+        scan_kernel<<<1, 1024, 0, st>>>(counts, E, off, tiles, ntiles);
+        LILY_CU_LAUNCHED(e);
+        scatter_kernel<<<(E + 7) / 8, 256, 0, st>>>(idx, nk, k, E, off, gather, slot);
+        LILY_CU_LAUNCHED(e);
+        float *hg = (float *)(s + d.hg), *hu = (float *)(s + d.hu), *yg = (float *)(s + d.yg);
+        if (lily_cuda_gemm_grouped(m->gate, u, H, gather, tiles, ntiles, d.max_tiles, hg, d.I, st,
+                                   e) ||
+            lily_cuda_gemm_grouped(m->up, u, H, gather, tiles, ntiles, d.max_tiles, hu, d.I, st,
+                                   e) ||
+            silu_mul(hg, hu, (size_t)nk * d.I, st, e) ||
+            lily_cuda_gemm_grouped(m->down, hg, d.I, nullptr, tiles, ntiles, d.max_tiles, yg, H,
+                                   st, e))
+            return -1;
+    }
+    float *ys = nullptr;
+    if (m->sh_gate) {
+        float *sg = (float *)(s + d.sg), *su = (float *)(s + d.su);
+        ys = (float *)(s + d.ys);
+        if (lily_cuda_gemm(m->sh_gate, u, H, n, sg, d.Is, 0, st, e) ||
+            lily_cuda_gemm(m->sh_up, u, H, n, su, d.Is, 0, st, e) ||
+            silu_mul(sg, su, (size_t)n * d.Is, st, e) ||
+            lily_cuda_gemm(m->sh_down, sg, d.Is, n, ys, H, 0, st, e))
+            return -1;
+        if (m->sh_gate_w && lily_cuda_gemm(m->sh_gate_w, u, H, n, logits + E, ldl, 0, st, e))
+            return -1;
+    }
+    size_t total = (size_t)n * H;
+    combine_kernel<<<(unsigned)((total + 255) / 256), 256, 0, st>>>(
+        x, n, H, k, wt, slot, (const float *)(s + d.yg), ys, m->sh_gate_w ? logits + E : nullptr,
+        ldl);
+    LILY_CU_LAUNCHED(e);
+    return 0;
+}
+
+} // namespace
+
+extern "C" size_t lily_cuda_moe_prefill_scratch(const lily_cuda_moe *m, int n) {
+    return pre_plan(m, n).total;
+}
+
+extern "C" int lily_cuda_moe_prefill(const lily_cuda_moe *m, const float *u, int n, float *x,
+                                     void *scratch, lily_cuda_stream st, lily_err *e) {
+    return prefill_common(m, u, n, nullptr, nullptr, x, scratch, st, e);
+}
+
+extern "C" int lily_cuda_moe_prefill_routed(const lily_cuda_moe *m, const float *u, int n,
+                                            const int32_t *idx, const float *wt, float *x,
+                                            void *scratch, lily_cuda_stream st, lily_err *e) {
+    if (m->k == 0) return lily_fail(e, "moe: routed prefill without experts");
+    return prefill_common(m, u, n, idx, wt, x, scratch, st, e);
+}
+
+extern "C" const int32_t *lily_cuda_moe_prefill_idx(const lily_cuda_moe *m, int n,
+                                                    const void *scratch) {
+    return (const int32_t *)((const char *)scratch + pre_plan(m, n).idx);
+}
+
+extern "C" const float *lily_cuda_moe_prefill_wt(const lily_cuda_moe *m, int n,
+                                                 const void *scratch) {
+    return (const float *)((const char *)scratch + pre_plan(m, n).wt);
+}

@@ -1,0 +1,64 @@
+/* The sparse MoE block on the GPU (also the dense SwiGLU MLP, as a "shared expert" without
+ * router or gate).
+ *
+ * Decode (one token, three launches, no host sync): a GEMV computes the router logits and the
+ * shared-expert gate logit from the RMS-normed input; one kernel then recomputes softmax + top-k
+ * per block (block 0 publishes it) and runs gate+up+SiLU for the k selected experts and the
+ * shared expert; a last kernel does every down projection, scales by the routing weights and
+ * sigmoid(shared gate), sums, and adds into the residual.
+ *
+ * Prefill (a chunk of n tokens): router GEMM, per-token top-k with a per-expert histogram, a
+ * one-block scan that makes expert offsets and the tile list of the grouped GEMM, an ordered
+ * scatter (deterministic: grouped rows keep token order within an expert), grouped GEMMs for
+ * gate, up and down, and a gather-back that adds the weighted expert rows and the sigmoid-gated
+ * shared expert into the residual. Scratch is bounded by the chunk size. */
+#ifndef LILY_BACKEND_CUDA_MOE_H
+#define LILY_BACKEND_CUDA_MOE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "backend/cuda/cuda_mem.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct lily_cuda_moe {
+    int E, k;                    /* routed experts and experts per token (0, 0 for a dense MLP) */
+    int norm;                    /* renormalise the top-k weights */
+    const lily_dmat *router;     /* [E, H], NULL when E == 0 */
+    const lily_dmat *gate, *up;  /* stacks of E: [I, H] */
+    const lily_dmat *down;       /* stack of E: [H, I] */
+    const lily_dmat *sh_gate, *sh_up, *sh_down; /* shared expert [Is,H],[Is,H],[H,Is]; or NULL */
+    const lily_dmat *sh_gate_w;  /* [1, H]: scalar sigmoid gate of the shared expert; or NULL */
+} lily_cuda_moe;
+
+/* Bytes of scratch the decode step needs. */
+size_t lily_cuda_moe_decode_scratch(const lily_cuda_moe *m);
+/* x [H] (residual, device) += MoE(RMSNorm(x; norm_w, eps)). */
+int lily_cuda_moe_decode(const lily_cuda_moe *m, float *x, const float *norm_w, float eps,
+                         void *scratch, lily_cuda_stream st, lily_err *e);
+/* The routing of the last decode step (device pointers into scratch): idx [k] int32, wt [k]. */
+const int32_t *lily_cuda_moe_decode_idx(const lily_cuda_moe *m, const void *scratch);
+const float *lily_cuda_moe_decode_wt(const lily_cuda_moe *m, const void *scratch);
+
+/* Bytes of scratch a prefill chunk of up to n tokens needs. */
+size_t lily_cuda_moe_prefill_scratch(const lily_cuda_moe *m, int n);
+/* x [n][H] (residual) += MoE(u) for the normed input u [n][H] (both ld = H). */
+int lily_cuda_moe_prefill(const lily_cuda_moe *m, const float *u, int n, float *x, void *scratch,
+                          lily_cuda_stream st, lily_err *e);
+/* The routing of the last prefill of n tokens (device pointers into scratch): idx/wt [n][k]. */
+const int32_t *lily_cuda_moe_prefill_idx(const lily_cuda_moe *m, int n, const void *scratch);
+const float *lily_cuda_moe_prefill_wt(const lily_cuda_moe *m, int n, const void *scratch);
+/* Same, with the routing given instead of computed: idx/wt [n][k] device arrays (tests use this
+ * to force uneven loads: experts with no rows and with every row). */
+int lily_cuda_moe_prefill_routed(const lily_cuda_moe *m, const float *u, int n,
+                                 const int32_t *idx, const float *wt, float *x, void *scratch,
+                                 lily_cuda_stream st, lily_err *e);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
