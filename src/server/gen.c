@@ -1,0 +1,341 @@
+/* Generation with prefix reuse (see gen.h). */
+#include "server/gen.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/err.h"
+#include "base/timer.h"
+#include "server/pcache.h"
+#include "server/stopstr.h"
+
+struct lily_gen {
+    lily_engine *eng;
+    lily_tokenizer *tok;
+    lily_session *sess;
+    lily_pcache *cache;
+    lily_detok *detok;
+    int vocab;      /* logits per position */
+    int tok_vocab;  /* ids the tokenizer can decode */
+    int max_ctx;
+    int32_t *hist;  /* tokens the session has consumed; [max_ctx] */
+    int n_hist;
+    int32_t eos[8];
+    int n_eos;
+    int32_t im_start;
+    float *scratch; /* [vocab] logits after masking and bias */
+    int32_t pending_eos; /* end-of-turn token of the last run, not yet consumed (-1: none) */
+};
+
+int lily_gen_create(lily_engine *eng, lily_tokenizer *tok, const lily_gen_opts *o,
+                    lily_gen **out, lily_err *e) {
+    lily_gen *g = lily_xcalloc(1, sizeof *g);
+    g->eng = eng;
+    g->tok = tok;
+    const lily_model_info *info = lily_engine_info(eng);
+    g->vocab = info->vocab_size;
+    g->tok_vocab = lily_tokenizer_vocab_size(tok);
+    if (g->tok_vocab > g->vocab) g->tok_vocab = g->vocab;
+    if (lily_session_create(eng, o->max_ctx, &g->sess, e) || lily_detok_create(tok, &g->detok, e)) {
+        lily_gen_free(g);
+        return -1;
+    }
+    g->max_ctx = lily_session_max_ctx(g->sess);
+    g->hist = lily_xmalloc((size_t)g->max_ctx * sizeof *g->hist);
+    g->scratch = lily_xmalloc((size_t)g->vocab * sizeof *g->scratch);
+    g->cache = lily_pcache_create(o->cache_bytes);
+    for (int i = 0; i < 4 && info->eos_ids[i] >= 0; i++) g->eos[g->n_eos++] = info->eos_ids[i];
+    static const char *const names[] = {"<|im_end|>", "<|endoftext|>"};
+    for (int i = 0; i < 2; i++) {
+        int32_t id = lily_tokenizer_token_to_id(tok, names[i]);
+        if (id >= 0 && !lily_gen_is_eos(g, id)) g->eos[g->n_eos++] = id;
+    }
+    g->im_start = lily_tokenizer_token_to_id(tok, "<|im_start|>");
+    g->pending_eos = -1;
+    *out = g;
+    return 0;
+}
+
+void lily_gen_free(lily_gen *g) {
+    if (!g) return;
+    lily_session_free(g->sess);
+    lily_detok_free(g->detok);
+    lily_pcache_free(g->cache);
+    free(g->hist);
+    free(g->scratch);
+    free(g);
+}
+
+int lily_gen_max_ctx(const lily_gen *g) { return g->max_ctx; }
+
+int lily_gen_is_eos(const lily_gen *g, int32_t id) {
+    for (int i = 0; i < g->n_eos; i++)
+        if (g->eos[i] == id) return 1;
+    return 0;
+}
+
+void lily_gen_reset(lily_gen *g) {
+    lily_session_reset(g->sess);
+    g->n_hist = 0;
+    g->pending_eos = -1;
+}
+
+void lily_gen_cache_stats(const lily_gen *g, int *entries, size_t *bytes) {
+    *entries = lily_pcache_count(g->cache);
+    *bytes = lily_pcache_bytes(g->cache);
+}
+
+/* ---- prefill ------------------------------------------------------------------------------- */
+
+typedef struct {
+    const lily_gen_req *r;
+    int base, total; /* progress offset within the tokens to compute, and their number */
+} prefill_ctx;
+
+static int prefill_cb(void *ud, int done, int total) {
+    (void)total;
+    prefill_ctx *c = ud;
+    if (c->r->on_prefill) c->r->on_prefill(c->r->ud, c->base + done, c->total);
+    return c->r->cancelled && c->r->cancelled(c->r->ud);
+}
+
+static void snapshot_here(lily_gen *g) {
+    if (!g->n_hist || lily_pcache_has(g->cache, g->hist, g->n_hist)) return;
+    lily_snapshot *snap;
+    lily_err e;
+    if (lily_session_snapshot(g->sess, &snap, &e) == 0)
+        lily_pcache_insert(g->cache, g->hist, g->n_hist, snap);
+    else
+        fprintf(stderr, "lily: snapshot failed: %s\n", e.msg);
+}
+
+/* Positions (ascending, in (from, n]) where the prefill stops to take a snapshot: after the
+ * system prompt (the second <|im_start|>), at the start of the last two messages, and at n. */
+static int boundaries(const lily_gen *g, const int32_t *p, int n, int from, int *out) {
+    int starts[3] = {-1, -1, -1}; /* second, second-to-last, last <|im_start|> */
+    int seen = 0;
+    for (int i = 0; i < n && g->im_start >= 0; i++) {
+        if (p[i] != g->im_start) continue;
+        if (++seen == 2) starts[0] = i;
+        starts[1] = starts[2];
+        starts[2] = i;
+    }
+    int k = 0;
+    for (int i = 0; i < 3; i++) {
+        int b = starts[i];
+        if (b <= from || b >= n) continue;
+        int dup = 0;
+        for (int j = 0; j < k; j++) dup |= out[j] == b;
+        if (!dup) out[k++] = b;
+    }
+    for (int i = 1; i < k; i++) /* sort the (at most three) points */
+        for (int j = i; j > 0 && out[j] < out[j - 1]; j--) {
+            int t = out[j];
+            out[j] = out[j - 1];
+            out[j - 1] = t;
+        }
+    out[k++] = n;
+    return k;
+}
+
+/* Brings the session to the state after prompt[0..n) reusing what it can. Returns 0, 1 when
+ * cancelled, -1 on an engine error. */
+static int prefill(lily_gen *g, const lily_gen_req *r, lily_gen_result *res) {
+    const int32_t *p = r->prompt;
+    int n = r->n_prompt;
+    /* the live session counts when its history is a prefix (a full match needs its logits) */
+    int live = g->n_hist <= n && !memcmp(g->hist, p, (size_t)g->n_hist * sizeof *p) ? g->n_hist
+                                                                                    : -1;
+    if (live == n && !lily_session_logits(g->sess)) live = -1;
+    int snap_len = 0;
+    const lily_snapshot *snap = lily_pcache_lookup(g->cache, p, n, n, &snap_len);
+    lily_err e;
+    int start;
+    if (live >= snap_len && live > 0) {
+        start = live;
+    } else if (snap && snap_len > 0) {
+        if (lily_session_restore(g->sess, snap, &e)) {
+            snprintf(res->error, sizeof res->error, "%s", e.msg);
+            lily_gen_reset(g);
+            return -1;
+        }
+        memcpy(g->hist, p, (size_t)snap_len * sizeof *p);
+        g->n_hist = snap_len;
+        start = snap_len;
+    } else {
+        lily_gen_reset(g);
+        start = 0;
+    }
+    res->n_cached = start;
+    /* the history runs ahead of n_hist: it is valid up to the session's position */
+    memcpy(g->hist + start, p + start, (size_t)(n - start) * sizeof *p);
+    int pts[4];
+    int npts = boundaries(g, p, n, start, pts);
+    prefill_ctx pc = {r, 0, n - start};
+    double t0 = lily_now();
+    for (int i = 0; i < npts && g->n_hist < n; i++) {
+        int from = g->n_hist, to = pts[i];
+        if (to <= from) continue;
+        pc.base = from - start;
+        int rc = lily_session_prefill(g->sess, p + from, to - from, NULL, prefill_cb, &pc, &e);
+        /* keep what was computed: the history follows the session's position */
+        int pos = lily_session_pos(g->sess);
+        if (pos >= from && pos <= to) {
+            g->n_hist = pos;
+        } else {
+            lily_gen_reset(g);
+        }
+        res->n_prefilled = g->n_hist - start;
+        if (rc) {
+            res->prefill_s = lily_now() - t0;
+            if (r->cancelled && r->cancelled(r->ud)) return 1;
+            snprintf(res->error, sizeof res->error, "%s", e.msg);
+            lily_gen_reset(g);
+            return -1;
+        }
+        snapshot_here(g);
+    }
+    if (r->on_prefill && n > start) r->on_prefill(r->ud, n - start, n - start);
+    res->prefill_s = lily_now() - t0;
+    return 0;
+}
+
+/* ---- decode -------------------------------------------------------------------------------- */
+
+static const float *masked_logits(lily_gen *g, const lily_gen_req *r, const float *logits) {
+    memcpy(g->scratch, logits, (size_t)g->vocab * sizeof *logits);
+    for (int i = g->tok_vocab; i < g->vocab; i++) g->scratch[i] = -INFINITY;
+    for (int i = 0; i < r->n_bias; i++)
+        if (r->bias[i].id >= 0 && r->bias[i].id < g->tok_vocab)
+            g->scratch[r->bias[i].id] += r->bias[i].bias;
+    if (r->ban_id >= 0 && r->ban_id < g->vocab) g->scratch[r->ban_id] = -INFINITY;
+    return g->scratch;
+}
+
+int lily_gen_run(lily_gen *g, const lily_gen_req *r, lily_gen_result *res) {
+    memset(res, 0, sizeof *res);
+    res->n_prompt = r->n_prompt;
+    res->finish = "error";
+    g->pending_eos = -1;
+    if (r->n_prompt < 1 || r->n_prompt >= g->max_ctx) {
+        snprintf(res->error, sizeof res->error, "prompt of %d tokens does not fit a context of "
+                 "%d", r->n_prompt, g->max_ctx);
+        return 0;
+    }
+    int rc = prefill(g, r, res);
+    if (rc) {
+        res->finish = rc > 0 ? "cancelled" : "error";
+        return 0;
+    }
+    lily_sampler *smp;
+    lily_err e;
+    if (lily_sampler_create(&r->sp, g->vocab, &smp, &e)) {
+        snprintf(res->error, sizeof res->error, "%s", e.msg);
+        return 0;
+    }
+    lily_stopstr stop;
+    lily_stopstr_init(&stop, r->stop, r->n_stop);
+    lily_sb text = {0};
+    lily_detok_reset(g->detok);
+    int32_t forced[64];
+    int n_forced = 0, i_forced = 0;
+    int max_new = r->max_new > 0 ? r->max_new : g->max_ctx;
+    double t0 = lily_now();
+    res->finish = NULL;
+    while (!res->finish) {
+        if (r->cancelled && r->cancelled(r->ud)) {
+            res->finish = "cancelled";
+            break;
+        }
+        if (res->n_gen >= max_new || g->n_hist >= g->max_ctx) {
+            res->finish = "length";
+            break;
+        }
+        const float *logits = lily_session_logits(g->sess);
+        if (!logits) {
+            snprintf(res->error, sizeof res->error, "session has no logits");
+            res->finish = "error";
+            break;
+        }
+        if (i_forced == n_forced && r->force) {
+            n_forced = r->force(r->ud, forced, 64);
+            i_forced = 0;
+        }
+        const float *lg = masked_logits(g, r, logits);
+        lily_gen_token t = {0};
+        if (i_forced < n_forced) {
+            t.id = forced[i_forced++];
+            t.forced = 1;
+        } else {
+            t.id = lily_sampler_sample(smp, lg, g->hist, g->n_hist, &e);
+            if (t.id < 0) {
+                snprintf(res->error, sizeof res->error, "%s", e.msg);
+                res->finish = "error";
+                break;
+            }
+        }
+        t.logprob = lily_logprob(lg, g->vocab, t.id);
+        if (r->top_logprobs > 0)
+            t.n_top = lily_logprobs_top(lg, g->vocab, r->top_logprobs < LILY_GEN_MAX_TOP
+                                                          ? r->top_logprobs : LILY_GEN_MAX_TOP,
+                                        t.top_ids, t.top_lp);
+        if (lily_gen_is_eos(g, t.id)) {
+            res->finish = "stop";
+            res->eos = 1;
+            g->pending_eos = t.id;
+            break;
+        }
+        res->n_gen++;
+        lily_sampler_accept(smp, t.id);
+        const char *piece;
+        size_t plen = 0;
+        if (lily_detok_push(g->detok, t.id, &piece, &plen, &e)) piece = "", plen = 0;
+        lily_sb_clear(&text);
+        int hit = lily_stopstr_push(&stop, piece, plen, &text);
+        if (r->on_text(r->ud, &t, lily_sb_str(&text), text.len) || hit) {
+            res->finish = "stop";
+            break;
+        }
+        if (res->n_gen >= max_new || g->n_hist + 1 >= g->max_ctx) {
+            res->finish = "length";
+            break;
+        }
+        if (lily_session_decode(g->sess, t.id, &e)) {
+            snprintf(res->error, sizeof res->error, "%s", e.msg);
+            res->finish = "error";
+            lily_gen_reset(g);
+            break;
+        }
+        g->hist[g->n_hist++] = t.id;
+    }
+    res->decode_s = lily_now() - t0;
+    /* release what the detokenizer and the stop matcher still hold */
+    const char *tail;
+    size_t tlen;
+    lily_detok_flush(g->detok, &tail, &tlen);
+    lily_sb_clear(&text);
+    if (strcmp(res->finish, "cancelled") && strcmp(res->finish, "error")) {
+        lily_stopstr_push(&stop, tail, tlen, &text);
+        lily_stopstr_flush(&stop, &text);
+        r->on_text(r->ud, NULL, lily_sb_str(&text), text.len);
+    }
+    lily_sb_free(&text);
+    lily_stopstr_free(&stop);
+    lily_sampler_free(smp);
+    return 0;
+}
+
+void lily_gen_finish_turn(lily_gen *g) {
+    if (g->pending_eos < 0 || g->n_hist + 1 >= g->max_ctx) return;
+    lily_err e;
+    int32_t id = g->pending_eos;
+    g->pending_eos = -1;
+    if (lily_session_decode(g->sess, id, &e)) {
+        lily_gen_reset(g);
+        return;
+    }
+    g->hist[g->n_hist++] = id;
+    snapshot_here(g);
+}

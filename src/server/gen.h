@@ -1,0 +1,100 @@
+/* Generation over one engine session with prefix reuse: the part of a request that runs on the
+ * inference thread, shared by `lily serve`, `lily chat` and `lily run`.
+ *
+ * A lily_gen owns one session, the token history that session has consumed, and a prefix cache
+ * of snapshots. lily_gen_run resumes from the longest reusable prefix (the live session when its
+ * history is a prefix of the new prompt, else the longest cached snapshot), prefills the rest in
+ * pieces that end at message boundaries (snapshots are taken there: after the system prompt, at
+ * the start of the last two messages, and at the end of the prompt), then samples and decodes
+ * until an end-of-turn token, a stop string, the token budget, the callback, or cancellation.
+ * Decoded text is passed through the streaming detokenizer (no broken UTF-8) and the stop-string
+ * holdback before it reaches the caller. Not thread-safe: one thread drives a lily_gen. */
+#ifndef LILY_SERVER_GEN_H
+#define LILY_SERVER_GEN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "lily.h"
+#include "sampler/sampler.h"
+#include "server/request.h"
+#include "tokenizer/tokenizer.h"
+
+#define LILY_GEN_MAX_TOP 20
+
+typedef struct lily_gen lily_gen;
+
+typedef struct lily_gen_opts {
+    int max_ctx;          /* session context (0 = the model's maximum) */
+    size_t cache_bytes;   /* snapshot budget of the prefix cache (0 = no cache) */
+} lily_gen_opts;
+
+/* Information about one sampled token. */
+typedef struct lily_gen_token {
+    int32_t id;
+    int forced;                      /* inserted by the force callback, not sampled */
+    float logprob;                   /* log-softmax of the raw logits (after logit_bias) */
+    int n_top;                       /* entries in top_* (the request's top_logprobs) */
+    int32_t top_ids[LILY_GEN_MAX_TOP];
+    float top_lp[LILY_GEN_MAX_TOP];
+} lily_gen_token;
+
+typedef struct lily_gen_req {
+    const int32_t *prompt; /* borrowed */
+    int n_prompt;
+    lily_sampler_params sp;
+    const lily_logit_bias *bias; /* borrowed; ids outside the vocabulary are ignored */
+    int n_bias;
+    int32_t ban_id;  /* a token never to sample (tool_choice none: <tool_call>), or -1 */
+    int max_new;     /* generated-token budget (clamped to the context) */
+    char **stop;     /* borrowed */
+    int n_stop;
+    int top_logprobs; /* 0..LILY_GEN_MAX_TOP */
+    void *ud;
+    /* Polled between prefill chunks and decode steps; non-zero cancels. May be NULL. */
+    int (*cancelled)(void *ud);
+    /* Prefill progress over the tokens that need computing. May be NULL. */
+    void (*on_prefill)(void *ud, int done, int total);
+    /* A generated token and the text it released (may be empty). With tok == NULL: the end,
+     * with the text that was still held. Returning non-zero stops generation (finish "stop"). */
+    int (*on_text)(void *ud, const lily_gen_token *tok, const char *text, size_t len);
+    /* Before each sampling step: may write up to max token ids to emit instead of sampling;
+     * returns how many. May be NULL. */
+    int (*force)(void *ud, int32_t *ids, int max);
+} lily_gen_req;
+
+typedef struct lily_gen_result {
+    int n_prompt;
+    int n_cached;    /* prompt tokens reused (not recomputed) */
+    int n_prefilled; /* prompt tokens computed */
+    int n_gen;       /* generated tokens (end-of-turn token not counted) */
+    const char *finish; /* "stop", "length", "cancelled" or "error" */
+    int eos;         /* ended on an end-of-turn token */
+    double prefill_s, decode_s;
+    char error[512];
+} lily_gen_result;
+
+int lily_gen_create(lily_engine *eng, lily_tokenizer *tok, const lily_gen_opts *o,
+                    lily_gen **out, lily_err *e);
+void lily_gen_free(lily_gen *g);
+int lily_gen_max_ctx(const lily_gen *g);
+
+/* Runs one generation. Returns 0 (see res->finish, which is "error" with res->error on an
+ * engine failure) — the request's own problems were checked before. */
+int lily_gen_run(lily_gen *g, const lily_gen_req *r, lily_gen_result *res);
+
+/* After the caller has delivered the answer: consume the end-of-turn token of the last run (if
+ * it ended on one) and snapshot the end of the turn, so that a follow-up request that replays
+ * this turn resumes after it. Cheap to skip. */
+void lily_gen_finish_turn(lily_gen *g);
+
+/* Forgets the live session (the prefix cache is kept). */
+void lily_gen_reset(lily_gen *g);
+
+/* Prefix-cache occupancy for metrics. */
+void lily_gen_cache_stats(const lily_gen *g, int *entries, size_t *bytes);
+
+/* Is id an end-of-turn token (from the config's eos ids, <|im_end|>, <|endoftext|>)? */
+int lily_gen_is_eos(const lily_gen *g, int32_t id);
+
+#endif
