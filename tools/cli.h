@@ -26,5 +26,6 @@ int lily_cmd_mkmodel(int argc, char **argv);
 int lily_cmd_tokenize(int argc, char **argv);
 int lily_cmd_detokenize(int argc, char **argv);
 int lily_cmd_template(int argc, char **argv);
+int lily_cmd_serve(int argc, char **argv);
 
 #endif

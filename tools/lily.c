@@ -20,6 +20,7 @@ static const lily_command commands[] = {
     {"tokenize", lily_cmd_tokenize, "text -> token ids with a model's tokenizer.json"},
     {"detokenize", lily_cmd_detokenize, "token ids -> text with a model's tokenizer.json"},
     {"template", lily_cmd_template, "render a model's chat template for a request (JSON file)"},
+    {"serve", lily_cmd_serve, "OpenAI-compatible HTTP server (chat/completions, streaming, tools)"},
     {NULL, NULL, NULL},
 };
 
