@@ -5,6 +5,8 @@
 
 #include "base/err.h"
 #include "cli.h"
+
+#ifdef LILY_HAVE_SERVER
 #include "server/server.h"
 
 static void usage(FILE *f) {
@@ -114,3 +116,11 @@ out:
     free(keys);
     return rc;
 }
+
+#else
+int lily_cmd_serve(int argc, char **argv) {
+    (void)argc, (void)argv;
+    fprintf(stderr, "lily serve: this build has no server (-DLILY_SERVER=OFF)\n");
+    return 2;
+}
+#endif

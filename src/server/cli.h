@@ -1,0 +1,41 @@
+/* Shared pieces of the `lily run` and `lily chat` front ends: loading a model directory for
+ * chat (engine, tokenizer, chat template, generation defaults, a lily_gen with a prefix cache),
+ * rendering a message list to prompt tokens, and progress bars on a terminal. */
+#ifndef LILY_SERVER_CLI_H
+#define LILY_SERVER_CLI_H
+
+#include <cjson/cJSON.h>
+
+#include "chat/template.h"
+#include "server/gen.h"
+
+typedef struct lily_clichat {
+    lily_engine *eng;
+    lily_tokenizer *tok;
+    lily_template *tmpl;
+    lily_gen *gen;
+    lily_sampler_params defaults; /* from generation_config.json */
+    int tty;                      /* stderr is a terminal: draw progress bars */
+} lily_clichat;
+
+typedef struct lily_clichat_opts {
+    const char *model_dir;
+    lily_backend_kind backend;
+    int threads;
+    int ctx;             /* 0 = min(model, 32768) */
+    size_t cache_bytes;  /* prefix-cache budget */
+} lily_clichat_opts;
+
+int lily_clichat_open(const lily_clichat_opts *o, lily_clichat *c, lily_err *e);
+void lily_clichat_close(lily_clichat *c);
+
+/* Renders messages (with the generation prompt; think < 0 leaves the template default) and
+ * tokenizes. *open_think tells whether the prompt ends inside <think>. */
+int lily_clichat_encode(lily_clichat *c, const cJSON *messages, int think, int32_t **ids,
+                        int *n, int *open_think, lily_err *e);
+
+/* A prefill progress callback for lily_gen_req.on_prefill (ud: the lily_clichat): draws a bar
+ * on stderr for prefills of more than 256 tokens when stderr is a terminal. */
+void lily_clichat_prefill_bar(void *ud, int done, int total);
+
+#endif

@@ -1,0 +1,139 @@
+/* lily run: one-shot generation. Renders the chat template with one user message (and an
+ * optional system prompt), streams the decoded text to stdout, prints speed to stderr. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "cli.h"
+
+#ifdef LILY_HAVE_SERVER
+#include "server/cli.h"
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: lily run --model DIR -p PROMPT [options]\n"
+            "  -n N                max new tokens (default 256)\n"
+            "  --temp T --top-k K --top-p P --min-p P --seed S   sampling (default: the\n"
+            "                      model's generation_config.json)\n"
+            "  --system TEXT       system prompt\n"
+            "  --think on|off      thinking switch (default: the template's)\n"
+            "  --raw               no chat template: the prompt is the text to continue\n"
+            "  --ctx N --backend cpu|cuda --threads N\n");
+}
+
+static int on_text(void *ud, const lily_gen_token *t, const char *text, size_t len) {
+    (void)ud, (void)t;
+    fwrite(text, 1, len, stdout);
+    fflush(stdout);
+    return 0;
+}
+
+int lily_cmd_run(int argc, char **argv) {
+    lily_clichat_opts co = {.cache_bytes = 0};
+    const char *prompt = NULL, *system = NULL;
+    int n_new = 256, think = -1, raw = 0, seed_set = 0;
+    double temp = -1, top_p = -1, min_p = -1;
+    long top_k = -1, seed = 0, x;
+    for (int i = 0; i < argc; i++) {
+        const char *a = argv[i], *v;
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            usage(stdout);
+            return 0;
+        }
+        if (!strcmp(a, "--raw")) {
+            raw = 1;
+            continue;
+        }
+        if (!(v = lily_cli_value(argc, argv, &i))) return 2;
+        if (!strcmp(a, "--model")) co.model_dir = v;
+        else if (!strcmp(a, "-p") || !strcmp(a, "--prompt")) prompt = v;
+        else if (!strcmp(a, "--system")) system = v;
+        else if (!strcmp(a, "-n") && !lily_cli_size(v, &x) && x > 0) n_new = (int)x;
+        else if (!strcmp(a, "--temp")) temp = atof(v);
+        else if (!strcmp(a, "--top-p")) top_p = atof(v);
+        else if (!strcmp(a, "--min-p")) min_p = atof(v);
+        else if (!strcmp(a, "--top-k") && !lily_cli_size(v, &x)) top_k = x;
+        else if (!strcmp(a, "--seed") && !lily_cli_size(v, &x)) seed = x, seed_set = 1;
+        else if (!strcmp(a, "--think") && (!strcmp(v, "on") || !strcmp(v, "off")))
+            think = !strcmp(v, "on");
+        else if (!strcmp(a, "--ctx") && !lily_cli_size(v, &x) && x > 1) co.ctx = (int)x;
+        else if (!strcmp(a, "--threads") && !lily_cli_size(v, &x)) co.threads = (int)x;
+        else if (!strcmp(a, "--backend")) {
+            if (lily_cli_backend(v, &co.backend)) return 2;
+        } else {
+            fprintf(stderr, "lily run: bad option %s %s\n", a, v);
+            usage(stderr);
+            return 2;
+        }
+    }
+    if (!co.model_dir || !prompt) {
+        usage(stderr);
+        return 2;
+    }
+    lily_clichat c;
+    lily_err e;
+    if (lily_clichat_open(&co, &c, &e)) {
+        fprintf(stderr, "lily run: %s\n", e.msg);
+        return 1;
+    }
+    int32_t *ids = NULL;
+    int n = 0, open_think = 0, rc = 1;
+    if (raw) {
+        size_t nn;
+        if (lily_tokenizer_encode(c.tok, prompt, strlen(prompt), &ids, &nn, &e)) goto fail;
+        n = (int)nn;
+    } else {
+        cJSON *msgs = cJSON_CreateArray();
+        if (system) {
+            cJSON *s = cJSON_CreateObject();
+            cJSON_AddStringToObject(s, "role", "system");
+            cJSON_AddStringToObject(s, "content", system);
+            cJSON_AddItemToArray(msgs, s);
+        }
+        cJSON *u = cJSON_CreateObject();
+        cJSON_AddStringToObject(u, "role", "user");
+        cJSON_AddStringToObject(u, "content", prompt);
+        cJSON_AddItemToArray(msgs, u);
+        int r = lily_clichat_encode(&c, msgs, think, &ids, &n, &open_think, &e);
+        cJSON_Delete(msgs);
+        if (r) goto fail;
+    }
+    lily_gen_req g = {.prompt = ids, .n_prompt = n, .sp = c.defaults, .ban_id = -1,
+                      .max_new = n_new, .on_text = on_text, .on_prefill =
+                      lily_clichat_prefill_bar, .ud = &c};
+    if (temp >= 0) g.sp.temperature = (float)temp;
+    if (top_p >= 0) g.sp.top_p = (float)top_p;
+    if (min_p >= 0) g.sp.min_p = (float)min_p;
+    if (top_k >= 0) g.sp.top_k = (int)top_k;
+    g.sp.seed = seed_set ? (uint64_t)seed : (uint64_t)time(NULL);
+    g.ud = &c;
+    if (open_think) fputs("<think>\n", stdout);
+    lily_gen_result res;
+    lily_gen_run(c.gen, &g, &res);
+    fputc('\n', stdout);
+    if (!strcmp(res.finish, "error")) {
+        fprintf(stderr, "lily run: %s\n", res.error);
+    } else {
+        fprintf(stderr, "[prompt %d tokens: %.1f tok/s; generated %d tokens: %.1f tok/s; %s]\n",
+                n, res.prefill_s > 0 ? res.n_prefilled / res.prefill_s : 0, res.n_gen,
+                res.decode_s > 0 ? res.n_gen / res.decode_s : 0, res.finish);
+        rc = 0;
+    }
+    free(ids);
+    lily_clichat_close(&c);
+    return rc;
+fail:
+    fprintf(stderr, "lily run: %s\n", e.msg);
+    free(ids);
+    lily_clichat_close(&c);
+    return 1;
+}
+
+#else
+int lily_cmd_run(int argc, char **argv) {
+    (void)argc, (void)argv;
+    fprintf(stderr, "lily run: this build has no server module (-DLILY_SERVER=OFF)\n");
+    return 2;
+}
+#endif
