@@ -27,5 +27,7 @@ int lily_cmd_tokenize(int argc, char **argv);
 int lily_cmd_detokenize(int argc, char **argv);
 int lily_cmd_template(int argc, char **argv);
 int lily_cmd_serve(int argc, char **argv);
+int lily_cmd_chat(int argc, char **argv);
+int lily_cmd_run(int argc, char **argv);
 
 #endif

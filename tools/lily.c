@@ -21,6 +21,8 @@ static const lily_command commands[] = {
     {"detokenize", lily_cmd_detokenize, "token ids -> text with a model's tokenizer.json"},
     {"template", lily_cmd_template, "render a model's chat template for a request (JSON file)"},
     {"serve", lily_cmd_serve, "OpenAI-compatible HTTP server (chat/completions, streaming, tools)"},
+    {"chat", lily_cmd_chat, "interactive chat in the terminal (reuses state between turns)"},
+    {"run", lily_cmd_run, "one-shot: one prompt in, streamed text out"},
     {NULL, NULL, NULL},
 };
 
