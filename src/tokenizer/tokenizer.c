@@ -16,7 +16,12 @@ static int parse_json(const char *buf, size_t len, const char *name, cJSON **out
     *out = cJSON_ParseWithLengthOpts(buf, len, &end, 0);
     if (!*out) {
         size_t at = end && end >= buf && end <= buf + len ? (size_t)(end - buf) : len;
-        if (at >= len) return lily_fail(e, "%s: JSON is truncated or empty (%zu bytes)", name, len);
+        size_t rest = at;
+        while (rest < len && (buf[rest] == ' ' || buf[rest] == '\n' || buf[rest] == '\r' ||
+                              buf[rest] == '\t'))
+            rest++;
+        if (rest >= len)
+            return lily_fail(e, "%s: JSON is truncated or empty (%zu bytes)", name, len);
         return lily_fail(e, "%s: invalid JSON near byte %zu", name, at);
     }
     return 0;

@@ -140,6 +140,7 @@ int lily_utf8_is_space(uint32_t cp) {
 
 size_t lily_utf8_lossy(const unsigned char *s, size_t n, int final, lily_u8buf *out) {
     static const unsigned char fffd[3] = {0xEF, 0xBF, 0xBD};
+    if (!n) return 0; /* s may be NULL then */
     size_t i = 0, run = 0; /* [run, i) is valid text not yet copied */
     while (i < n) {
         if (s[i] < 0x80) {

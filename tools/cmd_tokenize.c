@@ -1,0 +1,256 @@
+/* lily tokenize / lily detokenize: text <-> token ids with a model directory's tokenizer.json.
+ *
+ *   lily tokenize --model DIR [--file F]     UTF-8 text (stdin or F) -> ids on one line
+ *   lily tokenize --model DIR --jsonl [...]  one JSON string per input line -> one line of ids
+ *   lily tokenize --model DIR --bench F      encode throughput on F (MB/s, one thread)
+ *   lily detokenize --model DIR              whitespace-separated ids on stdin -> text */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/err.h"
+#include "base/file.h"
+#include "base/timer.h"
+#include "cli.h"
+#include "tokenizer/tokenizer.h"
+#include "tokenizer/utf8.h"
+
+/* Reads all of f into a heap buffer (caller frees). */
+static int read_all(FILE *f, char **out, size_t *len) {
+    size_t cap = 1 << 16, n = 0;
+    char *buf = lily_xmalloc(cap);
+    for (;;) {
+        if (n == cap) buf = lily_xrealloc(buf, cap *= 2);
+        size_t k = fread(buf + n, 1, cap - n, f);
+        n += k;
+        if (k == 0) break;
+    }
+    if (ferror(f)) {
+        free(buf);
+        return -1;
+    }
+    *out = buf;
+    *len = n;
+    return 0;
+}
+
+static int read_input(const char *file, char **buf, size_t *len) {
+    if (!file) {
+        if (read_all(stdin, buf, len)) {
+            fprintf(stderr, "lily: cannot read stdin: %s\n", strerror(errno));
+            return -1;
+        }
+        return 0;
+    }
+    lily_err e;
+    if (lily_read_file(file, (size_t)1 << 32, buf, len, &e)) {
+        fprintf(stderr, "lily: %s\n", e.msg);
+        return -1;
+    }
+    return 0;
+}
+
+static int open_tok(const char *model, lily_tokenizer **tok) {
+    lily_err e;
+    if (!model) {
+        fprintf(stderr, "lily: --model DIR is required\n");
+        return -1;
+    }
+    if (lily_tokenizer_open(model, tok, &e)) {
+        fprintf(stderr, "lily: %s\n", e.msg);
+        return -1;
+    }
+    return 0;
+}
+
+/* Encodes the text of file repeatedly for about a second and reports MB/s and tokens/s. */
+static int bench(lily_tokenizer *tok, const char *file) {
+    char *text;
+    size_t len;
+    if (read_input(file, &text, &len)) return 1;
+    lily_err e;
+    int32_t *ids;
+    size_t n;
+    double t0 = lily_now();
+    if (lily_tokenizer_encode(tok, text, len, &ids, &n, &e)) {
+        fprintf(stderr, "lily: %s\n", e.msg);
+        free(text);
+        return 1;
+    }
+    double first = lily_now() - t0;
+    free(ids);
+    int reps = 0;
+    double best = first, start = lily_now();
+    while (lily_now() - start < 1.0 || reps < 3) {
+        double a = lily_now();
+        if (lily_tokenizer_encode(tok, text, len, &ids, &n, &e)) {
+            fprintf(stderr, "lily: %s\n", e.msg);
+            free(text);
+            return 1;
+        }
+        double dt = lily_now() - a;
+        if (dt < best) best = dt;
+        free(ids);
+        reps++;
+    }
+    printf("bytes %zu tokens %zu\n", len, n);
+    printf("first (cold cache) %.2f ms  %.1f MB/s\n", first * 1e3, len / first / 1e6);
+    printf("best of %d (warm)   %.2f ms  %.1f MB/s  %.2f Mtok/s\n", reps, best * 1e3,
+           len / best / 1e6, n / best / 1e6);
+    free(text);
+    return 0;
+}
+
+static void print_ids(const int32_t *ids, size_t n) {
+    for (size_t i = 0; i < n; i++) printf(i ? " %d" : "%d", (int)ids[i]);
+    printf("\n");
+}
+
+/* --jsonl: each line of text is a JSON string (so texts may hold newlines); prints one line of
+ * ids per input line. Lines are split on '\n' only. */
+static int tokenize_jsonl(lily_tokenizer *tok, const char *text, size_t len) {
+    size_t line = 0;
+    lily_u8buf s = {0};
+    int rc = 0;
+    for (size_t pos = 0; pos < len && !rc; line++) {
+        const char *nl = memchr(text + pos, '\n', len - pos);
+        size_t end = nl ? (size_t)(nl - text) : len;
+        s.n = 0;
+        int32_t *ids;
+        size_t n;
+        lily_err e;
+        if (lily_utf8_json_string(text + pos, end - pos, &s)) {
+            fprintf(stderr, "lily tokenize: line %zu is not a JSON string\n", line + 1);
+            rc = 1;
+        } else if (lily_tokenizer_encode(tok, (const char *)s.p, s.n, &ids, &n, &e)) {
+            fprintf(stderr, "lily tokenize: line %zu: %s\n", line + 1, e.msg);
+            rc = 1;
+        } else {
+            print_ids(ids, n);
+            free(ids);
+        }
+        pos = end + 1;
+    }
+    lily_u8buf_free(&s);
+    return rc || ferror(stdout) ? 1 : 0;
+}
+
+int lily_cmd_tokenize(int argc, char **argv) {
+    const char *model = NULL, *file = NULL, *bench_file = NULL;
+    int jsonl = 0;
+    for (int i = 0; i < argc; i++) {
+        if (!strcmp(argv[i], "--model")) {
+            if (!(model = lily_cli_value(argc, argv, &i))) return 2;
+        } else if (!strcmp(argv[i], "--file")) {
+            if (!(file = lily_cli_value(argc, argv, &i))) return 2;
+        } else if (!strcmp(argv[i], "--jsonl")) {
+            jsonl = 1;
+        } else if (!strcmp(argv[i], "--bench")) {
+            if (!(bench_file = lily_cli_value(argc, argv, &i))) return 2;
+        } else if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
+            printf("usage: lily tokenize --model DIR [--jsonl] [--file F | --bench F]\n"
+                   "Reads UTF-8 text (stdin or F) and prints its token ids on one line.\n"
+                   "--jsonl reads one JSON string per line and prints one line of ids each.\n"
+                   "--bench F encodes F repeatedly on one thread and prints MB/s.\n");
+            return 0;
+        } else {
+            fprintf(stderr, "lily tokenize: unknown option '%s'\n", argv[i]);
+            return 2;
+        }
+    }
+    lily_tokenizer *tok;
+    if (open_tok(model, &tok)) return 1;
+    if (bench_file) {
+        int rc = bench(tok, bench_file);
+        lily_tokenizer_free(tok);
+        return rc;
+    }
+    char *text;
+    size_t len;
+    if (read_input(file, &text, &len)) {
+        lily_tokenizer_free(tok);
+        return 1;
+    }
+    if (jsonl) {
+        int rc = tokenize_jsonl(tok, text, len);
+        free(text);
+        lily_tokenizer_free(tok);
+        return rc;
+    }
+    int32_t *ids;
+    size_t n;
+    lily_err e;
+    int rc = lily_tokenizer_encode(tok, text, len, &ids, &n, &e);
+    free(text);
+    lily_tokenizer_free(tok);
+    if (rc) {
+        fprintf(stderr, "lily tokenize: %s\n", e.msg);
+        return 1;
+    }
+    print_ids(ids, n);
+    free(ids);
+    return ferror(stdout) ? 1 : 0;
+}
+
+int lily_cmd_detokenize(int argc, char **argv) {
+    const char *model = NULL;
+    for (int i = 0; i < argc; i++) {
+        if (!strcmp(argv[i], "--model")) {
+            if (!(model = lily_cli_value(argc, argv, &i))) return 2;
+        } else if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
+            printf("usage: lily detokenize --model DIR\n"
+                   "Reads whitespace-separated token ids on stdin and writes their text.\n");
+            return 0;
+        } else {
+            fprintf(stderr, "lily detokenize: unknown option '%s'\n", argv[i]);
+            return 2;
+        }
+    }
+    lily_tokenizer *tok;
+    if (open_tok(model, &tok)) return 1;
+    char *in;
+    size_t len;
+    if (read_input(NULL, &in, &len)) {
+        lily_tokenizer_free(tok);
+        return 1;
+    }
+    in = lily_xrealloc(in, len + 1);
+    in[len] = 0;
+    int32_t *ids = lily_xmalloc((len / 2 + 1) * sizeof *ids);
+    size_t n = 0;
+    int rc = 0;
+    for (char *p = in; *p;) {
+        while (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r') p++;
+        if (!*p) break;
+        char *end;
+        errno = 0;
+        long v = strtol(p, &end, 10);
+        if (end == p || errno || v < INT32_MIN || v > INT32_MAX ||
+            (*end && *end != ' ' && *end != '\t' && *end != '\n' && *end != '\r')) {
+            int w = (int)strcspn(p, " \t\r\n");
+            fprintf(stderr, "lily detokenize: '%.*s' is not a token id\n", w > 40 ? 40 : w, p);
+            rc = 1;
+            break;
+        }
+        ids[n++] = (int32_t)v;
+        p = end;
+    }
+    if (!rc) {
+        char *text;
+        size_t tl;
+        lily_err e;
+        if (lily_tokenizer_decode(tok, ids, n, &text, &tl, &e)) {
+            fprintf(stderr, "lily detokenize: %s\n", e.msg);
+            rc = 1;
+        } else {
+            fwrite(text, 1, tl, stdout);
+            free(text);
+            if (ferror(stdout)) rc = 1;
+        }
+    }
+    free(ids);
+    free(in);
+    lily_tokenizer_free(tok);
+    return rc;
+}
