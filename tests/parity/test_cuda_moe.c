@@ -258,6 +258,10 @@ int main(void) {
     prefill_case(&f, 33, 0);
     prefill_case(&f, 50, 2);
     fix_free(&f);
+    if (fix_make(&f, 32, 4, 256, 128, 192, 1)) return pt_finish(); /* Is != I */
+    decode_case(&f);
+    prefill_case(&f, 65, 0);
+    fix_free(&f);
     if (fix_make(&f, 0, 0, 512, 0, 1344, 0)) return pt_finish();
     decode_case(&f);
     prefill_case(&f, 45, 0);

@@ -182,12 +182,14 @@ struct dn_params {
     const float *h;
     const int32_t *idx;
     const float *wt, *sg;
-    int k, has_shared, I, H, imax;
+    int k, has_shared, I, Is, H, imax;
     mat_ref down, sdown;
     float *x;
 };
 
-/* grid: blocks over the H output rows. */
+/* grid: blocks over the H output rows. Slot s < k is routed expert idx[s] (I columns); slot k is
+ * the shared expert (Is columns). Slot s's x sits at s * stride floats in the transposed layout,
+ * its chunk sums right after it. */
 template <int DT, int LPR>
 __global__ void __launch_bounds__(kThreads) moe_down_kernel(const __grid_constant__ dn_params p) {
     extern __shared__ float4 smem4[];
@@ -195,12 +197,13 @@ __global__ void __launch_bounds__(kThreads) moe_down_kernel(const __grid_constan
     __shared__ const uint8_t *s_w[kMaxK + 1];
     __shared__ const uint32_t *s_sb[kMaxK + 1];
     constexpr int epc = wtype<DT>::epc;
-    const int nchunk = p.I / epc, ns = p.k + p.has_shared;
-    const int stride = p.I + nchunk; /* floats per slot: xs then xsum */
+    const int ns = p.k + p.has_shared;
+    const int stride = p.imax + p.imax / epc;
     float *sm = (float *)smem4;
-    for (int i = threadIdx.x; i < ns * p.I; i += blockDim.x) {
-        int s = i / p.I, c = i % p.I;
-        sm[s * stride + xs_index(c, epc, nchunk)] = p.h[(size_t)s * p.imax + c];
+    for (int s = 0; s < ns; s++) {
+        int cols = s < p.k ? p.I : p.Is;
+        for (int c = threadIdx.x; c < cols; c += blockDim.x)
+            sm[s * stride + xs_index(c, epc, cols / epc)] = p.h[(size_t)s * p.imax + c];
     }
     if (threadIdx.x < ns) {
         int s = threadIdx.x;
@@ -216,13 +219,14 @@ __global__ void __launch_bounds__(kThreads) moe_down_kernel(const __grid_constan
         }
     }
     __syncthreads();
-    for (int s = 0; s < ns; s++) store_xsum<DT>(sm + s * stride, sm + s * stride + p.I, nchunk);
+    for (int s = 0; s < ns; s++) {
+        int cols = s < p.k ? p.I : p.Is;
+        store_xsum<DT>(sm + s * stride, sm + s * stride + cols, cols / epc);
+    }
     __syncthreads();
     constexpr int rpg = 32 / LPR;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int sub = lane / LPR, sl = lane % LPR;
-    const size_t rb = dmat_row_bytes(DT, p.I);
-    const int ng = p.I / 64;
     for (int base = (blockIdx.x * (kThreads / 32) + warp) * rpg; base < p.H;
          base += gridDim.x * (kThreads / 32) * rpg) {
         const int o = base + sub;
@@ -230,27 +234,33 @@ __global__ void __launch_bounds__(kThreads) moe_down_kernel(const __grid_constan
         for (int s0 = 0; s0 < ns; s0 += 4) {
             const uint8_t *wr[4];
             const uint32_t *sbr[4];
+            int nc[4];
             float acc[4];
+            int ncmax = 0;
 #pragma unroll
             for (int i = 0; i < 4; i++) {
-                bool ok = s0 + i < ns && o < p.H;
-                wr[i] = ok ? s_w[s0 + i] + (size_t)o * rb : nullptr;
-                sbr[i] = ok && s_sb[s0 + i] ? s_sb[s0 + i] + (size_t)o * ng : nullptr;
+                int s = s0 + i;
+                bool ok = s < ns && o < p.H;
+                int cols = s < p.k ? p.I : p.Is;
+                nc[i] = ok ? cols / epc : 0;
+                ncmax = nc[i] > ncmax ? nc[i] : ncmax;
+                wr[i] = ok ? s_w[s] + (size_t)o * dmat_row_bytes(DT, cols) : nullptr;
+                sbr[i] = ok && s_sb[s] ? s_sb[s] + (size_t)o * (cols / 64) : nullptr;
                 acc[i] = 0.f;
             }
-            for (int c = sl; c < nchunk; c += LPR) {
+            for (int c = sl; c < ncmax; c += LPR) {
                 uint4 w[4];
 #pragma unroll
                 for (int i = 0; i < 4; i++)
-                    w[i] = wr[i] ? ldg_stream(wr[i] + (size_t)c * 16) : make_uint4(0, 0, 0, 0);
+                    w[i] = c < nc[i] ? ldg_stream(wr[i] + (size_t)c * 16) : make_uint4(0, 0, 0, 0);
 #pragma unroll
                 for (int i = 0; i < 4; i++) {
-                    if (!wr[i]) continue;
+                    if (c >= nc[i]) continue;
                     const float *xs = sm + (s0 + i) * stride;
-                    float d = chunk_dot<DT>(w[i], (const float4 *)xs, c, nchunk);
+                    float d = chunk_dot<DT>(w[i], (const float4 *)xs, c, nc[i]);
                     if (DT != LILY_CW_BF16) {
                         uint32_t sb = __ldg(sbr[i] + c / wtype<DT>::cpg);
-                        d = fmaf(lo_bf16(sb), d, hi_bf16(sb) * xs[p.I + c]);
+                        d = fmaf(lo_bf16(sb), d, hi_bf16(sb) * xs[nc[i] * epc + c]);
                     }
                     acc[i] += d;
                 }
@@ -285,7 +295,7 @@ int launch_gu(const gu_params &p, int slots, lily_cuda_stream st, lily_err *e) {
 template <int DT, int LPR>
 int launch_dn(const dn_params &p, lily_cuda_stream st, lily_err *e) {
     int ns = p.k + p.has_shared;
-    size_t smem = (size_t)ns * (p.I + p.I / wtype<DT>::epc) * 4;
+    size_t smem = (size_t)ns * (p.imax + p.imax / wtype<DT>::epc) * 4;
     if (smem > 40 * 1024)
         LILY_CU_TRY(cudaFuncSetAttribute(moe_down_kernel<DT, LPR>,
                                          cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem),
@@ -308,7 +318,7 @@ template <int DT> int launch_gu_dt(const gu_params &p, int slots, lily_cuda_stre
     }
 }
 template <int DT> int launch_dn_dt(const dn_params &p, lily_cuda_stream st, lily_err *e) {
-    switch (lpr_for(p.I / wtype<DT>::epc)) {
+    switch (lpr_for((p.k ? p.I : p.Is) / wtype<DT>::epc)) {
     case 32: return launch_dn<DT, 32>(p, st, e);
     case 16: return launch_dn<DT, 16>(p, st, e);
     case 8: return launch_dn<DT, 8>(p, st, e);
@@ -326,10 +336,9 @@ int check_moe(const lily_cuda_moe *m, lily_err *e) {
     if (m->k == 0 && !m->sh_gate) return lily_fail(e, "moe: neither experts nor a shared expert");
     const lily_dmat *g = m->k ? m->gate : m->sh_gate, *d = m->k ? m->down : m->sh_down;
     if (m->sh_gate && m->k &&
-        (m->sh_gate->dt != g->dt || m->sh_down->dt != d->dt || m->sh_gate->rows != g->rows ||
-         m->sh_up->dt != g->dt))
+        (m->sh_gate->dt != g->dt || m->sh_down->dt != d->dt || m->sh_up->dt != g->dt))
         return lily_fail(e, "moe: the fused CUDA kernels need the shared expert in the experts'"
-                            " format and width");
+                            " weight format");
     if (m->up && (m->up->dt != g->dt)) return lily_fail(e, "moe: gate and up differ in format");
     return 0;
 }
@@ -404,7 +413,8 @@ extern "C" int lily_cuda_moe_decode(const lily_cuda_moe *m, float *x, const floa
     q.sg = p.sg;
     q.k = m->k;
     q.has_shared = m->sh_gate != nullptr;
-    q.I = dn->cols;
+    q.I = m->k ? m->down->cols : 0;
+    q.Is = m->sh_down ? m->sh_down->cols : 0;
     q.H = dn->rows;
     q.imax = d.imax;
     q.down = ref_of(m->down);

@@ -1,0 +1,613 @@
+/* The CUDA backend: implements the backend contract (backend.h) on one GPU.
+ *
+ * Residency: open uploads every weight once (cuda_mem.h says in which form) plus the norms and
+ * GDN parameters as fp32; nothing is read from host memory afterwards. A state (one per session or
+ * snapshot) holds, on the device, a bf16 K and V cache of max_ctx rows per attention layer, and
+ * per GDN layer the fp32 conv state [K-1][C] and recurrent state [Nv][Dk][Dv] (gdn.h layout).
+ * state_copy is device-to-device.
+ *
+ * Decode (n == 1) runs the fused GEMV/MoE/GDN/attention kernels; the whole step (embedding to
+ * logits and argmax) is captured once per state as a CUDA graph and replayed for every token:
+ * the token id and position are read from device memory, refreshed by two small copies before
+ * each replay. Prefill runs a chunk through the tensor-core GEMMs, the grouped MoE, the GDN scan
+ * and flash attention on one stream with no host synchronisation inside the chunk. Scratch is
+ * sized at open for the prefill chunk, so memory beyond the KV caches does not grow with the
+ * prompt. Calls on one backend are serialised by a mutex. */
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/cuda/attn.h"
+#include "backend/cuda/common.cuh"
+#include "backend/cuda/gdn.h"
+#include "backend/cuda/gemm.h"
+#include "backend/cuda/gemv.h"
+#include "backend/cuda/misc.h"
+#include "backend/cuda/moe.h"
+
+extern "C" {
+#include "backend/backend.h"
+}
+
+namespace {
+
+constexpr int kMaxSplits = 128; /* decode attention splits (device-side choice below this) */
+
+struct cu_layer {
+    float *in_norm, *post_norm;
+    lily_dmat q, k, v, o;
+    float *q_norm, *k_norm;
+    lily_dmat qkv, z, b, a, out;
+    float *conv_w, *dt_bias, *A_log, *gdn_norm;
+    lily_dmat router, gate, up, down, sh_gate, sh_up, sh_down, sh_gw;
+    lily_cuda_moe moe;
+};
+
+} // namespace
+
+struct lily_backend {
+    const lily_model *m;
+    int chunk, C, qw, kvw, Zw, maxw;
+    cudaStream_t st;
+    pthread_mutex_t mu;
+    lily_dmat embed, lm_head_own;
+    const lily_dmat *lm_head;
+    float *final_norm, *inv_freq;
+    cu_layer *L;
+    /* scratch */
+    float *x, *a, *buf[5], *attn_part, *logits, *logits_all;
+    void *moe_dec, *moe_pre;
+    int32_t *d_tok, *d_pos, *d_argmax;
+    int32_t *h_tok, *h_pos; /* pinned */
+    int logits_all_rows;
+    size_t weight_bytes;
+};
+
+struct lily_bstate {
+    int max_ctx, splits;
+    uint16_t **k, **v;
+    float **conv, **S;
+    cudaGraphExec_t graph;
+};
+
+namespace {
+
+int up_mat(const lily_mat *m, lily_dmat *d, size_t *bytes, lily_err *e, const char *what, int l) {
+    if (!m->w) return 0; /* absent (e.g. no shared expert) */
+    if (lily_cuda_dmat_upload(m, 1, d, e)) return lily_fail_prefix(e, "layer %d %s", l, what);
+    *bytes += lily_cuda_dmat_bytes(d);
+    return 0;
+}
+
+int up_f32(const float *h, size_t n, float **d, lily_err *e) {
+    if (!h) {
+        *d = nullptr;
+        return 0;
+    }
+    *d = lily_cuda_upload_f32(h, n, e);
+    return *d ? 0 : -1;
+}
+
+void free_layer(cu_layer *c) {
+    lily_dmat *ms[] = {&c->q, &c->k, &c->v, &c->o, &c->qkv, &c->z, &c->b, &c->a, &c->out,
+                       &c->router, &c->gate, &c->up, &c->down, &c->sh_gate, &c->sh_up,
+                       &c->sh_down, &c->sh_gw};
+    for (lily_dmat *d : ms) lily_cuda_dmat_free(d);
+    float *fs[] = {c->in_norm, c->post_norm, c->q_norm, c->k_norm, c->conv_w, c->dt_bias,
+                   c->A_log, c->gdn_norm};
+    for (float *f : fs) lily_cuda_free(f);
+}
+
+int check_config(const lily_config *c, lily_err *e) {
+    int has_gdn = 0, has_attn = 0;
+    for (int l = 0; l < c->n_layers; l++) (c->layer_is_attn[l] ? has_attn : has_gdn) = 1;
+    if (has_gdn && (c->lin_dk != 128 || c->lin_dv % 8 || c->lin_nk < 1 || c->lin_nv % c->lin_nk))
+        return lily_fail(e, "CUDA backend: GDN shape Nk=%d Nv=%d Dk=%d Dv=%d unsupported (needs"
+                            " Dk=128, Dv%%8==0)", c->lin_nk, c->lin_nv, c->lin_dk, c->lin_dv);
+    if (has_gdn && (c->conv_k < 2 || c->conv_k > 6))
+        return lily_fail(e, "CUDA backend: conv width %d unsupported (2..6)", c->conv_k);
+    if (has_attn) {
+        int G = c->n_kv_heads > 0 ? c->n_q_heads / c->n_kv_heads : 0;
+        if ((c->head_dim != 64 && c->head_dim != 128 && c->head_dim != 256) ||
+            c->n_kv_heads < 1 || c->n_q_heads % c->n_kv_heads ||
+            (G != 1 && G != 2 && G != 4 && G != 8 && G != 16) || c->rope_dim > c->head_dim)
+            return lily_fail(e, "CUDA backend: attention shape Nq=%d Nkv=%d Dh=%d unsupported",
+                             c->n_q_heads, c->n_kv_heads, c->head_dim);
+    }
+    if (c->hidden % 64) return lily_fail(e, "CUDA backend: hidden size %d not a multiple of 64",
+                                         c->hidden);
+    return 0;
+}
+
+int upload_layer(const lily_model *m, int l, cu_layer *c, size_t *bytes, lily_err *e) {
+    const lily_config *cf = &m->cfg;
+    const lily_layer *ly = &m->layers[l];
+    int H = cf->hidden;
+    memset(c, 0, sizeof *c);
+    if (up_f32(ly->in_norm, H, &c->in_norm, e) || up_f32(ly->post_norm, H, &c->post_norm, e))
+        return -1;
+    if (ly->is_attn) {
+        if (up_mat(&ly->q_proj, &c->q, bytes, e, "q_proj", l) ||
+            up_mat(&ly->k_proj, &c->k, bytes, e, "k_proj", l) ||
+            up_mat(&ly->v_proj, &c->v, bytes, e, "v_proj", l) ||
+            up_mat(&ly->o_proj, &c->o, bytes, e, "o_proj", l) ||
+            up_f32(ly->q_norm, cf->head_dim, &c->q_norm, e) ||
+            up_f32(ly->k_norm, cf->head_dim, &c->k_norm, e))
+            return -1;
+    } else {
+        int C = 2 * cf->lin_nk * cf->lin_dk + cf->lin_nv * cf->lin_dv;
+        if (up_mat(&ly->qkv_proj, &c->qkv, bytes, e, "in_proj_qkv", l) ||
+            up_mat(&ly->z_proj, &c->z, bytes, e, "in_proj_z", l) ||
+            up_mat(&ly->b_proj, &c->b, bytes, e, "in_proj_b", l) ||
+            up_mat(&ly->a_proj, &c->a, bytes, e, "in_proj_a", l) ||
+            up_mat(&ly->out_proj, &c->out, bytes, e, "out_proj", l) ||
+            up_f32(ly->conv_w, (size_t)C * cf->conv_k, &c->conv_w, e) ||
+            up_f32(ly->dt_bias, cf->lin_nv, &c->dt_bias, e) ||
+            up_f32(ly->A_log, cf->lin_nv, &c->A_log, e) ||
+            up_f32(ly->gdn_norm, cf->lin_dv, &c->gdn_norm, e))
+            return -1;
+    }
+    lily_cuda_moe *mo = &c->moe;
+    memset(mo, 0, sizeof *mo);
+    if (cf->is_moe) {
+        int E = cf->n_experts;
+        if (up_mat(&ly->router, &c->router, bytes, e, "router", l)) return -1;
+        if (lily_cuda_dmat_upload(ly->exp_gate, E, &c->gate, e) ||
+            lily_cuda_dmat_upload(ly->exp_up, E, &c->up, e) ||
+            lily_cuda_dmat_upload(ly->exp_down, E, &c->down, e))
+            return lily_fail_prefix(e, "layer %d experts", l);
+        *bytes += lily_cuda_dmat_bytes(&c->gate) + lily_cuda_dmat_bytes(&c->up) +
+                  lily_cuda_dmat_bytes(&c->down);
+        if (cf->shared_inter > 0 &&
+            (up_mat(&ly->sh_gate, &c->sh_gate, bytes, e, "shared gate_proj", l) ||
+             up_mat(&ly->sh_up, &c->sh_up, bytes, e, "shared up_proj", l) ||
+             up_mat(&ly->sh_down, &c->sh_down, bytes, e, "shared down_proj", l) ||
+             up_mat(&ly->sh_gate_w, &c->sh_gw, bytes, e, "shared_expert_gate", l)))
+            return -1;
+        mo->E = E;
+        mo->k = cf->top_k;
+        mo->norm = cf->norm_topk_prob;
+        mo->router = &c->router;
+        mo->gate = &c->gate;
+        mo->up = &c->up;
+        mo->down = &c->down;
+        if (c->sh_gate.w) {
+            mo->sh_gate = &c->sh_gate;
+            mo->sh_up = &c->sh_up;
+            mo->sh_down = &c->sh_down;
+            mo->sh_gate_w = c->sh_gw.w ? &c->sh_gw : nullptr;
+        }
+    } else {
+        if (up_mat(&ly->mlp_gate, &c->sh_gate, bytes, e, "mlp gate_proj", l) ||
+            up_mat(&ly->mlp_up, &c->sh_up, bytes, e, "mlp up_proj", l) ||
+            up_mat(&ly->mlp_down, &c->sh_down, bytes, e, "mlp down_proj", l))
+            return -1;
+        mo->sh_gate = &c->sh_gate;
+        mo->sh_up = &c->sh_up;
+        mo->sh_down = &c->sh_down;
+    }
+    return 0;
+}
+
+/* GEMV over segments that may differ in weight type: one launch per type. */
+int gemv_any(const lily_gemv_seg *segs, int n, const float *x, const lily_gemv_pro *pro,
+             cudaStream_t st, lily_err *e) {
+    int done[LILY_GEMV_SEGS] = {0};
+    for (int i = 0; i < n; i++) {
+        if (done[i]) continue;
+        lily_gemv_seg grp[LILY_GEMV_SEGS];
+        int ng = 0;
+        for (int j = i; j < n; j++)
+            if (!done[j] && segs[j].m->dt == segs[i].m->dt) grp[ng++] = segs[j], done[j] = 1;
+        if (lily_cuda_gemv(grp, ng, x, pro, st, e)) return -1;
+    }
+    return 0;
+}
+
+void cu_close_impl(lily_backend *b) {
+    if (!b) return;
+    if (b->L) {
+        for (int l = 0; l < b->m->cfg.n_layers; l++) free_layer(&b->L[l]);
+        free(b->L);
+    }
+    lily_cuda_dmat_free(&b->embed);
+    lily_cuda_dmat_free(&b->lm_head_own);
+    float *fs[] = {b->final_norm, b->inv_freq, b->x, b->a, b->buf[0], b->buf[1], b->buf[2],
+                   b->buf[3], b->buf[4], b->attn_part, b->logits, b->logits_all};
+    for (float *f : fs) lily_cuda_free(f);
+    lily_cuda_free(b->moe_dec);
+    lily_cuda_free(b->moe_pre);
+    lily_cuda_free(b->d_tok);
+    lily_cuda_free(b->d_pos);
+    lily_cuda_free(b->d_argmax);
+    if (b->h_tok) cudaFreeHost(b->h_tok);
+    if (b->h_pos) cudaFreeHost(b->h_pos);
+    if (b->st) cudaStreamDestroy(b->st);
+    pthread_mutex_destroy(&b->mu);
+    free(b);
+}
+
+int cu_open(const lily_model *m, const lily_engine_opts *opts, lily_backend **out, lily_err *e) {
+    const lily_config *c = &m->cfg;
+    *out = nullptr;
+    if (check_config(c, e)) return -1;
+    if (lily_cuda_set_device(opts ? opts->device : 0, e)) return -1;
+    lily_backend *b = (lily_backend *)calloc(1, sizeof *b);
+    if (!b) return lily_fail(e, "out of memory");
+    b->m = m;
+    pthread_mutex_init(&b->mu, nullptr);
+    b->chunk = opts && opts->prefill_chunk > 0 ? opts->prefill_chunk : 512;
+    int H = c->hidden, n = b->chunk;
+    b->C = 2 * c->lin_nk * c->lin_dk + c->lin_nv * c->lin_dv;
+    b->qw = c->n_q_heads * c->head_dim * (c->attn_output_gate ? 2 : 1);
+    b->kvw = c->n_kv_heads * c->head_dim;
+    b->Zw = c->lin_nv * c->lin_dv;
+    int maxw = H;
+    int ws[] = {b->C, b->qw, b->kvw, b->Zw, c->n_q_heads * c->head_dim, 2 * c->lin_nv};
+    for (int w : ws) maxw = w > maxw ? w : maxw;
+    b->maxw = (maxw + 3) & ~3;
+    int rc = -1;
+    do {
+        if (cudaStreamCreateWithFlags(&b->st, cudaStreamNonBlocking) != cudaSuccess) {
+            lily_fail(e, "cudaStreamCreate failed");
+            break;
+        }
+        size_t bytes = 0;
+        if (lily_cuda_dmat_upload(&m->embed, 1, &b->embed, e)) {
+            lily_fail_prefix(e, "embed_tokens");
+            break;
+        }
+        bytes += lily_cuda_dmat_bytes(&b->embed);
+        if (m->lm_head.w == m->embed.w && m->lm_head.dt == m->embed.dt) {
+            b->lm_head = &b->embed;
+        } else {
+            if (lily_cuda_dmat_upload(&m->lm_head, 1, &b->lm_head_own, e)) {
+                lily_fail_prefix(e, "lm_head");
+                break;
+            }
+            bytes += lily_cuda_dmat_bytes(&b->lm_head_own);
+            b->lm_head = &b->lm_head_own;
+        }
+        if (up_f32(m->final_norm, H, &b->final_norm, e)) break;
+        float inv[256];
+        int half = c->rope_dim / 2;
+        for (int i = 0; i < half && i < 256; i++)
+            inv[i] = 1.0f / powf((float)c->rope_theta, (float)(2 * i) / (float)c->rope_dim);
+        if (up_f32(inv, half > 0 ? half : 1, &b->inv_freq, e)) break;
+        b->L = (cu_layer *)calloc(c->n_layers, sizeof(cu_layer));
+        int l = 0;
+        for (; l < c->n_layers; l++)
+            if (upload_layer(m, l, &b->L[l], &bytes, e)) break;
+        if (l < c->n_layers) break;
+        b->weight_bytes = bytes;
+        size_t fn = (size_t)n;
+        if (!(b->x = (float *)lily_cuda_alloc(fn * H * 4, e))) break;
+        if (!(b->a = (float *)lily_cuda_alloc(fn * H * 4, e))) break;
+        int i = 0;
+        for (; i < 5; i++)
+            if (!(b->buf[i] = (float *)lily_cuda_alloc(fn * b->maxw * 4, e))) break;
+        if (i < 5) break;
+        if (!(b->attn_part = (float *)lily_cuda_alloc(
+                  lily_cuda_attn_decode_scratch(c->n_q_heads, c->head_dim, kMaxSplits) * 4, e)))
+            break;
+        if (!(b->logits = (float *)lily_cuda_alloc((size_t)c->vocab * 4, e))) break;
+        size_t md = 0, mp = 0;
+        for (int j = 0; j < c->n_layers; j++) {
+            size_t d = lily_cuda_moe_decode_scratch(&b->L[j].moe);
+            size_t p = lily_cuda_moe_prefill_scratch(&b->L[j].moe, n);
+            md = d > md ? d : md;
+            mp = p > mp ? p : mp;
+        }
+        if (!(b->moe_dec = lily_cuda_alloc(md, e)) || !(b->moe_pre = lily_cuda_alloc(mp, e)))
+            break;
+        if (!(b->d_tok = (int32_t *)lily_cuda_alloc(fn * 4, e)) ||
+            !(b->d_pos = (int32_t *)lily_cuda_alloc(4, e)) ||
+            !(b->d_argmax = (int32_t *)lily_cuda_alloc(4, e)))
+            break;
+        if (cudaMallocHost((void **)&b->h_tok, fn * 4) != cudaSuccess ||
+            cudaMallocHost((void **)&b->h_pos, 4) != cudaSuccess) {
+            lily_fail(e, "cudaMallocHost failed");
+            break;
+        }
+        rc = 0;
+    } while (0);
+    if (rc) {
+        cu_close_impl(b);
+        return -1;
+    }
+    *out = b;
+    return 0;
+}
+
+void cu_close(lily_backend *b) { cu_close_impl(b); }
+
+size_t s_len(const lily_config *c) { return (size_t)c->lin_nv * c->lin_dk * c->lin_dv; }
+size_t conv_len(const lily_config *c) {
+    return (size_t)(c->conv_k - 1) * (2 * c->lin_nk * c->lin_dk + c->lin_nv * c->lin_dv);
+}
+
+size_t cu_state_bytes(lily_backend *b, int max_ctx) {
+    const lily_config *c = &b->m->cfg;
+    size_t total = 0;
+    for (int l = 0; l < c->n_layers; l++)
+        total += c->layer_is_attn[l] ? 2 * (size_t)max_ctx * c->n_kv_heads * c->head_dim * 2
+                                     : (conv_len(c) + s_len(c)) * 4;
+    return total;
+}
+
+void cu_state_free(lily_backend *b, lily_bstate *s) {
+    if (!s) return;
+    for (int l = 0; l < b->m->cfg.n_layers; l++) {
+        if (s->k) lily_cuda_free(s->k[l]);
+        if (s->v) lily_cuda_free(s->v[l]);
+        if (s->conv) lily_cuda_free(s->conv[l]);
+        if (s->S) lily_cuda_free(s->S[l]);
+    }
+    free(s->k), free(s->v), free(s->conv), free(s->S);
+    if (s->graph) cudaGraphExecDestroy(s->graph);
+    free(s);
+}
+
+void state_zero(lily_backend *b, lily_bstate *s) {
+    const lily_config *c = &b->m->cfg;
+    lily_err e;
+    for (int l = 0; l < c->n_layers; l++) {
+        if (s->conv[l]) lily_cuda_memset(s->conv[l], 0, conv_len(c) * 4, b->st, &e);
+        if (s->S[l]) lily_cuda_memset(s->S[l], 0, s_len(c) * 4, b->st, &e);
+    }
+    cudaStreamSynchronize(b->st);
+}
+
+void cu_state_reset(lily_backend *b, lily_bstate *s) {
+    pthread_mutex_lock(&b->mu);
+    state_zero(b, s);
+    pthread_mutex_unlock(&b->mu);
+}
+
+int cu_state_create(lily_backend *b, int max_ctx, lily_bstate **out, lily_err *e) {
+    const lily_config *c = &b->m->cfg;
+    *out = nullptr;
+    if (max_ctx < 1) return lily_fail(e, "context size must be at least 1 (got %d)", max_ctx);
+    lily_bstate *s = (lily_bstate *)calloc(1, sizeof *s);
+    int L = c->n_layers;
+    s->max_ctx = max_ctx;
+    s->splits = (max_ctx + 31) / 32 < kMaxSplits ? (max_ctx + 31) / 32 : kMaxSplits;
+    s->k = (uint16_t **)calloc(L, sizeof(void *));
+    s->v = (uint16_t **)calloc(L, sizeof(void *));
+    s->conv = (float **)calloc(L, sizeof(void *));
+    s->S = (float **)calloc(L, sizeof(void *));
+    for (int l = 0; l < L; l++) {
+        int bad;
+        if (c->layer_is_attn[l]) {
+            size_t bytes = (size_t)max_ctx * c->n_kv_heads * c->head_dim * 2;
+            s->k[l] = (uint16_t *)lily_cuda_alloc(bytes, e);
+            s->v[l] = s->k[l] ? (uint16_t *)lily_cuda_alloc(bytes, e) : nullptr;
+            bad = !s->v[l];
+        } else {
+            s->conv[l] = (float *)lily_cuda_alloc(conv_len(c) * 4, e);
+            s->S[l] = s->conv[l] ? (float *)lily_cuda_alloc(s_len(c) * 4, e) : nullptr;
+            bad = !s->S[l];
+        }
+        if (bad) {
+            cu_state_free(b, s);
+            return lily_fail_prefix(e, "state for a context of %d", max_ctx);
+        }
+    }
+    cu_state_reset(b, s);
+    *out = s;
+    return 0;
+}
+
+int cu_state_copy(lily_backend *b, lily_bstate *dst, const lily_bstate *src, int pos,
+                  lily_err *e) {
+    const lily_config *c = &b->m->cfg;
+    if (pos > dst->max_ctx || pos > src->max_ctx)
+        return lily_fail(e, "state copy of %d positions exceeds a context of %d", pos,
+                         pos > dst->max_ctx ? dst->max_ctx : src->max_ctx);
+    pthread_mutex_lock(&b->mu);
+    int rc = 0;
+    for (int l = 0; l < c->n_layers && !rc; l++) {
+        if (c->layer_is_attn[l]) {
+            size_t bytes = (size_t)pos * c->n_kv_heads * c->head_dim * 2;
+            rc = lily_cuda_d2d(dst->k[l], src->k[l], bytes, b->st, e) ||
+                 lily_cuda_d2d(dst->v[l], src->v[l], bytes, b->st, e);
+        } else {
+            rc = lily_cuda_d2d(dst->conv[l], src->conv[l], conv_len(c) * 4, b->st, e) ||
+                 lily_cuda_d2d(dst->S[l], src->S[l], s_len(c) * 4, b->st, e);
+        }
+    }
+    if (!rc && cudaStreamSynchronize(b->st) != cudaSuccess)
+        rc = lily_fail(e, "state copy: %s", cudaGetErrorString(cudaGetLastError()));
+    pthread_mutex_unlock(&b->mu);
+    return rc ? -1 : 0;
+}
+
+/* ---- the step ------------------------------------------------------------------------------ */
+
+int decode_layers(lily_backend *b, lily_bstate *s, lily_err *e) {
+    const lily_model *m = b->m;
+    const lily_config *c = &m->cfg;
+    cudaStream_t st = b->st;
+    int H = c->hidden, Nv = c->lin_nv;
+    float eps = c->rms_eps;
+    if (lily_cuda_embed(&b->embed, b->d_tok, 1, b->x, H, st, e)) return -1;
+    for (int l = 0; l < c->n_layers; l++) {
+        cu_layer *ly = &b->L[l];
+        lily_gemv_pro norm = {LILY_GP_RMSNORM, ly->in_norm, nullptr, 0, eps};
+        if (c->layer_is_attn[l]) {
+            float *qg = b->buf[0], *kb = b->buf[1], *vb = b->buf[2], *q = b->buf[3];
+            float *gt = b->buf[4], *o = b->buf[1];
+            lily_gemv_seg seg[3] = {{&ly->q, qg, LILY_GV_STORE, nullptr, nullptr, 0},
+                                    {&ly->k, kb, LILY_GV_STORE, nullptr, nullptr, 0},
+                                    {&ly->v, vb, LILY_GV_STORE, nullptr, nullptr, 0}};
+            if (gemv_any(seg, 3, b->x, &norm, st, e) ||
+                lily_cuda_attn_prep(qg, b->qw, kb, vb, b->kvw, 1, b->d_pos, c->n_q_heads,
+                                    c->n_kv_heads, c->head_dim, c->rope_dim, b->inv_freq,
+                                    ly->q_norm, ly->k_norm, eps, c->attn_output_gate, q, gt,
+                                    s->k[l], s->v[l], st, e) ||
+                lily_cuda_attn_decode(q, s->k[l], s->v[l], b->d_pos, c->n_q_heads,
+                                      c->n_kv_heads, c->head_dim, 1.0f / sqrtf((float)c->head_dim),
+                                      c->attn_output_gate ? gt : nullptr, b->attn_part, s->splits,
+                                      o, st, e))
+                return -1;
+            lily_gemv_seg os = {&ly->o, b->x, LILY_GV_ADD, nullptr, nullptr, 0};
+            if (lily_cuda_gemv(&os, 1, o, nullptr, st, e)) return -1;
+        } else {
+            float *cv = b->buf[0], *z = b->buf[1], *ba = b->buf[2], *o = b->buf[3];
+            lily_gemv_seg seg[4] = {{&ly->qkv, cv, LILY_GV_CONV, s->conv[l], ly->conv_w, c->conv_k},
+                                    {&ly->z, z, LILY_GV_STORE, nullptr, nullptr, 0},
+                                    {&ly->b, ba, LILY_GV_STORE, nullptr, nullptr, 0},
+                                    {&ly->a, ba + Nv, LILY_GV_STORE, nullptr, nullptr, 0}};
+            if (gemv_any(seg, 4, b->x, &norm, st, e) ||
+                lily_cuda_gdn_scan(s->S[l], c->lin_nk, Nv, c->lin_dk, c->lin_dv, 1, cv, b->C, ba,
+                                   ba + Nv, 2 * Nv, ly->A_log, ly->dt_bias, o, b->Zw, st, e))
+                return -1;
+            lily_gemv_pro gp = {LILY_GP_GATED, ly->gdn_norm, z, c->lin_dv, eps};
+            lily_gemv_seg os = {&ly->out, b->x, LILY_GV_ADD, nullptr, nullptr, 0};
+            if (lily_cuda_gemv(&os, 1, o, &gp, st, e)) return -1;
+        }
+        if (lily_cuda_moe_decode(&ly->moe, b->x, ly->post_norm, eps, b->moe_dec, st, e))
+            return -1;
+    }
+    lily_gemv_pro fn = {LILY_GP_RMSNORM, b->final_norm, nullptr, 0, eps};
+    lily_gemv_seg hs = {b->lm_head, b->logits, LILY_GV_STORE, nullptr, nullptr, 0};
+    if (lily_cuda_gemv(&hs, 1, b->x, &fn, st, e)) return -1;
+    return lily_cuda_argmax(b->logits, c->vocab, b->d_argmax, st, e);
+}
+
+int prefill_layers(lily_backend *b, lily_bstate *s, int n, int all_logits, lily_err *e) {
+    const lily_model *m = b->m;
+    const lily_config *c = &m->cfg;
+    cudaStream_t st = b->st;
+    int H = c->hidden, Nv = c->lin_nv, Nq = c->n_q_heads, Dh = c->head_dim;
+    float eps = c->rms_eps;
+    float *X = b->x, *A = b->a;
+    if (lily_cuda_embed(&b->embed, b->d_tok, n, X, H, st, e)) return -1;
+    for (int l = 0; l < c->n_layers; l++) {
+        cu_layer *ly = &b->L[l];
+        if (lily_cuda_rmsnorm(X, H, ly->in_norm, n, H, eps, A, H, st, e)) return -1;
+        if (c->layer_is_attn[l]) {
+            float *qg = b->buf[0], *kb = b->buf[1], *vb = b->buf[2], *q = b->buf[3];
+            float *gt = b->buf[4], *o = b->buf[1];
+            int gated = c->attn_output_gate;
+            if (lily_cuda_gemm(&ly->q, A, H, n, qg, b->qw, 0, st, e) ||
+                lily_cuda_gemm(&ly->k, A, H, n, kb, b->kvw, 0, st, e) ||
+                lily_cuda_gemm(&ly->v, A, H, n, vb, b->kvw, 0, st, e) ||
+                lily_cuda_attn_prep(qg, b->qw, kb, vb, b->kvw, n, b->d_pos, Nq, c->n_kv_heads, Dh,
+                                    c->rope_dim, b->inv_freq, ly->q_norm, ly->k_norm, eps, gated,
+                                    q, gt, s->k[l], s->v[l], st, e) ||
+                lily_cuda_attn_prefill(q, n, s->k[l], s->v[l], b->d_pos, Nq, c->n_kv_heads, Dh,
+                                       1.0f / sqrtf((float)Dh), gated ? gt : nullptr, o, st, e) ||
+                lily_cuda_gemm(&ly->o, o, Nq * Dh, n, X, H, 1, st, e))
+                return -1;
+        } else {
+            float *cv = b->buf[0], *z = b->buf[1], *ba = b->buf[2], *o = b->buf[3];
+            int C = b->C, Zw = b->Zw;
+            if (lily_cuda_gemm(&ly->qkv, A, H, n, cv, C, 0, st, e) ||
+                lily_cuda_gemm(&ly->z, A, H, n, z, Zw, 0, st, e) ||
+                lily_cuda_gemm(&ly->b, A, H, n, ba, 2 * Nv, 0, st, e) ||
+                lily_cuda_gemm(&ly->a, A, H, n, ba + Nv, 2 * Nv, 0, st, e) ||
+                lily_cuda_conv_silu(cv, C, n, C, c->conv_k, s->conv[l], ly->conv_w, cv, C, st,
+                                    e) ||
+                lily_cuda_gdn_scan(s->S[l], c->lin_nk, Nv, c->lin_dk, c->lin_dv, n, cv, C, ba,
+                                   ba + Nv, 2 * Nv, ly->A_log, ly->dt_bias, o, Zw, st, e) ||
+                lily_cuda_gated_rmsnorm(o, Zw, z, Zw, n, Nv, c->lin_dv, ly->gdn_norm, eps, st,
+                                        e) ||
+                lily_cuda_gemm(&ly->out, o, Zw, n, X, H, 1, st, e))
+                return -1;
+        }
+        if (lily_cuda_rmsnorm(X, H, ly->post_norm, n, H, eps, A, H, st, e) ||
+            lily_cuda_moe_prefill(&ly->moe, A, n, X, b->moe_pre, st, e))
+            return -1;
+    }
+    if (all_logits) {
+        if (lily_cuda_rmsnorm(X, H, b->final_norm, n, H, eps, A, H, st, e)) return -1;
+        return lily_cuda_gemm(b->lm_head, A, H, n, b->logits_all, c->vocab, 0, st, e);
+    }
+    lily_gemv_pro fn = {LILY_GP_RMSNORM, b->final_norm, nullptr, 0, eps};
+    lily_gemv_seg hs = {b->lm_head, b->logits, LILY_GV_STORE, nullptr, nullptr, 0};
+    return lily_cuda_gemv(&hs, 1, X + (size_t)(n - 1) * H, &fn, st, e);
+}
+
+/* Captures the decode step of state s into s->graph (once). */
+int capture_decode(lily_backend *b, lily_bstate *s, lily_err *e) {
+    cudaGraph_t g = nullptr;
+    LILY_CU_TRY(cudaStreamBeginCapture(b->st, cudaStreamCaptureModeRelaxed), e);
+    int rc = decode_layers(b, s, e);
+    cudaError_t ce = cudaStreamEndCapture(b->st, &g);
+    if (rc) {
+        if (g) cudaGraphDestroy(g);
+        (void)cudaGetLastError();
+        return -1;
+    }
+    if (ce != cudaSuccess) return lily_fail(e, "graph capture: %s", cudaGetErrorString(ce));
+    ce = cudaGraphInstantiate(&s->graph, g, 0);
+    cudaGraphDestroy(g);
+    if (ce != cudaSuccess) {
+        s->graph = nullptr;
+        return lily_fail(e, "graph instantiate: %s", cudaGetErrorString(ce));
+    }
+    return 0;
+}
+
+int forward_locked(lily_backend *b, lily_bstate *s, const int32_t *tokens, int n, int pos,
+                   float *logits, int all_logits, lily_err *e) {
+    const lily_config *c = &b->m->cfg;
+    memcpy(b->h_tok, tokens, (size_t)n * 4);
+    *b->h_pos = pos;
+    LILY_CU_TRY(cudaMemcpyAsync(b->d_tok, b->h_tok, (size_t)n * 4, cudaMemcpyHostToDevice, b->st),
+                e);
+    LILY_CU_TRY(cudaMemcpyAsync(b->d_pos, b->h_pos, 4, cudaMemcpyHostToDevice, b->st), e);
+    const float *src = b->logits;
+    size_t bytes = (size_t)c->vocab * 4;
+    if (n == 1 && !all_logits && !getenv("LILY_CUDA_NO_GRAPH")) {
+        if (!s->graph && capture_decode(b, s, e)) return -1;
+        LILY_CU_TRY(cudaGraphLaunch(s->graph, b->st), e);
+    } else if (n == 1 && !all_logits) {
+        if (decode_layers(b, s, e)) return -1;
+    } else {
+        if (all_logits && b->logits_all_rows < n) {
+            lily_cuda_free(b->logits_all);
+            b->logits_all_rows = 0;
+            b->logits_all = (float *)lily_cuda_alloc((size_t)b->chunk * c->vocab * 4, e);
+            if (!b->logits_all) return -1;
+            b->logits_all_rows = b->chunk;
+        }
+        if (prefill_layers(b, s, n, all_logits, e)) return -1;
+        if (all_logits) {
+            src = b->logits_all;
+            bytes *= n;
+        }
+    }
+    if (logits)
+        LILY_CU_TRY(cudaMemcpyAsync(logits, src, bytes, cudaMemcpyDeviceToHost, b->st), e);
+    LILY_CU_TRY(cudaStreamSynchronize(b->st), e);
+    LILY_CU_TRY(cudaGetLastError(), e);
+    return 0;
+}
+
+int cu_forward(lily_backend *b, lily_bstate *s, const int32_t *tokens, int n, int pos,
+               float *logits, int all_logits, lily_err *e) {
+    const lily_config *c = &b->m->cfg;
+    if (n < 1 || n > b->chunk)
+        return lily_fail(e, "forward of %d tokens (chunk limit %d)", n, b->chunk);
+    if (pos < 0 || pos + n > s->max_ctx)
+        return lily_fail(e, "context overflow: %d + %d tokens exceed the context of %d", pos, n,
+                         s->max_ctx);
+    for (int t = 0; t < n; t++)
+        if (tokens[t] < 0 || tokens[t] >= c->vocab)
+            return lily_fail(e, "token id %d out of range [0, %d)", tokens[t], c->vocab);
+    pthread_mutex_lock(&b->mu);
+    int rc = forward_locked(b, s, tokens, n, pos, logits, all_logits, e);
+    pthread_mutex_unlock(&b->mu);
+    return rc;
+}
+
+} // namespace
+
+extern "C" const lily_backend_ops lily_backend_cuda = {
+    "cuda",          cu_open,        cu_close,      cu_state_create, cu_state_free,
+    cu_state_reset,  cu_state_copy,  cu_state_bytes, cu_forward,
+};
