@@ -505,9 +505,11 @@ int lily_http_serve(lily_srv *s, volatile int *stop, lily_err *e) {
     if (!strcmp(host, "localhost")) host = "127.0.0.1";
     if (inet_pton(AF_INET, host, &addr.sin_addr) != 1)
         return lily_fail(e, "--host must be an IPv4 address, got '%s'", host);
+    /* MHD's own log reports every client that hangs up mid-stream: noise under --quiet */
+    unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION | MHD_USE_POLL;
+    if (!s->opts.quiet) flags |= MHD_USE_ERROR_LOG;
     struct MHD_Daemon *d = MHD_start_daemon(
-        MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION | MHD_USE_POLL |
-            MHD_USE_ERROR_LOG,
+        flags,
         (uint16_t)s->opts.port, NULL, NULL, handler, s, MHD_OPTION_SOCK_ADDR, &addr,
         MHD_OPTION_NOTIFY_COMPLETED, completed, s, MHD_OPTION_CONNECTION_TIMEOUT, 300u,
         MHD_OPTION_CONNECTION_LIMIT, 1000u, MHD_OPTION_END);

@@ -404,7 +404,7 @@ void lily_job_run(lily_srv *s, lily_job *j) {
         finish_error(&u, &res);
     else if (strcmp(res.finish, "cancelled"))
         finish_ok(&u, &res);
-    else
+    else if (!s->opts.quiet)
         fprintf(stderr, "lily serve: request %s cancelled by client after %d prompt / %d "
                 "generated tokens\n", j->id, res.n_cached + res.n_prefilled, res.n_gen);
     pthread_mutex_lock(&j->mu);
