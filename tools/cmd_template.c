@@ -26,9 +26,10 @@ int lily_cmd_template(int argc, char **argv) {
             usage(stdout);
             return 0;
         }
-        const char **dst = !strcmp(argv[i], "--model") ? &model
-                          : !strcmp(argv[i], "--request") ? &request
-                          : !strcmp(argv[i], "--template") ? &tpl_file : NULL;
+        const char **dst = !strcmp(argv[i], "--model")      ? &model
+                           : !strcmp(argv[i], "--request")  ? &request
+                           : !strcmp(argv[i], "--template") ? &tpl_file
+                                                            : NULL;
         if (!dst) {
             fprintf(stderr, "lily template: unknown option '%s'\n", argv[i]);
             usage(stderr);

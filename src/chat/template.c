@@ -13,13 +13,12 @@
 #include "chat/tpl_methods.h"
 
 #define NSPECIAL 7
-static const char *const special_names[NSPECIAL] = {"bos_token", "eos_token", "unk_token",
-                                                    "pad_token", "sep_token", "cls_token",
-                                                    "mask_token"};
+static const char *const special_names[NSPECIAL] = {
+    "bos_token", "eos_token", "unk_token", "pad_token", "sep_token", "cls_token", "mask_token"};
 
 struct lily_template {
-    tpl_rt ct;            /* compile-time runtime: its arena owns source, tokens and AST */
-    char *src;            /* NUL-terminated copy of the source */
+    tpl_rt ct; /* compile-time runtime: its arena owns source, tokens and AST */
+    char *src; /* NUL-terminated copy of the source */
     tpl_node **body;
     size_t nbody;
     char *special[NSPECIAL]; /* special-token strings from tokenizer_config.json, or NULL */
@@ -62,12 +61,15 @@ void lily_template_set_limits(lily_template *t, const lily_template_limits *lim)
     fill_limits(&t->lim);
 }
 
-const char *lily_template_source(const lily_template *t) { return t->src; }
+const char *lily_template_source(const lily_template *t) {
+    return t->src;
+}
 
 void lily_template_free(lily_template *t) {
     if (!t) return;
     tpl_arena_free(&t->ct.arena);
-    for (int i = 0; i < NSPECIAL; i++) free(t->special[i]);
+    for (int i = 0; i < NSPECIAL; i++)
+        free(t->special[i]);
     free(t->src);
     free(t);
 }
@@ -130,8 +132,10 @@ int lily_template_load(const char *model_dir, lily_template **out, lily_err *e) 
             what = "chat_template.json";
         }
         if (!ct) {
-            lily_fail(e, "%s: no chat template (no chat_template.jinja, and no chat_template in "
-                      "tokenizer_config.json or chat_template.json)", model_dir);
+            lily_fail(e,
+                      "%s: no chat template (no chat_template.jinja, and no chat_template in "
+                      "tokenizer_config.json or chat_template.json)",
+                      model_dir);
             goto done;
         }
         const char *src = pick_template(ct, e);
@@ -221,7 +225,7 @@ int lily_template_render(const lily_template *t, const cJSON *ctx, char **out, s
     return render(t, ctx, NULL, 0, out, len, e);
 }
 
-int lily_template_render_json(const lily_template *t, const char *json, size_t json_len,
-                              char **out, size_t *len, lily_err *e) {
+int lily_template_render_json(const lily_template *t, const char *json, size_t json_len, char **out,
+                              size_t *len, lily_err *e) {
     return render(t, NULL, json, json_len, out, len, e);
 }

@@ -49,8 +49,8 @@ int lily_template_render(const lily_template *t, const cJSON *ctx, char **out, s
                          lily_err *e);
 
 /* Same, with the context given as JSON text, parsed with Python's json semantics. */
-int lily_template_render_json(const lily_template *t, const char *json, size_t json_len,
-                              char **out, size_t *len, lily_err *e);
+int lily_template_render_json(const lily_template *t, const char *json, size_t json_len, char **out,
+                              size_t *len, lily_err *e);
 
 /* The template source (borrowed, valid until lily_template_free), e.g. to detect its format. */
 const char *lily_template_source(const lily_template *t);

@@ -24,7 +24,8 @@ void tpl_args_check(tpl_rt *rt, const tpl_args *a, size_t max_pos, const char *c
                   a->npos);
     for (size_t k = 0; k < a->nkw; k++) {
         size_t j = 0;
-        while (names && names[j] && strcmp(names[j], a->kwn[k])) j++;
+        while (names && names[j] && strcmp(names[j], a->kwn[k]))
+            j++;
         if (!names || !names[j])
             tpl_raise(rt, "%s got an unexpected keyword argument '%s'", what, a->kwn[k]);
     }
@@ -51,11 +52,14 @@ static tpl_val lookup(tpl_rt *rt, const char *name) {
 
 tpl_list *tpl_iter(tpl_rt *rt, const tpl_val *v) {
     switch (v->kind) {
-    case TV_LIST: return v->l;
-    case TV_UNDEF: return tpl_new_list(rt, 0).l;
+    case TV_LIST:
+        return v->l;
+    case TV_UNDEF:
+        return tpl_new_list(rt, 0).l;
     case TV_DICT: {
         tpl_list *l = tpl_new_list(rt, v->d->n).l;
-        for (size_t i = 0; i < v->d->n; i++) tpl_list_push(rt, l, v->d->k[i]);
+        for (size_t i = 0; i < v->d->n; i++)
+            tpl_list_push(rt, l, v->d->k[i]);
         return l;
     }
     case TV_STR: {
@@ -68,7 +72,8 @@ tpl_list *tpl_iter(tpl_rt *rt, const tpl_val *v) {
         }
         return l;
     }
-    default: tpl_raise(rt, "'%s' object is not iterable", tpl_type_name(v));
+    default:
+        tpl_raise(rt, "'%s' object is not iterable", tpl_type_name(v));
     }
 }
 
@@ -80,9 +85,13 @@ static int is_num(const tpl_val *v) {
 static double as_f(const tpl_val *v) {
     return v->kind == TV_FLOAT ? v->f : v->kind == TV_INT ? (double)v->i : (double)v->b;
 }
-static int64_t as_i(const tpl_val *v) { return v->kind == TV_INT ? v->i : v->b; }
+static int64_t as_i(const tpl_val *v) {
+    return v->kind == TV_INT ? v->i : v->b;
+}
 
-static const char *op_sym(int op) { return tpl_op_name(op); }
+static const char *op_sym(int op) {
+    return tpl_op_name(op);
+}
 
 _Noreturn static void bad_operands(tpl_rt *rt, int op, const tpl_val *a, const tpl_val *b) {
     if (op == OP_ADD && a->kind == TV_STR)
@@ -90,20 +99,26 @@ _Noreturn static void bad_operands(tpl_rt *rt, int op, const tpl_val *a, const t
     if (op == OP_ADD && a->kind == TV_LIST)
         tpl_raise(rt, "can only concatenate %s (not \"%s\") to %s", tpl_type_name(a),
                   tpl_type_name(b), tpl_type_name(a));
-    tpl_raise(rt, "unsupported operand type(s) for %s: '%s' and '%s'", op_sym(op),
-              tpl_type_name(a), tpl_type_name(b));
+    tpl_raise(rt, "unsupported operand type(s) for %s: '%s' and '%s'", op_sym(op), tpl_type_name(a),
+              tpl_type_name(b));
 }
 
 /* HTML escaping, used when a plain str meets a Markup str under `+` (markupsafe semantics). */
 static void put_escaped(tpl_rt *rt, tpl_buf *b, const tpl_val *s) {
     for (size_t i = 0; i < s->s.n; i++) {
         char c = s->s.p[i];
-        if (c == '&') tpl_buf_puts(rt, b, "&amp;");
-        else if (c == '<') tpl_buf_puts(rt, b, "&lt;");
-        else if (c == '>') tpl_buf_puts(rt, b, "&gt;");
-        else if (c == '"') tpl_buf_puts(rt, b, "&#34;");
-        else if (c == '\'') tpl_buf_puts(rt, b, "&#39;");
-        else tpl_buf_putc(rt, b, c);
+        if (c == '&')
+            tpl_buf_puts(rt, b, "&amp;");
+        else if (c == '<')
+            tpl_buf_puts(rt, b, "&lt;");
+        else if (c == '>')
+            tpl_buf_puts(rt, b, "&gt;");
+        else if (c == '"')
+            tpl_buf_puts(rt, b, "&#34;");
+        else if (c == '\'')
+            tpl_buf_puts(rt, b, "&#39;");
+        else
+            tpl_buf_putc(rt, b, c);
     }
 }
 
@@ -113,7 +128,8 @@ static tpl_val repeat(tpl_rt *rt, const tpl_val *seq, int64_t times) {
         if (seq->s.n && (uint64_t)times > rt->max_output / seq->s.n)
             tpl_raise(rt, "template output too large (limit %zu bytes)", rt->max_output);
         tpl_buf b = {0};
-        for (int64_t k = 0; k < times; k++) tpl_buf_put(rt, &b, seq->s.p, seq->s.n);
+        for (int64_t k = 0; k < times; k++)
+            tpl_buf_put(rt, &b, seq->s.p, seq->s.n);
         return b.n ? tpl_buf_val(&b) : tpl_cstr("");
     }
     if (seq->l->n && (uint64_t)times > rt->max_steps / seq->l->n)
@@ -121,7 +137,8 @@ static tpl_val repeat(tpl_rt *rt, const tpl_val *seq, int64_t times) {
     tpl_val r = tpl_new_list(rt, 0);
     r.flags = seq->flags;
     for (int64_t k = 0; k < times; k++)
-        for (size_t i = 0; i < seq->l->n; i++) tpl_list_push(rt, r.l, seq->l->v[i]);
+        for (size_t i = 0; i < seq->l->n; i++)
+            tpl_list_push(rt, r.l, seq->l->v[i]);
     return r;
 }
 
@@ -136,14 +153,19 @@ static tpl_val binop(tpl_rt *rt, int op, const tpl_val *a, const tpl_val *b) {
     int nums = is_num(a) && is_num(b), fl = a->kind == TV_FLOAT || b->kind == TV_FLOAT;
     switch (op) {
     case OP_ADD:
-        if (nums) return fl ? tpl_float(as_f(a) + as_f(b)) : int_result(rt, (__int128)as_i(a) + as_i(b));
+        if (nums)
+            return fl ? tpl_float(as_f(a) + as_f(b)) : int_result(rt, (__int128)as_i(a) + as_i(b));
         if (a->kind == TV_STR && b->kind == TV_STR) {
             tpl_buf buf = {0};
             int safe = (a->flags | b->flags) & TV_F_SAFE;
-            if (safe && !(a->flags & TV_F_SAFE)) put_escaped(rt, &buf, a);
-            else tpl_buf_put(rt, &buf, a->s.p, a->s.n);
-            if (safe && !(b->flags & TV_F_SAFE)) put_escaped(rt, &buf, b);
-            else tpl_buf_put(rt, &buf, b->s.p, b->s.n);
+            if (safe && !(a->flags & TV_F_SAFE))
+                put_escaped(rt, &buf, a);
+            else
+                tpl_buf_put(rt, &buf, a->s.p, a->s.n);
+            if (safe && !(b->flags & TV_F_SAFE))
+                put_escaped(rt, &buf, b);
+            else
+                tpl_buf_put(rt, &buf, b->s.p, b->s.n);
             tpl_val r = buf.n ? tpl_buf_val(&buf) : tpl_cstr("");
             r.flags = (uint8_t)safe;
             return r;
@@ -152,16 +174,20 @@ static tpl_val binop(tpl_rt *rt, int op, const tpl_val *a, const tpl_val *b) {
             (a->flags & TV_F_TUPLE) == (b->flags & TV_F_TUPLE)) {
             tpl_val r = tpl_new_list(rt, a->l->n + b->l->n);
             r.flags = a->flags;
-            for (size_t i = 0; i < a->l->n; i++) tpl_list_push(rt, r.l, a->l->v[i]);
-            for (size_t i = 0; i < b->l->n; i++) tpl_list_push(rt, r.l, b->l->v[i]);
+            for (size_t i = 0; i < a->l->n; i++)
+                tpl_list_push(rt, r.l, a->l->v[i]);
+            for (size_t i = 0; i < b->l->n; i++)
+                tpl_list_push(rt, r.l, b->l->v[i]);
             return r;
         }
         break;
     case OP_SUB:
-        if (nums) return fl ? tpl_float(as_f(a) - as_f(b)) : int_result(rt, (__int128)as_i(a) - as_i(b));
+        if (nums)
+            return fl ? tpl_float(as_f(a) - as_f(b)) : int_result(rt, (__int128)as_i(a) - as_i(b));
         break;
     case OP_MUL:
-        if (nums) return fl ? tpl_float(as_f(a) * as_f(b)) : int_result(rt, (__int128)as_i(a) * as_i(b));
+        if (nums)
+            return fl ? tpl_float(as_f(a) * as_f(b)) : int_result(rt, (__int128)as_i(a) * as_i(b));
         if ((a->kind == TV_STR || a->kind == TV_LIST) && (b->kind == TV_INT || b->kind == TV_BOOL))
             return repeat(rt, a, as_i(b));
         if ((b->kind == TV_STR || b->kind == TV_LIST) && (a->kind == TV_INT || a->kind == TV_BOOL))
@@ -215,14 +241,22 @@ static tpl_val binop(tpl_rt *rt, int op, const tpl_val *a, const tpl_val *b) {
 
 static int compare(tpl_rt *rt, int op, const tpl_val *a, const tpl_val *b) {
     switch (op) {
-    case CMP_EQ: return tpl_equal(a, b);
-    case CMP_NE: return !tpl_equal(a, b);
-    case CMP_IN: return tpl_contains(rt, b, a);
-    case CMP_NOTIN: return !tpl_contains(rt, b, a);
-    case CMP_LT: return tpl_compare(rt, a, b, "<") < 0;
-    case CMP_LE: return tpl_compare(rt, a, b, "<=") <= 0;
-    case CMP_GT: return tpl_compare(rt, a, b, ">") > 0;
-    default: return tpl_compare(rt, a, b, ">=") >= 0;
+    case CMP_EQ:
+        return tpl_equal(a, b);
+    case CMP_NE:
+        return !tpl_equal(a, b);
+    case CMP_IN:
+        return tpl_contains(rt, b, a);
+    case CMP_NOTIN:
+        return !tpl_contains(rt, b, a);
+    case CMP_LT:
+        return tpl_compare(rt, a, b, "<") < 0;
+    case CMP_LE:
+        return tpl_compare(rt, a, b, "<=") <= 0;
+    case CMP_GT:
+        return tpl_compare(rt, a, b, ">") > 0;
+    default:
+        return tpl_compare(rt, a, b, ">=") >= 0;
     }
 }
 
@@ -252,15 +286,19 @@ static tpl_val call_macro(tpl_rt *rt, const tpl_macro *m, const tpl_args *a) {
         const tpl_val *given = i < a->npos ? &a->pos[i] : NULL;
         for (size_t k = 0; !given && k < a->nkw; k++)
             if (!strcmp(a->kwn[k], pn)) given = &a->kwv[k];
-        if (given) v = *given;
-        else if (def->items2[i]) v = tpl_eval(rt, def->items2[i]);
-        else v = tpl_undef(pn, NULL);
+        if (given)
+            v = *given;
+        else if (def->items2[i])
+            v = tpl_eval(rt, def->items2[i]);
+        else
+            v = tpl_undef(pn, NULL);
         tpl_scope_set(rt, s, pn, v);
     }
     tpl_val kw = tpl_new_dict(rt, 0);
     for (size_t k = 0; k < a->nkw; k++) {
         size_t i = 0;
-        while (i < np && strcmp(def->names[i], a->kwn[k])) i++;
+        while (i < np && strcmp(def->names[i], a->kwn[k]))
+            i++;
         if (i < np) continue;
         if (!(def->op & TPL_MACRO_KWARGS))
             tpl_raise(rt, "macro '%s' takes no keyword argument '%s'", def->name, a->kwn[k]);
@@ -270,7 +308,8 @@ static tpl_val call_macro(tpl_rt *rt, const tpl_macro *m, const tpl_args *a) {
     if (def->op & TPL_MACRO_VARARGS) {
         tpl_val va = tpl_new_list(rt, 0);
         va.flags = TV_F_TUPLE;
-        for (size_t i = np; i < a->npos; i++) tpl_list_push(rt, va.l, a->pos[i]);
+        for (size_t i = np; i < a->npos; i++)
+            tpl_list_push(rt, va.l, a->pos[i]);
         tpl_scope_set(rt, s, "varargs", va);
     }
     tpl_val out = capture(rt, def->items, def->nitems);
@@ -283,9 +322,12 @@ static void run_for(tpl_rt *rt, const tpl_node *f, const tpl_val *iterable, int 
 
 tpl_val tpl_call(tpl_rt *rt, const tpl_val *callee, const tpl_args *a) {
     switch (callee->kind) {
-    case TV_MACRO: return call_macro(rt, callee->macro, a);
-    case TV_FUNC: return tpl_call_global(rt, callee->func, a);
-    case TV_METHOD: return tpl_call_method(rt, callee->m, a);
+    case TV_MACRO:
+        return call_macro(rt, callee->macro, a);
+    case TV_FUNC:
+        return tpl_call_global(rt, callee->func, a);
+    case TV_METHOD:
+        return tpl_call_method(rt, callee->m, a);
     case TV_LOOP: {
         const tpl_loop *lp = callee->loop;
         if (!lp->node->op) tpl_raise(rt, "the loop is not recursive; add 'recursive' to call it");
@@ -299,19 +341,23 @@ tpl_val tpl_call(tpl_rt *rt, const tpl_val *callee, const tpl_args *a) {
         rt->depth--;
         return b.n ? tpl_buf_val(&b) : tpl_cstr("");
     }
-    case TV_UNDEF: tpl_raise_undef(rt, callee);
-    default: tpl_raise(rt, "'%s' object is not callable", tpl_type_name(callee));
+    case TV_UNDEF:
+        tpl_raise_undef(rt, callee);
+    default:
+        tpl_raise(rt, "'%s' object is not callable", tpl_type_name(callee));
     }
 }
 
 static void eval_args(tpl_rt *rt, const tpl_node *x, tpl_args *a, size_t extra_front) {
     a->npos = x->nitems + extra_front;
     a->pos = tpl_alloc(rt, (a->npos + 1) * sizeof *a->pos);
-    for (size_t i = 0; i < x->nitems; i++) a->pos[extra_front + i] = tpl_eval(rt, x->items[i]);
+    for (size_t i = 0; i < x->nitems; i++)
+        a->pos[extra_front + i] = tpl_eval(rt, x->items[i]);
     a->nkw = x->nitems2;
     a->kwn = x->names;
     a->kwv = tpl_alloc(rt, (a->nkw + 1) * sizeof *a->kwv);
-    for (size_t i = 0; i < a->nkw; i++) a->kwv[i] = tpl_eval(rt, x->items2[i]);
+    for (size_t i = 0; i < a->nkw; i++)
+        a->kwv[i] = tpl_eval(rt, x->items2[i]);
 }
 
 /* Applies filter node f. In an expression, f->a is the input. In the filter chain of a block
@@ -319,8 +365,10 @@ static void eval_args(tpl_rt *rt, const tpl_node *x, tpl_args *a, size_t extra_f
  * filter (whose a is NULL). */
 static tpl_val apply_filter(tpl_rt *rt, const tpl_node *f, const tpl_val *block_input) {
     tpl_val v;
-    if (block_input) v = f->a ? apply_filter(rt, f->a, block_input) : *block_input;
-    else v = tpl_eval(rt, f->a);
+    if (block_input)
+        v = f->a ? apply_filter(rt, f->a, block_input) : *block_input;
+    else
+        v = tpl_eval(rt, f->a);
     tpl_args a;
     eval_args(rt, f, &a, 1);
     a.pos[0] = v;
@@ -334,8 +382,10 @@ tpl_val tpl_eval(tpl_rt *rt, const tpl_node *x) {
     tpl_step(rt);
     rt->line = x->line;
     switch (x->kind) {
-    case N_CONST: return x->val;
-    case N_NAME: return lookup(rt, x->name);
+    case N_CONST:
+        return x->val;
+    case N_NAME:
+        return lookup(rt, x->name);
     case N_GETATTR: {
         tpl_val o = tpl_eval(rt, x->a);
         rt->line = x->line;
@@ -363,7 +413,8 @@ tpl_val tpl_eval(tpl_rt *rt, const tpl_node *x) {
         rt->line = x->line;
         return tpl_call(rt, &f, &a);
     }
-    case N_FILTER: return apply_filter(rt, x, NULL);
+    case N_FILTER:
+        return apply_filter(rt, x, NULL);
     case N_TEST: {
         tpl_args a;
         eval_args(rt, x, &a, 1);
@@ -430,21 +481,24 @@ tpl_val tpl_eval(tpl_rt *rt, const tpl_node *x) {
     case N_TUPLE: {
         tpl_val l = tpl_new_list(rt, x->nitems);
         if (x->kind == N_TUPLE) l.flags = TV_F_TUPLE;
-        for (size_t i = 0; i < x->nitems; i++) tpl_list_push(rt, l.l, tpl_eval(rt, x->items[i]));
+        for (size_t i = 0; i < x->nitems; i++)
+            tpl_list_push(rt, l.l, tpl_eval(rt, x->items[i]));
         return l;
     }
     case N_DICT: {
         tpl_val d = tpl_new_dict(rt, x->nitems);
         for (size_t i = 0; i < x->nitems; i++) {
             tpl_val k = tpl_eval(rt, x->items[i]), v = tpl_eval(rt, x->items2[i]);
-            if (k.kind == TV_LIST && !(k.flags & TV_F_TUPLE)) tpl_raise(rt, "unhashable type: 'list'");
+            if (k.kind == TV_LIST && !(k.flags & TV_F_TUPLE))
+                tpl_raise(rt, "unhashable type: 'list'");
             if (k.kind == TV_DICT || k.kind == TV_UNDEF)
                 tpl_raise(rt, "unhashable type: '%s'", tpl_type_name(&k));
             tpl_dict_set(rt, d.d, k, v);
         }
         return d;
     }
-    default: tpl_raise(rt, "internal error: bad expression node %d", x->kind);
+    default:
+        tpl_raise(rt, "internal error: bad expression node %d", x->kind);
     }
 }
 
@@ -464,10 +518,12 @@ static void assign(tpl_rt *rt, const tpl_node *target, tpl_val v) {
     /* tuple unpacking */
     tpl_list *l = tpl_iter(rt, &v);
     if (l->n != target->nitems)
-        tpl_raise(rt, l->n < target->nitems ? "not enough values to unpack (expected %zu, got %zu)"
-                                            : "too many values to unpack (expected %zu, got %zu)",
+        tpl_raise(rt,
+                  l->n < target->nitems ? "not enough values to unpack (expected %zu, got %zu)"
+                                        : "too many values to unpack (expected %zu, got %zu)",
                   target->nitems, l->n);
-    for (size_t i = 0; i < l->n; i++) assign(rt, target->items[i], l->v[i]);
+    for (size_t i = 0; i < l->n; i++)
+        assign(rt, target->items[i], l->v[i]);
 }
 
 static void run_for(tpl_rt *rt, const tpl_node *f, const tpl_val *iterable, int depth) {
@@ -512,7 +568,9 @@ static void exec_one(tpl_rt *rt, const tpl_node *x) {
     tpl_step(rt);
     rt->line = x->line;
     switch (x->kind) {
-    case S_DATA: tpl_buf_put(rt, rt->out, x->val.s.p, x->val.s.n); return;
+    case S_DATA:
+        tpl_buf_put(rt, rt->out, x->val.s.p, x->val.s.n);
+        return;
     case S_OUTPUT: {
         tpl_val v = tpl_eval(rt, x->a);
         tpl_to_str(rt, rt->out, &v);
@@ -520,8 +578,10 @@ static void exec_one(tpl_rt *rt, const tpl_node *x) {
     }
     case S_IF: {
         tpl_val c = tpl_eval(rt, x->a);
-        if (tpl_truthy(&c)) tpl_exec(rt, x->items, x->nitems);
-        else tpl_exec(rt, x->items2, x->nitems2);
+        if (tpl_truthy(&c))
+            tpl_exec(rt, x->items, x->nitems);
+        else
+            tpl_exec(rt, x->items2, x->nitems2);
         return;
     }
     case S_FOR: {
@@ -538,7 +598,9 @@ static void exec_one(tpl_rt *rt, const tpl_node *x) {
         run_for(rt, x, &it, depth);
         return;
     }
-    case S_SET: assign(rt, x->a, tpl_eval(rt, x->b)); return;
+    case S_SET:
+        assign(rt, x->a, tpl_eval(rt, x->b));
+        return;
     case S_SETBLOCK: {
         tpl_val v = capture(rt, x->items, x->nitems);
         if (x->c) v = apply_filter(rt, x->c, &v);
@@ -570,13 +632,21 @@ static void exec_one(tpl_rt *rt, const tpl_node *x) {
         rt->scope = outer;
         return;
     }
-    case S_BREAK: rt->ctl = 1; return;
-    case S_CONTINUE: rt->ctl = 2; return;
-    case S_GENERATION: tpl_exec(rt, x->items, x->nitems); return;
-    default: tpl_raise(rt, "internal error: bad statement node %d", x->kind);
+    case S_BREAK:
+        rt->ctl = 1;
+        return;
+    case S_CONTINUE:
+        rt->ctl = 2;
+        return;
+    case S_GENERATION:
+        tpl_exec(rt, x->items, x->nitems);
+        return;
+    default:
+        tpl_raise(rt, "internal error: bad statement node %d", x->kind);
     }
 }
 
 void tpl_exec(tpl_rt *rt, tpl_node *const *body, size_t n) {
-    for (size_t i = 0; i < n && !rt->ctl; i++) exec_one(rt, body[i]);
+    for (size_t i = 0; i < n && !rt->ctl; i++)
+        exec_one(rt, body[i]);
 }

@@ -19,9 +19,9 @@ struct tpl_macro {
 struct tpl_loop {
     const tpl_list *items;
     size_t i;
-    int depth;             /* 1 for the outermost loop */
-    const tpl_node *node;  /* the S_FOR, for recursive loop(...) calls */
-    tpl_val last_changed;  /* for loop.changed() */
+    int depth;            /* 1 for the outermost loop */
+    const tpl_node *node; /* the S_FOR, for recursive loop(...) calls */
+    tpl_val last_changed; /* for loop.changed() */
     int has_changed;
 };
 

@@ -15,7 +15,9 @@ static int is_num(const tpl_val *v) {
     return v->kind == TV_BOOL || v->kind == TV_INT || v->kind == TV_FLOAT;
 }
 
-static tpl_val str_of(tpl_rt *rt, const tpl_val *v) { return tpl_as_str(rt, v); }
+static tpl_val str_of(tpl_rt *rt, const tpl_val *v) {
+    return tpl_as_str(rt, v);
+}
 
 static tpl_val sub_args(tpl_rt *rt, const tpl_args *a, size_t skip, const tpl_val *first,
                         tpl_args *out) {
@@ -24,7 +26,8 @@ static tpl_val sub_args(tpl_rt *rt, const tpl_args *a, size_t skip, const tpl_va
     out->npos = 1 + (a->npos > skip ? a->npos - skip : 0);
     out->pos = tpl_alloc(rt, out->npos * sizeof *out->pos);
     out->pos[0] = *first;
-    for (size_t i = 1; i < out->npos; i++) out->pos[i] = a->pos[skip + i - 1];
+    for (size_t i = 1; i < out->npos; i++)
+        out->pos[i] = a->pos[skip + i - 1];
     out->kwn = a->kwn;
     out->kwv = a->kwv;
     out->nkw = a->nkw;
@@ -67,7 +70,8 @@ static tpl_val tojson(tpl_rt *rt, const tpl_args *a) {
             int64_t n = ind->kind == TV_INT ? ind->i : ind->b;
             if (n > 64) tpl_raise(rt, "tojson: indent too large");
             char *sp = tpl_alloc(rt, (size_t)(n > 0 ? n : 0) + 1);
-            for (int64_t i = 0; i < n; i++) sp[i] = ' ';
+            for (int64_t i = 0; i < n; i++)
+                sp[i] = ' ';
             o.indent = sp;
         } else {
             tpl_raise(rt, "tojson: indent must be an int or a string");
@@ -100,8 +104,10 @@ static int parse_int(tpl_val s, int base, int64_t *out) {
             prev_us = 1;
             continue;
         }
-        int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'z' ? c - 'a' + 10
-              : c >= 'A' && c <= 'Z' ? c - 'A' + 10 : 99;
+        int d = c >= '0' && c <= '9'   ? c - '0'
+                : c >= 'a' && c <= 'z' ? c - 'a' + 10
+                : c >= 'A' && c <= 'Z' ? c - 'A' + 10
+                                       : 99;
         if (d >= base) return -1;
         v = v * base + d;
         if (v > INT64_MAX) return -1;
@@ -125,7 +131,8 @@ static int parse_float(tpl_rt *rt, tpl_val s, double *out) {
 
 static tpl_val reverse_list(tpl_rt *rt, tpl_list *l) {
     tpl_val r = tpl_new_list(rt, l->n);
-    for (size_t i = l->n; i > 0; i--) tpl_list_push(rt, r.l, l->v[i - 1]);
+    for (size_t i = l->n; i > 0; i--)
+        tpl_list_push(rt, r.l, l->v[i - 1]);
     return r;
 }
 
@@ -215,7 +222,8 @@ static tpl_val do_round(tpl_rt *rt, const tpl_args *a) {
         snprintf(buf, sizeof buf, "%.*f", (int)prec, v->f); /* correctly rounded, half-even */
         return tpl_float(strtod(buf, NULL));
     }
-    double p = pow(10.0, (double)prec), x = (v->kind == TV_FLOAT ? v->f : (double)(v->kind == TV_INT ? v->i : v->b));
+    double p = pow(10.0, (double)prec),
+           x = (v->kind == TV_FLOAT ? v->f : (double)(v->kind == TV_INT ? v->i : v->b));
     return tpl_float((method[0] == 'c' ? ceil(x * p) : floor(x * p)) / p);
 }
 
@@ -259,12 +267,18 @@ static tpl_val escape_html(tpl_rt *rt, const tpl_val *v) {
     tpl_buf b = {0};
     for (size_t i = 0; i < s.s.n; i++) {
         char c = s.s.p[i];
-        if (c == '&') tpl_buf_puts(rt, &b, "&amp;");
-        else if (c == '<') tpl_buf_puts(rt, &b, "&lt;");
-        else if (c == '>') tpl_buf_puts(rt, &b, "&gt;");
-        else if (c == '"') tpl_buf_puts(rt, &b, "&#34;");
-        else if (c == '\'') tpl_buf_puts(rt, &b, "&#39;");
-        else tpl_buf_putc(rt, &b, c);
+        if (c == '&')
+            tpl_buf_puts(rt, &b, "&amp;");
+        else if (c == '<')
+            tpl_buf_puts(rt, &b, "&lt;");
+        else if (c == '>')
+            tpl_buf_puts(rt, &b, "&gt;");
+        else if (c == '"')
+            tpl_buf_puts(rt, &b, "&#34;");
+        else if (c == '\'')
+            tpl_buf_puts(rt, &b, "&#39;");
+        else
+            tpl_buf_putc(rt, &b, c);
     }
     tpl_val r = b.n ? tpl_buf_val(&b) : tpl_cstr("");
     r.flags = TV_F_SAFE;
@@ -278,7 +292,8 @@ tpl_val tpl_filter(tpl_rt *rt, const char *name, const tpl_args *a) {
     if (IS("tojson")) return tojson(rt, a);
     if (IS("trim")) {
         const tpl_val *ch = tpl_arg(a, 1, "chars");
-        if (ch && ch->kind != TV_NONE && ch->kind != TV_STR) tpl_raise(rt, "trim: chars must be a string");
+        if (ch && ch->kind != TV_NONE && ch->kind != TV_STR)
+            tpl_raise(rt, "trim: chars must be a string");
         return tpl_str_strip(rt, str_of(rt, v), ch && ch->kind == TV_STR ? ch : NULL, 3);
     }
     if (IS("length") || IS("count")) return tpl_int(tpl_len(rt, v));
@@ -317,7 +332,8 @@ tpl_val tpl_filter(tpl_rt *rt, const char *name, const tpl_args *a) {
     if (IS("capitalize")) return tpl_str_case(rt, str_of(rt, v), 'c');
     if (IS("title")) return tpl_str_case(rt, str_of(rt, v), 'T');
     if (IS("replace")) {
-        const tpl_val *o = tpl_arg(a, 1, "old"), *n = tpl_arg(a, 2, "new"), *c = tpl_arg(a, 3, "count");
+        const tpl_val *o = tpl_arg(a, 1, "old"), *n = tpl_arg(a, 2, "new"),
+                      *c = tpl_arg(a, 3, "count");
         if (!o || !n) tpl_raise(rt, "replace() needs old and new");
         int64_t cnt = c && c->kind == TV_INT ? c->i : -1;
         return tpl_str_replace(rt, str_of(rt, v), str_of(rt, o), str_of(rt, n), cnt);
@@ -326,13 +342,15 @@ tpl_val tpl_filter(tpl_rt *rt, const char *name, const tpl_args *a) {
         tpl_list *l = tpl_iter(rt, v);
         if (!l->n)
             return tpl_undef(IS("first") ? "No first item, sequence was empty."
-                                         : "No last item, sequence was empty.", "!");
+                                         : "No last item, sequence was empty.",
+                             "!");
         return IS("first") ? l->v[0] : l->v[l->n - 1];
     }
     if (IS("list")) {
         tpl_list *l = tpl_iter(rt, v);
         tpl_val out = tpl_new_list(rt, l->n);
-        for (size_t i = 0; i < l->n; i++) tpl_list_push(rt, out.l, l->v[i]);
+        for (size_t i = 0; i < l->n; i++)
+            tpl_list_push(rt, out.l, l->v[i]);
         return out;
     }
     if (IS("int")) {
@@ -341,11 +359,14 @@ tpl_val tpl_filter(tpl_rt *rt, const char *name, const tpl_args *a) {
         double f;
         int b = base && base->kind == TV_INT ? (int)base->i : 10;
         if (v->kind == TV_UNDEF) tpl_raise_undef(rt, v);
-        if (v->kind == TV_INT || v->kind == TV_BOOL) return tpl_int(v->kind == TV_INT ? v->i : v->b);
-        if (v->kind == TV_FLOAT && isfinite(v->f) && fabs(v->f) < 9.2e18) return tpl_int((int64_t)v->f);
+        if (v->kind == TV_INT || v->kind == TV_BOOL)
+            return tpl_int(v->kind == TV_INT ? v->i : v->b);
+        if (v->kind == TV_FLOAT && isfinite(v->f) && fabs(v->f) < 9.2e18)
+            return tpl_int((int64_t)v->f);
         if (v->kind == TV_STR) {
             if (b >= 2 && b <= 36 && !parse_int(*v, b, &r)) return tpl_int(r);
-            if (!parse_float(rt, *v, &f) && isfinite(f) && fabs(f) < 9.2e18) return tpl_int((int64_t)f);
+            if (!parse_float(rt, *v, &f) && isfinite(f) && fabs(f) < 9.2e18)
+                return tpl_int((int64_t)f);
         }
         return def ? *def : tpl_int(0);
     }
@@ -353,7 +374,8 @@ tpl_val tpl_filter(tpl_rt *rt, const char *name, const tpl_args *a) {
         const tpl_val *def = tpl_arg(a, 1, "default");
         double f;
         if (v->kind == TV_UNDEF) tpl_raise_undef(rt, v);
-        if (is_num(v)) return tpl_float(v->kind == TV_FLOAT ? v->f : v->kind == TV_INT ? (double)v->i : v->b);
+        if (is_num(v))
+            return tpl_float(v->kind == TV_FLOAT ? v->f : v->kind == TV_INT ? (double)v->i : v->b);
         if (v->kind == TV_STR && !parse_float(rt, *v, &f)) return tpl_float(f);
         return def ? *def : tpl_float(0.0);
     }
@@ -426,10 +448,12 @@ tpl_val tpl_filter(tpl_rt *rt, const char *name, const tpl_args *a) {
         for (size_t i = 0; i < l->n; i++) {
             tpl_val it = attr && attr->kind != TV_NONE ? attr_path(rt, l->v[i], attr) : l->v[i];
             if (!is_num(&acc) || !is_num(&it))
-                tpl_raise(rt, "unsupported operand type(s) for +: '%s' and '%s'", tpl_type_name(&acc),
-                          tpl_type_name(&it));
+                tpl_raise(rt, "unsupported operand type(s) for +: '%s' and '%s'",
+                          tpl_type_name(&acc), tpl_type_name(&it));
             if (acc.kind == TV_FLOAT || it.kind == TV_FLOAT) {
-                double x = acc.kind == TV_FLOAT ? acc.f : acc.kind == TV_INT ? (double)acc.i : acc.b;
+                double x = acc.kind == TV_FLOAT ? acc.f
+                           : acc.kind == TV_INT ? (double)acc.i
+                                                : acc.b;
                 double y = it.kind == TV_FLOAT ? it.f : it.kind == TV_INT ? (double)it.i : it.b;
                 acc = tpl_float(x + y);
             } else {
@@ -447,7 +471,11 @@ tpl_val tpl_filter(tpl_rt *rt, const char *name, const tpl_args *a) {
         tpl_val n = str_of(rt, a1);
         return tpl_getattr(rt, v, tpl_str(rt, n.s.p, n.s.n).s.p);
     }
-    if (IS("wordcount")) return tpl_int((int64_t)tpl_call_method(rt, &(tpl_method){.self = str_of(rt, v), .name = "split"}, &(tpl_args){0}).l->n);
+    if (IS("wordcount"))
+        return tpl_int(
+            (int64_t)tpl_call_method(rt, &(tpl_method){.self = str_of(rt, v), .name = "split"},
+                                     &(tpl_args){0})
+                .l->n);
     if (IS("center")) {
         tpl_val s = str_of(rt, v);
         int64_t w = a1 && a1->kind == TV_INT ? a1->i : 80, n = (int64_t)tpl_utf8_len(s.s.p, s.s.n);
@@ -455,9 +483,11 @@ tpl_val tpl_filter(tpl_rt *rt, const char *name, const tpl_args *a) {
         if (w <= n) return s;
         int64_t pad = w - n, left = pad / 2 + (pad & w & 1);
         tpl_buf b = {0};
-        for (int64_t i = 0; i < left; i++) tpl_buf_putc(rt, &b, ' ');
+        for (int64_t i = 0; i < left; i++)
+            tpl_buf_putc(rt, &b, ' ');
         tpl_buf_put(rt, &b, s.s.p, s.s.n);
-        for (int64_t i = 0; i < pad - left; i++) tpl_buf_putc(rt, &b, ' ');
+        for (int64_t i = 0; i < pad - left; i++)
+            tpl_buf_putc(rt, &b, ' ');
         return tpl_buf_val(&b);
     }
 #undef IS
@@ -507,17 +537,19 @@ int tpl_test(tpl_rt *rt, const char *name, const tpl_args *a) {
     if (IS("escaped")) return k == TV_STR && (v->flags & TV_F_SAFE);
     if (IS("filter") || IS("test")) {
         static const char *const filters[] = {
-            "tojson", "trim", "length", "count", "string", "safe", "default", "d", "items", "join",
-            "lower", "upper", "capitalize", "title", "replace", "first", "last", "list", "int",
-            "float", "abs", "round", "map", "select", "reject", "selectattr", "rejectattr",
-            "reverse", "sort", "unique", "min", "max", "dictsort", "sum", "indent", "escape", "e",
-            "forceescape", "attr", "wordcount", "center", NULL};
+            "tojson",  "trim",   "length",      "count",  "string",     "safe",       "default",
+            "d",       "items",  "join",        "lower",  "upper",      "capitalize", "title",
+            "replace", "first",  "last",        "list",   "int",        "float",      "abs",
+            "round",   "map",    "select",      "reject", "selectattr", "rejectattr", "reverse",
+            "sort",    "unique", "min",         "max",    "dictsort",   "sum",        "indent",
+            "escape",  "e",      "forceescape", "attr",   "wordcount",  "center",     NULL};
         static const char *const tests[] = {
-            "defined", "undefined", "none", "string", "mapping", "iterable", "sequence", "number",
-            "integer", "float", "boolean", "true", "false", "callable", "lower", "upper", "odd",
-            "even", "divisibleby", "escaped", "filter", "test", "eq", "equalto", "==", "ne", "!=",
-            "lt", "lessthan", "<", "le", "<=", "gt", "greaterthan", ">", "ge", ">=", "in",
-            "sameas", NULL};
+            "defined",  "undefined", "none",    "string",  "mapping",     "iterable",    "sequence",
+            "number",   "integer",   "float",   "boolean", "true",        "false",       "callable",
+            "lower",    "upper",     "odd",     "even",    "divisibleby", "escaped",     "filter",
+            "test",     "eq",        "equalto", "==",      "ne",          "!=",          "lt",
+            "lessthan", "<",         "le",      "<=",      "gt",          "greaterthan", ">",
+            "ge",       ">=",        "in",      "sameas",  NULL};
         if (k != TV_STR) return 0;
         const char *const *list = IS("filter") ? filters : tests;
         for (size_t i = 0; list[i]; i++)
@@ -526,8 +558,7 @@ int tpl_test(tpl_rt *rt, const char *name, const tpl_args *a) {
     }
     if (!arg && (IS("eq") || IS("equalto") || IS("==") || IS("ne") || IS("!=") || IS("lt") ||
                  IS("lessthan") || IS("<") || IS("le") || IS("<=") || IS("gt") ||
-                 IS("greaterthan") || IS(">") || IS("ge") || IS(">=") || IS("in") ||
-                 IS("sameas")))
+                 IS("greaterthan") || IS(">") || IS("ge") || IS(">=") || IS("in") || IS("sameas")))
         tpl_raise(rt, "test '%s' needs an argument", name);
     if (IS("eq") || IS("equalto") || IS("==")) return tpl_equal(v, arg);
     if (IS("ne") || IS("!=")) return !tpl_equal(v, arg);
@@ -540,11 +571,16 @@ int tpl_test(tpl_rt *rt, const char *name, const tpl_args *a) {
         if (k != arg->kind) return 0;
         switch (k) {
         case TV_NONE:
-        case TV_UNDEF: return 1;
-        case TV_BOOL: return v->b == arg->b;
-        case TV_INT: return v->i == arg->i;
-        case TV_STR: return v->s.p == arg->s.p && v->s.n == arg->s.n;
-        default: return tpl_equal(v, arg) && v->l == arg->l;
+        case TV_UNDEF:
+            return 1;
+        case TV_BOOL:
+            return v->b == arg->b;
+        case TV_INT:
+            return v->i == arg->i;
+        case TV_STR:
+            return v->s.p == arg->s.p && v->s.n == arg->s.n;
+        default:
+            return tpl_equal(v, arg) && v->l == arg->l;
         }
     }
 #undef IS

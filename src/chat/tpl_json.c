@@ -26,8 +26,8 @@ static int jp_fail(jp *p, const char *what) {
 }
 
 static void jp_ws(jp *p) {
-    while (p->i < p->n && (p->s[p->i] == ' ' || p->s[p->i] == '\t' || p->s[p->i] == '\n' ||
-                           p->s[p->i] == '\r'))
+    while (p->i < p->n &&
+           (p->s[p->i] == ' ' || p->s[p->i] == '\t' || p->s[p->i] == '\n' || p->s[p->i] == '\r'))
         p->i++;
 }
 
@@ -36,10 +36,14 @@ static int hex4(const char *s, unsigned *out) {
     for (int k = 0; k < 4; k++) {
         char c = s[k];
         v <<= 4;
-        if (c >= '0' && c <= '9') v |= (unsigned)(c - '0');
-        else if (c >= 'a' && c <= 'f') v |= (unsigned)(c - 'a' + 10);
-        else if (c >= 'A' && c <= 'F') v |= (unsigned)(c - 'A' + 10);
-        else return -1;
+        if (c >= '0' && c <= '9')
+            v |= (unsigned)(c - '0');
+        else if (c >= 'a' && c <= 'f')
+            v |= (unsigned)(c - 'a' + 10);
+        else if (c >= 'A' && c <= 'F')
+            v |= (unsigned)(c - 'A' + 10);
+        else
+            return -1;
     }
     *out = v;
     return 0;
@@ -104,13 +108,15 @@ static int jp_number(jp *p, tpl_val *out) {
         return 0;
     }
     size_t digits = 0;
-    while (p->i < p->n && p->s[p->i] >= '0' && p->s[p->i] <= '9') p->i++, digits++;
+    while (p->i < p->n && p->s[p->i] >= '0' && p->s[p->i] <= '9')
+        p->i++, digits++;
     if (!digits) return jp_fail(p, "bad number");
     if (p->i < p->n && p->s[p->i] == '.') {
         is_float = 1;
         p->i++;
         digits = 0;
-        while (p->i < p->n && p->s[p->i] >= '0' && p->s[p->i] <= '9') p->i++, digits++;
+        while (p->i < p->n && p->s[p->i] >= '0' && p->s[p->i] <= '9')
+            p->i++, digits++;
         if (!digits) return jp_fail(p, "bad number");
     }
     if (p->i < p->n && (p->s[p->i] == 'e' || p->s[p->i] == 'E')) {
@@ -118,7 +124,8 @@ static int jp_number(jp *p, tpl_val *out) {
         p->i++;
         if (p->i < p->n && (p->s[p->i] == '+' || p->s[p->i] == '-')) p->i++;
         digits = 0;
-        while (p->i < p->n && p->s[p->i] >= '0' && p->s[p->i] <= '9') p->i++, digits++;
+        while (p->i < p->n && p->s[p->i] >= '0' && p->s[p->i] <= '9')
+            p->i++, digits++;
         if (!digits) return jp_fail(p, "bad number");
     }
     char tmp[64];
@@ -216,15 +223,24 @@ static int jp_value(jp *p, tpl_val *out) {
     if (++p->depth > JP_MAX_DEPTH) return jp_fail(p, "nested too deeply");
     int rc;
     char c = p->s[p->i];
-    if (c == '{') rc = jp_object(p, out);
-    else if (c == '[') rc = jp_array(p, out);
-    else if (c == '"') rc = jp_string(p, out);
-    else if (c == 't') rc = jp_lit(p, "true", tpl_bool(1), out);
-    else if (c == 'f') rc = jp_lit(p, "false", tpl_bool(0), out);
-    else if (c == 'n') rc = jp_lit(p, "null", tpl_none(), out);
-    else if (c == 'N') rc = jp_lit(p, "NaN", tpl_float(NAN), out);
-    else if (c == '-' || c == 'I' || (c >= '0' && c <= '9')) rc = jp_number(p, out);
-    else rc = jp_fail(p, "unexpected character");
+    if (c == '{')
+        rc = jp_object(p, out);
+    else if (c == '[')
+        rc = jp_array(p, out);
+    else if (c == '"')
+        rc = jp_string(p, out);
+    else if (c == 't')
+        rc = jp_lit(p, "true", tpl_bool(1), out);
+    else if (c == 'f')
+        rc = jp_lit(p, "false", tpl_bool(0), out);
+    else if (c == 'n')
+        rc = jp_lit(p, "null", tpl_none(), out);
+    else if (c == 'N')
+        rc = jp_lit(p, "NaN", tpl_float(NAN), out);
+    else if (c == '-' || c == 'I' || (c >= '0' && c <= '9'))
+        rc = jp_number(p, out);
+    else
+        rc = jp_fail(p, "unexpected character");
     p->depth--;
     return rc;
 }
@@ -250,7 +266,8 @@ tpl_val tpl_from_cjson(tpl_rt *rt, const cJSON *j) {
     if (cJSON_IsString(j)) return tpl_str(rt, j->valuestring, strlen(j->valuestring));
     if (cJSON_IsArray(j)) {
         tpl_val l = tpl_new_list(rt, (size_t)cJSON_GetArraySize(j));
-        for (const cJSON *c = j->child; c; c = c->next) tpl_list_push(rt, l.l, tpl_from_cjson(rt, c));
+        for (const cJSON *c = j->child; c; c = c->next)
+            tpl_list_push(rt, l.l, tpl_from_cjson(rt, c));
         return l;
     }
     if (cJSON_IsObject(j)) {
@@ -272,13 +289,20 @@ static void dump_str(tpl_rt *rt, tpl_buf *b, const char *p, size_t n, int ascii)
         const char *esc = NULL;
         char tmp[16];
         size_t step = 1;
-        if (c == '"') esc = "\\\"";
-        else if (c == '\\') esc = "\\\\";
-        else if (c == '\n') esc = "\\n";
-        else if (c == '\r') esc = "\\r";
-        else if (c == '\t') esc = "\\t";
-        else if (c == '\b') esc = "\\b";
-        else if (c == '\f') esc = "\\f";
+        if (c == '"')
+            esc = "\\\"";
+        else if (c == '\\')
+            esc = "\\\\";
+        else if (c == '\n')
+            esc = "\\n";
+        else if (c == '\r')
+            esc = "\\r";
+        else if (c == '\t')
+            esc = "\\t";
+        else if (c == '\b')
+            esc = "\\b";
+        else if (c == '\f')
+            esc = "\\f";
         else if (c < 0x20) {
             snprintf(tmp, sizeof tmp, "\\u%04x", c);
             esc = tmp;
@@ -287,7 +311,8 @@ static void dump_str(tpl_rt *rt, tpl_buf *b, const char *p, size_t n, int ascii)
             step = tpl_utf8_next(p + i, n - i, &cp);
             if (cp >= 0x10000) {
                 unsigned v = (unsigned)cp - 0x10000;
-                snprintf(tmp, sizeof tmp, "\\u%04x\\u%04x", 0xd800 + (v >> 10), 0xdc00 + (v & 0x3ff));
+                snprintf(tmp, sizeof tmp, "\\u%04x\\u%04x", 0xd800 + (v >> 10),
+                         0xdc00 + (v & 0x3ff));
             } else {
                 snprintf(tmp, sizeof tmp, "\\u%04x", (unsigned)cp);
             }
@@ -308,9 +333,15 @@ static void dump_str(tpl_rt *rt, tpl_buf *b, const char *p, size_t n, int ascii)
 
 static void dump_key(tpl_rt *rt, tpl_buf *b, const tpl_val *k, int ascii) {
     switch (k->kind) {
-    case TV_STR: dump_str(rt, b, k->s.p, k->s.n, ascii); return;
-    case TV_BOOL: tpl_buf_puts(rt, b, k->b ? "\"true\"" : "\"false\""); return;
-    case TV_NONE: tpl_buf_puts(rt, b, "\"null\""); return;
+    case TV_STR:
+        dump_str(rt, b, k->s.p, k->s.n, ascii);
+        return;
+    case TV_BOOL:
+        tpl_buf_puts(rt, b, k->b ? "\"true\"" : "\"false\"");
+        return;
+    case TV_NONE:
+        tpl_buf_puts(rt, b, "\"null\"");
+        return;
     case TV_INT:
     case TV_FLOAT:
         tpl_buf_putc(rt, b, '"');
@@ -324,7 +355,8 @@ static void dump_key(tpl_rt *rt, tpl_buf *b, const tpl_val *k, int ascii) {
 
 static void newline(tpl_rt *rt, tpl_buf *b, const tpl_json_opts *o, int level) {
     tpl_buf_putc(rt, b, '\n');
-    for (int i = 0; i < level; i++) tpl_buf_puts(rt, b, o->indent);
+    for (int i = 0; i < level; i++)
+        tpl_buf_puts(rt, b, o->indent);
 }
 
 static int key_cmp_rt(tpl_rt *rt, const tpl_val *a, const tpl_val *b) {
@@ -338,18 +370,28 @@ static void dump(tpl_rt *rt, tpl_buf *b, const tpl_val *v, const tpl_json_opts *
     const char *ksep = o->key_sep ? o->key_sep : ": ";
     char tmp[64];
     switch (v->kind) {
-    case TV_NONE: tpl_buf_puts(rt, b, "null"); return;
-    case TV_BOOL: tpl_buf_puts(rt, b, v->b ? "true" : "false"); return;
-    case TV_INT: tpl_to_str(rt, b, v); return;
+    case TV_NONE:
+        tpl_buf_puts(rt, b, "null");
+        return;
+    case TV_BOOL:
+        tpl_buf_puts(rt, b, v->b ? "true" : "false");
+        return;
+    case TV_INT:
+        tpl_to_str(rt, b, v);
+        return;
     case TV_FLOAT:
-        if (isnan(v->f)) tpl_buf_puts(rt, b, "NaN");
-        else if (isinf(v->f)) tpl_buf_puts(rt, b, v->f < 0 ? "-Infinity" : "Infinity");
+        if (isnan(v->f))
+            tpl_buf_puts(rt, b, "NaN");
+        else if (isinf(v->f))
+            tpl_buf_puts(rt, b, v->f < 0 ? "-Infinity" : "Infinity");
         else {
             tpl_float_repr(v->f, tmp, sizeof tmp);
             tpl_buf_puts(rt, b, tmp);
         }
         return;
-    case TV_STR: dump_str(rt, b, v->s.p, v->s.n, o->ensure_ascii); return;
+    case TV_STR:
+        dump_str(rt, b, v->s.p, v->s.n, o->ensure_ascii);
+        return;
     case TV_LIST:
         if (!v->l->n) {
             tpl_buf_puts(rt, b, "[]");
@@ -371,11 +413,12 @@ static void dump(tpl_rt *rt, tpl_buf *b, const tpl_val *v, const tpl_json_opts *
             return;
         }
         size_t *order = tpl_alloc(rt, d->n * sizeof *order);
-        for (size_t i = 0; i < d->n; i++) order[i] = i;
+        for (size_t i = 0; i < d->n; i++)
+            order[i] = i;
         if (o->sort_keys) /* insertion sort: stable, and dicts here are small */
             for (size_t i = 1; i < d->n; i++)
-                for (size_t j = i; j > 0 && key_cmp_rt(rt, &d->k[order[j]], &d->k[order[j - 1]]) < 0;
-                     j--) {
+                for (size_t j = i;
+                     j > 0 && key_cmp_rt(rt, &d->k[order[j]], &d->k[order[j - 1]]) < 0; j--) {
                     size_t t = order[j];
                     order[j] = order[j - 1];
                     order[j - 1] = t;

@@ -17,9 +17,9 @@ int tpl_json_parse(tpl_rt *rt, const char *text, size_t len, tpl_val *out, char 
 tpl_val tpl_from_cjson(tpl_rt *rt, const cJSON *j);
 
 typedef struct tpl_json_opts {
-    int ensure_ascii;    /* escape non-ASCII as \uXXXX */
+    int ensure_ascii; /* escape non-ASCII as \uXXXX */
     int sort_keys;
-    const char *indent;  /* NULL = one line; else the indent unit ("" for indent=0) */
+    const char *indent;   /* NULL = one line; else the indent unit ("" for indent=0) */
     const char *item_sep; /* NULL = ", " without indent, "," with */
     const char *key_sep;  /* NULL = ": " */
 } tpl_json_opts;

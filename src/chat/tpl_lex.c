@@ -34,17 +34,21 @@ static tpl_tok *push(lx *L, int kind, int line) {
 
 static int count_nl(const char *p, size_t n) {
     int k = 0;
-    for (size_t i = 0; i < n; i++) k += p[i] == '\n';
+    for (size_t i = 0; i < n; i++)
+        k += p[i] == '\n';
     return k;
 }
 
-static int ws(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v'; }
+static int ws(char c) {
+    return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v';
+}
 
 /* Length of text after stripping trailing Python whitespace (ASCII and Unicode spaces). */
 static size_t rstrip_len(const char *p, size_t n) {
     while (n > 0) {
         size_t k = 1;
-        while (k < n && k < 4 && ((unsigned char)p[n - k] & 0xc0) == 0x80) k++;
+        while (k < n && k < 4 && ((unsigned char)p[n - k] & 0xc0) == 0x80)
+            k++;
         int32_t cp;
         if (tpl_utf8_next(p + n - k, k, &cp) != k || !tpl_is_space(cp)) break;
         n -= k;
@@ -64,7 +68,8 @@ static size_t strip_before(lx *L, const char *text, size_t n, char sign, int is_
     if (sign == '-') return rstrip_len(text, n);
     if (sign == '+' || is_var) return n;
     size_t l_pos = n;
-    while (l_pos > 0 && text[l_pos - 1] != '\n') l_pos--;
+    while (l_pos > 0 && text[l_pos - 1] != '\n')
+        l_pos--;
     if (l_pos == 0 && !L->line_starting) return n;
     if (l_pos == n) return n;
     for (size_t i = l_pos; i < n; i++)
@@ -76,7 +81,8 @@ static size_t strip_before(lx *L, const char *text, size_t n, char sign, int is_
 static void after_end(lx *L, char sign, int trim) {
     size_t st = L->pos;
     if (sign == '-') {
-        while (L->pos < L->n && ws(L->s[L->pos])) L->pos++;
+        while (L->pos < L->n && ws(L->s[L->pos]))
+            L->pos++;
     } else if (sign != '+' && trim && L->pos < L->n && L->s[L->pos] == '\n') {
         L->pos++;
     }
@@ -88,11 +94,11 @@ static const struct {
     const char *s;
     int op;
 } ops[] = {
-    {"//", OP_FLOORDIV}, {"**", OP_POW}, {"==", OP_EQ},       {"!=", OP_NE},       {">=", OP_GE},
-    {"<=", OP_LE},       {"+", OP_ADD},  {"-", OP_SUB},       {"*", OP_MUL},       {"/", OP_DIV},
-    {"%", OP_MOD},       {"~", OP_TILDE}, {"[", OP_LBRACKET}, {"]", OP_RBRACKET},  {"(", OP_LPAREN},
-    {")", OP_RPAREN},    {"{", OP_LBRACE}, {"}", OP_RBRACE},  {">", OP_GT},        {"<", OP_LT},
-    {"=", OP_ASSIGN},    {".", OP_DOT},  {":", OP_COLON},     {"|", OP_PIPE},      {",", OP_COMMA},
+    {"//", OP_FLOORDIV}, {"**", OP_POW},   {"==", OP_EQ},      {"!=", OP_NE},      {">=", OP_GE},
+    {"<=", OP_LE},       {"+", OP_ADD},    {"-", OP_SUB},      {"*", OP_MUL},      {"/", OP_DIV},
+    {"%", OP_MOD},       {"~", OP_TILDE},  {"[", OP_LBRACKET}, {"]", OP_RBRACKET}, {"(", OP_LPAREN},
+    {")", OP_RPAREN},    {"{", OP_LBRACE}, {"}", OP_RBRACE},   {">", OP_GT},       {"<", OP_LT},
+    {"=", OP_ASSIGN},    {".", OP_DOT},    {":", OP_COLON},    {"|", OP_PIPE},     {",", OP_COMMA},
     {";", OP_SEMICOLON},
 };
 
@@ -165,13 +171,18 @@ static void lex_string(lx *L, tpl_tok *t) {
     t->n = b.n;
 }
 
-static int isdig(char c) { return c >= '0' && c <= '9'; }
-static int isname0(char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_'; }
+static int isdig(char c) {
+    return c >= '0' && c <= '9';
+}
+static int isname0(char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_';
+}
 
 /* Digits with single underscores between them; returns the end position (start if none). */
 static size_t digits_end(const char *s, size_t n, size_t i) {
     if (i >= n || !isdig(s[i])) return i;
-    while (i < n && (isdig(s[i]) || (s[i] == '_' && i + 1 < n && isdig(s[i + 1])))) i++;
+    while (i < n && (isdig(s[i]) || (s[i] == '_' && i + 1 < n && isdig(s[i + 1]))))
+        i++;
     return i;
 }
 
@@ -233,7 +244,8 @@ static void lex_tag(lx *L, int is_var) {
         char close = is_var ? '}' : '%';
         char sign = 0;
         size_t mk = 0;
-        if (left >= 2 && p[0] == close && p[1] == '}') mk = 2;
+        if (left >= 2 && p[0] == close && p[1] == '}')
+            mk = 2;
         else if (left >= 3 && (p[0] == '-' || p[0] == '+') && p[1] == close && p[2] == '}' &&
                  !(is_var && p[0] == '+')) {
             sign = p[0];
@@ -254,7 +266,8 @@ static void lex_tag(lx *L, int is_var) {
             lex_number(L, t);
         } else if (isname0(c)) {
             size_t i = 1;
-            while (i < left && (isname0(p[i]) || isdig(p[i]))) i++;
+            while (i < left && (isname0(p[i]) || isdig(p[i])))
+                i++;
             t->kind = TK_NAME;
             t->p = p;
             t->n = i;
@@ -284,10 +297,12 @@ static void lex_raw(lx *L, int line) {
         size_t j = i + 2;
         char sign = 0;
         if (j < L->n && (L->s[j] == '-' || L->s[j] == '+')) sign = L->s[j++];
-        while (j < L->n && ws(L->s[j])) j++;
+        while (j < L->n && ws(L->s[j]))
+            j++;
         if (L->n - j < 6 || memcmp(L->s + j, "endraw", 6)) continue;
         j += 6;
-        while (j < L->n && ws(L->s[j])) j++;
+        while (j < L->n && ws(L->s[j]))
+            j++;
         char esign = 0;
         if (j < L->n && (L->s[j] == '-' || L->s[j] == '+')) esign = L->s[j++];
         if (L->n - j < 2 || L->s[j] != '%' || L->s[j + 1] != '}') continue;
@@ -307,11 +322,13 @@ static void lex_raw(lx *L, int line) {
  * and including "%}" and sets *sign to the closing modifier; else 0. */
 static size_t raw_tag(const lx *L, size_t i, char *sign) {
     size_t j = i;
-    while (j < L->n && ws(L->s[j])) j++;
+    while (j < L->n && ws(L->s[j]))
+        j++;
     if (L->n - j < 3 || memcmp(L->s + j, "raw", 3)) return 0;
     j += 3;
     if (j < L->n && (isname0(L->s[j]) || isdig(L->s[j]))) return 0;
-    while (j < L->n && ws(L->s[j])) j++;
+    while (j < L->n && ws(L->s[j]))
+        j++;
     *sign = 0;
     if (j < L->n && L->s[j] == '-') *sign = L->s[j++];
     if (L->n - j < 2 || L->s[j] != '%' || L->s[j + 1] != '}') return 0;
@@ -334,7 +351,8 @@ void tpl_lex(tpl_rt *rt, const char *src, size_t len, tpl_tok **toks, size_t *nt
     lx L = {.rt = rt, .s = s, .n = n, .line = 1, .line_starting = 1};
     while (L.pos < L.n) {
         size_t t = L.pos;
-        while (t + 1 < L.n && !(s[t] == '{' && (s[t + 1] == '{' || s[t + 1] == '%' || s[t + 1] == '#')))
+        while (t + 1 < L.n &&
+               !(s[t] == '{' && (s[t + 1] == '{' || s[t + 1] == '%' || s[t + 1] == '#')))
             t++;
         if (t + 1 >= L.n) {
             emit_data(&L, s + L.pos, L.n - L.pos, L.line);
@@ -349,7 +367,8 @@ void tpl_lex(tpl_rt *rt, const char *src, size_t len, tpl_tok **toks, size_t *nt
         L.pos = t + 2 + (sign ? 1 : 0);
         if (kind == '#') {
             size_t e = L.pos;
-            while (e + 1 < L.n && !(s[e] == '#' && s[e + 1] == '}')) e++;
+            while (e + 1 < L.n && !(s[e] == '#' && s[e + 1] == '}'))
+                e++;
             if (e + 1 >= L.n) {
                 rt->line = tag_line;
                 tpl_raise(rt, "missing end of comment tag");
@@ -365,8 +384,10 @@ void tpl_lex(tpl_rt *rt, const char *src, size_t len, tpl_tok **toks, size_t *nt
         if (rl) {
             L.line += count_nl(s + L.pos, rl);
             L.pos += rl;
-            if (rsign == '-') after_end(&L, '-', 0);
-            else L.line_starting = 0;
+            if (rsign == '-')
+                after_end(&L, '-', 0);
+            else
+                L.line_starting = 0;
             lex_raw(&L, tag_line);
             continue;
         }

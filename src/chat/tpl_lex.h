@@ -21,16 +21,38 @@ typedef enum tpl_tok_kind {
 } tpl_tok_kind;
 
 typedef enum tpl_op {
-    OP_ADD = 1, OP_SUB, OP_MUL, OP_DIV, OP_FLOORDIV, OP_MOD, OP_POW, OP_TILDE,
-    OP_LBRACKET, OP_RBRACKET, OP_LPAREN, OP_RPAREN, OP_LBRACE, OP_RBRACE,
-    OP_EQ, OP_NE, OP_GT, OP_GE, OP_LT, OP_LE, OP_ASSIGN, OP_DOT, OP_COLON, OP_PIPE,
-    OP_COMMA, OP_SEMICOLON,
+    OP_ADD = 1,
+    OP_SUB,
+    OP_MUL,
+    OP_DIV,
+    OP_FLOORDIV,
+    OP_MOD,
+    OP_POW,
+    OP_TILDE,
+    OP_LBRACKET,
+    OP_RBRACKET,
+    OP_LPAREN,
+    OP_RPAREN,
+    OP_LBRACE,
+    OP_RBRACE,
+    OP_EQ,
+    OP_NE,
+    OP_GT,
+    OP_GE,
+    OP_LT,
+    OP_LE,
+    OP_ASSIGN,
+    OP_DOT,
+    OP_COLON,
+    OP_PIPE,
+    OP_COMMA,
+    OP_SEMICOLON,
 } tpl_op;
 
 typedef struct tpl_tok {
     int kind; /* tpl_tok_kind */
     int line;
-    int op;   /* tpl_op for TK_OP */
+    int op; /* tpl_op for TK_OP */
     const char *p;
     size_t n;
     int64_t i;

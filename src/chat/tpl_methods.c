@@ -22,15 +22,15 @@ static int in_list(const char *name, const char *const *names) {
 }
 
 static const char *const str_methods[] = {
-    "startswith", "endswith", "split",   "rsplit",  "strip",   "lstrip",  "rstrip",
-    "lower",      "upper",    "title",   "capitalize", "replace", "find", "rfind",
-    "count",      "join",     "splitlines", "isdigit", "isalpha", "isalnum", "isspace",
-    "islower",    "isupper",  "format",  "removeprefix", "removesuffix", NULL};
+    "startswith", "endswith", "split",      "rsplit",       "strip",        "lstrip",  "rstrip",
+    "lower",      "upper",    "title",      "capitalize",   "replace",      "find",    "rfind",
+    "count",      "join",     "splitlines", "isdigit",      "isalpha",      "isalnum", "isspace",
+    "islower",    "isupper",  "format",     "removeprefix", "removesuffix", NULL};
 static const char *const dict_methods[] = {"items", "keys", "values", "get", "copy", NULL};
 static const char *const dict_unsafe[] = {"pop", "popitem", "setdefault", "update", "clear", NULL};
 static const char *const list_methods[] = {"index", "count", "copy", NULL};
-static const char *const list_unsafe[] = {"append", "extend", "insert", "pop", "remove",
-                                          "reverse", "sort", "clear", NULL};
+static const char *const list_unsafe[] = {"append",  "extend", "insert", "pop", "remove",
+                                          "reverse", "sort",   "clear",  NULL};
 
 static tpl_val method(tpl_rt *rt, const tpl_val *self, const char *name) {
     tpl_method *m = tpl_alloc(rt, sizeof *m);
@@ -68,7 +68,8 @@ static tpl_val loop_attr(tpl_rt *rt, const tpl_val *obj, const char *name) {
 
 tpl_val tpl_getattr(tpl_rt *rt, const tpl_val *obj, const char *name) {
     switch (obj->kind) {
-    case TV_UNDEF: tpl_raise_undef(rt, obj);
+    case TV_UNDEF:
+        tpl_raise_undef(rt, obj);
     case TV_DICT: {
         if (in_list(name, dict_methods)) return method(rt, obj, name);
         if (in_list(name, dict_unsafe)) return unsafe(rt, name, obj);
@@ -86,8 +87,10 @@ tpl_val tpl_getattr(tpl_rt *rt, const tpl_val *obj, const char *name) {
         if (in_list(name, list_methods)) return method(rt, obj, name);
         if (in_list(name, list_unsafe)) return unsafe(rt, name, obj);
         break;
-    case TV_LOOP: return loop_attr(rt, obj, name);
-    default: break;
+    case TV_LOOP:
+        return loop_attr(rt, obj, name);
+    default:
+        break;
     }
     if (name[0] == '_' && name[1] == '_') return unsafe(rt, name, obj);
     return tpl_undef(name, tpl_type_name(obj));
@@ -110,7 +113,8 @@ tpl_val tpl_getitem(tpl_rt *rt, const tpl_val *obj, const tpl_val *key) {
         if (v) return *v;
     } else if ((obj->kind == TV_LIST || obj->kind == TV_STR) &&
                (key->kind == TV_INT || key->kind == TV_BOOL)) {
-        int64_t n = obj->kind == TV_LIST ? (int64_t)obj->l->n : (int64_t)tpl_utf8_len(obj->s.p, obj->s.n);
+        int64_t n =
+            obj->kind == TV_LIST ? (int64_t)obj->l->n : (int64_t)tpl_utf8_len(obj->s.p, obj->s.n);
         int64_t i = key->kind == TV_INT ? key->i : key->b;
         if (i < 0) i += n;
         if (i >= 0 && i < n) {
@@ -135,9 +139,12 @@ tpl_val tpl_getitem(tpl_rt *rt, const tpl_val *obj, const tpl_val *key) {
 
 static int slice_index(const tpl_val *v, int64_t *out) {
     if (!v || v->kind == TV_NONE) return 0;
-    if (v->kind == TV_INT) *out = v->i;
-    else if (v->kind == TV_BOOL) *out = v->b;
-    else return -1;
+    if (v->kind == TV_INT)
+        *out = v->i;
+    else if (v->kind == TV_BOOL)
+        *out = v->b;
+    else
+        return -1;
     return 1;
 }
 
@@ -149,18 +156,26 @@ tpl_val tpl_slice(tpl_rt *rt, const tpl_val *obj, const tpl_val *start, const tp
     if (ha < 0 || hb < 0 || hs < 0 || (obj->kind != TV_LIST && obj->kind != TV_STR))
         return tpl_undef("slice", tpl_type_name(obj));
     if (st == 0) tpl_raise(rt, "slice step cannot be zero");
-    int64_t n = obj->kind == TV_LIST ? (int64_t)obj->l->n : (int64_t)tpl_utf8_len(obj->s.p, obj->s.n);
+    int64_t n =
+        obj->kind == TV_LIST ? (int64_t)obj->l->n : (int64_t)tpl_utf8_len(obj->s.p, obj->s.n);
     /* Python's PySlice_AdjustIndices. */
-    if (!ha) a = st < 0 ? n - 1 : 0;
-    else if (a < 0) a = a + n < 0 ? (st < 0 ? -1 : 0) : a + n;
-    else if (a >= n) a = st < 0 ? n - 1 : n;
-    if (!hb) b = st < 0 ? -1 : n;
-    else if (b < 0) b = b + n < 0 ? (st < 0 ? -1 : 0) : b + n;
-    else if (b >= n) b = st < 0 ? n - 1 : n;
+    if (!ha)
+        a = st < 0 ? n - 1 : 0;
+    else if (a < 0)
+        a = a + n < 0 ? (st < 0 ? -1 : 0) : a + n;
+    else if (a >= n)
+        a = st < 0 ? n - 1 : n;
+    if (!hb)
+        b = st < 0 ? -1 : n;
+    else if (b < 0)
+        b = b + n < 0 ? (st < 0 ? -1 : 0) : b + n;
+    else if (b >= n)
+        b = st < 0 ? n - 1 : n;
     if (obj->kind == TV_LIST) {
         tpl_val r = tpl_new_list(rt, 0);
         r.flags = obj->flags;
-        for (int64_t i = a; st > 0 ? i < b : i > b; i += st) tpl_list_push(rt, r.l, obj->l->v[i]);
+        for (int64_t i = a; st > 0 ? i < b : i > b; i += st)
+            tpl_list_push(rt, r.l, obj->l->v[i]);
         return r;
     }
     /* Strings: code point offsets first, then copy the selected characters. */
@@ -190,25 +205,34 @@ int tpl_contains(tpl_rt *rt, const tpl_val *c, const tpl_val *item) {
     case TV_STR:
         if (item->kind == TV_UNDEF) tpl_raise_undef(rt, item);
         if (item->kind != TV_STR)
-            tpl_raise(rt, "'in <string>' requires string as left operand, not %s", tpl_type_name(item));
+            tpl_raise(rt, "'in <string>' requires string as left operand, not %s",
+                      tpl_type_name(item));
         return find_bytes(c->s.p, c->s.n, item->s.p, item->s.n) != NULL;
     case TV_LIST:
         for (size_t i = 0; i < c->l->n; i++)
             if (tpl_equal(&c->l->v[i], item)) return 1;
         return 0;
-    case TV_DICT: return tpl_dict_get(c->d, *item) != NULL;
-    case TV_UNDEF: return 0;
-    default: tpl_raise(rt, "argument of type '%s' is not iterable", tpl_type_name(c));
+    case TV_DICT:
+        return tpl_dict_get(c->d, *item) != NULL;
+    case TV_UNDEF:
+        return 0;
+    default:
+        tpl_raise(rt, "argument of type '%s' is not iterable", tpl_type_name(c));
     }
 }
 
 int64_t tpl_len(tpl_rt *rt, const tpl_val *v) {
     switch (v->kind) {
-    case TV_STR: return (int64_t)tpl_utf8_len(v->s.p, v->s.n);
-    case TV_LIST: return (int64_t)v->l->n;
-    case TV_DICT: return (int64_t)v->d->n;
-    case TV_UNDEF: return 0;
-    default: tpl_raise(rt, "object of type '%s' has no len()", tpl_type_name(v));
+    case TV_STR:
+        return (int64_t)tpl_utf8_len(v->s.p, v->s.n);
+    case TV_LIST:
+        return (int64_t)v->l->n;
+    case TV_DICT:
+        return (int64_t)v->d->n;
+    case TV_UNDEF:
+        return 0;
+    default:
+        tpl_raise(rt, "object of type '%s' has no len()", tpl_type_name(v));
     }
 }
 
@@ -237,7 +261,8 @@ tpl_val tpl_str_strip(tpl_rt *rt, tpl_val s, const tpl_val *chars, int what) {
     if (what & 2)
         while (b > a) {
             size_t k = 1;
-            while (k < b - a && k < 4 && ((unsigned char)s.s.p[b - k] & 0xc0) == 0x80) k++;
+            while (k < b - a && k < 4 && ((unsigned char)s.s.p[b - k] & 0xc0) == 0x80)
+                k++;
             int32_t cp;
             if (tpl_utf8_next(s.s.p + b - k, k, &cp) != k) k = 1, cp = (unsigned char)s.s.p[b - 1];
             if (!in_chars(cp, chars)) break;
@@ -260,17 +285,23 @@ tpl_val tpl_str_case(tpl_rt *rt, tpl_val s, int mode) {
         i += tpl_utf8_next(s.s.p + i, s.s.n - i, &cp);
         int32_t o = cp;
         switch (mode) {
-        case 'l': o = utf8proc_tolower(cp); break;
-        case 'u': o = utf8proc_toupper(cp); break;
-        case 'c': o = first ? utf8proc_totitle(cp) : utf8proc_tolower(cp); break;
+        case 'l':
+            o = utf8proc_tolower(cp);
+            break;
+        case 'u':
+            o = utf8proc_toupper(cp);
+            break;
+        case 'c':
+            o = first ? utf8proc_totitle(cp) : utf8proc_tolower(cp);
+            break;
         case 't': /* str.title: a cased letter after a non-cased character starts a word */
             o = prev_cased ? utf8proc_tolower(cp) : utf8proc_totitle(cp);
             prev_cased = is_cased_letter(cp);
             break;
         default: /* Jinja's title filter: words start after -, whitespace and ( { [ < */
             o = word_start ? utf8proc_totitle(cp) : utf8proc_tolower(cp);
-            word_start = cp == '-' || cp == '(' || cp == '{' || cp == '[' || cp == '<' ||
-                         tpl_is_space(cp);
+            word_start =
+                cp == '-' || cp == '(' || cp == '{' || cp == '[' || cp == '<' || tpl_is_space(cp);
             break;
         }
         first = 0;
@@ -314,7 +345,8 @@ tpl_val tpl_str_replace(tpl_rt *rt, tpl_val s, tpl_val old, tpl_val rep, int64_t
 
 static tpl_val need_str(tpl_rt *rt, const tpl_val *v, const char *what) {
     if (!v || v->kind != TV_STR)
-        tpl_raise(rt, "%s: expected a string argument, got %s", what, v ? tpl_type_name(v) : "none");
+        tpl_raise(rt, "%s: expected a string argument, got %s", what,
+                  v ? tpl_type_name(v) : "none");
     return *v;
 }
 
@@ -386,9 +418,11 @@ static tpl_val split(tpl_rt *rt, tpl_val s, const tpl_val *sep, int64_t maxsplit
         if (maxsplit < 0 || (size_t)maxsplit >= nw) return w;
         /* Keep the last maxsplit words; the head is the text before them, right-stripped. */
         const tpl_val *first_kept = &w.l->v[nw - (size_t)maxsplit];
-        tpl_val head = tpl_str_strip(rt, tpl_str_ref(s.s.p, (size_t)(first_kept->s.p - s.s.p)), NULL, 3);
+        tpl_val head =
+            tpl_str_strip(rt, tpl_str_ref(s.s.p, (size_t)(first_kept->s.p - s.s.p)), NULL, 3);
         tpl_list_push(rt, out.l, head);
-        for (size_t k = nw - (size_t)maxsplit; k < nw; k++) tpl_list_push(rt, out.l, w.l->v[k]);
+        for (size_t k = nw - (size_t)maxsplit; k < nw; k++)
+            tpl_list_push(rt, out.l, w.l->v[k]);
         return out;
     }
     /* reverse the rsplit result */
@@ -428,12 +462,27 @@ static int str_class(tpl_val s, int what) {
         int alpha = c >= UTF8PROC_CATEGORY_LU && c <= UTF8PROC_CATEGORY_LO;
         int digit = c == UTF8PROC_CATEGORY_ND;
         switch (what) {
-        case 'd': if (!digit) return 0; break;
-        case 'a': if (!alpha) return 0; break;
-        case 'n': if (!alpha && !digit && c != UTF8PROC_CATEGORY_NL && c != UTF8PROC_CATEGORY_NO) return 0; break;
-        case 's': if (!tpl_is_space(cp)) return 0; break;
-        case 'l': if (utf8proc_tolower(cp) != cp) return 0; cased |= utf8proc_toupper(cp) != cp; break;
-        default: if (utf8proc_toupper(cp) != cp) return 0; cased |= utf8proc_tolower(cp) != cp; break;
+        case 'd':
+            if (!digit) return 0;
+            break;
+        case 'a':
+            if (!alpha) return 0;
+            break;
+        case 'n':
+            if (!alpha && !digit && c != UTF8PROC_CATEGORY_NL && c != UTF8PROC_CATEGORY_NO)
+                return 0;
+            break;
+        case 's':
+            if (!tpl_is_space(cp)) return 0;
+            break;
+        case 'l':
+            if (utf8proc_tolower(cp) != cp) return 0;
+            cased |= utf8proc_toupper(cp) != cp;
+            break;
+        default:
+            if (utf8proc_toupper(cp) != cp) return 0;
+            cased |= utf8proc_tolower(cp) != cp;
+            break;
         }
     }
     return what == 'l' || what == 'u' ? cased : 1;
@@ -466,7 +515,8 @@ static tpl_val str_format(tpl_rt *rt, tpl_val s, const tpl_args *a) {
             auto_idx++;
         } else if (f[0] >= '0' && f[0] <= '9') {
             size_t k = 0;
-            for (size_t j = 0; j < fn; j++) k = k * 10 + (size_t)(f[j] - '0');
+            for (size_t j = 0; j < fn; j++)
+                k = k * 10 + (size_t)(f[j] - '0');
             v = k < a->npos ? &a->pos[k] : NULL;
         } else {
             for (size_t k = 0; k < a->nkw; k++)
@@ -499,21 +549,22 @@ static tpl_val str_method(tpl_rt *rt, tpl_val s, const char *n, const tpl_args *
     if (!strcmp(n, "title")) return tpl_str_case(rt, s, 't');
     if (!strcmp(n, "capitalize")) return tpl_str_case(rt, s, 'c');
     if (!strcmp(n, "replace"))
-        return tpl_str_replace(rt, s, need_str(rt, a0, n), need_str(rt, a1, n), opt_int(rt, a2, -1));
+        return tpl_str_replace(rt, s, need_str(rt, a0, n), need_str(rt, a1, n),
+                               opt_int(rt, a2, -1));
     if (!strcmp(n, "find") || !strcmp(n, "rfind") || !strcmp(n, "count")) {
         tpl_val sub = need_str(rt, a0, n);
         if (a->npos > 1) tpl_raise(rt, "%s: start/end arguments are not supported", n);
         if (n[0] == 'c') {
             if (!sub.s.n) return tpl_int((int64_t)tpl_utf8_len(s.s.p, s.s.n) + 1);
             int64_t k = 0;
-            for (const char *p = s.s.p, *e = s.s.p + s.s.n; (p = find_bytes(p, (size_t)(e - p), sub.s.p, sub.s.n));
-                 p += sub.s.n)
+            for (const char *p = s.s.p, *e = s.s.p + s.s.n;
+                 (p = find_bytes(p, (size_t)(e - p), sub.s.p, sub.s.n)); p += sub.s.n)
                 k++;
             return tpl_int(k);
         }
         const char *hit = NULL;
-        for (const char *p = s.s.p, *e = s.s.p + s.s.n; (p = find_bytes(p, (size_t)(e - p), sub.s.p, sub.s.n));
-             p++) {
+        for (const char *p = s.s.p, *e = s.s.p + s.s.n;
+             (p = find_bytes(p, (size_t)(e - p), sub.s.p, sub.s.n)); p++) {
             hit = p;
             if (n[0] == 'f' || p == e) break;
         }
@@ -539,8 +590,8 @@ static tpl_val str_method(tpl_rt *rt, tpl_val s, const char *n, const tpl_args *
         for (size_t i = 0; i < s.s.n;) {
             int32_t cp;
             size_t k = tpl_utf8_next(s.s.p + i, s.s.n - i, &cp);
-            int brk = cp == '\n' || cp == '\r' || cp == 0x0b || cp == 0x0c || (cp >= 0x1c && cp <= 0x1e) ||
-                      cp == 0x85 || cp == 0x2028 || cp == 0x2029;
+            int brk = cp == '\n' || cp == '\r' || cp == 0x0b || cp == 0x0c ||
+                      (cp >= 0x1c && cp <= 0x1e) || cp == 0x85 || cp == 0x2028 || cp == 0x2029;
             if (!brk) {
                 i += k;
                 continue;
@@ -586,13 +637,16 @@ tpl_val tpl_call_method(tpl_rt *rt, const tpl_method *m, const tpl_args *a) {
         }
         if (!strcmp(n, "copy")) {
             tpl_val c = tpl_new_dict(rt, d->n);
-            for (size_t i = 0; i < d->n; i++) tpl_dict_set(rt, c.d, d->k[i], d->v[i]);
+            for (size_t i = 0; i < d->n; i++)
+                tpl_dict_set(rt, c.d, d->k[i], d->v[i]);
             return c;
         }
         tpl_val out = tpl_new_list(rt, d->n);
         for (size_t i = 0; i < d->n; i++) {
-            if (n[0] == 'k') tpl_list_push(rt, out.l, d->k[i]);
-            else if (n[0] == 'v') tpl_list_push(rt, out.l, d->v[i]);
+            if (n[0] == 'k')
+                tpl_list_push(rt, out.l, d->k[i]);
+            else if (n[0] == 'v')
+                tpl_list_push(rt, out.l, d->v[i]);
             else {
                 tpl_val pair = tpl_new_list(rt, 2);
                 pair.flags = TV_F_TUPLE;
@@ -606,7 +660,8 @@ tpl_val tpl_call_method(tpl_rt *rt, const tpl_method *m, const tpl_args *a) {
     if (self->kind == TV_LIST) {
         if (!strcmp(n, "copy")) {
             tpl_val c = tpl_new_list(rt, self->l->n);
-            for (size_t i = 0; i < self->l->n; i++) tpl_list_push(rt, c.l, self->l->v[i]);
+            for (size_t i = 0; i < self->l->n; i++)
+                tpl_list_push(rt, c.l, self->l->v[i]);
             return c;
         }
         if (!a0) tpl_raise(rt, "%s() takes exactly one argument (0 given)", n);
@@ -626,7 +681,8 @@ tpl_val tpl_call_method(tpl_rt *rt, const tpl_method *m, const tpl_args *a) {
             return a->pos[lp->i % a->npos];
         }
         tpl_val cur = tpl_new_list(rt, a->npos);
-        for (size_t i = 0; i < a->npos; i++) tpl_list_push(rt, cur.l, a->pos[i]);
+        for (size_t i = 0; i < a->npos; i++)
+            tpl_list_push(rt, cur.l, a->pos[i]);
         int changed = !lp->has_changed || !tpl_equal(&lp->last_changed, &cur);
         lp->last_changed = cur;
         lp->has_changed = 1;
@@ -642,7 +698,8 @@ static void fill_from(tpl_rt *rt, tpl_dict *d, const tpl_args *a, const char *wh
     if (a->npos == 1) {
         const tpl_val *src = &a->pos[0];
         if (src->kind == TV_DICT || src->kind == TV_NS) {
-            for (size_t i = 0; i < src->d->n; i++) tpl_dict_set(rt, d, src->d->k[i], src->d->v[i]);
+            for (size_t i = 0; i < src->d->n; i++)
+                tpl_dict_set(rt, d, src->d->k[i], src->d->v[i]);
         } else {
             tpl_list *l = tpl_iter(rt, src);
             for (size_t i = 0; i < l->n; i++) {
@@ -652,7 +709,8 @@ static void fill_from(tpl_rt *rt, tpl_dict *d, const tpl_args *a, const char *wh
             }
         }
     }
-    for (size_t k = 0; k < a->nkw; k++) tpl_dict_set(rt, d, tpl_cstr(a->kwn[k]), a->kwv[k]);
+    for (size_t k = 0; k < a->nkw; k++)
+        tpl_dict_set(rt, d, tpl_cstr(a->kwn[k]), a->kwv[k]);
 }
 
 tpl_val tpl_call_global(tpl_rt *rt, int fn, const tpl_args *a) {
@@ -674,9 +732,11 @@ tpl_val tpl_call_global(tpl_rt *rt, int fn, const tpl_args *a) {
                                   : ((__int128)start - stop - step - 1) / -step;
         if (count < 0) count = 0;
         if (count > 100000)
-            tpl_raise(rt, "Range too big. The sandbox blocks ranges larger than MAX_RANGE (100000).");
+            tpl_raise(rt,
+                      "Range too big. The sandbox blocks ranges larger than MAX_RANGE (100000).");
         tpl_val l = tpl_new_list(rt, (size_t)count);
-        for (int64_t i = 0; i < (int64_t)count; i++) tpl_list_push(rt, l.l, tpl_int(start + i * step));
+        for (int64_t i = 0; i < (int64_t)count; i++)
+            tpl_list_push(rt, l.l, tpl_int(start + i * step));
         return l;
     }
     case TPL_FN_NAMESPACE:
@@ -702,7 +762,8 @@ tpl_val tpl_call_global(tpl_rt *rt, int fn, const tpl_args *a) {
         size_t n = strftime(out, sizeof out, fmt, &tm);
         return tpl_str(rt, out, n);
     }
-    default: tpl_raise(rt, "internal error: unknown function %d", fn);
+    default:
+        tpl_raise(rt, "internal error: unknown function %d", fn);
     }
 }
 

@@ -1,7 +1,6 @@
-/* Parser of the chat-template interpreter: tokens to an abstract syntax tree, following the
- * grammar and operator precedence of jinja2.parser (conditional expressions, or/and/not,
- * comparison chains with in / not in, + -, ~, * / // %, **, unary signs, then postfix
- * subscripts, calls, |filters and `is` tests). */
+/* Parser of the chat-template interpreter: tokens to an abstract syntax tree following
+ * jinja2.parser. This file's tpl_parse handles statements and blocks (for, if/elif/else, set,
+ * macro, filter, with, break/continue, generation); expressions are in tpl_expr.h. */
 #ifndef LILY_CHAT_TPL_PARSE_H
 #define LILY_CHAT_TPL_PARSE_H
 
@@ -30,15 +29,15 @@ typedef enum tpl_node_kind {
     N_TUPLE,     /* (items) */
     N_DICT,      /* {items[i]: items2[i]} */
     /* statements */
-    S_DATA,      /* literal text in val */
-    S_OUTPUT,    /* {{ a }} */
-    S_IF,        /* if a: items else items2 */
-    S_FOR,       /* for a in b if c: items else items2; op = recursive */
-    S_SET,       /* a = b */
-    S_SETBLOCK,  /* a = output of items, through filter chain c (may be NULL) */
-    S_MACRO,     /* name(names = items2 defaults): items; op = TPL_MACRO_* flags */
+    S_DATA,        /* literal text in val */
+    S_OUTPUT,      /* {{ a }} */
+    S_IF,          /* if a: items else items2 */
+    S_FOR,         /* for a in b if c: items else items2; op = recursive */
+    S_SET,         /* a = b */
+    S_SETBLOCK,    /* a = output of items, through filter chain c (may be NULL) */
+    S_MACRO,       /* name(names = items2 defaults): items; op = TPL_MACRO_* flags */
     S_FILTERBLOCK, /* output of items through filter chain a */
-    S_WITH,      /* names = items2: items */
+    S_WITH,        /* names = items2: items */
     S_BREAK,
     S_CONTINUE,
     S_GENERATION, /* HF's {% generation %}: renders items */
@@ -51,7 +50,7 @@ typedef struct tpl_node tpl_node;
 struct tpl_node {
     int kind; /* tpl_node_kind */
     int line;
-    int op;   /* tpl_op for N_BINOP; flags for S_FOR/S_MACRO */
+    int op; /* tpl_op for N_BINOP; flags for S_FOR/S_MACRO */
     tpl_node *a, *b, *c;
     tpl_node **items; /* arguments, elements, statements of a body */
     size_t nitems;

@@ -37,6 +37,12 @@ struct tpl_chunk {
 #define TPL_CHUNK (64 * 1024)
 
 void *tpl_alloc(tpl_rt *rt, size_t n) {
+    void *p = tpl_alloc_raw(rt, n);
+    memset(p, 0, n);
+    return p;
+}
+
+void *tpl_alloc_raw(tpl_rt *rt, size_t n) {
     tpl_arena *a = &rt->arena;
     n = (n + 15) & ~(size_t)15;
     tpl_chunk *c = a->head;
@@ -59,7 +65,6 @@ void *tpl_alloc(tpl_rt *rt, size_t n) {
     }
     void *p = c->data + c->used;
     c->used += n;
-    memset(p, 0, n);
     return p;
 }
 
@@ -88,10 +93,18 @@ tpl_val tpl_undef(const char *name, const char *owner) {
     v.u.owner = owner;
     return v;
 }
-tpl_val tpl_none(void) { return (tpl_val){.kind = TV_NONE}; }
-tpl_val tpl_bool(int b) { return (tpl_val){.kind = TV_BOOL, .b = b != 0}; }
-tpl_val tpl_int(int64_t i) { return (tpl_val){.kind = TV_INT, .i = i}; }
-tpl_val tpl_float(double f) { return (tpl_val){.kind = TV_FLOAT, .f = f}; }
+tpl_val tpl_none(void) {
+    return (tpl_val){.kind = TV_NONE};
+}
+tpl_val tpl_bool(int b) {
+    return (tpl_val){.kind = TV_BOOL, .b = b != 0};
+}
+tpl_val tpl_int(int64_t i) {
+    return (tpl_val){.kind = TV_INT, .i = i};
+}
+tpl_val tpl_float(double f) {
+    return (tpl_val){.kind = TV_FLOAT, .f = f};
+}
 
 tpl_val tpl_str_ref(const char *p, size_t n) {
     tpl_val v = {.kind = TV_STR};
@@ -100,7 +113,9 @@ tpl_val tpl_str_ref(const char *p, size_t n) {
     return v;
 }
 
-tpl_val tpl_cstr(const char *s) { return tpl_str_ref(s, strlen(s)); }
+tpl_val tpl_cstr(const char *s) {
+    return tpl_str_ref(s, strlen(s));
+}
 
 tpl_val tpl_str(tpl_rt *rt, const char *p, size_t n) {
     char *q = tpl_alloc(rt, n + 1);
@@ -179,14 +194,22 @@ void tpl_dict_set(tpl_rt *rt, tpl_dict *d, tpl_val k, tpl_val v) {
 int tpl_truthy(const tpl_val *v) {
     switch (v->kind) {
     case TV_UNDEF:
-    case TV_NONE: return 0;
-    case TV_BOOL: return v->b;
-    case TV_INT: return v->i != 0;
-    case TV_FLOAT: return v->f != 0.0;
-    case TV_STR: return v->s.n != 0;
-    case TV_LIST: return v->l->n != 0;
-    case TV_DICT: return v->d->n != 0;
-    default: return 1;
+    case TV_NONE:
+        return 0;
+    case TV_BOOL:
+        return v->b;
+    case TV_INT:
+        return v->i != 0;
+    case TV_FLOAT:
+        return v->f != 0.0;
+    case TV_STR:
+        return v->s.n != 0;
+    case TV_LIST:
+        return v->l->n != 0;
+    case TV_DICT:
+        return v->d->n != 0;
+    default:
+        return 1;
     }
 }
 
@@ -198,7 +221,9 @@ static double num_f(const tpl_val *v) {
     return v->kind == TV_FLOAT ? v->f : v->kind == TV_INT ? (double)v->i : (double)v->b;
 }
 
-static int64_t num_i(const tpl_val *v) { return v->kind == TV_INT ? v->i : v->b; }
+static int64_t num_i(const tpl_val *v) {
+    return v->kind == TV_INT ? v->i : v->b;
+}
 
 int tpl_equal(const tpl_val *a, const tpl_val *b) {
     if (is_num(a) && is_num(b)) {
@@ -208,8 +233,10 @@ int tpl_equal(const tpl_val *a, const tpl_val *b) {
     if (a->kind != b->kind) return 0;
     switch (a->kind) {
     case TV_UNDEF:
-    case TV_NONE: return 1;
-    case TV_STR: return a->s.n == b->s.n && !memcmp(a->s.p, b->s.p, a->s.n);
+    case TV_NONE:
+        return 1;
+    case TV_STR:
+        return a->s.n == b->s.n && !memcmp(a->s.p, b->s.p, a->s.n);
     case TV_LIST:
         if ((a->flags & TV_F_TUPLE) != (b->flags & TV_F_TUPLE) || a->l->n != b->l->n) return 0;
         for (size_t i = 0; i < a->l->n; i++)
@@ -222,12 +249,18 @@ int tpl_equal(const tpl_val *a, const tpl_val *b) {
             if (!o || !tpl_equal(&a->d->v[i], o)) return 0;
         }
         return 1;
-    case TV_NS: return a->d == b->d;
-    case TV_MACRO: return a->macro == b->macro;
-    case TV_FUNC: return a->func == b->func;
-    case TV_LOOP: return a->loop == b->loop;
-    case TV_METHOD: return a->m == b->m;
-    default: return 0;
+    case TV_NS:
+        return a->d == b->d;
+    case TV_MACRO:
+        return a->macro == b->macro;
+    case TV_FUNC:
+        return a->func == b->func;
+    case TV_LOOP:
+        return a->loop == b->loop;
+    case TV_METHOD:
+        return a->m == b->m;
+    default:
+        return 0;
     }
 }
 
@@ -263,20 +296,34 @@ int tpl_compare(tpl_rt *rt, const tpl_val *a, const tpl_val *b, const char *op) 
 
 const char *tpl_type_name(const tpl_val *v) {
     switch (v->kind) {
-    case TV_UNDEF: return "Undefined";
-    case TV_NONE: return "NoneType";
-    case TV_BOOL: return "bool";
-    case TV_INT: return "int";
-    case TV_FLOAT: return "float";
-    case TV_STR: return "str";
-    case TV_LIST: return v->flags & TV_F_TUPLE ? "tuple" : "list";
-    case TV_DICT: return "dict";
-    case TV_NS: return "Namespace";
-    case TV_MACRO: return "Macro";
-    case TV_FUNC: return "function";
-    case TV_METHOD: return "builtin_function_or_method";
-    case TV_LOOP: return "LoopContext";
-    default: return "object";
+    case TV_UNDEF:
+        return "Undefined";
+    case TV_NONE:
+        return "NoneType";
+    case TV_BOOL:
+        return "bool";
+    case TV_INT:
+        return "int";
+    case TV_FLOAT:
+        return "float";
+    case TV_STR:
+        return "str";
+    case TV_LIST:
+        return v->flags & TV_F_TUPLE ? "tuple" : "list";
+    case TV_DICT:
+        return "dict";
+    case TV_NS:
+        return "Namespace";
+    case TV_MACRO:
+        return "Macro";
+    case TV_FUNC:
+        return "function";
+    case TV_METHOD:
+        return "builtin_function_or_method";
+    case TV_LOOP:
+        return "LoopContext";
+    default:
+        return "object";
     }
 }
 
@@ -288,8 +335,9 @@ void tpl_buf_put(tpl_rt *rt, tpl_buf *b, const char *p, size_t n) {
         tpl_raise(rt, "template output too large (limit %zu bytes)", rt->max_output);
     if (b->n + n > b->cap) {
         size_t cap = b->cap ? b->cap * 2 : 256;
-        while (cap < b->n + n) cap *= 2;
-        char *q = tpl_alloc(rt, cap);
+        while (cap < b->n + n)
+            cap *= 2;
+        char *q = tpl_alloc_raw(rt, cap);
         if (b->n) memcpy(q, b->p, b->n);
         b->p = q;
         b->cap = cap;
@@ -298,9 +346,15 @@ void tpl_buf_put(tpl_rt *rt, tpl_buf *b, const char *p, size_t n) {
     b->n += n;
 }
 
-void tpl_buf_puts(tpl_rt *rt, tpl_buf *b, const char *s) { tpl_buf_put(rt, b, s, strlen(s)); }
-void tpl_buf_putc(tpl_rt *rt, tpl_buf *b, char c) { tpl_buf_put(rt, b, &c, 1); }
-tpl_val tpl_buf_val(const tpl_buf *b) { return tpl_str_ref(b->p ? b->p : "", b->n); }
+void tpl_buf_puts(tpl_rt *rt, tpl_buf *b, const char *s) {
+    tpl_buf_put(rt, b, s, strlen(s));
+}
+void tpl_buf_putc(tpl_rt *rt, tpl_buf *b, char c) {
+    tpl_buf_put(rt, b, &c, 1);
+}
+tpl_val tpl_buf_val(const tpl_buf *b) {
+    return tpl_str_ref(b->p ? b->p : "", b->n);
+}
 
 /* ---- str() and repr() ------------------------------------------------------------------- */
 
@@ -331,7 +385,8 @@ void tpl_float_repr(double f, char *out, size_t outlen) {
     for (; *p && *p != 'e'; p++)
         if (*p >= '0' && *p <= '9') digits[nd++] = *p;
     int exp10 = atoi(p + 1);
-    while (nd > 1 && digits[nd - 1] == '0') nd--;
+    while (nd > 1 && digits[nd - 1] == '0')
+        nd--;
     digits[nd] = 0;
     int decpt = exp10 + 1; /* digits d1d2... mean 0.d1d2... x 10^decpt */
     char *o = out;
@@ -348,11 +403,13 @@ void tpl_float_repr(double f, char *out, size_t outlen) {
     if (decpt > -4 && decpt <= 16) {
         if (decpt <= 0) {
             PUT("0.");
-            for (int i = 0; i < -decpt; i++) PUT("0");
+            for (int i = 0; i < -decpt; i++)
+                PUT("0");
             PUT("%s", digits);
         } else if ((size_t)decpt >= nd) {
             PUT("%s", digits);
-            for (size_t i = nd; i < (size_t)decpt; i++) PUT("0");
+            for (size_t i = nd; i < (size_t)decpt; i++)
+                PUT("0");
             PUT(".0");
         } else {
             PUT("%.*s.%s", decpt, digits, digits + decpt);
@@ -435,9 +492,14 @@ void tpl_repr(tpl_rt *rt, tpl_buf *b, const tpl_val *v) {
 void tpl_to_str(tpl_rt *rt, tpl_buf *b, const tpl_val *v) {
     char tmp[64];
     switch (v->kind) {
-    case TV_UNDEF: return;
-    case TV_NONE: tpl_buf_puts(rt, b, "None"); return;
-    case TV_BOOL: tpl_buf_puts(rt, b, v->b ? "True" : "False"); return;
+    case TV_UNDEF:
+        return;
+    case TV_NONE:
+        tpl_buf_puts(rt, b, "None");
+        return;
+    case TV_BOOL:
+        tpl_buf_puts(rt, b, v->b ? "True" : "False");
+        return;
     case TV_INT:
         snprintf(tmp, sizeof tmp, "%lld", (long long)v->i);
         tpl_buf_puts(rt, b, tmp);
@@ -446,9 +508,15 @@ void tpl_to_str(tpl_rt *rt, tpl_buf *b, const tpl_val *v) {
         tpl_float_repr(v->f, tmp, sizeof tmp);
         tpl_buf_puts(rt, b, tmp);
         return;
-    case TV_STR: tpl_buf_put(rt, b, v->s.p, v->s.n); return;
-    case TV_LIST: put_seq(rt, b, v); return;
-    case TV_DICT: put_dict(rt, b, v->d); return;
+    case TV_STR:
+        tpl_buf_put(rt, b, v->s.p, v->s.n);
+        return;
+    case TV_LIST:
+        put_seq(rt, b, v);
+        return;
+    case TV_DICT:
+        put_dict(rt, b, v->d);
+        return;
     case TV_NS:
         tpl_buf_puts(rt, b, "<Namespace ");
         put_dict(rt, b, v->d);

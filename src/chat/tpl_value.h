@@ -96,23 +96,24 @@ typedef struct tpl_buf {
 
 typedef struct tpl_rt {
     tpl_arena arena;
-    jmp_buf jmp;       /* tpl_raise jumps here */
-    char msg[480];     /* error message (without the line prefix) */
-    int line;          /* template line being evaluated, for error messages */
+    jmp_buf jmp;   /* tpl_raise jumps here */
+    char msg[480]; /* error message (without the line prefix) */
+    int line;      /* template line being evaluated, for error messages */
     uint64_t steps, max_steps;
     size_t max_output; /* bytes of any one output buffer */
     int depth, max_depth;
-    tpl_buf *out;      /* where output goes now (the render's or a capture) */
-    tpl_scope *scope;  /* innermost variable scope */
+    tpl_buf *out;     /* where output goes now (the render's or a capture) */
+    tpl_scope *scope; /* innermost variable scope */
     tpl_scope *globals;
-    int ctl;           /* pending loop control: 0, 1 = break, 2 = continue */
+    int ctl; /* pending loop control: 0, 1 = break, 2 = continue */
 } tpl_rt;
 
 _Noreturn void tpl_raise(tpl_rt *rt, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* Raises "'<name>' is undefined" or "'<type> object' has no attribute '<name>'" for v. */
 _Noreturn void tpl_raise_undef(tpl_rt *rt, const tpl_val *v);
 
-void *tpl_alloc(tpl_rt *rt, size_t n); /* zeroed, 16-byte aligned, owned by the arena */
+void *tpl_alloc(tpl_rt *rt, size_t n);     /* zeroed, 16-byte aligned, owned by the arena */
+void *tpl_alloc_raw(tpl_rt *rt, size_t n); /* same, not zeroed (for text buffers) */
 void tpl_arena_free(tpl_arena *a);
 /* Counts one evaluation step; raises when the render has run too long. */
 void tpl_step(tpl_rt *rt);

@@ -64,16 +64,20 @@ static void test_features(void) {
         lily_template_limits lim = {0};
         if (lj) {
             const cJSON *v;
-            if ((v = cJSON_GetObjectItem(lj, "max_steps"))) lim.max_steps = (uint64_t)v->valuedouble;
-            if ((v = cJSON_GetObjectItem(lj, "max_output"))) lim.max_output = (size_t)v->valuedouble;
-            if ((v = cJSON_GetObjectItem(lj, "max_memory"))) lim.max_memory = (size_t)v->valuedouble;
+            if ((v = cJSON_GetObjectItem(lj, "max_steps")))
+                lim.max_steps = (uint64_t)v->valuedouble;
+            if ((v = cJSON_GetObjectItem(lj, "max_output")))
+                lim.max_output = (size_t)v->valuedouble;
+            if ((v = cJSON_GetObjectItem(lj, "max_memory")))
+                lim.max_memory = (size_t)v->valuedouble;
         }
         char *out = NULL;
         size_t len = 0;
         memset(&e, 0, sizeof e);
         int rc = render(tpl, ctx, lj ? &lim : NULL, &out, &len, &e);
         if (want) {
-            check(rc == 0 && len == strlen(want->valuestring) && !memcmp(out, want->valuestring, len),
+            check(rc == 0 && len == strlen(want->valuestring) &&
+                      !memcmp(out, want->valuestring, len),
                   name, "got [%s], want [%s]", rc ? e.msg : out, want->valuestring);
         } else {
             /* Errors must carry the expected text and a line number. */
@@ -155,8 +159,10 @@ static void expect_load(const char *dir, const char *ctx, const char *want, cons
     size_t len = 0;
     int rc = lily_template_load(dir, &t, &e);
     if (!rc) rc = lily_template_render_json(t, ctx, strlen(ctx), &out, &len, &e);
-    if (want) check(rc == 0 && !strcmp(out, want), name, "got [%s], want [%s]", rc ? e.msg : out, want);
-    else check(rc != 0, name, "got [%s], want an error%s", rc ? e.msg : out, "");
+    if (want)
+        check(rc == 0 && !strcmp(out, want), name, "got [%s], want [%s]", rc ? e.msg : out, want);
+    else
+        check(rc != 0, name, "got [%s], want an error%s", rc ? e.msg : out, "");
     if (rc) printf("  (%s: %s)\n", name, e.msg);
     free(out);
     lily_template_free(t);
@@ -166,10 +172,11 @@ static void test_load(const char *tmp) {
     char dir[512];
     snprintf(dir, sizeof dir, "%s/model", tmp);
     mkdir(dir, 0755);
-    write_file(dir, "tokenizer_config.json",
-               "{\"bos_token\": null, \"eos_token\": {\"content\": \"<|im_end|>\", \"lstrip\": false},"
-               " \"pad_token\": \"<|endoftext|>\", \"chat_template\": \"cfg:{{ messages[0].content }}"
-               "{{ eos_token }}{{ pad_token }}[{{ bos_token }}]\"}");
+    write_file(
+        dir, "tokenizer_config.json",
+        "{\"bos_token\": null, \"eos_token\": {\"content\": \"<|im_end|>\", \"lstrip\": false},"
+        " \"pad_token\": \"<|endoftext|>\", \"chat_template\": \"cfg:{{ messages[0].content }}"
+        "{{ eos_token }}{{ pad_token }}[{{ bos_token }}]\"}");
     expect_load(dir, "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}]}",
                 "cfg:x<|im_end|><|endoftext|>[]", "load_tokenizer_config");
     expect_load(dir, "{\"messages\": [{\"content\": \"y\"}], \"eos_token\": \"E\"}",
@@ -198,12 +205,14 @@ static void test_load(const char *tmp) {
     int rc = lily_template_compile(src, strlen(src), &t, &e);
     if (!rc) rc = lily_template_render(t, ctx, &out, &len, &e);
     check(rc == 0 && !strcmp(out, "3 2.5 {\"k\": [true, null, \"\xc3\xa9\"]} None"), "render_cjson",
-          "got [%s], want [%s]", rc ? e.msg : out, "3 2.5 {\"k\": [true, null, \"\xc3\xa9\"]} None");
+          "got [%s], want [%s]", rc ? e.msg : out,
+          "3 2.5 {\"k\": [true, null, \"\xc3\xa9\"]} None");
     free(out);
     out = NULL;
     cJSON *arr = cJSON_Parse("[1]");
     rc = lily_template_render(t, arr, &out, &len, &e);
-    check(rc != 0 && strstr(e.msg, "object"), "render_non_object", "got [%s]%s", rc ? e.msg : out, "");
+    check(rc != 0 && strstr(e.msg, "object"), "render_non_object", "got [%s]%s", rc ? e.msg : out,
+          "");
     free(out);
     out = NULL;
     rc = lily_template_render_json(t, "{\"a\": ", 6, &out, &len, &e);
@@ -226,13 +235,14 @@ static uint32_t rnd(void) {
 
 /* A random UTF-8 string of n code points from a mix of scripts, stored as code points too. */
 static size_t random_text(char *buf, int32_t *cps, int n) {
-    static const int32_t pool[] = {'a', 'b', 'z', ' ', '\n', '"', '\\', '\'', '{', '}', 0x1,
-                                   0xe9, 0x4e2d, 0x6587, 0x1f600, 0x2028, 0x7f, 0x3000};
+    static const int32_t pool[] = {'a', 'b', 'z',  ' ',    '\n',   '"',     '\\',   '\'', '{',
+                                   '}', 0x1, 0xe9, 0x4e2d, 0x6587, 0x1f600, 0x2028, 0x7f, 0x3000};
     size_t len = 0;
     for (int i = 0; i < n; i++) {
         int32_t c = pool[rnd() % (sizeof pool / sizeof pool[0])];
         cps[i] = c;
-        if (c < 0x80) buf[len++] = (char)c;
+        if (c < 0x80)
+            buf[len++] = (char)c;
         else if (c < 0x800) {
             buf[len++] = (char)(0xc0 | (c >> 6));
             buf[len++] = (char)(0x80 | (c & 0x3f));
@@ -272,13 +282,15 @@ static void test_random(void) {
         char want[256];
         int32_t sel[40];
         int ns = 0;
-        for (int i = lo; st > 0 ? i < hi : i > hi; i += st) sel[ns++] = cps[i];
+        for (int i = lo; st > 0 ? i < hi : i > hi; i += st)
+            sel[ns++] = cps[i];
         size_t wl = 0;
         for (int i = 0; i < ns; i++) {
             char one[8];
             int32_t c = sel[i];
             size_t k = 0;
-            if (c < 0x80) one[k++] = (char)c;
+            if (c < 0x80)
+                one[k++] = (char)c;
             else if (c < 0x800) {
                 one[k++] = (char)(0xc0 | (c >> 6));
                 one[k++] = (char)(0x80 | (c & 0x3f));
@@ -317,7 +329,8 @@ static void test_random(void) {
             }
             cJSON *back = bar ? cJSON_Parse(bar + 1) : NULL;
             if (!back || !cJSON_IsString(back) || strcmp(back->valuestring, s)) {
-                if (bad_json++ < 3) printf("FAIL tojson round trip of \"%s\": [%s]\n", s, bar ? bar + 1 : "");
+                if (bad_json++ < 3)
+                    printf("FAIL tojson round trip of \"%s\": [%s]\n", s, bar ? bar + 1 : "");
             }
             cJSON_Delete(back);
         }
@@ -348,26 +361,35 @@ static void test_cli(const char *tmp) {
     }
     char cmd[2048], out[4096];
     size_t n;
-    write_file(tmp, "req.json", "{\"messages\": [{\"role\": \"user\", \"content\": \"caf\\u00e9\"}], "
-                                "\"add_generation_prompt\": true, \"enable_thinking\": false}");
+    write_file(tmp, "req.json",
+               "{\"messages\": [{\"role\": \"user\", \"content\": \"caf\\u00e9\"}], "
+               "\"add_generation_prompt\": true, \"enable_thinking\": false}");
     write_file(tmp, "bad.json", "{\"messages\": [");
     char model[600];
     snprintf(model, sizeof model, "%s/model", tmp);
-    snprintf(cmd, sizeof cmd, "'%s' template --model '%s' --request '%s/req.json' 2>&1", bin, model, tmp);
+    snprintf(cmd, sizeof cmd, "'%s' template --model '%s' --request '%s/req.json' 2>&1", bin, model,
+             tmp);
     int rc = run_cli(cmd, out, sizeof out, &n);
     out[n < sizeof out ? n : sizeof out - 1] = 0;
     check(rc == 0 && n == 7 && !memcmp(out, "jinja:1", 7), "cli_render", "got [%s]%s", out, "");
-    write_file(tmp, "t.jinja", "{{ messages[0].content }}|{{ enable_thinking }}|{% if add_generation_prompt %}G{% endif %}");
-    snprintf(cmd, sizeof cmd, "'%s' template --template '%s/t.jinja' --request '%s/req.json' 2>&1", bin, tmp, tmp);
+    write_file(tmp, "t.jinja",
+               "{{ messages[0].content }}|{{ enable_thinking }}|{% if add_generation_prompt %}G{% "
+               "endif %}");
+    snprintf(cmd, sizeof cmd, "'%s' template --template '%s/t.jinja' --request '%s/req.json' 2>&1",
+             bin, tmp, tmp);
     rc = run_cli(cmd, out, sizeof out, &n);
     check(rc == 0 && n == strlen("caf\xc3\xa9|False|G") && !memcmp(out, "caf\xc3\xa9|False|G", n),
           "cli_template_file", "got [%s]%s", rc == 0 ? "ok" : "rc!=0", "");
-    snprintf(cmd, sizeof cmd, "'%s' template --model '%s' --request '%s/bad.json' 2>&1", bin, model, tmp);
+    snprintf(cmd, sizeof cmd, "'%s' template --model '%s' --request '%s/bad.json' 2>&1", bin, model,
+             tmp);
     rc = run_cli(cmd, out, sizeof out - 1, &n);
     out[n] = 0;
-    check(rc != 0 && strstr(out, "JSON"), "cli_bad_json", "got rc=%s [%s]", rc ? "nonzero" : "0", out);
+    check(rc != 0 && strstr(out, "JSON"), "cli_bad_json", "got rc=%s [%s]", rc ? "nonzero" : "0",
+          out);
     write_file(tmp, "raise.jinja", "a\n{{ raise_exception('No user query found in messages.') }}");
-    snprintf(cmd, sizeof cmd, "'%s' template --template '%s/raise.jinja' --request '%s/req.json' 2>&1", bin, tmp, tmp);
+    snprintf(cmd, sizeof cmd,
+             "'%s' template --template '%s/raise.jinja' --request '%s/req.json' 2>&1", bin, tmp,
+             tmp);
     rc = run_cli(cmd, out, sizeof out - 1, &n);
     out[n] = 0;
     check(rc != 0 && strstr(out, "line 2: No user query found in messages."), "cli_raise",

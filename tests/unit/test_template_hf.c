@@ -37,7 +37,8 @@ int main(void) {
     struct dirent *de;
     while ((de = readdir(d)) && ncases < 512) {
         size_t n = strlen(de->d_name);
-        if (n > 5 && !strcmp(de->d_name + n - 5, ".json")) names[ncases++] = strndup(de->d_name, n - 5);
+        if (n > 5 && !strcmp(de->d_name + n - 5, ".json"))
+            names[ncases++] = strndup(de->d_name, n - 5);
     }
     closedir(d);
     qsort(names, (size_t)ncases, sizeof *names, cmp_names);
@@ -52,7 +53,8 @@ int main(void) {
         }
     if (!have) {
         printf("skipped: no HF renders yet (run tools/hf_template_render.py into %s)\n", hf_dir);
-        for (int i = 0; i < ncases; i++) free(names[i]);
+        for (int i = 0; i < ncases; i++)
+            free(names[i]);
         return 77;
     }
 
@@ -63,7 +65,8 @@ int main(void) {
         char *src = NULL;
         size_t sn;
         snprintf(path, sizeof path, "../shared/data/%s_chat_template.jinja", templates[k]);
-        if (lily_read_file(path, 1 << 20, &src, &sn, &e) || lily_template_compile(src, sn, &t, &e)) {
+        if (lily_read_file(path, 1 << 20, &src, &sn, &e) ||
+            lily_template_compile(src, sn, &t, &e)) {
             printf("FAIL %s: %s\n", templates[k], e.msg);
             failed++;
             free(src);
@@ -82,7 +85,8 @@ int main(void) {
             int rc = lily_template_render_json(t, req, rn, &out, &on, &re);
             snprintf(path, sizeof path, "%s/%s.%s.txt", hf_dir, names[i], templates[k]);
             int is_txt = lily_file_exists(path);
-            if (!is_txt) snprintf(path, sizeof path, "%s/%s.%s.error", hf_dir, names[i], templates[k]);
+            if (!is_txt)
+                snprintf(path, sizeof path, "%s/%s.%s.error", hf_dir, names[i], templates[k]);
             if (!lily_file_exists(path)) {
                 printf("MISSING %s.%s: no HF render\n", names[i], templates[k]);
                 missing++;
@@ -98,23 +102,26 @@ int main(void) {
                     failed++;
                 } else {
                     size_t p = 0;
-                    while (p < on && p < wn && out[p] == want[p]) p++;
+                    while (p < on && p < wn && out[p] == want[p])
+                        p++;
                     size_t from = p > 40 ? p - 40 : 0;
                     printf("FAIL %s.%s: %zu vs %zu bytes, first difference at byte %zu\n"
                            "  lily: [%.*s]\n  hf:   [%.*s]\n",
-                           names[i], templates[k], on, wn, p, (int)((on < p + 40 ? on : p + 40) - from),
-                           out + from, (int)((wn < p + 40 ? wn : p + 40) - from), want + from);
+                           names[i], templates[k], on, wn, p,
+                           (int)((on < p + 40 ? on : p + 40) - from), out + from,
+                           (int)((wn < p + 40 ? wn : p + 40) - from), want + from);
                     failed++;
                 }
             } else {
                 /* The HF message is the exception text; lily's carries it after the line. */
-                while (wn && (want[wn - 1] == '\n' || want[wn - 1] == ' ')) want[--wn] = 0;
+                while (wn && (want[wn - 1] == '\n' || want[wn - 1] == ' '))
+                    want[--wn] = 0;
                 if (rc && strstr(re.msg, want)) {
                     passed++;
                     printf("ok   %s.%s: both fail: %s\n", names[i], templates[k], re.msg);
                 } else {
-                    printf("FAIL %s.%s: HF raised [%s], lily %s [%s]\n", names[i], templates[k], want,
-                           rc ? "raised" : "rendered", rc ? re.msg : "");
+                    printf("FAIL %s.%s: HF raised [%s], lily %s [%s]\n", names[i], templates[k],
+                           want, rc ? "raised" : "rendered", rc ? re.msg : "");
                     failed++;
                 }
             }
@@ -125,7 +132,8 @@ int main(void) {
         lily_template_free(t);
         free(src);
     }
-    for (int i = 0; i < ncases; i++) free(names[i]);
+    for (int i = 0; i < ncases; i++)
+        free(names[i]);
     if (missing) {
         printf("%d renders missing from %s: rerun tools/hf_template_render.py\n", missing, hf_dir);
         failed += missing;
