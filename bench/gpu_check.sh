@@ -80,11 +80,10 @@ echo "parity: $pass passed, $fail failed, $skipped skipped"
 if [[ $skip != *" sanitizer "* ]] && command -v compute-sanitizer >/dev/null; then
     echo "== compute-sanitizer"
     # bounded: a sanitizer slows kernels 10-100x; errors print as they are found
-    for run in memcheck:gemv memcheck:gdn memcheck:gemm memcheck:attn memcheck:moe \
-        racecheck:gemm racecheck:attn racecheck:moe; do
+    for run in memcheck:gemv memcheck:gdn memcheck:gemm memcheck:attn memcheck:moe racecheck:gemm racecheck:attn; do
         tool=${run%:*} t=${run#*:}
         {
-            timeout ${GPU_CHECK_SAN_S:-40} compute-sanitizer --tool $tool --error-exitcode 3 \
+            timeout ${GPU_CHECK_SAN_S:-20} compute-sanitizer --tool $tool --error-exitcode 3 \
                 "$work/bin/test_cuda_$t" >"$logs/san_${tool}_$t.log" 2>&1
             rc=$?
             printf '%-10s %-6s rc=%d  %s\n' $tool $t $rc \
@@ -97,7 +96,35 @@ if [[ $skip != *" bench "* ]]; then
     echo "== 35B-A3B benchmark"
     export LILY_CUDA_BENCH_DIR=${GPU_CHECK_BENCH_DIR:-/tmp/lily35b}
     mkdir -p "$LILY_CUDA_BENCH_DIR"
-    timeout 420 "$work/bin/test_cuda_bench" 2>&1 | tee "$logs/bench.log"
+    if [[ $skip != *" timing "* ]]; then
+        timeout 420 "$work/bin/test_cuda_bench" 2>&1 | tee "$logs/bench.log"
+    fi
+    if [ ! -f "$LILY_CUDA_BENCH_DIR/config.json" ]; then
+        LILY_CUDA_BENCH_PROFILE=decode "$work/bin/test_cuda_bench" | head -3 # writes the model
+    fi
+    if [[ $skip != *" profile "* ]] && command -v ncu >/dev/null; then
+        # per-kernel GPU time of one 35B prefill chunk and one (ungraphed) decode step
+        for phase in decode prefill; do
+            echo "== ncu: kernel time of one $phase step (top 14)"
+            LILY_CUDA_BENCH_PROFILE=$phase timeout 150 ncu --clock-control none \
+                --metrics gpu__time_duration.sum --csv --print-kernel-base function \
+                --log-file "$logs/ncu_$phase.csv" "$work/bin/test_cuda_bench" >/dev/null 2>&1
+            python3 - "$logs/ncu_$phase.csv" <<'PY'
+import csv, sys, collections
+rows = [r for r in csv.reader(open(sys.argv[1])) if len(r) > 10]
+h = rows[0]; ki = h.index("Kernel Name"); vi = h.index("Metric Value"); ui = h.index("Metric Unit")
+tot = collections.defaultdict(float); cnt = collections.Counter()
+for r in rows[1:]:
+    v = float(r[vi].replace(",", "")); u = r[ui]
+    v *= {"nsecond": 1e-3, "usecond": 1, "msecond": 1e3, "ns": 1e-3, "us": 1, "ms": 1e3}.get(u, 1)
+    tot[r[ki]] += v; cnt[r[ki]] += 1
+s = sum(tot.values())
+print(f"total {s:.0f} us over {sum(cnt.values())} kernels")
+for k, v in sorted(tot.items(), key=lambda x: -x[1])[:14]:
+    print(f"{v:10.0f} us {100*v/s:5.1f}% x{cnt[k]:<5d} {k[:60]}")
+PY
+        done
+    fi
     if [[ $skip != *" lily "* ]] && [ -x "$work/bin/lily" ]; then
         echo "== lily bench"
         timeout 200 "$work/bin/lily" bench --model "$LILY_CUDA_BENCH_DIR" --backend cuda \

@@ -111,6 +111,26 @@ int main(void) {
     printf("load %.1f s, upload %.1f s (%.2f GB of weights as stored)\n", t_load, t_up,
            m->weight_bytes / 1e9);
     V = m->cfg.vocab;
+    const char *prof = getenv("LILY_CUDA_BENCH_PROFILE");
+    if (prof) {
+        /* one prefill chunk or one ungraphed decode step, for a per-kernel profile (ncu) */
+        int pctx = 2 * chunk + 8;
+        logits = malloc((size_t)V * 4);
+        int32_t *pt = malloc((size_t)chunk * 4);
+        for (int i = 0; i < chunk; i++) pt[i] = (int32_t)(pt_rnd() % V);
+        if (g->state_create(gb, pctx, &gs, &e)) return printf("FAIL state: %s\n", e.msg), 1;
+        int rc = 0;
+        if (!strcmp(prof, "prefill")) {
+            rc = g->forward(gb, gs, pt, chunk, 0, logits, 0, &e);
+        } else {
+            setenv("LILY_CUDA_NO_GRAPH", "1", 1);
+            rc = g->forward(gb, gs, pt, 1, chunk, logits, 0, &e);
+        }
+        if (rc) printf("FAIL profile run: %s\n", e.msg);
+        g->state_free(gb, gs);
+        g->close(gb);
+        return rc ? 1 : 0;
+    }
     int deep = 131072, ctx = deep + 1024;
     if (g->state_create(gb, ctx, &gs, &e)) return printf("FAIL state: %s\n", e.msg), 1;
     printf("state for %d positions: %.2f GB\n", ctx, g->state_bytes(gb, ctx) / 1e9);

@@ -198,7 +198,7 @@ __global__ void __launch_bounds__(kThreads) moe_down_kernel(const __grid_constan
     __shared__ const uint32_t *s_sb[kMaxK + 1];
     constexpr int epc = wtype<DT>::epc;
     const int ns = p.k + p.has_shared;
-    const int stride = p.imax + p.imax / epc;
+    const int stride = (p.imax + p.imax / epc + 3) & ~3; /* keeps each slot 16-byte aligned */
     float *sm = (float *)smem4;
     for (int s = 0; s < ns; s++) {
         int cols = s < p.k ? p.I : p.Is;
@@ -295,7 +295,7 @@ int launch_gu(const gu_params &p, int slots, lily_cuda_stream st, lily_err *e) {
 template <int DT, int LPR>
 int launch_dn(const dn_params &p, lily_cuda_stream st, lily_err *e) {
     int ns = p.k + p.has_shared;
-    size_t smem = (size_t)ns * (p.imax + p.imax / wtype<DT>::epc) * 4;
+    size_t smem = (size_t)ns * ((p.imax + p.imax / wtype<DT>::epc + 3) & ~3) * 4;
     if (smem > 40 * 1024)
         LILY_CU_TRY(cudaFuncSetAttribute(moe_down_kernel<DT, LPR>,
                                          cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem),
