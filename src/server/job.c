@@ -158,6 +158,14 @@ lily_job *lily_job_prepare(lily_srv *s, lily_request *r, lily_api_error *e) {
         rc = text ? tokenize(s, text, len, &j->prompt, &j->n_prompt, e) : -1;
         free(text);
         if (!rc) force_tokens(s, j);
+        if (!rc && r->thinking_budget >= 0 && j->thinking_open) {
+            /* the end-of-thinking sequence injected when the budget runs out (api.md §2.1.8) */
+            static const char close[] = "\n</think>\n\n";
+            size_t nb;
+            lily_err te;
+            if (!lily_tokenizer_encode(s->tok, close, strlen(close), &j->budget_ids, &nb, &te))
+                j->n_budget = (int)nb;
+        }
     } else if (r->prompt) {
         rc = tokenize(s, r->prompt, strlen(r->prompt), &j->prompt, &j->n_prompt, e);
         if (r->echo) j->echo = lily_xstrdup(r->prompt);
@@ -204,6 +212,7 @@ void lily_job_release(lily_job *j) {
     free(j->prompt);
     free(j->echo);
     free(j->force_ids);
+    free(j->budget_ids);
     lily_sb_free(&j->out);
     pthread_mutex_destroy(&j->mu);
     pthread_cond_destroy(&j->cv);

@@ -19,7 +19,7 @@ typedef struct run {
     lily_sb text;          /* completions: the text (non-streaming) */
     lily_sb ev;            /* the event being built */
     int reasoning_tokens;
-    int content_started, forced;
+    int content_started, forced, budget_done;
     lily_sb lp;            /* logprob entries (JSON, comma separated) not yet sent */
     int lp_n;
     /* completions logprobs arrays */
@@ -236,6 +236,13 @@ static int cb_text(void *ud, const lily_gen_token *t, const char *text, size_t l
 static int cb_force(void *ud, int32_t *ids, int max) {
     run *u = ud;
     lily_job *j = u->j;
+    if (!u->budget_done && j->n_budget && u->parser && lily_outparse_in_reasoning(u->parser) &&
+        u->reasoning_tokens >= j->req.thinking_budget) {
+        u->budget_done = 1;
+        int n = j->n_budget < max ? j->n_budget : max;
+        memcpy(ids, j->budget_ids, (size_t)n * sizeof *ids);
+        return n;
+    }
     if (u->forced || !j->n_force || !u->parser || lily_outparse_in_reasoning(u->parser) ||
         u->content_started || lily_outparse_n_calls(u->parser))
         return 0;

@@ -39,6 +39,8 @@ typedef struct lily_job {
     lily_sampler_params sp;
     int32_t *force_ids; /* tool_choice required/named: tokens that open the call (owned) */
     int n_force;
+    int32_t *budget_ids; /* thinking_budget: tokens that close the think block (owned) */
+    int n_budget;
     char id[48];
     long created;
     /* channel (under mu) */

@@ -105,6 +105,12 @@ if (process.env.TOOLS_XML === '1') {
   check(typeof thm.reasoning_content === 'string' && thm.reasoning_content.length > 0
         && th.usage.completion_tokens_details.reasoning_tokens === 12,
         'thinking on: output in reasoning_content, reasoning_tokens counted', JSON.stringify(thm));
+  const tb = await client.chat.completions.create({ ...base_req, chat_template_kwargs: {},
+                                                    thinking_budget: 3, max_tokens: 16 });
+  const tbm = tb.choices[0].message;
+  check(tbm.reasoning_content && tbm.content && !/think>/.test(tbm.reasoning_content + tbm.content)
+        && tb.usage.completion_tokens_details.reasoning_tokens <= 8,
+        'thinking_budget: think block closed after the budget, answer follows', JSON.stringify(tbm));
 }
 
 // stop string taken from the middle of the known output: the answer ends right before it
