@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "chat/tpl_filters.h"
+#include "chat/tpl_format.h"
 #include "chat/tpl_methods.h"
 
 /* ---- arguments and scopes --------------------------------------------------------------- */
@@ -236,6 +237,7 @@ static tpl_val binop(tpl_rt *rt, int op, const tpl_val *a, const tpl_val *b) {
         }
         break;
     }
+    if (op == OP_MOD && a->kind == TV_STR) return tpl_percent_format(rt, *a, b);
     bad_operands(rt, op, a, b);
 }
 

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "chat/tpl_format.h"
 #include "chat/tpl_json.h"
 #include "chat/tpl_methods.h"
 
@@ -465,6 +466,19 @@ tpl_val tpl_filter(tpl_rt *rt, const char *name, const tpl_args *a) {
         return acc;
     }
     if (IS("indent")) return do_indent(rt, a);
+    if (IS("format")) { /* soft_str(value) % (kwargs or args) */
+        tpl_val args = tpl_new_dict(rt, a->nkw);
+        if (a->nkw) {
+            for (size_t k = 0; k < a->nkw; k++)
+                tpl_dict_set(rt, args.d, tpl_cstr(a->kwn[k]), a->kwv[k]);
+        } else {
+            args = tpl_new_list(rt, a->npos);
+            args.flags = TV_F_TUPLE;
+            for (size_t i = 1; i < a->npos; i++)
+                tpl_list_push(rt, args.l, a->pos[i]);
+        }
+        return tpl_percent_format(rt, str_of(rt, v), &args);
+    }
     if (IS("escape") || IS("e") || IS("forceescape")) return escape_html(rt, v);
     if (IS("attr")) {
         if (!a1) tpl_raise(rt, "attr() needs a name");
