@@ -3,6 +3,9 @@
 
 #include <stdlib.h>
 #include <string.h>
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
 
 #include "base/err.h"
 #include "base/file.h"
@@ -40,6 +43,12 @@ int lily_tokenizer_open_mem(const char *json, size_t json_len, const char *confi
     int rc = lily_tokenizer_load(t, root, cfg, e);
     cJSON_Delete(root);
     cJSON_Delete(cfg);
+#ifdef __GLIBC__
+    /* The parse tree was ~10^6 small blocks. Consolidating them now, instead of inside the
+     * first large malloc (which happens in the first encode), moves ~50 ms off the first
+     * request and returns the memory to the system. */
+    malloc_trim(0);
+#endif
     if (rc) {
         lily_tokenizer_load_free(t);
         free(t);

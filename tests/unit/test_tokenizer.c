@@ -57,7 +57,8 @@ static cJSON *tiny(const char *const *merges, int pairs, const char *added) {
         bl(merges[2 * i], a);
         bl(merges[2 * i + 1], b);
         snprintf(m, sizeof m, "%s%s", a, b);
-        if (!cJSON_GetObjectItemCaseSensitive(vocab, m)) cJSON_AddNumberToObject(vocab, m, 256 + i);
+        if (!cJSON_GetObjectItemCaseSensitive(vocab, m))
+            cJSON_AddNumberToObject(vocab, m, 256 + i);
         if (pairs) {
             const char *pr[2] = {a, b};
             cJSON_AddItemToArray(ml, cJSON_CreateStringArray(pr, 2));
@@ -74,8 +75,8 @@ static cJSON *tiny(const char *const *merges, int pairs, const char *added) {
     cJSON_AddNullToObject(root, "truncation");
     cJSON_AddItemToObject(root, "added_tokens", added ? cJSON_Parse(added) : cJSON_CreateArray());
     cJSON_AddItemToObject(root, "normalizer", cJSON_Parse("{\"type\": \"NFC\"}"));
-    cJSON *split = cJSON_Parse("{\"type\": \"Split\", \"behavior\": \"Isolated\", \"invert\": false,"
-                               " \"pattern\": {}}");
+    cJSON *split = cJSON_Parse("{\"type\": \"Split\", \"behavior\": \"Isolated\","
+                               " \"invert\": false, \"pattern\": {}}");
     cJSON_AddStringToObject(cJSON_GetObjectItem(split, "pattern"), "Regex", qwen_pattern);
     cJSON *pre = cJSON_Parse("{\"type\": \"Sequence\", \"pretokenizers\": []}");
     cJSON_AddItemToArray(cJSON_GetObjectItem(pre, "pretokenizers"), split);

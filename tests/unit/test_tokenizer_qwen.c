@@ -113,8 +113,8 @@ static int compare_file(const char *variant, const char *path, text *corpus, siz
             continue;
         }
         bad++;
-        printf("  MISMATCH %s line %zu: %.*s\n", path, i, (int)(corpus[i].n > 60 ? 60 : corpus[i].n),
-               corpus[i].p);
+        int shown = (int)(corpus[i].n > 60 ? 60 : corpus[i].n);
+        printf("  MISMATCH %s line %zu: %.*s\n", path, i, shown, corpus[i].p);
         print_ids("want", want, k);
         print_ids("got ", ids[i], nids[i]);
     }
