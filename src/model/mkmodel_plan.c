@@ -38,7 +38,7 @@ static inline double uniform(uint64_t x) { return (double)(x >> 11) * (1.0 / 900
 static double code_std(int bits) { return sqrt((pow(4.0, bits) - 1.0) / 12.0); }
 
 static float group_scale(const lily_mk_tensor *t, uint64_t i) {
-    float s = (float)(t->std / code_std(t->bits)) * (1.0f + 0.1f * normal(stream(t->key, i)));
+    float s = t->scale_base * (1.0f + 0.1f * normal(stream(t->key, i)));
     return lily_st_bf16_f32(lily_st_f32_bf16(s));
 }
 
@@ -72,9 +72,13 @@ static float value(const lily_mk_tensor *t, uint64_t i) {
 void lily_mk_gen(const lily_mk_tensor *t, uint64_t e0, uint64_t e1, void *dst) {
     unsigned char *d = dst;
     if (t->kind == MK_CODES) {
-        for (uint64_t i = e0; i < e1; i++) {
-            uint32_t w = (uint32_t)stream(t->key, i);
-            memcpy(d + 4 * (i - e0), &w, 4);
+        /* Two words per 64-bit draw: code generation dominates the MLX 35B write. */
+        for (uint64_t i = e0; i < e1;) {
+            uint64_t x = stream(t->key, i >> 1);
+            for (int h = (int)(i & 1); h < 2 && i < e1; h++, i++) {
+                uint32_t w = (uint32_t)(x >> (32 * h));
+                memcpy(d + 4 * (i - e0), &w, 4);
+            }
         }
     } else if (t->dtype == LILY_ST_F32) {
         for (uint64_t i = e0; i < e1; i++) {
@@ -170,6 +174,7 @@ static void add_lin(builder *b, const char *module, int n, int64_t rows, int64_t
     lily_mk_tensor *sc = &b->p->t[si], *bi = &b->p->t[si + 1];
     sc->std = std;
     sc->bits = bits;
+    sc->scale_base = (float)(std / code_std(bits));
     *bi = *sc; /* same key: each bias is derived from its group's scale */
     bi->kind = MK_BIASES;
     snprintf(bi->name, sizeof bi->name, "%s.biases", module);

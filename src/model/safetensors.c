@@ -352,7 +352,7 @@ static int set_from_scan(lily_st_set *s, const char *dir, lily_err *err) {
         }
     }
     closedir(d);
-    qsort(names, (size_t)n, sizeof *names, cmp_str);
+    if (n > 1) qsort(names, (size_t)n, sizeof *names, cmp_str);
     int rc = n ? 0 : lily_fail(err, "%s: no *.safetensors files", dir);
     for (int i = 0; i < n && !rc; i++)
         if (set_add_file(s, dir, names[i], err) < 0) rc = -1;

@@ -123,9 +123,11 @@ static void test_roundtrip(const char *dir) {
         ent[n] = (lily_st_entry){names[n], (lily_st_dtype)d, 3, {3, 1 + d % 4, 7}};
     }
     snprintf(names[n], sizeof names[n], "scalar");
-    ent[n++] = (lily_st_entry){names[n - 1], LILY_ST_F32, 0, {0}};
+    ent[n] = (lily_st_entry){names[n], LILY_ST_F32, 0, {0}};
+    n++;
     snprintf(names[n], sizeof names[n], "empty");
-    ent[n++] = (lily_st_entry){names[n - 1], LILY_ST_BF16, 2, {0, 5}};
+    ent[n] = (lily_st_entry){names[n], LILY_ST_BF16, 2, {0, 5}};
+    n++;
     for (int i = 0; i < n; i++) {
         size_t nb = (size_t)lily_st_entry_bytes(&ent[i]);
         unsigned char *p = malloc(nb ? nb : 1);
