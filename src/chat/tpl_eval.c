@@ -380,7 +380,16 @@ static tpl_val apply_filter(tpl_rt *rt, const tpl_node *f, const tpl_val *block_
 
 /* ---- expressions ------------------------------------------------------------------------ */
 
+static tpl_val eval_node(tpl_rt *rt, const tpl_node *x);
+
 tpl_val tpl_eval(tpl_rt *rt, const tpl_node *x) {
+    tpl_enter(rt);
+    tpl_val v = eval_node(rt, x);
+    tpl_leave(rt);
+    return v;
+}
+
+static tpl_val eval_node(tpl_rt *rt, const tpl_node *x) {
     tpl_step(rt);
     rt->line = x->line;
     switch (x->kind) {

@@ -87,6 +87,12 @@ void tpl_step(tpl_rt *rt) {
 
 /* ---- constructors ----------------------------------------------------------------------- */
 
+void tpl_enter(tpl_rt *rt) {
+    if (++rt->cdepth > TPL_MAX_CDEPTH)
+        tpl_raise(rt, "expression or value nested too deeply (more than %d levels)",
+                  TPL_MAX_CDEPTH);
+}
+
 tpl_val tpl_undef(const char *name, const char *owner) {
     tpl_val v = {.kind = TV_UNDEF};
     v.u.name = name;
@@ -225,7 +231,16 @@ static int64_t num_i(const tpl_val *v) {
     return v->kind == TV_INT ? v->i : v->b;
 }
 
+static int equal_depth(const tpl_val *a, const tpl_val *b, int depth);
+
 int tpl_equal(const tpl_val *a, const tpl_val *b) {
+    return equal_depth(a, b, 0);
+}
+
+/* Values nested deeper than the printer allows cannot be built by a render that finishes, but a
+ * bound keeps the recursion safe regardless (beyond it, values compare unequal). */
+static int equal_depth(const tpl_val *a, const tpl_val *b, int depth) {
+    if (depth > TPL_MAX_CDEPTH) return 0;
     if (is_num(a) && is_num(b)) {
         if (a->kind == TV_FLOAT || b->kind == TV_FLOAT) return num_f(a) == num_f(b);
         return num_i(a) == num_i(b);
@@ -240,13 +255,13 @@ int tpl_equal(const tpl_val *a, const tpl_val *b) {
     case TV_LIST:
         if ((a->flags & TV_F_TUPLE) != (b->flags & TV_F_TUPLE) || a->l->n != b->l->n) return 0;
         for (size_t i = 0; i < a->l->n; i++)
-            if (!tpl_equal(&a->l->v[i], &b->l->v[i])) return 0;
+            if (!equal_depth(&a->l->v[i], &b->l->v[i], depth + 1)) return 0;
         return 1;
     case TV_DICT:
         if (a->d->n != b->d->n) return 0;
         for (size_t i = 0; i < a->d->n; i++) {
             tpl_val *o = tpl_dict_get(b->d, a->d->k[i]);
-            if (!o || !tpl_equal(&a->d->v[i], o)) return 0;
+            if (!o || !equal_depth(&a->d->v[i], o, depth + 1)) return 0;
         }
         return 1;
     case TV_NS:
@@ -286,7 +301,10 @@ int tpl_compare(tpl_rt *rt, const tpl_val *a, const tpl_val *b, const char *op) 
         size_t n = a->l->n < b->l->n ? a->l->n : b->l->n;
         for (size_t i = 0; i < n; i++) {
             if (tpl_equal(&a->l->v[i], &b->l->v[i])) continue;
-            return tpl_compare(rt, &a->l->v[i], &b->l->v[i], op);
+            tpl_enter(rt);
+            int c = tpl_compare(rt, &a->l->v[i], &b->l->v[i], op);
+            tpl_leave(rt);
+            return c;
         }
         return a->l->n < b->l->n ? -1 : a->l->n > b->l->n ? 1 : 0;
     }
@@ -465,7 +483,12 @@ static void put_seq(tpl_rt *rt, tpl_buf *b, const tpl_val *v) {
     tpl_buf_putc(rt, b, tuple ? ')' : ']');
 }
 
-static void put_dict(tpl_rt *rt, tpl_buf *b, const tpl_dict *d) {
+static void put_dict(tpl_rt *rt, tpl_buf *b, tpl_dict *d) {
+    if (d->busy) { /* Python's repr prints a container inside itself as {...} */
+        tpl_buf_puts(rt, b, "{...}");
+        return;
+    }
+    d->busy = 1;
     tpl_buf_putc(rt, b, '{');
     for (size_t i = 0; i < d->n; i++) {
         if (i) tpl_buf_puts(rt, b, ", ");
@@ -474,6 +497,7 @@ static void put_dict(tpl_rt *rt, tpl_buf *b, const tpl_dict *d) {
         tpl_repr(rt, b, &d->v[i]);
     }
     tpl_buf_putc(rt, b, '}');
+    d->busy = 0;
 }
 
 void tpl_repr(tpl_rt *rt, tpl_buf *b, const tpl_val *v) {
@@ -486,7 +510,9 @@ void tpl_repr(tpl_rt *rt, tpl_buf *b, const tpl_val *v) {
         tpl_buf_puts(rt, b, "Undefined");
         return;
     }
+    tpl_enter(rt);
     tpl_to_str(rt, b, v);
+    tpl_leave(rt);
 }
 
 void tpl_to_str(tpl_rt *rt, tpl_buf *b, const tpl_val *v) {

@@ -70,6 +70,7 @@ struct tpl_list {
 struct tpl_dict {
     tpl_val *k, *v;
     size_t n, cap;
+    int busy; /* being printed: a namespace that contains itself prints as {...} */
 };
 
 struct tpl_method {
@@ -102,6 +103,7 @@ typedef struct tpl_rt {
     uint64_t steps, max_steps;
     size_t max_output; /* bytes of any one output buffer */
     int depth, max_depth;
+    int cdepth;       /* nested evaluator/printer calls, bounded to protect the C stack */
     tpl_buf *out;     /* where output goes now (the render's or a capture) */
     tpl_scope *scope; /* innermost variable scope */
     tpl_scope *globals;
@@ -117,6 +119,11 @@ void *tpl_alloc_raw(tpl_rt *rt, size_t n); /* same, not zeroed (for text buffers
 void tpl_arena_free(tpl_arena *a);
 /* Counts one evaluation step; raises when the render has run too long. */
 void tpl_step(tpl_rt *rt);
+/* Enter/leave a recursive evaluator or printer call; raises beyond TPL_MAX_CDEPTH so that deep
+ * expressions (a+a+...+a, x.a.a.a...) or deeply nested values cannot overflow the C stack. */
+#define TPL_MAX_CDEPTH 3000
+void tpl_enter(tpl_rt *rt);
+#define tpl_leave(rt) ((rt)->cdepth--)
 
 /* ---- constructors --------------------------------------------------------------------------- */
 
