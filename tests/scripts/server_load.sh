@@ -3,7 +3,8 @@
 # 30 % of the clients disconnecting at random points (tests/js/load_server.mjs), with a tiny
 # random-weight model. Then the server is stopped with SIGTERM and must exit cleanly (under an
 # ASan build that includes LeakSanitizer's leak check at exit). LOAD_REQUESTS / LOAD_CLIENTS
-# override the sizes (an ASan build defaults to 300 requests from 32 clients). Exit 77 when node or tests/js/node_modules is missing.
+# override the sizes (an ASan build defaults to 300 requests from 32 clients). Exit 77 when node
+# or tests/js/node_modules is missing.
 # usage: bash tests/scripts/server_load.sh PATH/TO/lily   (from the repository root)
 set -u
 LILY=${1:?usage: server_load.sh LILY_BIN}
