@@ -25,15 +25,14 @@ static void on_sigint(int sig) {
 }
 
 static void usage(FILE *f) {
-    fprintf(f,
-            "usage: lily chat --model DIR [options]\n"
-            "  --system TEXT       system prompt\n"
-            "  --think on|off      thinking switch (default: the template's)\n"
-            "  -n N                max tokens per answer (default: the rest of the context)\n"
-            "  --temp T --top-k K --top-p P --min-p P --seed S\n"
-            "  --ctx N --backend cpu|cuda --threads N\n"
-            "in the chat: end a line with \\ to continue it, or use \"\"\" blocks;\n"
-            "  /reset  /system TEXT  /quit  /help\n");
+    fprintf(f, "usage: lily chat --model DIR [options]\n"
+               "  --system TEXT       system prompt\n"
+               "  --think on|off      thinking switch (default: the template's)\n"
+               "  -n N                max tokens per answer (default: the rest of the context)\n"
+               "  --temp T --top-k K --top-p P --min-p P --seed S\n"
+               "  --ctx N --backend cpu|cuda --threads N\n"
+               "in the chat: end a line with \\ to continue it, or use \"\"\" blocks;\n"
+               "  /reset  /system TEXT  /quit  /help\n");
 }
 
 typedef struct turn {
@@ -127,18 +126,28 @@ int lily_cmd_chat(int argc, char **argv) {
             return 0;
         }
         if (!(v = lily_cli_value(argc, argv, &i))) return 2;
-        if (!strcmp(a, "--model")) co.model_dir = v;
-        else if (!strcmp(a, "--system")) free(system), system = strdup(v);
-        else if (!strcmp(a, "-n") && !lily_cli_size(v, &x) && x > 0) n_new = (int)x;
-        else if (!strcmp(a, "--temp")) temp = atof(v);
-        else if (!strcmp(a, "--top-p")) top_p = atof(v);
-        else if (!strcmp(a, "--min-p")) min_p = atof(v);
-        else if (!strcmp(a, "--top-k") && !lily_cli_size(v, &x)) top_k = x;
-        else if (!strcmp(a, "--seed") && !lily_cli_size(v, &x)) seed = x, seed_set = 1;
+        if (!strcmp(a, "--model"))
+            co.model_dir = v;
+        else if (!strcmp(a, "--system"))
+            free(system), system = strdup(v);
+        else if (!strcmp(a, "-n") && !lily_cli_size(v, &x) && x > 0)
+            n_new = (int)x;
+        else if (!strcmp(a, "--temp"))
+            temp = atof(v);
+        else if (!strcmp(a, "--top-p"))
+            top_p = atof(v);
+        else if (!strcmp(a, "--min-p"))
+            min_p = atof(v);
+        else if (!strcmp(a, "--top-k") && !lily_cli_size(v, &x))
+            top_k = x;
+        else if (!strcmp(a, "--seed") && !lily_cli_size(v, &x))
+            seed = x, seed_set = 1;
         else if (!strcmp(a, "--think") && (!strcmp(v, "on") || !strcmp(v, "off")))
             think = !strcmp(v, "on");
-        else if (!strcmp(a, "--ctx") && !lily_cli_size(v, &x) && x > 1) co.ctx = (int)x;
-        else if (!strcmp(a, "--threads") && !lily_cli_size(v, &x)) co.threads = (int)x;
+        else if (!strcmp(a, "--ctx") && !lily_cli_size(v, &x) && x > 1)
+            co.ctx = (int)x;
+        else if (!strcmp(a, "--threads") && !lily_cli_size(v, &x))
+            co.threads = (int)x;
         else if (!strcmp(a, "--backend")) {
             if (lily_cli_backend(v, &co.backend)) return 2;
         } else {
@@ -199,8 +208,13 @@ int lily_cmd_chat(int argc, char **argv) {
             }
             lily_outparse_opts po = {.thinking = open};
             turn t = {.p = lily_outparse_create(&po), .color = isatty(1)};
-            lily_gen_req g = {.prompt = ids, .n_prompt = n, .sp = c.defaults, .ban_id = -1,
-                              .max_new = n_new, .ud = &t, .on_text = on_text,
+            lily_gen_req g = {.prompt = ids,
+                              .n_prompt = n,
+                              .sp = c.defaults,
+                              .ban_id = -1,
+                              .max_new = n_new,
+                              .ud = &t,
+                              .on_text = on_text,
                               .cancelled = cancelled};
             if (temp >= 0) g.sp.temperature = (float)temp;
             if (top_p >= 0) g.sp.top_p = (float)top_p;
@@ -222,7 +236,8 @@ int lily_cmd_chat(int argc, char **argv) {
                 cJSON_AddStringToObject(a, "content", lily_sb_str(&t.content));
                 cJSON_AddItemToArray(hist, a);
                 int dim = isatty(2);
-                fprintf(stderr, "%s[%d tokens, %.1f tok/s; prompt %d (%d reused), %.1f tok/s%s]%s\n",
+                fprintf(stderr,
+                        "%s[%d tokens, %.1f tok/s; prompt %d (%d reused), %.1f tok/s%s]%s\n",
                         dim ? "\033[2m" : "", res.n_gen,
                         res.decode_s > 0 ? res.n_gen / res.decode_s : 0, n, res.n_cached,
                         res.prefill_s > 0 ? res.n_prefilled / res.prefill_s : 0,

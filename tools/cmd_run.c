@@ -11,15 +11,14 @@
 #include "server/cli.h"
 
 static void usage(FILE *f) {
-    fprintf(f,
-            "usage: lily run --model DIR -p PROMPT [options]\n"
-            "  -n N                max new tokens (default 256)\n"
-            "  --temp T --top-k K --top-p P --min-p P --seed S   sampling (default: the\n"
-            "                      model's generation_config.json)\n"
-            "  --system TEXT       system prompt\n"
-            "  --think on|off      thinking switch (default: the template's)\n"
-            "  --raw               no chat template: the prompt is the text to continue\n"
-            "  --ctx N --backend cpu|cuda --threads N\n");
+    fprintf(f, "usage: lily run --model DIR -p PROMPT [options]\n"
+               "  -n N                max new tokens (default 256)\n"
+               "  --temp T --top-k K --top-p P --min-p P --seed S   sampling (default: the\n"
+               "                      model's generation_config.json)\n"
+               "  --system TEXT       system prompt\n"
+               "  --think on|off      thinking switch (default: the template's)\n"
+               "  --raw               no chat template: the prompt is the text to continue\n"
+               "  --ctx N --backend cpu|cuda --threads N\n");
 }
 
 static int on_text(void *ud, const lily_gen_token *t, const char *text, size_t len) {
@@ -46,19 +45,30 @@ int lily_cmd_run(int argc, char **argv) {
             continue;
         }
         if (!(v = lily_cli_value(argc, argv, &i))) return 2;
-        if (!strcmp(a, "--model")) co.model_dir = v;
-        else if (!strcmp(a, "-p") || !strcmp(a, "--prompt")) prompt = v;
-        else if (!strcmp(a, "--system")) system = v;
-        else if (!strcmp(a, "-n") && !lily_cli_size(v, &x) && x > 0) n_new = (int)x;
-        else if (!strcmp(a, "--temp")) temp = atof(v);
-        else if (!strcmp(a, "--top-p")) top_p = atof(v);
-        else if (!strcmp(a, "--min-p")) min_p = atof(v);
-        else if (!strcmp(a, "--top-k") && !lily_cli_size(v, &x)) top_k = x;
-        else if (!strcmp(a, "--seed") && !lily_cli_size(v, &x)) seed = x, seed_set = 1;
+        if (!strcmp(a, "--model"))
+            co.model_dir = v;
+        else if (!strcmp(a, "-p") || !strcmp(a, "--prompt"))
+            prompt = v;
+        else if (!strcmp(a, "--system"))
+            system = v;
+        else if (!strcmp(a, "-n") && !lily_cli_size(v, &x) && x > 0)
+            n_new = (int)x;
+        else if (!strcmp(a, "--temp"))
+            temp = atof(v);
+        else if (!strcmp(a, "--top-p"))
+            top_p = atof(v);
+        else if (!strcmp(a, "--min-p"))
+            min_p = atof(v);
+        else if (!strcmp(a, "--top-k") && !lily_cli_size(v, &x))
+            top_k = x;
+        else if (!strcmp(a, "--seed") && !lily_cli_size(v, &x))
+            seed = x, seed_set = 1;
         else if (!strcmp(a, "--think") && (!strcmp(v, "on") || !strcmp(v, "off")))
             think = !strcmp(v, "on");
-        else if (!strcmp(a, "--ctx") && !lily_cli_size(v, &x) && x > 1) co.ctx = (int)x;
-        else if (!strcmp(a, "--threads") && !lily_cli_size(v, &x)) co.threads = (int)x;
+        else if (!strcmp(a, "--ctx") && !lily_cli_size(v, &x) && x > 1)
+            co.ctx = (int)x;
+        else if (!strcmp(a, "--threads") && !lily_cli_size(v, &x))
+            co.threads = (int)x;
         else if (!strcmp(a, "--backend")) {
             if (lily_cli_backend(v, &co.backend)) return 2;
         } else {
@@ -99,9 +109,14 @@ int lily_cmd_run(int argc, char **argv) {
         cJSON_Delete(msgs);
         if (r) goto fail;
     }
-    lily_gen_req g = {.prompt = ids, .n_prompt = n, .sp = c.defaults, .ban_id = -1,
-                      .max_new = n_new, .on_text = on_text, .on_prefill =
-                      lily_clichat_prefill_bar, .ud = &c};
+    lily_gen_req g = {.prompt = ids,
+                      .n_prompt = n,
+                      .sp = c.defaults,
+                      .ban_id = -1,
+                      .max_new = n_new,
+                      .on_text = on_text,
+                      .on_prefill = lily_clichat_prefill_bar,
+                      .ud = &c};
     if (temp >= 0) g.sp.temperature = (float)temp;
     if (top_p >= 0) g.sp.top_p = (float)top_p;
     if (min_p >= 0) g.sp.min_p = (float)min_p;
@@ -115,8 +130,8 @@ int lily_cmd_run(int argc, char **argv) {
     if (!strcmp(res.finish, "error")) {
         fprintf(stderr, "lily run: %s\n", res.error);
     } else {
-        fprintf(stderr, "[prompt %d tokens: %.1f tok/s; generated %d tokens: %.1f tok/s; %s]\n",
-                n, res.prefill_s > 0 ? res.n_prefilled / res.prefill_s : 0, res.n_gen,
+        fprintf(stderr, "[prompt %d tokens: %.1f tok/s; generated %d tokens: %.1f tok/s; %s]\n", n,
+                res.prefill_s > 0 ? res.n_prefilled / res.prefill_s : 0, res.n_gen,
                 res.decode_s > 0 ? res.n_gen / res.decode_s : 0, res.finish);
         rc = 0;
     }

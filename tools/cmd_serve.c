@@ -112,7 +112,8 @@ int lily_cmd_serve(int argc, char **argv) {
     o.n_api_keys = nkeys;
     rc = lily_server_main(&o);
 out:
-    for (int i = 0; i < nkeys; i++) free(keys[i]);
+    for (int i = 0; i < nkeys; i++)
+        free(keys[i]);
     free(keys);
     return rc;
 }

@@ -6,14 +6,14 @@
 #include "server/sb.h"
 
 typedef struct lily_api_error {
-    int status;           /* HTTP status */
-    const char *type;     /* "invalid_request_error", "server_error", ... (static) */
-    const char *code;     /* "invalid_json", ... (static), or NULL for a JSON null */
-    char param[160];      /* JSON path of the offending field, "" for null */
+    int status;       /* HTTP status */
+    const char *type; /* "invalid_request_error", "server_error", ... (static) */
+    const char *code; /* "invalid_json", ... (static), or NULL for a JSON null */
+    char param[160];  /* JSON path of the offending field, "" for null */
     char message[640];
     long n_prompt_tokens; /* context_length_exceeded only (else 0) */
     long n_ctx;
-    int retry_after;      /* seconds, for 503 (0: no Retry-After header) */
+    int retry_after; /* seconds, for 503 (0: no Retry-After header) */
 } lily_api_error;
 
 /* Fills e (if non-NULL) and returns -1. param may be NULL. */

@@ -12,8 +12,9 @@
 static void load_bar(void *ud, uint64_t done, uint64_t total) {
     (void)ud;
     int w = 40, k = total ? (int)((double)done / (double)total * w) : w;
-    fprintf(stderr, "\rloading [%.*s%*s] %3d%%", k, "========================================",
-            w - k, "", total ? (int)(100.0 * (double)done / (double)total) : 100);
+    fprintf(stderr, "\rloading [%.*s%*s] %3d%%", k,
+            "========================================", w - k, "",
+            total ? (int)(100.0 * (double)done / (double)total) : 100);
     if (done >= total) fprintf(stderr, "\r\033[K");
 }
 
@@ -21,8 +22,8 @@ void lily_clichat_prefill_bar(void *ud, int done, int total) {
     const lily_clichat *c = ud;
     if (!c->tty || total <= 256) return;
     int w = 40, k = (int)((double)done / total * w);
-    fprintf(stderr, "\rprefill [%.*s%*s] %d/%d", k, "========================================",
-            w - k, "", done, total);
+    fprintf(stderr, "\rprefill [%.*s%*s] %d/%d", k,
+            "========================================", w - k, "", done, total);
     if (done >= total) fprintf(stderr, "\r\033[K");
 }
 
@@ -79,8 +80,8 @@ void lily_clichat_close(lily_clichat *c) {
     memset(c, 0, sizeof *c);
 }
 
-int lily_clichat_encode(lily_clichat *c, const cJSON *messages, int think, int32_t **ids,
-                        int *n, int *open_think, lily_err *e) {
+int lily_clichat_encode(lily_clichat *c, const cJSON *messages, int think, int32_t **ids, int *n,
+                        int *open_think, lily_err *e) {
     cJSON *ctx = cJSON_CreateObject();
     cJSON_AddItemReferenceToObject(ctx, "messages", (cJSON *)messages);
     cJSON_AddBoolToObject(ctx, "add_generation_prompt", 1);
@@ -91,7 +92,8 @@ int lily_clichat_encode(lily_clichat *c, const cJSON *messages, int think, int32
     cJSON_Delete(ctx);
     if (rc) return -1;
     size_t k = len;
-    while (k && (text[k - 1] == '\n' || text[k - 1] == ' ')) k--;
+    while (k && (text[k - 1] == '\n' || text[k - 1] == ' '))
+        k--;
     *open_think = k >= 7 && !memcmp(text + k - 7, "<think>", 7);
     rc = lily_tokenizer_encode(c->tok, text, len, ids, &nn, e);
     free(text);

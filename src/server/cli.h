@@ -22,8 +22,8 @@ typedef struct lily_clichat_opts {
     const char *model_dir;
     lily_backend_kind backend;
     int threads;
-    int ctx;             /* 0 = min(model, 32768) */
-    size_t cache_bytes;  /* prefix-cache budget */
+    int ctx;            /* 0 = min(model, 32768) */
+    size_t cache_bytes; /* prefix-cache budget */
 } lily_clichat_opts;
 
 int lily_clichat_open(const lily_clichat_opts *o, lily_clichat *c, lily_err *e);
@@ -31,8 +31,8 @@ void lily_clichat_close(lily_clichat *c);
 
 /* Renders messages (with the generation prompt; think < 0 leaves the template default) and
  * tokenizes. *open_think tells whether the prompt ends inside <think>. */
-int lily_clichat_encode(lily_clichat *c, const cJSON *messages, int think, int32_t **ids,
-                        int *n, int *open_think, lily_err *e);
+int lily_clichat_encode(lily_clichat *c, const cJSON *messages, int think, int32_t **ids, int *n,
+                        int *open_think, lily_err *e);
 
 /* A prefill progress callback for lily_gen_req.on_prefill (ud: the lily_clichat): draws a bar
  * on stderr for prefills of more than 256 tokens when stderr is a terminal. */

@@ -17,20 +17,20 @@ struct lily_gen {
     lily_session *sess;
     lily_pcache *cache;
     lily_detok *detok;
-    int vocab;      /* logits per position */
-    int tok_vocab;  /* ids the tokenizer can decode */
+    int vocab;     /* logits per position */
+    int tok_vocab; /* ids the tokenizer can decode */
     int max_ctx;
-    int32_t *hist;  /* tokens the session has consumed; [max_ctx] */
+    int32_t *hist; /* tokens the session has consumed; [max_ctx] */
     int n_hist;
     int32_t eos[8];
     int n_eos;
     int32_t im_start;
-    float *scratch; /* [vocab] logits after masking and bias */
+    float *scratch;      /* [vocab] logits after masking and bias */
     int32_t pending_eos; /* end-of-turn token of the last run, not yet consumed (-1: none) */
 };
 
-int lily_gen_create(lily_engine *eng, lily_tokenizer *tok, const lily_gen_opts *o,
-                    lily_gen **out, lily_err *e) {
+int lily_gen_create(lily_engine *eng, lily_tokenizer *tok, const lily_gen_opts *o, lily_gen **out,
+                    lily_err *e) {
     lily_gen *g = lily_xcalloc(1, sizeof *g);
     g->eng = eng;
     g->tok = tok;
@@ -46,7 +46,8 @@ int lily_gen_create(lily_engine *eng, lily_tokenizer *tok, const lily_gen_opts *
     g->hist = lily_xmalloc((size_t)g->max_ctx * sizeof *g->hist);
     g->scratch = lily_xmalloc((size_t)g->vocab * sizeof *g->scratch);
     g->cache = lily_pcache_create(o->cache_bytes);
-    for (int i = 0; i < 4 && info->eos_ids[i] >= 0; i++) g->eos[g->n_eos++] = info->eos_ids[i];
+    for (int i = 0; i < 4 && info->eos_ids[i] >= 0; i++)
+        g->eos[g->n_eos++] = info->eos_ids[i];
     static const char *const names[] = {"<|im_end|>", "<|endoftext|>"};
     for (int i = 0; i < 2; i++) {
         int32_t id = lily_tokenizer_token_to_id(tok, names[i]);
@@ -68,7 +69,9 @@ void lily_gen_free(lily_gen *g) {
     free(g);
 }
 
-int lily_gen_max_ctx(const lily_gen *g) { return g->max_ctx; }
+int lily_gen_max_ctx(const lily_gen *g) {
+    return g->max_ctx;
+}
 
 int lily_gen_is_eos(const lily_gen *g, int32_t id) {
     for (int i = 0; i < g->n_eos; i++)
@@ -127,7 +130,8 @@ static int boundaries(const lily_gen *g, const int32_t *p, int n, int from, int 
         int b = starts[i];
         if (b <= from || b >= n) continue;
         int dup = 0;
-        for (int j = 0; j < k; j++) dup |= out[j] == b;
+        for (int j = 0; j < k; j++)
+            dup |= out[j] == b;
         if (!dup) out[k++] = b;
     }
     for (int i = 1; i < k; i++) /* sort the (at most three) points */
@@ -146,8 +150,8 @@ static int prefill(lily_gen *g, const lily_gen_req *r, lily_gen_result *res) {
     const int32_t *p = r->prompt;
     int n = r->n_prompt;
     /* the live session counts when its history is a prefix (a full match needs its logits) */
-    int live = g->n_hist <= n && !memcmp(g->hist, p, (size_t)g->n_hist * sizeof *p) ? g->n_hist
-                                                                                    : -1;
+    int live =
+        g->n_hist <= n && !memcmp(g->hist, p, (size_t)g->n_hist * sizeof *p) ? g->n_hist : -1;
     if (live == n && !lily_session_logits(g->sess)) live = -1;
     int snap_len = 0;
     const lily_snapshot *snap = lily_pcache_lookup(g->cache, p, n, n, &snap_len);
@@ -206,7 +210,8 @@ static int prefill(lily_gen *g, const lily_gen_req *r, lily_gen_result *res) {
 
 static const float *masked_logits(lily_gen *g, const lily_gen_req *r, const float *logits) {
     memcpy(g->scratch, logits, (size_t)g->vocab * sizeof *logits);
-    for (int i = g->tok_vocab; i < g->vocab; i++) g->scratch[i] = -INFINITY;
+    for (int i = g->tok_vocab; i < g->vocab; i++)
+        g->scratch[i] = -INFINITY;
     for (int i = 0; i < r->n_bias; i++)
         if (r->bias[i].id >= 0 && r->bias[i].id < g->tok_vocab)
             g->scratch[r->bias[i].id] += r->bias[i].bias;
@@ -220,8 +225,10 @@ int lily_gen_run(lily_gen *g, const lily_gen_req *r, lily_gen_result *res) {
     res->finish = "error";
     g->pending_eos = -1;
     if (r->n_prompt < 1 || r->n_prompt >= g->max_ctx) {
-        snprintf(res->error, sizeof res->error, "prompt of %d tokens does not fit a context of "
-                 "%d", r->n_prompt, g->max_ctx);
+        snprintf(res->error, sizeof res->error,
+                 "prompt of %d tokens does not fit a context of "
+                 "%d",
+                 r->n_prompt, g->max_ctx);
         return 0;
     }
     int rc = prefill(g, r, res);
@@ -278,8 +285,9 @@ int lily_gen_run(lily_gen *g, const lily_gen_req *r, lily_gen_result *res) {
         }
         t.logprob = lily_logprob(lg, g->vocab, t.id);
         if (r->top_logprobs > 0)
-            t.n_top = lily_logprobs_top(lg, g->vocab, r->top_logprobs < LILY_GEN_MAX_TOP
-                                                          ? r->top_logprobs : LILY_GEN_MAX_TOP,
+            t.n_top = lily_logprobs_top(lg, g->vocab,
+                                        r->top_logprobs < LILY_GEN_MAX_TOP ? r->top_logprobs
+                                                                           : LILY_GEN_MAX_TOP,
                                         t.top_ids, t.top_lp);
         if (lily_gen_is_eos(g, t.id)) {
             res->finish = "stop";

@@ -25,16 +25,16 @@
 typedef struct lily_gen lily_gen;
 
 typedef struct lily_gen_opts {
-    int max_ctx;          /* session context (0 = the model's maximum) */
-    size_t cache_bytes;   /* snapshot budget of the prefix cache (0 = no cache) */
+    int max_ctx;        /* session context (0 = the model's maximum) */
+    size_t cache_bytes; /* snapshot budget of the prefix cache (0 = no cache) */
 } lily_gen_opts;
 
 /* Information about one sampled token. */
 typedef struct lily_gen_token {
     int32_t id;
-    int forced;                      /* inserted by the force callback, not sampled */
-    float logprob;                   /* log-softmax of the raw logits (after logit_bias) */
-    int n_top;                       /* entries in top_* (the request's top_logprobs) */
+    int forced;    /* inserted by the force callback, not sampled */
+    float logprob; /* log-softmax of the raw logits (after logit_bias) */
+    int n_top;     /* entries in top_* (the request's top_logprobs) */
     int32_t top_ids[LILY_GEN_MAX_TOP];
     float top_lp[LILY_GEN_MAX_TOP];
 } lily_gen_token;
@@ -45,9 +45,9 @@ typedef struct lily_gen_req {
     lily_sampler_params sp;
     const lily_logit_bias *bias; /* borrowed; ids outside the vocabulary are ignored */
     int n_bias;
-    int32_t ban_id;  /* a token never to sample (tool_choice none: <tool_call>), or -1 */
-    int max_new;     /* generated-token budget (clamped to the context) */
-    char **stop;     /* borrowed */
+    int32_t ban_id; /* a token never to sample (tool_choice none: <tool_call>), or -1 */
+    int max_new;    /* generated-token budget (clamped to the context) */
+    char **stop;    /* borrowed */
     int n_stop;
     int top_logprobs; /* 0..LILY_GEN_MAX_TOP */
     void *ud;
@@ -65,17 +65,17 @@ typedef struct lily_gen_req {
 
 typedef struct lily_gen_result {
     int n_prompt;
-    int n_cached;    /* prompt tokens reused (not recomputed) */
-    int n_prefilled; /* prompt tokens computed */
-    int n_gen;       /* generated tokens (end-of-turn token not counted) */
+    int n_cached;       /* prompt tokens reused (not recomputed) */
+    int n_prefilled;    /* prompt tokens computed */
+    int n_gen;          /* generated tokens (end-of-turn token not counted) */
     const char *finish; /* "stop", "length", "cancelled" or "error" */
-    int eos;         /* ended on an end-of-turn token */
+    int eos;            /* ended on an end-of-turn token */
     double prefill_s, decode_s;
     char error[512];
 } lily_gen_result;
 
-int lily_gen_create(lily_engine *eng, lily_tokenizer *tok, const lily_gen_opts *o,
-                    lily_gen **out, lily_err *e);
+int lily_gen_create(lily_engine *eng, lily_tokenizer *tok, const lily_gen_opts *o, lily_gen **out,
+                    lily_err *e);
 void lily_gen_free(lily_gen *g);
 int lily_gen_max_ctx(const lily_gen *g);
 

@@ -3,11 +3,11 @@
  * SSE events fed by the inference thread with ": " keep-alive comments while nothing else is
  * ready. A vanished client is noticed by write failure or by polling its socket for hang-up, and
  * cancels its job (§7). */
+#include <arpa/inet.h>
+#include <errno.h>
 #include <microhttpd.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
-#include <arpa/inet.h>
-#include <errno.h>
 #include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -60,8 +60,8 @@ static int origin_allowed(const lily_srv *s, const char *origin) {
         }
         return 0;
     }
-    static const char *const ok[] = {"http://localhost", "https://localhost", "http://127.0.0.1",
-                                     "https://127.0.0.1", "http://[::1]", "https://[::1]"};
+    static const char *const ok[] = {"http://localhost",  "https://localhost", "http://127.0.0.1",
+                                     "https://127.0.0.1", "http://[::1]",      "https://[::1]"};
     for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) {
         size_t k = strlen(ok[i]);
         if (!strncmp(origin, ok[i], k) && (origin[k] == 0 || origin[k] == ':')) return 1;
@@ -84,8 +84,8 @@ static void count(lily_srv *s, int status) {
 }
 
 static enum MHD_Result send_body(lily_srv *s, struct MHD_Connection *c, int status,
-                                 const char *type, const char *body, size_t len,
-                                 const char *h1, const char *v1) {
+                                 const char *type, const char *body, size_t len, const char *h1,
+                                 const char *v1) {
     struct MHD_Response *r =
         MHD_create_response_from_buffer(len, (void *)body, MHD_RESPMEM_MUST_COPY);
     if (!r) return MHD_NO;
@@ -101,8 +101,7 @@ static enum MHD_Result send_body(lily_srv *s, struct MHD_Connection *c, int stat
 static enum MHD_Result send_error(lily_srv *s, struct MHD_Connection *c, const lily_api_error *e) {
     lily_sb b = {0};
     lily_api_error_json(e, &b);
-    struct MHD_Response *r =
-        MHD_create_response_from_buffer(b.len, b.data, MHD_RESPMEM_MUST_COPY);
+    struct MHD_Response *r = MHD_create_response_from_buffer(b.len, b.data, MHD_RESPMEM_MUST_COPY);
     lily_sb_free(&b);
     if (!r) return MHD_NO;
     MHD_add_response_header(r, "Content-Type", "application/json");
@@ -140,7 +139,8 @@ static int authorized(const lily_srv *s, struct MHD_Connection *c) {
         const char *want = s->opts.api_keys[i];
         size_t wn = strlen(want);
         unsigned char diff = (unsigned char)(kn != wn);
-        for (size_t k = 0; k < wn; k++) diff |= (unsigned char)(want[k] ^ (k < kn ? key[k] : 0));
+        for (size_t k = 0; k < wn; k++)
+            diff |= (unsigned char)(want[k] ^ (k < kn ? key[k] : 0));
         ok |= !diff;
     }
     return ok;
@@ -149,7 +149,14 @@ static int authorized(const lily_srv *s, struct MHD_Connection *c) {
 /* ---- routes --------------------------------------------------------------------------------- */
 
 typedef enum {
-    R_NONE, R_HEALTH, R_MODELS, R_MODEL, R_METRICS, R_CHAT, R_COMPLETIONS, R_TOKENIZE,
+    R_NONE,
+    R_HEALTH,
+    R_MODELS,
+    R_MODEL,
+    R_METRICS,
+    R_CHAT,
+    R_COMPLETIONS,
+    R_TOKENIZE,
     R_DETOKENIZE,
 } route;
 
@@ -176,21 +183,24 @@ static void model_json(const lily_srv *s, lily_sb *o) {
     const lily_model_info *mi = lily_engine_info(s->eng);
     lily_sb_puts(o, "{\"id\":");
     lily_sb_json_str(o, s->model_id, strlen(s->model_id));
-    lily_sb_printf(o, ",\"object\":\"model\",\"created\":%ld,\"owned_by\":\"local\","
+    lily_sb_printf(o,
+                   ",\"object\":\"model\",\"created\":%ld,\"owned_by\":\"local\","
                    "\"context_length\":%d,\"max_model_len\":%d,\"meta\":{\"n_ctx\":%d,"
-                   "\"n_ctx_train\":%d,\"n_params\":%llu}}", s->created, s->ctx, s->ctx, s->ctx,
-                   mi->max_position, (unsigned long long)mi->n_params);
+                   "\"n_ctx_train\":%d,\"n_params\":%llu}}",
+                   s->created, s->ctx, s->ctx, s->ctx, mi->max_position,
+                   (unsigned long long)mi->n_params);
 }
 
-static enum MHD_Result get_route(lily_srv *s, struct MHD_Connection *c, route rt,
-                                 const char *arg) {
+static enum MHD_Result get_route(lily_srv *s, struct MHD_Connection *c, route rt, const char *arg) {
     lily_sb b = {0};
     if (rt == R_HEALTH) {
         pthread_mutex_lock(&s->metrics.mu);
         int q = s->metrics.queue_depth, busy = s->metrics.busy;
         pthread_mutex_unlock(&s->metrics.mu);
-        lily_sb_printf(&b, "{\"status\":\"ok\",\"slots_idle\":%d,\"slots_processing\":%d,"
-                       "\"queue_depth\":%d}", !busy, busy, q);
+        lily_sb_printf(&b,
+                       "{\"status\":\"ok\",\"slots_idle\":%d,\"slots_processing\":%d,"
+                       "\"queue_depth\":%d}",
+                       !busy, busy, q);
         return send_sb(s, c, 200, &b);
     }
     if (rt == R_MODELS) {
@@ -210,8 +220,8 @@ static enum MHD_Result get_route(lily_srv *s, struct MHD_Connection *c, route rt
         return send_sb(s, c, 200, &b);
     }
     lily_metrics_text(&s->metrics, &b);
-    enum MHD_Result rc = send_body(s, c, 200, "text/plain; version=0.0.4", lily_sb_str(&b),
-                                   b.len, NULL, NULL);
+    enum MHD_Result rc =
+        send_body(s, c, 200, "text/plain; version=0.0.4", lily_sb_str(&b), b.len, NULL, NULL);
     lily_sb_free(&b);
     return rc;
 }
@@ -234,12 +244,13 @@ static enum MHD_Result tokenize_route(lily_srv *s, struct MHD_Connection *c, rou
         size_t n = 0;
         if (!cJSON_IsString(t)) {
             lily_api_bad(&e, "invalid_type", "content", "'content' must be a string");
-        } else if (lily_tokenizer_encode(s->tok, t->valuestring, strlen(t->valuestring), &ids,
-                                         &n, &err)) {
+        } else if (lily_tokenizer_encode(s->tok, t->valuestring, strlen(t->valuestring), &ids, &n,
+                                         &err)) {
             lily_api_bad(&e, "invalid_value", "content", "%s", err.msg);
         } else {
             lily_sb_puts(&b, "{\"tokens\":[");
-            for (size_t i = 0; i < n; i++) lily_sb_printf(&b, "%s%d", i ? "," : "", ids[i]);
+            for (size_t i = 0; i < n; i++)
+                lily_sb_printf(&b, "%s%d", i ? "," : "", ids[i]);
             lily_sb_printf(&b, "],\"count\":%zu,\"max_model_len\":%d}", n, s->ctx);
         }
         free(ids);
@@ -333,8 +344,7 @@ static void stream_free(void *cls) {
 
 /* ---- completions ---------------------------------------------------------------------------- */
 
-static enum MHD_Result completion_route(lily_srv *s, struct MHD_Connection *c, route rt,
-                                        conn *k) {
+static enum MHD_Result completion_route(lily_srv *s, struct MHD_Connection *c, route rt, conn *k) {
     lily_api_error e;
     lily_request req;
     lily_request_limits lim = {.max_body = s->opts.max_body, .max_messages = 100000};
@@ -360,9 +370,8 @@ static enum MHD_Result completion_route(lily_srv *s, struct MHD_Connection *c, r
         st->job = j;
         st->fd = fd;
         st->last_send = lily_now();
-        struct MHD_Response *r =
-            MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16 * 1024, stream_read, st,
-                                              stream_free);
+        struct MHD_Response *r = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16 * 1024,
+                                                                   stream_read, st, stream_free);
         if (!r) {
             stream_free(st);
             return MHD_NO;
@@ -431,8 +440,8 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
             if (origin && !origin_allowed(s, origin))
                 return send_body(s, c, 403, "text/plain", "origin not allowed", 18, NULL, NULL);
             struct MHD_Response *r = MHD_create_response_from_buffer(0, "", MHD_RESPMEM_PERSISTENT);
-            const char *hdrs = MHD_lookup_connection_value(c, MHD_HEADER_KIND,
-                                                           "Access-Control-Request-Headers");
+            const char *hdrs =
+                MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Access-Control-Request-Headers");
             MHD_add_response_header(r, "Access-Control-Allow-Methods", "GET, POST, OPTIONS");
             MHD_add_response_header(r, "Access-Control-Allow-Headers",
                                     hdrs ? hdrs : "Authorization, Content-Type");
@@ -509,17 +518,15 @@ int lily_http_serve(lily_srv *s, volatile int *stop, lily_err *e) {
     unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION | MHD_USE_POLL;
     if (!s->opts.quiet) flags |= MHD_USE_ERROR_LOG;
     struct MHD_Daemon *d = MHD_start_daemon(
-        flags,
-        (uint16_t)s->opts.port, NULL, NULL, handler, s, MHD_OPTION_SOCK_ADDR, &addr,
+        flags, (uint16_t)s->opts.port, NULL, NULL, handler, s, MHD_OPTION_SOCK_ADDR, &addr,
         MHD_OPTION_NOTIFY_COMPLETED, completed, s, MHD_OPTION_CONNECTION_TIMEOUT, 300u,
         MHD_OPTION_CONNECTION_LIMIT, 1000u, MHD_OPTION_END);
-    if (!d) return lily_fail(e, "cannot listen on %s:%d (%s)", host, s->opts.port,
-                             strerror(errno));
+    if (!d) return lily_fail(e, "cannot listen on %s:%d (%s)", host, s->opts.port, strerror(errno));
     const union MHD_DaemonInfo *di = MHD_get_daemon_info(d, MHD_DAEMON_INFO_BIND_PORT);
     int port = di ? di->port : s->opts.port;
     if (!s->opts.quiet) {
-        fprintf(stderr, "lily serve: %s listening on http://%s:%d/v1 (ctx %d)\n", s->model_id,
-                host, port, s->ctx);
+        fprintf(stderr, "lily serve: %s listening on http://%s:%d/v1 (ctx %d)\n", s->model_id, host,
+                port, s->ctx);
     }
     if (s->opts.port_file) {
         FILE *f = fopen(s->opts.port_file, "w");
@@ -528,7 +535,8 @@ int lily_http_serve(lily_srv *s, volatile int *stop, lily_err *e) {
             fclose(f);
         }
     }
-    while (!*stop) usleep(100 * 1000);
+    while (!*stop)
+        usleep(100 * 1000);
     /* cancel running work first, so streams blocked on their jobs end promptly */
     __atomic_store_n(&s->shutdown, 1, __ATOMIC_RELAXED);
     MHD_stop_daemon(d);

@@ -40,13 +40,13 @@ static int ends_with(const char *s, size_t n, const char *suf) {
 
 /* Does the prompt end inside an open <think> block (only whitespace after it)? */
 static int think_open(const char *s, size_t n) {
-    while (n && (s[n - 1] == '\n' || s[n - 1] == ' ')) n--;
+    while (n && (s[n - 1] == '\n' || s[n - 1] == ' '))
+        n--;
     return ends_with(s, n, "<think>");
 }
 
 /* Renders the chat prompt. Returns a malloc'd string or NULL with e (400 for template errors). */
-static char *render_chat(lily_srv *s, lily_request *r, size_t *len, int *open,
-                         lily_api_error *e) {
+static char *render_chat(lily_srv *s, lily_request *r, size_t *len, int *open, lily_api_error *e) {
     cJSON *ctx = cJSON_CreateObject();
     cJSON_AddItemReferenceToObject(ctx, "messages", r->messages);
     if (r->tools) cJSON_AddItemReferenceToObject(ctx, "tools", r->tools);
@@ -63,23 +63,28 @@ static char *render_chat(lily_srv *s, lily_request *r, size_t *len, int *open,
     int rc = lily_template_render(s->tmpl, ctx, &out, len, &err);
     cJSON_Delete(ctx);
     if (rc) {
-        lily_api_bad(e, "invalid_value", "messages", "the chat template rejected the "
-                     "conversation: %s", err.msg);
+        lily_api_bad(e, "invalid_value", "messages",
+                     "the chat template rejected the "
+                     "conversation: %s",
+                     err.msg);
         return NULL;
     }
     *open = think_open(out, *len);
     if (r->prefill) {
         /* continue the last assistant message: drop its end-of-turn, and reopen the think
          * block when it has reasoning but no content yet */
-        while (*len && out[*len - 1] == '\n') (*len)--;
+        while (*len && out[*len - 1] == '\n')
+            (*len)--;
         if (ends_with(out, *len, "<|im_end|>")) *len -= strlen("<|im_end|>");
         const cJSON *last = cJSON_GetArrayItem(r->messages, cJSON_GetArraySize(r->messages) - 1);
         const cJSON *c = cJSON_GetObjectItemCaseSensitive(last, "content");
         size_t n = *len;
-        while (n && out[n - 1] == '\n') n--;
+        while (n && out[n - 1] == '\n')
+            n--;
         if (cJSON_IsString(c) && !c->valuestring[0] && ends_with(out, n, "</think>")) {
             *len = n - strlen("</think>");
-            while (*len && out[*len - 1] == '\n') (*len)--;
+            while (*len && out[*len - 1] == '\n')
+                (*len)--;
             *open = 1;
         } else {
             *open = 0;
@@ -176,8 +181,10 @@ lily_job *lily_job_prepare(lily_srv *s, lily_request *r, lily_api_error *e) {
         int32_t nv = lily_tokenizer_vocab_size(s->tok);
         for (int i = 0; i < j->n_prompt && !rc; i++)
             if (j->prompt[i] >= nv)
-                rc = lily_api_bad(e, "invalid_value", "prompt", "token id %d is outside the "
-                                  "vocabulary", j->prompt[i]);
+                rc = lily_api_bad(e, "invalid_value", "prompt",
+                                  "token id %d is outside the "
+                                  "vocabulary",
+                                  j->prompt[i]);
     }
     if (!rc && j->n_prompt == 0)
         rc = lily_api_bad(e, "invalid_value", r->kind == LILY_REQ_CHAT ? "messages" : "prompt",
@@ -187,7 +194,8 @@ lily_job *lily_job_prepare(lily_srv *s, lily_request *r, lily_api_error *e) {
                           r->kind == LILY_REQ_CHAT ? "messages" : "prompt",
                           "This model's maximum context length is %d tokens. However, your "
                           "messages resulted in %d tokens. Please reduce the length of the "
-                          "messages.", s->ctx, j->n_prompt);
+                          "messages.",
+                          s->ctx, j->n_prompt);
         e->n_prompt_tokens = j->n_prompt;
         e->n_ctx = s->ctx;
     }

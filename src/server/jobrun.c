@@ -20,7 +20,7 @@ typedef struct run {
     lily_sb ev;            /* the event being built */
     int reasoning_tokens;
     int content_started, forced, budget_done;
-    lily_sb lp;            /* logprob entries (JSON, comma separated) not yet sent */
+    lily_sb lp; /* logprob entries (JSON, comma separated) not yet sent */
     int lp_n;
     /* completions logprobs arrays */
     lily_sb c_tok, c_lp, c_top, c_off;
@@ -43,7 +43,8 @@ static void lossy_str(lily_sb *o, const char *s, size_t n) {
         unsigned char c = (unsigned char)s[i];
         size_t k = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
         size_t m = 1;
-        while (k && m < k && i + m < n && ((unsigned char)s[i + m] & 0xC0) == 0x80) m++;
+        while (k && m < k && i + m < n && ((unsigned char)s[i + m] & 0xC0) == 0x80)
+            m++;
         if (k && m == k) {
             lily_sb_append(&t, s + i, k);
             i += k;
@@ -56,7 +57,9 @@ static void lossy_str(lily_sb *o, const char *s, size_t n) {
     lily_sb_free(&t);
 }
 
-static double finite_lp(float lp) { return isfinite(lp) ? lp : -9999.0; }
+static double finite_lp(float lp) {
+    return isfinite(lp) ? lp : -9999.0;
+}
 
 static void token_json(run *u, lily_sb *o, int32_t id, float lp) {
     size_t n = 0;
@@ -64,7 +67,8 @@ static void token_json(run *u, lily_sb *o, int32_t id, float lp) {
     lily_sb_puts(o, "{\"token\":");
     lossy_str(o, b ? b : "", b ? n : 0);
     lily_sb_printf(o, ",\"logprob\":%.6g,\"bytes\":[", finite_lp(lp));
-    for (size_t i = 0; i < n; i++) lily_sb_printf(o, "%s%u", i ? "," : "", (unsigned char)b[i]);
+    for (size_t i = 0; i < n; i++)
+        lily_sb_printf(o, "%s%u", i ? "," : "", (unsigned char)b[i]);
     lily_sb_putc(o, ']');
 }
 
@@ -107,9 +111,11 @@ static void logprobs_value(run *u, lily_sb *o) {
         return;
     }
     if (!u->chat) {
-        lily_sb_printf(o, "{\"tokens\":[%s],\"token_logprobs\":[%s],\"top_logprobs\":[%s],"
-                       "\"text_offset\":[%s]}", lily_sb_str(&u->c_tok), lily_sb_str(&u->c_lp),
-                       lily_sb_str(&u->c_top), lily_sb_str(&u->c_off));
+        lily_sb_printf(o,
+                       "{\"tokens\":[%s],\"token_logprobs\":[%s],\"top_logprobs\":[%s],"
+                       "\"text_offset\":[%s]}",
+                       lily_sb_str(&u->c_tok), lily_sb_str(&u->c_lp), lily_sb_str(&u->c_top),
+                       lily_sb_str(&u->c_off));
         lily_sb_clear(&u->c_tok), lily_sb_clear(&u->c_lp), lily_sb_clear(&u->c_top);
         lily_sb_clear(&u->c_off);
         u->c_n = 0;
@@ -153,8 +159,10 @@ static void stream_delta(run *u, const lily_delta *d) {
         lily_sb_json_str(o, lily_sb_str(&d->text), d->text.len);
         break;
     case LILY_DELTA_CALL:
-        lily_sb_printf(o, "\"tool_calls\":[{\"index\":%d,\"id\":\"%s\",\"type\":\"function\","
-                       "\"function\":{\"name\":", d->call, d->id);
+        lily_sb_printf(o,
+                       "\"tool_calls\":[{\"index\":%d,\"id\":\"%s\",\"type\":\"function\","
+                       "\"function\":{\"name\":",
+                       d->call, d->id);
         lily_sb_json_str(o, lily_sb_str(&d->text), d->text.len);
         lily_sb_puts(o, ",\"arguments\":\"\"}}]");
         break;
@@ -202,7 +210,9 @@ static void raw_text(run *u, const char *text, size_t len) {
     emit(u, o);
 }
 
-static int cb_cancelled(void *ud) { return lily_job_cancelled(((run *)ud)->j); }
+static int cb_cancelled(void *ud) {
+    return lily_job_cancelled(((run *)ud)->j);
+}
 
 static void cb_prefill(void *ud, int done, int total) {
     lily_job *j = ((run *)ud)->j;
@@ -253,9 +263,10 @@ static int cb_force(void *ud, int32_t *ids, int max) {
 }
 
 static void usage_json(run *u, lily_sb *o, const lily_gen_result *g) {
-    lily_sb_printf(o, "{\"prompt_tokens\":%d,\"completion_tokens\":%d,\"total_tokens\":%d,"
-                   "\"prompt_tokens_details\":{\"cached_tokens\":%d}", g->n_prompt, g->n_gen,
-                   g->n_prompt + g->n_gen, g->n_cached);
+    lily_sb_printf(o,
+                   "{\"prompt_tokens\":%d,\"completion_tokens\":%d,\"total_tokens\":%d,"
+                   "\"prompt_tokens_details\":{\"cached_tokens\":%d}",
+                   g->n_prompt, g->n_gen, g->n_prompt + g->n_gen, g->n_cached);
     if (u->chat)
         lily_sb_printf(o, ",\"completion_tokens_details\":{\"reasoning_tokens\":%d}",
                        u->reasoning_tokens);
@@ -264,11 +275,12 @@ static void usage_json(run *u, lily_sb *o, const lily_gen_result *g) {
 
 static void timings_json(lily_sb *o, const lily_gen_result *g) {
     double pms = g->prefill_s * 1e3, dms = g->decode_s * 1e3;
-    lily_sb_printf(o, "{\"cache_n\":%d,\"prompt_n\":%d,\"prompt_ms\":%.3f,"
+    lily_sb_printf(o,
+                   "{\"cache_n\":%d,\"prompt_n\":%d,\"prompt_ms\":%.3f,"
                    "\"prompt_per_second\":%.3f,\"predicted_n\":%d,\"predicted_ms\":%.3f,"
-                   "\"predicted_per_second\":%.3f}", g->n_cached, g->n_prefilled, pms,
-                   pms > 0 ? g->n_prefilled / g->prefill_s : 0, g->n_gen, dms,
-                   dms > 0 ? g->n_gen / g->decode_s : 0);
+                   "\"predicted_per_second\":%.3f}",
+                   g->n_cached, g->n_prefilled, pms, pms > 0 ? g->n_prefilled / g->prefill_s : 0,
+                   g->n_gen, dms, dms > 0 ? g->n_gen / g->decode_s : 0);
 }
 
 static void message_json(run *u, lily_sb *o) {
@@ -308,9 +320,9 @@ static void finish_ok(run *u, const lily_gen_result *g) {
         lily_sb_puts(o, u->chat ? "\"delta\":{}" : "\"text\":\"\"");
         chunk_tail(u, o, fr);
         if (u->j->req.include_usage) {
-            lily_sb_printf(o, "data: {\"id\":\"%s\",\"object\":\"%s\",\"created\":%ld,\"model\":",
-                           u->j->id, u->chat ? "chat.completion.chunk" : "text_completion",
-                           u->j->created);
+            lily_sb_printf(
+                o, "data: {\"id\":\"%s\",\"object\":\"%s\",\"created\":%ld,\"model\":", u->j->id,
+                u->chat ? "chat.completion.chunk" : "text_completion", u->j->created);
             lily_sb_json_str(o, u->s->model_id, strlen(u->s->model_id));
             lily_sb_puts(o, ",\"system_fingerprint\":\"lily\",\"choices\":[],\"usage\":");
             usage_json(u, o, g);
@@ -412,8 +424,10 @@ void lily_job_run(lily_srv *s, lily_job *j) {
     else if (strcmp(res.finish, "cancelled"))
         finish_ok(&u, &res);
     else if (!s->opts.quiet)
-        fprintf(stderr, "lily serve: request %s cancelled by client after %d prompt / %d "
-                "generated tokens\n", j->id, res.n_cached + res.n_prefilled, res.n_gen);
+        fprintf(stderr,
+                "lily serve: request %s cancelled by client after %d prompt / %d "
+                "generated tokens\n",
+                j->id, res.n_cached + res.n_prefilled, res.n_gen);
     pthread_mutex_lock(&j->mu);
     j->state = JOB_DONE;
     if (!j->status) j->status = 200;

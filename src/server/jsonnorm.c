@@ -14,8 +14,8 @@ typedef struct {
 } parser;
 
 static void skip_ws(parser *p) {
-    while (p->i < p->n && (p->s[p->i] == ' ' || p->s[p->i] == '\t' || p->s[p->i] == '\n' ||
-                           p->s[p->i] == '\r'))
+    while (p->i < p->n &&
+           (p->s[p->i] == ' ' || p->s[p->i] == '\t' || p->s[p->i] == '\n' || p->s[p->i] == '\r'))
         p->i++;
 }
 
@@ -91,14 +91,30 @@ static int string(parser *p) {
         char e = p->s[p->i++];
         unsigned v;
         switch (e) {
-        case '"': lily_sb_putc(&raw, '"'); continue;
-        case '\\': lily_sb_putc(&raw, '\\'); continue;
-        case '/': lily_sb_putc(&raw, '/'); continue;
-        case 'b': lily_sb_putc(&raw, '\b'); continue;
-        case 'f': lily_sb_putc(&raw, '\f'); continue;
-        case 'n': lily_sb_putc(&raw, '\n'); continue;
-        case 'r': lily_sb_putc(&raw, '\r'); continue;
-        case 't': lily_sb_putc(&raw, '\t'); continue;
+        case '"':
+            lily_sb_putc(&raw, '"');
+            continue;
+        case '\\':
+            lily_sb_putc(&raw, '\\');
+            continue;
+        case '/':
+            lily_sb_putc(&raw, '/');
+            continue;
+        case 'b':
+            lily_sb_putc(&raw, '\b');
+            continue;
+        case 'f':
+            lily_sb_putc(&raw, '\f');
+            continue;
+        case 'n':
+            lily_sb_putc(&raw, '\n');
+            continue;
+        case 'r':
+            lily_sb_putc(&raw, '\r');
+            continue;
+        case 't':
+            lily_sb_putc(&raw, '\t');
+            continue;
         case 'u':
             if (read_hex(p, 4, &v)) goto done;
             if (v >= 0xD800 && v <= 0xDBFF && p->n - p->i >= 6 && p->s[p->i] == '\\' &&
@@ -134,7 +150,8 @@ done:
 
 static int digits(parser *p) {
     size_t start = p->i;
-    while (p->i < p->n && p->s[p->i] >= '0' && p->s[p->i] <= '9') p->i++;
+    while (p->i < p->n && p->s[p->i] >= '0' && p->s[p->i] <= '9')
+        p->i++;
     return p->i > start ? 0 : -1;
 }
 

@@ -8,7 +8,9 @@ void lily_metrics_init(lily_metrics *m) {
     pthread_mutex_init(&m->mu, NULL);
 }
 
-void lily_metrics_destroy(lily_metrics *m) { pthread_mutex_destroy(&m->mu); }
+void lily_metrics_destroy(lily_metrics *m) {
+    pthread_mutex_destroy(&m->mu);
+}
 
 static void counter(lily_sb *o, const char *name, const char *help, const char *type, double v) {
     lily_sb_printf(o, "# HELP lily_%s %s\n# TYPE lily_%s %s\nlily_%s %.17g\n", name, help, name,
@@ -20,13 +22,13 @@ void lily_metrics_text(lily_metrics *m, lily_sb *out) {
     lily_metrics c = *m;
     pthread_mutex_unlock(&m->mu);
     counter(out, "requests_total", "HTTP requests answered.", "counter", (double)c.requests);
-    counter(out, "requests_error_total", "HTTP requests answered with an error status.",
-            "counter", (double)c.requests_error);
+    counter(out, "requests_error_total", "HTTP requests answered with an error status.", "counter",
+            (double)c.requests_error);
     counter(out, "generations_total", "Completions run.", "counter", (double)c.generations);
     counter(out, "cancelled_total", "Completions cancelled by a client disconnect.", "counter",
             (double)c.cancelled);
-    counter(out, "rejected_busy_total", "Requests refused because the queue was full.",
-            "counter", (double)c.rejected_busy);
+    counter(out, "rejected_busy_total", "Requests refused because the queue was full.", "counter",
+            (double)c.rejected_busy);
     counter(out, "prompt_tokens_total", "Prompt tokens of completions.", "counter",
             (double)c.prompt_tokens);
     counter(out, "prefill_tokens_total", "Prompt tokens computed (not taken from the cache).",
@@ -47,6 +49,5 @@ void lily_metrics_text(lily_metrics *m, lily_sb *out) {
             c.queue_depth);
     counter(out, "busy", "1 while a request is being processed.", "gauge", c.busy);
     counter(out, "cache_entries", "Snapshots in the prefix cache.", "gauge", c.cache_entries);
-    counter(out, "cache_bytes", "Bytes held by the prefix cache.", "gauge",
-            (double)c.cache_bytes);
+    counter(out, "cache_bytes", "Bytes held by the prefix cache.", "gauge", (double)c.cache_bytes);
 }

@@ -24,15 +24,15 @@ typedef enum {
     S_FUNC_BODY,  /* between parameters */
     S_PARAM_NAME, /* after <parameter=: name up to > */
     S_PARAM_VALUE,
-    S_CALL_END,   /* after </function>: whitespace, then </tool_call> */
-    S_JSON_CALL,  /* after <tool_call> + {: JSON body up to </tool_call> */
-    S_DONE,       /* single_call and the call completed: input is ignored */
+    S_CALL_END,  /* after </function>: whitespace, then </tool_call> */
+    S_JSON_CALL, /* after <tool_call> + {: JSON body up to </tool_call> */
+    S_DONE,      /* single_call and the call completed: input is ignored */
 } state;
 
 static const char M_THINK[] = "<think>", M_END_THINK[] = "</think>", M_CALL[] = "<tool_call>",
-                  M_END_CALL[] = "</tool_call>", M_FUNC[] = "<function=",
-                  M_END_FUNC[] = "</function>", M_PARAM[] = "<parameter=",
-                  M_END_PARAM[] = "</parameter>";
+                  M_END_CALL[] = "</tool_call>",
+                  M_FUNC[] = "<function=", M_END_FUNC[] = "</function>",
+                  M_PARAM[] = "<parameter=", M_END_PARAM[] = "</parameter>";
 
 #define NAME_MAX_LEN 256
 
@@ -49,13 +49,13 @@ struct lily_outparse {
     lily_sb r_ws, c_ws;
     int implicit_think_end; /* reasoning ended by a tool call: drop a later stray </think> */
     /* the call being parsed */
-    lily_sb raw;            /* call text before its header is sent (returned as text on failure) */
+    lily_sb raw; /* call text before its header is sent (returned as text on failure) */
     int n_calls, call_open, n_params, n_complete;
-    const cJSON *params;    /* schema of the current function's parameters, or NULL */
+    const cJSON *params; /* schema of the current function's parameters, or NULL */
     lily_param_kind pkind;
-    int value_start;        /* the value's leading newline has not been checked yet */
-    lily_sb val;            /* non-string value text, converted when it closes */
-    lily_sb fb_ws;          /* whitespace between parameters: kept only if stray text follows */
+    int value_start; /* the value's leading newline has not been checked yet */
+    lily_sb val;     /* non-string value text, converted when it closes */
+    lily_sb fb_ws;   /* whitespace between parameters: kept only if stray text follows */
     uint64_t rng;
 };
 
@@ -87,7 +87,9 @@ static void push_str(lily_outparse *p, lily_delta_kind kind, const char *s) {
     push(p, kind, s, strlen(s));
 }
 
-static int is_ws(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
+static int is_ws(char c) {
+    return c == ' ' || c == '\t' || c == '\n' || c == '\r';
+}
 
 /* Emits text of a trimmed kind: leading whitespace of the kind is dropped, trailing whitespace
  * is held until more text of the kind arrives. */
@@ -95,14 +97,16 @@ static void emit_text(lily_outparse *p, lily_delta_kind kind, const char *s, siz
     int *started = kind == LILY_DELTA_REASONING ? &p->r_started : &p->c_started;
     lily_sb *ws = kind == LILY_DELTA_REASONING ? &p->r_ws : &p->c_ws;
     size_t end = n;
-    while (end && is_ws(s[end - 1])) end--;
+    while (end && is_ws(s[end - 1]))
+        end--;
     if (!end) {
         if (*started) lily_sb_append(ws, s, n);
         return;
     }
     size_t k = 0;
     if (!*started)
-        while (is_ws(s[k])) k++;
+        while (is_ws(s[k]))
+            k++;
     push(p, kind, ws->data, ws->len);
     lily_sb_clear(ws);
     push(p, kind, s + k, end - k);
@@ -159,7 +163,9 @@ static size_t find_markers(const char *s, size_t n, const char *const *ms, int n
     return n;
 }
 
-static void consume(lily_outparse *p, size_t n) { lily_sb_drop_front(&p->buf, n); }
+static void consume(lily_outparse *p, size_t n) {
+    lily_sb_drop_front(&p->buf, n);
+}
 
 /* ---- calls ---------------------------------------------------------------------------------- */
 
@@ -226,7 +232,8 @@ static void finish_call(lily_outparse *p) {
 static int think_at_start(lily_outparse *p) {
     const char *s = p->buf.data;
     size_t n = p->buf.len, w = 0;
-    while (w < n && is_ws(s[w])) w++;
+    while (w < n && is_ws(s[w]))
+        w++;
     match r = starts(s + w, n - w, M_THINK);
     if (r == M_FULL) {
         consume(p, w + strlen(M_THINK));
@@ -285,7 +292,8 @@ static int h_text(lily_outparse *p) {
 /* Leading whitespace of a markup state goes to raw (in case the call fails) and is dropped. */
 static int skip_ws(lily_outparse *p, int to_raw) {
     size_t k = 0;
-    while (k < p->buf.len && is_ws(p->buf.data[k])) k++;
+    while (k < p->buf.len && is_ws(p->buf.data[k]))
+        k++;
     if (to_raw) lily_sb_append(&p->raw, p->buf.data, k);
     consume(p, k);
     return k > 0;
@@ -329,8 +337,10 @@ static long scan_name(const lily_outparse *p) {
 }
 
 static void trimmed(const char *s, size_t n, const char **ts, size_t *tn) {
-    while (n && is_ws(*s)) s++, n--;
-    while (n && is_ws(s[n - 1])) n--;
+    while (n && is_ws(*s))
+        s++, n--;
+    while (n && is_ws(s[n - 1]))
+        n--;
     *ts = s;
     *tn = n;
 }
@@ -354,7 +364,8 @@ static int h_func_name(lily_outparse *p) {
 static int h_func_body(lily_outparse *p) {
     static const char *const ms[] = {M_PARAM, M_END_FUNC, M_END_CALL, M_CALL, M_FUNC};
     size_t w = 0;
-    while (w < p->buf.len && is_ws(p->buf.data[w])) w++;
+    while (w < p->buf.len && is_ws(p->buf.data[w]))
+        w++;
     lily_sb_append(&p->fb_ws, p->buf.data, w);
     consume(p, w);
     const char *s = p->buf.data;
@@ -367,7 +378,8 @@ static int h_func_body(lily_outparse *p) {
          * whitespace is left for the next round (fb_ws), so splits do not matter. */
         size_t take = at > 0 ? at : 1;
         if (at == n && !p->eof) take -= utf8_tail(s, n);
-        while (take && is_ws(s[take - 1])) take--;
+        while (take && is_ws(s[take - 1]))
+            take--;
         if (!take) return w > 0;
         emit_text(p, LILY_DELTA_CONTENT, p->fb_ws.data, p->fb_ws.len);
         lily_sb_clear(&p->fb_ws);
@@ -432,7 +444,8 @@ static match close_at(const char *s, size_t n, int eof, size_t *len) {
     match r = starts(s + k, n - k, M_END_PARAM);
     if (r != M_FULL) return (r == M_PARTIAL && !eof) ? M_PARTIAL : M_NONE;
     k += strlen(M_END_PARAM);
-    while (k < n && is_ws(s[k])) k++;
+    while (k < n && is_ws(s[k]))
+        k++;
     *len = k;
     if (k == n) return eof ? M_FULL : M_PARTIAL;
     for (int i = 0; i < 3; i++) {
@@ -570,15 +583,25 @@ static int h_json_call(lily_outparse *p) {
 static int step(lily_outparse *p) {
     switch (p->st) {
     case S_REASONING:
-    case S_CONTENT: return h_text(p);
-    case S_CALL_OPEN: return h_call_open(p);
-    case S_FUNC_NAME: return h_func_name(p);
-    case S_FUNC_BODY: return h_func_body(p);
-    case S_PARAM_NAME: return h_param_name(p);
-    case S_PARAM_VALUE: return h_param_value(p);
-    case S_CALL_END: return h_call_end(p);
-    case S_JSON_CALL: return h_json_call(p);
-    case S_DONE: consume(p, p->buf.len); return 0;
+    case S_CONTENT:
+        return h_text(p);
+    case S_CALL_OPEN:
+        return h_call_open(p);
+    case S_FUNC_NAME:
+        return h_func_name(p);
+    case S_FUNC_BODY:
+        return h_func_body(p);
+    case S_PARAM_NAME:
+        return h_param_name(p);
+    case S_PARAM_VALUE:
+        return h_param_value(p);
+    case S_CALL_END:
+        return h_call_end(p);
+    case S_JSON_CALL:
+        return h_json_call(p);
+    case S_DONE:
+        consume(p, p->buf.len);
+        return 0;
     }
     return 0;
 }
@@ -649,14 +672,23 @@ const lily_delta *lily_outparse_deltas(const lily_outparse *p, size_t *n) {
 }
 
 void lily_outparse_clear(lily_outparse *p) {
-    for (size_t i = 0; i < p->n_deltas; i++) lily_sb_free(&p->deltas[i].text);
+    for (size_t i = 0; i < p->n_deltas; i++)
+        lily_sb_free(&p->deltas[i].text);
     p->n_deltas = 0;
 }
 
-int lily_outparse_in_reasoning(const lily_outparse *p) { return p->st == S_REASONING; }
-int lily_outparse_n_calls(const lily_outparse *p) { return p->n_calls; }
-int lily_outparse_in_call(const lily_outparse *p) { return p->call_open; }
-int lily_outparse_done(const lily_outparse *p) { return p->st == S_DONE; }
+int lily_outparse_in_reasoning(const lily_outparse *p) {
+    return p->st == S_REASONING;
+}
+int lily_outparse_n_calls(const lily_outparse *p) {
+    return p->n_calls;
+}
+int lily_outparse_in_call(const lily_outparse *p) {
+    return p->call_open;
+}
+int lily_outparse_done(const lily_outparse *p) {
+    return p->st == S_DONE;
+}
 
 void lily_outmsg_add(lily_outmsg *m, const lily_delta *d, size_t n) {
     for (size_t i = 0; i < n; i++) {

@@ -37,7 +37,8 @@ static void drop(lily_pcache *c, int i) {
 
 void lily_pcache_free(lily_pcache *c) {
     if (!c) return;
-    while (c->n) drop(c, c->n - 1);
+    while (c->n)
+        drop(c, c->n - 1);
     free(c->e);
     free(c);
 }
@@ -90,5 +91,9 @@ void lily_pcache_insert(lily_pcache *c, const int32_t *ids, int n, lily_snapshot
     c->bytes += bytes;
 }
 
-int lily_pcache_count(const lily_pcache *c) { return c->n; }
-size_t lily_pcache_bytes(const lily_pcache *c) { return c->bytes; }
+int lily_pcache_count(const lily_pcache *c) {
+    return c->n;
+}
+size_t lily_pcache_bytes(const lily_pcache *c) {
+    return c->bytes;
+}

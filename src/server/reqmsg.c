@@ -39,7 +39,8 @@ static int join_parts(const cJSON *parts, int mi, lily_sb *out, lily_api_error *
                 !strcmp(t, "image") || !strcmp(t, "input_image") || !strcmp(t, "video"))
                 return lily_api_bad(e, "unsupported_value", path,
                                     "content parts of type '%s' are not supported (this server "
-                                    "has no vision/audio input)", t);
+                                    "has no vision/audio input)",
+                                    t);
             return lily_api_bad(e, "invalid_value", path, "unknown content part type '%s'", t);
         }
         const cJSON *text = field(part, key);
@@ -90,8 +91,10 @@ static cJSON *tool_call(const cJSON *tc, int mi, int ti, lily_api_error *e) {
             /* a truncated earlier call: keep the raw string (the template renders it as is) */
             cJSON_Delete(argv);
             argv = cJSON_CreateString(args->valuestring);
-            fprintf(stderr, "lily serve: %s.function.arguments is not a JSON object; kept as "
-                    "text\n", path);
+            fprintf(stderr,
+                    "lily serve: %s.function.arguments is not a JSON object; kept as "
+                    "text\n",
+                    path);
         }
     } else if (cJSON_IsObject(args)) {
         argv = cJSON_Duplicate(args, 1);
@@ -208,8 +211,7 @@ static cJSON *message(const cJSON *m, int mi, lily_api_error *e) {
     return out;
 }
 
-cJSON *lily_reqmsg_messages(const cJSON *msgs, int max_messages, int *prefill,
-                            lily_api_error *e) {
+cJSON *lily_reqmsg_messages(const cJSON *msgs, int max_messages, int *prefill, lily_api_error *e) {
     if (!msgs) {
         lily_api_bad(e, "missing_required_parameter", "messages", "'messages' is required");
         return NULL;
@@ -220,7 +222,8 @@ cJSON *lily_reqmsg_messages(const cJSON *msgs, int max_messages, int *prefill,
     }
     int n = cJSON_GetArraySize(msgs);
     if (n == 0) {
-        lily_api_bad(e, "invalid_value", "messages", "'messages' must contain at least one "
+        lily_api_bad(e, "invalid_value", "messages",
+                     "'messages' must contain at least one "
                      "message");
         return NULL;
     }
@@ -272,8 +275,8 @@ cJSON *lily_reqmsg_messages(const cJSON *msgs, int max_messages, int *prefill,
     int total = cJSON_GetArraySize(out);
     const cJSON *last = cJSON_GetArrayItem(out, total - 1);
     const cJSON *prev = total > 1 ? cJSON_GetArrayItem(out, total - 2) : NULL;
-    int last_asst = !strcmp(cJSON_GetObjectItemCaseSensitive(last, "role")->valuestring,
-                            "assistant");
+    int last_asst =
+        !strcmp(cJSON_GetObjectItemCaseSensitive(last, "role")->valuestring, "assistant");
     if (last_asst && prev &&
         !strcmp(cJSON_GetObjectItemCaseSensitive(prev, "role")->valuestring, "assistant")) {
         char path[64];
@@ -287,14 +290,13 @@ cJSON *lily_reqmsg_messages(const cJSON *msgs, int max_messages, int *prefill,
     return out;
 }
 
-int lily_reqmsg_tools(const cJSON *tools, const cJSON *functions, cJSON **out,
-                      lily_api_error *e) {
+int lily_reqmsg_tools(const cJSON *tools, const cJSON *functions, cJSON **out, lily_api_error *e) {
     *out = NULL;
     const cJSON *src = tools ? tools : functions;
     const char *base = tools ? "tools" : "functions";
     if (!src) return 0;
-    if (!cJSON_IsArray(src)) return lily_api_bad(e, "invalid_type", base, "'%s' must be an array",
-                                                 base);
+    if (!cJSON_IsArray(src))
+        return lily_api_bad(e, "invalid_type", base, "'%s' must be an array", base);
     cJSON *arr = cJSON_CreateArray();
     int i = 0;
     const cJSON *t;
@@ -329,7 +331,8 @@ int lily_reqmsg_tools(const cJSON *tools, const cJSON *functions, cJSON **out,
             cJSON_Delete(arr);
             snprintf(path + strlen(path), sizeof path - strlen(path), "%s.parameters",
                      tools ? ".function" : "");
-            return lily_api_bad(e, "invalid_type", path, "parameters must be a JSON Schema "
+            return lily_api_bad(e, "invalid_type", path,
+                                "parameters must be a JSON Schema "
                                 "object");
         }
         cJSON *x = cJSON_CreateObject();

@@ -19,8 +19,11 @@ static int utf8_ok(const char *s, size_t n, size_t *bad) {
     size_t i = 0;
     while (i < n) {
         unsigned char c = (unsigned char)s[i];
-        size_t k = c < 0x80 ? 1 : (c >= 0xC2 && c <= 0xDF) ? 2 : (c >> 4) == 14 ? 3
-                 : (c >= 0xF0 && c <= 0xF4) ? 4 : 0;
+        size_t k = c < 0x80                   ? 1
+                   : (c >= 0xC2 && c <= 0xDF) ? 2
+                   : (c >> 4) == 14           ? 3
+                   : (c >= 0xF0 && c <= 0xF4) ? 4
+                                              : 0;
         if (!k || i + k > n) break;
         size_t j = 1;
         for (; j < k; j++)
@@ -82,8 +85,10 @@ static int get_int(const cJSON *o, const char *name, double lo, double hi, long 
     if (!cJSON_IsNumber(j) || !isfinite(j->valuedouble) || j->valuedouble != floor(j->valuedouble))
         return lily_api_bad(e, "invalid_type", name, "'%s' must be an integer", name);
     if (j->valuedouble < lo || j->valuedouble > hi)
-        return lily_api_bad(e, "invalid_value", name, "'%s' must be between %.0f and %.0f, got "
-                            "%.0f", name, lo, hi, j->valuedouble);
+        return lily_api_bad(e, "invalid_value", name,
+                            "'%s' must be between %.0f and %.0f, got "
+                            "%.0f",
+                            name, lo, hi, j->valuedouble);
     *out = (long long)j->valuedouble;
     return 1;
 }
@@ -103,7 +108,8 @@ static int parse_sampling(const cJSON *b, lily_request *r, lily_api_error *e) {
         {"presence_penalty", -2, 2, LILY_GIVEN_PRESENCE, offsetof(lily_request, presence_penalty)},
         {"frequency_penalty", -2, 2, LILY_GIVEN_FREQUENCY,
          offsetof(lily_request, frequency_penalty)},
-        {"repetition_penalty", 1e-6, 100, LILY_GIVEN_REPEAT, offsetof(lily_request, repeat_penalty)},
+        {"repetition_penalty", 1e-6, 100, LILY_GIVEN_REPEAT,
+         offsetof(lily_request, repeat_penalty)},
         {"repeat_penalty", 1e-6, 100, LILY_GIVEN_REPEAT, offsetof(lily_request, repeat_penalty)},
     };
     for (size_t i = 0; i < sizeof nums / sizeof nums[0]; i++) {
@@ -155,12 +161,12 @@ static int parse_stop(const cJSON *b, const lily_request_limits *lim, lily_reque
         return 0;
     }
     if (!cJSON_IsArray(s))
-        return lily_api_bad(e, "invalid_type", "stop", "'stop' must be a string or an array of "
+        return lily_api_bad(e, "invalid_type", "stop",
+                            "'stop' must be a string or an array of "
                             "strings");
     int n = cJSON_GetArraySize(s);
     if (n > max)
-        return lily_api_bad(e, "invalid_value", "stop", "at most %d stop strings are allowed",
-                            max);
+        return lily_api_bad(e, "invalid_value", "stop", "at most %d stop strings are allowed", max);
     r->stop = lily_xcalloc((size_t)n + 1, sizeof *r->stop);
     int i = 0;
     const cJSON *x;
@@ -211,7 +217,8 @@ static int parse_bias(const cJSON *b, lily_request *r, lily_api_error *e) {
         if (!x->string[0] || *end || id < 0 || id > INT32_MAX)
             return lily_api_bad(e, "invalid_value", path, "logit_bias keys must be token ids");
         if (!cJSON_IsNumber(x) || x->valuedouble < -100 || x->valuedouble > 100)
-            return lily_api_bad(e, "invalid_value", path, "logit_bias values must be numbers "
+            return lily_api_bad(e, "invalid_value", path,
+                                "logit_bias values must be numbers "
                                 "between -100 and 100");
         r->bias[r->n_bias].id = (int32_t)id;
         r->bias[r->n_bias++].bias = (float)x->valuedouble;
@@ -249,14 +256,16 @@ static int parse_thinking(const cJSON *b, lily_request *r, lily_api_error *e) {
         effp = "reasoning.effort";
     }
     if (eff) {
-        static const char *const levels[] = {"none", "minimal", "low", "medium", "high", "xhigh",
-                                             "max"};
+        static const char *const levels[] = {"none", "minimal", "low", "medium",
+                                             "high", "xhigh",   "max"};
         int lv = -1;
         for (int i = 0; cJSON_IsString(eff) && i < 7; i++)
             if (!strcmp(eff->valuestring, levels[i])) lv = i;
         if (lv < 0)
-            return lily_api_bad(e, "invalid_value", effp, "'%s' must be one of none, minimal, "
-                                "low, medium, high, xhigh, max", effp);
+            return lily_api_bad(e, "invalid_value", effp,
+                                "'%s' must be one of none, minimal, "
+                                "low, medium, high, xhigh, max",
+                                effp);
         if (!rc) {
             on = lv >= 2;
             rc = 1;
@@ -308,8 +317,10 @@ static int parse_tool_choice(const cJSON *b, lily_request *r, lily_api_error *e)
         else if (!strcmp(tc->valuestring, "required") || !strcmp(tc->valuestring, "any"))
             r->tool_choice = LILY_TOOLS_REQUIRED;
         else
-            return lily_api_bad(e, "invalid_value", path, "'%s' must be none, auto, required or "
-                                "an object naming a function", path);
+            return lily_api_bad(e, "invalid_value", path,
+                                "'%s' must be none, auto, required or "
+                                "an object naming a function",
+                                path);
         return 0;
     }
     if (!cJSON_IsObject(tc))
@@ -333,8 +344,10 @@ static int parse_tool_choice(const cJSON *b, lily_request *r, lily_api_error *e)
             if (cJSON_IsString(n) && !strcmp(n->valuestring, r->tool_name)) return 0;
         }
     }
-    return lily_api_bad(e, "invalid_value", path, "tool_choice names function '%s', which is "
-                        "not among 'tools'", r->tool_name);
+    return lily_api_bad(e, "invalid_value", path,
+                        "tool_choice names function '%s', which is "
+                        "not among 'tools'",
+                        r->tool_name);
 }
 
 static int parse_prompt(const cJSON *b, lily_request *r, lily_api_error *e) {
@@ -345,12 +358,14 @@ static int parse_prompt(const cJSON *b, lily_request *r, lily_api_error *e) {
         return 0;
     }
     if (!cJSON_IsArray(p) || cJSON_GetArraySize(p) == 0)
-        return lily_api_bad(e, "invalid_type", "prompt", "'prompt' must be a string, an array "
+        return lily_api_bad(e, "invalid_type", "prompt",
+                            "'prompt' must be a string, an array "
                             "of one string, or an array of token ids");
     const cJSON *first = cJSON_GetArrayItem(p, 0);
     if (cJSON_IsString(first)) {
         if (cJSON_GetArraySize(p) > 1)
-            return lily_api_bad(e, "unsupported_value", "prompt", "only one prompt per request "
+            return lily_api_bad(e, "unsupported_value", "prompt",
+                                "only one prompt per request "
                                 "is supported");
         r->prompt = lily_xstrdup(first->valuestring);
         return 0;
@@ -361,7 +376,8 @@ static int parse_prompt(const cJSON *b, lily_request *r, lily_api_error *e) {
     cJSON_ArrayForEach(x, p) {
         if (!cJSON_IsNumber(x) || x->valuedouble != floor(x->valuedouble) || x->valuedouble < 0 ||
             x->valuedouble > INT32_MAX)
-            return lily_api_bad(e, "invalid_type", "prompt", "'prompt' token ids must be "
+            return lily_api_bad(e, "invalid_type", "prompt",
+                                "'prompt' token ids must be "
                                 "non-negative integers");
         r->prompt_ids[r->n_prompt_ids++] = (int32_t)x->valuedouble;
     }
@@ -376,7 +392,8 @@ static int parse_rest(const cJSON *b, lily_request *r, lily_api_error *e) {
     if (get_bool(b, "stream", 0, &r->stream, e) < 0) return -1;
     const cJSON *so = field(b, "stream_options");
     if (so && !cJSON_IsObject(so))
-        return lily_api_bad(e, "invalid_type", "stream_options", "'stream_options' must be an "
+        return lily_api_bad(e, "invalid_type", "stream_options",
+                            "'stream_options' must be an "
                             "object");
     if (so && get_bool(so, "include_usage", 0, &r->include_usage, e) < 0) {
         snprintf(e->param, sizeof e->param, "stream_options.include_usage");
@@ -385,13 +402,13 @@ static int parse_rest(const cJSON *b, lily_request *r, lily_api_error *e) {
     long long n;
     int rc = get_int(b, "n", 1, 128, &n, e);
     if (rc < 0) return -1;
-    if (rc && n > 1)
-        return lily_api_bad(e, "unsupported_value", "n", "n > 1 is not supported yet");
+    if (rc && n > 1) return lily_api_bad(e, "unsupported_value", "n", "n > 1 is not supported yet");
     const cJSON *rf = field(b, "response_format");
     if (rf) {
         const cJSON *t = field(rf, "type");
         if (!cJSON_IsObject(rf) || !cJSON_IsString(t))
-            return lily_api_bad(e, "invalid_type", "response_format", "'response_format' must be "
+            return lily_api_bad(e, "invalid_type", "response_format",
+                                "'response_format' must be "
                                 "an object with a string 'type'");
         if (!strcmp(t->valuestring, "json_object") || !strcmp(t->valuestring, "json_schema"))
             return lily_api_bad(e, "unsupported_value", "response_format.type",
@@ -405,12 +422,14 @@ static int parse_rest(const cJSON *b, lily_request *r, lily_api_error *e) {
     if (!cJSON_IsArray(mod)) mod = NULL;
     cJSON_ArrayForEach(x, mod) {
         if (cJSON_IsString(x) && strcmp(x->valuestring, "text"))
-            return lily_api_bad(e, "unsupported_value", "modalities", "only text output is "
+            return lily_api_bad(e, "unsupported_value", "modalities",
+                                "only text output is "
                                 "supported");
     }
     if (r->kind == LILY_REQ_COMPLETION) {
         if (field(b, "suffix"))
-            return lily_api_bad(e, "unsupported_value", "suffix", "'suffix' (fill-in-the-middle) "
+            return lily_api_bad(e, "unsupported_value", "suffix",
+                                "'suffix' (fill-in-the-middle) "
                                 "is not supported");
         if (get_bool(b, "echo", 0, &r->echo, e) < 0) return -1;
         return parse_prompt(b, r, e);
@@ -431,23 +450,29 @@ int lily_request_parse(lily_req_kind kind, const char *body, size_t len,
                              lim->max_body);
     size_t bad;
     if (!utf8_ok(body, len, &bad))
-        return lily_api_bad(e, "invalid_json", NULL, "request body is not valid UTF-8 (byte "
-                            "offset %zu)", bad);
+        return lily_api_bad(e, "invalid_json", NULL,
+                            "request body is not valid UTF-8 (byte "
+                            "offset %zu)",
+                            bad);
     const char *end = NULL;
     r->body = cJSON_ParseWithLengthOpts(body, len, &end, 0);
     if (!r->body) {
         size_t off = end && end >= body && end <= body + len ? (size_t)(end - body) : 0;
-        return lily_api_bad(e, "invalid_json", NULL, "request body is not valid JSON (error "
-                            "near byte offset %zu)", off);
+        return lily_api_bad(e, "invalid_json", NULL,
+                            "request body is not valid JSON (error "
+                            "near byte offset %zu)",
+                            off);
     }
     size_t off = (size_t)(end - body);
-    while (off < len && (body[off] == ' ' || body[off] == '\n' || body[off] == '\r' ||
-                         body[off] == '\t'))
+    while (off < len &&
+           (body[off] == ' ' || body[off] == '\n' || body[off] == '\r' || body[off] == '\t'))
         off++;
     if (off < len) {
         lily_request_free(r);
-        return lily_api_bad(e, "invalid_json", NULL, "unexpected data after the JSON value at "
-                            "byte offset %zu", off);
+        return lily_api_bad(e, "invalid_json", NULL,
+                            "unexpected data after the JSON value at "
+                            "byte offset %zu",
+                            off);
     }
     if (!cJSON_IsObject(r->body)) {
         lily_request_free(r);
@@ -461,8 +486,8 @@ int lily_request_parse(lily_req_kind kind, const char *body, size_t len,
     if (!rc) rc = parse_bias(b, r, e);
     if (!rc && kind == LILY_REQ_CHAT) {
         r->kwargs = cJSON_CreateObject();
-        r->messages = lily_reqmsg_messages(field(b, "messages"), lim ? lim->max_messages : 0,
-                                           &r->prefill, e);
+        r->messages =
+            lily_reqmsg_messages(field(b, "messages"), lim ? lim->max_messages : 0, &r->prefill, e);
         rc = r->messages ? 0 : -1;
         if (!rc) rc = lily_reqmsg_tools(field(b, "tools"), field(b, "functions"), &r->tools, e);
         if (!rc) rc = parse_tool_choice(b, r, e);
@@ -480,7 +505,8 @@ void lily_request_free(lily_request *r) {
     cJSON_Delete(r->kwargs);
     free(r->prompt);
     free(r->prompt_ids);
-    for (int i = 0; i < r->n_stop; i++) free(r->stop[i]);
+    for (int i = 0; i < r->n_stop; i++)
+        free(r->stop[i]);
     free(r->stop);
     free(r->bias);
     memset(r, 0, sizeof *r);

@@ -53,12 +53,12 @@ typedef struct lily_request_limits {
 
 typedef struct lily_request {
     lily_req_kind kind;
-    cJSON *body;     /* the parsed body (owned) */
-    cJSON *messages; /* chat: normalised messages array (owned) */
-    cJSON *tools;    /* chat: function tools array, or NULL (owned) */
-    cJSON *kwargs;   /* chat: extra template kwargs object (owned; enable_thinking is set in it
-                        only when the request chose) */
-    char *prompt;    /* completion: prompt text, or NULL when given as token ids (owned) */
+    cJSON *body;         /* the parsed body (owned) */
+    cJSON *messages;     /* chat: normalised messages array (owned) */
+    cJSON *tools;        /* chat: function tools array, or NULL (owned) */
+    cJSON *kwargs;       /* chat: extra template kwargs object (owned; enable_thinking is set in it
+                            only when the request chose) */
+    char *prompt;        /* completion: prompt text, or NULL when given as token ids (owned) */
     int32_t *prompt_ids; /* completion: prompt token ids (owned), n_prompt_ids of them */
     int n_prompt_ids;
     char model[128];

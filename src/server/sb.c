@@ -10,7 +10,8 @@
 static void reserve(lily_sb *b, size_t extra) {
     if (b->len + extra + 1 <= b->cap) return;
     size_t cap = b->cap ? b->cap : 64;
-    while (cap < b->len + extra + 1) cap *= 2;
+    while (cap < b->len + extra + 1)
+        cap *= 2;
     b->data = lily_xrealloc(b->data, cap);
     b->cap = cap;
 }
@@ -22,9 +23,13 @@ void lily_sb_append(lily_sb *b, const char *s, size_t n) {
     b->data[b->len] = 0;
 }
 
-void lily_sb_puts(lily_sb *b, const char *s) { lily_sb_append(b, s, strlen(s)); }
+void lily_sb_puts(lily_sb *b, const char *s) {
+    lily_sb_append(b, s, strlen(s));
+}
 
-void lily_sb_putc(lily_sb *b, char c) { lily_sb_append(b, &c, 1); }
+void lily_sb_putc(lily_sb *b, char c) {
+    lily_sb_append(b, &c, 1);
+}
 
 void lily_sb_printf(lily_sb *b, const char *fmt, ...) {
     char small[256];
@@ -52,13 +57,27 @@ void lily_sb_json_esc(lily_sb *b, const char *s, size_t n) {
         lily_sb_append(b, s + run, i - run);
         run = i + 1;
         switch (c) {
-        case '"': lily_sb_append(b, "\\\"", 2); break;
-        case '\\': lily_sb_append(b, "\\\\", 2); break;
-        case '\n': lily_sb_append(b, "\\n", 2); break;
-        case '\r': lily_sb_append(b, "\\r", 2); break;
-        case '\t': lily_sb_append(b, "\\t", 2); break;
-        case '\b': lily_sb_append(b, "\\b", 2); break;
-        case '\f': lily_sb_append(b, "\\f", 2); break;
+        case '"':
+            lily_sb_append(b, "\\\"", 2);
+            break;
+        case '\\':
+            lily_sb_append(b, "\\\\", 2);
+            break;
+        case '\n':
+            lily_sb_append(b, "\\n", 2);
+            break;
+        case '\r':
+            lily_sb_append(b, "\\r", 2);
+            break;
+        case '\t':
+            lily_sb_append(b, "\\t", 2);
+            break;
+        case '\b':
+            lily_sb_append(b, "\\b", 2);
+            break;
+        case '\f':
+            lily_sb_append(b, "\\f", 2);
+            break;
         default: {
             char u[6] = {'\\', 'u', '0', '0', hex[c >> 4], hex[c & 15]};
             lily_sb_append(b, u, 6);
@@ -89,7 +108,9 @@ void lily_sb_clear(lily_sb *b) {
     if (b->data) b->data[0] = 0;
 }
 
-const char *lily_sb_str(const lily_sb *b) { return b->data ? b->data : ""; }
+const char *lily_sb_str(const lily_sb *b) {
+    return b->data ? b->data : "";
+}
 
 char *lily_sb_take(lily_sb *b) {
     char *p = b->data ? b->data : lily_xstrdup("");

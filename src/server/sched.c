@@ -17,7 +17,8 @@ static void *worker(void *arg) {
     lily_srv *s = arg;
     for (;;) {
         pthread_mutex_lock(&s->qmu);
-        while (!s->q_len && !s->stopping) pthread_cond_wait(&s->qcv, &s->qmu);
+        while (!s->q_len && !s->stopping)
+            pthread_cond_wait(&s->qcv, &s->qmu);
         if (!s->q_len && s->stopping) {
             pthread_mutex_unlock(&s->qmu);
             break;

@@ -43,7 +43,8 @@ static void load_defaults(lily_srv *s) {
     };
     for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
         const cJSON *v = cJSON_GetObjectItemCaseSensitive(j, keys[i].key);
-        if (cJSON_IsNumber(v)) *(float *)((char *)&s->defaults + keys[i].off) = (float)v->valuedouble;
+        if (cJSON_IsNumber(v))
+            *(float *)((char *)&s->defaults + keys[i].off) = (float)v->valuedouble;
     }
     const cJSON *k = cJSON_GetObjectItemCaseSensitive(j, "top_k");
     if (cJSON_IsNumber(k)) s->defaults.top_k = (int)k->valuedouble;
@@ -83,9 +84,11 @@ int lily_server_main(const lily_server_opts *o) {
     } else {
         const char *d = o->model_dir;
         size_t n = strlen(d);
-        while (n > 1 && d[n - 1] == '/') n--;
+        while (n > 1 && d[n - 1] == '/')
+            n--;
         size_t b = n;
-        while (b && d[b - 1] != '/') b--;
+        while (b && d[b - 1] != '/')
+            b--;
         snprintf(s->model_id, sizeof s->model_id, "%.*s", (int)(n - b), d + b);
     }
     s->xml_tools = strstr(lily_template_source(s->tmpl), "<function=") != NULL;

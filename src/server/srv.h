@@ -33,7 +33,7 @@ typedef struct lily_job {
     lily_request req;
     int32_t *prompt; /* prompt token ids (owned) */
     int n_prompt;
-    char *echo;      /* completions with echo: the prompt text (owned) */
+    char *echo;        /* completions with echo: the prompt text (owned) */
     int thinking_open; /* the prompt ends inside <think> */
     int max_new;
     lily_sampler_params sp;
@@ -46,10 +46,10 @@ typedef struct lily_job {
     /* channel (under mu) */
     pthread_mutex_t mu;
     pthread_cond_t cv;
-    lily_sb out;         /* bytes for the client not yet taken */
+    lily_sb out; /* bytes for the client not yet taken */
     lily_job_state state;
-    int status;          /* HTTP status of a non-streaming answer */
-    int cancelled;       /* the client went away */
+    int status;    /* HTTP status of a non-streaming answer */
+    int cancelled; /* the client went away */
     int refs;
     int prefill_done, prefill_total;
     int cached_tokens, prefill_tokens; /* for response headers */
@@ -62,9 +62,9 @@ struct lily_srv {
     lily_template *tmpl;
     lily_gen *gen;
     char model_id[256];
-    int ctx;                 /* per-request context */
-    int xml_tools;           /* the template uses the <function=NAME> call form */
-    int32_t tool_call_tok;   /* id of <tool_call>, or -1 */
+    int ctx;                      /* per-request context */
+    int xml_tools;                /* the template uses the <function=NAME> call form */
+    int32_t tool_call_tok;        /* id of <tool_call>, or -1 */
     lily_sampler_params defaults; /* generation_config.json sampling defaults */
     long created;
     lily_metrics metrics;
@@ -74,7 +74,7 @@ struct lily_srv {
     lily_job **queue;
     int q_head, q_len, q_cap;
     int stopping;
-    int shutdown;            /* set once at exit: every job counts as cancelled */
+    int shutdown; /* set once at exit: every job counts as cancelled */
     pthread_t worker;
 };
 

@@ -57,4 +57,6 @@ void lily_stopstr_flush(lily_stopstr *m, lily_sb *out) {
     lily_sb_clear(&m->held);
 }
 
-void lily_stopstr_free(lily_stopstr *m) { lily_sb_free(&m->held); }
+void lily_stopstr_free(lily_stopstr *m) {
+    lily_sb_free(&m->held);
+}

@@ -102,7 +102,9 @@ lily_param_kind lily_param_kind_of(const cJSON *params, const char *param) {
     return LILY_PARAM_ANY;
 }
 
-static int is_ws(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
+static int is_ws(char c) {
+    return c == ' ' || c == '\t' || c == '\n' || c == '\r';
+}
 
 /* Validates a JSON number token covering all of s[0..n). */
 static int json_number(const char *s, size_t n, int *integral) {
@@ -113,14 +115,16 @@ static int json_number(const char *s, size_t n, int *integral) {
     if (s[i] == '0') {
         i++;
     } else if (s[i] >= '1' && s[i] <= '9') {
-        while (i < n && s[i] >= '0' && s[i] <= '9') i++;
+        while (i < n && s[i] >= '0' && s[i] <= '9')
+            i++;
     } else {
         return 0;
     }
     if (i < n && s[i] == '.') {
         *integral = 0;
         size_t d = ++i;
-        while (i < n && s[i] >= '0' && s[i] <= '9') i++;
+        while (i < n && s[i] >= '0' && s[i] <= '9')
+            i++;
         if (i == d) return 0;
     }
     if (i < n && (s[i] == 'e' || s[i] == 'E')) {
@@ -128,7 +132,8 @@ static int json_number(const char *s, size_t n, int *integral) {
         i++;
         if (i < n && (s[i] == '+' || s[i] == '-')) i++;
         size_t d = i;
-        while (i < n && s[i] >= '0' && s[i] <= '9') i++;
+        while (i < n && s[i] >= '0' && s[i] <= '9')
+            i++;
         if (i == d) return 0;
     }
     return i == n;
@@ -141,16 +146,21 @@ static int word_ci(const char *s, size_t n, const char *w) {
 void lily_param_convert(lily_param_kind kind, const char *raw, size_t n, lily_sb *out) {
     const char *t = raw;
     size_t tn = n;
-    while (tn && is_ws(*t)) t++, tn--;
-    while (tn && is_ws(t[tn - 1])) tn--;
+    while (tn && is_ws(*t))
+        t++, tn--;
+    while (tn && is_ws(t[tn - 1]))
+        tn--;
     int integral;
     if (kind != LILY_PARAM_STRING && (word_ci(t, tn, "null") || word_ci(t, tn, "none"))) {
         lily_sb_puts(out, "null");
         return;
     }
     switch (kind) {
-    case LILY_PARAM_STRING: break;
-    case LILY_PARAM_NULL: lily_sb_puts(out, "null"); return;
+    case LILY_PARAM_STRING:
+        break;
+    case LILY_PARAM_NULL:
+        lily_sb_puts(out, "null");
+        return;
     case LILY_PARAM_BOOLEAN:
         if (word_ci(t, tn, "true")) {
             lily_sb_puts(out, "true");

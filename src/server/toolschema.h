@@ -10,12 +10,12 @@
 #include "server/sb.h"
 
 typedef enum lily_param_kind {
-    LILY_PARAM_ANY,     /* no schema: JSON if it parses, else a string */
-    LILY_PARAM_STRING,  /* verbatim string, even if it looks like JSON */
+    LILY_PARAM_ANY,    /* no schema: JSON if it parses, else a string */
+    LILY_PARAM_STRING, /* verbatim string, even if it looks like JSON */
     LILY_PARAM_INTEGER,
     LILY_PARAM_NUMBER,
     LILY_PARAM_BOOLEAN,
-    LILY_PARAM_OBJECT,  /* object or array: JSON, else Python literal, else string */
+    LILY_PARAM_OBJECT, /* object or array: JSON, else Python literal, else string */
     LILY_PARAM_NULL,
 } lily_param_kind;
 

@@ -10,8 +10,8 @@
 #include "server/outparse.h"
 #include "server/request.h"
 
-static void assemble(const uint8_t *data, size_t size, size_t cut, const cJSON *tools,
-                     int thinking, lily_outmsg *m) {
+static void assemble(const uint8_t *data, size_t size, size_t cut, const cJSON *tools, int thinking,
+                     lily_outmsg *m) {
     lily_outparse_opts o = {.thinking = thinking, .tools = 1, .tool_defs = tools, .id_seed = 7};
     lily_outparse *p = lily_outparse_create(&o);
     size_t n;

@@ -56,18 +56,26 @@ static void on_prefill(void *ud, int done, int total) {
     if (c->cancel_after && done >= c->cancel_after) c->cancel = 1;
 }
 
-static int cancelled(void *ud) { return ((collect *)ud)->cancel; }
+static int cancelled(void *ud) {
+    return ((collect *)ud)->cancel;
+}
 
 static int run(lily_gen *g, const int32_t *p, int n, collect *c, lily_gen_result *res) {
-    lily_gen_req r = {.prompt = p, .n_prompt = n, .ban_id = -1, .max_new = MAX_NEW, .ud = c,
-                      .on_text = on_text, .on_prefill = on_prefill, .cancelled = cancelled};
+    lily_gen_req r = {.prompt = p,
+                      .n_prompt = n,
+                      .ban_id = -1,
+                      .max_new = MAX_NEW,
+                      .ud = c,
+                      .on_text = on_text,
+                      .on_prefill = on_prefill,
+                      .cancelled = cancelled};
     r.sp = lily_sampler_params_default();
     r.sp.temperature = 0; /* greedy: the comparison is deterministic */
     return lily_gen_run(g, &r, res);
 }
 
-static int encode_chat(lily_template *t, lily_tokenizer *tok, cJSON *msgs, int think,
-                       int32_t **ids, int *n) {
+static int encode_chat(lily_template *t, lily_tokenizer *tok, cJSON *msgs, int think, int32_t **ids,
+                       int *n) {
     cJSON *ctx = cJSON_CreateObject();
     cJSON_AddItemReferenceToObject(ctx, "messages", msgs);
     cJSON_AddBoolToObject(ctx, "add_generation_prompt", 1);
@@ -124,24 +132,26 @@ static void conversation(lily_gen *g, lily_gen *fresh, lily_template *tmpl, lily
             if (d > maxd) maxd = d;
         }
         char what[200];
-        printf("think %d turn %d: prompt %d, cached %d, prefilled %d (fresh: %d); %d tokens, max |dlogprob| "
-               "%.2g; text %.40s\n", think, turn + 1, n, ra.n_cached, ra.n_prefilled, rb.n_prefilled, a.n,
-               maxd, a.text);
+        printf("think %d turn %d: prompt %d, cached %d, prefilled %d (fresh: %d); %d tokens, max "
+               "|dlogprob| "
+               "%.2g; text %.40s\n",
+               think, turn + 1, n, ra.n_cached, ra.n_prefilled, rb.n_prefilled, a.n, maxd, a.text);
         snprintf(what, sizeof what, "turn %d: same greedy tokens and logprobs as a fresh session",
                  turn + 1);
         check(same && maxd < 1e-3f, what);
         if (turn > 0) {
             snprintf(what, sizeof what, "think %d turn %d: reused >= %d, prefilled only the rest",
                      think, turn + 1, prev_n);
-            check(ra.n_cached >= prev_n && ra.n_prefilled == n - ra.n_cached &&
-                  rb.n_prefilled == n, what);
+            check(ra.n_cached >= prev_n && ra.n_prefilled == n - ra.n_cached && rb.n_prefilled == n,
+                  what);
         }
         /* what the next turn must reuse: all of this prompt with thinking on, else up to the
          * start of the generation prompt (the last <|im_start|>) */
         prev_n = n;
         int32_t im = lily_tokenizer_token_to_id(tok, "<|im_start|>");
         if (!think)
-            while (prev_n > 0 && ids[prev_n - 1] != im) prev_n--;
+            while (prev_n > 0 && ids[prev_n - 1] != im)
+                prev_n--;
         if (!think && prev_n > 0) prev_n--;
         /* the assistant's answer goes into the history as text */
         cJSON *asst = cJSON_CreateObject();
@@ -155,12 +165,14 @@ static void conversation(lily_gen *g, lily_gen *fresh, lily_template *tmpl, lily
             run(g, ids, n, &c, &rc2);
             printf("retry: cached %d of %d\n", rc2.n_cached, n);
             check(rc2.n_cached == n && rc2.n_prefilled == 0 && c.n == a.n &&
-                  !memcmp(c.ids, a.ids, sizeof(int32_t) * (size_t)a.n), "identical retry: "
+                      !memcmp(c.ids, a.ids, sizeof(int32_t) * (size_t)a.n),
+                  "identical retry: "
                   "whole prompt cached, same output");
             /* a cancelled prefill keeps what it computed */
             int32_t *long_ids = malloc(sizeof(int32_t) * (size_t)(n + 700));
             memcpy(long_ids, ids, sizeof(int32_t) * (size_t)n);
-            for (int i = 0; i < 700; i++) long_ids[n + i] = 1000 + (i * 37) % 5000;
+            for (int i = 0; i < 700; i++)
+                long_ids[n + i] = 1000 + (i * 37) % 5000;
             collect d = {.cancel_after = 1};
             lily_gen_result rd;
             run(g, long_ids, n + 700, &d, &rd);

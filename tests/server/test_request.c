@@ -27,8 +27,8 @@ static void reject(lily_req_kind kind, const char *body, int status, const char 
     char what[200];
     snprintf(what, sizeof what, "reject %d %s %s", status, code, param[0] ? param : "(null)");
     if (!ok)
-        printf("  body %.80s\n  got rc=%d status=%d code=%s param=%s msg=%s\n", body, rc,
-               e.status, e.code ? e.code : "null", e.param, e.message);
+        printf("  body %.80s\n  got rc=%d status=%d code=%s param=%s msg=%s\n", body, rc, e.status,
+               e.code ? e.code : "null", e.param, e.message);
     check(ok, what);
     if (!rc) lily_request_free(&r);
 }
@@ -61,22 +61,24 @@ static void test_errors(void) {
            "missing_required_parameter", "messages[1].role");
     reject(C, "{\"messages\": [{\"role\": 7, \"content\": \"a\"}]}", 400, "invalid_type",
            "messages[0].role");
-    reject(C, "{\"messages\": [{\"role\": \"wizard\", \"content\": \"a\"}]}", 400,
-           "invalid_value", "messages[0].role");
+    reject(C, "{\"messages\": [{\"role\": \"wizard\", \"content\": \"a\"}]}", 400, "invalid_value",
+           "messages[0].role");
     reject(C, "{\"messages\": [{\"role\": \"user\"}]}", 400, "missing_required_parameter",
            "messages[0].content");
     reject(C, "{\"messages\": [{\"role\": \"user\", \"content\": 5}]}", 400, "invalid_type",
            "messages[0].content");
-    reject(C, "{\"messages\": [{\"role\": \"user\", \"content\": [{\"type\":\"text\",\"text\":"
-              "\"a\"},{\"type\":\"image_url\",\"image_url\":{\"url\":\"x\"}}]}]}",
+    reject(C,
+           "{\"messages\": [{\"role\": \"user\", \"content\": [{\"type\":\"text\",\"text\":"
+           "\"a\"},{\"type\":\"image_url\",\"image_url\":{\"url\":\"x\"}}]}]}",
            400, "unsupported_value", "messages[0].content[1]");
-    reject(C, "{\"messages\": [{\"role\": \"user\", \"content\": [{\"type\":\"hologram\"}]}]}",
-           400, "invalid_value", "messages[0].content[0]");
-    reject(C, "{\"messages\": [{\"role\":\"user\",\"content\":\"a\"},{\"role\":\"assistant\","
-              "\"content\":\"b\"},{\"role\":\"assistant\",\"content\":\"c\"}]}",
+    reject(C, "{\"messages\": [{\"role\": \"user\", \"content\": [{\"type\":\"hologram\"}]}]}", 400,
+           "invalid_value", "messages[0].content[0]");
+    reject(C,
+           "{\"messages\": [{\"role\":\"user\",\"content\":\"a\"},{\"role\":\"assistant\","
+           "\"content\":\"b\"},{\"role\":\"assistant\",\"content\":\"c\"}]}",
            400, "invalid_value", "messages[2]");
-    reject(C, "{\"messages\": [{\"role\": \"system\", \"content\": \"a\"}]}", 400,
-           "invalid_value", "messages");
+    reject(C, "{\"messages\": [{\"role\": \"system\", \"content\": \"a\"}]}", 400, "invalid_value",
+           "messages");
     reject(C, "{\"messages\": [{\"role\":\"user\",\"content\":\"a\"}], \"temperature\": 3}", 400,
            "invalid_value", "temperature");
     reject(C, "{\"messages\": [{\"role\":\"user\",\"content\":\"a\"}], \"temperature\": \"hot\"}",
@@ -87,12 +89,13 @@ static void test_errors(void) {
            "invalid_value", "max_tokens");
     reject(C, "{\"messages\": [{\"role\":\"user\",\"content\":\"a\"}], \"stop\": 4}", 400,
            "invalid_type", "stop");
-    reject(C, "{\"messages\": [{\"role\":\"user\",\"content\":\"a\"}], \"stop\": [\"a\", 1]}",
-           400, "invalid_type", "stop[1]");
-    reject(C, "{\"messages\": [{\"role\":\"user\",\"content\":\"a\"}], \"top_logprobs\": 3}",
-           400, "invalid_value", "top_logprobs");
-    reject(C, "{\"messages\": [{\"role\":\"user\",\"content\":\"a\"}], \"logprobs\": true, "
-              "\"top_logprobs\": 21}",
+    reject(C, "{\"messages\": [{\"role\":\"user\",\"content\":\"a\"}], \"stop\": [\"a\", 1]}", 400,
+           "invalid_type", "stop[1]");
+    reject(C, "{\"messages\": [{\"role\":\"user\",\"content\":\"a\"}], \"top_logprobs\": 3}", 400,
+           "invalid_value", "top_logprobs");
+    reject(C,
+           "{\"messages\": [{\"role\":\"user\",\"content\":\"a\"}], \"logprobs\": true, "
+           "\"top_logprobs\": 21}",
            400, "invalid_value", "top_logprobs");
     reject(C, "{\"messages\": [{\"role\":\"user\",\"content\":\"a\"}], \"n\": 2}", 400,
            "unsupported_value", "n");
@@ -100,31 +103,39 @@ static void test_errors(void) {
            "invalid_type", "stream");
     reject(C, "{\"messages\": [{\"role\":\"user\",\"content\":\"a\"}], \"model\": 5}", 400,
            "invalid_type", "model");
-    reject(C, "{\"messages\": [{\"role\":\"user\",\"content\":\"a\"}], \"reasoning_effort\": "
-              "\"extreme\"}",
+    reject(C,
+           "{\"messages\": [{\"role\":\"user\",\"content\":\"a\"}], \"reasoning_effort\": "
+           "\"extreme\"}",
            400, "invalid_value", "reasoning_effort");
-    reject(C, "{\"messages\": [{\"role\":\"user\",\"content\":\"a\"}], \"chat_template_kwargs\": "
-              "{\"enable_thinking\": 3}}",
+    reject(C,
+           "{\"messages\": [{\"role\":\"user\",\"content\":\"a\"}], \"chat_template_kwargs\": "
+           "{\"enable_thinking\": 3}}",
            400, "invalid_type", "chat_template_kwargs.enable_thinking");
-    reject(C, "{\"messages\": [{\"role\":\"user\",\"content\":\"a\"}], \"logit_bias\": "
-              "{\"abc\": 1}}",
+    reject(C,
+           "{\"messages\": [{\"role\":\"user\",\"content\":\"a\"}], \"logit_bias\": "
+           "{\"abc\": 1}}",
            400, "invalid_value", "logit_bias.abc");
-    reject(C, "{\"messages\": [{\"role\":\"user\",\"content\":\"a\"}], \"tools\": [{\"type\":"
-              "\"function\",\"function\":{\"description\":\"no name\"}}]}",
+    reject(C,
+           "{\"messages\": [{\"role\":\"user\",\"content\":\"a\"}], \"tools\": [{\"type\":"
+           "\"function\",\"function\":{\"description\":\"no name\"}}]}",
            400, "invalid_value", "tools[0].function.name");
-    reject(C, "{\"messages\": [{\"role\":\"user\",\"content\":\"a\"}], \"tools\": [{\"type\":"
-              "\"function\",\"function\":{\"name\":\"f\"}}], \"tool_choice\": {\"type\":"
-              "\"function\",\"function\":{\"name\":\"g\"}}}",
+    reject(C,
+           "{\"messages\": [{\"role\":\"user\",\"content\":\"a\"}], \"tools\": [{\"type\":"
+           "\"function\",\"function\":{\"name\":\"f\"}}], \"tool_choice\": {\"type\":"
+           "\"function\",\"function\":{\"name\":\"g\"}}}",
            400, "invalid_value", "tool_choice");
-    reject(C, "{\"messages\": [{\"role\":\"user\",\"content\":\"a\"}], \"tool_choice\": "
-              "\"sometimes\"}",
+    reject(C,
+           "{\"messages\": [{\"role\":\"user\",\"content\":\"a\"}], \"tool_choice\": "
+           "\"sometimes\"}",
            400, "invalid_value", "tool_choice");
-    reject(C, "{\"messages\": [{\"role\":\"user\",\"content\":\"a\"}], \"response_format\": "
-              "{\"type\": \"json_schema\"}}",
+    reject(C,
+           "{\"messages\": [{\"role\":\"user\",\"content\":\"a\"}], \"response_format\": "
+           "{\"type\": \"json_schema\"}}",
            400, "unsupported_value", "response_format.type");
-    reject(C, "{\"messages\": [{\"role\":\"user\",\"content\":\"a\"},{\"role\":\"assistant\","
-              "\"tool_calls\":[{\"id\":\"c\",\"type\":\"function\",\"function\":{\"name\":\"f\","
-              "\"arguments\":7}}]}]}",
+    reject(C,
+           "{\"messages\": [{\"role\":\"user\",\"content\":\"a\"},{\"role\":\"assistant\","
+           "\"tool_calls\":[{\"id\":\"c\",\"type\":\"function\",\"function\":{\"name\":\"f\","
+           "\"arguments\":7}}]}]}",
            400, "invalid_type", "messages[1].tool_calls[0].function.arguments");
     /* limits */
     char big[5000];
@@ -132,11 +143,12 @@ static void test_errors(void) {
     big[sizeof big - 1] = 0;
     memcpy(big, "{\"messages\":[]}", 15);
     reject(C, big, 413, "request_too_large", "");
-    reject(C, "{\"messages\": [{\"role\":\"user\",\"content\":\"1\"},{\"role\":\"user\",\"content\":"
-              "\"2\"},{\"role\":\"user\",\"content\":\"3\"},{\"role\":\"user\",\"content\":\"4\"},"
-              "{\"role\":\"user\",\"content\":\"5\"},{\"role\":\"user\",\"content\":\"6\"},"
-              "{\"role\":\"user\",\"content\":\"7\"},{\"role\":\"user\",\"content\":\"8\"},"
-              "{\"role\":\"user\",\"content\":\"9\"}]}",
+    reject(C,
+           "{\"messages\": [{\"role\":\"user\",\"content\":\"1\"},{\"role\":\"user\",\"content\":"
+           "\"2\"},{\"role\":\"user\",\"content\":\"3\"},{\"role\":\"user\",\"content\":\"4\"},"
+           "{\"role\":\"user\",\"content\":\"5\"},{\"role\":\"user\",\"content\":\"6\"},"
+           "{\"role\":\"user\",\"content\":\"7\"},{\"role\":\"user\",\"content\":\"8\"},"
+           "{\"role\":\"user\",\"content\":\"9\"}]}",
            400, "invalid_value", "messages");
     /* legacy completions */
     const lily_req_kind P = LILY_REQ_COMPLETION;
@@ -159,12 +171,12 @@ static void test_fields(void) {
         " \"store\": true, \"metadata\": {\"x\": 1}, \"service_tier\": \"auto\"}";
     int ok = !parse(LILY_REQ_CHAT, b, &r);
     ok = ok && !strcmp(r.model, "gpt-4o") && r.max_tokens == 77 && r.n_stop == 1 &&
-         !strcmp(r.stop[0], "END") && r.stream && r.include_usage && r.has_seed &&
-         r.seed == 1234 && r.top_k == 40 && r.logprobs && r.top_logprobs == 3 &&
-         !(r.given & LILY_GIVEN_TEMPERATURE) && (r.given & LILY_GIVEN_TOP_P) &&
-         r.top_p > 0.89f && r.top_p < 0.91f && r.n_bias == 2 && r.bias[0].id == 42 &&
-         r.bias[0].bias == -100 && r.presence_penalty == 1.5f && (r.given & LILY_GIVEN_REPEAT) &&
-         r.thinking == -1 && r.parallel_tool_calls == 1 && !r.prefill;
+         !strcmp(r.stop[0], "END") && r.stream && r.include_usage && r.has_seed && r.seed == 1234 &&
+         r.top_k == 40 && r.logprobs && r.top_logprobs == 3 &&
+         !(r.given & LILY_GIVEN_TEMPERATURE) && (r.given & LILY_GIVEN_TOP_P) && r.top_p > 0.89f &&
+         r.top_p < 0.91f && r.n_bias == 2 && r.bias[0].id == 42 && r.bias[0].bias == -100 &&
+         r.presence_penalty == 1.5f && (r.given & LILY_GIVEN_REPEAT) && r.thinking == -1 &&
+         r.parallel_tool_calls == 1 && !r.prefill;
     printf("  model=%s max_tokens=%d seed=%llu top_k=%d given=%#x\n", r.model, r.max_tokens,
            (unsigned long long)r.seed, r.top_k, r.given);
     check(ok, "fields: lenient ints, null = absent, aliases, unknown fields ignored");
@@ -222,8 +234,10 @@ static void test_thinking(void) {
         check(got == cases[i].want, what);
     }
     lily_request r;
-    int ok = !parse(LILY_REQ_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],"
-                    "\"chat_template_kwargs\":{\"preserve_thinking\":true,\"foo\":\"bar\"}}", &r);
+    int ok = !parse(LILY_REQ_CHAT,
+                    "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],"
+                    "\"chat_template_kwargs\":{\"preserve_thinking\":true,\"foo\":\"bar\"}}",
+                    &r);
     ok = ok && cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(r.kwargs, "preserve_thinking")) &&
          cJSON_IsString(cJSON_GetObjectItemCaseSensitive(r.kwargs, "foo"));
     check(ok, "other chat_template_kwargs passed through");
@@ -267,20 +281,20 @@ static void test_messages(void) {
              !strcmp(msg_str(&r, 0, "content"), "Be terse.\n\nUse metric.") &&
              !strcmp(msg_str(&r, 1, "content"), "Weather?") &&
              !strcmp(msg_str(&r, 2, "content"), "") &&
-             !strcmp(msg_str(&r, 2, "reasoning_content"), "need tool") &&
-             cJSON_IsObject(a0) &&
-             cJSON_GetObjectItemCaseSensitive(a0, "days")->valuedouble == 2 &&
-             cJSON_IsString(a1) && !strcmp(msg_str(&r, 3, "role"), "tool") &&
-             !strcmp(msg_str(&r, 4, "role"), "tool") && r.prefill &&
-             cJSON_GetArraySize(r.tools) == 1 && r.tool_choice == LILY_TOOLS_NAMED &&
+             !strcmp(msg_str(&r, 2, "reasoning_content"), "need tool") && cJSON_IsObject(a0) &&
+             cJSON_GetObjectItemCaseSensitive(a0, "days")->valuedouble == 2 && cJSON_IsString(a1) &&
+             !strcmp(msg_str(&r, 3, "role"), "tool") && !strcmp(msg_str(&r, 4, "role"), "tool") &&
+             r.prefill && cJSON_GetArraySize(r.tools) == 1 && r.tool_choice == LILY_TOOLS_NAMED &&
              !strcmp(r.tool_name, "get_weather") && !r.parallel_tool_calls;
     }
     check(ok, "messages: developer->system, merge, parts, reasoning, arguments->object, prefill");
     if (ok) lily_request_free(&r);
 
-    ok = !parse(LILY_REQ_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"},{\"role\":"
+    ok = !parse(LILY_REQ_CHAT,
+                "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"},{\"role\":"
                 "\"system\",\"content\":\"late\"}],\"functions\":[{\"name\":\"f\"}],"
-                "\"function_call\":\"none\"}", &r);
+                "\"function_call\":\"none\"}",
+                &r);
     ok = ok && !strcmp(msg_str(&r, 0, "role"), "system") &&
          !strcmp(msg_str(&r, 0, "content"), "late") && !strcmp(msg_str(&r, 1, "role"), "user") &&
          cJSON_GetArraySize(r.tools) == 1 && r.tool_choice == LILY_TOOLS_NONE && !r.prefill;
@@ -290,8 +304,10 @@ static void test_messages(void) {
 
 static void test_completion(void) {
     lily_request r;
-    int ok = !parse(LILY_REQ_COMPLETION, "{\"prompt\":\"Once upon\",\"max_tokens\":16,"
-                    "\"logprobs\":2,\"echo\":true}", &r);
+    int ok = !parse(LILY_REQ_COMPLETION,
+                    "{\"prompt\":\"Once upon\",\"max_tokens\":16,"
+                    "\"logprobs\":2,\"echo\":true}",
+                    &r);
     ok = ok && r.prompt && !strcmp(r.prompt, "Once upon") && r.max_tokens == 16 && r.logprobs &&
          r.top_logprobs == 2 && r.echo && !r.messages;
     check(ok, "completion: prompt string, integer logprobs, echo");

@@ -23,8 +23,11 @@ static const tcase CASES[] = {
     {"abcabd", {"abd", "ca"}, 2, "ab", 1},
     {"partial EN at the end EN", {"END"}, 1, "partial EN at the end EN", 0},
     {"multi\n\nline", {"\n\n"}, 1, "multi", 1},
-    {"\xe6\x9d\xb1\xe4\xba\xac\xe3\x81\xa7\xe3\x81\x99", {"\xe3\x81\xa7"}, 1,
-     "\xe6\x9d\xb1\xe4\xba\xac", 1},
+    {"\xe6\x9d\xb1\xe4\xba\xac\xe3\x81\xa7\xe3\x81\x99",
+     {"\xe3\x81\xa7"},
+     1,
+     "\xe6\x9d\xb1\xe4\xba\xac",
+     1},
     {"stop at start", {"stop"}, 1, "", 1},
     {"xyz", {0}, 0, "xyz", 0},
 };
@@ -65,7 +68,8 @@ int main(void) {
             if (!ok) printf("  cut %zu: got [%s] hit %d\n", a, out, hit);
             splits++;
         }
-        for (size_t k = 1; k < len; k++) cuts[k - 1] = k; /* byte by byte */
+        for (size_t k = 1; k < len; k++)
+            cuts[k - 1] = k; /* byte by byte */
         if (ok) {
             int hit = run(c, cuts, (int)len - 1, out, sizeof out);
             ok = hit == c->hit && !strcmp(out, c->want);
