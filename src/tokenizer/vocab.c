@@ -88,7 +88,10 @@ static void grow_ids(lily_vocab *v, size_t need) {
 
 int lily_vocab_add(lily_vocab *v, int32_t id, const char *s, size_t n, unsigned flags,
                    lily_err *e) {
-    if (id < 0 || id >= INT32_MAX - 1) return lily_fail(e, "token id %d out of range", (int)id);
+    /* Real vocabularies stay below 2^18; the bound keeps a corrupt id from allocating tables
+     * for two billion entries. */
+    if (id < 0 || id >= LILY_VOCAB_MAX_ID)
+        return lily_fail(e, "token id %d out of range [0, %d)", (int)id, LILY_VOCAB_MAX_ID);
     if (n == 0) return lily_fail(e, "token id %d is an empty string", (int)id);
     if (n > 65535) return lily_fail(e, "token id %d is %zu bytes long", (int)id, n);
     if ((size_t)id >= v->cap_ids) grow_ids(v, (size_t)id + 1);

@@ -17,6 +17,8 @@ enum {
     LILY_VOCAB_SPECIAL = 4, /* an added token flagged "special" */
 };
 
+#define LILY_VOCAB_MAX_ID (1 << 24) /* ids must be below this */
+
 typedef struct lily_vocab {
     int32_t n;                   /* highest id + 1 */
     size_t cap_ids;              /* allocated entries in the per-id arrays */

@@ -347,6 +347,9 @@ static void bad_vocab_id(cJSON *j) {
 static void bad_vocab_frac(cJSON *j) {
     cJSON_AddNumberToObject(cJSON_GetObjectItem(MODEL(j), "vocab"), "zz", 1.5);
 }
+static void huge_vocab_id(cJSON *j) {
+    cJSON_AddNumberToObject(cJSON_GetObjectItem(MODEL(j), "vocab"), "zz", 2000000000);
+}
 static void dup_vocab_id(cJSON *j) {
     cJSON_AddNumberToObject(cJSON_GetObjectItem(MODEL(j), "vocab"), "zz", 65);
 }
@@ -400,6 +403,7 @@ static void test_malformed(void) {
     expect_bad("merge of wrong kind", bad_merge_kind, "neither a string");
     expect_bad("negative id", bad_vocab_id, "invalid id");
     expect_bad("fractional id", bad_vocab_frac, "invalid id");
+    expect_bad("huge id", huge_vocab_id, "out of range");
     expect_bad("one id, two tokens", dup_vocab_id, "token id 65 is both");
     expect_bad("vocabulary without a byte", missing_byte, "no token for byte 0x71");
     expect_bad("normalizer", bad_normalizer, "unsupported normalizer type 'Lowercase'");
