@@ -80,7 +80,8 @@ echo "parity: $pass passed, $fail failed, $skipped skipped"
 if [[ $skip != *" sanitizer "* ]] && command -v compute-sanitizer >/dev/null; then
     echo "== compute-sanitizer"
     # bounded: a sanitizer slows kernels 10-100x; errors print as they are found
-    for run in memcheck:gemv memcheck:gdn memcheck:gemm memcheck:attn memcheck:moe racecheck:gemm racecheck:attn; do
+    for run in ${GPU_CHECK_SAN:-memcheck:gemv memcheck:gdn memcheck:gemm memcheck:attn memcheck:moe
+        racecheck:gemm racecheck:attn}; do
         tool=${run%:*} t=${run#*:}
         {
             timeout ${GPU_CHECK_SAN_S:-20} compute-sanitizer --tool $tool --error-exitcode 3 \

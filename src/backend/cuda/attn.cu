@@ -51,7 +51,8 @@ __global__ void attn_prep_kernel(const float *__restrict__ qg, int ldqg, const f
 /* ---- decode: split-K over the context ---------------------------------------------------------- */
 
 constexpr int kDecWarps = 8;
-constexpr int kMinPerSplit = 32;
+constexpr int kMinPerSplit = 256; /* few, long splits at short contexts: small merge */
+constexpr int kDecPos = 4;        /* positions per warp step: K/V loads in flight */
 
 /* Splits in use for a context of ctx positions, and positions per split. */
 __device__ __forceinline__ void dec_splits(int ctx, int max_splits, int *ns, int *chunk) {
@@ -62,22 +63,29 @@ __device__ __forceinline__ void dec_splits(int ctx, int max_splits, int *ns, int
     *ns = (ctx + c - 1) / c;
 }
 
+/* Raw bf16 K/V slice of one lane (DPL values) and its unpacking. */
 template <int DPL> struct kvvec;
 template <> struct kvvec<2> {
-    static __device__ __forceinline__ void load(const uint16_t *p, float *o) {
-        uint32_t a = *(const uint32_t *)p;
+    typedef uint32_t raw;
+    static __device__ __forceinline__ raw load(const uint16_t *p) { return *(const uint32_t *)p; }
+    static __device__ __forceinline__ raw zero() { return 0u; }
+    static __device__ __forceinline__ void unpack(raw a, float *o) {
         o[0] = lo_bf16(a), o[1] = hi_bf16(a);
     }
 };
 template <> struct kvvec<4> {
-    static __device__ __forceinline__ void load(const uint16_t *p, float *o) {
-        uint2 a = *(const uint2 *)p;
+    typedef uint2 raw;
+    static __device__ __forceinline__ raw load(const uint16_t *p) { return *(const uint2 *)p; }
+    static __device__ __forceinline__ raw zero() { return make_uint2(0, 0); }
+    static __device__ __forceinline__ void unpack(raw a, float *o) {
         o[0] = lo_bf16(a.x), o[1] = hi_bf16(a.x), o[2] = lo_bf16(a.y), o[3] = hi_bf16(a.y);
     }
 };
 template <> struct kvvec<8> {
-    static __device__ __forceinline__ void load(const uint16_t *p, float *o) {
-        uint4 a = *(const uint4 *)p;
+    typedef uint4 raw;
+    static __device__ __forceinline__ raw load(const uint16_t *p) { return *(const uint4 *)p; }
+    static __device__ __forceinline__ raw zero() { return make_uint4(0, 0, 0, 0); }
+    static __device__ __forceinline__ void unpack(raw a, float *o) {
         o[0] = lo_bf16(a.x), o[1] = hi_bf16(a.x), o[2] = lo_bf16(a.y), o[3] = hi_bf16(a.y);
         o[4] = lo_bf16(a.z), o[5] = hi_bf16(a.z), o[6] = lo_bf16(a.w), o[7] = hi_bf16(a.w);
     }
@@ -116,38 +124,57 @@ __global__ void __launch_bounds__(kDecWarps * 32)
     }
     const int p0 = s * chunk, p1 = min(ctx, p0 + chunk);
     const size_t row = (size_t)Nkv * Dh, off = (size_t)j * Dh + lane * DPL;
-    for (int p = p0 + warp; p < p1; p += kDecWarps) {
-        float kv[DPL], vv[DPL];
-        kvvec<DPL>::load(kc + p * row + off, kv);
-        kvvec<DPL>::load(vc + p * row + off, vv);
+    /* each warp takes kDecPos positions per step, their K/V loads issued together */
+    for (int p = p0 + warp; p < p1; p += kDecWarps * kDecPos) {
+        typename kvvec<DPL>::raw kr[kDecPos], vr[kDecPos];
 #pragma unroll
-        for (int h = 0; h < G; h++) {
-            float dot = 0.f;
+        for (int u = 0; u < kDecPos; u++) {
+            int pu = p + u * kDecWarps;
+            kr[u] = pu < p1 ? kvvec<DPL>::load(kc + pu * row + off) : kvvec<DPL>::zero();
+            vr[u] = pu < p1 ? kvvec<DPL>::load(vc + pu * row + off) : kvvec<DPL>::zero();
+        }
 #pragma unroll
-            for (int d = 0; d < DPL; d++) dot = fmaf(qv[h][d], kv[d], dot);
-            dot = warp_sum(dot);
-            float mn = fmaxf(m[h], dot);
-            float c = expf(m[h] - mn), pr = expf(dot - mn);
-            l[h] = l[h] * c + pr;
+        for (int u = 0; u < kDecPos; u++) {
+            if (p + u * kDecWarps >= p1) break;
+            float kv[DPL], vv[DPL];
+            kvvec<DPL>::unpack(kr[u], kv);
+            kvvec<DPL>::unpack(vr[u], vv);
 #pragma unroll
-            for (int d = 0; d < DPL; d++) acc[h][d] = fmaf(acc[h][d], c, pr * vv[d]);
-            m[h] = mn;
+            for (int h = 0; h < G; h++) {
+                float dot = 0.f;
+#pragma unroll
+                for (int d = 0; d < DPL; d++) dot = fmaf(qv[h][d], kv[d], dot);
+                dot = warp_sum(dot);
+                float mn = fmaxf(m[h], dot);
+                float c = expf(m[h] - mn), pr = expf(dot - mn);
+                l[h] = l[h] * c + pr;
+#pragma unroll
+                for (int d = 0; d < DPL; d++) acc[h][d] = fmaf(acc[h][d], c, pr * vv[d]);
+                m[h] = mn;
+            }
         }
     }
     if (lane == 0)
 #pragma unroll
         for (int h = 0; h < G; h++) sm_m[warp][h] = m[h], sm_l[warp][h] = l[h];
     __syncthreads();
+    float f[G];
 #pragma unroll
     for (int h = 0; h < G; h++) {
         float M = -INFINITY;
 #pragma unroll
         for (int w = 0; w < kDecWarps; w++) M = fmaxf(M, sm_m[w][h]);
-        float f = m[h] == -INFINITY ? 0.f : expf(m[h] - M);
-#pragma unroll
-        for (int d = 0; d < DPL; d++) atomicAdd(&sm_acc[h][lane * DPL + d], acc[h][d] * f);
+        f[h] = m[h] == -INFINITY ? 0.f : expf(m[h] - M);
     }
-    __syncthreads();
+    /* warps add in a fixed order, so the result does not depend on scheduling */
+    for (int w = 0; w < kDecWarps; w++) {
+        if (warp == w)
+#pragma unroll
+            for (int h = 0; h < G; h++)
+#pragma unroll
+                for (int d = 0; d < DPL; d++) sm_acc[h][lane * DPL + d] += acc[h][d] * f[h];
+        __syncthreads();
+    }
     for (int i = threadIdx.x; i < G * Dh; i += blockDim.x) {
         int h = i / Dh, d = i % Dh;
         float *pp = part + ((size_t)s * Nq + j * G + h) * (Dh + 2);

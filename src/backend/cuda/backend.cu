@@ -304,7 +304,7 @@ int cu_open(const lily_model *m, const lily_engine_opts *opts, lily_backend **ou
             break;
         if (!(b->d_tok = (int32_t *)lily_cuda_alloc(fn * 4, e)) ||
             !(b->d_pos = (int32_t *)lily_cuda_alloc(4, e)) ||
-            !(b->d_argmax = (int32_t *)lily_cuda_alloc(4, e)))
+            !(b->d_argmax = (int32_t *)lily_cuda_alloc(16, e))) /* index, pad, u64 key */
             break;
         if (cudaMallocHost((void **)&b->h_tok, fn * 4) != cudaSuccess ||
             cudaMallocHost((void **)&b->h_pos, 4) != cudaSuccess) {
@@ -474,7 +474,8 @@ int decode_layers(lily_backend *b, lily_bstate *s, lily_err *e) {
     lily_gemv_pro fn = {LILY_GP_RMSNORM, b->final_norm, nullptr, 0, eps};
     lily_gemv_seg hs = {b->lm_head, b->logits, LILY_GV_STORE, nullptr, nullptr, 0};
     if (lily_cuda_gemv(&hs, 1, b->x, &fn, st, e)) return -1;
-    return lily_cuda_argmax(b->logits, c->vocab, b->d_argmax, st, e);
+    return lily_cuda_argmax(b->logits, c->vocab, (uint64_t *)(b->d_argmax + 2), b->d_argmax, st,
+                            e);
 }
 
 int prefill_layers(lily_backend *b, lily_bstate *s, int n, int all_logits, lily_err *e) {
@@ -503,13 +504,14 @@ int prefill_layers(lily_backend *b, lily_bstate *s, int n, int all_logits, lily_
                 lily_cuda_gemm(&ly->o, o, Nq * Dh, n, X, H, 1, st, e))
                 return -1;
         } else {
-            float *cv = b->buf[0], *z = b->buf[1], *ba = b->buf[2], *o = b->buf[3];
+            float *raw = b->buf[0], *z = b->buf[1], *ba = b->buf[2], *o = b->buf[3];
+            float *cv = b->buf[4];
             int C = b->C, Zw = b->Zw;
-            if (lily_cuda_gemm(&ly->qkv, A, H, n, cv, C, 0, st, e) ||
+            if (lily_cuda_gemm(&ly->qkv, A, H, n, raw, C, 0, st, e) ||
                 lily_cuda_gemm(&ly->z, A, H, n, z, Zw, 0, st, e) ||
                 lily_cuda_gemm(&ly->b, A, H, n, ba, 2 * Nv, 0, st, e) ||
                 lily_cuda_gemm(&ly->a, A, H, n, ba + Nv, 2 * Nv, 0, st, e) ||
-                lily_cuda_conv_silu(cv, C, n, C, c->conv_k, s->conv[l], ly->conv_w, cv, C, st,
+                lily_cuda_conv_silu(raw, C, n, C, c->conv_k, s->conv[l], ly->conv_w, cv, C, st,
                                     e) ||
                 lily_cuda_gdn_scan(s->S[l], c->lin_nk, Nv, c->lin_dk, c->lin_dv, n, cv, C, ba,
                                    ba + Nv, 2 * Nv, ly->A_log, ly->dt_bias, o, Zw, st, e) ||

@@ -171,22 +171,29 @@ static __host__ __device__ __forceinline__ size_t dmat_row_bytes(int dt, int col
 /* NR independent row dot products against x in the transposed shared layout, LPR lanes per row
  * (lane sl = lane % LPR takes chunks sl, sl+LPR, ...). wr[i]: row i's codes, sbr[i]: its
  * scale/bias words (Q only), xsum[c]: the sum of x over chunk c (Q only: the bias term is
- * bias * xsum). Rows with wr[i] == NULL are skipped (acc stays 0). Returns lane partials in acc;
+ * bias * xsum). Rows with wr[i] == NULL are skipped (acc stays 0). first, when given, holds the
+ * rows' chunk sl, loaded before x was ready (hides one HBM latency). Returns lane partials in acc;
  * the caller reduces over the LPR lanes. All NR rows' loads of one step are issued before any
  * use, so each lane has NR (x unroll) 16-byte loads in flight. */
 template <int DT, int LPR, int NR>
-static __device__ __forceinline__ void rows_dot(const uint8_t *const *wr, const uint32_t *const *sbr,
-                                                const float4 *xs4, const float *xsum, int nchunk,
-                                                int sl, float *acc) {
+static __device__ __forceinline__ void rows_dot(const uint8_t *const *wr,
+                                                const uint32_t *const *sbr, const float4 *xs4,
+                                                const float *xsum, int nchunk, int sl, float *acc,
+                                                const uint4 *first = nullptr) {
     constexpr int cpg = wtype<DT>::cpg;
 #pragma unroll
     for (int i = 0; i < NR; i++) acc[i] = 0.f;
 #pragma unroll 2
     for (int c = sl; c < nchunk; c += LPR) {
         uint4 w[NR];
+        if (first && c == sl) { /* chunk sl was loaded ahead by the caller */
 #pragma unroll
-        for (int i = 0; i < NR; i++)
-            w[i] = wr[i] ? ldg_stream(wr[i] + (size_t)c * 16) : make_uint4(0, 0, 0, 0);
+            for (int i = 0; i < NR; i++) w[i] = first[i];
+        } else {
+#pragma unroll
+            for (int i = 0; i < NR; i++)
+                w[i] = wr[i] ? ldg_stream(wr[i] + (size_t)c * 16) : make_uint4(0, 0, 0, 0);
+        }
         if (DT == LILY_CW_BF16) {
 #pragma unroll
             for (int i = 0; i < NR; i++) acc[i] += chunk_dot<DT>(w[i], xs4, c, nchunk);

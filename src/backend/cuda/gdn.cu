@@ -130,29 +130,47 @@ __global__ void __launch_bounds__(kScanWarps * 32)
     }
 }
 
+/* One thread per (token, channel): the window reads earlier inputs or the old state only, so
+ * tokens are independent (out must not alias in). The state is updated by conv_state_kernel. */
 template <int K>
-__global__ void conv_silu_kernel(const float *in, int ldin, int n, int C,
-                                 float *__restrict__ state, const float *__restrict__ w,
-                                 float *out, int ldout) {
+__global__ void conv_silu_kernel(const float *__restrict__ in, int ldin, int n, int C,
+                                 const float *__restrict__ state, const float *__restrict__ w,
+                                 float *__restrict__ out, int ldout) {
+    int ch = blockIdx.x * blockDim.x + threadIdx.x, t = blockIdx.y;
+    if (ch >= C) return;
+    const float *wc = w + (size_t)ch * K;
+    float acc = wc[K - 1] * in[(size_t)t * ldin + ch];
+#pragma unroll
+    for (int u = 0; u < K - 1; u++) {
+        int src = t - (K - 1) + u;
+        float v = src >= 0 ? in[(size_t)src * ldin + ch] : state[(size_t)(K - 1 + src) * C + ch];
+        acc += wc[u] * v;
+    }
+    out[(size_t)t * ldout + ch] = silu_f(acc);
+}
+
+/* New state: the last K-1 inputs of (old state ++ in), per channel. */
+template <int K>
+__global__ void conv_state_kernel(const float *__restrict__ in, int ldin, int n, int C,
+                                  float *state) {
     int ch = blockIdx.x * blockDim.x + threadIdx.x;
     if (ch >= C) return;
-    float h[K - 1], wc[K];
+    float h[K - 1];
 #pragma unroll
-    for (int t = 0; t < K - 1; t++) h[t] = state[(size_t)t * C + ch];
-#pragma unroll
-    for (int t = 0; t < K; t++) wc[t] = w[(size_t)ch * K + t];
-    for (int t = 0; t < n; t++) {
-        float cur = in[(size_t)t * ldin + ch];
-        float acc = wc[K - 1] * cur;
-#pragma unroll
-        for (int u = 0; u < K - 1; u++) acc += wc[u] * h[u];
-#pragma unroll
-        for (int u = 0; u < K - 2; u++) h[u] = h[u + 1];
-        h[K - 2] = cur;
-        out[(size_t)t * ldout + ch] = silu_f(acc);
+    for (int j = 0; j < K - 1; j++) {
+        int src = n - (K - 1) + j;
+        h[j] = src >= 0 ? in[(size_t)src * ldin + ch] : state[(size_t)(src + K - 1) * C + ch];
     }
 #pragma unroll
-    for (int t = 0; t < K - 1; t++) state[(size_t)t * C + ch] = h[t];
+    for (int j = 0; j < K - 1; j++) state[(size_t)j * C + ch] = h[j];
+}
+
+template <int K>
+void conv_launch(const float *in, int ldin, int n, int C, float *state, const float *w,
+                 float *out, int ldout, lily_cuda_stream st) {
+    dim3 grid((C + 127) / 128, n);
+    conv_silu_kernel<K><<<grid, 128, 0, st>>>(in, ldin, n, C, state, w, out, ldout);
+    conv_state_kernel<K><<<(C + 127) / 128, 128, 0, st>>>(in, ldin, n, C, state);
 }
 
 __global__ void gated_rmsnorm_kernel(float *o, int ldo, const float *__restrict__ z, int ldz,
@@ -193,13 +211,14 @@ extern "C" int lily_cuda_conv_silu(const float *in, int ldin, int n, int C, int 
                                    const float *w, float *out, int ldout, lily_cuda_stream st,
                                    lily_err *e) {
     if (n < 1) return 0;
-    int blocks = (C + 127) / 128;
+    if (n > 65535) return lily_fail(e, "conv: %d tokens in one call (at most 65535)", n);
+    if (out == in) return lily_fail(e, "conv: the output must not alias the input");
     switch (K) {
-    case 2: conv_silu_kernel<2><<<blocks, 128, 0, st>>>(in, ldin, n, C, state, w, out, ldout); break;
-    case 3: conv_silu_kernel<3><<<blocks, 128, 0, st>>>(in, ldin, n, C, state, w, out, ldout); break;
-    case 4: conv_silu_kernel<4><<<blocks, 128, 0, st>>>(in, ldin, n, C, state, w, out, ldout); break;
-    case 5: conv_silu_kernel<5><<<blocks, 128, 0, st>>>(in, ldin, n, C, state, w, out, ldout); break;
-    case 6: conv_silu_kernel<6><<<blocks, 128, 0, st>>>(in, ldin, n, C, state, w, out, ldout); break;
+    case 2: conv_launch<2>(in, ldin, n, C, state, w, out, ldout, st); break;
+    case 3: conv_launch<3>(in, ldin, n, C, state, w, out, ldout, st); break;
+    case 4: conv_launch<4>(in, ldin, n, C, state, w, out, ldout, st); break;
+    case 5: conv_launch<5>(in, ldin, n, C, state, w, out, ldout, st); break;
+    case 6: conv_launch<6>(in, ldin, n, C, state, w, out, ldout, st); break;
     default: return lily_fail(e, "conv: kernel width %d is not supported (2..6)", K);
     }
     LILY_CU_LAUNCHED(e);

@@ -33,7 +33,7 @@ int lily_cuda_gdn_scan(float *S, int Nk, int Nv, int Dk, int Dv, int n, const fl
 
 /* Depthwise causal conv (K taps, tap K-1 on the current input) + SiLU over n tokens of C
  * channels. in: [n][ldin]; state: [K-1][C] previous inputs, oldest first, updated; w: [C][K];
- * out: [n][ldout] (may alias in only if ldout == ldin). */
+ * out: [n][ldout], a separate buffer (tokens run in parallel, so out must not alias in). */
 int lily_cuda_conv_silu(const float *in, int ldin, int n, int C, int K, float *state,
                         const float *w, float *out, int ldout, lily_cuda_stream st, lily_err *e);
 

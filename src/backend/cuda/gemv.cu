@@ -78,43 +78,58 @@ __device__ __forceinline__ void gv_epilogue(const gv_seg &s, int r, float acc) {
     }
 }
 
+/* Row pointers of the kRowsUnroll rows this lane's group handles at step base. */
+template <int DT, int LPR>
+__device__ __forceinline__ void gv_rows(const gv_params &p, int base, int sub, int ng,
+                                        const uint8_t **wr, const uint32_t **sbr, int *seg,
+                                        int *lr) {
+    constexpr int rpg = 32 / LPR;
+#pragma unroll
+    for (int u = 0; u < kRowsUnroll; u++) {
+        int row = base + u * rpg + sub;
+        wr[u] = nullptr;
+        sbr[u] = nullptr;
+        seg[u] = -1;
+        lr[u] = 0;
+#pragma unroll
+        for (int s = 0; s < LILY_GEMV_SEGS; s++) {
+            if (s < p.nseg && row >= p.s[s].row0 && row < p.s[s].row0 + p.s[s].rows) {
+                seg[u] = s;
+                lr[u] = row - p.s[s].row0;
+                wr[u] = p.s[s].w + (size_t)lr[u] * p.s[s].rb;
+                if (DT != LILY_CW_BF16) sbr[u] = p.s[s].sb + (size_t)lr[u] * ng;
+            }
+        }
+    }
+}
+
 template <int DT, int LPR>
 __global__ void __launch_bounds__(kThreads) gemv_kernel(const __grid_constant__ gv_params p) {
     extern __shared__ float4 smem4[];
-    constexpr int epc = wtype<DT>::epc, cpg = wtype<DT>::cpg;
+    constexpr int epc = wtype<DT>::epc;
     const int nchunk = p.cols / epc;
     float *xs = (float *)smem4, *xsum = xs + p.cols;
-    gv_prologue<DT>(p, xs, xsum, nchunk);
-
     constexpr int rpg = 32 / LPR;            /* rows per warp per unrolled group */
     constexpr int rps = rpg * kRowsUnroll;   /* rows per warp step */
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
     const int sub = lane / LPR, sl = lane % LPR;
     const int ng = p.cols / 64;
-    for (int base = (blockIdx.x * nw + warp) * rps; base < p.total; base += gridDim.x * nw * rps) {
-        const uint8_t *wr[kRowsUnroll];
-        const uint32_t *sbr[kRowsUnroll];
-        int seg[kRowsUnroll], lr[kRowsUnroll];
+    const int base0 = (blockIdx.x * nw + warp) * rps, stride = gridDim.x * nw * rps;
+    /* the first step's first chunks do not depend on x: load them before the prologue */
+    const uint8_t *wr[kRowsUnroll];
+    const uint32_t *sbr[kRowsUnroll];
+    int seg[kRowsUnroll], lr[kRowsUnroll];
+    uint4 first[kRowsUnroll];
+    gv_rows<DT, LPR>(p, base0, sub, ng, wr, sbr, seg, lr);
 #pragma unroll
-        for (int u = 0; u < kRowsUnroll; u++) {
-            int row = base + u * rpg + sub;
-            wr[u] = nullptr;
-            sbr[u] = nullptr;
-            seg[u] = -1;
-            lr[u] = 0;
-#pragma unroll
-            for (int s = 0; s < LILY_GEMV_SEGS; s++) {
-                if (s < p.nseg && row >= p.s[s].row0 && row < p.s[s].row0 + p.s[s].rows) {
-                    seg[u] = s;
-                    lr[u] = row - p.s[s].row0;
-                    wr[u] = p.s[s].w + (size_t)lr[u] * p.s[s].rb;
-                    if (DT != LILY_CW_BF16) sbr[u] = p.s[s].sb + (size_t)lr[u] * ng;
-                }
-            }
-        }
+    for (int u = 0; u < kRowsUnroll; u++)
+        first[u] = wr[u] && sl < nchunk ? ldg_stream(wr[u] + (size_t)sl * 16) : make_uint4(0, 0, 0, 0);
+    gv_prologue<DT>(p, xs, xsum, nchunk);
+    for (int base = base0; base < p.total; base += stride) {
+        if (base != base0) gv_rows<DT, LPR>(p, base, sub, ng, wr, sbr, seg, lr);
         float acc[kRowsUnroll];
-        rows_dot<DT, LPR, kRowsUnroll>(wr, sbr, (const float4 *)xs, xsum, nchunk, sl, acc);
-        (void)cpg;
+        rows_dot<DT, LPR, kRowsUnroll>(wr, sbr, (const float4 *)xs, xsum, nchunk, sl, acc,
+                                       base == base0 ? first : nullptr);
 #pragma unroll
         for (int u = 0; u < kRowsUnroll; u++) {
             float a = group_sum<LPR>(acc[u]);
@@ -142,9 +157,15 @@ int launch(const gv_params &p, lily_cuda_stream st, lily_err *e) {
         LILY_CU_TRY(cudaGetDevice(&dev), e);
         LILY_CU_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev), e);
     }
+    /* no more blocks than fit at once: each builds x' once, then loops over row groups */
+    int per_sm = 1;
+    LILY_CU_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, gemv_kernel<DT, LPR>,
+                                                              kThreads, smem),
+                e);
+    if (per_sm < 1) per_sm = 1;
     int rows_per_block = (kThreads / 32) * (32 / LPR) * kRowsUnroll;
     int blocks = (p.total + rows_per_block - 1) / rows_per_block;
-    if (blocks > sms * 4) blocks = sms * 4;
+    if (blocks > sms * per_sm) blocks = sms * per_sm;
     gemv_kernel<DT, LPR><<<blocks, kThreads, smem, st>>>(p);
     LILY_CU_LAUNCHED(e);
     return 0;

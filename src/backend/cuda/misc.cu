@@ -37,36 +37,36 @@ __global__ void rmsnorm_kernel(const float *x, int ldx, const float *__restrict_
     for (int i = threadIdx.x; i < dim; i += blockDim.x) yr[i] = xr[i] * r * w[i];
 }
 
-__global__ void __launch_bounds__(1024) argmax_kernel(const float *__restrict__ x, int n,
-                                                      int32_t *out) {
-    __shared__ float sv[32];
-    __shared__ int si[32];
-    float bv = -INFINITY;
-    int bi = 0x7fffffff;
-    for (int i = threadIdx.x; i < n; i += blockDim.x) {
-        float v = x[i];
-        if (v > bv) bv = v, bi = i;
+/* Orderable 64-bit key: larger value first, then lower index. */
+__device__ __forceinline__ unsigned long long argmax_key(float v, int i) {
+    uint32_t u = __float_as_uint(v);
+    u = (u & 0x80000000u) ? ~u : u | 0x80000000u;
+    return ((unsigned long long)u << 32) | (0xffffffffu - (uint32_t)i);
+}
+
+__global__ void __launch_bounds__(256) argmax_kernel(const float *__restrict__ x, int n,
+                                                     unsigned long long *key) {
+    __shared__ unsigned long long red[8];
+    unsigned long long best = 0;
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
+        unsigned long long k = argmax_key(x[i], i);
+        best = k > best ? k : best;
     }
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) {
-        float ov = __shfl_xor_sync(0xffffffffu, bv, o);
-        int oi = __shfl_xor_sync(0xffffffffu, bi, o);
-        if (ov > bv || (ov == bv && oi < bi)) bv = ov, bi = oi;
+        unsigned long long k = __shfl_xor_sync(0xffffffffu, best, o);
+        best = k > best ? k : best;
     }
-    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    if (lane == 0) sv[warp] = bv, si[warp] = bi;
+    if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = best;
     __syncthreads();
-    if (warp == 0) {
-        bv = lane < (int)(blockDim.x >> 5) ? sv[lane] : -INFINITY;
-        bi = lane < (int)(blockDim.x >> 5) ? si[lane] : 0x7fffffff;
-#pragma unroll
-        for (int o = 16; o > 0; o >>= 1) {
-            float ov = __shfl_xor_sync(0xffffffffu, bv, o);
-            int oi = __shfl_xor_sync(0xffffffffu, bi, o);
-            if (ov > bv || (ov == bv && oi < bi)) bv = ov, bi = oi;
-        }
-        if (lane == 0) *out = bi == 0x7fffffff ? 0 : bi;
+    if (threadIdx.x == 0) {
+        for (int w = 1; w < (int)(blockDim.x >> 5); w++) best = red[w] > best ? red[w] : best;
+        atomicMax(key, best);
     }
+}
+
+__global__ void argmax_final_kernel(const unsigned long long *key, int32_t *out) {
+    *out = (int32_t)(0xffffffffu - (uint32_t)(*key & 0xffffffffu));
 }
 
 } // namespace
@@ -87,9 +87,15 @@ extern "C" int lily_cuda_rmsnorm(const float *x, int ldx, const float *w, int n,
     return 0;
 }
 
-extern "C" int lily_cuda_argmax(const float *x, int n, int32_t *out, lily_cuda_stream st,
-                                lily_err *e) {
-    argmax_kernel<<<1, 1024, 0, st>>>(x, n, out);
+extern "C" int lily_cuda_argmax(const float *x, int n, uint64_t *key, int32_t *out,
+                                lily_cuda_stream st, lily_err *e) {
+    if (n < 1) return lily_fail(e, "argmax of %d values", n);
+    LILY_CU_TRY(cudaMemsetAsync(key, 0, 8, st), e);
+    int blocks = (n + 255) / 256;
+    if (blocks > 264) blocks = 264;
+    argmax_kernel<<<blocks, 256, 0, st>>>(x, n, (unsigned long long *)key);
+    LILY_CU_LAUNCHED(e);
+    argmax_final_kernel<<<1, 1, 0, st>>>((const unsigned long long *)key, out);
     LILY_CU_LAUNCHED(e);
     return 0;
 }

@@ -19,8 +19,10 @@ int lily_cuda_embed(const lily_dmat *E, const int32_t *d_tok, int n, float *x, i
 int lily_cuda_rmsnorm(const float *x, int ldx, const float *w, int n, int dim, float eps,
                       float *y, int ldy, lily_cuda_stream st, lily_err *e);
 
-/* *out = the index of the largest of x[0..n) (the lowest such index on ties). */
-int lily_cuda_argmax(const float *x, int n, int32_t *out, lily_cuda_stream st, lily_err *e);
+/* *out = the index of the largest of x[0..n) (the lowest such index on ties). key: 8 bytes of
+ * device scratch (a packed value/index maximum that the blocks combine with atomicMax). */
+int lily_cuda_argmax(const float *x, int n, uint64_t *key, int32_t *out, lily_cuda_stream st,
+                     lily_err *e);
 
 #ifdef __cplusplus
 }

@@ -1,0 +1,109 @@
+/* Small GPU kernels (backend/cuda/misc.h) against the CPU reference: the embedding lookup of
+ * Q4, Q8, BF16 and F32 (rounded to BF16) rows against lily_mat_row_f32, row-wise RMSNorm against
+ * lily_cpu_rmsnorm at odd widths and strides, and argmax over odd lengths with the maximum at
+ * the first and last index, negative values and a tie (the lowest index wins). */
+#include <stdio.h>
+
+#ifndef LILY_HAVE_CUDA
+int main(void) {
+    printf("skipped: built without CUDA\n");
+    return 77;
+}
+#else
+#include "backend/cuda/misc.h"
+#include "parity_util.h"
+
+static void embed_case(lily_dtype dt, int V, int H, int n) {
+    lily_err e;
+    char name[128];
+    lily_mat m = pt_mat(dt, V, H);
+    lily_dmat d;
+    if (!pt_ok(lily_cuda_dmat_upload(&m, 1, &d, &e), "upload", &e)) return;
+    int32_t *tok = malloc(n * 4);
+    for (int i = 0; i < n; i++) tok[i] = i == 0 ? V - 1 : (int32_t)(pt_rnd() % V);
+    int ld = H + 4;
+    float *ref = malloc((size_t)n * ld * 4), *got = malloc((size_t)n * ld * 4);
+    for (int t = 0; t < n; t++) {
+        lily_mat_row_f32(&m, tok[t], ref + (size_t)t * ld);
+        if (dt == LILY_DT_F32)
+            for (int c = 0; c < H; c++)
+                ref[(size_t)t * ld + c] = lily_bf16_to_f32(lily_f32_to_bf16(ref[(size_t)t * ld + c]));
+        for (int c = H; c < ld; c++) ref[(size_t)t * ld + c] = got[(size_t)t * ld + c] = 0;
+    }
+    int32_t *dtok = (int32_t *)pt_dup((const float *)tok, n);
+    float *dx = pt_dalloc((size_t)n * ld * 4);
+    lily_cuda_memset(dx, 0, (size_t)n * ld * 4, NULL, &e);
+    if (!pt_ok(lily_cuda_embed(&d, dtok, n, dx, ld, NULL, &e), "embed", &e)) return;
+    pt_get(got, dx, (size_t)n * ld);
+    static const char *dts[] = {"f32", "bf16", "f16", "q4", "q8"};
+    snprintf(name, sizeof name, "embed %s V=%d H=%d n=%d", dts[dt], V, H, n);
+    pt_check(name, got, ref, (size_t)n * ld, 1e-6);
+    lily_cuda_free(dtok), lily_cuda_free(dx);
+    lily_cuda_dmat_free(&d);
+    pt_mat_free(&m);
+    free(tok), free(ref), free(got);
+}
+
+static void rmsnorm_case(int n, int dim) {
+    lily_err e;
+    char name[128];
+    int ldx = dim + 3, ldy = dim + 1;
+    float *x = malloc((size_t)n * ldx * 4), *w = malloc(dim * 4);
+    float *ref = malloc((size_t)n * ldy * 4), *got = malloc((size_t)n * ldy * 4);
+    pt_fill(x, (size_t)n * ldx, 3.0f);
+    for (int i = 0; i < dim; i++) w[i] = 1 + 0.5f * pt_frand();
+    for (int t = 0; t < n; t++) {
+        lily_cpu_rmsnorm(x + (size_t)t * ldx, w, dim, 1e-6f, ref + (size_t)t * ldy);
+        ref[(size_t)t * ldy + dim] = 0;
+    }
+    float *dx = pt_dup(x, (size_t)n * ldx), *dw = pt_dup(w, dim);
+    float *dy = pt_dalloc((size_t)n * ldy * 4);
+    lily_cuda_memset(dy, 0, (size_t)n * ldy * 4, NULL, &e);
+    if (!pt_ok(lily_cuda_rmsnorm(dx, ldx, dw, n, dim, 1e-6f, dy, ldy, NULL, &e), "rmsnorm", &e))
+        return;
+    pt_get(got, dy, (size_t)n * ldy);
+    snprintf(name, sizeof name, "rmsnorm rows n=%d dim=%d", n, dim);
+    pt_check(name, got, ref, (size_t)n * ldy, 1e-5);
+    lily_cuda_free(dx), lily_cuda_free(dw), lily_cuda_free(dy);
+    free(x), free(w), free(ref), free(got);
+}
+
+/* where: -1 random position, else the index of the maximum (a copy goes at where + 7 too). */
+static void argmax_case(int n, int where) {
+    lily_err e;
+    char name[128];
+    float *x = malloc(n * 4);
+    for (int i = 0; i < n; i++) x[i] = -5.0f + pt_frand();
+    int best = where >= 0 ? where : (int)(pt_rnd() % n);
+    x[best] = 3.0f;
+    if (best + 7 < n) x[best + 7] = 3.0f; /* a tie: the lower index must win */
+    float *dx = pt_dup(x, n);
+    void *scr = pt_dalloc(16);
+    int32_t got = -1;
+    int rc = lily_cuda_argmax(dx, n, (uint64_t *)scr + 1, (int32_t *)scr, NULL, &e);
+    if (!pt_ok(rc, "argmax", &e)) return;
+    lily_cuda_sync(&e);
+    lily_cuda_d2h(&got, scr, 4, &e);
+    snprintf(name, sizeof name, "argmax n=%d: got %d, expected %d", n, got, best);
+    pt_check_true(name, got == best);
+    lily_cuda_free(dx), lily_cuda_free(scr);
+    free(x);
+}
+
+int main(void) {
+    pt_need_gpu();
+    embed_case(LILY_DT_Q4, 1000, 2048, 7);
+    embed_case(LILY_DT_Q8, 77, 320, 3);
+    embed_case(LILY_DT_BF16, 129, 256, 64);
+    embed_case(LILY_DT_F32, 33, 192, 5);
+    rmsnorm_case(1, 2048);
+    rmsnorm_case(37, 4096);
+    rmsnorm_case(5, 100);
+    argmax_case(248320, -1);
+    argmax_case(248320, 0);
+    argmax_case(248320, 248319);
+    argmax_case(1, 0);
+    argmax_case(4093, -1);
+    return pt_finish();
+}
+#endif
