@@ -32,6 +32,14 @@ static inline float normal(uint64_t x) {
     return ((float)s + 2.0f) * (1.0f / 65536.0f) * 1.7320508f - 2.0f * 1.7320508f;
 }
 
+/* f32 -> bf16, round to nearest even (inputs here are finite). Local so the loops inline it. */
+static inline uint16_t to_bf16(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (uint16_t)(u >> 16);
+}
+
 static inline double uniform(uint64_t x) { return (double)(x >> 11) * (1.0 / 9007199254740992.0); }
 
 /* std of a code drawn uniformly from [0, 2^bits): sqrt((4^bits - 1) / 12). */
@@ -39,7 +47,7 @@ static double code_std(int bits) { return sqrt((pow(4.0, bits) - 1.0) / 12.0); }
 
 static float group_scale(const lily_mk_tensor *t, uint64_t i) {
     float s = t->scale_base * (1.0f + 0.1f * normal(stream(t->key, i)));
-    return lily_st_bf16_f32(lily_st_f32_bf16(s));
+    return lily_st_bf16_f32(to_bf16(s));
 }
 
 static float value(const lily_mk_tensor *t, uint64_t i) {
@@ -69,9 +77,52 @@ static float value(const lily_mk_tensor *t, uint64_t i) {
     return 0.0f;
 }
 
+static inline void store(lily_st_dtype dt, unsigned char *d, float v) {
+    if (dt == LILY_ST_F32) {
+        memcpy(d, &v, 4);
+    } else {
+        uint16_t h = to_bf16(v);
+        memcpy(d, &h, 2);
+    }
+}
+
+/* MK_NORMAL in runs of constant stream key: the same values as value(), without a division per
+ * element (this loop makes most of the 35B HF checkpoint). */
+static void gen_normal(const lily_mk_tensor *t, uint64_t e0, uint64_t e1, unsigned char *d) {
+    const lily_st_dtype dt = t->dtype;
+    const size_t es = lily_st_dtype_size(dt);
+    const float mean = t->mean, sd = t->std;
+    for (uint64_t i = e0; i < e1;) {
+        uint64_t key = t->key, base = 0, end = e1;
+        if (t->per_expert) {
+            uint64_t pe = (uint64_t)t->per_expert, e = i / pe, start = e * pe;
+            key = derive(t->key, e);
+            base = start;
+            if (start + pe < end) end = start + pe;
+            if (t->split_rows) {
+                uint64_t split = (uint64_t)t->split_rows * (uint64_t)t->cols;
+                if (i - start >= split) {
+                    key = derive(t->key2, e);
+                    base = start + split;
+                } else if (start + split < end) {
+                    end = start + split;
+                }
+            }
+        }
+        unsigned char *o = d + es * (i - e0);
+        if (dt == LILY_ST_BF16) {
+            for (; i < end; i++, o += 2) store(LILY_ST_BF16, o, mean + sd * normal(stream(key, i - base)));
+        } else {
+            for (; i < end; i++, o += 4) store(LILY_ST_F32, o, mean + sd * normal(stream(key, i - base)));
+        }
+    }
+}
+
 void lily_mk_gen(const lily_mk_tensor *t, uint64_t e0, uint64_t e1, void *dst) {
     unsigned char *d = dst;
-    if (t->kind == MK_CODES) {
+    if (t->kind == MK_NORMAL) {
+        gen_normal(t, e0, e1, d);
+    } else if (t->kind == MK_CODES) {
         /* Two words per 64-bit draw: code generation dominates the MLX 35B write. */
         for (uint64_t i = e0; i < e1;) {
             uint64_t x = stream(t->key, i >> 1);
@@ -80,16 +131,9 @@ void lily_mk_gen(const lily_mk_tensor *t, uint64_t e0, uint64_t e1, void *dst) {
                 memcpy(d + 4 * (i - e0), &w, 4);
             }
         }
-    } else if (t->dtype == LILY_ST_F32) {
-        for (uint64_t i = e0; i < e1; i++) {
-            float v = value(t, i);
-            memcpy(d + 4 * (i - e0), &v, 4);
-        }
     } else {
-        for (uint64_t i = e0; i < e1; i++) {
-            uint16_t h = lily_st_f32_bf16(value(t, i));
-            memcpy(d + 2 * (i - e0), &h, 2);
-        }
+        size_t es = lily_st_dtype_size(t->dtype);
+        for (uint64_t i = e0; i < e1; i++) store(t->dtype, d + es * (i - e0), value(t, i));
     }
 }
 
