@@ -159,6 +159,9 @@ static inline void pt_need_gpu(void) {
         printf("skipped: %s\n", e.msg);
         exit(77);
     }
+    /* the reference is the exact fp32 CPU matmul: never an opt-in approximate (VNNI int16)
+     * kernel, whatever the machine or environment selects */
+    lily_cpu_set_isa("avx512");
 }
 #endif
 

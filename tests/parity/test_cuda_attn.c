@@ -151,7 +151,8 @@ static void prep_case(int Nq, int Nkv, int Dh, int R, int pos0, int n, int gated
     if (gated) pt_get(gg, dgt, nq);
     lily_cuda_d2h(bk, dkc + (size_t)pos0 * kvw, nk * 2, &e);
     lily_cuda_d2h(bv, dvc + (size_t)pos0 * kvw, nk * 2, &e);
-    for (size_t i = 0; i < nk; i++) gk[i] = lily_bf16_to_f32(bk[i]), gv[i] = lily_bf16_to_f32(bv[i]);
+    for (size_t i = 0; i < nk; i++)
+        gk[i] = lily_bf16_to_f32(bk[i]), gv[i] = lily_bf16_to_f32(bv[i]);
     snprintf(name, sizeof name, "attn prep q Nq=%d Dh=%d R=%d pos0=%d n=%d", Nq, Dh, R, pos0, n);
     pt_check(name, gq, rq, nq, 2e-5);
     if (gated) {

@@ -138,7 +138,8 @@ static void run_model(const char *dir, const char *label) {
     cpu->state_reset(bc, sc);
     gpu->state_reset(bg, sg);
     stats all = {0};
-    if (cpu->forward(bc, sc, tok, 37, 0, lc, 1, &e) || gpu->forward(bg, sg, tok, 37, 0, lg, 1, &e)) {
+    if (cpu->forward(bc, sc, tok, 37, 0, lc, 1, &e) ||
+        gpu->forward(bg, sg, tok, 37, 0, lg, 1, &e)) {
         printf("FAIL all-logits prefill: %s\n", e.msg);
         pt_fail++;
         return;

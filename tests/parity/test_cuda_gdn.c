@@ -71,7 +71,8 @@ static void scan_case(int Nk, int Nv, int Dv, int n) {
     pt_get(go, dO, (size_t)n * ldo);
     pt_get(gS, dS, sn);
     float *gop = malloc((size_t)n * Nv * Dv * 4);
-    for (int t = 0; t < n; t++) memcpy(gop + (size_t)t * Nv * Dv, go + (size_t)t * ldo, Nv * Dv * 4);
+    for (int t = 0; t < n; t++)
+        memcpy(gop + (size_t)t * Nv * Dv, go + (size_t)t * ldo, Nv * Dv * 4);
     for (int j = 0; j < Nv; j++)
         for (int k = 0; k < Dk; k++)
             for (int v = 0; v < Dv; v++)

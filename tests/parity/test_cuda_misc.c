@@ -27,7 +27,8 @@ static void embed_case(lily_dtype dt, int V, int H, int n) {
         lily_mat_row_f32(&m, tok[t], ref + (size_t)t * ld);
         if (dt == LILY_DT_F32)
             for (int c = 0; c < H; c++)
-                ref[(size_t)t * ld + c] = lily_bf16_to_f32(lily_f32_to_bf16(ref[(size_t)t * ld + c]));
+                ref[(size_t)t * ld + c] =
+                    lily_bf16_to_f32(lily_f32_to_bf16(ref[(size_t)t * ld + c]));
         for (int c = H; c < ld; c++) ref[(size_t)t * ld + c] = got[(size_t)t * ld + c] = 0;
     }
     int32_t *dtok = (int32_t *)pt_dup((const float *)tok, n);

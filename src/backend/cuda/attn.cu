@@ -10,7 +10,8 @@ namespace {
 /* ---- prep: norms, RoPE, cache append --------------------------------------------------------- */
 
 /* grid (n, Nq + Nkv), block Dh threads. Block y < Nq: query head; else KV head y - Nq. */
-__global__ void attn_prep_kernel(const float *__restrict__ qg, int ldqg, const float *__restrict__ k,
+__global__ void attn_prep_kernel(const float *__restrict__ qg, int ldqg,
+                                 const float *__restrict__ k,
                                  const float *__restrict__ v, int ldkv, const int32_t *d_pos,
                                  int Nq, int Nkv, int Dh, int R, const float *__restrict__ inv_freq,
                                  const float *__restrict__ qn, const float *__restrict__ kn,
@@ -48,7 +49,7 @@ __global__ void attn_prep_kernel(const float *__restrict__ qg, int ldqg, const f
     }
 }
 
-/* ---- decode: split-K over the context ---------------------------------------------------------- */
+/* ---- decode: split-K over the context ------------------------------------------------------ */
 
 constexpr int kDecWarps = 8;
 constexpr int kMinPerSplit = 256; /* few, long splits at short contexts: small merge */
@@ -211,7 +212,7 @@ __global__ void attn_combine_kernel(const float *__restrict__ part, const int32_
     out[(size_t)h * Dh + d] = o;
 }
 
-/* ---- prefill: flash attention on mma.sync ------------------------------------------------------ */
+/* ---- prefill: flash attention on mma.sync -------------------------------------------------- */
 
 constexpr int kFaRows = 64; /* query rows per block: (position, head-in-group) pairs */
 constexpr int kFaKv = 32;   /* KV positions per tile */
@@ -413,7 +414,8 @@ int launch_prefill(const float *q, int n, const uint16_t *kc, const uint16_t *vc
 bool shape_ok(int Nq, int Nkv, int Dh) {
     if (Nkv < 1 || Nq % Nkv) return false;
     int G = Nq / Nkv;
-    return (Dh == 64 || Dh == 128 || Dh == 256) && (G == 1 || G == 2 || G == 4 || G == 8 || G == 16);
+    return (Dh == 64 || Dh == 128 || Dh == 256) &&
+           (G == 1 || G == 2 || G == 4 || G == 8 || G == 16);
 }
 
 } // namespace

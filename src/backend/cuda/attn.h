@@ -7,7 +7,8 @@
  *
  * KV cache layout: per layer, K and V each [max_ctx][Nkv*Dh] bf16. Positions come from device
  * memory (*d_pos is the position of the first token of the call), so a captured decode graph can
- * be replayed at every position. Supported: Dh in {64, 128, 256}, G = Nq/Nkv in {1, 2, 4, 8, 16}. */
+ * be replayed at every position. Supported: Dh in {64, 128, 256}, G = Nq/Nkv in {1, 2, 4, 8,
+ * 16}. */
 #ifndef LILY_BACKEND_CUDA_ATTN_H
 #define LILY_BACKEND_CUDA_ATTN_H
 

@@ -70,7 +70,8 @@ __device__ __forceinline__ void gv_epilogue(const gv_seg &s, int r, float acc) {
         const float *w = s.cw + (size_t)r * K;
         float out = w[K - 1] * acc;
         for (int t = 0; t < K - 1; t++) out += w[t] * s.cs[(size_t)t * s.rows + r];
-        for (int t = 0; t < K - 2; t++) s.cs[(size_t)t * s.rows + r] = s.cs[(size_t)(t + 1) * s.rows + r];
+        for (int t = 0; t < K - 2; t++)
+            s.cs[(size_t)t * s.rows + r] = s.cs[(size_t)(t + 1) * s.rows + r];
         s.cs[(size_t)(K - 2) * s.rows + r] = acc;
         s.y[r] = silu_f(out);
     } else {
@@ -123,7 +124,8 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(const __grid_constant__ 
     gv_rows<DT, LPR>(p, base0, sub, ng, wr, sbr, seg, lr);
 #pragma unroll
     for (int u = 0; u < kRowsUnroll; u++)
-        first[u] = wr[u] && sl < nchunk ? ldg_stream(wr[u] + (size_t)sl * 16) : make_uint4(0, 0, 0, 0);
+        first[u] = wr[u] && sl < nchunk ? ldg_stream(wr[u] + (size_t)sl * 16)
+                                        : make_uint4(0, 0, 0, 0);
     gv_prologue<DT>(p, xs, xsum, nchunk);
     for (int base = base0; base < p.total; base += stride) {
         if (base != base0) gv_rows<DT, LPR>(p, base, sub, ng, wr, sbr, seg, lr);

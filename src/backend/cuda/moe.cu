@@ -54,7 +54,7 @@ __device__ void topk_warp(const float *logits, int E, int k, int norm, float *sl
     __syncwarp();
 }
 
-/* ---- decode ------------------------------------------------------------------------------------ */
+/* ---- decode -------------------------------------------------------------------------------- */
 
 struct dec_layout {
     size_t logits, idx, wt, sg, h, total; /* byte offsets */
@@ -126,7 +126,8 @@ __device__ void xs_build(const float *x, const float *w, float eps, int cols, fl
 
 /* grid (ceil(imax / rows per block), k + shared). */
 template <int DT, int LPR>
-__global__ void __launch_bounds__(kThreads) moe_gate_up_kernel(const __grid_constant__ gu_params p) {
+__global__ void __launch_bounds__(kThreads)
+    moe_gate_up_kernel(const __grid_constant__ gu_params p) {
     extern __shared__ float4 smem4[];
     __shared__ int s_idx[kMaxK];
     __shared__ float s_wt[kMaxK];
@@ -275,7 +276,11 @@ __global__ void __launch_bounds__(kThreads) moe_down_kernel(const __grid_constan
 }
 
 int lpr_for(int nchunk) {
-    return nchunk % 32 == 0 ? 32 : nchunk % 16 == 0 ? 16 : nchunk % 8 == 0 ? 8 : nchunk % 4 == 0 ? 4 : 2;
+    return nchunk % 32 == 0   ? 32
+           : nchunk % 16 == 0 ? 16
+           : nchunk % 8 == 0  ? 8
+           : nchunk % 4 == 0  ? 4
+                              : 2;
 }
 
 template <int DT, int LPR>
@@ -308,7 +313,8 @@ int launch_dn(const dn_params &p, lily_cuda_stream st, lily_err *e) {
     return 0;
 }
 
-template <int DT> int launch_gu_dt(const gu_params &p, int slots, lily_cuda_stream st, lily_err *e) {
+template <int DT>
+int launch_gu_dt(const gu_params &p, int slots, lily_cuda_stream st, lily_err *e) {
     switch (lpr_for(p.H / wtype<DT>::epc)) {
     case 32: return launch_gu<DT, 32>(p, slots, st, e);
     case 16: return launch_gu<DT, 16>(p, slots, st, e);
@@ -427,7 +433,7 @@ extern "C" int lily_cuda_moe_decode(const lily_cuda_moe *m, float *x, const floa
     }
 }
 
-/* ---- prefill ----------------------------------------------------------------------------------- */
+/* ---- prefill ------------------------------------------------------------------------------- */
 
 namespace {
 
