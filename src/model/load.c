@@ -211,13 +211,16 @@ static void set_quant(lily_model *m, const lily_binder *b) {
     }
 }
 
-/* Biases are not part of the architecture; refusing them beats silently ignoring them. */
+/* Biases are not part of the architecture; refusing them in the decoder layers beats silently
+ * ignoring them. */
 static int check_no_bias(const lily_st_set *st, const char *prefix, lily_err *err) {
-    size_t pl = strlen(prefix);
+    char lp[64];
+    snprintf(lp, sizeof lp, "%slayers.", prefix);
+    size_t pl = strlen(lp);
     for (int i = 0; i < lily_st_count(st); i++) {
         const lily_st_tensor *t = lily_st_at(st, i);
         size_t l = strlen(t->name);
-        if (!strncmp(t->name, prefix, pl) && l > 5 && !strcmp(t->name + l - 5, ".bias"))
+        if (!strncmp(t->name, lp, pl) && l > 5 && !strcmp(t->name + l - 5, ".bias"))
             return lily_fail(err, "%s: tensor \"%s\": linear biases are not supported by this "
                              "architecture", lily_st_path_of(st, t), t->name);
     }
@@ -247,6 +250,10 @@ static int load(const char *dir, lily_model *m, lily_model_priv *p, lily_err *er
         return -1;
     }
     const char *prefix = layouts[li].prefix;
+    if (check_no_bias(p->st, prefix, err)) {
+        lily_qconfig_free(&q);
+        return -1;
+    }
     lily_binder b = {.st = p->st, .q = &q, .dir = dir, .err = err};
     b.shifted_norms = detect_shifted(p->st, c, li);
     snprintf(m->layout, sizeof m->layout, "%s", b.shifted_norms ? "mlx" : "hf");
@@ -277,7 +284,6 @@ static int load(const char *dir, lily_model *m, lily_model_priv *p, lily_err *er
                                                               sizeof *m->layers));
     for (int l = 0; rc == 0 && l < c->n_layers; l++)
         rc = bind_layer(&b, c, prefix, l, &m->layers[l]);
-    if (rc == 0) rc = check_no_bias(p->st, prefix, err);
     if (rc == 0) {
         set_quant(m, &b);
         m->n_params = b.n_params;

@@ -127,6 +127,10 @@ d=$(fresh missing-expert)
 patch "$d/$st" "$P.2.mlp.experts.5.down_proj.weight" "$P.2.mlp.experts.5.down_proj.wEight"
 expect_fail "one expert's down_proj removed" "$d" "missing tensor" "$P.2.mlp.experts.5.down_proj.weight"
 
+d=$(fresh bias)
+patch "$d/$st" "$P.0.linear_attn.dt_bias" "$P.0.linear_attn.dt.bias"
+expect_fail "a linear bias in a decoder layer" "$d" "$P.0.linear_attn.dt.bias" "biases are not supported"
+
 d=$(fresh garbage)
 printf 'garbage!garbage!garbage!' | dd of="$d/$st" bs=1 seek=8 conv=notrunc status=none
 expect_fail "garbage header" "$d" "$st" "not valid JSON"
