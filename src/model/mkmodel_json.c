@@ -47,10 +47,9 @@ static cJSON *text_config(const lily_mk_opts *o) {
         add_int(t, "intermediate_size", c->intermediate);
     }
     add_int(t, "vocab_size", c->vocab);
-    /* The shortest decimal of the float eps (1e-06, not 9.9999999747524271e-07). */
-    char eps[32];
-    snprintf(eps, sizeof eps, "%.7g", (double)c->rms_eps);
-    cJSON_AddNumberToObject(t, "rms_norm_eps", strtod(eps, NULL));
+    /* Written as the double of the float eps (9.9999999747524271e-07 for 1e-6): the golden
+     * fixtures hash config.json, so this text must not change. */
+    cJSON_AddNumberToObject(t, "rms_norm_eps", c->rms_eps);
     cJSON_AddStringToObject(t, "hidden_act", "silu");
     cJSON_AddFalseToObject(t, "attention_bias");
     cJSON_AddNumberToObject(t, "attention_dropout", 0.0);
