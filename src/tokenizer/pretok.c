@@ -134,8 +134,9 @@ int lily_pretok_add_split(lily_pretok *p, const char *pattern, size_t len, int i
     char *pat = is_regex ? lily_pretok_translate(pattern, len) : NULL;
     int code;
     PCRE2_SIZE off;
-    /* PCRE2 refuses UCP together with LITERAL (it has no meaning there). */
-    uint32_t opts = PCRE2_UTF | PCRE2_NO_UTF_CHECK | (is_regex ? PCRE2_UCP : PCRE2_LITERAL);
+    /* PCRE2 refuses UCP together with LITERAL (it has no meaning there). The pattern comes from
+     * the file and may be invalid UTF-8, so compile checks it (no PCRE2_NO_UTF_CHECK here). */
+    uint32_t opts = PCRE2_UTF | (is_regex ? PCRE2_UCP : PCRE2_LITERAL);
     pcre2_code *re = pcre2_compile((PCRE2_SPTR)(pat ? pat : pattern),
                                    pat ? PCRE2_ZERO_TERMINATED : len, opts, &code, &off, NULL);
     free(pat);
