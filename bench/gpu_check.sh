@@ -24,14 +24,15 @@ skip=" ${GPU_CHECK_SKIP:-} "
 if [ "$mode" = prepare ]; then
     set -e
     export PATH=/usr/local/cuda/bin:$PATH
-    cmake -S . -B build-cuda -G Ninja -DLILY_CUDA=ON -DLILY_SERVER=OFF \
+    bd=${GPU_CHECK_BUILD:-build-cuda} # build folder (each engineer has their own)
+    cmake -S . -B "$bd" -G Ninja -DLILY_CUDA=ON -DLILY_SERVER=OFF \
         -DCMAKE_CUDA_ARCHITECTURES=90a >/dev/null
     targets=$(cd tests/parity && ls test_*.c | sed 's/\.c$//')
-    ninja -C build-cuda $targets
-    ninja -C build-cuda lily || echo "note: the lily binary did not build; the benchmark will use test_cuda_bench only"
+    ninja -C "$bd" $targets
+    ninja -C "$bd" lily || echo "note: the lily binary did not build; the benchmark will use test_cuda_bench only"
     rm -rf "$carry/pack" && mkdir -p "$carry/pack/bin" "$carry/pack/lib"
-    for t in $targets; do cp build-cuda/$t "$carry/pack/bin/"; done
-    [ -x build-cuda/lily ] && cp build-cuda/lily "$carry/pack/bin/"
+    for t in $targets; do cp "$bd/$t" "$carry/pack/bin/"; done
+    [ -x "$bd/lily" ] && cp "$bd/lily" "$carry/pack/bin/"
     strip "$carry"/pack/bin/*
     # the non-system shared libraries the binaries need
     for b in "$carry"/pack/bin/*; do

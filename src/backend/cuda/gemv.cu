@@ -1,4 +1,10 @@
-/* Decode-path GEMV kernels (see gemv.h). */
+/* Decode-path GEMV kernels (see gemv.h).
+ *
+ * Latency, not bandwidth, bounds a 2-16 MB GEMV at batch 1: the whole matrix fits in the loads
+ * that the resident blocks can have in flight at once. So each lane issues every 16-byte load of
+ * its rows (NR rows x CB chunks, codes and scale words) before it touches x, the prologue builds
+ * x' from loads that are all independent (one barrier), and the RMSNorm factor, a scalar, is
+ * applied to the finished dot products instead of to x (one pass over x instead of two). */
 #include "backend/cuda/gemv.h"
 
 #include "backend/cuda/common.cuh"
@@ -6,7 +12,7 @@
 namespace {
 
 constexpr int kThreads = 256;
-constexpr int kRowsUnroll = 4; /* row groups per warp step: loads in flight per lane */
+constexpr int kSlots = 8; /* 16-byte code loads in flight per lane: NR rows x CB chunks */
 
 struct gv_seg {
     const uint8_t *w;
@@ -27,39 +33,90 @@ struct gv_params {
     float eps;
 };
 
-/* Builds x' (the prologue) in the transposed layout, then the chunk sums. */
+/* Builds x' in the transposed layout and its chunk sums, from float4 loads that are all
+ * independent. RMSNORM stores x * w and returns the factor 1/rms for the caller to apply to the
+ * dot products; GATED needs its per-head factors inside x' and rescales in place. red: shared
+ * scratch of blockDim/32 + cols/head floats. */
 template <int DT>
-__device__ void gv_prologue(const gv_params &p, float *xs, float *xsum, int nchunk) {
-    __shared__ float red[32];
-    constexpr int epc = wtype<DT>::epc;
-    int cols = p.cols;
-    if (p.pro == LILY_GP_RMSNORM) {
-        float ss = 0.f;
-        for (int i = threadIdx.x; i < cols; i += blockDim.x) ss += p.x[i] * p.x[i];
-        ss = block_sum(ss, red);
-        float r = 1.0f / sqrtf(ss / cols + p.eps);
-        for (int i = threadIdx.x; i < cols; i += blockDim.x)
-            xs[xs_index(i, epc, nchunk)] = p.x[i] * r * p.pw[i];
-    } else if (p.pro == LILY_GP_GATED) {
-        int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
-        int hd = p.head;
-        for (int h = warp; h < cols / hd; h += nw) {
-            const float *xh = p.x + (size_t)h * hd;
-            float ss = 0.f;
-            for (int i = lane; i < hd; i += 32) ss += xh[i] * xh[i];
-            ss = warp_sum(ss);
-            float r = 1.0f / sqrtf(ss / hd + p.eps);
-            for (int i = lane; i < hd; i += 32)
-                xs[xs_index(h * hd + i, epc, nchunk)] =
-                    xh[i] * r * p.pw[i] * silu_f(p.pz[(size_t)h * hd + i]);
+__device__ float gv_prologue(const gv_params &p, float4 *xs4, float *xsum, int nchunk,
+                             float *red) {
+    constexpr int q_per_chunk = wtype<DT>::epc / 4; /* float4s per chunk */
+    const int nq = p.cols / 4, nw = blockDim.x >> 5;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const float4 *x4 = (const float4 *)p.x;
+    float ss = 0.f;
+    if (p.pro == LILY_GP_GATED) {
+        /* pass 1: u = x * w[i % head] * silu(z), and each float4's sum of x^2 */
+        float *part = red + nw; /* [nq]: reused below for the per-head factors */
+        const float4 *w4 = (const float4 *)p.pw, *z4 = (const float4 *)p.pz;
+        const int hq = p.head / 4;
+#pragma unroll 4
+        for (int q = threadIdx.x; q < nq; q += blockDim.x) {
+            const float4 a = x4[q], w = w4[q % hq], z = z4[q];
+            part[q] = a.x * a.x + a.y * a.y + a.z * a.z + a.w * a.w;
+            int c = q / q_per_chunk, i = q % q_per_chunk;
+            xs4[i * nchunk + c] = make_float4(a.x * w.x * silu_f(z.x), a.y * w.y * silu_f(z.y),
+                                              a.z * w.z * silu_f(z.z), a.w * w.w * silu_f(z.w));
         }
-    } else {
-        for (int i = threadIdx.x; i < cols; i += blockDim.x)
-            xs[xs_index(i, epc, nchunk)] = p.x[i];
+        __syncthreads();
+        /* one warp per head sums its float4 partials in a fixed order (deterministic) */
+        const int nh = p.cols / p.head;
+        for (int h = warp; h < nh; h += nw) {
+            float s = 0.f;
+            for (int j = lane; j < hq; j += 32) s += part[h * hq + j];
+            s = warp_sum(s);
+            __syncwarp();
+            if (lane == 0) red[nw + nq + h] = 1.0f / sqrtf(s / p.head + p.eps);
+        }
+        __syncthreads();
+        /* q0 is warp-uniform: whole warps take part in the chunk-sum shuffles */
+        for (int q0 = warp * 32; q0 < nq; q0 += blockDim.x) {
+            const int q = q0 + lane, c = q / q_per_chunk, i = q % q_per_chunk;
+            float4 u = make_float4(0.f, 0.f, 0.f, 0.f);
+            if (q < nq) {
+                float r = red[nw + nq + q / hq];
+                u = xs4[i * nchunk + c];
+                u = make_float4(u.x * r, u.y * r, u.z * r, u.w * r);
+                xs4[i * nchunk + c] = u;
+            }
+            /* a chunk's float4s are lanes of one warp, all or none below nq */
+            if (DT != LILY_CW_BF16) {
+                float t = group_sum<q_per_chunk>((u.x + u.y) + (u.z + u.w));
+                if (i == 0 && q < nq) xsum[c] = t;
+            }
+        }
+        __syncthreads();
+        return 1.0f;
+    }
+    const float4 *w4 = (const float4 *)p.pw;
+    const bool norm = p.pro == LILY_GP_RMSNORM;
+#pragma unroll 4
+    for (int q0 = warp * 32; q0 < nq; q0 += blockDim.x) { /* warp-uniform, as above */
+        const int q = q0 + lane, c = q / q_per_chunk, i = q % q_per_chunk;
+        float4 a = make_float4(0.f, 0.f, 0.f, 0.f);
+        if (q < nq) {
+            a = x4[q];
+            if (norm) {
+                float4 w = w4[q];
+                ss += a.x * a.x + a.y * a.y + a.z * a.z + a.w * a.w;
+                a = make_float4(a.x * w.x, a.y * w.y, a.z * w.z, a.w * w.w);
+            }
+            xs4[i * nchunk + c] = a;
+        }
+        if (DT != LILY_CW_BF16) {
+            float t = group_sum<q_per_chunk>((a.x + a.y) + (a.z + a.w));
+            if (i == 0 && q < nq) xsum[c] = t;
+        }
+    }
+    if (norm) {
+        ss = warp_sum(ss);
+        if (lane == 0) red[warp] = ss;
     }
     __syncthreads();
-    store_xsum<DT>(xs, xsum, nchunk);
-    __syncthreads();
+    if (!norm) return 1.0f;
+    float t = 0.f;
+    for (int i = 0; i < nw; i++) t += red[i]; /* same order in every thread and block */
+    return 1.0f / sqrtf(t / p.cols + p.eps);
 }
 
 __device__ __forceinline__ void gv_epilogue(const gv_seg &s, int r, float acc) {
@@ -79,14 +136,14 @@ __device__ __forceinline__ void gv_epilogue(const gv_seg &s, int r, float acc) {
     }
 }
 
-/* Row pointers of the kRowsUnroll rows this lane's group handles at step base. */
-template <int DT, int LPR>
+/* Row pointers of the NR rows this lane's group handles at step base. */
+template <int DT, int LPR, int NR>
 __device__ __forceinline__ void gv_rows(const gv_params &p, int base, int sub, int ng,
                                         const uint8_t **wr, const uint32_t **sbr, int *seg,
                                         int *lr) {
     constexpr int rpg = 32 / LPR;
 #pragma unroll
-    for (int u = 0; u < kRowsUnroll; u++) {
+    for (int u = 0; u < NR; u++) {
         int row = base + u * rpg + sub;
         wr[u] = nullptr;
         sbr[u] = nullptr;
@@ -104,37 +161,83 @@ __device__ __forceinline__ void gv_rows(const gv_params &p, int base, int sub, i
     }
 }
 
-template <int DT, int LPR>
+/* Issues the loads of chunks c0 + sl + j * LPR (j < CB) of the NR rows; absent rows and chunks
+ * past the row's end load nothing and read as zero codes with a zero scale. */
+template <int DT, int LPR, int NR, int CB>
+__device__ __forceinline__ void gv_load(const uint8_t *const *wr, const uint32_t *const *sbr,
+                                        int c0, int sl, int nchunk, uint4 (&w)[NR][CB],
+                                        uint32_t (&sb)[NR][CB]) {
+#pragma unroll
+    for (int i = 0; i < NR; i++)
+#pragma unroll
+        for (int j = 0; j < CB; j++) {
+            int c = c0 + sl + j * LPR;
+            bool ok = wr[i] && c < nchunk;
+            w[i][j] = ok ? ldg_stream(wr[i] + (size_t)c * 16) : make_uint4(0, 0, 0, 0);
+            if (DT != LILY_CW_BF16) sb[i][j] = ok ? __ldg(sbr[i] + c / wtype<DT>::cpg) : 0u;
+        }
+}
+
+template <int DT, int LPR, int NR, int CB>
+__device__ __forceinline__ void gv_dot(const uint4 (&w)[NR][CB], const uint32_t (&sb)[NR][CB],
+                                       const float4 *xs4, const float *xsum, int c0, int sl,
+                                       int nchunk, float *acc) {
+#pragma unroll
+    for (int j = 0; j < CB; j++) {
+        int c = c0 + sl + j * LPR;
+        if (c >= nchunk) break;
+        float xsm = DT != LILY_CW_BF16 ? xsum[c] : 0.f;
+#pragma unroll
+        for (int i = 0; i < NR; i++) {
+            float d = chunk_dot<DT>(w[i][j], xs4, c, nchunk);
+            acc[i] = DT == LILY_CW_BF16
+                         ? acc[i] + d
+                         : fmaf(lo_bf16(sb[i][j]), d, fmaf(hi_bf16(sb[i][j]), xsm, acc[i]));
+        }
+    }
+}
+
+template <int DT, int LPR, int CB>
 __global__ void __launch_bounds__(kThreads) gemv_kernel(const __grid_constant__ gv_params p) {
+    constexpr int NR = kSlots / CB;
     extern __shared__ float4 smem4[];
     constexpr int epc = wtype<DT>::epc;
     const int nchunk = p.cols / epc;
-    float *xs = (float *)smem4, *xsum = xs + p.cols;
-    constexpr int rpg = 32 / LPR;            /* rows per warp per unrolled group */
-    constexpr int rps = rpg * kRowsUnroll;   /* rows per warp step */
+    float4 *xs4 = smem4;
+    float *xsum = (float *)(smem4 + p.cols / 4);
+    float *red = xsum + nchunk;
+    constexpr int rpg = 32 / LPR;  /* rows per warp per row slot */
+    constexpr int rps = rpg * NR;  /* rows per warp step */
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
     const int sub = lane / LPR, sl = lane % LPR;
     const int ng = p.cols / 64;
     const int base0 = (blockIdx.x * nw + warp) * rps, stride = gridDim.x * nw * rps;
-    /* the first step's first chunks do not depend on x: load them before the prologue */
-    const uint8_t *wr[kRowsUnroll];
-    const uint32_t *sbr[kRowsUnroll];
-    int seg[kRowsUnroll], lr[kRowsUnroll];
-    uint4 first[kRowsUnroll];
-    gv_rows<DT, LPR>(p, base0, sub, ng, wr, sbr, seg, lr);
-#pragma unroll
-    for (int u = 0; u < kRowsUnroll; u++)
-        first[u] = wr[u] && sl < nchunk ? ldg_stream(wr[u] + (size_t)sl * 16)
-                                        : make_uint4(0, 0, 0, 0);
-    gv_prologue<DT>(p, xs, xsum, nchunk);
+    const uint8_t *wr[NR];
+    const uint32_t *sbr[NR];
+    int seg[NR], lr[NR];
+    uint4 w[NR][CB];
+    uint32_t sb[NR][CB];
+    /* the first step's loads do not depend on x: issue them before the prologue */
+    gv_rows<DT, LPR, NR>(p, base0, sub, ng, wr, sbr, seg, lr);
+    gv_load<DT, LPR, NR, CB>(wr, sbr, 0, sl, nchunk, w, sb);
+    const float scale = gv_prologue<DT>(p, xs4, xsum, nchunk, red);
     for (int base = base0; base < p.total; base += stride) {
-        if (base != base0) gv_rows<DT, LPR>(p, base, sub, ng, wr, sbr, seg, lr);
-        float acc[kRowsUnroll];
-        rows_dot<DT, LPR, kRowsUnroll>(wr, sbr, (const float4 *)xs, xsum, nchunk, sl, acc,
-                                       base == base0 ? first : nullptr);
+        if (base != base0) {
+            gv_rows<DT, LPR, NR>(p, base, sub, ng, wr, sbr, seg, lr);
+            gv_load<DT, LPR, NR, CB>(wr, sbr, 0, sl, nchunk, w, sb);
+        }
+        float acc[NR];
 #pragma unroll
-        for (int u = 0; u < kRowsUnroll; u++) {
-            float a = group_sum<LPR>(acc[u]);
+        for (int i = 0; i < NR; i++) acc[i] = 0.f;
+        for (int c0 = 0;;) {
+            gv_dot<DT, LPR, NR, CB>(w, sb, xs4, xsum, c0, sl, nchunk, acc);
+            c0 += LPR * CB;
+            if (c0 >= nchunk) break;
+            gv_load<DT, LPR, NR, CB>(wr, sbr, c0, sl, nchunk, w, sb);
+        }
+#pragma unroll
+        for (int u = 0; u < NR; u++) {
+            float a = group_sum<LPR>(acc[u]) * scale;
             if (sl == 0 && seg[u] >= 0) {
 #pragma unroll
                 for (int s = 0; s < LILY_GEMV_SEGS; s++)
@@ -144,46 +247,57 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(const __grid_constant__ 
     }
 }
 
-template <int DT, int LPR>
+int g_sms = 0;
+
+template <int DT, int LPR, int CB>
 int launch(const gv_params &p, lily_cuda_stream st, lily_err *e) {
     constexpr int epc = wtype<DT>::epc;
     int nchunk = p.cols / epc;
-    size_t smem = (size_t)p.cols * 4 + (size_t)nchunk * 4;
+    int nh = p.pro == LILY_GP_GATED ? p.cols / p.head : 0;
+    int nq = p.pro == LILY_GP_GATED ? p.cols / 4 : 0;
+    size_t smem = (size_t)p.cols * 4 + (size_t)nchunk * 4 + (size_t)(kThreads / 32 + nq + nh) * 4;
+    smem = (smem + 15) & ~(size_t)15;
     if (smem > 48 * 1024)
-        LILY_CU_TRY(cudaFuncSetAttribute(gemv_kernel<DT, LPR>,
+        LILY_CU_TRY(cudaFuncSetAttribute(gemv_kernel<DT, LPR, CB>,
                                          cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem),
                     e);
-    static int sms = 0;
-    if (!sms) {
+    if (!g_sms) {
         int dev = 0;
         LILY_CU_TRY(cudaGetDevice(&dev), e);
-        LILY_CU_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev), e);
+        LILY_CU_TRY(cudaDeviceGetAttribute(&g_sms, cudaDevAttrMultiProcessorCount, dev), e);
     }
-    /* no more blocks than fit at once: each builds x' once, then loops over row groups */
+    /* every block resident at once: each builds x' once, then loops over row steps */
     int per_sm = 1;
-    LILY_CU_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, gemv_kernel<DT, LPR>,
+    LILY_CU_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, gemv_kernel<DT, LPR, CB>,
                                                               kThreads, smem),
                 e);
     if (per_sm < 1) per_sm = 1;
-    int rows_per_block = (kThreads / 32) * (32 / LPR) * kRowsUnroll;
+    int rows_per_block = (kThreads / 32) * (32 / LPR) * (kSlots / CB);
     int blocks = (p.total + rows_per_block - 1) / rows_per_block;
-    if (blocks > sms * per_sm) blocks = sms * per_sm;
-    gemv_kernel<DT, LPR><<<blocks, kThreads, smem, st>>>(p);
+    if (blocks > g_sms * per_sm) blocks = g_sms * per_sm;
+    gemv_kernel<DT, LPR, CB><<<blocks, kThreads, smem, st>>>(p);
     LILY_CU_LAUNCHED(e);
     return 0;
 }
 
+/* Lanes per row: the largest power of two <= 32 dividing the chunk count; chunks per lane per
+ * load batch: 2 when each lane has at most 2 chunks of a row (4 rows in flight), else 4. */
+template <int DT, int LPR> int launch_cb(const gv_params &p, lily_cuda_stream st, lily_err *e) {
+    int nchunk = p.cols / wtype<DT>::epc;
+    if (nchunk <= 2 * LPR) return launch<DT, LPR, 2>(p, st, e);
+    return launch<DT, LPR, 4>(p, st, e);
+}
+
 template <int DT> int launch_dt(const gv_params &p, lily_cuda_stream st, lily_err *e) {
     int nchunk = p.cols / wtype<DT>::epc;
-    if (nchunk % 32 == 0) return launch<DT, 32>(p, st, e);
-    if (nchunk % 16 == 0) return launch<DT, 16>(p, st, e);
-    if (nchunk % 8 == 0) return launch<DT, 8>(p, st, e);
-    if (nchunk % 4 == 0) return launch<DT, 4>(p, st, e);
-    return launch<DT, 2>(p, st, e);
+    if (nchunk % 32 == 0) return launch_cb<DT, 32>(p, st, e);
+    if (nchunk % 16 == 0) return launch_cb<DT, 16>(p, st, e);
+    if (nchunk % 8 == 0) return launch_cb<DT, 8>(p, st, e);
+    if (nchunk % 4 == 0) return launch_cb<DT, 4>(p, st, e);
+    return launch_cb<DT, 2>(p, st, e);
 }
 
 } // namespace
-
 extern "C" int lily_cuda_gemv(const lily_gemv_seg *segs, int nseg, const float *x,
                               const lily_gemv_pro *pro, lily_cuda_stream st, lily_err *e) {
     if (nseg < 1 || nseg > LILY_GEMV_SEGS)
@@ -219,8 +333,9 @@ extern "C" int lily_cuda_gemv(const lily_gemv_seg *segs, int nseg, const float *
         p.pz = pro->z;
         p.head = pro->head;
         p.eps = pro->eps;
-        if (p.pro == LILY_GP_GATED && (p.head < 1 || p.cols % p.head))
-            return lily_fail(e, "gemv: gated prologue head %d does not divide %d", p.head, p.cols);
+        if (p.pro == LILY_GP_GATED && (p.head < 4 || p.head % 4 || p.cols % p.head))
+            return lily_fail(e, "gemv: gated prologue head %d (a multiple of 4 dividing %d)",
+                             p.head, p.cols);
     }
     switch (dt) {
     case LILY_CW_Q4: return launch_dt<LILY_CW_Q4>(p, st, e);

@@ -103,25 +103,43 @@ struct gu_params {
     int imax;
 };
 
-/* Writes RMSNorm(x; w) (or x when w is NULL) in the transposed GEMV layout, then chunk sums. */
+/* Writes x * w (or x when w is NULL) in the transposed GEMV layout with its chunk sums, from
+ * loads that are all independent, behind one barrier; returns the RMSNorm factor 1/rms (1 when
+ * w is NULL), which the caller applies to its dot products (it is a scalar). red: 32 floats. */
 template <int DT>
-__device__ void xs_build(const float *x, const float *w, float eps, int cols, float *xs,
-                         float *xsum) {
-    __shared__ float red[32];
-    constexpr int epc = wtype<DT>::epc;
-    const int nchunk = cols / epc;
-    float r = 1.f;
-    if (w) {
-        float ss = 0.f;
-        for (int i = threadIdx.x; i < cols; i += blockDim.x) ss += x[i] * x[i];
-        ss = block_sum(ss, red);
-        r = 1.0f / sqrtf(ss / cols + eps);
+__device__ float xs_build(const float *x, const float *w, float eps, int cols, float *xs,
+                          float *xsum, float *red) {
+    constexpr int qpc = wtype<DT>::epc / 4; /* float4s per chunk */
+    const int nchunk = cols / wtype<DT>::epc, nq = cols / 4;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    const float4 *x4 = (const float4 *)x, *w4 = (const float4 *)w;
+    float4 *xs4 = (float4 *)xs;
+    float ss = 0.f;
+#pragma unroll 4
+    for (int q0 = warp * 32; q0 < nq; q0 += blockDim.x) { /* warp-uniform: shuffles below */
+        const int q = q0 + lane, c = q / qpc, i = q % qpc;
+        float4 a = make_float4(0.f, 0.f, 0.f, 0.f);
+        if (q < nq) {
+            a = x4[q];
+            if (w) {
+                float4 g = w4[q];
+                ss += a.x * a.x + a.y * a.y + a.z * a.z + a.w * a.w;
+                a = make_float4(a.x * g.x, a.y * g.y, a.z * g.z, a.w * g.w);
+            }
+            xs4[i * nchunk + c] = a;
+        }
+        if (DT != LILY_CW_BF16) { /* a chunk's float4s are lanes of one warp */
+            float t = group_sum<qpc>((a.x + a.y) + (a.z + a.w));
+            if (i == 0 && q < nq) xsum[c] = t;
+        }
     }
-    for (int i = threadIdx.x; i < cols; i += blockDim.x)
-        xs[xs_index(i, epc, nchunk)] = w ? x[i] * r * w[i] : x[i];
+    ss = warp_sum(ss);
+    if (lane == 0) red[warp] = ss;
     __syncthreads();
-    store_xsum<DT>(xs, xsum, nchunk);
-    __syncthreads();
+    if (!w) return 1.0f;
+    float t = 0.f;
+    for (int i = 0; i < nw; i++) t += red[i]; /* one fixed order everywhere */
+    return 1.0f / sqrtf(t / cols + eps);
 }
 
 /* grid (ceil(imax / rows per block), k + shared). */
@@ -136,7 +154,9 @@ __global__ void __launch_bounds__(kThreads)
     const int nchunk = p.H / wtype<DT>::epc;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     if (p.k > 0 && warp == 0) topk_warp(p.logits, p.E, p.k, p.norm, s_sl, s_idx, s_wt);
-    xs_build<DT>(p.x, p.norm_w, p.eps, p.H, xs, xsum); /* its barriers publish s_idx/s_wt */
+    __shared__ float red[32];
+    const float rs = xs_build<DT>(p.x, p.norm_w, p.eps, p.H, xs, xsum, red); /* its barrier
+                                                                      publishes s_idx/s_wt */
     const int slot = blockIdx.y;
     if (blockIdx.x == 0 && slot == 0 && threadIdx.x == 0) {
         for (int j = 0; j < p.k; j++) p.idx[j] = s_idx[j], p.wt[j] = s_wt[j];
@@ -175,7 +195,7 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
     for (int u = 0; u < 2; u++) {
         float g = group_sum<LPR>(acc[2 * u]), v = group_sum<LPR>(acc[2 * u + 1]);
-        if (sl == 0 && r[u] < rows) p.h[(size_t)slot * p.imax + r[u]] = silu_f(g) * v;
+        if (sl == 0 && r[u] < rows) p.h[(size_t)slot * p.imax + r[u]] = silu_f(g * rs) * (v * rs);
     }
 }
 
@@ -190,17 +210,62 @@ struct dn_params {
 
 /* grid: blocks over the H output rows. Slot s < k is routed expert idx[s] (I columns); slot k is
  * the shared expert (Is columns). Slot s's x sits at s * stride floats in the transposed layout,
- * its chunk sums right after it. */
+ * its chunk sums right after it. Slots go in batches of kDnBatch, each lane loading one chunk of
+ * every slot of a batch before any use; the first batch's loads are issued before h is staged
+ * (the slot addresses come straight from idx), so they overlap the staging and its barriers. */
+constexpr int kDnBatch = 9;
+
+template <int DT, int LPR>
+__device__ __forceinline__ void dn_slot(const dn_params &p, int s, int ns, int o,
+                                        const uint8_t *&w, const uint32_t *&sb, int &nc) {
+    constexpr int epc = wtype<DT>::epc;
+    bool ok = s < ns && o < p.H;
+    int cols = s < p.k ? p.I : p.Is;
+    nc = ok ? cols / epc : 0;
+    w = nullptr;
+    sb = nullptr;
+    if (!ok) return;
+    const uint8_t *base;
+    const uint32_t *sbase;
+    if (s < p.k) {
+        int ex = p.idx[s];
+        base = p.down.w + (size_t)ex * p.down.ws;
+        sbase = p.down.sb ? p.down.sb + (size_t)ex * p.down.sbs : nullptr;
+    } else {
+        base = p.sdown.w;
+        sbase = p.sdown.sb;
+    }
+    w = base + (size_t)o * dmat_row_bytes(DT, cols);
+    if (sbase) sb = sbase + (size_t)o * (cols / 64);
+}
+
 template <int DT, int LPR>
 __global__ void __launch_bounds__(kThreads) moe_down_kernel(const __grid_constant__ dn_params p) {
     extern __shared__ float4 smem4[];
     __shared__ float s_f[kMaxK + 1];
-    __shared__ const uint8_t *s_w[kMaxK + 1];
-    __shared__ const uint32_t *s_sb[kMaxK + 1];
     constexpr int epc = wtype<DT>::epc;
+    constexpr int B = kDnBatch;
     const int ns = p.k + p.has_shared;
     const int stride = (p.imax + p.imax / epc + 3) & ~3; /* keeps each slot 16-byte aligned */
     float *sm = (float *)smem4;
+    constexpr int rpg = 32 / LPR;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int sub = lane / LPR, sl = lane % LPR;
+    const int base0 = (blockIdx.x * (kThreads / 32) + warp) * rpg;
+    const int bstride = gridDim.x * (kThreads / 32) * rpg;
+    /* prefetch: chunk sl of every slot of the first batch of this lane's first row */
+    uint4 w[B];
+    uint32_t sbv[B];
+    const uint8_t *wr[B];
+    const uint32_t *sbr[B];
+    int nc[B];
+#pragma unroll
+    for (int i = 0; i < B; i++) {
+        dn_slot<DT, LPR>(p, i, ns, base0 + sub, wr[i], sbr[i], nc[i]);
+        bool ok = sl < nc[i];
+        w[i] = ok ? ldg_stream(wr[i] + (size_t)sl * 16) : make_uint4(0, 0, 0, 0);
+        sbv[i] = ok && DT != LILY_CW_BF16 ? __ldg(sbr[i] + sl / wtype<DT>::cpg) : 0u;
+    }
     for (int s = 0; s < ns; s++) {
         int cols = s < p.k ? p.I : p.Is;
         for (int c = threadIdx.x; c < cols; c += blockDim.x)
@@ -208,16 +273,7 @@ __global__ void __launch_bounds__(kThreads) moe_down_kernel(const __grid_constan
     }
     if (threadIdx.x < ns) {
         int s = threadIdx.x;
-        if (s < p.k) {
-            int ex = p.idx[s];
-            s_f[s] = p.wt[s];
-            s_w[s] = p.down.w + (size_t)ex * p.down.ws;
-            s_sb[s] = p.down.sb ? p.down.sb + (size_t)ex * p.down.sbs : nullptr;
-        } else {
-            s_f[s] = *p.sg;
-            s_w[s] = p.sdown.w;
-            s_sb[s] = p.sdown.sb;
-        }
+        s_f[s] = s < p.k ? p.wt[s] : *p.sg;
     }
     __syncthreads();
     for (int s = 0; s < ns; s++) {
@@ -225,49 +281,44 @@ __global__ void __launch_bounds__(kThreads) moe_down_kernel(const __grid_constan
         store_xsum<DT>(sm + s * stride, sm + s * stride + cols, cols / epc);
     }
     __syncthreads();
-    constexpr int rpg = 32 / LPR;
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    const int sub = lane / LPR, sl = lane % LPR;
-    for (int base = (blockIdx.x * (kThreads / 32) + warp) * rpg; base < p.H;
-         base += gridDim.x * (kThreads / 32) * rpg) {
+    for (int base = base0; base < p.H; base += bstride) {
         const int o = base + sub;
         float total = 0.f;
-        for (int s0 = 0; s0 < ns; s0 += 4) {
-            const uint8_t *wr[4];
-            const uint32_t *sbr[4];
-            int nc[4];
-            float acc[4];
+        for (int s0 = 0; s0 < ns; s0 += B) {
+            const bool pre = base == base0 && s0 == 0; /* chunk sl already in w / sbv */
+            if (!pre) {
+#pragma unroll
+                for (int i = 0; i < B; i++)
+                    dn_slot<DT, LPR>(p, s0 + i, ns, o, wr[i], sbr[i], nc[i]);
+            }
             int ncmax = 0;
 #pragma unroll
-            for (int i = 0; i < 4; i++) {
-                int s = s0 + i;
-                bool ok = s < ns && o < p.H;
-                int cols = s < p.k ? p.I : p.Is;
-                nc[i] = ok ? cols / epc : 0;
-                ncmax = nc[i] > ncmax ? nc[i] : ncmax;
-                wr[i] = ok ? s_w[s] + (size_t)o * dmat_row_bytes(DT, cols) : nullptr;
-                sbr[i] = ok && s_sb[s] ? s_sb[s] + (size_t)o * (cols / 64) : nullptr;
-                acc[i] = 0.f;
-            }
+            for (int i = 0; i < B; i++) ncmax = nc[i] > ncmax ? nc[i] : ncmax;
+            float acc[B];
+#pragma unroll
+            for (int i = 0; i < B; i++) acc[i] = 0.f;
             for (int c = sl; c < ncmax; c += LPR) {
-                uint4 w[4];
+                if (!(pre && c == sl)) {
 #pragma unroll
-                for (int i = 0; i < 4; i++)
-                    w[i] = c < nc[i] ? ldg_stream(wr[i] + (size_t)c * 16) : make_uint4(0, 0, 0, 0);
+                    for (int i = 0; i < B; i++) {
+                        bool ok = c < nc[i];
+                        w[i] = ok ? ldg_stream(wr[i] + (size_t)c * 16) : make_uint4(0, 0, 0, 0);
+                        sbv[i] = ok && DT != LILY_CW_BF16 ? __ldg(sbr[i] + c / wtype<DT>::cpg)
+                                                          : 0u;
+                    }
+                }
 #pragma unroll
-                for (int i = 0; i < 4; i++) {
+                for (int i = 0; i < B; i++) {
                     if (c >= nc[i]) continue;
                     const float *xs = sm + (s0 + i) * stride;
                     float d = chunk_dot<DT>(w[i], (const float4 *)xs, c, nc[i]);
-                    if (DT != LILY_CW_BF16) {
-                        uint32_t sb = __ldg(sbr[i] + c / wtype<DT>::cpg);
-                        d = fmaf(lo_bf16(sb), d, hi_bf16(sb) * xs[nc[i] * epc + c]);
-                    }
+                    if (DT != LILY_CW_BF16)
+                        d = fmaf(lo_bf16(sbv[i]), d, hi_bf16(sbv[i]) * xs[nc[i] * epc + c]);
                     acc[i] += d;
                 }
             }
 #pragma unroll
-            for (int i = 0; i < 4; i++)
+            for (int i = 0; i < B; i++)
                 if (s0 + i < ns) total = fmaf(s_f[s0 + i], acc[i], total);
         }
         total = group_sum<LPR>(total);
