@@ -34,6 +34,9 @@ int lily_mmap_open(lily_mmap *m, const char *path, lily_err *e) {
             close(fd);
             return lily_fail(e, "%s: cannot map: %s", path, strerror(err));
         }
+        /* Ask for huge-page mappings of the page cache: with 4 KiB mappings, streaming reads of a
+         * checkpoint were seen at 2-3 GB/s in a VM (page walks), against ~30 GB/s with this. */
+        madvise(p, (size_t)st.st_size, MADV_HUGEPAGE);
         m->data = p;
         m->size = (size_t)st.st_size;
     }
@@ -93,4 +96,20 @@ int lily_path_join(char *out, size_t outlen, const char *dir, const char *name) 
 int lily_file_exists(const char *path) {
     struct stat st;
     return stat(path, &st) == 0;
+}
+
+void lily_mmap_prefault(const lily_mmap *m) {
+    if (!m->data || !m->size) return;
+    /* MADV_POPULATE_READ was seen to return 0 here without mapping the pages (a 6.18 kernel in a
+     * VM), so read-ahead is requested and then one byte per page is touched. */
+    madvise((void *)m->data, m->size, MADV_WILLNEED);
+    volatile unsigned char sink = 0;
+    long page = sysconf(_SC_PAGESIZE);
+    for (size_t i = 0; i < m->size; i += (size_t)(page > 0 ? page : 4096)) sink ^= m->data[i];
+    (void)sink;
+}
+
+unsigned long long lily_phys_mem(void) {
+    long pages = sysconf(_SC_PHYS_PAGES), size = sysconf(_SC_PAGESIZE);
+    return pages > 0 && size > 0 ? (unsigned long long)pages * (unsigned long long)size : 0;
 }

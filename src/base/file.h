@@ -14,6 +14,11 @@ typedef struct lily_mmap {
 /* Maps path read-only. Returns 0, or -1 with a message naming the file. */
 int lily_mmap_open(lily_mmap *m, const char *path, lily_err *e);
 void lily_mmap_close(lily_mmap *m);
+/* Maps every page of m now (reading the file into the page cache if needed), so that later
+ * accesses take no page faults. */
+void lily_mmap_prefault(const lily_mmap *m);
+/* Bytes of physical memory (0 if unknown). */
+unsigned long long lily_phys_mem(void);
 
 /* Reads a whole file into a NUL-terminated heap buffer (caller frees with free()). *len may be
  * NULL. Fails above max_bytes. */

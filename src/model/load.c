@@ -9,6 +9,7 @@
  * dense weights (read whole every token) and the expert blocks (each expert matrix is a contiguous
  * run of >= 64 KB), while MADV_RANDOM would turn a cold expert read into 4 KB faults. */
 #include "model/model.h"
+#include "base/file.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -319,6 +320,12 @@ void lily_model_free(lily_model *m) {
         free(p);
     }
     free(m);
+}
+
+void lily_model_prefault(const lily_model *m) {
+    const lily_model_priv *p = m->priv;
+    for (int i = 0; p && i < lily_st_n_files(p->st); i++)
+        lily_mmap_prefault(&lily_st_file_at(p->st, i)->map);
 }
 
 uint64_t lily_mat_row_bytes(const lily_mat *m) {

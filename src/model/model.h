@@ -119,6 +119,9 @@ typedef struct lily_model {
 /* Loads dir. On failure returns -1 with a message naming the file and tensor at fault. */
 int lily_model_load(const char *dir, lily_model **out, lily_err *err);
 void lily_model_free(lily_model *m);
+/* Maps all of m's weight files into memory now (see lily_mmap_prefault): decode then takes no
+ * page faults on first use of an expert. */
+void lily_model_prefault(const lily_model *m);
 
 /* Bytes one row of m occupies as stored (codes + scales + biases for Q types). */
 uint64_t lily_mat_row_bytes(const lily_mat *m);

@@ -15,6 +15,7 @@
 #include "backend/backend.h"
 #include "backend/cpu/ops.h"
 #include "base/err.h"
+#include "base/file.h"
 #include "base/pool.h"
 
 struct lily_backend {
@@ -53,6 +54,11 @@ static int cpu_open(const lily_model *m, const lily_engine_opts *opts, lily_back
     b->pool = lily_pool_create(opts ? opts->n_threads : 0);
     b->chunk = opts && opts->prefill_chunk > 0 ? opts->prefill_chunk : 512;
     pthread_mutex_init(&b->mu, NULL);
+    /* Weights are read in place from the mapping. When they fit comfortably in memory, map every
+     * page now: otherwise each expert's first use costs thousands of page faults, which
+     * dominates decode for the first few hundred tokens. */
+    unsigned long long ram = lily_phys_mem();
+    if (ram && m->weight_bytes < ram / 10 * 9) lily_model_prefault(m);
     int n = b->chunk, H = c->hidden;
     int C = 2 * c->lin_nk * c->lin_dk + c->lin_nv * c->lin_dv;
     int maxw = imax(imax(c->n_q_heads * c->head_dim * 2, C), imax(c->lin_nv * c->lin_dv, H));

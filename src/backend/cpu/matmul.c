@@ -158,6 +158,63 @@ dequant_q4_avx512(const lily_mat *W, int r0, int R, float *Wt) {
     }
 }
 
+/* Decode kernel for one token: two rows at a time share every load of x; the group scales are
+ * widened to fp32 once per row pair and the bias term is one vector dot of the bias row with the
+ * group sums of x, so the inner loop is nibble unpacking and FMAs only. */
+__attribute__((target("avx512f,avx512bw,avx512vl"))) static void
+q4_rows1_avx512(const lily_mat *W, int r0, int r1, const float *Xr, const float *xs, float *Y) {
+    int cols = W->cols, ng = cols / 64;
+    const __m256i m4 = _mm256_set1_epi8(0x0f);
+    float sc[2][256];
+    LILY_ASSERT(ng <= 256);
+    for (int r = r0; r < r1; r += 2) {
+        int nr = r + 1 < r1 ? 2 : 1;
+        __m512 acc[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()};
+        float bsum[2] = {0, 0};
+        const uint8_t *q[2];
+        for (int k = 0; k < nr; k++) {
+            q[k] = (const uint8_t *)W->w + (size_t)(r + k) * cols / 2;
+            const uint16_t *s = W->scales + (size_t)(r + k) * ng, *b = W->biases + (size_t)(r + k) * ng;
+            __m512 bacc = _mm512_setzero_ps();
+            int g = 0;
+            for (; g + 16 <= ng; g += 16) {
+                __m512 sv = _mm512_castsi512_ps(_mm512_slli_epi32(
+                    _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(s + g))), 16));
+                __m512 bv = _mm512_castsi512_ps(_mm512_slli_epi32(
+                    _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(b + g))), 16));
+                _mm512_storeu_ps(sc[k] + g, sv);
+                bacc = _mm512_fmadd_ps(bv, _mm512_loadu_ps(xs + g), bacc);
+            }
+            bsum[k] = _mm512_reduce_add_ps(bacc);
+            for (; g < ng; g++) {
+                sc[k][g] = lily_bf16_to_f32(s[g]);
+                bsum[k] += lily_bf16_to_f32(b[g]) * xs[g];
+            }
+        }
+        if (nr == 1) q[1] = q[0];
+        for (int g = 0; g < ng; g++) {
+            const float *x = Xr + (size_t)g * 64;
+            __m512 x0 = _mm512_loadu_ps(x), x1 = _mm512_loadu_ps(x + 16);
+            __m512 x2 = _mm512_loadu_ps(x + 32), x3 = _mm512_loadu_ps(x + 48);
+            for (int k = 0; k < 2; k++) {
+                __m256i v = _mm256_loadu_si256((const __m256i *)(q[k] + (size_t)g * 32));
+                __m256i lo = _mm256_and_si256(v, m4);
+                __m256i hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+                __m512 p = _mm512_mul_ps(
+                    _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm256_castsi256_si128(lo))), x0);
+                p = _mm512_fmadd_ps(
+                    _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm256_extracti128_si256(lo, 1))), x1, p);
+                p = _mm512_fmadd_ps(
+                    _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm256_castsi256_si128(hi))), x2, p);
+                p = _mm512_fmadd_ps(
+                    _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm256_extracti128_si256(hi, 1))), x3, p);
+                acc[k] = _mm512_fmadd_ps(p, _mm512_set1_ps(sc[k][g]), acc[k]);
+            }
+        }
+        for (int k = 0; k < nr; k++) Y[r + k] = _mm512_reduce_add_ps(acc[k]) + bsum[k];
+    }
+}
+
 /* Decode kernel: rows [r0, r1) of a Q4 matrix times n <= 4 reordered token vectors. */
 __attribute__((target("avx512f,avx512bw,avx512vl"))) static void
 q4_rows_avx512(const lily_mat *W, int r0, int r1, const float *Xr, const float *xs, int n,
@@ -368,6 +425,7 @@ static void mm_q4_task(void *ctx, int task, int thread) {
     int r0 = task * j->rows_per_task, r1 = r0 + j->rows_per_task;
     if (r1 > j->W->rows) r1 = j->W->rows;
     if (have_vnni()) q4_rows_vnni(j->W, r0, r1, j->xq, j->xd, j->xs, j->n, j->Y, j->ldy);
+    else if (have_avx512() && j->n == 1) q4_rows1_avx512(j->W, r0, r1, j->Xr, j->xs, j->Y);
     else if (have_avx512()) q4_rows_avx512(j->W, r0, r1, j->Xr, j->xs, j->n, j->Y, j->ldy);
     else if (have_avx2()) q4_rows_avx2(j->W, r0, r1, j->Xr, j->xs, j->n, j->Y, j->ldy);
     else q4_rows_scalar(j->W, r0, r1, j->Xr, j->xs, j->n, j->Y, j->ldy);
@@ -417,8 +475,13 @@ void lily_cpu_matmul(const lily_mat *W, const float *X, int n, int ldx, float *Y
         j.xs = xs;
         j.xq = xq;
         j.xd = xd;
-        /* about 16 tasks per thread: enough to balance, few enough that claiming them is free */
-        int per = (W->rows + threads * 16 - 1) / (threads * 16);
+        /* at most 4 tasks per thread and at least ~128 KiB of weights per task: enough to
+         * balance, few enough that claiming them (contended atomics) costs nothing */
+        long row_bytes = (long)cols / 2 + (long)ng * 4;
+        long by_size = ((long)W->rows * row_bytes + (128 << 10) - 1) / (128 << 10);
+        long want = by_size < threads * 4L ? by_size : threads * 4L;
+        want = (want + threads - 1) / threads * threads; /* equal shares for every thread */
+        int per = (int)((W->rows + want - 1) / want);
         per = (per + MM_Q4_ROWS - 1) / MM_Q4_ROWS * MM_Q4_ROWS;
         j.rows_per_task = per;
         int tasks = (W->rows + per - 1) / per;
