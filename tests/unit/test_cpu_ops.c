@@ -162,6 +162,42 @@ static void test_matmul(lily_pool *pool, int vnni) {
     }
 }
 
+/* lily_cpu_matmul_many must give exactly what one lily_cpu_matmul per op gives. */
+static void test_matmul_many(lily_pool *pool) {
+    int shapes[][2] = {{37, 192}, {512, 128}, {6, 64}, {129, 320}, {2, 64}};
+    for (int qtype = 0; qtype < 2; qtype++) {
+        lily_mat W[5];
+        void *mem[5][3];
+        float *X[5], *Y[5], *R[5];
+        lily_mm_op ops[5];
+        for (int i = 0; i < 5; i++) {
+            memset(mem[i], 0, sizeof mem[i]);
+            lily_dtype dt = (qtype && i == 2) ? LILY_DT_Q8 : LILY_DT_Q4;
+            make_mat(&W[i], dt, shapes[i][0], shapes[i][1], mem[i]);
+            X[i] = malloc((size_t)shapes[i][1] * 4);
+            Y[i] = malloc((size_t)shapes[i][0] * 4);
+            R[i] = malloc((size_t)shapes[i][0] * 4);
+            for (int c = 0; c < shapes[i][1]; c++) X[i][c] = frand();
+            for (int r = 0; r < shapes[i][0]; r++) Y[i][r] = NAN;
+            lily_cpu_matmul(&W[i], X[i], 1, shapes[i][1], R[i], shapes[i][0], pool);
+            ops[i] = (lily_mm_op){&W[i], X[i], Y[i]};
+        }
+        lily_cpu_matmul_many(ops, 5, pool);
+        double worst = 0;
+        for (int i = 0; i < 5; i++)
+            for (int r = 0; r < shapes[i][0]; r++) {
+                double d = fabs(Y[i][r] - R[i][r]) / (fabs(R[i][r]) + 1e-3);
+                if (!(d <= worst)) worst = d != d ? INFINITY : d;
+            }
+        check(worst < 1e-5, qtype ? "matmul_many (with a Q8 op: fallback)" : "matmul_many q4 ops",
+              worst);
+        for (int i = 0; i < 5; i++) {
+            free(X[i]), free(Y[i]), free(R[i]);
+            for (int m = 0; m < 3; m++) free(mem[i][m]);
+        }
+    }
+}
+
 static void test_conv(void) {
     int C = 13, K = 4, n = 11;
     float *in = malloc((size_t)n * C * 4), *w = malloc((size_t)C * K * 4);
@@ -323,6 +359,7 @@ int main(void) {
         test_matmul(pool, i == 0);
     }
     lily_cpu_set_isa(NULL);
+    test_matmul_many(pool);
     test_conv();
     test_gdn();
     test_attention(pool);

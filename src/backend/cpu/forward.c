@@ -32,6 +32,7 @@ struct lily_backend {
     float *route_wt;           /* [chunk][k] */
     int *ex_count, *ex_off, *ex_rows; /* [E], [E+1], [chunk*k] */
     float *ex_rw;              /* [chunk*k] routing weight per gathered row */
+    float *dec_g, *dec_u, *dec_d; /* one-token MoE: [k+1][max(I, Is)] x2, [k+1][H] */
     float *attn_scratch;       /* [threads][attn_cap] */
     int attn_cap;
 };
@@ -86,6 +87,10 @@ static int cpu_open(const lily_model *m, const lily_engine_opts *opts, lily_back
         b->ex_off = lily_xmalloc(((size_t)c->n_experts + 1) * sizeof(int));
         b->ex_rows = lily_xmalloc(fn * k * sizeof(int));
         b->ex_rw = lily_xmalloc(fn * k * sizeof(float));
+        size_t wi = (size_t)imax(I, c->shared_inter);
+        b->dec_g = lily_xaligned((size_t)(k + 1) * wi * sizeof(float));
+        b->dec_u = lily_xaligned((size_t)(k + 1) * wi * sizeof(float));
+        b->dec_d = lily_xaligned((size_t)(k + 1) * H * sizeof(float));
     }
     *out = b;
     return 0;
@@ -100,6 +105,7 @@ static void cpu_close(lily_backend *b) {
     free(b->ex_x), free(b->ex_g), free(b->ex_u), free(b->ex_d);
     free(b->route_idx), free(b->route_wt), free(b->ex_count), free(b->ex_off);
     free(b->ex_rows), free(b->ex_rw), free(b->attn_scratch);
+    free(b->dec_g), free(b->dec_u), free(b->dec_d);
     free(b);
 }
 
@@ -318,6 +324,55 @@ static void swiglu(lily_backend *b, const lily_mat *gate, const lily_mat *up,
     lily_cpu_matmul(down, g, n, I, out, H, b->pool);
 }
 
+/* One token through the routed experts and the shared expert: all gate/up products in one
+ * parallel job, all down products in another (a decode step would otherwise synchronise the
+ * pool 3 times per expert). */
+static void moe_one_token(lily_backend *b, const lily_layer *ly, const int *idx, const float *wt,
+                          float *out) {
+    const lily_config *c = &b->m->cfg;
+    int H = c->hidden, k = c->top_k, I = c->moe_inter, Is = c->shared_inter;
+    int wi = imax(I, Is), has_sh = Is > 0;
+    lily_mm_op ops[2 * 64 + 2];
+    int n_ops = 0;
+    for (int j = 0; j < k; j++) {
+        ops[n_ops++] = (lily_mm_op){&ly->exp_gate[idx[j]], b->a, b->dec_g + (size_t)j * wi};
+        ops[n_ops++] = (lily_mm_op){&ly->exp_up[idx[j]], b->a, b->dec_u + (size_t)j * wi};
+    }
+    if (has_sh) {
+        ops[n_ops++] = (lily_mm_op){&ly->sh_gate, b->a, b->dec_g + (size_t)k * wi};
+        ops[n_ops++] = (lily_mm_op){&ly->sh_up, b->a, b->dec_u + (size_t)k * wi};
+    }
+    lily_cpu_matmul_many(ops, n_ops, b->pool);
+    for (int j = 0; j < k + has_sh; j++) {
+        int w = j < k ? I : Is;
+        float *g = b->dec_g + (size_t)j * wi, *u = b->dec_u + (size_t)j * wi;
+        for (int i = 0; i < w; i++) g[i] = siluf(g[i]) * u[i];
+    }
+    n_ops = 0;
+    for (int j = 0; j < k; j++)
+        ops[n_ops++] = (lily_mm_op){&ly->exp_down[idx[j]], b->dec_g + (size_t)j * wi,
+                                    b->dec_d + (size_t)j * H};
+    if (has_sh)
+        ops[n_ops++] = (lily_mm_op){&ly->sh_down, b->dec_g + (size_t)k * wi, b->dec_d + (size_t)k * H};
+    lily_cpu_matmul_many(ops, n_ops, b->pool);
+    if (has_sh) {
+        float sg;
+        lily_cpu_matmul(&ly->sh_gate_w, b->a, 1, H, &sg, 1, b->pool);
+        float gte = sigmoidf(sg);
+        const float *d = b->dec_d + (size_t)k * H;
+        for (int i = 0; i < H; i++) out[i] = gte * d[i];
+    } else {
+        memset(out, 0, (size_t)H * sizeof(float));
+    }
+    /* ascending expert order, like the prefill path, so both sum in the same order */
+    for (int e = 0; e < c->n_experts; e++)
+        for (int j = 0; j < k; j++)
+            if (idx[j] == e) {
+                const float *d = b->dec_d + (size_t)j * H;
+                for (int i = 0; i < H; i++) out[i] += wt[j] * d[i];
+            }
+}
+
 static void moe_layer(lily_backend *b, int l, int n) {
     const lily_config *c = &b->m->cfg;
     const lily_layer *ly = &b->m->layers[l];
@@ -329,6 +384,11 @@ static void moe_layer(lily_backend *b, int l, int n) {
     }
     float *logits = b->small0;
     lily_cpu_matmul(&ly->router, b->a, n, H, logits, E, b->pool);
+    if (n == 1 && k <= 64) {
+        lily_cpu_topk_softmax(logits, E, k, c->norm_topk_prob, b->route_idx, b->route_wt);
+        moe_one_token(b, ly, b->route_idx, b->route_wt, out);
+        return;
+    }
     memset(b->ex_count, 0, (size_t)E * sizeof(int));
     for (int t = 0; t < n; t++) {
         lily_cpu_topk_softmax(logits + (size_t)t * E, E, k, c->norm_topk_prob,

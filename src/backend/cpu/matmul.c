@@ -192,8 +192,17 @@ q4_rows1_avx512(const lily_mat *W, int r0, int r1, const float *Xr, const float 
             }
         }
         if (nr == 1) q[1] = q[0];
+        /* the next row pair is 2 rows on: prefetch it while this pair is computed, since the
+         * hardware stream prefetcher stops at every 4 KiB page of the mapping */
+        const char *pf = (const char *)q[0] + (size_t)2 * cols / 2;
+        const char *pf_end = (const char *)W->w + (size_t)W->rows * cols / 2;
+        if (r + 2 < r1) {
+            _mm_prefetch((const char *)(W->scales + (size_t)(r + 2) * ng), _MM_HINT_T0);
+            _mm_prefetch((const char *)(W->biases + (size_t)(r + 2) * ng), _MM_HINT_T0);
+        }
         for (int g = 0; g < ng; g++) {
             const float *x = Xr + (size_t)g * 64;
+            if ((g & 1) == 0 && pf + (size_t)g * 64 < pf_end) _mm_prefetch(pf + (size_t)g * 64, _MM_HINT_T0);
             __m512 x0 = _mm512_loadu_ps(x), x1 = _mm512_loadu_ps(x + 16);
             __m512 x2 = _mm512_loadu_ps(x + 32), x3 = _mm512_loadu_ps(x + 48);
             for (int k = 0; k < 2; k++) {
@@ -501,4 +510,90 @@ void lily_cpu_matmul(const lily_mat *W, const float *X, int n, int ldx, float *Y
         for (int t = 0; t < tasks; t++) mm_tile_task(&j, t, 0);
         free(j.tile_buf);
     }
+}
+
+/* ---- several one-token Q4 matrix-vector products in one pool job ------------------------------ */
+
+typedef struct {
+    const lily_mm_op *ops;
+    const float *Xr, *xs; /* per op, at offsets xoff[i] / soff[i] */
+    const size_t *xoff, *soff;
+    const int *t_op, *t_r0, *t_r1; /* task table */
+} mm_many_job;
+
+static void mm_many_task(void *ctx, int task, int thread) {
+    (void)thread;
+    mm_many_job *j = ctx;
+    int i = j->t_op[task];
+    const lily_mm_op *op = &j->ops[i];
+    if (have_avx512())
+        q4_rows1_avx512(op->W, j->t_r0[task], j->t_r1[task], j->Xr + j->xoff[i], j->xs + j->soff[i],
+                        op->Y);
+    else if (have_avx2())
+        q4_rows_avx2(op->W, j->t_r0[task], j->t_r1[task], j->Xr + j->xoff[i], j->xs + j->soff[i],
+                     1, op->Y, op->W->rows);
+    else
+        q4_rows_scalar(op->W, j->t_r0[task], j->t_r1[task], j->Xr + j->xoff[i],
+                       j->xs + j->soff[i], 1, op->Y, op->W->rows);
+}
+
+void lily_cpu_matmul_many(const lily_mm_op *ops, int n_ops, lily_pool *pool) {
+    int ok = pool != NULL && n_ops <= 64 && !have_vnni();
+    size_t xtot = 0, stot = 0, btot = 0;
+    for (int i = 0; ok && i < n_ops; i++) {
+        const lily_mat *W = ops[i].W;
+        ok = W->dt == LILY_DT_Q4 && W->group == 64;
+        xtot += (size_t)W->cols;
+        stot += (size_t)W->cols / 64;
+        btot += (size_t)W->rows * (W->cols / 2 + W->cols / 16);
+    }
+    if (!ok) {
+        for (int i = 0; i < n_ops; i++)
+            lily_cpu_matmul(ops[i].W, ops[i].X, 1, ops[i].W->cols, ops[i].Y, ops[i].W->rows, pool);
+        return;
+    }
+    int threads = lily_pool_threads(pool);
+    size_t chunk = btot / ((size_t)threads * 4) + 1;
+    int max_tasks = threads * 4 + n_ops * 2;
+    size_t need = (xtot + stot) * sizeof(float) + 2 * 64 * sizeof(size_t) +
+                  3 * (size_t)max_tasks * sizeof(int);
+    char *buf = lily_pool_scratch(pool, threads, need);
+    float *Xr = (float *)buf, *xs = Xr + xtot;
+    size_t *xoff = (size_t *)(xs + stot), *soff = xoff + 64;
+    int *t_op = (int *)(soff + 64), *t_r0 = t_op + max_tasks, *t_r1 = t_r0 + max_tasks;
+    size_t xo = 0, so = 0;
+    int nt = 0;
+    for (int i = 0; i < n_ops; i++) {
+        const lily_mat *W = ops[i].W;
+        int cols = W->cols, ng = cols / 64;
+        xoff[i] = xo;
+        soff[i] = so;
+        for (int g = 0; g < ng; g++) {
+            const float *xg = ops[i].X + (size_t)g * 64;
+            float *o = Xr + xo + (size_t)g * 64, sum = 0;
+            for (int k = 0; k < 32; k++) {
+                o[k] = xg[2 * k];
+                o[32 + k] = xg[2 * k + 1];
+                sum += xg[2 * k] + xg[2 * k + 1];
+            }
+            xs[so + g] = sum;
+        }
+        xo += (size_t)cols;
+        so += (size_t)ng;
+        /* split this op in parts of about `chunk` bytes, rows rounded to pairs */
+        size_t bytes = (size_t)W->rows * (cols / 2 + cols / 16);
+        int parts = (int)((bytes + chunk - 1) / chunk);
+        if (parts < 1) parts = 1;
+        int per = (W->rows + parts - 1) / parts;
+        per = (per + 1) & ~1;
+        for (int r = 0; r < W->rows; r += per) {
+            LILY_ASSERT(nt < max_tasks);
+            t_op[nt] = i;
+            t_r0[nt] = r;
+            t_r1[nt] = r + per < W->rows ? r + per : W->rows;
+            nt++;
+        }
+    }
+    mm_many_job j = {ops, Xr, xs, xoff, soff, t_op, t_r0, t_r1};
+    lily_pool_run(pool, mm_many_task, &j, nt);
 }

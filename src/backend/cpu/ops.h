@@ -40,6 +40,18 @@ void lily_mat_row_f32(const lily_mat *W, int r, float *out);
 void lily_cpu_matmul(const lily_mat *W, const float *X, int n, int ldx, float *Y, int ldy,
                      lily_pool *pool);
 
+/* One product y = W x of a single token (n = 1), for lily_cpu_matmul_many. */
+typedef struct lily_mm_op {
+    const lily_mat *W;
+    const float *X; /* [W->cols] */
+    float *Y;       /* [W->rows] */
+} lily_mm_op;
+
+/* Runs up to 64 independent one-token products as one parallel job (the experts of a decode
+ * step), so their rows balance over the threads and the pool synchronises once. Falls back to
+ * one lily_cpu_matmul each when an op is not Q4 group-64. Same results as lily_cpu_matmul. */
+void lily_cpu_matmul_many(const lily_mm_op *ops, int n_ops, lily_pool *pool);
+
 /* Caps the matmul kernels' instruction set ("avx512", "avx2", "scalar"; NULL = detect). For tests:
  * not thread-safe against concurrent matmuls. */
 void lily_cpu_set_isa(const char *isa);
