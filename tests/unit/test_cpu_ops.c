@@ -269,7 +269,7 @@ static void test_gdn(void) {
 }
 
 static void test_attention(lily_pool *pool) {
-    int Nq = 6, Nkv = 2, Dh = 10, pos = 37, n = 9, ctx = pos + n;
+    int Nq = 6, Nkv = 2, Dh = 37, pos = 37, n = 9, ctx = pos + n;
     int qd = Nq * Dh, kd = Nkv * Dh;
     float *q = malloc((size_t)n * qd * 4), *kc = malloc((size_t)ctx * kd * 4);
     float *vc = malloc((size_t)ctx * kd * 4), *o = malloc((size_t)n * qd * 4);

@@ -182,8 +182,14 @@ LILY_SIMD_CLONES static void attn_task(void *ctx, int task, int thread) {
     float mx = -FLT_MAX;
     for (int s = 0; s < len; s++) {
         const float *kv = a->kc + (size_t)s * kd + (size_t)kvh * a->Dh;
+        /* 16 independent partial sums: the compiler vectorises this without reassociating */
+        float part[16] = {0};
+        int i = 0;
+        for (; i + 16 <= a->Dh; i += 16)
+            for (int l = 0; l < 16; l++) part[l] += qv[i + l] * kv[i + l];
         float dot = 0;
-        for (int i = 0; i < a->Dh; i++) dot += qv[i] * kv[i];
+        for (; i < a->Dh; i++) dot += qv[i] * kv[i];
+        for (int l = 0; l < 16; l++) dot += part[l];
         p[s] = dot * a->scale;
         if (p[s] > mx) mx = p[s];
     }
