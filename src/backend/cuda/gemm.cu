@@ -1,12 +1,19 @@
 /* Tensor-core prefill GEMM with fused dequantization (see gemm.h). */
 #include "backend/cuda/gemm.h"
 
+#include <cuda_bf16.h>
+
 #include "backend/cuda/common.cuh"
 
 namespace {
 
 constexpr int BM = 128, BK = 64, LDS = BK + 8; /* padded rows: conflict-free ldmatrix */
 constexpr int kThreads = 256;
+/* k-steps of global loads in flight per thread (register stages): 3 for the grouped tiles, 2 for
+ * the 64-token tiles, whose larger X share would otherwise spill at 2 blocks per SM */
+template <int BN> struct depth {
+    static constexpr int value = BN <= 32 ? 3 : 2;
+};
 
 __device__ __forceinline__ void ldsm_x4(uint32_t *r, const void *p) {
     uint32_t a = (uint32_t)__cvta_generic_to_shared(p);
@@ -21,13 +28,14 @@ __device__ __forceinline__ void mma_bf16(float *c, const uint32_t *a, const uint
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 }
 
-/* Raw global data of one thread's share of a k-step: 32 weights of one row, and X float4s. */
+/* Raw global data of one thread's share of a k-step: 32 weights of one row, and X as pairs of
+ * float4 (8 consecutive columns of one token row). */
 template <int DT, int BN> struct stage {
     static constexpr int WV = DT == LILY_CW_Q4 ? 1 : DT == LILY_CW_Q8 ? 2 : 4; /* uint4 of codes */
-    static constexpr int XV = BN * BK / 4 / kThreads;                          /* float4 of X */
+    static constexpr int XP = BN * BK / 8 / kThreads;                          /* X 8-col pieces */
     uint4 w[WV];
     uint32_t sb;
-    float4 x[XV];
+    float4 x[2 * XP];
 };
 
 struct tile_info {
@@ -50,35 +58,53 @@ __device__ __forceinline__ void load_stage(stage<DT, BN> &s, const tile_info &ti
         s.w[i] = o < M ? ldg_stream(wp + i * 16) : make_uint4(0, 0, 0, 0);
     if (DT != LILY_CW_BF16) s.sb = o < M ? __ldg(ti.sb + (size_t)o * (K / 64) + kt) : 0u;
 #pragma unroll
-    for (int i = 0; i < stage<DT, BN>::XV; i++) {
-        int f = t + i * kThreads, tr = f / (BK / 4), c4 = f % (BK / 4);
-        float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
+    for (int i = 0; i < stage<DT, BN>::XP; i++) {
+        int f = t + i * kThreads, tr = f / (BK / 8), c8 = f % (BK / 8);
+        float4 a = make_float4(0.f, 0.f, 0.f, 0.f), b = a;
         if (tr < ti.rows) {
             int row = ti.row0 + tr;
             if (gather) row = gather[row];
-            v = *(const float4 *)(X + (size_t)row * ldx + (size_t)kt * BK + c4 * 4);
+            const float *xp = X + (size_t)row * ldx + (size_t)kt * BK + c8 * 8;
+            a = *(const float4 *)xp;
+            b = *(const float4 *)(xp + 4);
         }
-        s.x[i] = v;
+        s.x[2 * i] = a;
+        s.x[2 * i + 1] = b;
     }
 }
 
-/* Dequantizes the staged codes into As (bf16) and converts X into Bs. */
+__device__ __forceinline__ uint32_t bf2(float a, float b) { /* RNE, a in the low half */
+    __nv_bfloat162 h = __floats2bfloat162_rn(a, b);
+    return *(uint32_t *)&h;
+}
+
+/* Dequantizes the staged codes into As (bf16) and converts X into Bs.
+ *
+ * Q4 works on pairs of bf16 lanes: (v >> 4j) & 0x000F000F | 0x43004300 is the bf16 pair
+ * (128 + q_j, 128 + q_{j+4}) of word v, exact; one subtraction and one fma with the group's
+ * (scale, bias) give the weights, 4 instructions per pair instead of int->float conversions. The
+ * pairs come out in the column order 0,4,1,5,2,6,3,7 within each 8 columns, so X is stored in
+ * the same order: the k-sum of the mma does not depend on the order of k. */
 template <int DT, int BN>
 __device__ __forceinline__ void store_stage(const stage<DT, BN> &s, uint16_t *As, uint16_t *Bs) {
     const int t = threadIdx.x, r = t >> 1, half = t & 1;
     uint4 *dst = (uint4 *)(As + r * LDS + half * 32);
     if (DT == LILY_CW_Q4) {
-        float sc = lo_bf16(s.sb), bi = hi_bf16(s.sb);
+        const uint32_t sc2 = __byte_perm(s.sb, 0, 0x1010), bi2 = __byte_perm(s.sb, 0, 0x3232);
+        const __nv_bfloat162 sc = *(const __nv_bfloat162 *)&sc2;
+        const __nv_bfloat162 bi = *(const __nv_bfloat162 *)&bi2;
+        const uint32_t k128 = 0x43004300u;
+        const __nv_bfloat162 c128 = *(const __nv_bfloat162 *)&k128;
         const uint32_t ws[4] = {s.w[0].x, s.w[0].y, s.w[0].z, s.w[0].w};
 #pragma unroll
         for (int i = 0; i < 4; i++) {
-            uint32_t v = ws[i];
             uint32_t p[4];
 #pragma unroll
-            for (int m = 0; m < 4; m++) {
-                float a = fmaf(sc, (float)((v >> (8 * m)) & 15u), bi);
-                float b = fmaf(sc, (float)((v >> (8 * m + 4)) & 15u), bi);
-                p[m] = pack_bf16x2(a, b);
+            for (int j = 0; j < 4; j++) {
+                uint32_t u = ((ws[i] >> (4 * j)) & 0x000F000Fu) | 0x43004300u;
+                __nv_bfloat162 q = __hsub2(*(const __nv_bfloat162 *)&u, c128);
+                __nv_bfloat162 w = __hfma2(q, sc, bi);
+                p[j] = *(uint32_t *)&w;
             }
             dst[i] = make_uint4(p[0], p[1], p[2], p[3]);
         }
@@ -91,10 +117,13 @@ __device__ __forceinline__ void store_stage(const stage<DT, BN> &s, uint16_t *As
 #pragma unroll
             for (int wi = 0; wi < 4; wi++) {
                 uint32_t v = ws[wi];
-                p[2 * wi] = pack_bf16x2(fmaf(sc, (float)(v & 255u), bi),
-                                        fmaf(sc, (float)((v >> 8) & 255u), bi));
-                p[2 * wi + 1] = pack_bf16x2(fmaf(sc, (float)((v >> 16) & 255u), bi),
-                                            fmaf(sc, (float)(v >> 24), bi));
+                /* 2^23 + q is exact as a float: no int->float conversion */
+                float q0 = __uint_as_float(0x4B000000u | (v & 255u)) - 8388608.f;
+                float q1 = __uint_as_float(0x4B000000u | ((v >> 8) & 255u)) - 8388608.f;
+                float q2 = __uint_as_float(0x4B000000u | ((v >> 16) & 255u)) - 8388608.f;
+                float q3 = __uint_as_float(0x4B000000u | (v >> 24)) - 8388608.f;
+                p[2 * wi] = bf2(fmaf(sc, q0, bi), fmaf(sc, q1, bi));
+                p[2 * wi + 1] = bf2(fmaf(sc, q2, bi), fmaf(sc, q3, bi));
             }
             dst[2 * i] = make_uint4(p[0], p[1], p[2], p[3]);
             dst[2 * i + 1] = make_uint4(p[4], p[5], p[6], p[7]);
@@ -104,18 +133,20 @@ __device__ __forceinline__ void store_stage(const stage<DT, BN> &s, uint16_t *As
         for (int i = 0; i < 4; i++) dst[i] = s.w[i];
     }
 #pragma unroll
-    for (int i = 0; i < stage<DT, BN>::XV; i++) {
-        int f = t + i * kThreads, tr = f / (BK / 4), c4 = f % (BK / 4);
-        float4 v = s.x[i];
-        *(uint2 *)(Bs + tr * LDS + c4 * 4) =
-            make_uint2(pack_bf16x2(v.x, v.y), pack_bf16x2(v.z, v.w));
+    for (int i = 0; i < stage<DT, BN>::XP; i++) {
+        int f = t + i * kThreads, tr = f / (BK / 8), c8 = f % (BK / 8);
+        float4 a = s.x[2 * i], b = s.x[2 * i + 1];
+        uint4 v = DT == LILY_CW_Q4
+                      ? make_uint4(bf2(a.x, b.x), bf2(a.y, b.y), bf2(a.z, b.z), bf2(a.w, b.w))
+                      : make_uint4(bf2(a.x, a.y), bf2(a.z, a.w), bf2(b.x, b.y), bf2(b.z, b.w));
+        *(uint4 *)(Bs + tr * LDS + c8 * 8) = v;
     }
 }
 
 /* grid (ceil(M/BM), token tiles). Plain: tile y covers tokens y*BN.. of n. Grouped: tile y is
  * tiles[y] when y < *d_ntiles. */
 template <int DT, int BN>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kThreads, 2)
     gemm_kernel(const uint8_t *__restrict__ W, const uint32_t *__restrict__ SB, size_t w_stride,
                 size_t sb_stride, int M, int K, const float *__restrict__ X, int ldx, int n,
                 const int32_t *__restrict__ gather, const int32_t *__restrict__ tiles,
@@ -146,29 +177,41 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
         for (int b = 0; b < NT; b++) acc[a][b][0] = acc[a][b][1] = acc[a][b][2] = acc[a][b][3] = 0;
     const int ksteps = K / BK;
-    stage<DT, BN> st;
-    load_stage<DT, BN>(st, ti, M, K, m0, 0, X, ldx, gather);
-    for (int kt = 0; kt < ksteps; kt++) {
-        __syncthreads(); /* the previous step's fragments are read */
-        store_stage<DT, BN>(st, As, Bs);
-        __syncthreads();
-        if (kt + 1 < ksteps) load_stage<DT, BN>(st, ti, M, K, m0, kt + 1, X, ldx, gather);
+    /* kDepth stages of loads in flight; the stage index is a compile-time constant (unrolled),
+     * so the stages stay in registers */
+    constexpr int kDepth = depth<BN>::value;
+    stage<DT, BN> st[kDepth];
 #pragma unroll
-        for (int kk = 0; kk < BK / 16; kk++) {
-            uint32_t a[2][4];
+    for (int d = 0; d < kDepth; d++)
+        if (d < ksteps) load_stage<DT, BN>(st[d], ti, M, K, m0, d, X, ldx, gather);
+    for (int kt0 = 0; kt0 < ksteps; kt0 += kDepth) {
 #pragma unroll
-            for (int mt = 0; mt < 2; mt++)
-                ldsm_x4(a[mt], As + (wm * 32 + mt * 16 + (lane & 15)) * LDS + kk * 16 +
-                                   (lane >> 4) * 8);
+        for (int d = 0; d < kDepth; d++) {
+            const int kt = kt0 + d;
+            if (kt >= ksteps) break;
+            __syncthreads(); /* the previous step's fragments are read */
+            store_stage<DT, BN>(st[d], As, Bs);
+            __syncthreads();
+            if (kt + kDepth < ksteps)
+                load_stage<DT, BN>(st[d], ti, M, K, m0, kt + kDepth, X, ldx, gather);
 #pragma unroll
-            for (int np = 0; np < NT / 2; np++) {
-                uint32_t b[4];
-                ldsm_x4(b, Bs + (wn * (BN / 2) + np * 16 + (lane >> 4) * 8 + (lane & 7)) * LDS +
-                               kk * 16 + ((lane >> 3) & 1) * 8);
+            for (int kk = 0; kk < BK / 16; kk++) {
+                uint32_t a[2][4];
 #pragma unroll
-                for (int mt = 0; mt < 2; mt++) {
-                    mma_bf16(acc[mt][2 * np], a[mt], b);
-                    mma_bf16(acc[mt][2 * np + 1], a[mt], b + 2);
+                for (int mt = 0; mt < 2; mt++)
+                    ldsm_x4(a[mt], As + (wm * 32 + mt * 16 + (lane & 15)) * LDS + kk * 16 +
+                                       (lane >> 4) * 8);
+#pragma unroll
+                for (int np = 0; np < NT / 2; np++) {
+                    uint32_t b[4];
+                    ldsm_x4(b, Bs +
+                                   (wn * (BN / 2) + np * 16 + (lane >> 4) * 8 + (lane & 7)) * LDS +
+                                   kk * 16 + ((lane >> 3) & 1) * 8);
+#pragma unroll
+                    for (int mt = 0; mt < 2; mt++) {
+                        mma_bf16(acc[mt][2 * np], a[mt], b);
+                        mma_bf16(acc[mt][2 * np + 1], a[mt], b + 2);
+                    }
                 }
             }
         }

@@ -4,9 +4,10 @@
  * Blocks compute 128 weight rows x BN tokens; each 64-column k-step is one quantization group:
  * threads dequantize their slice of the W tile to bf16 in shared memory, convert the fp32
  * activations to bf16 beside it, and 8 warps run mma.sync m16n8k16 (bf16 in, fp32 accumulate)
- * from ldmatrix fragments; the next k-step's global loads are issued into registers before the
- * current step's math. The grouped form runs a list of (expert, row range) tiles built on the
- * device (see moe.h), with optional row gather of X, so a MoE layer needs no host sync. */
+ * from ldmatrix fragments; the global loads of the next 2-3 k-steps are in flight in registers
+ * during the current step's math. The grouped form runs a list of (expert, row range) tiles
+ * built on the device (see moe.h), with optional row gather of X, so a MoE layer needs no host
+ * sync. */
 #ifndef LILY_BACKEND_CUDA_GEMM_H
 #define LILY_BACKEND_CUDA_GEMM_H
 
