@@ -555,12 +555,12 @@ void lily_cpu_matmul_many(const lily_mm_op *ops, int n_ops, lily_pool *pool) {
     int threads = lily_pool_threads(pool);
     size_t chunk = btot / ((size_t)threads * 4) + 1;
     int max_tasks = threads * 4 + n_ops * 2;
-    size_t need = (xtot + stot) * sizeof(float) + 2 * 64 * sizeof(size_t) +
+    size_t need = 2 * 64 * sizeof(size_t) + (xtot + stot) * sizeof(float) +
                   3 * (size_t)max_tasks * sizeof(int);
     char *buf = lily_pool_scratch(pool, threads, need);
-    float *Xr = (float *)buf, *xs = Xr + xtot;
-    size_t *xoff = (size_t *)(xs + stot), *soff = xoff + 64;
-    int *t_op = (int *)(soff + 64), *t_r0 = t_op + max_tasks, *t_r1 = t_r0 + max_tasks;
+    size_t *xoff = (size_t *)buf, *soff = xoff + 64; /* 8-byte fields first: aligned */
+    float *Xr = (float *)(soff + 64), *xs = Xr + xtot;
+    int *t_op = (int *)(xs + stot), *t_r0 = t_op + max_tasks, *t_r1 = t_r0 + max_tasks;
     size_t xo = 0, so = 0;
     int nt = 0;
     for (int i = 0; i < n_ops; i++) {
