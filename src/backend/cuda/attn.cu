@@ -195,6 +195,7 @@ __global__ void __launch_bounds__(kDecWarps * 32)
 __global__ void attn_combine_kernel(const float *__restrict__ part, const int32_t *d_pos, int Nq,
                                     int Dh, int max_splits, const float *__restrict__ gate,
                                     float *__restrict__ out) {
+    pdl_trigger(); /* lets the output projection's GEMV issue its weight loads meanwhile */
     int h = blockIdx.x, d = threadIdx.x;
     int ns, chunk;
     dec_splits(*d_pos + 1, max_splits, &ns, &chunk);

@@ -42,6 +42,7 @@ __global__ void __launch_bounds__(kScanWarps * 32)
                     const float *__restrict__ qkv, int ld, const float *__restrict__ bp,
                     const float *__restrict__ ap, int ldba, const float *__restrict__ A_log,
                     const float *__restrict__ dt_bias, float *__restrict__ o, int ldo) {
+    pdl_trigger(); /* lets the output projection's GEMV issue its weight loads meanwhile */
     const int lane = threadIdx.x & 31;
     const int wid = blockIdx.x * kScanWarps + (threadIdx.x >> 5);
     const int groups = Dv / 8;

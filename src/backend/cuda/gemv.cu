@@ -217,9 +217,12 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(const __grid_constant__ 
     int seg[NR], lr[NR];
     uint4 w[NR][CB];
     uint32_t sb[NR][CB];
-    /* the first step's loads do not depend on x: issue them before the prologue */
+    pdl_trigger(); /* the next kernel may start its own weight loads */
+    /* the first step's loads do not depend on x: issue them before the prologue, and before the
+     * previous kernel (which writes x) has finished */
     gv_rows<DT, LPR, NR>(p, base0, sub, ng, wr, sbr, seg, lr);
     gv_load<DT, LPR, NR, CB>(wr, sbr, 0, sl, nchunk, w, sb);
+    pdl_wait();
     const float scale = gv_prologue<DT>(p, xs4, xsum, nchunk, red);
     for (int base = base0; base < p.total; base += stride) {
         if (base != base0) {
@@ -275,8 +278,8 @@ int launch(const gv_params &p, lily_cuda_stream st, lily_err *e) {
     int rows_per_block = (kThreads / 32) * (32 / LPR) * (kSlots / CB);
     int blocks = (p.total + rows_per_block - 1) / rows_per_block;
     if (blocks > g_sms * per_sm) blocks = g_sms * per_sm;
-    gemv_kernel<DT, LPR, CB><<<blocks, kThreads, smem, st>>>(p);
-    LILY_CU_LAUNCHED(e);
+    LILY_CU_TRY(launch_pdl(gemv_kernel<DT, LPR, CB>, dim3(blocks), dim3(kThreads), smem, st, p),
+                e);
     return 0;
 }
 

@@ -153,7 +153,11 @@ __global__ void __launch_bounds__(kThreads)
     float *xs = (float *)smem4, *xsum = xs + p.H;
     const int nchunk = p.H / wtype<DT>::epc;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    if (p.k > 0 && warp == 0) topk_warp(p.logits, p.E, p.k, p.norm, s_sl, s_idx, s_wt);
+    pdl_trigger();
+    pdl_wait(); /* the router logits and x come from the kernels before */
+    /* the shared expert's blocks need no routing */
+    if (p.k > 0 && warp == 0 && (int)blockIdx.y < p.k)
+        topk_warp(p.logits, p.E, p.k, p.norm, s_sl, s_idx, s_wt);
     __shared__ float red[32];
     const float rs = xs_build<DT>(p.x, p.norm_w, p.eps, p.H, xs, xsum, red); /* its barrier
                                                                       publishes s_idx/s_wt */
@@ -254,6 +258,8 @@ __global__ void __launch_bounds__(kThreads) moe_down_kernel(const __grid_constan
     const int base0 = (blockIdx.x * (kThreads / 32) + warp) * rpg;
     const int bstride = gridDim.x * (kThreads / 32) * rpg;
     /* prefetch: chunk sl of every slot of the first batch of this lane's first row */
+    pdl_trigger();
+    pdl_wait(); /* idx, wt, h come from the gate/up kernel */
     uint4 w[B];
     uint32_t sbv[B];
     const uint8_t *wr[B];
@@ -343,8 +349,7 @@ int launch_gu(const gu_params &p, int slots, lily_cuda_stream st, lily_err *e) {
                     e);
     int rpb = (kThreads / 32) * 2 * (32 / LPR);
     dim3 grid((p.imax + rpb - 1) / rpb, slots);
-    moe_gate_up_kernel<DT, LPR><<<grid, kThreads, smem, st>>>(p);
-    LILY_CU_LAUNCHED(e);
+    LILY_CU_TRY(launch_pdl(moe_gate_up_kernel<DT, LPR>, grid, dim3(kThreads), smem, st, p), e);
     return 0;
 }
 
@@ -359,8 +364,8 @@ int launch_dn(const dn_params &p, lily_cuda_stream st, lily_err *e) {
     int rpb = (kThreads / 32) * (32 / LPR);
     int blocks = (p.H + rpb - 1) / rpb;
     if (blocks > 264) blocks = 264;
-    moe_down_kernel<DT, LPR><<<blocks, kThreads, smem, st>>>(p);
-    LILY_CU_LAUNCHED(e);
+    LILY_CU_TRY(launch_pdl(moe_down_kernel<DT, LPR>, dim3(blocks), dim3(kThreads), smem, st, p),
+                e);
     return 0;
 }
 
