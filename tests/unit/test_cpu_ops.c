@@ -127,8 +127,9 @@ static void test_matmul(lily_pool *pool, int vnni) {
     const int ns[] = {1, 2, 3, 4, 5, 17, 33, 70};
     for (int d = 0; d < 5; d++) {
         int quant = dts[d] == LILY_DT_Q4 || dts[d] == LILY_DT_Q8;
-        int shapes[][2] = {{37, quant ? 192 : 71}, {129, quant ? 64 : 200}, {16, quant ? 320 : 5}};
-        for (int si = 0; si < 3; si++)
+        int shapes[][2] = {{37, quant ? 192 : 71}, {129, quant ? 64 : 200}, {16, quant ? 320 : 5},
+                           {5, quant ? 17408 : 33}};
+        for (int si = 0; si < 4; si++)
             for (int ni = 0; ni < 8; ni++) {
                 int rows = shapes[si][0], cols = shapes[si][1], n = ns[ni];
                 void *mem[3] = {0};

@@ -165,8 +165,7 @@ __attribute__((target("avx512f,avx512bw,avx512vl"))) static void
 q4_rows1_avx512(const lily_mat *W, int r0, int r1, const float *Xr, const float *xs, float *Y) {
     int cols = W->cols, ng = cols / 64;
     const __m256i m4 = _mm256_set1_epi8(0x0f);
-    float sc[2][256];
-    LILY_ASSERT(ng <= 256);
+    float sc[2][256]; /* callers send at most 256 groups (16384 columns) here */
     for (int r = r0; r < r1; r += 2) {
         int nr = r + 1 < r1 ? 2 : 1;
         __m512 acc[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()};
@@ -434,7 +433,8 @@ static void mm_q4_task(void *ctx, int task, int thread) {
     int r0 = task * j->rows_per_task, r1 = r0 + j->rows_per_task;
     if (r1 > j->W->rows) r1 = j->W->rows;
     if (have_vnni()) q4_rows_vnni(j->W, r0, r1, j->xq, j->xd, j->xs, j->n, j->Y, j->ldy);
-    else if (have_avx512() && j->n == 1) q4_rows1_avx512(j->W, r0, r1, j->Xr, j->xs, j->Y);
+    else if (have_avx512() && j->n == 1 && j->W->cols <= 64 * 256)
+        q4_rows1_avx512(j->W, r0, r1, j->Xr, j->xs, j->Y);
     else if (have_avx512()) q4_rows_avx512(j->W, r0, r1, j->Xr, j->xs, j->n, j->Y, j->ldy);
     else if (have_avx2()) q4_rows_avx2(j->W, r0, r1, j->Xr, j->xs, j->n, j->Y, j->ldy);
     else q4_rows_scalar(j->W, r0, r1, j->Xr, j->xs, j->n, j->Y, j->ldy);
@@ -526,9 +526,12 @@ static void mm_many_task(void *ctx, int task, int thread) {
     mm_many_job *j = ctx;
     int i = j->t_op[task];
     const lily_mm_op *op = &j->ops[i];
-    if (have_avx512())
+    if (have_avx512() && op->W->cols <= 64 * 256)
         q4_rows1_avx512(op->W, j->t_r0[task], j->t_r1[task], j->Xr + j->xoff[i], j->xs + j->soff[i],
                         op->Y);
+    else if (have_avx512())
+        q4_rows_avx512(op->W, j->t_r0[task], j->t_r1[task], j->Xr + j->xoff[i], j->xs + j->soff[i],
+                       1, op->Y, op->W->rows);
     else if (have_avx2())
         q4_rows_avx2(op->W, j->t_r0[task], j->t_r1[task], j->Xr + j->xoff[i], j->xs + j->soff[i],
                      1, op->Y, op->W->rows);
