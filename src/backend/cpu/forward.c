@@ -212,10 +212,17 @@ static void attn_layer(lily_backend *b, lily_bstate *s, int l, int n, int pos) {
     int qw = Nq * Dh * (gated ? 2 : 1), kvw = Nkv * Dh;
     float *qg = b->big0, *q = b->big1, *o = b->big2;
     float *kc = s->k[l], *vc = s->v[l];
-    lily_cpu_matmul(&ly->q_proj, b->a, n, H, qg, qw, b->pool);
     /* K and V go straight into the cache rows pos..pos+n-1 */
-    lily_cpu_matmul(&ly->k_proj, b->a, n, H, kc + (size_t)pos * kvw, kvw, b->pool);
-    lily_cpu_matmul(&ly->v_proj, b->a, n, H, vc + (size_t)pos * kvw, kvw, b->pool);
+    if (n == 1) { /* one parallel job for the three products of one token */
+        lily_mm_op ops[3] = {{&ly->q_proj, b->a, qg},
+                             {&ly->k_proj, b->a, kc + (size_t)pos * kvw},
+                             {&ly->v_proj, b->a, vc + (size_t)pos * kvw}};
+        lily_cpu_matmul_many(ops, 3, b->pool);
+    } else {
+        lily_cpu_matmul(&ly->q_proj, b->a, n, H, qg, qw, b->pool);
+        lily_cpu_matmul(&ly->k_proj, b->a, n, H, kc + (size_t)pos * kvw, kvw, b->pool);
+        lily_cpu_matmul(&ly->v_proj, b->a, n, H, vc + (size_t)pos * kvw, kvw, b->pool);
+    }
     for (int t = 0; t < n; t++) {
         for (int h = 0; h < Nq; h++) {
             const float *src = qg + (size_t)t * qw + (size_t)h * Dh * (gated ? 2 : 1);
@@ -281,10 +288,16 @@ static void gdn_layer(lily_backend *b, lily_bstate *s, int l, int n) {
     int C = 2 * Nk * Dk + Nv * Dv, Z = Nv * Dv;
     float *qkv = b->big0, *cv = b->big1, *z = b->big2;
     float *bb = b->small0, *aa = b->small1;
-    lily_cpu_matmul(&ly->qkv_proj, b->a, n, H, qkv, C, b->pool);
-    lily_cpu_matmul(&ly->z_proj, b->a, n, H, z, Z, b->pool);
-    lily_cpu_matmul(&ly->b_proj, b->a, n, H, bb, Nv, b->pool);
-    lily_cpu_matmul(&ly->a_proj, b->a, n, H, aa, Nv, b->pool);
+    if (n == 1) { /* one parallel job for the four products of one token */
+        lily_mm_op ops[4] = {{&ly->qkv_proj, b->a, qkv}, {&ly->z_proj, b->a, z},
+                             {&ly->b_proj, b->a, bb}, {&ly->a_proj, b->a, aa}};
+        lily_cpu_matmul_many(ops, 4, b->pool);
+    } else {
+        lily_cpu_matmul(&ly->qkv_proj, b->a, n, H, qkv, C, b->pool);
+        lily_cpu_matmul(&ly->z_proj, b->a, n, H, z, Z, b->pool);
+        lily_cpu_matmul(&ly->b_proj, b->a, n, H, bb, Nv, b->pool);
+        lily_cpu_matmul(&ly->a_proj, b->a, n, H, aa, Nv, b->pool);
+    }
     lily_cpu_conv_silu(qkv, n, C, c->conv_k, s->conv[l], ly->conv_w, cv);
     float qscale = 1.0f / sqrtf((float)Dk);
     for (int t = 0; t < n; t++) {

@@ -21,9 +21,10 @@
 #define MM_TILE_ROWS 16
 #define MM_TILE_TOKENS 32
 
-/* Instruction set of the matmul kernels: 3 = AVX-512 with VNNI, 2 = AVX-512, 1 = AVX2+FMA, 0 = plain
- * C. Detected once; LILY_CPU_ISA=avx512|avx2|scalar in the environment caps it (tests use it to
- * cover every path) and LILY_CPU_ISA=vnni opts in to level 3. */
+/* Instruction set of the matmul kernels: 2 = AVX-512, 1 = AVX2+FMA, 0 = plain C. Detected once;
+ * LILY_CPU_ISA=avx512|avx2|scalar in the environment caps it (tests use it to cover every path).
+ * (An AVX-512 VNNI variant with int16 activations was tried and measured 20-30 % slower on this
+ * 2-vCPU machine than the fp32 row-pair kernel; int8 activations drifted 0.2 of the max logit.) */
 static int cached = -1;
 static int isa_level(void) {
     if (cached < 0) {
@@ -34,16 +35,12 @@ static int isa_level(void) {
             __builtin_cpu_supports("avx512vl"))
             lvl = 2;
         const char *cap = getenv("LILY_CPU_ISA");
-        /* the int16 VNNI decode kernel is opt-in until it measures faster than the exact fp32 one */
-        if (lvl == 2 && cap && !strcmp(cap, "vnni") && __builtin_cpu_supports("avx512vnni")) lvl = 3;
         if (cap && !strcmp(cap, "scalar")) lvl = 0;
         else if (cap && !strcmp(cap, "avx2") && lvl > 1) lvl = 1;
-        else if (cap && !strcmp(cap, "avx512") && lvl > 2) lvl = 2;
         cached = lvl;
     }
     return cached;
 }
-static int have_vnni(void) { return isa_level() == 3; }
 static int have_avx512(void) { return isa_level() >= 2; }
 static int have_avx2(void) { return isa_level() >= 1; }
 
@@ -58,8 +55,6 @@ void lily_cpu_set_isa(const char *isa) {
 typedef struct {
     const lily_mat *W;
     const float *X;
-    const int16_t *xq; /* decode with VNNI: X reordered per group, quantized to int16, [n][cols] */
-    const float *xd;   /* decode with VNNI: per-group int16 scale of X, [n][cols/64] */
     int n, ldx;
     float *Y;
     int ldy;
@@ -280,49 +275,6 @@ static void q4_rows_scalar(const lily_mat *W, int r0, int r1, const float *Xr, c
     }
 }
 
-/* Decode kernel with AVX-512 VNNI: the activations were quantized per group of 64 to int16
- * (scale xd = max|x|/32767, a relative step of 3e-5, far below fp32-vs-bf16 reference noise), so
- * two vpdpwssd multiply 64 4-bit codes (zero-extended to int16) by 64 activations with exact
- * integer sums. int8 activations would halve the work but cost ~1e-3 relative error per
- * product, which compounds through 40 layers into visible logit drift. The group's affine bias is
- * applied with the exact fp32 sum of x over the group. */
-__attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni"))) static void
-q4_rows_vnni(const lily_mat *W, int r0, int r1, const int16_t *xq, const float *xd,
-             const float *xs, int n, float *Y, int ldy) {
-    int cols = W->cols, ng = cols / 64;
-    const __m256i m4 = _mm256_set1_epi8(0x0f);
-    float sd[4][64];
-    for (int r = r0; r < r1; r++) {
-        const uint8_t *q = (const uint8_t *)W->w + (size_t)r * cols / 2;
-        const uint16_t *sc = W->scales + (size_t)r * ng, *bi = W->biases + (size_t)r * ng;
-        __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(),
-                         _mm512_setzero_ps()};
-        float bsum[4] = {0, 0, 0, 0};
-        for (int g0 = 0; g0 < ng; g0 += 64) {
-            int gn = ng - g0 < 64 ? ng - g0 : 64;
-            /* per-group products scale * x-scale, and the bias terms, for this block of groups */
-            for (int t = 0; t < n; t++)
-                for (int g = 0; g < gn; g++) {
-                    sd[t][g] = lily_bf16_to_f32(sc[g0 + g]) * xd[(size_t)t * ng + g0 + g];
-                    bsum[t] += lily_bf16_to_f32(bi[g0 + g]) * xs[(size_t)t * ng + g0 + g];
-                }
-            for (int g = 0; g < gn; g++) {
-                __m256i v = _mm256_loadu_si256((const __m256i *)(q + (size_t)(g0 + g) * 32));
-                __m512i lo = _mm512_cvtepu8_epi16(_mm256_and_si256(v, m4));
-                __m512i hi = _mm512_cvtepu8_epi16(_mm256_and_si256(_mm256_srli_epi16(v, 4), m4));
-                for (int t = 0; t < n; t++) {
-                    const int16_t *x = xq + (size_t)t * cols + (size_t)(g0 + g) * 64;
-                    __m512i d = _mm512_dpwssd_epi32(_mm512_setzero_si512(), lo,
-                                                    _mm512_loadu_si512(x));
-                    d = _mm512_dpwssd_epi32(d, hi, _mm512_loadu_si512(x + 32));
-                    acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d), _mm512_set1_ps(sd[t][g]), acc[t]);
-                }
-            }
-        }
-        for (int t = 0; t < n; t++) Y[(size_t)t * ldy + r] = _mm512_reduce_add_ps(acc[t]) + bsum[t];
-    }
-}
-
 /* ---- AVX2 kernels ----------------------------------------------------------------------------- */
 
 __attribute__((target("avx2,fma"))) static float hsum256(__m256 v) {
@@ -432,8 +384,7 @@ static void mm_q4_task(void *ctx, int task, int thread) {
     mm_job *j = ctx;
     int r0 = task * j->rows_per_task, r1 = r0 + j->rows_per_task;
     if (r1 > j->W->rows) r1 = j->W->rows;
-    if (have_vnni()) q4_rows_vnni(j->W, r0, r1, j->xq, j->xd, j->xs, j->n, j->Y, j->ldy);
-    else if (have_avx512() && j->n == 1 && j->W->cols <= 64 * 256)
+    if (have_avx512() && j->n == 1 && j->W->cols <= 64 * 256)
         q4_rows1_avx512(j->W, r0, r1, j->Xr, j->xs, j->Y);
     else if (have_avx512()) q4_rows_avx512(j->W, r0, r1, j->Xr, j->xs, j->n, j->Y, j->ldy);
     else if (have_avx2()) q4_rows_avx2(j->W, r0, r1, j->Xr, j->xs, j->n, j->Y, j->ldy);
@@ -454,10 +405,9 @@ void lily_cpu_matmul(const lily_mat *W, const float *X, int n, int ldx, float *Y
     int threads = pool ? lily_pool_threads(pool) : 1;
     if (W->dt == LILY_DT_Q4 && W->group == 64 && n <= 4) {
         int cols = W->cols, ng = cols / 64;
-        size_t need = (size_t)n * (cols + 2 * ng) * sizeof(float) + (size_t)n * cols * 2;
+        size_t need = (size_t)n * (cols + ng) * sizeof(float);
         float *buf = pool ? lily_pool_scratch(pool, threads, need) : lily_xmalloc(need);
-        float *Xr = buf, *xs = buf + (size_t)n * cols, *xd = xs + (size_t)n * ng;
-        int16_t *xq = (int16_t *)(xd + (size_t)n * ng);
+        float *Xr = buf, *xs = buf + (size_t)n * cols;
         for (int t = 0; t < n; t++) {
             const float *x = X + (size_t)t * ldx;
             for (int g = 0; g < ng; g++) {
@@ -470,20 +420,10 @@ void lily_cpu_matmul(const lily_mat *W, const float *X, int n, int ldx, float *Y
                     s += xg[2 * i] + xg[2 * i + 1];
                 }
                 xs[(size_t)t * ng + g] = s;
-                if (have_vnni()) {
-                    float amax = 0;
-                    for (int i = 0; i < 64; i++) amax = fmaxf(amax, fabsf(o[i]));
-                    float d = amax / 32767.0f, inv = amax > 0 ? 32767.0f / amax : 0.0f;
-                    int16_t *qo = xq + (size_t)t * cols + (size_t)g * 64;
-                    for (int i = 0; i < 64; i++) qo[i] = (int16_t)lrintf(o[i] * inv);
-                    xd[(size_t)t * ng + g] = d;
-                }
             }
         }
         j.Xr = Xr;
         j.xs = xs;
-        j.xq = xq;
-        j.xd = xd;
         /* at most 4 tasks per thread and at least ~128 KiB of weights per task: enough to
          * balance, few enough that claiming them (contended atomics) costs nothing */
         long row_bytes = (long)cols / 2 + (long)ng * 4;
@@ -541,7 +481,7 @@ static void mm_many_task(void *ctx, int task, int thread) {
 }
 
 void lily_cpu_matmul_many(const lily_mm_op *ops, int n_ops, lily_pool *pool) {
-    int ok = pool != NULL && n_ops <= 64 && !have_vnni();
+    int ok = pool != NULL && n_ops <= 64;
     size_t xtot = 0, stot = 0, btot = 0;
     for (int i = 0; ok && i < n_ops; i++) {
         const lily_mat *W = ops[i].W;
