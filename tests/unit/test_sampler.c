@@ -10,19 +10,7 @@
 #include <string.h>
 #include <time.h>
 
-static int n_pass, n_fail;
-
-#define CHECK(cond, ...)                                                                           \
-    do {                                                                                           \
-        if (cond) {                                                                                \
-            n_pass++;                                                                              \
-        } else {                                                                                   \
-            n_fail++;                                                                              \
-            printf("FAIL %s:%d: ", __FILE__, __LINE__);                                            \
-            printf(__VA_ARGS__);                                                                   \
-            printf("\n");                                                                          \
-        }                                                                                          \
-    } while (0)
+#include "../check.h"
 
 /* A small deterministic generator for test data (independent of the sampler's). */
 static uint64_t tstate = 0x1234567887654321ull;

@@ -13,19 +13,7 @@
 #include "tokenizer/utf8.h"
 #include "tokenizer/vocab.h"
 
-static int n_pass, n_fail;
-
-#define CHECK(cond, ...)                                                                           \
-    do {                                                                                           \
-        if (cond) {                                                                                \
-            n_pass++;                                                                              \
-        } else {                                                                                   \
-            n_fail++;                                                                              \
-            printf("FAIL %s:%d: ", __FILE__, __LINE__);                                            \
-            printf(__VA_ARGS__);                                                                   \
-            printf("\n");                                                                          \
-        }                                                                                          \
-    } while (0)
+#include "../check.h"
 
 static uint64_t rng = 0x1234567887654321ull;
 static uint32_t rnd(void) {
