@@ -345,15 +345,17 @@ static void moe_one_token(lily_backend *b, const lily_layer *ly, const int *idx,
     const lily_config *c = &b->m->cfg;
     int H = c->hidden, k = c->top_k, I = c->moe_inter, Is = c->shared_inter;
     int wi = imax(I, Is), has_sh = Is > 0;
-    lily_mm_op ops[2 * 64 + 2];
+    lily_mm_op ops[2 * 64 + 3];
     int n_ops = 0;
     for (int j = 0; j < k; j++) {
         ops[n_ops++] = (lily_mm_op){&ly->exp_gate[idx[j]], b->a, b->dec_g + (size_t)j * wi};
         ops[n_ops++] = (lily_mm_op){&ly->exp_up[idx[j]], b->a, b->dec_u + (size_t)j * wi};
     }
+    float sg = 0;
     if (has_sh) {
         ops[n_ops++] = (lily_mm_op){&ly->sh_gate, b->a, b->dec_g + (size_t)k * wi};
         ops[n_ops++] = (lily_mm_op){&ly->sh_up, b->a, b->dec_u + (size_t)k * wi};
+        ops[n_ops++] = (lily_mm_op){&ly->sh_gate_w, b->a, &sg};
     }
     lily_cpu_matmul_many(ops, n_ops, b->pool);
     for (int j = 0; j < k + has_sh; j++) {
@@ -369,8 +371,6 @@ static void moe_one_token(lily_backend *b, const lily_layer *ly, const int *idx,
         ops[n_ops++] = (lily_mm_op){&ly->sh_down, b->dec_g + (size_t)k * wi, b->dec_d + (size_t)k * H};
     lily_cpu_matmul_many(ops, n_ops, b->pool);
     if (has_sh) {
-        float sg;
-        lily_cpu_matmul(&ly->sh_gate_w, b->a, 1, H, &sg, 1, b->pool);
         float gte = sigmoidf(sg);
         const float *d = b->dec_d + (size_t)k * H;
         for (int i = 0; i < H; i++) out[i] = gte * d[i];

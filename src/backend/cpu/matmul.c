@@ -218,6 +218,33 @@ q4_rows1_avx512(const lily_mat *W, int r0, int r1, const float *Xr, const float 
     }
 }
 
+/* One token times an 8-bit affine matrix (the MLX router and shared-expert gate): codes in
+ * natural order, so x is read as is; the bias term uses the group sums of x. */
+__attribute__((target("avx512f,avx512bw,avx512vl"))) static void
+q8_rows1_avx512(const lily_mat *W, int r0, int r1, const float *x, const float *xs, float *Y) {
+    int cols = W->cols, ng = cols / 64;
+    for (int r = r0; r < r1; r++) {
+        const uint8_t *q = (const uint8_t *)W->w + (size_t)r * cols;
+        const uint16_t *sc = W->scales + (size_t)r * ng, *bi = W->biases + (size_t)r * ng;
+        __m512 acc = _mm512_setzero_ps();
+        float bsum = 0;
+        for (int g = 0; g < ng; g++) {
+            const uint8_t *qg = q + (size_t)g * 64;
+            const float *xg = x + (size_t)g * 64;
+            __m512 p = _mm512_mul_ps(
+                _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)qg))),
+                _mm512_loadu_ps(xg));
+            for (int k = 1; k < 4; k++)
+                p = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(
+                                        _mm_loadu_si128((const __m128i *)(qg + 16 * k)))),
+                                    _mm512_loadu_ps(xg + 16 * k), p);
+            acc = _mm512_fmadd_ps(p, _mm512_set1_ps(lily_bf16_to_f32(sc[g])), acc);
+            bsum += lily_bf16_to_f32(bi[g]) * xs[g];
+        }
+        Y[r] = _mm512_reduce_add_ps(acc) + bsum;
+    }
+}
+
 /* Decode kernel: rows [r0, r1) of a Q4 matrix times n <= 4 reordered token vectors. */
 __attribute__((target("avx512f,avx512bw,avx512vl"))) static void
 q4_rows_avx512(const lily_mat *W, int r0, int r1, const float *Xr, const float *xs, int n,
@@ -384,7 +411,8 @@ static void mm_q4_task(void *ctx, int task, int thread) {
     mm_job *j = ctx;
     int r0 = task * j->rows_per_task, r1 = r0 + j->rows_per_task;
     if (r1 > j->W->rows) r1 = j->W->rows;
-    if (have_avx512() && j->n == 1 && j->W->cols <= 64 * 256)
+    if (j->W->dt == LILY_DT_Q8) q8_rows1_avx512(j->W, r0, r1, j->X, j->xs, j->Y);
+    else if (have_avx512() && j->n == 1 && j->W->cols <= 64 * 256)
         q4_rows1_avx512(j->W, r0, r1, j->Xr, j->xs, j->Y);
     else if (have_avx512()) q4_rows_avx512(j->W, r0, r1, j->Xr, j->xs, j->n, j->Y, j->ldy);
     else if (have_avx2()) q4_rows_avx2(j->W, r0, r1, j->Xr, j->xs, j->n, j->Y, j->ldy);
@@ -403,7 +431,9 @@ void lily_cpu_matmul(const lily_mat *W, const float *X, int n, int ldx, float *Y
     j.ldy = ldy;
     j.pool = pool;
     int threads = pool ? lily_pool_threads(pool) : 1;
-    if (W->dt == LILY_DT_Q4 && W->group == 64 && n <= 4) {
+    /* fused decode kernels: Q4 for up to 4 tokens; Q8 for one token with AVX-512 */
+    if (W->group == 64 && ((W->dt == LILY_DT_Q4 && n <= 4) ||
+                           (W->dt == LILY_DT_Q8 && n == 1 && have_avx512()))) {
         int cols = W->cols, ng = cols / 64;
         size_t need = (size_t)n * (cols + ng) * sizeof(float);
         float *buf = pool ? lily_pool_scratch(pool, threads, need) : lily_xmalloc(need);
@@ -426,7 +456,7 @@ void lily_cpu_matmul(const lily_mat *W, const float *X, int n, int ldx, float *Y
         j.xs = xs;
         /* at most 4 tasks per thread and at least ~128 KiB of weights per task: enough to
          * balance, few enough that claiming them (contended atomics) costs nothing */
-        long row_bytes = (long)cols / 2 + (long)ng * 4;
+        long row_bytes = (long)cols * (W->dt == LILY_DT_Q8 ? 1 : 2) / 2 + (long)ng * 4;
         long by_size = ((long)W->rows * row_bytes + (128 << 10) - 1) / (128 << 10);
         long want = by_size < threads * 4L ? by_size : threads * 4L;
         want = (want + threads - 1) / threads * threads; /* equal shares for every thread */
@@ -466,7 +496,9 @@ static void mm_many_task(void *ctx, int task, int thread) {
     mm_many_job *j = ctx;
     int i = j->t_op[task];
     const lily_mm_op *op = &j->ops[i];
-    if (have_avx512() && op->W->cols <= 64 * 256)
+    if (op->W->dt == LILY_DT_Q8)
+        q8_rows1_avx512(op->W, j->t_r0[task], j->t_r1[task], op->X, j->xs + j->soff[i], op->Y);
+    else if (have_avx512() && op->W->cols <= 64 * 256)
         q4_rows1_avx512(op->W, j->t_r0[task], j->t_r1[task], j->Xr + j->xoff[i], j->xs + j->soff[i],
                         op->Y);
     else if (have_avx512())
@@ -485,10 +517,10 @@ void lily_cpu_matmul_many(const lily_mm_op *ops, int n_ops, lily_pool *pool) {
     size_t xtot = 0, stot = 0, btot = 0;
     for (int i = 0; ok && i < n_ops; i++) {
         const lily_mat *W = ops[i].W;
-        ok = W->dt == LILY_DT_Q4 && W->group == 64;
+        ok = W->group == 64 && (W->dt == LILY_DT_Q4 || (W->dt == LILY_DT_Q8 && have_avx512()));
         xtot += (size_t)W->cols;
         stot += (size_t)W->cols / 64;
-        btot += (size_t)W->rows * (W->cols / 2 + W->cols / 16);
+        btot += (size_t)W->rows * (W->cols / (W->dt == LILY_DT_Q8 ? 1 : 2) + W->cols / 16);
     }
     if (!ok) {
         for (int i = 0; i < n_ops; i++)
@@ -524,7 +556,7 @@ void lily_cpu_matmul_many(const lily_mm_op *ops, int n_ops, lily_pool *pool) {
         xo += (size_t)cols;
         so += (size_t)ng;
         /* split this op in parts of about `chunk` bytes, rows rounded to pairs */
-        size_t bytes = (size_t)W->rows * (cols / 2 + cols / 16);
+        size_t bytes = (size_t)W->rows * (cols / (W->dt == LILY_DT_Q8 ? 1 : 2) + cols / 16);
         int parts = (int)((bytes + chunk - 1) / chunk);
         if (parts < 1) parts = 1;
         int per = (W->rows + parts - 1) / parts;

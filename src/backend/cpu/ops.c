@@ -138,26 +138,29 @@ LILY_SIMD_CLONES void lily_cpu_gdn_scan(float *S, int Dk, int Dv, int n, const f
         const float *vt = v + (size_t)t * ldv;
         float *ot = o + (size_t)t * ldo;
         float lam = lambda[(size_t)t * ldg], bt = beta[(size_t)t * ldg];
-        /* decay and retrieve in one pass: m = (lam S)^T k */
-        for (int j = 0; j < Dv; j++) m[j] = 0;
+        /* With S' = lam S + k d^T and d = beta (v - lam S^T k), the read-out is
+         * o = S'^T q = lam S^T q + (k.q) d, so one read pass gives both S^T k and S^T q and a
+         * second pass writes S': 2 reads + 1 write of the state instead of 2 + 2. */
+        float kq = 0;
+        for (int j = 0; j < Dv; j++) m[j] = 0, d[j] = 0; /* m = S^T k, d = S^T q for now */
+        for (int i = 0; i < Dk; i++) {
+            const float *Si = S + (size_t)i * Dv;
+            float ki = kt[i], qi = qt[i];
+            kq += ki * qi;
+            for (int j = 0; j < Dv; j++) {
+                m[j] += Si[j] * ki;
+                d[j] += Si[j] * qi;
+            }
+        }
+        for (int j = 0; j < Dv; j++) {
+            float dj = bt * (vt[j] - lam * m[j]);
+            ot[j] = lam * d[j] + kq * dj;
+            d[j] = dj;
+        }
         for (int i = 0; i < Dk; i++) {
             float *Si = S + (size_t)i * Dv;
             float ki = kt[i];
-            for (int j = 0; j < Dv; j++) {
-                Si[j] *= lam;
-                m[j] += Si[j] * ki;
-            }
-        }
-        for (int j = 0; j < Dv; j++) d[j] = bt * (vt[j] - m[j]);
-        /* rank-1 write and read-out in one pass: S += k d^T; o = S^T q */
-        for (int j = 0; j < Dv; j++) ot[j] = 0;
-        for (int i = 0; i < Dk; i++) {
-            float *Si = S + (size_t)i * Dv;
-            float ki = kt[i], qi = qt[i];
-            for (int j = 0; j < Dv; j++) {
-                Si[j] += ki * d[j];
-                ot[j] += Si[j] * qi;
-            }
+            for (int j = 0; j < Dv; j++) Si[j] = lam * Si[j] + ki * d[j];
         }
     }
 }
