@@ -267,7 +267,7 @@ static void test_attention(lily_pool *pool) {
     int qd = Nq * Dh, kd = Nkv * Dh;
     float *q = malloc((size_t)n * qd * 4), *kc = malloc((size_t)ctx * kd * 4);
     float *vc = malloc((size_t)ctx * kd * 4), *o = malloc((size_t)n * qd * 4);
-    float *scr = malloc((size_t)lily_pool_threads(pool) * ctx * 4);
+    float *scr = malloc((size_t)lily_pool_threads(pool) * (Nq / Nkv) * ctx * 4);
     for (int i = 0; i < n * qd; i++) q[i] = frand() * 2;
     for (int i = 0; i < ctx * kd; i++) kc[i] = frand() * 2, vc[i] = frand();
     lily_cpu_attention(q, n, pos, kc, vc, Nq, Nkv, Dh, 0.3f, o, scr, pool);

@@ -170,44 +170,55 @@ typedef struct {
     float *out;
     int n, pos, Nq, Nkv, Dh;
     float scale;
-    float *scratch; /* [threads][ctx] */
+    float *scratch; /* [threads][rep][ctx] */
     int ctx;
 } attn_job;
 
+/* One query token and one KV head: all rep = Nq/Nkv query heads of the group are done together,
+ * so each K and V row is loaded once per group instead of once per head (GQA packing). */
 LILY_SIMD_CLONES static void attn_task(void *ctx, int task, int thread) {
     attn_job *a = ctx;
-    int t = task / a->Nq, h = task % a->Nq;
-    int kvh = h / (a->Nq / a->Nkv);
+    int rep = a->Nq / a->Nkv;
+    int t = task / a->Nkv, g = task % a->Nkv;
     int len = a->pos + t + 1; /* causal: positions 0..pos+t */
-    int qd = a->Nq * a->Dh, kd = a->Nkv * a->Dh;
-    const float *qv = a->q + (size_t)t * qd + (size_t)h * a->Dh;
-    float *p = a->scratch + (size_t)thread * a->ctx;
-    float mx = -FLT_MAX;
+    int qd = a->Nq * a->Dh, kd = a->Nkv * a->Dh, Dh = a->Dh;
+    float *p = a->scratch + (size_t)thread * rep * a->ctx; /* [rep][ctx] */
+    float mx[64], inv[64];
+    for (int r = 0; r < rep; r++) mx[r] = -FLT_MAX;
     for (int s = 0; s < len; s++) {
-        const float *kv = a->kc + (size_t)s * kd + (size_t)kvh * a->Dh;
-        /* 16 independent partial sums: the compiler vectorises this without reassociating */
-        float part[16] = {0};
-        int i = 0;
-        for (; i + 16 <= a->Dh; i += 16)
-            for (int l = 0; l < 16; l++) part[l] += qv[i + l] * kv[i + l];
-        float dot = 0;
-        for (; i < a->Dh; i++) dot += qv[i] * kv[i];
-        for (int l = 0; l < 16; l++) dot += part[l];
-        p[s] = dot * a->scale;
-        if (p[s] > mx) mx = p[s];
+        const float *kv = a->kc + (size_t)s * kd + (size_t)g * Dh;
+        for (int r = 0; r < rep; r++) {
+            const float *qv = a->q + (size_t)t * qd + (size_t)(g * rep + r) * Dh;
+            /* 16 independent partial sums: the compiler vectorises this without reassociating */
+            float part[16] = {0};
+            int i = 0;
+            for (; i + 16 <= Dh; i += 16)
+                for (int l = 0; l < 16; l++) part[l] += qv[i + l] * kv[i + l];
+            float dot = 0;
+            for (; i < Dh; i++) dot += qv[i] * kv[i];
+            for (int l = 0; l < 16; l++) dot += part[l];
+            float sc = dot * a->scale;
+            p[(size_t)r * a->ctx + s] = sc;
+            if (sc > mx[r]) mx[r] = sc;
+        }
     }
-    float sum = 0;
-    for (int s = 0; s < len; s++) {
-        p[s] = expf(p[s] - mx);
-        sum += p[s];
+    for (int r = 0; r < rep; r++) {
+        float *pr = p + (size_t)r * a->ctx, sum = 0;
+        for (int s = 0; s < len; s++) {
+            pr[s] = expf(pr[s] - mx[r]);
+            sum += pr[s];
+        }
+        inv[r] = 1.0f / sum;
+        float *o = a->out + (size_t)t * qd + (size_t)(g * rep + r) * Dh;
+        for (int i = 0; i < Dh; i++) o[i] = 0;
     }
-    float inv = 1.0f / sum;
-    float *o = a->out + (size_t)t * qd + (size_t)h * a->Dh;
-    for (int i = 0; i < a->Dh; i++) o[i] = 0;
     for (int s = 0; s < len; s++) {
-        const float *vv = a->vc + (size_t)s * kd + (size_t)kvh * a->Dh;
-        float w = p[s] * inv;
-        for (int i = 0; i < a->Dh; i++) o[i] += w * vv[i];
+        const float *vv = a->vc + (size_t)s * kd + (size_t)g * Dh;
+        for (int r = 0; r < rep; r++) {
+            float w = p[(size_t)r * a->ctx + s] * inv[r];
+            float *o = a->out + (size_t)t * qd + (size_t)(g * rep + r) * Dh;
+            for (int i = 0; i < Dh; i++) o[i] += w * vv[i];
+        }
     }
 }
 
@@ -215,10 +226,11 @@ void lily_cpu_attention(const float *q, int n, int pos, const float *kc, const f
                         int Nkv, int Dh, float scale, float *out, float *scratch,
                         lily_pool *pool) {
     int ctx = pos + n;
+    LILY_ASSERT(Nq % Nkv == 0 && Nq / Nkv <= 64);
     attn_job a = {q, kc, vc, out, n, pos, Nq, Nkv, Dh, scale, scratch, ctx};
-    if (pool) lily_pool_run(pool, attn_task, &a, n * Nq);
+    if (pool) lily_pool_run(pool, attn_task, &a, n * Nkv);
     else
-        for (int i = 0; i < n * Nq; i++) attn_task(&a, i, 0);
+        for (int i = 0; i < n * Nkv; i++) attn_task(&a, i, 0);
 }
 
 void lily_cpu_topk_softmax(const float *logits, int E, int k, int norm, int *idx, float *wt) {

@@ -79,8 +79,8 @@ void lily_cpu_gdn_scan(float *S, int Dk, int Dv, int n, const float *q, int ldq,
 
 /* Causal GQA attention for n new queries at positions pos..pos+n-1 over a cache holding
  * positions 0..pos+n-1. q: [n][Nq*Dh]; kc, vc: [ctx][Nkv*Dh] caches; out: [n][Nq*Dh].
- * scale multiplies q.k; softmax in fp32 with max subtraction. scratch: [threads][pos+n] floats
- * (threads = pool's thread count, 1 without a pool), so nothing is allocated per call. */
+ * scale multiplies q.k; softmax in fp32 with max subtraction. scratch: [threads][Nq/Nkv][pos+n]
+ * floats (threads = pool's thread count, 1 without a pool), so nothing is allocated per call. */
 void lily_cpu_attention(const float *q, int n, int pos, const float *kc, const float *vc, int Nq,
                         int Nkv, int Dh, float scale, float *out, float *scratch,
                         lily_pool *pool);
