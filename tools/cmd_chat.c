@@ -13,7 +13,7 @@
 #include "cli.h"
 
 #ifdef LILY_HAVE_SERVER
-#include "server/cli.h"
+#include "cli_chat.h"
 #include "server/outparse.h"
 #include "server/sb.h"
 
@@ -116,9 +116,8 @@ static cJSON *new_history(const char *system) {
 int lily_cmd_chat(int argc, char **argv) {
     lily_clichat_opts co = {.cache_bytes = (size_t)1 << 30};
     char *system = NULL;
-    int think = -1, n_new = 0, seed_set = 0;
-    double temp = -1, top_p = -1, min_p = -1;
-    long top_k = -1, seed = 0, x;
+    lily_chat_args ga = {.n_new = 0, .think = -1, .temp = -1, .top_p = -1, .min_p = -1,
+                         .top_k = -1};
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i], *v;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
@@ -126,36 +125,21 @@ int lily_cmd_chat(int argc, char **argv) {
             return 0;
         }
         if (!(v = lily_cli_value(argc, argv, &i))) return 2;
-        if (!strcmp(a, "--model"))
-            co.model_dir = v;
-        else if (!strcmp(a, "--system"))
+        if (!strcmp(a, "--system")) {
             free(system), system = strdup(v);
-        else if (!strcmp(a, "-n") && !lily_cli_size(v, &x) && x > 0)
-            n_new = (int)x;
-        else if (!strcmp(a, "--temp"))
-            temp = atof(v);
-        else if (!strcmp(a, "--top-p"))
-            top_p = atof(v);
-        else if (!strcmp(a, "--min-p"))
-            min_p = atof(v);
-        else if (!strcmp(a, "--top-k") && !lily_cli_size(v, &x))
-            top_k = x;
-        else if (!strcmp(a, "--seed") && !lily_cli_size(v, &x))
-            seed = x, seed_set = 1;
-        else if (!strcmp(a, "--think") && (!strcmp(v, "on") || !strcmp(v, "off")))
-            think = !strcmp(v, "on");
-        else if (!strcmp(a, "--ctx") && !lily_cli_size(v, &x) && x > 1)
-            co.ctx = (int)x;
-        else if (!strcmp(a, "--threads") && !lily_cli_size(v, &x))
-            co.threads = (int)x;
-        else if (!strcmp(a, "--backend")) {
-            if (lily_cli_backend(v, &co.backend)) return 2;
-        } else {
-            fprintf(stderr, "lily chat: bad option %s %s\n", a, v);
-            usage(stderr);
+            continue;
+        }
+        int r = lily_chat_arg(a, v, &co, &ga);
+        if (r <= 0) {
+            if (!r) fprintf(stderr, "lily chat: bad option %s %s\n", a, v);
+            if (!r) usage(stderr);
+            free(system);
             return 2;
         }
     }
+    int think = ga.think, n_new = ga.n_new, seed_set = ga.seed_set;
+    double temp = ga.temp, top_p = ga.top_p, min_p = ga.min_p;
+    long top_k = ga.top_k, seed = ga.seed;
     if (!co.model_dir) {
         usage(stderr);
         free(system);
