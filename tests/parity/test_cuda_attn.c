@@ -52,7 +52,7 @@ static void decode_case(int Nq, int Nkv, int Dh, int ctx, int splits, int gated)
     pt_fill(q, qd, 1.5f);
     pt_fill(gate, qd, 3.0f);
     float scale = 1.0f / sqrtf((float)Dh);
-    float *scr = malloc((size_t)ctx * 4);
+    float *scr = malloc((size_t)(Nq / Nkv) * ctx * 4); /* [rep][ctx]: one thread */
     lily_cpu_attention(q, 1, ctx - 1, kc, vc, Nq, Nkv, Dh, scale, ref, scr, NULL);
     if (gated)
         for (int i = 0; i < qd; i++) ref[i] *= sig(gate[i]);
@@ -85,7 +85,7 @@ static void prefill_case(int Nq, int Nkv, int Dh, int pos0, int n, int gated) {
     for (size_t i = 0; i < nq; i++) q[i] = bfr(pt_frand() * 1.5f);
     pt_fill(gate, nq, 3.0f);
     float scale = 1.0f / sqrtf((float)Dh);
-    float *scr = malloc((size_t)ctx * 4);
+    float *scr = malloc((size_t)(Nq / Nkv) * ctx * 4); /* [rep][ctx]: one thread */
     lily_cpu_attention(q, n, pos0, kc, vc, Nq, Nkv, Dh, scale, ref, scr, NULL);
     if (gated)
         for (size_t i = 0; i < nq; i++) ref[i] *= sig(gate[i]);
