@@ -14,25 +14,7 @@
 #include "model/model.h"
 #include "model/safetensors.h"
 
-static int n_pass, n_fail;
-
-static void check(int ok, const char *what, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-#include <stdarg.h>
-static void check(int ok, const char *what, const char *fmt, ...) {
-    if (ok) n_pass++;
-    else n_fail++;
-    printf("%s %s", ok ? "PASS" : "FAIL", what);
-    if (fmt) {
-        va_list ap;
-        va_start(ap, fmt);
-        printf(": ");
-        vprintf(fmt, ap);
-        va_end(ap);
-    }
-    printf("\n");
-}
+#include "../check.h"
 
 static char root[64];
 

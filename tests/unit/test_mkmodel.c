@@ -3,7 +3,6 @@
  * vocabulary and eos ids, bad shapes are refused, and the 35B presets have the sizes of
  * model.md section 9.1 (computed from the plan, nothing written). */
 #include <dirent.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,24 +15,8 @@
 #include "model/model.h"
 #include "model/safetensors.h"
 
-static int n_pass, n_fail;
+#include "../check.h"
 static char root[64];
-
-static void check(int ok, const char *what, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static void check(int ok, const char *what, const char *fmt, ...) {
-    if (ok) n_pass++;
-    else n_fail++;
-    printf("%s %s", ok ? "PASS" : "FAIL", what);
-    if (fmt) {
-        va_list ap;
-        va_start(ap, fmt);
-        printf(": ");
-        vprintf(fmt, ap);
-        va_end(ap);
-    }
-    printf("\n");
-}
 
 static int write_model(const char *name, lily_mk_opts *o, lily_mk_result *r, lily_err *err) {
     char dir[256];
