@@ -196,6 +196,12 @@ static int write_shard(const char *path, const lily_mk_plan *p, int a, int b, li
         if (e) rc = lily_fail(err, "%s: write failed: %s", path, strerror(e));
     }
     free(tasks);
+    /* Pages written through write() sit in the page cache as small folios, and a later mmap of
+     * the checkpoint maps them with 4 KiB entries: CPU decode of the 35B shape measured ~20 %
+     * slower that way than after the file is read back from disk (which builds 2 MiB folios that
+     * map with one PMD entry). So big shards are flushed and dropped from the cache here. */
+    if (rc == 0 && off >= ((uint64_t)256 << 20) && fdatasync(fd) == 0)
+        (void)posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
     if (close(fd) != 0 && rc == 0) rc = lily_fail(err, "%s: close failed: %s", path,
                                                   strerror(errno));
     *bytes = off;
