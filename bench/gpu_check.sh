@@ -12,13 +12,14 @@
 # The GPU machine has nvcc and cmake but not the -dev packages lily_core links (cJSON, PCRE2,
 # utf8proc), so the binaries are built here (Debian 12, glibc 2.36: they run on newer glibcs)
 # and carried with copies of those libraries. Stages can be skipped: GPU_CHECK_SKIP="sanitizer
-# bench lily". GPU_CHECK_BENCH_DIR picks where the synthetic 35B checkpoint is written (local
+# bench lily". GPU_CHECK_CARRY names the carry folder (default .devcarry), GPU_CHECK_TESTS the
+# parity binaries to build and pack (default: all). GPU_CHECK_BENCH_DIR picks where the synthetic 35B checkpoint is written (local
 # disk, ~19.5 GB; default /tmp/lily35b).
 set -u
 mode=${1:-run}
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
-carry=.devcarry
+carry=${GPU_CHECK_CARRY:-.devcarry} # per-engineer folder (git-ignored: .devcarry*)
 skip=" ${GPU_CHECK_SKIP:-} "
 
 if [ "$mode" = prepare ]; then
@@ -27,7 +28,7 @@ if [ "$mode" = prepare ]; then
     bd=${GPU_CHECK_BUILD:-build-cuda} # build folder (each engineer has their own)
     cmake -S . -B "$bd" -G Ninja -DLILY_CUDA=ON -DLILY_SERVER=OFF \
         -DCMAKE_CUDA_ARCHITECTURES=90a >/dev/null
-    targets=$(cd tests/parity && ls test_*.c | sed 's/\.c$//')
+    targets=${GPU_CHECK_TESTS:-$(cd tests/parity && ls test_*.c | sed 's/\.c$//')}
     ninja -C "$bd" $targets
     ninja -C "$bd" lily || echo "note: the lily binary did not build; the benchmark will use test_cuda_bench only"
     rm -rf "$carry/pack" && mkdir -p "$carry/pack/bin" "$carry/pack/lib"
