@@ -94,6 +94,12 @@ int lily_session_prefill(lily_session *s, const int32_t *tokens, int n, float *a
                          lily_prefill_cb cb, void *ud, lily_err *err);
 /* Consumes one token (the decode path). */
 int lily_session_decode(lily_session *s, int32_t token, lily_err *err);
+/* Greedy decoding of n steps: step i consumes token (i == 0) or out[i-1] and writes the argmax
+ * of the logits after it (lowest index on ties) to out[i]; out[n-1] is not consumed. Same
+ * results as n lily_session_decode calls with a host argmax; on the CUDA backend the steps run
+ * back to back on the device (the graph of a step feeds its argmax into the next). */
+int lily_session_decode_greedy(lily_session *s, int32_t token, int n, int32_t *out,
+                               lily_err *err);
 /* Logits after the last consumed token, [vocab]. Borrowed, valid until the next call on s. */
 const float *lily_session_logits(lily_session *s);
 

@@ -45,6 +45,13 @@ typedef struct lily_backend_ops {
      * of the last token. */
     int (*forward)(lily_backend *b, lily_bstate *s, const int32_t *tokens, int n, int pos,
                    float *logits, int all_logits, lily_err *e);
+
+    /* Optional (NULL: the engine loops over forward): n greedy decode steps without the host in
+     * the loop. Step i consumes token (i == 0) or out[i-1] at position pos + i and writes the
+     * argmax of its logits (lowest index on ties) to out[i]; logits, when not NULL, receives the
+     * [V] logits of the last step. */
+    int (*decode_greedy)(lily_backend *b, lily_bstate *s, int32_t token, int pos, int n,
+                         int32_t *out, float *logits, lily_err *e);
 } lily_backend_ops;
 
 extern const lily_backend_ops lily_backend_cpu;

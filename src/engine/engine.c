@@ -196,6 +196,35 @@ int lily_session_decode(lily_session *s, int32_t token, lily_err *err) {
     return 0;
 }
 
+static int32_t argmax_f(const float *x, int n) {
+    int32_t best = 0;
+    for (int i = 1; i < n; i++)
+        if (x[i] > x[best]) best = i;
+    return best;
+}
+
+int lily_session_decode_greedy(lily_session *s, int32_t token, int n, int32_t *out,
+                               lily_err *err) {
+    if (n < 1) return lily_fail(err, "greedy decode of %d tokens", n);
+    if (s->pos + n > s->max_ctx)
+        return lily_fail(err, "context overflow: %d + %d tokens exceed the session's %d", s->pos,
+                         n, s->max_ctx);
+    const lily_backend_ops *ops = s->eng->ops;
+    int V = s->eng->model->cfg.vocab;
+    if (ops->decode_greedy) {
+        if (ops->decode_greedy(s->eng->be, s->st, token, s->pos, n, out, s->logits, err) != 0)
+            return -1;
+        s->pos += n;
+        s->has_logits = 1;
+        return 0;
+    }
+    for (int i = 0; i < n; i++) {
+        if (lily_session_decode(s, i ? out[i - 1] : token, err) != 0) return -1;
+        out[i] = argmax_f(s->logits, V);
+    }
+    return 0;
+}
+
 const float *lily_session_logits(lily_session *s) { return s->has_logits ? s->logits : NULL; }
 
 int lily_session_snapshot(lily_session *s, lily_snapshot **out, lily_err *err) {

@@ -421,6 +421,23 @@ static void snapshot_test(const char *bin) {
            "snapshot restored into a fresh session replays bit-identically");
     result(ok && !memcmp(la, lc, (size_t)MORE * vocab * 4), "%s %s\n",
            "snapshot restored into the session that moved on replays bit-identically");
+    /* greedy decoding through the engine (lily_session_decode_greedy) = decode + argmax */
+    if (ok) {
+        int32_t g[MORE], h[MORE], cur = tokens[PRE];
+        ok = !lily_session_restore(a, snap, &err) &&
+             !lily_session_decode_greedy(a, cur, MORE, g, &err) &&
+             lily_session_pos(a) == PRE + MORE && !lily_session_restore(b, snap, &err);
+        for (int i = 0; ok && i < MORE; i++) {
+            ok = !lily_session_decode(b, cur, &err);
+            if (ok) h[i] = cur = argmax(lily_session_logits(b), vocab);
+        }
+        result(ok && !memcmp(g, h, sizeof g) &&
+                   !memcmp(lily_session_logits(a), lily_session_logits(b), vocab * 4u),
+               "%s %s\n", "greedy decode = decode + argmax, same final logits");
+        lily_err e2;
+        result(lily_session_decode_greedy(a, cur, PRE + MORE + 4, g, &e2) == -1, "%s %s\n",
+               "greedy decode past the context is an error");
+    }
     lily_snapshot_free(snap);
     lily_session_free(a);
     lily_session_free(b);

@@ -134,6 +134,23 @@ static void run_model(const char *dir, const char *label) {
     snprintf(what, sizeof what, "%s snapshot copy decodes identically (rel %.3g)", label,
              ok ? rel_err(lg2, lg, V) : -1.0);
     pt_check_true(what, ok && rel_err(lg2, lg, V) == 0.0);
+    /* the greedy loop on the device (graph replays feeding their argmax forward) gives the
+     * tokens and final logits of the host loop, from two identical states */
+    {
+        enum { NG = 12 };
+        int32_t dev[NG], host[NG], cur = 11 % V;
+        int gok = !gpu->decode_greedy(bg, sg2, cur, pos + 1, NG, dev, lg2, &e);
+        for (int i = 0; i < NG && gok; i++) {
+            gok = !gpu->forward(bg, sg, &cur, 1, pos + 1 + i, lg, 0, &e);
+            host[i] = cur = argmax_h(lg, V);
+        }
+        int same = gok;
+        for (int i = 0; i < NG && same; i++) same = dev[i] == host[i];
+        if (!gok) printf("  greedy decode failed: %s\n", e.msg);
+        snprintf(what, sizeof what, "%s greedy decode on the device = host loop (%d tokens)",
+                 label, NG);
+        pt_check_true(what, same && rel_err(lg2, lg, V) == 0.0);
+    }
     /* reset, then all-rows prefill of 37 tokens */
     cpu->state_reset(bc, sc);
     gpu->state_reset(bg, sg);

@@ -33,7 +33,8 @@ extern "C" {
 
 namespace {
 
-constexpr int kMaxSplits = 128; /* decode attention splits (device-side choice below this) */
+constexpr int kMaxSplits = 128;
+constexpr int kRing = 1024; /* greedy loop: replays between two reads of the token ring */ /* decode attention splits (device-side choice below this) */
 
 struct cu_layer {
     float *in_norm, *post_norm;
@@ -60,6 +61,7 @@ struct lily_backend {
     float *x, *a, *buf[5], *attn_part, *logits, *logits_all;
     void *moe_dec, *moe_pre;
     int32_t *d_tok, *d_pos, *d_argmax;
+    int32_t *d_ring, *d_step; /* greedy loop: tokens of consecutive graph replays */
     int32_t *h_tok, *h_pos; /* pinned */
     int logits_all_rows;
     size_t weight_bytes;
@@ -222,6 +224,8 @@ void cu_close_impl(lily_backend *b) {
     lily_cuda_free(b->d_tok);
     lily_cuda_free(b->d_pos);
     lily_cuda_free(b->d_argmax);
+    lily_cuda_free(b->d_ring);
+    lily_cuda_free(b->d_step);
     if (b->h_tok) cudaFreeHost(b->h_tok);
     if (b->h_pos) cudaFreeHost(b->h_pos);
     if (b->st) cudaStreamDestroy(b->st);
@@ -304,7 +308,9 @@ int cu_open(const lily_model *m, const lily_engine_opts *opts, lily_backend **ou
             break;
         if (!(b->d_tok = (int32_t *)lily_cuda_alloc(fn * 4, e)) ||
             !(b->d_pos = (int32_t *)lily_cuda_alloc(4, e)) ||
-            !(b->d_argmax = (int32_t *)lily_cuda_alloc(16, e))) /* index, pad, u64 key */
+            !(b->d_argmax = (int32_t *)lily_cuda_alloc(16, e)) || /* index, pad, u64 key */
+            !(b->d_ring = (int32_t *)lily_cuda_alloc(kRing * 4, e)) ||
+            !(b->d_step = (int32_t *)lily_cuda_alloc(4, e)))
             break;
         if (cudaMallocHost((void **)&b->h_tok, fn * 4) != cudaSuccess ||
             cudaMallocHost((void **)&b->h_pos, 4) != cudaSuccess) {
@@ -537,7 +543,11 @@ int prefill_layers(lily_backend *b, lily_bstate *s, int n, int all_logits, lily_
 int capture_decode(lily_backend *b, lily_bstate *s, lily_err *e) {
     cudaGraph_t g = nullptr;
     LILY_CU_TRY(cudaStreamBeginCapture(b->st, cudaStreamCaptureModeRelaxed), e);
-    int rc = decode_layers(b, s, e);
+    /* the step ends by feeding its argmax into the next replay's input (used by
+     * decode_greedy; forward() overwrites token and position before each replay) */
+    int rc = decode_layers(b, s, e) ||
+             lily_cuda_advance(b->d_argmax, b->d_tok, b->d_pos, b->d_ring, kRing, b->d_step,
+                               b->st, e);
     cudaError_t ce = cudaStreamEndCapture(b->st, &g);
     if (rc) {
         if (g) cudaGraphDestroy(g);
@@ -607,9 +617,61 @@ int cu_forward(lily_backend *b, lily_bstate *s, const int32_t *tokens, int n, in
     return rc;
 }
 
+/* Greedy steps as back-to-back replays of the decode graph: each replay's last kernel writes its
+ * argmax into the next replay's token slot and ring, so the host only enqueues launches and
+ * reads the ring every kRing steps. */
+int cu_decode_greedy(lily_backend *b, lily_bstate *s, int32_t token, int pos, int n, int32_t *out,
+                     float *logits, lily_err *e) {
+    const lily_config *c = &b->m->cfg;
+    if (n < 1) return lily_fail(e, "greedy decode of %d steps", n);
+    if (pos < 0 || pos + n > s->max_ctx)
+        return lily_fail(e, "context overflow: %d + %d tokens exceed the context of %d", pos, n,
+                         s->max_ctx);
+    if (token < 0 || token >= c->vocab)
+        return lily_fail(e, "token id %d out of range [0, %d)", token, c->vocab);
+    pthread_mutex_lock(&b->mu);
+    int rc = -1;
+    do {
+        *b->h_tok = token;
+        *b->h_pos = pos;
+        if (cudaMemcpyAsync(b->d_tok, b->h_tok, 4, cudaMemcpyHostToDevice, b->st) != cudaSuccess ||
+            cudaMemcpyAsync(b->d_pos, b->h_pos, 4, cudaMemcpyHostToDevice, b->st) != cudaSuccess ||
+            cudaMemsetAsync(b->d_step, 0, 4, b->st) != cudaSuccess) {
+            lily_fail(e, "greedy decode: copy failed");
+            break;
+        }
+        if (!s->graph && capture_decode(b, s, e)) break;
+        int done = 0;
+        while (done < n) {
+            int batch = n - done < kRing ? n - done : kRing;
+            int ok = 1;
+            for (int i = 0; i < batch && ok; i++) ok = cudaGraphLaunch(s->graph, b->st) == cudaSuccess;
+            /* the ring holds replays done .. done + batch at indices done % kRing .. */
+            if (!ok || cudaMemcpyAsync(out + done, b->d_ring, (size_t)batch * 4,
+                                       cudaMemcpyDeviceToHost, b->st) != cudaSuccess ||
+                cudaStreamSynchronize(b->st) != cudaSuccess) {
+                lily_fail(e, "greedy decode: %s", cudaGetErrorString(cudaGetLastError()));
+                ok = 0;
+            }
+            if (!ok) break;
+            done += batch;
+        }
+        if (done < n) break;
+        if (logits && (cudaMemcpyAsync(logits, b->logits, (size_t)c->vocab * 4,
+                                       cudaMemcpyDeviceToHost, b->st) != cudaSuccess ||
+                       cudaStreamSynchronize(b->st) != cudaSuccess)) {
+            lily_fail(e, "greedy decode: logits copy failed");
+            break;
+        }
+        rc = 0;
+    } while (0);
+    pthread_mutex_unlock(&b->mu);
+    return rc;
+}
+
 } // namespace
 
 extern "C" const lily_backend_ops lily_backend_cuda = {
-    "cuda",          cu_open,        cu_close,      cu_state_create, cu_state_free,
-    cu_state_reset,  cu_state_copy,  cu_state_bytes, cu_forward,
+    "cuda",          cu_open,        cu_close,       cu_state_create, cu_state_free,
+    cu_state_reset,  cu_state_copy,  cu_state_bytes, cu_forward,      cu_decode_greedy,
 };

@@ -99,3 +99,22 @@ extern "C" int lily_cuda_argmax(const float *x, int n, uint64_t *key, int32_t *o
     LILY_CU_LAUNCHED(e);
     return 0;
 }
+
+namespace {
+__global__ void advance_kernel(const int32_t *am, int32_t *tok, int32_t *pos, int32_t *ring,
+                               int cap, int32_t *step) {
+    int32_t t = *am, i = *step;
+    tok[0] = t;
+    *pos += 1;
+    ring[i % cap] = t;
+    *step = i + 1;
+}
+} // namespace
+
+extern "C" int lily_cuda_advance(const int32_t *d_argmax, int32_t *d_tok, int32_t *d_pos,
+                                 int32_t *ring, int ring_cap, int32_t *d_step, lily_cuda_stream st,
+                                 lily_err *e) {
+    advance_kernel<<<1, 1, 0, st>>>(d_argmax, d_tok, d_pos, ring, ring_cap, d_step);
+    LILY_CU_LAUNCHED(e);
+    return 0;
+}

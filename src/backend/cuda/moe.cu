@@ -4,6 +4,7 @@
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/gemm.h"
 #include "backend/cuda/gemv.h"
+#include "backend/cuda/q4mma.cuh"
 
 namespace {
 
@@ -332,6 +333,224 @@ __global__ void __launch_bounds__(kThreads) moe_down_kernel(const __grid_constan
     }
 }
 
+/* ---- Q4 decode on tensor cores (q4mma.cuh): H % 256 == 0 for gate/up, I % 256 == 0 for down -- */
+
+/* grid (ceil(imax / 16), slots). A block owns 16 rows of one slot's gate and the same 16 rows of
+ * its up (two 16-row tiles); warp w takes tile w & 1 and the 256-column steps w / 2, w / 2 + 4,
+ * ...; x * norm_w goes to shared memory as hi/lo bf16 planes, 1/rms is applied to the sums. */
+__global__ void __launch_bounds__(kThreads) moe_gate_up_q4mma_kernel(const __grid_constant__ gu_params p) {
+    extern __shared__ float4 smem4[];
+    __shared__ int s_idx[kMaxK];
+    __shared__ float s_wt[kMaxK];
+    __shared__ float s_sl[1024];
+    __shared__ float red[32];
+    __shared__ float part[4][32];
+    const int nchunk = p.H / 32, nsteps = p.H / 256, ng = p.H / 64;
+    uint32_t *xh = (uint32_t *)smem4, *xl = xh + p.H / 2;
+    float *xs2 = (float *)(xl + p.H / 2);
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int slot = blockIdx.y;
+    const bool shared = slot >= p.k;
+    pdl_trigger();
+    pdl_wait(); /* the router logits and x come from the kernels before */
+    if (!shared && warp == 0) topk_warp(p.logits, p.E, p.k, p.norm, s_sl, s_idx, s_wt);
+    __syncthreads();
+    if (blockIdx.x == 0 && slot == 0 && threadIdx.x == 0) {
+        for (int j = 0; j < p.k; j++) p.idx[j] = s_idx[j], p.wt[j] = s_wt[j];
+        *p.sg = p.has_sgate ? sigmoid_f(p.logits[p.E]) : 1.0f;
+    }
+    const int rows = shared ? p.Is : p.I;
+    const mat_ref &mr = (warp & 1) ? (shared ? p.sup : p.up) : (shared ? p.sgate : p.gate);
+    const uint8_t *wb = mr.w;
+    const uint32_t *sbb = mr.sb;
+    if (!shared) {
+        int ex = s_idx[slot];
+        wb += (size_t)ex * mr.ws;
+        sbb += (size_t)ex * mr.sbs;
+    }
+    const int sg = warp >> 1, r = blockIdx.x * 16 + (lane >> 2);
+    const size_t rb = (size_t)p.H / 2;
+    const uint8_t *r0 = r < rows ? wb + (size_t)r * rb : nullptr;
+    const uint8_t *r1 = r + 8 < rows ? wb + (size_t)(r + 8) * rb : nullptr;
+    const uint32_t *s0 = sbb + (size_t)r * ng, *s1 = sbb + (size_t)(r + 8) * ng;
+    q4_step_regs R[2];
+    if (sg < nsteps) q4_step_load(r0, s0, r1, s1, sg, lane, R[0]);
+    if (sg + 4 < nsteps) q4_step_load(r0, s0, r1, s1, sg + 4, lane, R[1]);
+    float ss = 0.f;
+    for (int c = threadIdx.x; c < nchunk; c += blockDim.x) {
+        float v[32];
+        const float4 *x4 = (const float4 *)(p.x + (size_t)c * 32);
+        const float4 *w4 = (const float4 *)(p.norm_w + (size_t)c * 32);
+#pragma unroll
+        for (int i = 0; i < 8; i++) {
+            float4 a = x4[i], w = p.norm_w ? w4[i] : make_float4(1.f, 1.f, 1.f, 1.f);
+            ss += a.x * a.x + a.y * a.y + a.z * a.z + a.w * a.w;
+            v[4 * i] = a.x * w.x, v[4 * i + 1] = a.y * w.y, v[4 * i + 2] = a.z * w.z;
+            v[4 * i + 3] = a.w * w.w;
+        }
+        xs2[c] = q4x_store(v, xh + (size_t)c * 16, xl + (size_t)c * 16);
+    }
+    ss = block_sum(ss, red); /* its barriers also publish the planes */
+    const float rs = p.norm_w ? 1.0f / sqrtf(ss / p.H + p.eps) : 1.0f;
+    float acc0 = 0.f, acc1 = 0.f;
+    for (int st = sg; st < nsteps; st += 8) {
+        if (st != sg) {
+            q4_step_load(r0, s0, r1, s1, st, lane, R[0]);
+            if (st + 4 < nsteps) q4_step_load(r0, s0, r1, s1, st + 4, lane, R[1]);
+        }
+        q4_step_math(R[0], xh, xl, xs2, st, lane, acc0, acc1);
+        if (st + 4 < nsteps) q4_step_math(R[1], xh, xl, xs2, st + 4, lane, acc0, acc1);
+    }
+    acc0 = quad_sum(acc0);
+    acc1 = quad_sum(acc1);
+    if ((lane & 3) == 0) {
+        part[sg][(warp & 1) * 16 + (lane >> 2)] = acc0;
+        part[sg][(warp & 1) * 16 + (lane >> 2) + 8] = acc1;
+    }
+    __syncthreads();
+    if (threadIdx.x < 16) {
+        const int i = threadIdx.x, row = blockIdx.x * 16 + i;
+        float g = ((part[0][i] + part[1][i]) + part[2][i]) + part[3][i];
+        float u = ((part[0][16 + i] + part[1][16 + i]) + part[2][16 + i]) + part[3][16 + i];
+        if (row < rows) p.h[(size_t)slot * p.imax + row] = silu_f(g * rs) * (u * rs);
+    }
+}
+
+/* grid ceil(H / 16). A block owns 16 output rows; its warps take the (slot, 256-column step)
+ * units w, w + 8, ... (8 routed experts x 2 steps + the shared expert's 2 for the 35B shape);
+ * each slot's h goes to shared memory as hi/lo planes at imax-column strides. */
+__global__ void __launch_bounds__(kThreads) moe_down_q4mma_kernel(const __grid_constant__ dn_params p) {
+    extern __shared__ float4 smem4[];
+    __shared__ float s_f[kMaxK + 1];
+    __shared__ float part[8][16];
+    const int ns = p.k + p.has_shared;
+    const int pw = p.imax / 2; /* words per slot per plane */
+    uint32_t *xh = (uint32_t *)smem4, *xl = xh + (size_t)ns * pw;
+    float *xs2 = (float *)(xl + (size_t)ns * pw);
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int stepsI = p.I / 256, stepsS = p.Is / 256;
+    const int units = p.k * stepsI + (p.has_shared ? stepsS : 0);
+    const int r = blockIdx.x * 16 + (lane >> 2);
+    pdl_trigger();
+    pdl_wait(); /* idx, wt, h come from the gate/up kernel */
+    auto unit = [&](int u, int &slot, int &step, const uint8_t *&r0, const uint32_t *&s0,
+                    const uint8_t *&r1, const uint32_t *&s1) {
+        int cols;
+        const uint8_t *wb;
+        const uint32_t *sbb;
+        if (u < p.k * stepsI) {
+            slot = u / stepsI, step = u % stepsI, cols = p.I;
+            int ex = p.idx[slot];
+            wb = p.down.w + (size_t)ex * p.down.ws;
+            sbb = p.down.sb + (size_t)ex * p.down.sbs;
+        } else {
+            slot = p.k, step = u - p.k * stepsI, cols = p.Is;
+            wb = p.sdown.w;
+            sbb = p.sdown.sb;
+        }
+        const size_t rb = (size_t)cols / 2;
+        const int ng = cols / 64;
+        r0 = r < p.H ? wb + (size_t)r * rb : nullptr;
+        r1 = r + 8 < p.H ? wb + (size_t)(r + 8) * rb : nullptr;
+        s0 = sbb + (size_t)r * ng;
+        s1 = sbb + (size_t)(r + 8) * ng;
+    };
+    q4_step_regs R[2];
+    int sl[2], sp[2];
+    const uint8_t *r0, *r1;
+    const uint32_t *s0, *s1;
+    /* the first two units' loads, before h is staged */
+#pragma unroll
+    for (int j = 0; j < 2; j++) {
+        int u = warp + 8 * j;
+        if (u < units) {
+            unit(u, sl[j], sp[j], r0, s0, r1, s1);
+            q4_step_load(r0, s0, r1, s1, sp[j], lane, R[j]);
+        }
+    }
+    for (int s = 0; s < ns; s++) {
+        const int cols = s < p.k ? p.I : p.Is;
+        for (int c = threadIdx.x; c < cols / 32; c += blockDim.x) {
+            float v[32];
+            const float4 *h4 = (const float4 *)(p.h + (size_t)s * p.imax + (size_t)c * 32);
+#pragma unroll
+            for (int i = 0; i < 8; i++) {
+                float4 a = h4[i];
+                v[4 * i] = a.x, v[4 * i + 1] = a.y, v[4 * i + 2] = a.z, v[4 * i + 3] = a.w;
+            }
+            xs2[s * (p.imax / 32) + c] = q4x_store(v, xh + (size_t)s * pw + (size_t)c * 16,
+                                                   xl + (size_t)s * pw + (size_t)c * 16);
+        }
+    }
+    if (threadIdx.x < ns) s_f[threadIdx.x] = (int)threadIdx.x < p.k ? p.wt[threadIdx.x] : *p.sg;
+    __syncthreads();
+    float acc0 = 0.f, acc1 = 0.f;
+    for (int u0 = warp; u0 < units; u0 += 16) {
+        if (u0 != warp) {
+#pragma unroll
+            for (int j = 0; j < 2; j++) {
+                int u = u0 + 8 * j;
+                if (u < units) {
+                    unit(u, sl[j], sp[j], r0, s0, r1, s1);
+                    q4_step_load(r0, s0, r1, s1, sp[j], lane, R[j]);
+                }
+            }
+        }
+#pragma unroll
+        for (int j = 0; j < 2; j++) {
+            if (u0 + 8 * j >= units) break;
+            float a0 = 0.f, a1 = 0.f;
+            const int s = sl[j];
+            q4_step_math(R[j], xh + (size_t)s * pw, xl + (size_t)s * pw, xs2 + s * (p.imax / 32),
+                         sp[j], lane, a0, a1);
+            acc0 = fmaf(s_f[s], a0, acc0);
+            acc1 = fmaf(s_f[s], a1, acc1);
+        }
+    }
+    acc0 = quad_sum(acc0);
+    acc1 = quad_sum(acc1);
+    if ((lane & 3) == 0) {
+        part[warp][lane >> 2] = acc0;
+        part[warp][(lane >> 2) + 8] = acc1;
+    }
+    __syncthreads();
+    if (threadIdx.x < 16) {
+        const int i = threadIdx.x, row = blockIdx.x * 16 + i;
+        float t = 0.f;
+        for (int w = 0; w < 8; w++) t += part[w][i];
+        if (row < p.H) p.x[row] += t;
+    }
+}
+
+int launch_gu_q4mma(const gu_params &p, int slots, lily_cuda_stream st, lily_err *e) {
+    size_t smem = (size_t)p.H * 4 /* 2 bf16 planes */ + (size_t)(p.H / 32) * 4;
+    if (smem > 40 * 1024)
+        LILY_CU_TRY(cudaFuncSetAttribute(moe_gate_up_q4mma_kernel,
+                                         cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem),
+                    e);
+    dim3 grid((p.imax + 15) / 16, slots);
+    LILY_CU_TRY(launch_pdl(moe_gate_up_q4mma_kernel, grid, dim3(kThreads), smem, st, p), e);
+    return 0;
+}
+
+int launch_dn_q4mma(const dn_params &p, lily_cuda_stream st, lily_err *e) {
+    int ns = p.k + p.has_shared;
+    size_t smem = (size_t)ns * ((size_t)p.imax * 4 /* 2 bf16 planes */ + (size_t)(p.imax / 32) * 4);
+    if (smem > 40 * 1024)
+        LILY_CU_TRY(cudaFuncSetAttribute(moe_down_q4mma_kernel,
+                                         cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem),
+                    e);
+    LILY_CU_TRY(launch_pdl(moe_down_q4mma_kernel, dim3((p.H + 15) / 16), dim3(kThreads), smem, st,
+                           p),
+                e);
+    return 0;
+}
+
+bool q4mma_on() {
+    const char *v = getenv("LILY_CUDA_Q4MMA"); /* see gemv.cu: opt-in until verified */
+    return v && v[0] == '1';
+}
+
 int lpr_for(int nchunk) {
     return nchunk % 32 == 0   ? 32
            : nchunk % 16 == 0 ? 16
@@ -462,8 +681,12 @@ extern "C" int lily_cuda_moe_decode(const lily_cuda_moe *m, float *x, const floa
     p.imax = d.imax;
     int slots = m->k + (m->sh_gate ? 1 : 0);
     int rc;
+    const bool mma = q4mma_on();
     switch (g->dt) {
-    case LILY_CW_Q4: rc = launch_gu_dt<LILY_CW_Q4>(p, slots, st, e); break;
+    case LILY_CW_Q4:
+        rc = mma && p.H % 256 == 0 ? launch_gu_q4mma(p, slots, st, e)
+                                   : launch_gu_dt<LILY_CW_Q4>(p, slots, st, e);
+        break;
     case LILY_CW_Q8: rc = launch_gu_dt<LILY_CW_Q8>(p, slots, st, e); break;
     default: rc = launch_gu_dt<LILY_CW_BF16>(p, slots, st, e); break;
     }
@@ -483,7 +706,10 @@ extern "C" int lily_cuda_moe_decode(const lily_cuda_moe *m, float *x, const floa
     q.sdown = ref_of(m->sh_down);
     q.x = x;
     switch (dn->dt) {
-    case LILY_CW_Q4: return launch_dn_dt<LILY_CW_Q4>(q, st, e);
+    case LILY_CW_Q4:
+        if (mma && q.I % 256 == 0 && q.Is % 256 == 0 && q.imax % 256 == 0)
+            return launch_dn_q4mma(q, st, e);
+        return launch_dn_dt<LILY_CW_Q4>(q, st, e);
     case LILY_CW_Q8: return launch_dn_dt<LILY_CW_Q8>(q, st, e);
     default: return launch_dn_dt<LILY_CW_BF16>(q, st, e);
     }
