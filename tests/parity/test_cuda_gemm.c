@@ -1,8 +1,14 @@
 /* GPU tensor-core prefill GEMM (backend/cuda/gemm.h) against lily_cpu_matmul on random Q4, Q8,
- * BF16 and F32 (rounded to BF16) weights: odd row counts (partial 128-row tiles), token counts
- * around the 64-token tile (1, 63, 64, 65, 200), widths from one group (64) to 4096, strided X and
- * Y, and the accumulate epilogue. Operands go through bf16 on the tensor cores, so the tolerance is
- * that of a bf16 matmul with fp32 accumulation. */
+ * BF16 and F32 (rounded to BF16) weights: odd row counts (partial row tiles), token counts around
+ * the token tiles (1, 3, 63, 64, 65, 200), widths from one group (64) to 4096, strided X and Y,
+ * the accumulate epilogue; the grouped (expert) form with row gather and experts of 0 rows, one
+ * row, several token tiles and all rows; and the gated (silu(gate) * up) forms. Operands go
+ * through bf16 on the tensor cores, so the tolerance is that of a bf16 matmul with fp32
+ * accumulation.
+ *
+ * LILY_CUDA_TIME=1 also times the kernels at the 35B-A3B prefill shapes (cudaEvent, median of
+ * 20): dense 12352 x 2048 and 2048 x 4096 at n = 512, the grouped expert GEMMs with 4096 rows
+ * (512 tokens x top-8) spread unevenly over 256 experts, and the gated forms. */
 #include <stdio.h>
 
 #ifndef LILY_HAVE_CUDA
@@ -11,8 +17,24 @@ int main(void) {
     return 77;
 }
 #else
+#include <cuda_runtime.h>
+
 #include "backend/cuda/gemm.h"
 #include "parity_util.h"
+
+static const char *dts[] = {"f32", "bf16", "f16", "q4", "q8"};
+
+static float silu(float x) { return x / (1.0f + expf(-x)); }
+
+static int32_t *pt_idup(const int32_t *h, size_t n) {
+    lily_err e;
+    int32_t *d = lily_cuda_alloc(n * 4 + 4, &e);
+    if (!d || lily_cuda_h2d(d, h, n * 4, &e)) {
+        printf("FAIL upload: %s\n", e.msg);
+        exit(1);
+    }
+    return d;
+}
 
 static void gemm_case(lily_dtype dt, int M, int K, int n, int accumulate) {
     lily_err e;
@@ -37,7 +59,6 @@ static void gemm_case(lily_dtype dt, int M, int K, int n, int accumulate) {
     if (!pt_ok(rc, "gemm launch", &e)) return;
     float *got = malloc((size_t)n * ldy * 4);
     pt_get(got, dY, (size_t)n * ldy);
-    static const char *dts[] = {"f32", "bf16", "f16", "q4", "q8"};
     snprintf(name, sizeof name, "gemm %s W[%d x %d] n=%d%s", dts[dt], M, K, n,
              accumulate ? " accumulate" : "");
     pt_check(name, got, ref, (size_t)n * ldy, 1e-2);
@@ -47,6 +68,308 @@ static void gemm_case(lily_dtype dt, int M, int K, int n, int accumulate) {
     free(X), free(Y0), free(ref), free(tmp), free(got);
 }
 
+#ifdef LILY_GEMM_HAS_GLU
+/* Gated dense pair: silu(G x) * (U x), against two CPU matmuls. */
+static void glu_case(lily_dtype dt, int M, int K, int n) {
+    lily_err e;
+    char name[160];
+    int ldx = K + 8, ldy = M + 1;
+    lily_mat G = pt_mat(dt, M, K), U = pt_mat(dt, M, K);
+    lily_dmat dG, dU;
+    if (!pt_ok(lily_cuda_dmat_upload(&G, 1, &dG, &e), "upload", &e) ||
+        !pt_ok(lily_cuda_dmat_upload(&U, 1, &dU, &e), "upload", &e))
+        return;
+    float *X = malloc((size_t)n * ldx * 4), *ref = malloc((size_t)n * ldy * 4);
+    float *tg = malloc((size_t)n * M * 4), *tu = malloc((size_t)n * M * 4);
+    pt_fill(X, (size_t)n * ldx, 2.0f);
+    lily_cpu_matmul(&G, X, n, ldx, tg, M, NULL);
+    lily_cpu_matmul(&U, X, n, ldx, tu, M, NULL);
+    for (size_t i = 0; i < (size_t)n * ldy; i++) ref[i] = 0;
+    for (int t = 0; t < n; t++)
+        for (int o = 0; o < M; o++)
+            ref[(size_t)t * ldy + o] = silu(tg[(size_t)t * M + o]) * tu[(size_t)t * M + o];
+    float *dX = pt_dup(X, (size_t)n * ldx), *dY = pt_dup(ref, (size_t)n * ldy);
+    lily_cuda_memset(dY, 0, (size_t)n * ldy * 4, NULL, &e); /* padding columns stay 0 */
+    int rc = lily_cuda_gemm_glu(&dG, &dU, dX, ldx, n, dY, ldy, NULL, &e);
+    if (!pt_ok(rc, "gemm_glu launch", &e)) return;
+    float *got = malloc((size_t)n * ldy * 4);
+    pt_get(got, dY, (size_t)n * ldy);
+    snprintf(name, sizeof name, "gemm_glu %s G,U[%d x %d] n=%d", dts[dt], M, K, n);
+    pt_check(name, got, ref, (size_t)n * ldy, 1e-2);
+    lily_cuda_free(dX), lily_cuda_free(dY);
+    lily_cuda_dmat_free(&dG), lily_cuda_dmat_free(&dU);
+    pt_mat_free(&G), pt_mat_free(&U);
+    free(X), free(ref), free(tg), free(tu), free(got);
+}
+#endif
+
+/* Tile list of the grouped GEMM for per-expert row counts (as moe.cu's scan builds it). Returns
+ * the tile count; tiles has room for sum ceil(c / BN) triples. */
+static int make_tiles(const int *counts, int E, int32_t *tiles) {
+    int nt = 0, r0 = 0;
+    for (int x = 0; x < E; x++) {
+        for (int i = 0; i * LILY_GEMM_GROUP_BN < counts[x]; i++, nt++) {
+            tiles[3 * nt] = x;
+            tiles[3 * nt + 1] = r0 + i * LILY_GEMM_GROUP_BN;
+            int left = counts[x] - i * LILY_GEMM_GROUP_BN;
+            tiles[3 * nt + 2] = left < LILY_GEMM_GROUP_BN ? left : LILY_GEMM_GROUP_BN;
+        }
+        r0 += counts[x];
+    }
+    return nt;
+}
+
+/* Grouped over E experts with the given row counts; grouped row r reads X row gather[r] (random
+ * tokens of n) or row r (no gather). glu: gate and up stacks, silu(gate) * up. */
+static void grouped_case(lily_dtype dt, int M, int K, int E, const int *counts, int n,
+                         int use_gather, int glu) {
+#ifndef LILY_GEMM_HAS_GLU /* an older gemm.h (timing baseline): no gated entry points */
+    if (glu) return;
+#endif
+    lily_err e;
+    char name[200];
+    int R = 0, ntmax = 0;
+    for (int x = 0; x < E; x++) {
+        R += counts[x];
+        ntmax += (counts[x] + LILY_GEMM_GROUP_BN - 1) / LILY_GEMM_GROUP_BN;
+    }
+    int xrows = use_gather ? n : R, ldx = K + 4, ldy = M + 5;
+    lily_mat *G = malloc(sizeof(lily_mat) * E), *U = malloc(sizeof(lily_mat) * E);
+    for (int x = 0; x < E; x++) {
+        G[x] = pt_mat(dt, M, K);
+        if (glu) U[x] = pt_mat(dt, M, K);
+    }
+    lily_dmat dG, dU;
+    if (!pt_ok(lily_cuda_dmat_upload(G, E, &dG, &e), "upload", &e)) return;
+    if (glu && !pt_ok(lily_cuda_dmat_upload(U, E, &dU, &e), "upload", &e)) return;
+    float *X = malloc((size_t)xrows * ldx * 4);
+    pt_fill(X, (size_t)xrows * ldx, 2.0f);
+    int32_t *gather = malloc((size_t)(R + 1) * 4);
+    for (int r = 0; r < R; r++) gather[r] = use_gather ? (int32_t)(pt_rnd() % n) : r;
+    int32_t *tiles = malloc((size_t)(ntmax + 3) * 12);
+    int nt = make_tiles(counts, E, tiles);
+    size_t ny = (size_t)(R > 0 ? R : 1) * ldy;
+    float *ref = calloc(ny, 4), *got = malloc(ny * 4);
+    float *xg = malloc((size_t)(R + 1) * K * 4), *tg = malloc((size_t)(R + 1) * M * 4);
+    float *tu = malloc((size_t)(R + 1) * M * 4);
+    for (int x = 0, r0 = 0; x < E; r0 += counts[x], x++) {
+        if (!counts[x]) continue;
+        for (int i = 0; i < counts[x]; i++)
+            memcpy(xg + (size_t)i * K, X + (size_t)gather[r0 + i] * ldx, (size_t)K * 4);
+        lily_cpu_matmul(&G[x], xg, counts[x], K, tg, M, NULL);
+        if (glu) lily_cpu_matmul(&U[x], xg, counts[x], K, tu, M, NULL);
+        for (int i = 0; i < counts[x]; i++)
+            for (int o = 0; o < M; o++) {
+                float g = tg[(size_t)i * M + o];
+                ref[(size_t)(r0 + i) * ldy + o] = glu ? silu(g) * tu[(size_t)i * M + o] : g;
+            }
+    }
+    /* max_tiles above the valid count: the extra tiles must exit on *d_ntiles */
+    int max_tiles = ntmax + 3;
+    int32_t *dgather = pt_idup(gather, (size_t)R + 1), *dtiles = pt_idup(tiles, (size_t)3 * nt + 1);
+    int32_t *dnt = pt_idup(&nt, 1);
+    float *dX = pt_dup(X, (size_t)xrows * ldx), *dY = pt_dup(ref, ny);
+    lily_cuda_memset(dY, 0, ny * 4, NULL, &e);
+    const int32_t *gp = use_gather ? dgather : NULL;
+#ifdef LILY_GEMM_HAS_GLU
+    int rc = glu ? lily_cuda_gemm_grouped_glu(&dG, &dU, dX, ldx, gp, dtiles, dnt, max_tiles, dY,
+                                              ldy, NULL, &e)
+                 : lily_cuda_gemm_grouped(&dG, dX, ldx, gp, dtiles, dnt, max_tiles, dY, ldy, NULL,
+                                          &e);
+#else
+    int rc = lily_cuda_gemm_grouped(&dG, dX, ldx, gp, dtiles, dnt, max_tiles, dY, ldy, NULL, &e);
+#endif
+    if (pt_ok(rc, "grouped launch", &e)) {
+        pt_get(got, dY, ny);
+        int k = snprintf(name, sizeof name, "grouped%s %s W[%d x %d] x %d rows {", glu ? "_glu" : "",
+                         dts[dt], M, K, E);
+        for (int x = 0; x < E && k < 150; x++) k += snprintf(name + k, sizeof name - k, "%s%d", x ? "," : "", counts[x]);
+        snprintf(name + k, sizeof name - k, "}%s", use_gather ? " gather" : "");
+        pt_check(name, got, ref, ny, 1e-2);
+    }
+    lily_cuda_free(dX), lily_cuda_free(dY), lily_cuda_free(dgather), lily_cuda_free(dtiles);
+    lily_cuda_free(dnt);
+    lily_cuda_dmat_free(&dG);
+    if (glu) lily_cuda_dmat_free(&dU);
+    for (int x = 0; x < E; x++) {
+        pt_mat_free(&G[x]);
+        if (glu) pt_mat_free(&U[x]);
+    }
+    free(G), free(U), free(X), free(gather), free(tiles), free(ref), free(got), free(xg);
+    free(tg), free(tu);
+}
+
+/* ---- timing mode (LILY_CUDA_TIME=1) ---- */
+
+static int cmp_f(const void *a, const void *b) {
+    float x = *(const float *)a, y = *(const float *)b;
+    return x < y ? -1 : x > y;
+}
+
+typedef int (*time_fn)(void *ctx);
+
+/* Median of 20 cudaEvent-timed launches (after 3 warm-ups), in microseconds. */
+static float time_median(time_fn f, void *ctx) {
+    cudaEvent_t a, b;
+    cudaEventCreate(&a);
+    cudaEventCreate(&b);
+    float ms[20];
+    for (int i = 0; i < 3; i++) f(ctx);
+    for (int i = 0; i < 20; i++) {
+        cudaEventRecord(a, 0);
+        if (f(ctx)) return -1;
+        cudaEventRecord(b, 0);
+        cudaEventSynchronize(b);
+        cudaEventElapsedTime(&ms[i], a, b);
+    }
+    cudaEventDestroy(a);
+    cudaEventDestroy(b);
+    qsort(ms, 20, sizeof ms[0], cmp_f);
+    return 1000.f * (ms[9] + ms[10]) / 2;
+}
+
+typedef struct {
+    lily_dmat *W, *U;
+    float *X, *Y;
+    int ldx, n, ldy, acc;
+    int32_t *gather, *tiles, *nt;
+    int max_tiles;
+} tctx;
+
+static int t_dense(void *p) {
+    tctx *c = p;
+    lily_err e;
+    return lily_cuda_gemm(c->W, c->X, c->ldx, c->n, c->Y, c->ldy, c->acc, NULL, &e);
+}
+static int t_grouped(void *p) {
+    tctx *c = p;
+    lily_err e;
+    return lily_cuda_gemm_grouped(c->W, c->X, c->ldx, c->gather, c->tiles, c->nt, c->max_tiles,
+                                  c->Y, c->ldy, NULL, &e);
+}
+#ifdef LILY_GEMM_HAS_GLU
+static int t_glu(void *p) {
+    tctx *c = p;
+    lily_err e;
+    return lily_cuda_gemm_glu(c->W, c->U, c->X, c->ldx, c->n, c->Y, c->ldy, NULL, &e);
+}
+static int t_grouped_glu(void *p) {
+    tctx *c = p;
+    lily_err e;
+    return lily_cuda_gemm_grouped_glu(c->W, c->U, c->X, c->ldx, c->gather, c->tiles, c->nt,
+                                      c->max_tiles, c->Y, c->ldy, NULL, &e);
+}
+#endif
+
+static lily_dmat up_q4(int M, int K, int E) {
+    lily_err e;
+    lily_mat *m = malloc(sizeof(lily_mat) * E);
+    for (int x = 0; x < E; x++) m[x] = pt_mat(LILY_DT_Q4, M, K);
+    lily_dmat d;
+    if (lily_cuda_dmat_upload(m, E, &d, &e)) {
+        printf("FAIL upload: %s\n", e.msg);
+        exit(1);
+    }
+    for (int x = 0; x < E; x++) pt_mat_free(&m[x]);
+    free(m);
+    return d;
+}
+
+static void report(const char *what, float us, double flop) {
+    printf("time %-52s %9.1f us  %6.1f TFLOP/s\n", what, us, flop / us * 1e-6);
+}
+
+static void timing(void) {
+    const int n = 512, H = 2048, E = 256, k = 8, I = 512;
+    float *X = malloc((size_t)n * 4096 * 4);
+    pt_fill(X, (size_t)n * 4096, 1.0f);
+    float *dX = pt_dup(X, (size_t)n * 4096);
+    float *dY = pt_dalloc((size_t)n * k * H * 4), *dY2 = pt_dalloc((size_t)n * k * H * 4);
+    tctx c = {0};
+    c.X = dX, c.Y = dY, c.n = n;
+    const struct {
+        int M, K, acc;
+        const char *what;
+    } dense[] = {{12352, H, 0, "GDN in-projection"}, {2048, 4096, 1, "GDN out / attn o (accum)"},
+                 {8192, H, 0, "attn q (gated)"}, {512, H, 0, "shared expert gate"},
+                 {2048, I, 0, "shared expert down"}};
+    for (size_t i = 0; i < sizeof dense / sizeof dense[0]; i++) {
+        lily_dmat W = up_q4(dense[i].M, dense[i].K, 1);
+        c.W = &W, c.ldx = dense[i].K, c.ldy = dense[i].M, c.acc = dense[i].acc;
+        char name[120];
+        snprintf(name, sizeof name, "dense q4 %d x %d n=%d (%s)", dense[i].M, dense[i].K, n,
+                 dense[i].what);
+        report(name, time_median(t_dense, &c), 2.0 * dense[i].M * dense[i].K * n);
+        lily_cuda_dmat_free(&W);
+    }
+#ifdef LILY_GEMM_HAS_GLU
+    {
+        lily_dmat G = up_q4(I, H, 1), U = up_q4(I, H, 1);
+        c.W = &G, c.U = &U, c.ldx = H, c.ldy = I;
+        report("dense glu q4 2 x 512 x 2048 n=512 (shared gate+up)", time_median(t_glu, &c),
+               2.0 * 2 * I * H * n);
+        lily_cuda_dmat_free(&G), lily_cuda_dmat_free(&U);
+    }
+#endif
+    /* routing: each token picks 8 distinct experts, skewed towards low ids (uneven counts) */
+    int counts[256] = {0}, *sel = malloc(sizeof(int) * n * k);
+    for (int t = 0; t < n; t++)
+        for (int j = 0; j < k; j++) {
+            int x, dup;
+            do {
+                double u = (pt_rnd() & 0xffffff) / 16777216.0;
+                x = (int)(E * u * u * u);
+                dup = 0;
+                for (int i = 0; i < j; i++) dup |= sel[t * k + i] == x;
+            } while (dup);
+            sel[t * k + j] = x;
+            counts[x]++;
+        }
+    int zero = 0, mx = 0;
+    for (int x = 0; x < E; x++) zero += counts[x] == 0, mx = counts[x] > mx ? counts[x] : mx;
+    int32_t *gather = malloc(sizeof(int32_t) * n * k), *tiles = malloc(12 * (n * k / 32 + E));
+    for (int x = 0, p = 0; x < E; x++)
+        for (int f = 0; f < n * k; f++)
+            if (sel[f] == x) gather[p++] = f / k;
+    int nt = make_tiles(counts, E, tiles);
+    printf("routing: %d rows over %d experts, %d empty, max %d rows, %d tiles\n", n * k, E, zero,
+           mx, nt);
+    c.gather = pt_idup(gather, (size_t)n * k), c.tiles = pt_idup(tiles, (size_t)3 * nt);
+    c.nt = pt_idup(&nt, 1);
+    c.max_tiles = n * k / LILY_GEMM_GROUP_BN + E;
+    lily_dmat Gs = up_q4(I, H, E), Us = up_q4(I, H, E), Ds = up_q4(H, I, E);
+    double f_gu = 2.0 * n * k * I * H;
+    c.W = &Gs, c.ldx = H, c.ldy = I;
+    report("grouped q4 gate 512 x 2048 x 256, 4096 rows", time_median(t_grouped, &c), f_gu);
+#ifdef LILY_GEMM_HAS_GLU
+    c.U = &Us;
+    report("grouped glu q4 gate+up 2 x 512 x 2048 x 256", time_median(t_grouped_glu, &c),
+           2 * f_gu);
+    /* the fused result against the separate GEMMs (same device arithmetic per matrix) */
+    {
+        size_t ny = (size_t)n * k * I;
+        float *a = malloc(ny * 4), *b = malloc(ny * 4), *u = malloc(ny * 4);
+        lily_err e;
+        lily_cuda_gemm_grouped_glu(&Gs, &Us, dX, H, c.gather, c.tiles, c.nt, c.max_tiles, dY2, I,
+                                   NULL, &e);
+        pt_get(a, dY2, ny);
+        lily_cuda_gemm_grouped(&Gs, dX, H, c.gather, c.tiles, c.nt, c.max_tiles, dY, I, NULL, &e);
+        pt_get(b, dY, ny);
+        lily_cuda_gemm_grouped(&Us, dX, H, c.gather, c.tiles, c.nt, c.max_tiles, dY, I, NULL, &e);
+        pt_get(u, dY, ny);
+        for (size_t i = 0; i < ny; i++) b[i] = silu(b[i]) * u[i];
+        pt_check("grouped_glu = silu(grouped gate) * grouped up, 35B shape", a, b, ny, 1e-5);
+        free(a), free(b), free(u);
+    }
+#endif
+    c.W = &Ds, c.X = dY2, c.ldx = I, c.ldy = H, c.gather = NULL;
+    report("grouped q4 down 2048 x 512 x 256, 4096 rows", time_median(t_grouped, &c),
+           2.0 * n * k * I * H);
+    lily_cuda_dmat_free(&Gs), lily_cuda_dmat_free(&Us), lily_cuda_dmat_free(&Ds);
+    lily_cuda_free(dX), lily_cuda_free(dY), lily_cuda_free(dY2);
+    free(X), free(sel), free(gather), free(tiles);
+}
+
 int main(void) {
     pt_need_gpu();
     gemm_case(LILY_DT_Q4, 1000, 2048, 65, 0);
@@ -54,17 +377,48 @@ int main(void) {
     gemm_case(LILY_DT_Q4, 37, 4096, 64, 1);
     gemm_case(LILY_DT_Q4, 2048, 512, 1, 1);
     gemm_case(LILY_DT_Q4, 129, 64, 63, 0);
+    gemm_case(LILY_DT_Q4, 4100, 1024, 130, 1);
     gemm_case(LILY_DT_Q8, 256, 2048, 77, 0);
     gemm_case(LILY_DT_Q8, 1, 2048, 130, 0);
+    gemm_case(LILY_DT_Q8, 5000, 256, 70, 1);
     gemm_case(LILY_DT_BF16, 300, 1024, 64, 0);
     gemm_case(LILY_DT_BF16, 127, 192, 3, 1);
+    gemm_case(LILY_DT_BF16, 4097, 320, 66, 0);
     gemm_case(LILY_DT_F32, 200, 320, 100, 0);
+#ifdef LILY_GEMM_HAS_GLU
+    glu_case(LILY_DT_Q4, 512, 2048, 77);
+    glu_case(LILY_DT_Q4, 100, 192, 3);
+    glu_case(LILY_DT_BF16, 300, 256, 40);
+    glu_case(LILY_DT_Q8, 130, 512, 17);
+#endif
+    {
+        const int c1[5] = {0, 37, 1, 100, 0};
+        grouped_case(LILY_DT_Q4, 200, 512, 5, c1, 60, 1, 0);
+        grouped_case(LILY_DT_Q4, 200, 512, 5, c1, 0, 0, 0);
+        grouped_case(LILY_DT_Q4, 300, 256, 5, c1, 60, 1, 1);
+        const int c2[3] = {0, 77, 0}; /* one expert gets all rows */
+        grouped_case(LILY_DT_Q4, 2048, 128, 3, c2, 77, 1, 0);
+        grouped_case(LILY_DT_Q4, 130, 576, 3, c2, 77, 1, 1);
+        const int c3[4] = {33, 0, 5, 64};
+        grouped_case(LILY_DT_Q8, 96, 320, 4, c3, 50, 1, 0);
+        grouped_case(LILY_DT_BF16, 257, 192, 4, c3, 50, 1, 0);
+        grouped_case(LILY_DT_BF16, 70, 128, 4, c3, 50, 1, 1);
+        grouped_case(LILY_DT_Q8, 64, 256, 4, c3, 50, 0, 1);
+    }
     lily_err e;
     float dummy[8];
     lily_dmat bad = {0};
     bad.n_mats = 2;
     pt_check_true("gemm rejects a stack of matrices",
                   lily_cuda_gemm(&bad, dummy, 8, 1, dummy, 8, 0, NULL, &e) == -1);
+#ifdef LILY_GEMM_HAS_GLU
+    lily_dmat g1 = {0}, u1 = {0};
+    g1.n_mats = u1.n_mats = 1, g1.rows = 64, u1.rows = 32, g1.cols = u1.cols = 64;
+    pt_check_true("gemm_glu rejects gate and up of different shapes",
+                  lily_cuda_gemm_glu(&g1, &u1, dummy, 8, 1, dummy, 8, NULL, &e) == -1);
+#endif
+    const char *tm = getenv("LILY_CUDA_TIME");
+    if (tm && tm[0] == '1') timing();
     return pt_finish();
 }
 #endif
