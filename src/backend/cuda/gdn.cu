@@ -7,6 +7,12 @@ namespace {
 
 constexpr int kDk = 128;       /* key dim: 4 rows per lane */
 constexpr int kScanWarps = 4;  /* warps per block; each warp owns (head, 8 value columns) */
+/* The automatic choice: the per-token scan below this many tokens, else the tiled one. Measured
+ * on the H200 at the 35B shape (bench/NOTES-cuda-gdn.md): tiled with 4 lanes per column wins from
+ * n = 2 (6.3 vs 7.6 us) to n = 2048 (750 vs 1568 us); at n = 1 the two are within run-to-run
+ * noise (5.4-7.6 vs 6.8-6.9 us), so decode keeps the per-token kernel. */
+constexpr int kTiledMinTokens = 2;
+constexpr int kTiledDefault = LILY_GDN_TILED4;
 
 /* Reduce-scatter of 8 values over the 32 lanes: afterwards lane l holds the full sum of value
  * c = (l >> 2) & 7 (9 shuffles instead of 8 x 5). */
@@ -131,6 +137,170 @@ __global__ void __launch_bounds__(kScanWarps * 32)
     }
 }
 
+/* Prefill scan, tiled. The per-token scan above is latency-bound at n = 512 (4 warps per SM,
+ * ~36 shuffles per token on the dependency chain, inputs fetched one token ahead). Here P lanes
+ * share one value column (each holds 128/P of its key rows), so the per-token reductions of
+ * S^T k and S^T q are log2(P) shuffles; a block owns kTileCols columns of one head and stages
+ * kTileTok tokens of raw q, k, v, b, a in shared memory with cp.async, one tile ahead. The per-token
+ * scalars (L2 norms, k.q, gates) are computed once per tile by the whole block, so the token loop
+ * reads them as two broadcast float4s. As in lily_cpu_gdn_scan, o = lam S^T q + (k.q) d lets one
+ * pass over the old state give both dot products. */
+constexpr int kTileCols = 32; /* value columns per block */
+constexpr int kTileTok = 16;  /* tokens per shared-memory stage */
+
+__device__ __forceinline__ void cp_async16(void *dst, const void *src) {
+    unsigned s = (unsigned)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(s), "l"(src) : "memory");
+}
+__device__ __forceinline__ void cp_async4(void *dst, const void *src) {
+    unsigned s = (unsigned)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(s), "l"(src) : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() {
+    asm volatile("cp.async.commit_group;" ::: "memory");
+}
+template <int N> __device__ __forceinline__ void cp_async_wait() {
+    asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
+}
+
+struct tile_smem {
+    float qk[2][kTileTok][2 * kDk]; /* raw q | raw k per token */
+    float v[2][kTileTok][kTileCols];
+    float ba[2][kTileTok][2]; /* raw b, a */
+    /* per token: lam*rk, beta, lam*rq, (q^.k^), rk, lam, -, - (q^ = rq q, k^ = rk k) */
+    float sc[kTileTok][8];
+};
+
+template <int P>
+__global__ void __launch_bounds__(kTileCols *P)
+    gdn_tiled_kernel(float *__restrict__ S, int Nk, int Nv, int Dv, int n,
+                     const float *__restrict__ qkv, int ld, const float *__restrict__ bp,
+                     const float *__restrict__ ap, int ldba, const float *__restrict__ A_log,
+                     const float *__restrict__ dt_bias, float *__restrict__ o, int ldo) {
+    constexpr int NT = kTileCols * P; /* threads */
+    constexpr int R4 = 32 / P;        /* float4s of each 128-vector per lane (key rows / 4) */
+    constexpr int TPT = NT / kTileTok; /* threads per token in the scalar pass */
+    constexpr int F4 = 32 / TPT;       /* float4s of q (and of k) per thread in that pass */
+    static_assert(TPT <= 32 && F4 >= 1, "tile shape");
+    __shared__ __align__(16) tile_smem sm;
+    pdl_trigger();
+    const int tid = threadIdx.x, lane = tid & 31;
+    const int bph = (Dv + kTileCols - 1) / kTileCols; /* blocks per head */
+    const int j = blockIdx.x / bph, cb = (blockIdx.x % bph) * kTileCols, i = j / (Nv / Nk);
+    const int p = lane % P, cl = (tid >> 5) * (32 / P) + lane / P, col = cb + cl;
+    const bool active = col < Dv;
+    /* lane p holds key rows 4 (p + P f) + u: for each f the P lanes of a column read P
+     * consecutive float4s of q and k (conflict-free, broadcast across columns) */
+    float s[R4][4];
+    float *Sj = S + (size_t)j * kDk * Dv + (size_t)(col >> 3) * kDk * 8 + (col & 7);
+#pragma unroll
+    for (int f = 0; f < R4; f++)
+#pragma unroll
+        for (int u = 0; u < 4; u++) s[f][u] = active ? Sj[(4 * (p + P * f) + u) * 8] : 0.f;
+    const float negA = -expf(A_log[j]), dtb = dt_bias[j];
+    const float qscale = 1.0f / sqrtf((float)kDk);
+    const float *qsrc = qkv + (size_t)i * kDk, *ksrc = qkv + (size_t)(Nk + i) * kDk;
+    const float *vsrc = qkv + (size_t)2 * Nk * kDk + (size_t)j * Dv + cb;
+    const int vcols = min(kTileCols, Dv - cb);
+
+    auto issue = [&](int tile, int buf) {
+        const int t0 = tile * kTileTok, nt = min(kTileTok, n - t0);
+        for (int x = tid; x < nt * 64; x += NT) {
+            int tt = x >> 6, c = x & 63;
+            const float *src = (c < 32 ? qsrc + 4 * c : ksrc + 4 * (c - 32)) + (size_t)(t0 + tt) * ld;
+            cp_async16(&sm.qk[buf][tt][4 * c], src);
+        }
+        for (int x = tid; x < nt * (kTileCols / 4); x += NT) {
+            int tt = x / (kTileCols / 4), c = x % (kTileCols / 4);
+            if (4 * c < vcols) cp_async16(&sm.v[buf][tt][4 * c], vsrc + (size_t)(t0 + tt) * ld + 4 * c);
+        }
+        for (int x = tid; x < 2 * nt; x += NT) {
+            int tt = x >> 1;
+            const float *src = (x & 1 ? ap : bp) + (size_t)(t0 + tt) * ldba + j;
+            cp_async4(&sm.ba[buf][tt][x & 1], src);
+        }
+        cp_async_commit();
+    };
+
+    const int ntiles = (n + kTileTok - 1) / kTileTok;
+    issue(0, 0);
+    for (int tile = 0; tile < ntiles; tile++) {
+        const int buf = tile & 1, t0 = tile * kTileTok, nt = min(kTileTok, n - t0);
+        if (tile + 1 < ntiles) {
+            issue(tile + 1, buf ^ 1); /* its buffer was last read before the previous barrier */
+            cp_async_wait<1>();
+        } else {
+            cp_async_wait<0>();
+        }
+        __syncthreads();
+        { /* per-token scalars: TPT lanes per token */
+            const int tt = tid / TPT, x = tid % TPT;
+            float qq = 0.f, kk = 0.f, qk = 0.f;
+            if (tt < nt) {
+                const float4 *q4 = (const float4 *)sm.qk[buf][tt], *k4 = q4 + 32;
+#pragma unroll
+                for (int f = 0; f < F4; f++) {
+                    float4 a = q4[x + TPT * f], b = k4[x + TPT * f];
+                    qq += a.x * a.x + a.y * a.y + a.z * a.z + a.w * a.w;
+                    kk += b.x * b.x + b.y * b.y + b.z * b.z + b.w * b.w;
+                    qk += a.x * b.x + a.y * b.y + a.z * b.z + a.w * b.w;
+                }
+            }
+            qq = group_sum<TPT>(qq);
+            kk = group_sum<TPT>(kk);
+            qk = group_sum<TPT>(qk);
+            if (tt < nt && x == 0) {
+                float rq = qscale / sqrtf(qq + 1e-6f), rk = 1.0f / sqrtf(kk + 1e-6f);
+                float xa = sm.ba[buf][tt][1] + dtb;
+                float sp = xa > 20.0f ? xa : log1pf(expf(xa));
+                float lam = expf(negA * sp), beta = sigmoid_f(sm.ba[buf][tt][0]);
+                *(float4 *)sm.sc[tt] = make_float4(lam * rk, beta, lam * rq, rq * rk * qk);
+                *(float4 *)(sm.sc[tt] + 4) = make_float4(rk, lam, 0.f, 0.f);
+            }
+        }
+        __syncthreads();
+        float *orow = o + (size_t)t0 * ldo + (size_t)j * Dv + col;
+#pragma unroll 2
+        for (int tt = 0; tt < nt; tt++) {
+            const float4 *q4 = (const float4 *)sm.qk[buf][tt], *k4 = q4 + 32;
+            float4 kf[R4];
+            float m[R4], d[R4];
+#pragma unroll
+            for (int f = 0; f < R4; f++) {
+                float4 qf = q4[p + P * f];
+                kf[f] = k4[p + P * f];
+                m[f] = s[f][0] * kf[f].x + s[f][1] * kf[f].y + s[f][2] * kf[f].z +
+                       s[f][3] * kf[f].w;
+                d[f] = s[f][0] * qf.x + s[f][1] * qf.y + s[f][2] * qf.z + s[f][3] * qf.w;
+            }
+#pragma unroll
+            for (int w = 1; w < R4; w *= 2)
+#pragma unroll
+                for (int f = 0; f + w < R4; f += 2 * w) m[f] += m[f + w], d[f] += d[f + w];
+            float ms = group_sum<P>(m[0]), ps = group_sum<P>(d[0]);
+            const float4 c0 = *(const float4 *)sm.sc[tt], c1 = *(const float4 *)(sm.sc[tt] + 4);
+            const float v = active ? sm.v[buf][tt][cl] : 0.f;
+            const float dd = c0.y * (v - c0.x * ms);
+            if (active && p == 0) orow[(size_t)tt * ldo] = c0.z * ps + c0.w * dd;
+            const float dk = c1.x * dd, lam = c1.y;
+#pragma unroll
+            for (int f = 0; f < R4; f++) {
+                s[f][0] = fmaf(kf[f].x, dk, lam * s[f][0]);
+                s[f][1] = fmaf(kf[f].y, dk, lam * s[f][1]);
+                s[f][2] = fmaf(kf[f].z, dk, lam * s[f][2]);
+                s[f][3] = fmaf(kf[f].w, dk, lam * s[f][3]);
+            }
+        }
+        __syncthreads(); /* the next issue overwrites this buffer; sc is rewritten */
+    }
+    if (active) {
+#pragma unroll
+        for (int f = 0; f < R4; f++)
+#pragma unroll
+            for (int u = 0; u < 4; u++) Sj[(4 * (p + P * f) + u) * 8] = s[f][u];
+    }
+}
+
 /* One thread per (token, channel): the window reads earlier inputs or the old state only, so
  * tokens are independent (out must not alias in). The state is updated by conv_state_kernel. */
 template <int K>
@@ -192,20 +362,42 @@ __global__ void gated_rmsnorm_kernel(float *o, int ldo, const float *__restrict_
 
 } // namespace
 
+extern "C" int lily_cuda_gdn_scan_with(int kernel, float *S, int Nk, int Nv, int Dk, int Dv,
+                                       int n, const float *qkv, int ldqkv, const float *b,
+                                       const float *a, int ldba, const float *A_log,
+                                       const float *dt_bias, float *o, int ldo,
+                                       lily_cuda_stream st, lily_err *e) {
+    if (Dk != kDk || Dv % 8 || Nk < 1 || Nv % Nk || ldqkv % 4)
+        return lily_fail(e, "gdn scan: unsupported shape Nk=%d Nv=%d Dk=%d Dv=%d (needs Dk=128,"
+                            " Dv%%8==0, Nv%%Nk==0)", Nk, Nv, Dk, Dv);
+    if (kernel < LILY_GDN_AUTO || kernel > LILY_GDN_TILED16)
+        return lily_fail(e, "gdn scan: unknown kernel %d", kernel);
+    if (n < 1) return 0;
+    if (kernel == LILY_GDN_AUTO) kernel = n < kTiledMinTokens ? LILY_GDN_TOKEN : kTiledDefault;
+    if (kernel == LILY_GDN_TOKEN) {
+        int warps = Nv * (Dv / 8);
+        int blocks = (warps + kScanWarps - 1) / kScanWarps;
+        gdn_scan_kernel<<<blocks, kScanWarps * 32, 0, st>>>(S, Nk, Nv, Dv, n, qkv, ldqkv, b, a,
+                                                            ldba, A_log, dt_bias, o, ldo);
+    } else {
+        auto k = kernel == LILY_GDN_TILED4   ? gdn_tiled_kernel<4>
+                 : kernel == LILY_GDN_TILED8 ? gdn_tiled_kernel<8>
+                                             : gdn_tiled_kernel<16>;
+        int P = kernel == LILY_GDN_TILED4 ? 4 : kernel == LILY_GDN_TILED8 ? 8 : 16;
+        int blocks = Nv * ((Dv + kTileCols - 1) / kTileCols);
+        k<<<blocks, kTileCols * P, 0, st>>>(S, Nk, Nv, Dv, n, qkv, ldqkv, b, a, ldba, A_log,
+                                            dt_bias, o, ldo);
+    }
+    LILY_CU_LAUNCHED(e);
+    return 0;
+}
+
 extern "C" int lily_cuda_gdn_scan(float *S, int Nk, int Nv, int Dk, int Dv, int n,
                                   const float *qkv, int ldqkv, const float *b, const float *a,
                                   int ldba, const float *A_log, const float *dt_bias, float *o,
                                   int ldo, lily_cuda_stream st, lily_err *e) {
-    if (Dk != kDk || Dv % 8 || Nk < 1 || Nv % Nk || ldqkv % 4)
-        return lily_fail(e, "gdn scan: unsupported shape Nk=%d Nv=%d Dk=%d Dv=%d (needs Dk=128,"
-                            " Dv%%8==0, Nv%%Nk==0)", Nk, Nv, Dk, Dv);
-    if (n < 1) return 0;
-    int warps = Nv * (Dv / 8);
-    int blocks = (warps + kScanWarps - 1) / kScanWarps;
-    gdn_scan_kernel<<<blocks, kScanWarps * 32, 0, st>>>(S, Nk, Nv, Dv, n, qkv, ldqkv, b, a, ldba,
-                                                        A_log, dt_bias, o, ldo);
-    LILY_CU_LAUNCHED(e);
-    return 0;
+    return lily_cuda_gdn_scan_with(LILY_GDN_AUTO, S, Nk, Nv, Dk, Dv, n, qkv, ldqkv, b, a, ldba,
+                                   A_log, dt_bias, o, ldo, st, e);
 }
 
 extern "C" int lily_cuda_conv_silu(const float *in, int ldin, int n, int C, int K, float *state,

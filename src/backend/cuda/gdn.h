@@ -1,5 +1,6 @@
-/* Gated DeltaNet on the GPU: the causal conv + SiLU over a chunk, the recurrence (decode and
- * prefill alike: a sequential scan with the fp32 state held in registers), and the per-head gated
+/* Gated DeltaNet on the GPU: the causal conv + SiLU over a chunk, the recurrence (a sequential
+ * scan with the fp32 state held in registers: one warp per 8 value columns per token for decode,
+ * a tiled kernel with inputs staged in shared memory for prefill), and the per-head gated
  * RMSNorm of the prefill path (decode fuses it into the out_proj GEMV prologue, see gemv.h).
  *
  * Recurrent state layout (backend-internal): per value head j, the Dk x Dv fp32 matrix S[k][v] is
@@ -26,10 +27,21 @@ static inline size_t lily_cuda_gdn_sidx(int Dk, int Dv, int j, int k, int v) {
  * b, a: raw beta and decay logits at b[t*ldba + j], a[t*ldba + j]; A_log, dt_bias: [Nv].
  * Per token and head: q, k are L2-normalised (eps 1e-6 inside the sum), q scaled by 1/sqrt(Dk),
  * beta = sigmoid(b), lambda = exp(-exp(A_log) * softplus(a + dt_bias)); then the delta rule.
- * o: [n][ldo], head j at columns j*Dv. */
+ * o: [n][ldo], head j at columns j*Dv. Picks the kernel by n (LILY_GDN_AUTO below). */
 int lily_cuda_gdn_scan(float *S, int Nk, int Nv, int Dk, int Dv, int n, const float *qkv,
                        int ldqkv, const float *b, const float *a, int ldba, const float *A_log,
                        const float *dt_bias, float *o, int ldo, lily_cuda_stream st, lily_err *e);
+
+/* Scan kernels, for tests and timing: AUTO = what lily_cuda_gdn_scan runs (TOKEN for short n,
+ * else a TILED one); TOKEN = one warp per (head, 8 value columns), inputs fetched one token ahead;
+ * TILEDp = p lanes per value column, 32 columns per block, 16-token tiles in shared memory. */
+enum { LILY_GDN_AUTO = 0, LILY_GDN_TOKEN, LILY_GDN_TILED4, LILY_GDN_TILED8, LILY_GDN_TILED16 };
+
+/* lily_cuda_gdn_scan with the kernel forced (LILY_GDN_*); same arguments and results. */
+int lily_cuda_gdn_scan_with(int kernel, float *S, int Nk, int Nv, int Dk, int Dv, int n,
+                            const float *qkv, int ldqkv, const float *b, const float *a, int ldba,
+                            const float *A_log, const float *dt_bias, float *o, int ldo,
+                            lily_cuda_stream st, lily_err *e);
 
 /* Depthwise causal conv (K taps, tap K-1 on the current input) + SiLU over n tokens of C
  * channels. in: [n][ldin]; state: [K-1][C] previous inputs, oldest first, updated; w: [C][K];
