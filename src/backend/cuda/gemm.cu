@@ -1,4 +1,15 @@
-/* Tensor-core prefill GEMM with fused dequantization (see gemm.h). */
+/* Tensor-core prefill GEMM with fused dequantization (see gemm.h).
+ *
+ * Column permutation. mma.sync m16n8k16 gives lane (g = lane / 4, q = lane % 4) the A elements
+ * (row g and g + 8) x (k positions 2q, 2q + 1, 2q + 8, 2q + 9) of each 16-wide k slice. The
+ * k-sum does not depend on the order of k, so position p of slice s (s < 4 within a 64-column
+ * k-step) is mapped to column
+ *     col(s, p) = 8 * (2q + s / 2) + 2 * (s % 2) + hi + 4 * e,  with p = 8 hi + 2q + e,
+ * which makes each lane's weights of a k-step the 16 consecutive columns 16q .. 16q + 15 of its
+ * two rows: one 8-byte Q4 load per row (16 bytes Q8, 32 bytes bf16) from the staged codes, and
+ * the pairs (column c, c + 4) that a Q4 word yields with one mask (see dq4) are exactly an A
+ * register. The activations are converted to bf16 once per block in the same order, so the B
+ * fragments are ordinary ldmatrix loads. */
 #include "backend/cuda/gemm.h"
 
 #include <cuda_bf16.h>
@@ -7,58 +18,54 @@
 
 namespace {
 
-constexpr int BM = 128, BK = 64, LDS = BK + 8; /* padded rows: conflict-free ldmatrix */
-constexpr int kThreads = 256;
-/* k-steps of global loads in flight per thread (register stages): 3 for the grouped tiles, 2 for
- * the 64-token tiles, whose larger X share would otherwise spill at 2 blocks per SM */
-template <int BN> struct depth {
-    static constexpr int value = BN <= 32 ? 3 : 2;
+constexpr int BK = 64;       /* k-step: one quantization group */
+constexpr int kThreads = 256; /* 8 warps, stacked along the weight rows */
+constexpr int XRS = BK + 4;  /* fp32 staged X row stride (floats): 16-byte rows, fewer conflicts */
+constexpr int LDX = BK + 8;  /* bf16 X row stride (elements): conflict-free ldmatrix */
+
+/* Staged code bytes per weight row and k-step, and their shared-memory row stride (bf16 rows are
+ * padded so the 8 lanes of a 16-byte load phase hit distinct banks). */
+template <int DT> struct wfmt {
+    static constexpr int RB = DT == LILY_CW_Q4 ? 32 : DT == LILY_CW_Q8 ? 64 : 128;
+    static constexpr int RS = DT == LILY_CW_BF16 ? RB + 16 : RB;
+    static constexpr bool Q = DT != LILY_CW_BF16;
 };
 
-
-/* Raw global data of one thread's share of a k-step: 32 weights of one row, and X as pairs of
- * float4 (8 consecutive columns of one token row). */
-template <int DT, int BN> struct stage {
-    static constexpr int WV = DT == LILY_CW_Q4 ? 1 : DT == LILY_CW_Q8 ? 2 : 4; /* uint4 of codes */
-    static constexpr int XP = BN * BK / 8 / kThreads;                          /* X 8-col pieces */
-    uint4 w[WV];
-    uint32_t sb;
-    float4 x[2 * XP];
+/* Block shape: MT 16-row tiles per warp (BM = 128 MT rows per block), NT 8-token tiles (BN = 8 NT
+ * tokens, all warps share them), NMAT matrices (2: gate and up over the same rows). */
+template <int DT, int MT, int NT, int NMAT> struct shape {
+    static constexpr int BM = 8 * MT * 16, BN = NT * 8;
+    static constexpr int W_BYTES = NMAT * BM * wfmt<DT>::RS;
+    static constexpr int SB_BYTES = wfmt<DT>::Q ? NMAT * BM * 4 : 0;
+    static constexpr int X_BYTES = BN * XRS * 4;
+    static constexpr int STAGE = W_BYTES + SB_BYTES + X_BYTES;
+    static constexpr int XS_BYTES = 2 * BN * LDX * 2 + BN * 8;
+    /* blocks per SM: the gated 256 x 32 tile and the Q8/bf16 tiles of >= 256 x 32 need more than
+     * 128 registers (their raw codes are 2-4x larger), so they run one block per SM with a deeper
+     * ring instead of two */
+    static constexpr int MINB = MT * NT >= 8 && (NMAT == 2 || DT != LILY_CW_Q4) ? 1 : 2;
+    static constexpr int BUDGET = MINB == 1 ? 200 * 1024 : 110 * 1024;
+    static constexpr int NS_FIT = (BUDGET - XS_BYTES) / STAGE;
+    static constexpr int NS = NS_FIT < 2 ? 2 : NS_FIT > 6 ? 6 : NS_FIT; /* ring depth */
+    static constexpr int SMEM = NS * STAGE + XS_BYTES;
+    /* A fragments of all tiles kept across the token tiles (fewer registers when the warp has
+     * more token tiles than row tiles), else the B fragments of all token tiles */
+    static constexpr bool AHOIST = NMAT * MT * 4 < NT * 2;
 };
 
-struct tile_info {
-    const uint8_t *w;    /* expert's codes */
-    const uint32_t *sb;  /* expert's scale/bias words */
-    int row0, rows;      /* token rows of this tile (grouped or plain) */
-};
-
-template <int DT, int BN>
-__device__ __forceinline__ void load_stage(stage<DT, BN> &s, const tile_info &ti, int M, int K,
-                                           int m0, int kt, const float *X, int ldx,
-                                           const int32_t *gather) {
-    const int t = threadIdx.x, r = t >> 1, half = t & 1;
-    const int o = m0 + r;
-    const size_t rb = dmat_row_bytes(DT, K);
-    constexpr int bpk = DT == LILY_CW_Q4 ? 32 : DT == LILY_CW_Q8 ? 64 : 128; /* row bytes/k-step */
-    const uint8_t *wp = ti.w + (size_t)o * rb + (size_t)kt * bpk + half * (bpk / 2);
-#pragma unroll
-    for (int i = 0; i < stage<DT, BN>::WV; i++)
-        s.w[i] = o < M ? ldg_stream(wp + i * 16) : make_uint4(0, 0, 0, 0);
-    if (DT != LILY_CW_BF16) s.sb = o < M ? __ldg(ti.sb + (size_t)o * (K / 64) + kt) : 0u;
-#pragma unroll
-    for (int i = 0; i < stage<DT, BN>::XP; i++) {
-        int f = t + i * kThreads, tr = f / (BK / 8), c8 = f % (BK / 8);
-        float4 a = make_float4(0.f, 0.f, 0.f, 0.f), b = a;
-        if (tr < ti.rows) {
-            int row = ti.row0 + tr;
-            if (gather) row = gather[row];
-            const float *xp = X + (size_t)row * ldx + (size_t)kt * BK + c8 * 8;
-            a = *(const float4 *)xp;
-            b = *(const float4 *)(xp + 4);
-        }
-        s.x[2 * i] = a;
-        s.x[2 * i + 1] = b;
-    }
+__device__ __forceinline__ void cp_async16(void *dst, const void *src, bool valid) {
+    uint32_t d = (uint32_t)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(d), "l"(src),
+                 "r"(valid ? 16 : 0));
+}
+__device__ __forceinline__ void cp_async4(void *dst, const void *src, bool valid) {
+    uint32_t d = (uint32_t)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(d), "l"(src),
+                 "r"(valid ? 4 : 0));
+}
+__device__ __forceinline__ void cp_commit() { asm volatile("cp.async.commit_group;"); }
+template <int N> __device__ __forceinline__ void cp_wait() {
+    asm volatile("cp.async.wait_group %0;" ::"n"(N));
 }
 
 __device__ __forceinline__ uint32_t bf2(float a, float b) { /* RNE, a in the low half */
@@ -66,176 +73,355 @@ __device__ __forceinline__ uint32_t bf2(float a, float b) { /* RNE, a in the low
     return *(uint32_t *)&h;
 }
 
-/* Dequantizes the staged codes into As (bf16) and converts X into Bs.
- *
- * Q4 works on pairs of bf16 lanes: (v >> 4j) & 0x000F000F | 0x43004300 is the bf16 pair
- * (128 + q_j, 128 + q_{j+4}) of word v, exact; one subtraction and one fma with the group's
- * (scale, bias) give the weights, 4 instructions per pair instead of int->float conversions. The
- * pairs come out in the column order 0,4,1,5,2,6,3,7 within each 8 columns, so X is stored in
- * the same order: the k-sum of the mma does not depend on the order of k. */
-template <int DT, int BN>
-__device__ __forceinline__ void store_stage(const stage<DT, BN> &s, uint16_t *As, uint16_t *Bs) {
-    const int t = threadIdx.x, r = t >> 1, half = t & 1;
-    uint4 *dst = (uint4 *)(As + r * LDS + half * 32);
-    if (DT == LILY_CW_Q4) {
-        const uint32_t sc2 = __byte_perm(s.sb, 0, 0x1010), bi2 = __byte_perm(s.sb, 0, 0x3232);
-        const __nv_bfloat162 sc = *(const __nv_bfloat162 *)&sc2;
-        const __nv_bfloat162 bi = *(const __nv_bfloat162 *)&bi2;
-        const uint32_t k128 = 0x43004300u;
-        const __nv_bfloat162 c128 = *(const __nv_bfloat162 *)&k128;
-        const uint32_t ws[4] = {s.w[0].x, s.w[0].y, s.w[0].z, s.w[0].w};
+/* Q4 pair j (0..3) of code word v: (v >> 4j) & 0x000F000F | 0x43004300 is the exact bf16 pair
+ * (128 + q_j, 128 + q_{j+4}), i.e. columns (8w + j, 8w + j + 4); one subtraction and one fma with
+ * the group's (scale, bias) pair give the weights, rounded once to bf16. */
+__device__ __forceinline__ uint32_t dq4(uint32_t v, int j, __nv_bfloat162 sc, __nv_bfloat162 bi) {
+    const uint32_t k128 = 0x43004300u;
+    uint32_t u = ((v >> (4 * j)) & 0x000F000Fu) | 0x43004300u;
+    __nv_bfloat162 q = __hsub2(*(const __nv_bfloat162 *)&u, *(const __nv_bfloat162 *)&k128);
+    __nv_bfloat162 w = __hfma2(q, sc, bi);
+    return *(uint32_t *)&w;
+}
+
+/* Raw codes of one lane for one 16-row tile and k-step: rows g and g + 8, columns 16q..16q+15. */
+template <int DT> struct araw {
+    static constexpr int NW = DT == LILY_CW_Q4 ? 2 : DT == LILY_CW_Q8 ? 4 : 8; /* words per row */
+    uint32_t w[2][NW];
+    uint32_t sb[2];
+};
+
+template <int DT>
+__device__ __forceinline__ void load_araw(araw<DT> &r, const uint8_t *sW, const uint32_t *sSB,
+                                          int row, int q) {
+    constexpr int RS = wfmt<DT>::RS;
 #pragma unroll
-        for (int i = 0; i < 4; i++) {
-            uint32_t p[4];
-#pragma unroll
-            for (int j = 0; j < 4; j++) {
-                uint32_t u = ((ws[i] >> (4 * j)) & 0x000F000Fu) | 0x43004300u;
-                __nv_bfloat162 q = __hsub2(*(const __nv_bfloat162 *)&u, c128);
-                __nv_bfloat162 w = __hfma2(q, sc, bi);
-                p[j] = *(uint32_t *)&w;
-            }
-            dst[i] = make_uint4(p[0], p[1], p[2], p[3]);
+    for (int h = 0; h < 2; h++) {
+        const uint8_t *p = sW + (row + 8 * h) * RS;
+        if (DT == LILY_CW_Q4) {
+            uint2 v = *(const uint2 *)(p + 8 * q);
+            r.w[h][0] = v.x, r.w[h][1] = v.y;
+        } else if (DT == LILY_CW_Q8) {
+            uint4 v = *(const uint4 *)(p + 16 * q);
+            r.w[h][0] = v.x, r.w[h][1] = v.y, r.w[h][2] = v.z, r.w[h][3] = v.w;
+        } else {
+            uint4 v = *(const uint4 *)(p + 32 * q), u = *(const uint4 *)(p + 32 * q + 16);
+            r.w[h][0] = v.x, r.w[h][1] = v.y, r.w[h][2] = v.z, r.w[h][3] = v.w;
+            r.w[h][4] = u.x, r.w[h][5] = u.y, r.w[h][6] = u.z, r.w[h][7] = u.w;
         }
-    } else if (DT == LILY_CW_Q8) {
-        float sc = lo_bf16(s.sb), bi = hi_bf16(s.sb);
-#pragma unroll
-        for (int i = 0; i < 2; i++) {
-            const uint32_t ws[4] = {s.w[i].x, s.w[i].y, s.w[i].z, s.w[i].w};
-            uint32_t p[8];
-#pragma unroll
-            for (int wi = 0; wi < 4; wi++) {
-                uint32_t v = ws[wi];
-                /* 2^23 + q is exact as a float: no int->float conversion */
-                float q0 = __uint_as_float(0x4B000000u | (v & 255u)) - 8388608.f;
-                float q1 = __uint_as_float(0x4B000000u | ((v >> 8) & 255u)) - 8388608.f;
-                float q2 = __uint_as_float(0x4B000000u | ((v >> 16) & 255u)) - 8388608.f;
-                float q3 = __uint_as_float(0x4B000000u | (v >> 24)) - 8388608.f;
-                p[2 * wi] = bf2(fmaf(sc, q0, bi), fmaf(sc, q1, bi));
-                p[2 * wi + 1] = bf2(fmaf(sc, q2, bi), fmaf(sc, q3, bi));
-            }
-            dst[2 * i] = make_uint4(p[0], p[1], p[2], p[3]);
-            dst[2 * i + 1] = make_uint4(p[4], p[5], p[6], p[7]);
-        }
-    } else {
-#pragma unroll
-        for (int i = 0; i < 4; i++) dst[i] = s.w[i];
-    }
-#pragma unroll
-    for (int i = 0; i < stage<DT, BN>::XP; i++) {
-        int f = t + i * kThreads, tr = f / (BK / 8), c8 = f % (BK / 8);
-        float4 a = s.x[2 * i], b = s.x[2 * i + 1];
-        uint4 v = DT == LILY_CW_Q4
-                      ? make_uint4(bf2(a.x, b.x), bf2(a.y, b.y), bf2(a.z, b.z), bf2(a.w, b.w))
-                      : make_uint4(bf2(a.x, a.y), bf2(a.z, a.w), bf2(b.x, b.y), bf2(b.z, b.w));
-        *(uint4 *)(Bs + tr * LDS + c8 * 8) = v;
+        r.sb[h] = wfmt<DT>::Q ? sSB[row + 8 * h] : 0u;
     }
 }
 
-/* grid (ceil(M/BM), token tiles). Plain: tile y covers tokens y*BN.. of n. Grouped: tile y is
- * tiles[y] when y < *d_ntiles. */
-template <int DT, int BN>
-__global__ void __launch_bounds__(kThreads, 2)
-    gemm_kernel(const uint8_t *__restrict__ W, const uint32_t *__restrict__ SB, size_t w_stride,
-                size_t sb_stride, int M, int K, const float *__restrict__ X, int ldx, int n,
-                const int32_t *__restrict__ gather, const int32_t *__restrict__ tiles,
-                const int32_t *__restrict__ d_ntiles, float *Y, int ldy, int accumulate) {
-    __shared__ __align__(16) uint16_t As[BM * LDS];
-    __shared__ __align__(16) uint16_t Bs[BN * LDS];
-    tile_info ti;
-    if (tiles) {
-        if ((int)blockIdx.y >= *d_ntiles) return;
-        const int32_t *tl = tiles + 3 * blockIdx.y;
-        ti.w = W + (size_t)tl[0] * w_stride;
-        ti.sb = SB ? SB + (size_t)tl[0] * sb_stride : nullptr;
-        ti.row0 = tl[1];
-        ti.rows = tl[2];
+/* The bf16 pair (column 16q + 8(s/2) + jj, same + 4) of row half h: jj = 2(s%2) + hi. */
+template <int DT>
+__device__ __forceinline__ uint32_t apair(const araw<DT> &r, int h, int s, int hi) {
+    const int jj = 2 * (s & 1) + hi, hw = s >> 1;
+    if (DT == LILY_CW_Q4) {
+        const uint32_t sc2 = __byte_perm(r.sb[h], 0, 0x1010), bi2 = __byte_perm(r.sb[h], 0, 0x3232);
+        return dq4(r.w[h][hw], jj, *(const __nv_bfloat162 *)&sc2, *(const __nv_bfloat162 *)&bi2);
+    } else if (DT == LILY_CW_Q8) {
+        /* bytes jj of words 2hw (column c) and 2hw + 1 (column c + 4); 2^23 + q is exact */
+        const float sc = lo_bf16(r.sb[h]), bi = hi_bf16(r.sb[h]);
+        uint32_t b0 = (r.w[h][2 * hw] >> (8 * jj)) & 255u, b1 = (r.w[h][2 * hw + 1] >> (8 * jj)) & 255u;
+        float q0 = __uint_as_float(0x4B000000u | b0) - 8388608.f;
+        float q1 = __uint_as_float(0x4B000000u | b1) - 8388608.f;
+        return bf2(fmaf(sc, q0, bi), fmaf(sc, q1, bi));
     } else {
-        ti.w = W;
-        ti.sb = SB;
-        ti.row0 = blockIdx.y * BN;
-        ti.rows = min(BN, n - ti.row0);
+        /* halves jj % 2 of words 4hw + jj/2 (column c) and 4hw + 2 + jj/2 (column c + 4) */
+        return __byte_perm(r.w[h][4 * hw + (jj >> 1)], r.w[h][4 * hw + 2 + (jj >> 1)],
+                           (jj & 1) ? 0x7632 : 0x5410);
     }
-    const int m0 = blockIdx.x * BM;
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    const int wm = warp & 3, wn = warp >> 2; /* 4 x 2 warps: 32 rows x BN/2 tokens each */
-    constexpr int NT = BN / 16;              /* n8 tiles per warp */
-    float acc[2][NT][4];
+}
+
+struct gemm_args {
+    const uint8_t *w[2];   /* codes of matrix 0 (and 1) */
+    const uint32_t *sb[2]; /* their scale/bias words (Q) */
+    size_t w_stride, sb_stride;
+    int M, K;
+    const float *X;
+    int ldx, n;
+    const int32_t *gather, *tiles, *d_ntiles;
+    float *Y;
+    int ldy, accumulate;
+};
+
+/* Dense: grid (token tiles, row blocks): consecutive blocks share a weight slice, which then
+ * comes from HBM once. Grouped: grid (row blocks, tiles); tile y is tiles[y] when y < *d_ntiles. */
+template <int DT, int MT, int NT, int NMAT>
+__global__ void __launch_bounds__(kThreads, (shape<DT, MT, NT, NMAT>::MINB))
+    gemm_kernel(const gemm_args a) {
+    using S = shape<DT, MT, NT, NMAT>;
+    constexpr int BM = S::BM, BN = S::BN, NS = S::NS, RB = wfmt<DT>::RB, RS = wfmt<DT>::RS;
+    extern __shared__ __align__(16) uint8_t smem[];
+    uint16_t *Xs = (uint16_t *)(smem + NS * S::STAGE);            /* [2][BN][LDX] bf16 */
+    long long *s_xoff = (long long *)(Xs + 2 * BN * LDX);        /* X row offsets, -1: none */
+
+    const uint8_t *W[NMAT];
+    const uint32_t *SB[NMAT];
+    int row0, rows, m0;
+    if (a.tiles) {
+        if ((int)blockIdx.y >= *a.d_ntiles) return;
+        const int32_t *tl = a.tiles + 3 * blockIdx.y;
 #pragma unroll
-    for (int a = 0; a < 2; a++)
+        for (int m = 0; m < NMAT; m++) {
+            W[m] = a.w[m] + (size_t)tl[0] * a.w_stride;
+            SB[m] = wfmt<DT>::Q ? a.sb[m] + (size_t)tl[0] * a.sb_stride : nullptr;
+        }
+        row0 = tl[1];
+        rows = tl[2];
+        m0 = blockIdx.x * BM;
+    } else {
 #pragma unroll
-        for (int b = 0; b < NT; b++) acc[a][b][0] = acc[a][b][1] = acc[a][b][2] = acc[a][b][3] = 0;
-    const int ksteps = K / BK;
-    /* kDepth stages of loads in flight; the stage index is a compile-time constant (unrolled),
-     * so the stages stay in registers */
-    constexpr int kDepth = depth<BN>::value;
-    stage<DT, BN> st[kDepth];
+        for (int m = 0; m < NMAT; m++) W[m] = a.w[m], SB[m] = a.sb[m];
+        row0 = blockIdx.x * BN;
+        rows = min(BN, a.n - row0);
+        m0 = blockIdx.y * BM;
+    }
+    const int t = threadIdx.x, lane = t & 31, warp = t >> 5, g = lane >> 2, q = lane & 3;
+    const int M = a.M, K = a.K, ksteps = K / BK;
+    const size_t rbytes = dmat_row_bytes(DT, K);
+    if (t < BN) {
+        long long off = -1;
+        if (t < rows) {
+            int r = row0 + t;
+            if (a.gather) r = a.gather[r];
+            off = (long long)r * a.ldx;
+        }
+        s_xoff[t] = off;
+    }
+    __syncthreads();
+
+    /* one k-step of codes, scale words and X into ring slot sl */
+    auto load = [&](int kt, int sl) {
+        uint8_t *st = smem + sl * S::STAGE;
+        constexpr int WCH = BM * RB / 16; /* 16-byte chunks per matrix */
 #pragma unroll
-    for (int d = 0; d < kDepth; d++)
-        if (d < ksteps) load_stage<DT, BN>(st[d], ti, M, K, m0, d, X, ldx, gather);
-    for (int kt0 = 0; kt0 < ksteps; kt0 += kDepth) {
+        for (int m = 0; m < NMAT; m++)
 #pragma unroll
-        for (int d = 0; d < kDepth; d++) {
-            const int kt = kt0 + d;
-            if (kt >= ksteps) break;
-            __syncthreads(); /* the previous step's fragments are read */
-            store_stage<DT, BN>(st[d], As, Bs);
-            __syncthreads();
-            if (kt + kDepth < ksteps)
-                load_stage<DT, BN>(st[d], ti, M, K, m0, kt + kDepth, X, ldx, gather);
+            for (int i = 0; i < (WCH + kThreads - 1) / kThreads; i++) {
+                int c = t + i * kThreads;
+                if (WCH % kThreads && c >= WCH) break;
+                int r = c / (RB / 16), part = c % (RB / 16);
+                bool ok = m0 + r < M;
+                const uint8_t *src = ok ? W[m] + (size_t)(m0 + r) * rbytes + (size_t)kt * RB + part * 16
+                                        : W[m];
+                cp_async16(st + (m * BM + r) * RS + part * 16, src, ok);
+            }
+        if (wfmt<DT>::Q) {
+            uint32_t *ssb = (uint32_t *)(st + S::W_BYTES);
 #pragma unroll
-            for (int kk = 0; kk < BK / 16; kk++) {
-                uint32_t a[2][4];
+            for (int m = 0; m < NMAT; m++)
 #pragma unroll
-                for (int mt = 0; mt < 2; mt++)
-                    ldsm_x4(a[mt], As + (wm * 32 + mt * 16 + (lane & 15)) * LDS + kk * 16 +
-                                       (lane >> 4) * 8);
+                for (int i = 0; i < (BM + kThreads - 1) / kThreads; i++) {
+                    int r = t + i * kThreads;
+                    if (BM % kThreads && r >= BM) break;
+                    bool ok = m0 + r < M;
+                    const uint32_t *src = ok ? SB[m] + (size_t)(m0 + r) * (K / BK) + kt : SB[m];
+                    cp_async4(ssb + m * BM + r, src, ok);
+                }
+        }
+        float *sx = (float *)(st + S::W_BYTES + S::SB_BYTES);
+        constexpr int XCH = BN * BK / 4;
+#pragma unroll
+        for (int i = 0; i < (XCH + kThreads - 1) / kThreads; i++) {
+            int c = t + i * kThreads;
+            if (XCH % kThreads && c >= XCH) break;
+            int tr = c / (BK / 4), part = c % (BK / 4);
+            long long off = s_xoff[tr];
+            const float *src = off >= 0 ? a.X + off + (size_t)kt * BK + part * 4 : a.X;
+            cp_async16(sx + tr * XRS + part * 4, src, off >= 0);
+        }
+    };
+
+    /* staged fp32 X of slot sl -> bf16 Xs[b] in the permuted order (see the file comment): unit
+     * (token, m, sub) writes slice s = 2m + sub, halves hi = 0, 1, lanes q = 0..3 */
+    auto convert = [&](int sl, int b) {
+        const float *sx = (const float *)(smem + sl * S::STAGE + S::W_BYTES + S::SB_BYTES);
+        for (int u = t; u < BN * 4; u += kThreads) {
+            const int tr = u % BN, ms = u / BN, m = ms >> 1, sub = ms & 1;
+            const float *xr = sx + tr * XRS + 8 * m + 2 * sub;
+            uint32_t v0[4], v1[4];
+#pragma unroll
+            for (int qq = 0; qq < 4; qq++) {
+                float2 lo = *(const float2 *)(xr + 16 * qq), hi = *(const float2 *)(xr + 16 * qq + 4);
+                v0[qq] = bf2(lo.x, hi.x); /* columns c, c + 4 */
+                v1[qq] = bf2(lo.y, hi.y); /* columns c + 1, c + 5 */
+            }
+            uint16_t *d = Xs + (b * BN + tr) * LDX + (2 * m + sub) * 16;
+            *(uint4 *)d = make_uint4(v0[0], v0[1], v0[2], v0[3]);
+            *(uint4 *)(d + 8) = make_uint4(v1[0], v1[1], v1[2], v1[3]);
+        }
+    };
+
+    float acc[NMAT][MT][NT][4];
+#pragma unroll
+    for (int m = 0; m < NMAT; m++)
+#pragma unroll
+        for (int i = 0; i < MT; i++)
+#pragma unroll
+            for (int j = 0; j < NT; j++) acc[m][i][j][0] = acc[m][i][j][1] = acc[m][i][j][2] = acc[m][i][j][3] = 0.f;
+
+    const bool active = m0 + warp * MT * 16 < M; /* warp has rows to compute */
+    const int ntv = (rows + 7) / 8;               /* 8-token tiles holding tokens */
+
+#pragma unroll
+    for (int s = 0; s < NS - 1; s++) {
+        if (s < ksteps) load(s, s);
+        cp_commit();
+    }
+    for (int kt = 0; kt < ksteps; kt++) {
+        cp_wait<NS - 2>();
+        __syncthreads(); /* slot kt landed for all; step kt-1 is done with slot kt-1 */
+        if (kt + NS - 1 < ksteps) load(kt + NS - 1, (kt + NS - 1) % NS);
+        cp_commit();
+        const int sl = kt % NS, b = kt & 1;
+        convert(sl, b);
+        __syncthreads();
+        if (!active) continue;
+        const uint8_t *sW = smem + sl * S::STAGE;
+        const uint32_t *sSB = (const uint32_t *)(sW + S::W_BYTES);
+        araw<DT> raw[NMAT][MT];
+#pragma unroll
+        for (int m = 0; m < NMAT; m++)
+#pragma unroll
+            for (int i = 0; i < MT; i++)
+                load_araw<DT>(raw[m][i], sW + m * BM * RS, sSB + m * BM, (warp * MT + i) * 16 + g, q);
+        const uint16_t *xb = Xs + b * BN * LDX;
+#pragma unroll
+        for (int s = 0; s < BK / 16; s++) {
+            const uint16_t *xp = xb + ((lane >> 4) * 8 + (lane & 7)) * LDX + s * 16 +
+                                 ((lane >> 3) & 1) * 8;
+            if constexpr (S::AHOIST) {
+                uint32_t af[NMAT][MT][4];
+#pragma unroll
+                for (int m = 0; m < NMAT; m++)
+#pragma unroll
+                    for (int i = 0; i < MT; i++) {
+                        af[m][i][0] = apair<DT>(raw[m][i], 0, s, 0);
+                        af[m][i][1] = apair<DT>(raw[m][i], 1, s, 0);
+                        af[m][i][2] = apair<DT>(raw[m][i], 0, s, 1);
+                        af[m][i][3] = apair<DT>(raw[m][i], 1, s, 1);
+                    }
 #pragma unroll
                 for (int np = 0; np < NT / 2; np++) {
-                    uint32_t b[4];
-                    ldsm_x4(b, Bs +
-                                   (wn * (BN / 2) + np * 16 + (lane >> 4) * 8 + (lane & 7)) * LDS +
-                                   kk * 16 + ((lane >> 3) & 1) * 8);
+                    if (2 * np >= ntv) break;
+                    uint32_t bf[4];
+                    ldsm_x4(bf, xp + np * 16 * LDX);
 #pragma unroll
-                    for (int mt = 0; mt < 2; mt++) {
-                        mma_bf16(acc[mt][2 * np], a[mt], b);
-                        mma_bf16(acc[mt][2 * np + 1], a[mt], b + 2);
-                    }
+                    for (int m = 0; m < NMAT; m++)
+#pragma unroll
+                        for (int i = 0; i < MT; i++) {
+                            mma_bf16(acc[m][i][2 * np], af[m][i], bf);
+                            if (2 * np + 1 < ntv) mma_bf16(acc[m][i][2 * np + 1], af[m][i], bf + 2);
+                        }
                 }
+            } else {
+                uint32_t bf[NT / 2 > 0 ? NT / 2 : 1][4];
+#pragma unroll
+                for (int np = 0; np < NT / 2; np++)
+                    if (2 * np < ntv) ldsm_x4(bf[np], xp + np * 16 * LDX);
+#pragma unroll
+                for (int m = 0; m < NMAT; m++)
+#pragma unroll
+                    for (int i = 0; i < MT; i++) {
+                        uint32_t af[4];
+                        af[0] = apair<DT>(raw[m][i], 0, s, 0);
+                        af[1] = apair<DT>(raw[m][i], 1, s, 0);
+                        af[2] = apair<DT>(raw[m][i], 0, s, 1);
+                        af[3] = apair<DT>(raw[m][i], 1, s, 1);
+#pragma unroll
+                        for (int nt = 0; nt < NT; nt++)
+                            if (nt < ntv) mma_bf16(acc[m][i][nt], af, bf[nt / 2] + (nt & 1) * 2);
+                    }
             }
         }
     }
-    const int g = lane >> 2, tq = lane & 3;
+    cp_wait<0>(); /* no copy may be in flight at exit */
+    if (!active) return;
 #pragma unroll
-    for (int mt = 0; mt < 2; mt++)
+    for (int i = 0; i < MT; i++)
 #pragma unroll
         for (int nt = 0; nt < NT; nt++)
 #pragma unroll
             for (int e = 0; e < 4; e++) {
-                int o = m0 + wm * 32 + mt * 16 + g + (e >> 1) * 8;
-                int tr = wn * (BN / 2) + nt * 8 + 2 * tq + (e & 1);
-                if (o < M && tr < ti.rows) {
-                    float *y = Y + (size_t)(ti.row0 + tr) * ldy + o;
-                    *y = accumulate ? *y + acc[mt][nt][e] : acc[mt][nt][e];
+                const int o = m0 + (warp * MT + i) * 16 + g + (e >> 1) * 8;
+                const int tr = nt * 8 + 2 * q + (e & 1);
+                if (o < M && tr < rows) {
+                    float *y = a.Y + (size_t)(row0 + tr) * a.ldy + o;
+                    float v = acc[0][i][nt][e];
+                    if (NMAT == 2) v = silu_f(v) * acc[NMAT - 1][i][nt][e];
+                    *y = a.accumulate ? *y + v : v;
                 }
             }
 }
 
-template <int BN>
-int launch(const lily_dmat *W, const float *X, int ldx, int n, const int32_t *gather,
-           const int32_t *tiles, const int32_t *d_ntiles, int ytiles, float *Y, int ldy, int acc,
-           lily_cuda_stream st, lily_err *e) {
-    dim3 grid((W->rows + BM - 1) / BM, ytiles);
-#define LILY_GEMM_ARGS                                                                             \
-    W->w, W->sb, W->w_stride, W->sb_stride, W->rows, W->cols, X, ldx, n, gather, tiles, d_ntiles, \
-        Y, ldy, acc
-    switch (W->dt) {
-    case LILY_CW_Q4: gemm_kernel<LILY_CW_Q4, BN><<<grid, kThreads, 0, st>>>(LILY_GEMM_ARGS); break;
-    case LILY_CW_Q8: gemm_kernel<LILY_CW_Q8, BN><<<grid, kThreads, 0, st>>>(LILY_GEMM_ARGS); break;
-    default: gemm_kernel<LILY_CW_BF16, BN><<<grid, kThreads, 0, st>>>(LILY_GEMM_ARGS); break;
+template <int DT, int MT, int NT, int NMAT>
+int launch_shape(const gemm_args &a, int grouped, int ytiles, lily_cuda_stream st, lily_err *e) {
+    using S = shape<DT, MT, NT, NMAT>;
+    auto k = gemm_kernel<DT, MT, NT, NMAT>;
+    static bool attr = false; /* benign race: the call is idempotent */
+    if (!attr) {
+        LILY_CU_TRY(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, S::SMEM), e);
+        attr = true;
     }
-#undef LILY_GEMM_ARGS
+    const int mblocks = (a.M + S::BM - 1) / S::BM;
+    dim3 grid = grouped ? dim3(mblocks, ytiles) : dim3((a.n + S::BN - 1) / S::BN, mblocks);
+    if (grid.y > 65535) return lily_fail(e, "gemm: grid of %u x %u blocks", grid.x, grid.y);
+    k<<<grid, kThreads, S::SMEM, st>>>(a);
     LILY_CU_LAUNCHED(e);
     return 0;
+}
+
+/* Shapes: 256 rows x 64 tokens when that fills the GPU (large M), else 256 x 32, else 128 x 16
+ * (small M: the grid, not the per-warp work, is what limits those). Grouped: 256 x 32. */
+template <int DT, int NMAT>
+int launch_dt(const gemm_args &a, int grouped, int ytiles, lily_cuda_stream st, lily_err *e) {
+    if (grouped) return launch_shape<DT, 2, 4, NMAT>(a, 1, ytiles, st, e);
+    auto blocks = [&](int bm, int bn) {
+        return (long)((a.M + bm - 1) / bm) * ((a.n + bn - 1) / bn);
+    };
+    if constexpr (NMAT == 1)
+        if (blocks(256, 64) >= 200) return launch_shape<DT, 2, 8, NMAT>(a, 0, 0, st, e);
+    if (blocks(256, 32) >= 120) return launch_shape<DT, 2, 4, NMAT>(a, 0, 0, st, e);
+    return launch_shape<DT, 1, 2, NMAT>(a, 0, 0, st, e);
+}
+
+template <int NMAT>
+int launch(const gemm_args &a, int dt, int grouped, int ytiles, lily_cuda_stream st, lily_err *e) {
+    switch (dt) {
+    case LILY_CW_Q4: return launch_dt<LILY_CW_Q4, NMAT>(a, grouped, ytiles, st, e);
+    case LILY_CW_Q8: return launch_dt<LILY_CW_Q8, NMAT>(a, grouped, ytiles, st, e);
+    default: return launch_dt<LILY_CW_BF16, NMAT>(a, grouped, ytiles, st, e);
+    }
+}
+
+int check_x(const float *X, int ldx, lily_err *e) {
+    if (ldx % 4 || ((uintptr_t)X & 15))
+        return lily_fail(e, "gemm: X must be 16-byte aligned with ldx %% 4 == 0 (ldx %d)", ldx);
+    return 0;
+}
+
+int check_pair(const lily_dmat *G, const lily_dmat *U, lily_err *e) {
+    if (G->dt != U->dt || G->rows != U->rows || G->cols != U->cols || G->n_mats != U->n_mats ||
+        G->w_stride != U->w_stride || G->sb_stride != U->sb_stride)
+        return lily_fail(e, "gemm: gate [%d x %d] x %d and up [%d x %d] x %d differ", G->rows,
+                         G->cols, G->n_mats, U->rows, U->cols, U->n_mats);
+    return 0;
+}
+
+gemm_args make_args(const lily_dmat *W0, const lily_dmat *W1, const float *X, int ldx, int n,
+                    const int32_t *gather, const int32_t *tiles, const int32_t *d_ntiles, float *Y,
+                    int ldy, int accumulate) {
+    gemm_args a;
+    a.w[0] = W0->w, a.w[1] = W1 ? W1->w : W0->w;
+    a.sb[0] = W0->sb, a.sb[1] = W1 ? W1->sb : W0->sb;
+    a.w_stride = W0->w_stride, a.sb_stride = W0->sb_stride;
+    a.M = W0->rows, a.K = W0->cols;
+    a.X = X, a.ldx = ldx, a.n = n;
+    a.gather = gather, a.tiles = tiles, a.d_ntiles = d_ntiles;
+    a.Y = Y, a.ldy = ldy, a.accumulate = accumulate;
+    return a;
 }
 
 } // namespace
@@ -243,21 +429,37 @@ int launch(const lily_dmat *W, const float *X, int ldx, int n, const int32_t *ga
 extern "C" int lily_cuda_gemm(const lily_dmat *W, const float *X, int ldx, int n, float *Y,
                               int ldy, int accumulate, lily_cuda_stream st, lily_err *e) {
     if (W->n_mats != 1) return lily_fail(e, "gemm: a stack of %d matrices", W->n_mats);
-    if (ldx % 4 || ((uintptr_t)X & 15))
-        return lily_fail(e, "gemm: X must be 16-byte aligned with ldx %% 4 == 0 (ldx %d)", ldx);
-    if (n < 1) return 0;
-    constexpr int BN = 64;
-    return launch<BN>(W, X, ldx, n, nullptr, nullptr, nullptr, (n + BN - 1) / BN, Y, ldy,
-                      accumulate, st, e);
+    if (check_x(X, ldx, e)) return -1;
+    if (n < 1 || W->rows < 1) return 0;
+    gemm_args a = make_args(W, nullptr, X, ldx, n, nullptr, nullptr, nullptr, Y, ldy, accumulate);
+    return launch<1>(a, W->dt, 0, 0, st, e);
 }
 
 extern "C" int lily_cuda_gemm_grouped(const lily_dmat *W, const float *X, int ldx,
                                       const int32_t *gather, const int32_t *tiles,
                                       const int32_t *d_ntiles, int max_tiles, float *Y, int ldy,
                                       lily_cuda_stream st, lily_err *e) {
-    if (ldx % 4 || ((uintptr_t)X & 15))
-        return lily_fail(e, "gemm: X must be 16-byte aligned with ldx %% 4 == 0 (ldx %d)", ldx);
-    if (max_tiles < 1) return 0;
-    return launch<LILY_GEMM_GROUP_BN>(W, X, ldx, 0, gather, tiles, d_ntiles, max_tiles, Y, ldy, 0,
-                                      st, e);
+    if (check_x(X, ldx, e)) return -1;
+    if (max_tiles < 1 || W->rows < 1) return 0;
+    gemm_args a = make_args(W, nullptr, X, ldx, 0, gather, tiles, d_ntiles, Y, ldy, 0);
+    return launch<1>(a, W->dt, 1, max_tiles, st, e);
+}
+
+extern "C" int lily_cuda_gemm_glu(const lily_dmat *G, const lily_dmat *U, const float *X, int ldx,
+                                  int n, float *Y, int ldy, lily_cuda_stream st, lily_err *e) {
+    if (G->n_mats != 1) return lily_fail(e, "gemm: a stack of %d matrices", G->n_mats);
+    if (check_pair(G, U, e) || check_x(X, ldx, e)) return -1;
+    if (n < 1 || G->rows < 1) return 0;
+    gemm_args a = make_args(G, U, X, ldx, n, nullptr, nullptr, nullptr, Y, ldy, 0);
+    return launch<2>(a, G->dt, 0, 0, st, e);
+}
+
+extern "C" int lily_cuda_gemm_grouped_glu(const lily_dmat *G, const lily_dmat *U, const float *X,
+                                          int ldx, const int32_t *gather, const int32_t *tiles,
+                                          const int32_t *d_ntiles, int max_tiles, float *Y,
+                                          int ldy, lily_cuda_stream st, lily_err *e) {
+    if (check_pair(G, U, e) || check_x(X, ldx, e)) return -1;
+    if (max_tiles < 1 || G->rows < 1) return 0;
+    gemm_args a = make_args(G, U, X, ldx, 0, gather, tiles, d_ntiles, Y, ldy, 0);
+    return launch<2>(a, G->dt, 1, max_tiles, st, e);
 }

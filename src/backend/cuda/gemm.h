@@ -1,13 +1,16 @@
 /* Prefill matrix products on tensor cores: Y = X W^T for a chunk of tokens, with the weight
- * dequantization (Q4/Q8 affine, or plain bf16) fused into the tile load.
+ * dequantization (Q4/Q8 affine, or plain bf16) fused into the fragment build.
  *
- * Blocks compute 128 weight rows x BN tokens; each 64-column k-step is one quantization group:
- * threads dequantize their slice of the W tile to bf16 in shared memory, convert the fp32
- * activations to bf16 beside it, and 8 warps run mma.sync m16n8k16 (bf16 in, fp32 accumulate)
- * from ldmatrix fragments; the global loads of the next 2-3 k-steps are in flight in registers
- * during the current step's math. The grouped form runs a list of (expert, row range) tiles
- * built on the device (see moe.h), with optional row gather of X, so a MoE layer needs no host
- * sync. */
+ * Each block of 8 warps computes BM weight rows (8 warps stacked along the rows) x BN tokens; a
+ * k-step is one 64-column quantization group. The raw weight codes, their scale/bias words and
+ * the fp32 activations of the next k-steps stream into a 3-4 stage shared-memory ring with
+ * cp.async; the activations are converted once per block to bf16 in a permuted column order, and
+ * each warp dequantizes its own rows straight into mma.sync m16n8k16 A fragments (bf16 in, fp32
+ * accumulate), so every dequantized weight feeds all BN tokens of the block and no weight tile
+ * goes through shared memory as bf16. Tile shapes are picked from the shape (rows, tokens). The
+ * grouped form runs a list of (expert, row range) tiles built on the device (see moe.h), with
+ * optional row gather of X, so a MoE layer needs no host sync. The GLU forms compute two
+ * matrices (gate, up) over the same pass of X and write silu(gate) * up. */
 #ifndef LILY_BACKEND_CUDA_GEMM_H
 #define LILY_BACKEND_CUDA_GEMM_H
 
@@ -21,6 +24,8 @@ extern "C" {
 
 /* Token tiles of the grouped GEMM, in rows (see lily_cuda_gemm_grouped). */
 #define LILY_GEMM_GROUP_BN 32
+/* The gated (GLU) entry points below exist. */
+#define LILY_GEMM_HAS_GLU 1
 
 /* Y[t][o] = sum_c W[o][c] X[t][c] for t < n, o < W->rows (accumulate: Y += instead).
  * X: [n][ldx] fp32 (ldx % 4 == 0), Y: [n][ldy]. W must be a single matrix. */
@@ -33,6 +38,19 @@ int lily_cuda_gemm(const lily_dmat *W, const float *X, int ldx, int n, float *Y,
 int lily_cuda_gemm_grouped(const lily_dmat *W, const float *X, int ldx, const int32_t *gather,
                            const int32_t *tiles, const int32_t *d_ntiles, int max_tiles, float *Y,
                            int ldy, lily_cuda_stream st, lily_err *e);
+
+/* Gated pair in one pass over X: Y[t][o] = silu(G X_t)[o] * (U X_t)[o] for t < n, o < G->rows.
+ * G and U: single matrices of the same type and shape. Same X/Y rules as lily_cuda_gemm (no
+ * accumulate). Replaces gemm(G) + gemm(U) + silu_mul. */
+int lily_cuda_gemm_glu(const lily_dmat *G, const lily_dmat *U, const float *X, int ldx, int n,
+                       float *Y, int ldy, lily_cuda_stream st, lily_err *e);
+
+/* Grouped gated pair: as lily_cuda_gemm_grouped over two expert stacks of the same type, shape
+ * and count, writing silu(gate) * up (replaces two grouped GEMMs and silu_mul). */
+int lily_cuda_gemm_grouped_glu(const lily_dmat *G, const lily_dmat *U, const float *X, int ldx,
+                               const int32_t *gather, const int32_t *tiles,
+                               const int32_t *d_ntiles, int max_tiles, float *Y, int ldy,
+                               lily_cuda_stream st, lily_err *e);
 
 #ifdef __cplusplus
 }

@@ -251,10 +251,11 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(const __grid_constant__ 
     }
 }
 
-/* Q4 with cols % 256 == 0 on tensor cores (q4mma.cuh). A block owns 32 rows (two 16-row tiles);
- * warp w takes tile w & 1 and the 256-column steps w / 2, w / 2 + 4, ...; all of a warp's loads
- * for two steps are issued before any math. Partials meet in shared memory in a fixed order. */
-constexpr int kMmaRows = 32;
+/* Q4 with cols % 256 == 0 on tensor cores (q4mma.cuh). A block owns T 16-row tiles (16 T rows);
+ * its 8 warps split into T tiles x 8 / T step groups: warp w takes tile w % T and the 256-column
+ * steps w / T, w / T + 8 / T, ..., two steps' loads issued together before any math. Partials meet
+ * in shared memory in a fixed order. T is chosen per launch so that the grid fits in one wave
+ * (2 blocks per SM): a second wave of a few blocks doubled a launch's time. */
 int g_sms = 0;
 
 __device__ __forceinline__ void gv_row_ptr(const gv_params &p, int row, int ng, const uint8_t *&w,
@@ -270,7 +271,9 @@ __device__ __forceinline__ void gv_row_ptr(const gv_params &p, int row, int ng, 
         }
 }
 
+template <int T>
 __global__ void __launch_bounds__(kThreads) gemv_q4mma_kernel(const __grid_constant__ gv_params p) {
+    constexpr int ROWS = 16 * T, NSG = 8 / T;
     extern __shared__ float4 smem4[];
     const int nchunk = p.cols / 32, ng = p.cols / 64, nsteps = p.cols / 256;
     float4 *xs4 = smem4;
@@ -279,59 +282,52 @@ __global__ void __launch_bounds__(kThreads) gemv_q4mma_kernel(const __grid_const
     uint32_t *xh = (uint32_t *)(red + 8 + p.cols / 2); /* past any prologue's scratch */
     uint32_t *xl = xh + p.cols / 2;
     float *xs2 = (float *)(xl + p.cols / 2);
-    float *part = xs2 + nchunk; /* [4 step groups][32 rows] */
+    float *part = xs2 + nchunk; /* [NSG step groups][ROWS] */
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    const int tile = warp & 1, sg = warp >> 1;
-    const int ngroups = (p.total + kMmaRows - 1) / kMmaRows;
+    const int tile = warp % T, sg = warp / T;
+    const int ngroups = (p.total + ROWS - 1) / ROWS;
     const uint8_t *r0, *r1;
     const uint32_t *s0, *s1;
     q4_step_regs R[2];
     pdl_trigger();
     /* the first row group's loads do not depend on x: issue them before the prologue */
-    int row0 = blockIdx.x * kMmaRows + tile * 16 + (lane >> 2);
+    int row0 = blockIdx.x * ROWS + tile * 16 + (lane >> 2);
     gv_row_ptr(p, row0, ng, r0, s0);
     gv_row_ptr(p, row0 + 8, ng, r1, s1);
     if (sg < nsteps) q4_step_load(r0, s0, r1, s1, sg, lane, R[0]);
-    if (sg + 4 < nsteps) q4_step_load(r0, s0, r1, s1, sg + 4, lane, R[1]);
+    if (sg + NSG < nsteps) q4_step_load(r0, s0, r1, s1, sg + NSG, lane, R[1]);
     pdl_wait();
     const float scale = gv_prologue<LILY_CW_Q4>(p, xs4, xsum, nchunk, red);
-    for (int c = threadIdx.x; c < nchunk; c += blockDim.x) {
-        float v[32];
-#pragma unroll
-        for (int i = 0; i < 8; i++) {
-            float4 a = xs4[i * nchunk + c];
-            v[4 * i] = a.x, v[4 * i + 1] = a.y, v[4 * i + 2] = a.z, v[4 * i + 3] = a.w;
-        }
-        xs2[c] = q4x_store(v, xh + (size_t)c * 16, xl + (size_t)c * 16);
-    }
+    const float *xsf = (const float *)xs4;
+    q4x_convert(p.cols, [&](int col) { return xsf[xs_index(col, 32, nchunk)]; }, xh, xl, xs2);
     __syncthreads();
     for (int grp = blockIdx.x; grp < ngroups; grp += gridDim.x) {
         if (grp != (int)blockIdx.x) {
-            row0 = grp * kMmaRows + tile * 16 + (lane >> 2);
+            row0 = grp * ROWS + tile * 16 + (lane >> 2);
             gv_row_ptr(p, row0, ng, r0, s0);
             gv_row_ptr(p, row0 + 8, ng, r1, s1);
         }
         float acc0 = 0.f, acc1 = 0.f;
-        for (int st = sg; st < nsteps; st += 8) {
+        for (int st = sg; st < nsteps; st += 2 * NSG) {
             if (st != sg || grp != (int)blockIdx.x) {
                 q4_step_load(r0, s0, r1, s1, st, lane, R[0]);
-                if (st + 4 < nsteps) q4_step_load(r0, s0, r1, s1, st + 4, lane, R[1]);
+                if (st + NSG < nsteps) q4_step_load(r0, s0, r1, s1, st + NSG, lane, R[1]);
             }
             q4_step_math(R[0], xh, xl, xs2, st, lane, acc0, acc1);
-            if (st + 4 < nsteps) q4_step_math(R[1], xh, xl, xs2, st + 4, lane, acc0, acc1);
+            if (st + NSG < nsteps) q4_step_math(R[1], xh, xl, xs2, st + NSG, lane, acc0, acc1);
         }
         acc0 = quad_sum(acc0);
         acc1 = quad_sum(acc1);
         if ((lane & 3) == 0) {
-            part[sg * kMmaRows + tile * 16 + (lane >> 2)] = acc0;
-            part[sg * kMmaRows + tile * 16 + (lane >> 2) + 8] = acc1;
+            part[sg * ROWS + tile * 16 + (lane >> 2)] = acc0;
+            part[sg * ROWS + tile * 16 + (lane >> 2) + 8] = acc1;
         }
         __syncthreads();
-        if (threadIdx.x < kMmaRows) {
-            const int row = grp * kMmaRows + threadIdx.x;
-            float a = ((part[threadIdx.x] + part[kMmaRows + threadIdx.x]) +
-                       part[2 * kMmaRows + threadIdx.x]) +
-                      part[3 * kMmaRows + threadIdx.x];
+        if (threadIdx.x < ROWS) {
+            const int row = grp * ROWS + threadIdx.x;
+            float a = 0.f;
+#pragma unroll
+            for (int g = 0; g < NSG; g++) a += part[g * ROWS + threadIdx.x];
             a *= scale;
 #pragma unroll
             for (int s = 0; s < LILY_GEMV_SEGS; s++)
@@ -342,29 +338,36 @@ __global__ void __launch_bounds__(kThreads) gemv_q4mma_kernel(const __grid_const
     }
 }
 
+template <int T> int launch_q4mma_t(const gv_params &p, size_t smem, lily_cuda_stream st, lily_err *e) {
+    if (smem > 48 * 1024)
+        LILY_CU_TRY(cudaFuncSetAttribute(gemv_q4mma_kernel<T>,
+                                         cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem),
+                    e);
+    /* a longer matrix (lm_head) loops over row groups, so the prologue is not redone for each */
+    int blocks = (p.total + 16 * T - 1) / (16 * T);
+    if (blocks > 8 * g_sms) blocks = 8 * g_sms;
+    LILY_CU_TRY(launch_pdl(gemv_q4mma_kernel<T>, dim3(blocks), dim3(kThreads), smem, st, p), e);
+    return 0;
+}
+
 int launch_q4mma(const gv_params &p, lily_cuda_stream st, lily_err *e) {
     const int nchunk = p.cols / 32;
     /* x' (fp32), its chunk sums, the prologue's scratch (8 + cols / 4 + cols / head floats at
-     * most, head >= 4), then the hi/lo planes, their chunk sums and the partials */
+     * most, head >= 4), then the hi/lo planes, their chunk sums and the partials (128 floats) */
     size_t floats = (size_t)p.cols + nchunk + 8 + p.cols / 2; /* up to xh */
     size_t smem = floats * 4 + (size_t)p.cols * 4 /* xh + xl: 2 bf16 planes */ + (size_t)nchunk * 4 +
-                  4 * kMmaRows * 4;
+                  128 * 4;
     smem = (smem + 15) & ~(size_t)15;
-    if (smem > 48 * 1024)
-        LILY_CU_TRY(cudaFuncSetAttribute(gemv_q4mma_kernel,
-                                         cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem),
-                    e);
-    /* one row group per block up to 8 blocks per SM; a longer matrix (lm_head) loops, so the
-     * prologue is not redone for every 32 rows */
     if (!g_sms) {
         int dev = 0;
         LILY_CU_TRY(cudaGetDevice(&dev), e);
         LILY_CU_TRY(cudaDeviceGetAttribute(&g_sms, cudaDevAttrMultiProcessorCount, dev), e);
     }
-    int blocks = (p.total + kMmaRows - 1) / kMmaRows;
-    if (blocks > 8 * g_sms) blocks = 8 * g_sms;
-    LILY_CU_TRY(launch_pdl(gemv_q4mma_kernel, dim3(blocks), dim3(kThreads), smem, st, p), e);
-    return 0;
+    /* the fewest tiles per block whose grid fits in one wave of 2 blocks per SM */
+    const int wave = 2 * g_sms;
+    if ((p.total + 15) / 16 <= wave) return launch_q4mma_t<1>(p, smem, st, e);
+    if ((p.total + 31) / 32 <= wave) return launch_q4mma_t<2>(p, smem, st, e);
+    return launch_q4mma_t<4>(p, smem, st, e);
 }
 
 template <int DT, int LPR, int CB>
@@ -455,9 +458,8 @@ extern "C" int lily_cuda_gemv(const lily_gemv_seg *segs, int nseg, const float *
             return lily_fail(e, "gemv: gated prologue head %d (a multiple of 4 dividing %d)",
                              p.head, p.cols);
     }
-    /* LILY_CUDA_Q4MMA=1: the tensor-core kernel (off until it has passed the H200 parity run) */
-    const char *mma = getenv("LILY_CUDA_Q4MMA");
-    if (dt == LILY_CW_Q4 && p.cols % 256 == 0 && mma && mma[0] == '1')
+    const char *mma = getenv("LILY_CUDA_Q4MMA"); /* "0": the fp32 kernels, for A/B timing */
+    if (dt == LILY_CW_Q4 && p.cols % 256 == 0 && !(mma && mma[0] == '0'))
         return launch_q4mma(p, st, e);
     switch (dt) {
     case LILY_CW_Q4: return launch_dt<LILY_CW_Q4>(p, st, e);

@@ -335,17 +335,19 @@ __global__ void __launch_bounds__(kThreads) moe_down_kernel(const __grid_constan
 
 /* ---- Q4 decode on tensor cores (q4mma.cuh): H % 256 == 0 for gate/up, I % 256 == 0 for down -- */
 
-/* grid (ceil(imax / 16), slots). A block owns 16 rows of one slot's gate and the same 16 rows of
- * its up (two 16-row tiles); warp w takes tile w & 1 and the 256-column steps w / 2, w / 2 + 4,
- * ...; x * norm_w goes to shared memory as hi/lo bf16 planes, 1/rms is applied to the sums. */
+/* grid (ceil(imax / 32), slots): 144 blocks for the 35B shape, one wave at 2 blocks per SM (16
+ * rows per block made 288, two waves). A block owns 32 rows of one slot's gate and the same 32
+ * rows of its up (four 16-row tiles); warp w takes tile w & 3 and the 256-column steps w / 4,
+ * w / 4 + 2, ... (two per load batch); x * norm_w goes to shared memory as hi/lo bf16 planes,
+ * 1/rms is applied to the sums. */
 __global__ void __launch_bounds__(kThreads) moe_gate_up_q4mma_kernel(const __grid_constant__ gu_params p) {
     extern __shared__ float4 smem4[];
     __shared__ int s_idx[kMaxK];
     __shared__ float s_wt[kMaxK];
     __shared__ float s_sl[1024];
     __shared__ float red[32];
-    __shared__ float part[4][32];
-    const int nchunk = p.H / 32, nsteps = p.H / 256, ng = p.H / 64;
+    __shared__ float part[2][64];
+    const int nsteps = p.H / 256, ng = p.H / 64;
     uint32_t *xh = (uint32_t *)smem4, *xl = xh + p.H / 2;
     float *xs2 = (float *)(xl + p.H / 2);
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -360,7 +362,8 @@ __global__ void __launch_bounds__(kThreads) moe_gate_up_q4mma_kernel(const __gri
         *p.sg = p.has_sgate ? sigmoid_f(p.logits[p.E]) : 1.0f;
     }
     const int rows = shared ? p.Is : p.I;
-    const mat_ref &mr = (warp & 1) ? (shared ? p.sup : p.up) : (shared ? p.sgate : p.gate);
+    const int tile = warp & 3;
+    const mat_ref &mr = (tile >> 1) ? (shared ? p.sup : p.up) : (shared ? p.sgate : p.gate);
     const uint8_t *wb = mr.w;
     const uint32_t *sbb = mr.sb;
     if (!shared) {
@@ -368,50 +371,44 @@ __global__ void __launch_bounds__(kThreads) moe_gate_up_q4mma_kernel(const __gri
         wb += (size_t)ex * mr.ws;
         sbb += (size_t)ex * mr.sbs;
     }
-    const int sg = warp >> 1, r = blockIdx.x * 16 + (lane >> 2);
+    const int sg = warp >> 2, r = blockIdx.x * 32 + (tile & 1) * 16 + (lane >> 2);
     const size_t rb = (size_t)p.H / 2;
     const uint8_t *r0 = r < rows ? wb + (size_t)r * rb : nullptr;
     const uint8_t *r1 = r + 8 < rows ? wb + (size_t)(r + 8) * rb : nullptr;
     const uint32_t *s0 = sbb + (size_t)r * ng, *s1 = sbb + (size_t)(r + 8) * ng;
     q4_step_regs R[2];
     if (sg < nsteps) q4_step_load(r0, s0, r1, s1, sg, lane, R[0]);
-    if (sg + 4 < nsteps) q4_step_load(r0, s0, r1, s1, sg + 4, lane, R[1]);
+    if (sg + 2 < nsteps) q4_step_load(r0, s0, r1, s1, sg + 2, lane, R[1]);
     float ss = 0.f;
-    for (int c = threadIdx.x; c < nchunk; c += blockDim.x) {
-        float v[32];
-        const float4 *x4 = (const float4 *)(p.x + (size_t)c * 32);
-        const float4 *w4 = (const float4 *)(p.norm_w + (size_t)c * 32);
-#pragma unroll
-        for (int i = 0; i < 8; i++) {
-            float4 a = x4[i], w = p.norm_w ? w4[i] : make_float4(1.f, 1.f, 1.f, 1.f);
-            ss += a.x * a.x + a.y * a.y + a.z * a.z + a.w * a.w;
-            v[4 * i] = a.x * w.x, v[4 * i + 1] = a.y * w.y, v[4 * i + 2] = a.z * w.z;
-            v[4 * i + 3] = a.w * w.w;
-        }
-        xs2[c] = q4x_store(v, xh + (size_t)c * 16, xl + (size_t)c * 16);
+    for (int i = threadIdx.x; i < p.H / 4; i += blockDim.x) {
+        float4 a = ((const float4 *)p.x)[i];
+        ss += a.x * a.x + a.y * a.y + a.z * a.z + a.w * a.w;
     }
+    const float *xv = p.x, *nw = p.norm_w;
+    if (nw) q4x_convert(p.H, [&](int col) { return xv[col] * nw[col]; }, xh, xl, xs2);
+    else q4x_convert(p.H, [&](int col) { return xv[col]; }, xh, xl, xs2);
     ss = block_sum(ss, red); /* its barriers also publish the planes */
     const float rs = p.norm_w ? 1.0f / sqrtf(ss / p.H + p.eps) : 1.0f;
     float acc0 = 0.f, acc1 = 0.f;
-    for (int st = sg; st < nsteps; st += 8) {
+    for (int st = sg; st < nsteps; st += 4) {
         if (st != sg) {
             q4_step_load(r0, s0, r1, s1, st, lane, R[0]);
-            if (st + 4 < nsteps) q4_step_load(r0, s0, r1, s1, st + 4, lane, R[1]);
+            if (st + 2 < nsteps) q4_step_load(r0, s0, r1, s1, st + 2, lane, R[1]);
         }
         q4_step_math(R[0], xh, xl, xs2, st, lane, acc0, acc1);
-        if (st + 4 < nsteps) q4_step_math(R[1], xh, xl, xs2, st + 4, lane, acc0, acc1);
+        if (st + 2 < nsteps) q4_step_math(R[1], xh, xl, xs2, st + 2, lane, acc0, acc1);
     }
     acc0 = quad_sum(acc0);
     acc1 = quad_sum(acc1);
     if ((lane & 3) == 0) {
-        part[sg][(warp & 1) * 16 + (lane >> 2)] = acc0;
-        part[sg][(warp & 1) * 16 + (lane >> 2) + 8] = acc1;
+        part[sg][tile * 16 + (lane >> 2)] = acc0;
+        part[sg][tile * 16 + (lane >> 2) + 8] = acc1;
     }
     __syncthreads();
-    if (threadIdx.x < 16) {
-        const int i = threadIdx.x, row = blockIdx.x * 16 + i;
-        float g = ((part[0][i] + part[1][i]) + part[2][i]) + part[3][i];
-        float u = ((part[0][16 + i] + part[1][16 + i]) + part[2][16 + i]) + part[3][16 + i];
+    if (threadIdx.x < 32) { /* tiles 0, 1: gate rows 0..31; tiles 2, 3: up */
+        const int i = threadIdx.x, row = blockIdx.x * 32 + i;
+        float g = part[0][i] + part[1][i];
+        float u = part[0][32 + i] + part[1][32 + i];
         if (row < rows) p.h[(size_t)slot * p.imax + row] = silu_f(g * rs) * (u * rs);
     }
 }
@@ -455,40 +452,33 @@ __global__ void __launch_bounds__(kThreads) moe_down_q4mma_kernel(const __grid_c
         s0 = sbb + (size_t)r * ng;
         s1 = sbb + (size_t)(r + 8) * ng;
     };
-    q4_step_regs R[2];
-    int sl[2], sp[2];
+    constexpr int UB = 3; /* units per warp per batch: 18 units (35B) = one batch of 8 warps */
+    q4_step_regs R[UB];
+    int sl[UB], sp[UB];
     const uint8_t *r0, *r1;
     const uint32_t *s0, *s1;
-    /* the first two units' loads, before h is staged */
+    /* the first batch's loads, before h is staged */
 #pragma unroll
-    for (int j = 0; j < 2; j++) {
+    for (int j = 0; j < UB; j++) {
         int u = warp + 8 * j;
         if (u < units) {
             unit(u, sl[j], sp[j], r0, s0, r1, s1);
             q4_step_load(r0, s0, r1, s1, sp[j], lane, R[j]);
         }
     }
-    for (int s = 0; s < ns; s++) {
-        const int cols = s < p.k ? p.I : p.Is;
-        for (int c = threadIdx.x; c < cols / 32; c += blockDim.x) {
-            float v[32];
-            const float4 *h4 = (const float4 *)(p.h + (size_t)s * p.imax + (size_t)c * 32);
-#pragma unroll
-            for (int i = 0; i < 8; i++) {
-                float4 a = h4[i];
-                v[4 * i] = a.x, v[4 * i + 1] = a.y, v[4 * i + 2] = a.z, v[4 * i + 3] = a.w;
-            }
-            xs2[s * (p.imax / 32) + c] = q4x_store(v, xh + (size_t)s * pw + (size_t)c * 16,
-                                                   xl + (size_t)s * pw + (size_t)c * 16);
-        }
+    /* all slots' h as one vector of ns * imax columns (slot s at s * imax; columns of a shorter
+     * slot past its width are never read) */
+    {
+        const float *hv = p.h;
+        q4x_convert(ns * p.imax, [&](int col) { return hv[col]; }, xh, xl, xs2);
     }
     if (threadIdx.x < ns) s_f[threadIdx.x] = (int)threadIdx.x < p.k ? p.wt[threadIdx.x] : *p.sg;
     __syncthreads();
     float acc0 = 0.f, acc1 = 0.f;
-    for (int u0 = warp; u0 < units; u0 += 16) {
+    for (int u0 = warp; u0 < units; u0 += 8 * UB) {
         if (u0 != warp) {
 #pragma unroll
-            for (int j = 0; j < 2; j++) {
+            for (int j = 0; j < UB; j++) {
                 int u = u0 + 8 * j;
                 if (u < units) {
                     unit(u, sl[j], sp[j], r0, s0, r1, s1);
@@ -497,7 +487,7 @@ __global__ void __launch_bounds__(kThreads) moe_down_q4mma_kernel(const __grid_c
             }
         }
 #pragma unroll
-        for (int j = 0; j < 2; j++) {
+        for (int j = 0; j < UB; j++) {
             if (u0 + 8 * j >= units) break;
             float a0 = 0.f, a1 = 0.f;
             const int s = sl[j];
@@ -528,7 +518,7 @@ int launch_gu_q4mma(const gu_params &p, int slots, lily_cuda_stream st, lily_err
         LILY_CU_TRY(cudaFuncSetAttribute(moe_gate_up_q4mma_kernel,
                                          cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem),
                     e);
-    dim3 grid((p.imax + 15) / 16, slots);
+    dim3 grid((p.imax + 31) / 32, slots);
     LILY_CU_TRY(launch_pdl(moe_gate_up_q4mma_kernel, grid, dim3(kThreads), smem, st, p), e);
     return 0;
 }
@@ -547,8 +537,8 @@ int launch_dn_q4mma(const dn_params &p, lily_cuda_stream st, lily_err *e) {
 }
 
 bool q4mma_on() {
-    const char *v = getenv("LILY_CUDA_Q4MMA"); /* see gemv.cu: opt-in until verified */
-    return v && v[0] == '1';
+    const char *v = getenv("LILY_CUDA_Q4MMA"); /* "0": the fp32 kernels, for A/B timing */
+    return !(v && v[0] == '0');
 }
 
 int lpr_for(int nchunk) {

@@ -20,43 +20,37 @@
  * y = sum_G s_G (D_G) + (b_G - 128 s_G) * xs_G, xs_G = sum of (hi + lo) over the group.
  *
  * Shared layout per input vector of C columns: hi plane and lo plane, C / 2 words each, chunk c
- * (32 columns) at words [16 c, 16 c + 16) in mma-step order; xs: C / 32 floats, the chunk sums of
- * hi + lo. */
+ * (32 columns) at words [16 c, 16 c + 16) in mma-step order (word 2 st + b of a chunk holds
+ * columns 8 (st / 2) + 2 (st % 2) + b and that + 4); xs: C / 32 floats, the chunk sums of hi + lo. */
 #ifndef LILY_BACKEND_CUDA_Q4MMA_CUH
 #define LILY_BACKEND_CUDA_Q4MMA_CUH
 
 #include "backend/cuda/common.cuh"
 
-/* Converts one chunk (32 consecutive columns, v[0..31]) into its hi/lo words; returns the sum of
- * hi + lo. hi, lo: 16 words each. */
-static __device__ __forceinline__ float q4x_store(const float (&v)[32], uint32_t *hi,
-                                                  uint32_t *lo) {
-    float s = 0.f;
-    uint32_t h[16], l[16];
-#pragma unroll
-    for (int st = 0; st < 8; st++) {
-        const int i = st >> 1, pp = (st & 1) * 2;
-        const int cols[4] = {8 * i + pp, 8 * i + pp + 4, 8 * i + pp + 1, 8 * i + pp + 5};
-        uint16_t hb[4], lb[4];
-#pragma unroll
-        for (int u = 0; u < 4; u++) {
-            float x = v[cols[u]];
-            hb[u] = f2bf(x);
-            float r = x - bf16f(hb[u]);
-            lb[u] = f2bf(r);
-            s += bf16f(hb[u]) + bf16f(lb[u]);
+/* Builds the hi/lo planes and chunk sums of x[0..cols) (cols % 32 == 0) with every thread of
+ * the block: thread q of a pass writes word q of both planes (two columns), and the 16 words of a
+ * chunk are 16 lanes of one warp, which sum the chunk with shuffles. ld(col) returns x[col]. The
+ * caller places a barrier before the planes are read. */
+template <typename Ld>
+static __device__ __forceinline__ void q4x_convert(int cols, Ld ld, uint32_t *xh, uint32_t *xl,
+                                                   float *xs) {
+    const int nq = cols / 2, lane = threadIdx.x & 31;
+    for (int base = (threadIdx.x & ~31); base < nq; base += blockDim.x) { /* warp-uniform */
+        const int q = base + lane;
+        float part = 0.f;
+        if (q < nq) {
+            const int c = q >> 4, w = q & 15, st = w >> 1;
+            const int col0 = 32 * c + 8 * (st >> 1) + (st & 1) * 2 + (w & 1);
+            const float x0 = ld(col0), x1 = ld(col0 + 4);
+            const uint16_t h0 = f2bf(x0), h1 = f2bf(x1);
+            const uint16_t l0 = f2bf(x0 - bf16f(h0)), l1 = f2bf(x1 - bf16f(h1));
+            xh[q] = h0 | ((uint32_t)h1 << 16);
+            xl[q] = l0 | ((uint32_t)l1 << 16);
+            part = (bf16f(h0) + bf16f(l0)) + (bf16f(h1) + bf16f(l1));
         }
-        h[2 * st] = hb[0] | ((uint32_t)hb[1] << 16);
-        h[2 * st + 1] = hb[2] | ((uint32_t)hb[3] << 16);
-        l[2 * st] = lb[0] | ((uint32_t)lb[1] << 16);
-        l[2 * st + 1] = lb[2] | ((uint32_t)lb[3] << 16);
+        part = group_sum<16>(part); /* a chunk's 16 words: all valid or all not */
+        if (q < nq && (q & 15) == 0) xs[q >> 4] = part;
     }
-#pragma unroll
-    for (int q = 0; q < 4; q++) {
-        ((uint4 *)hi)[q] = make_uint4(h[4 * q], h[4 * q + 1], h[4 * q + 2], h[4 * q + 3]);
-        ((uint4 *)lo)[q] = make_uint4(l[4 * q], l[4 * q + 1], l[4 * q + 2], l[4 * q + 3]);
-    }
-    return s;
 }
 
 /* The loads of one tile step: codes of rows g (r0) and g + 8 (r1) for chunks t and 4 + t, and
