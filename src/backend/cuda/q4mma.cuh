@@ -10,7 +10,7 @@
  * (columns 32 t .. and 128 + 32 t ..). A code word holds 8 consecutive columns; nibbles p and
  * p + 4 become one bf16x2 A register as the exact numbers 128 + q ((v >> 4p) & 0x000F000F |
  * 0x43004300), so the A fragment's k order is a fixed permutation of the chunk's columns, and x
- * is stored in shared memory in that same permuted order (q4x_store).
+ * is stored in shared memory in that same permuted order (q4x_convert).
  *
  * B carries x, and its 8 columns n select what is summed: n = 4 hl + 2 m + h takes the group of
  * chunk pair (m, h) (64 columns: chunks 4 m + 2 h, 4 m + 2 h + 1), from the high (hl = 0) or the
