@@ -457,15 +457,18 @@ __global__ void __launch_bounds__(kThreads) moe_down_q4mma_kernel(const __grid_c
     int sl[UB], sp[UB];
     const uint8_t *r0, *r1;
     const uint32_t *s0, *s1;
-    /* the first batch's loads, before h is staged */
+    /* issues the loads of units u0, u0 + 8, ... (one batch of this warp) */
+    auto load_batch = [&](int u0) {
 #pragma unroll
-    for (int j = 0; j < UB; j++) {
-        int u = warp + 8 * j;
-        if (u < units) {
-            unit(u, sl[j], sp[j], r0, s0, r1, s1);
-            q4_step_load(r0, s0, r1, s1, sp[j], lane, R[j]);
+        for (int j = 0; j < UB; j++) {
+            int u = u0 + 8 * j;
+            if (u < units) {
+                unit(u, sl[j], sp[j], r0, s0, r1, s1);
+                q4_step_load(r0, s0, r1, s1, sp[j], lane, R[j]);
+            }
         }
-    }
+    };
+    load_batch(warp); /* the first batch, before h is staged */
     /* all slots' h as one vector of ns * imax columns (slot s at s * imax; columns of a shorter
      * slot past its width are never read) */
     {
@@ -476,16 +479,7 @@ __global__ void __launch_bounds__(kThreads) moe_down_q4mma_kernel(const __grid_c
     __syncthreads();
     float acc0 = 0.f, acc1 = 0.f;
     for (int u0 = warp; u0 < units; u0 += 8 * UB) {
-        if (u0 != warp) {
-#pragma unroll
-            for (int j = 0; j < UB; j++) {
-                int u = u0 + 8 * j;
-                if (u < units) {
-                    unit(u, sl[j], sp[j], r0, s0, r1, s1);
-                    q4_step_load(r0, s0, r1, s1, sp[j], lane, R[j]);
-                }
-            }
-        }
+        if (u0 != warp) load_batch(u0);
 #pragma unroll
         for (int j = 0; j < UB; j++) {
             if (u0 + 8 * j >= units) break;
