@@ -153,14 +153,23 @@ dequant_q4_avx512(const lily_mat *W, int r0, int R, float *Wt) {
     }
 }
 
-/* Decode kernel for one token: two rows at a time share every load of x; the group scales are
- * widened to fp32 once per row pair and the bias term is one vector dot of the bias row with the
- * group sums of x, so the inner loop is nibble unpacking and FMAs only. */
+/* Decode kernel for one token. MLX packs 8 nibbles per little-endian uint32, element 8i+k in bits
+ * 4k..4k+3 of word i, so a 64-byte load holds 16 words = 128 elements = two groups. Shifting the
+ * whole vector and masking (one ternary-logic op) drops nibble k of every word into mantissa bits
+ * 19..22 of the float 1.0, giving f = 1 + q/16 exactly: no byte-to-dword shuffles and no int to
+ * float conversions, one FMA per 16 weights. x comes reordered to match (x_prep_dw: for each
+ * 128-column block, 8 vectors of 16, x[8i+k] at [k][i]). Per group, s*q + b = 16s*f + (b - 16s),
+ * so the scale is 16s and the affine bias is (b - 16s) times the group sum of x, one vector dot
+ * per row. Two rows at a time share every load of x. A trailing 64-column group is a half-width
+ * block: its upper 8 words are masked off and the matching x lanes and scale are zero. */
 __attribute__((target("avx512f,avx512bw,avx512vl"))) static void
-q4_rows1_avx512(const lily_mat *W, int r0, int r1, const float *Xr, const float *xs, float *Y) {
-    int cols = W->cols, ng = cols / 64;
-    const __m256i m4 = _mm256_set1_epi8(0x0f);
-    float sc[2][256]; /* callers send at most 256 groups (16384 columns) here */
+q4_rows1_avx512(const lily_mat *W, int r0, int r1, const float *Xd, const float *xs, float *Y) {
+    int cols = W->cols, ng = cols / 64, nb = (cols + 127) / 128;
+    const __m512i mant = _mm512_set1_epi32(0x00780000), one = _mm512_set1_epi32(0x3F800000);
+    const __m512i sidx = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
+    const __m512 s16 = _mm512_set1_ps(16.0f);
+    const __mmask16 half = (__mmask16)0x00FF;
+    float sc[2][258]; /* callers send at most 256 groups (16384 columns) here; +pad */
     for (int r = r0; r < r1; r += 2) {
         int nr = r + 1 < r1 ? 2 : 1;
         __m512 acc[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()};
@@ -172,46 +181,56 @@ q4_rows1_avx512(const lily_mat *W, int r0, int r1, const float *Xr, const float 
             __m512 bacc = _mm512_setzero_ps();
             int g = 0;
             for (; g + 16 <= ng; g += 16) {
-                __m512 sv = _mm512_castsi512_ps(_mm512_slli_epi32(
-                    _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(s + g))), 16));
+                __m512 sv = _mm512_mul_ps(s16, _mm512_castsi512_ps(_mm512_slli_epi32(
+                    _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(s + g))), 16)));
                 __m512 bv = _mm512_castsi512_ps(_mm512_slli_epi32(
                     _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(b + g))), 16));
                 _mm512_storeu_ps(sc[k] + g, sv);
-                bacc = _mm512_fmadd_ps(bv, _mm512_loadu_ps(xs + g), bacc);
+                bacc = _mm512_fmadd_ps(_mm512_sub_ps(bv, sv), _mm512_loadu_ps(xs + g), bacc);
             }
             bsum[k] = _mm512_reduce_add_ps(bacc);
             for (; g < ng; g++) {
-                sc[k][g] = lily_bf16_to_f32(s[g]);
-                bsum[k] += lily_bf16_to_f32(b[g]) * xs[g];
+                sc[k][g] = 16.0f * lily_bf16_to_f32(s[g]);
+                bsum[k] += (lily_bf16_to_f32(b[g]) - sc[k][g]) * xs[g];
             }
+            sc[k][ng] = 0.0f; /* the missing upper group of a half-width last block */
         }
-        if (nr == 1) q[1] = q[0];
+        if (nr == 1) {
+            q[1] = q[0];
+            memcpy(sc[1], sc[0], sizeof sc[0]);
+        }
         /* the next row pair is 2 rows on: prefetch it while this pair is computed, since the
          * hardware stream prefetcher stops at every 4 KiB page of the mapping */
-        const char *pf = (const char *)q[0] + (size_t)2 * cols / 2;
+        const char *pf = (const char *)q[0] + (size_t)cols;
         const char *pf_end = (const char *)W->w + (size_t)W->rows * cols / 2;
         if (r + 2 < r1) {
             _mm_prefetch((const char *)(W->scales + (size_t)(r + 2) * ng), _MM_HINT_T0);
             _mm_prefetch((const char *)(W->biases + (size_t)(r + 2) * ng), _MM_HINT_T0);
         }
-        for (int g = 0; g < ng; g++) {
-            const float *x = Xr + (size_t)g * 64;
-            if ((g & 1) == 0 && pf + (size_t)g * 64 < pf_end) _mm_prefetch(pf + (size_t)g * 64, _MM_HINT_T0);
-            __m512 x0 = _mm512_loadu_ps(x), x1 = _mm512_loadu_ps(x + 16);
-            __m512 x2 = _mm512_loadu_ps(x + 32), x3 = _mm512_loadu_ps(x + 48);
+        for (int blk = 0; blk < nb; blk++) {
+            const float *x = Xd + (size_t)blk * 128;
+            const char *pb = pf + (size_t)blk * 128;
+            if (pb < pf_end) _mm_prefetch(pb, _MM_HINT_T0);
+            if (pb + 64 < pf_end) _mm_prefetch(pb + 64, _MM_HINT_T0);
+            __mmask16 m = 2 * blk + 1 < ng ? (__mmask16)0xFFFF : half;
             for (int k = 0; k < 2; k++) {
-                __m256i v = _mm256_loadu_si256((const __m256i *)(q[k] + (size_t)g * 32));
-                __m256i lo = _mm256_and_si256(v, m4);
-                __m256i hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
-                __m512 p = _mm512_mul_ps(
-                    _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm256_castsi256_si128(lo))), x0);
-                p = _mm512_fmadd_ps(
-                    _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm256_extracti128_si256(lo, 1))), x1, p);
-                p = _mm512_fmadd_ps(
-                    _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm256_castsi256_si128(hi))), x2, p);
-                p = _mm512_fmadd_ps(
-                    _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm256_extracti128_si256(hi, 1))), x3, p);
-                acc[k] = _mm512_fmadd_ps(p, _mm512_set1_ps(sc[k][g]), acc[k]);
+                __m512i v = _mm512_maskz_loadu_epi32(m, q[k] + (size_t)blk * 64);
+#define LILY_NIB(sh) _mm512_castsi512_ps(_mm512_ternarylogic_epi32(sh, mant, one, 0xEA))
+                __m512 p0 = _mm512_mul_ps(LILY_NIB(_mm512_slli_epi32(v, 19)), _mm512_loadu_ps(x));
+                __m512 p1 =
+                    _mm512_mul_ps(LILY_NIB(_mm512_slli_epi32(v, 15)), _mm512_loadu_ps(x + 16));
+                p0 = _mm512_fmadd_ps(LILY_NIB(_mm512_slli_epi32(v, 11)), _mm512_loadu_ps(x + 32), p0);
+                p1 = _mm512_fmadd_ps(LILY_NIB(_mm512_slli_epi32(v, 7)), _mm512_loadu_ps(x + 48), p1);
+                p0 = _mm512_fmadd_ps(LILY_NIB(_mm512_slli_epi32(v, 3)), _mm512_loadu_ps(x + 64), p0);
+                p1 = _mm512_fmadd_ps(LILY_NIB(_mm512_srli_epi32(v, 1)), _mm512_loadu_ps(x + 80), p1);
+                p0 = _mm512_fmadd_ps(LILY_NIB(_mm512_srli_epi32(v, 5)), _mm512_loadu_ps(x + 96), p0);
+                p1 = _mm512_fmadd_ps(LILY_NIB(_mm512_srli_epi32(v, 9)), _mm512_loadu_ps(x + 112), p1);
+#undef LILY_NIB
+                /* lanes 0-7 take group 2*blk's scale, lanes 8-15 group 2*blk+1's */
+                __m512 sv = _mm512_permutexvar_ps(
+                    sidx, _mm512_castps128_ps512(_mm_castpd_ps(
+                              _mm_load_sd((const double *)(sc[k] + 2 * (size_t)blk)))));
+                acc[k] = _mm512_fmadd_ps(_mm512_add_ps(p0, p1), sv, acc[k]);
             }
         }
         for (int k = 0; k < nr; k++) Y[r + k] = _mm512_reduce_add_ps(acc[k]) + bsum[k];
@@ -406,14 +425,52 @@ static void mm_tile_task(void *ctx, int task, int thread) {
 
 #define MM_Q4_ROWS 8
 
+/* Whether one token times this matrix runs q4_rows1_avx512 (and so wants x_prep_dw's layout). */
+static int use_rows1(const lily_mat *W, int n) {
+    return W->dt == LILY_DT_Q4 && n == 1 && have_avx512() && W->cols <= 64 * 256;
+}
+
+/* Floats of reordered x one token needs: q4_rows1_avx512 reads whole 128-column blocks. */
+static size_t xr_len(const lily_mat *W, int n) {
+    return use_rows1(W, n) ? (size_t)(W->cols + 127) / 128 * 128 : (size_t)W->cols;
+}
+
+/* Reorders one token's x for the Q4 decode kernels and sums it per group of 64 (xs). For
+ * q4_rows1_avx512 (dw): per 128-column block, x[8i+k] goes to [k][i] (zero-padded to a whole
+ * block); otherwise per group of 64, [even elements | odd elements]. */
+static void x_prep(const float *x, int cols, int dw, float *Xr, float *xs) {
+    int ng = cols / 64;
+    for (int g = 0; g < ng; g++) {
+        const float *xg = x + (size_t)g * 64;
+        float s = 0;
+        for (int i = 0; i < 64; i++) s += xg[i];
+        xs[g] = s;
+    }
+    if (!dw) {
+        for (int g = 0; g < ng; g++)
+            for (int i = 0; i < 32; i++) {
+                Xr[(size_t)g * 64 + i] = x[(size_t)g * 64 + 2 * i];
+                Xr[(size_t)g * 64 + 32 + i] = x[(size_t)g * 64 + 2 * i + 1];
+            }
+        return;
+    }
+    for (int blk = 0; blk < (cols + 127) / 128; blk++) {
+        float *o = Xr + (size_t)blk * 128;
+        for (int k = 0; k < 8; k++)
+            for (int i = 0; i < 16; i++) {
+                int c = blk * 128 + 8 * i + k;
+                o[k * 16 + i] = c < cols ? x[c] : 0.0f;
+            }
+    }
+}
+
 static void mm_q4_task(void *ctx, int task, int thread) {
     (void)thread;
     mm_job *j = ctx;
     int r0 = task * j->rows_per_task, r1 = r0 + j->rows_per_task;
     if (r1 > j->W->rows) r1 = j->W->rows;
     if (j->W->dt == LILY_DT_Q8) q8_rows1_avx512(j->W, r0, r1, j->X, j->xs, j->Y);
-    else if (have_avx512() && j->n == 1 && j->W->cols <= 64 * 256)
-        q4_rows1_avx512(j->W, r0, r1, j->Xr, j->xs, j->Y);
+    else if (use_rows1(j->W, j->n)) q4_rows1_avx512(j->W, r0, r1, j->Xr, j->xs, j->Y);
     else if (have_avx512()) q4_rows_avx512(j->W, r0, r1, j->Xr, j->xs, j->n, j->Y, j->ldy);
     else if (have_avx2()) q4_rows_avx2(j->W, r0, r1, j->Xr, j->xs, j->n, j->Y, j->ldy);
     else q4_rows_scalar(j->W, r0, r1, j->Xr, j->xs, j->n, j->Y, j->ldy);
@@ -435,23 +492,13 @@ void lily_cpu_matmul(const lily_mat *W, const float *X, int n, int ldx, float *Y
     if (W->group == 64 && ((W->dt == LILY_DT_Q4 && n <= 4) ||
                            (W->dt == LILY_DT_Q8 && n == 1 && have_avx512()))) {
         int cols = W->cols, ng = cols / 64;
-        size_t need = (size_t)n * (cols + ng) * sizeof(float);
+        size_t xl = xr_len(W, n);
+        size_t need = (size_t)n * (xl + ng) * sizeof(float);
         float *buf = pool ? lily_pool_scratch(pool, threads, need) : lily_xmalloc(need);
-        float *Xr = buf, *xs = buf + (size_t)n * cols;
-        for (int t = 0; t < n; t++) {
-            const float *x = X + (size_t)t * ldx;
-            for (int g = 0; g < ng; g++) {
-                const float *xg = x + (size_t)g * 64;
-                float *o = Xr + (size_t)t * cols + (size_t)g * 64;
-                float s = 0;
-                for (int i = 0; i < 32; i++) {
-                    o[i] = xg[2 * i];
-                    o[32 + i] = xg[2 * i + 1];
-                    s += xg[2 * i] + xg[2 * i + 1];
-                }
-                xs[(size_t)t * ng + g] = s;
-            }
-        }
+        float *Xr = buf, *xs = buf + (size_t)n * xl;
+        for (int t = 0; t < n; t++)
+            x_prep(X + (size_t)t * ldx, cols, use_rows1(W, n), Xr + (size_t)t * xl,
+                   xs + (size_t)t * ng);
         j.Xr = Xr;
         j.xs = xs;
         /* at most 4 tasks per thread and at least ~128 KiB of weights per task: enough to
@@ -498,7 +545,7 @@ static void mm_many_task(void *ctx, int task, int thread) {
     const lily_mm_op *op = &j->ops[i];
     if (op->W->dt == LILY_DT_Q8)
         q8_rows1_avx512(op->W, j->t_r0[task], j->t_r1[task], op->X, j->xs + j->soff[i], op->Y);
-    else if (have_avx512() && op->W->cols <= 64 * 256)
+    else if (use_rows1(op->W, 1))
         q4_rows1_avx512(op->W, j->t_r0[task], j->t_r1[task], j->Xr + j->xoff[i], j->xs + j->soff[i],
                         op->Y);
     else if (have_avx512())
@@ -518,7 +565,7 @@ void lily_cpu_matmul_many(const lily_mm_op *ops, int n_ops, lily_pool *pool) {
     for (int i = 0; ok && i < n_ops; i++) {
         const lily_mat *W = ops[i].W;
         ok = W->group == 64 && (W->dt == LILY_DT_Q4 || (W->dt == LILY_DT_Q8 && have_avx512()));
-        xtot += (size_t)W->cols;
+        xtot += xr_len(W, 1);
         stot += (size_t)W->cols / 64;
         btot += (size_t)W->rows * (W->cols / (W->dt == LILY_DT_Q8 ? 1 : 2) + W->cols / 16);
     }
@@ -543,17 +590,8 @@ void lily_cpu_matmul_many(const lily_mm_op *ops, int n_ops, lily_pool *pool) {
         int cols = W->cols, ng = cols / 64;
         xoff[i] = xo;
         soff[i] = so;
-        for (int g = 0; g < ng; g++) {
-            const float *xg = ops[i].X + (size_t)g * 64;
-            float *o = Xr + xo + (size_t)g * 64, sum = 0;
-            for (int k = 0; k < 32; k++) {
-                o[k] = xg[2 * k];
-                o[32 + k] = xg[2 * k + 1];
-                sum += xg[2 * k] + xg[2 * k + 1];
-            }
-            xs[so + g] = sum;
-        }
-        xo += (size_t)cols;
+        x_prep(ops[i].X, cols, use_rows1(W, 1), Xr + xo, xs + so);
+        xo += xr_len(W, 1);
         so += (size_t)ng;
         /* split this op in parts of about `chunk` bytes, rows rounded to pairs */
         size_t bytes = (size_t)W->rows * (cols / (W->dt == LILY_DT_Q8 ? 1 : 2) + cols / 16);
