@@ -11,8 +11,8 @@
 #
 # The GPU machine has nvcc and cmake but not the -dev packages lily_core links (cJSON, PCRE2,
 # utf8proc), so the binaries are built here (Debian 12, glibc 2.36: they run on newer glibcs)
-# and carried with copies of those libraries. Stages can be skipped: GPU_CHECK_SKIP="sanitizer
-# bench lily". GPU_CHECK_CARRY names the carry folder (default .devcarry), GPU_CHECK_TESTS the
+# and carried with copies of those libraries. Stages can be skipped: GPU_CHECK_SKIP="fixtures
+# sanitizer bench lily". GPU_CHECK_CARRY names the carry folder (default .devcarry), GPU_CHECK_TESTS the
 # parity binaries to build and pack (default: all). GPU_CHECK_BENCH_DIR picks where the synthetic 35B checkpoint is written (local
 # disk, ~19.5 GB; default /tmp/lily35b).
 set -u
@@ -31,9 +31,11 @@ if [ "$mode" = prepare ]; then
     targets=${GPU_CHECK_TESTS:-$(cd tests/parity && ls test_*.c | sed 's/\.c$//')}
     ninja -C "$bd" $targets
     ninja -C "$bd" lily || echo "note: the lily binary did not build; the benchmark will use test_cuda_bench only"
+    ninja -C "$bd" test_logits || echo "note: test_logits did not build; no fixtures stage"
     rm -rf "$carry/pack" && mkdir -p "$carry/pack/bin" "$carry/pack/lib"
     for t in $targets; do cp "$bd/$t" "$carry/pack/bin/"; done
     [ -x "$bd/lily" ] && cp "$bd/lily" "$carry/pack/bin/"
+    [ -x "$bd/test_logits" ] && cp "$bd/test_logits" "$carry/pack/bin/golden_test_logits"
     strip "$carry"/pack/bin/*
     # the non-system shared libraries the binaries need
     for b in "$carry"/pack/bin/*; do
@@ -78,6 +80,25 @@ for t in "$work"/bin/test_*; do
     [ "$st" = PASS ] || grep -E '^FAIL' "$logs/$name.log" | head -20
 done
 echo "parity: $pass passed, $fail failed, $skipped skipped"
+
+if [[ $skip != *" fixtures "* ]] && [ -x "$work/bin/golden_test_logits" ] && [ -x "$work/bin/lily" ]; then
+    # The transformers fixtures whose shapes the CUDA kernels run (gpu-*), through the engine in
+    # every mode. GPU_CHECK_FIXTURES_GEN=1 first makes their references here with transformers
+    # (tools/make_fixtures.sh prepare + run: the carried lily writes the checkpoints) and installs
+    # them into this copy of the tree; fixtures.tar comes back in $OUT.
+    fx=${GPU_CHECK_FIXTURES:-gpu-hf gpu-mlx}
+    if [ "${GPU_CHECK_FIXTURES_GEN:-0}" = 1 ]; then
+        echo "== transformers references for: $fx"
+        MODELS=/tmp/lily_fx_models bash tools/make_fixtures.sh prepare "$work/bin/lily" $fx | tail -3
+        OUT="$out" MODELS=/tmp/lily_fx_models bash tools/make_fixtures.sh run $fx | tail -8
+        bash tools/make_fixtures.sh install "$out" $fx | tail -4
+    fi
+    echo "== transformers fixtures on the GPU (LILY_TEST_BACKEND=cuda): $fx"
+    LILY_BIN="$work/bin/lily" LILY_TEST_BACKEND=cuda LILY_TEST_FIXTURES="${fx// /,}" \
+        timeout 300 "$work/bin/golden_test_logits" >"$logs/fixtures.log" 2>&1
+    echo "fixtures rc=$?: $(tail -1 "$logs/fixtures.log")"
+    grep -E "top-1 agreement|^FAIL|^fixture|snapshot" "$logs/fixtures.log" | head -40
+fi
 
 if [[ $skip != *" sanitizer "* ]] && command -v compute-sanitizer >/dev/null; then
     echo "== compute-sanitizer"

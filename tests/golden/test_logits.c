@@ -13,7 +13,10 @@
  * restoring into a fresh session and into the original session (after it moved on) and decoding
  * the same 20 tokens must give bit-identical logits.
  *
- * Env: LILY_BIN (set by CTest; skip when absent), LILY_TEST_BACKEND=cpu|cuda (default cpu). */
+ * Env: LILY_BIN (set by CTest; skip when absent), LILY_TEST_BACKEND=cpu|cuda (default cpu),
+ * LILY_TEST_FIXTURES=name,name (only these fixtures, each of which must have logits.bin; the
+ * snapshot check then runs on the first). The CUDA backend runs the gpu-* fixtures, whose shapes
+ * its kernels support (GDN key dim 128, head dims 64/128/256); bench/gpu_check.sh does that. */
 #include <dirent.h>
 #include <errno.h>
 #include <math.h>
@@ -365,8 +368,7 @@ out:
 
 /* ---- snapshots -------------------------------------------------------------------------------- */
 
-static void snapshot_test(const char *bin) {
-    const char *name = "tiny-hf";
+static void snapshot_test(const char *bin, const char *name) {
     char fx[512], path[600], dir[] = "/tmp/lily_snap_XXXXXX";
     snprintf(fx, sizeof fx, FIXTURE_ROOT "/%s", name);
     snprintf(path, sizeof path, "%s/tokens.bin", fx);
@@ -470,9 +472,36 @@ int main(void) {
         printf("%d passed, %d failed\n", n_pass, n_fail);
         return 77;
     }
-    DIR *d = opendir(FIXTURE_ROOT);
     char *names[256];
     int n = 0;
+    const char *only = getenv("LILY_TEST_FIXTURES");
+    if (only && *only) { /* named fixtures: each must be there, none is skipped */
+        char *list = strdup(only);
+        for (char *tok = strtok(list, ","); tok && n < 256; tok = strtok(NULL, ",")) {
+            char p[1024];
+            struct stat sb;
+            snprintf(p, sizeof p, FIXTURE_ROOT "/%s/logits.bin", tok);
+            if (stat(p, &sb)) {
+                printf("LILY_TEST_FIXTURES names %s, which has no %s\n", tok, p);
+                result(0, "%s %s: fixture present\n", tok);
+                continue;
+            }
+            names[n++] = strdup(tok);
+        }
+        free(list);
+        if (n == 0) {
+            printf("%d passed, %d failed\n", n_pass, n_fail);
+            return 1;
+        }
+        snapshot_test(bin, names[0]);
+        for (int i = 0; i < n; i++) {
+            run_fixture(bin, names[i]);
+            free(names[i]);
+        }
+        printf("%d passed, %d failed\n", n_pass, n_fail);
+        return n_fail ? 1 : 0;
+    }
+    DIR *d = opendir(FIXTURE_ROOT);
     struct dirent *e;
     while (d && (e = readdir(d)) && n < 256) {
         char p[1024];
@@ -483,7 +512,7 @@ int main(void) {
     }
     if (d) closedir(d);
     qsort(names, (size_t)n, sizeof *names, cmp_str);
-    snapshot_test(bin);
+    snapshot_test(bin, "tiny-hf");
     if (n == 0) {
         printf("no fixture under " FIXTURE_ROOT " has logits.bin (generate them with "
                "tools/make_fixtures.sh on a machine with transformers): skipping the logits "
