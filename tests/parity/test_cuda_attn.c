@@ -1,9 +1,14 @@
 /* GPU attention (backend/cuda/attn.h) against lily_cpu_attention: the prep kernel (q/k RMSNorm,
  * partial RoPE, bf16 cache append) against lily_cpu_rmsnorm + lily_cpu_rope, split-K decode at
- * contexts from 1 to 40000 positions (one split, many splits, fewer splits than warps), and the
- * tensor-core prefill over chunks that start at 0 and deep in the cache, with and without the
- * sigmoid output gate, for several head dims and group sizes. Cache values and prefill queries
- * are rounded to bf16 on the host so both sides see the same inputs. */
+ * contexts from 1 to 131073 positions (one split, every split count from 1 to 128, forced split
+ * targets, odd lengths, group sizes 1 to 16, the previous kernel behind LILY_CUDA_ATTN_OLD=1),
+ * and the tensor-core prefill over chunks that start at 0 and deep in the cache, with and without
+ * the sigmoid output gate, for several head dims and group sizes. Cache values and prefill
+ * queries are rounded to bf16 on the host so both sides see the same inputs.
+ *
+ * LILY_CUDA_TIME=1 also times decode at the 35B-A3B shape (Nq 16, Nkv 2, Dh 256, 128 splits as
+ * the backend sizes them) at contexts 4K to 128K, new and previous kernel and a sweep of split
+ * targets, and one 512-token prefill chunk at depth 130560 (cudaEvent, median of 20). */
 #include <stdio.h>
 
 #ifndef LILY_HAVE_CUDA
@@ -12,6 +17,8 @@ int main(void) {
     return 77;
 }
 #else
+#include <cuda_runtime.h>
+
 #include "backend/cuda/attn.h"
 #include "parity_util.h"
 
@@ -64,8 +71,10 @@ static void decode_case(int Nq, int Nkv, int Dh, int ctx, int splits, int gated)
     if (!pt_ok(rc, "decode launch", &e)) return;
     float *got = malloc(qd * 4);
     pt_get(got, dout, qd);
-    snprintf(name, sizeof name, "attn decode Nq=%d Nkv=%d Dh=%d ctx=%d splits=%d%s", Nq, Nkv, Dh,
-             ctx, splits, gated ? " gated" : "");
+    const char *old = getenv("LILY_CUDA_ATTN_OLD"), *want = getenv("LILY_CUDA_ATTN_SPLITS");
+    snprintf(name, sizeof name, "attn decode%s Nq=%d Nkv=%d Dh=%d ctx=%d splits=%d%s%s%s",
+             old ? " (old)" : "", Nq, Nkv, Dh, ctx, splits, gated ? " gated" : "",
+             want ? " want=" : "", want ? want : "");
     pt_check(name, got, ref, qd, 1e-4);
     lily_cuda_free(dk), lily_cuda_free(dv), lily_cuda_free(dq), lily_cuda_free(dg);
     lily_cuda_free(dout), lily_cuda_free(dscr), lily_cuda_free(dp);
@@ -96,8 +105,9 @@ static void prefill_case(int Nq, int Nkv, int Dh, int pos0, int n, int gated) {
     if (!pt_ok(rc, "prefill launch", &e)) return;
     float *got = malloc(nq * 4);
     pt_get(got, dout, nq);
-    snprintf(name, sizeof name, "attn prefill Nq=%d Nkv=%d Dh=%d pos0=%d n=%d%s", Nq, Nkv, Dh,
-             pos0, n, gated ? " gated" : "");
+    snprintf(name, sizeof name, "attn prefill%s Nq=%d Nkv=%d Dh=%d pos0=%d n=%d%s",
+             getenv("LILY_CUDA_ATTN_FA_GROUPS") ? " (1 group)" : "", Nq, Nkv, Dh, pos0, n,
+             gated ? " gated" : "");
     /* P is rounded to bf16 for the tensor cores */
     pt_check(name, got, ref, nq, 5e-3);
     lily_cuda_free(dk), lily_cuda_free(dv), lily_cuda_free(dq), lily_cuda_free(dg);
@@ -170,6 +180,109 @@ static void prep_case(int Nq, int Nkv, int Dh, int R, int pos0, int n, int gated
     free(rv), free(gq), free(gg), free(gk), free(gv), free(bk), free(bv);
 }
 
+/* ---- timing mode (LILY_CUDA_TIME=1) ---- */
+
+static int cmp_f(const void *a, const void *b) {
+    float x = *(const float *)a, y = *(const float *)b;
+    return x < y ? -1 : x > y;
+}
+
+typedef struct {
+    float *q, *gate, *scr, *out;
+    uint16_t *k, *v;
+    int32_t *pos;
+    int n;
+} tctx;
+
+static int t_decode(const tctx *c) {
+    lily_err e;
+    return lily_cuda_attn_decode(c->q, c->k, c->v, c->pos, 16, 2, 256, 0.0625f, c->gate, c->scr,
+                                 128, c->out, NULL, &e);
+}
+static int t_prefill(const tctx *c) {
+    lily_err e;
+    return lily_cuda_attn_prefill(c->q, c->n, c->k, c->v, c->pos, 16, 2, 256, 0.0625f, c->gate,
+                                  c->out, NULL, &e);
+}
+
+/* Median of 20 cudaEvent-timed calls (after 3 warm-ups), in microseconds; -1 on failure. */
+static float time_median(int (*f)(const tctx *), const tctx *c) {
+    cudaEvent_t a, b;
+    cudaEventCreate(&a);
+    cudaEventCreate(&b);
+    float ms[20];
+    for (int i = 0; i < 3; i++)
+        if (f(c)) return -1;
+    for (int i = 0; i < 20; i++) {
+        cudaEventRecord(a, 0);
+        f(c);
+        cudaEventRecord(b, 0);
+        cudaEventSynchronize(b);
+        cudaEventElapsedTime(&ms[i], a, b);
+    }
+    cudaEventDestroy(a);
+    cudaEventDestroy(b);
+    qsort(ms, 20, sizeof ms[0], cmp_f);
+    return 1000.f * (ms[9] + ms[10]) / 2;
+}
+
+static void time_all(void) {
+    const int maxc = 131072, w = 2 * 256, n = 512;
+    lily_err e;
+    uint16_t *h = malloc((size_t)maxc * w * 2);
+    for (size_t i = 0; i < (size_t)maxc * w; i++) h[i] = lily_f32_to_bf16(pt_frand() * 2.0f);
+    tctx c = {0};
+    c.k = pt_dalloc((size_t)maxc * w * 2);
+    c.v = pt_dalloc((size_t)maxc * w * 2);
+    lily_cuda_h2d(c.k, h, (size_t)maxc * w * 2, &e);
+    for (size_t i = 0; i < (size_t)maxc * w; i++) h[i] = lily_f32_to_bf16(pt_frand() * 2.0f);
+    lily_cuda_h2d(c.v, h, (size_t)maxc * w * 2, &e);
+    free(h);
+    float *hq = malloc((size_t)n * 16 * 256 * 4);
+    pt_fill(hq, (size_t)n * 16 * 256, 1.5f);
+    c.q = pt_dup(hq, (size_t)n * 16 * 256);
+    pt_fill(hq, (size_t)n * 16 * 256, 3.0f);
+    c.gate = pt_dup(hq, (size_t)n * 16 * 256);
+    free(hq);
+    c.out = pt_dalloc((size_t)n * 16 * 256 * 4);
+    c.scr = pt_dalloc(lily_cuda_attn_decode_scratch(16, 256, 128) * 4);
+    c.pos = dev_pos(0);
+    static const int ctxs[] = {4096, 32768, 65536, 131072};
+    static const char *wants[] = {"8", "16", "33", "66", "128"};
+    for (int i = 0; i < 4; i++) {
+        int p = ctxs[i] - 1;
+        lily_cuda_h2d(c.pos, &p, 4, &e);
+        double gb = (double)ctxs[i] * w * 2 * 2 / 1e9; /* K and V bytes of the 2 KV heads */
+        setenv("LILY_CUDA_ATTN_OLD", "1", 1);
+        float t_old = time_median(t_decode, &c);
+        unsetenv("LILY_CUDA_ATTN_OLD");
+        float t_new = time_median(t_decode, &c);
+        printf("time decode ctx=%-6d old %8.1f us (%6.0f GB/s)  new %8.1f us (%6.0f GB/s)\n",
+               ctxs[i], t_old, gb / t_old * 1e6, t_new, gb / t_new * 1e6);
+        for (int k = 0; k < 5; k++) {
+            setenv("LILY_CUDA_ATTN_SPLITS", wants[k], 1);
+            float t = time_median(t_decode, &c);
+            printf("time decode ctx=%-6d want=%-4s %8.1f us (%6.0f GB/s)\n", ctxs[i], wants[k], t,
+                   gb / t * 1e6);
+        }
+        unsetenv("LILY_CUDA_ATTN_SPLITS");
+    }
+    int p0 = maxc - n;
+    lily_cuda_h2d(c.pos, &p0, 4, &e);
+    c.n = n;
+    double fl = 0; /* q.k and p.v multiply-adds of the causal chunk, 16 heads */
+    for (int i = 0; i < n; i++) fl += 2.0 * 2 * 256 * 16 * (p0 + i + 1);
+    for (int k = 0; k < 2; k++) {
+        if (k == 1) setenv("LILY_CUDA_ATTN_FA_GROUPS", "1", 1);
+        float t = time_median(t_prefill, &c);
+        printf("time prefill%s n=%d pos0=%d %10.1f us (%.1f TFLOP/s)\n",
+               k ? " (1 group)" : "", n, p0, t, fl / t / 1e6);
+    }
+    unsetenv("LILY_CUDA_ATTN_FA_GROUPS");
+    lily_cuda_free(c.k), lily_cuda_free(c.v), lily_cuda_free(c.q), lily_cuda_free(c.gate);
+    lily_cuda_free(c.out), lily_cuda_free(c.scr), lily_cuda_free(c.pos);
+}
+
 int main(void) {
     pt_need_gpu();
     prep_case(16, 2, 256, 64, 0, 1, 1);
@@ -177,22 +290,51 @@ int main(void) {
     prep_case(4, 4, 64, 16, 7, 29, 0);
     decode_case(16, 2, 256, 1, 128, 1);
     decode_case(16, 2, 256, 7, 128, 1);
+    decode_case(16, 2, 256, 17, 128, 1);
     decode_case(16, 2, 256, 1000, 128, 1);
     decode_case(16, 2, 256, 4097, 128, 0);
     decode_case(16, 2, 256, 40000, 128, 1);
+    decode_case(16, 2, 256, 131073, 128, 1);
+    /* every split count the grid can have, at an odd length */
+    static const int splits[] = {1, 2, 3, 5, 8, 13, 31, 32, 33, 64, 100, 127, 128};
+    for (size_t i = 0; i < sizeof splits / sizeof splits[0]; i++)
+        decode_case(16, 2, 256, 2049 + 2 * (int)i, splits[i], (int)i & 1);
+    /* forced split targets (more than the grid, one, odd) */
+    static const char *wants[] = {"1", "7", "129", "500"};
+    for (size_t i = 0; i < sizeof wants / sizeof wants[0]; i++) {
+        setenv("LILY_CUDA_ATTN_SPLITS", wants[i], 1);
+        decode_case(16, 2, 256, 9999, 128, 1);
+    }
+    unsetenv("LILY_CUDA_ATTN_SPLITS");
     decode_case(8, 2, 128, 300, 3, 1);
+    decode_case(4, 2, 128, 5000, 40, 0);
     decode_case(4, 4, 64, 33, 1, 0);
     decode_case(16, 1, 64, 95, 5, 1);
+    decode_case(16, 1, 256, 3333, 128, 1);
+    decode_case(32, 2, 128, 777, 9, 1);
+    /* the previous kernel, kept for A/B timing */
+    setenv("LILY_CUDA_ATTN_OLD", "1", 1);
+    decode_case(16, 2, 256, 4097, 128, 1);
+    decode_case(8, 2, 128, 300, 3, 1);
+    unsetenv("LILY_CUDA_ATTN_OLD");
     prefill_case(16, 2, 256, 0, 1, 1);
     prefill_case(16, 2, 256, 0, 77, 1);
     prefill_case(16, 2, 256, 3000, 512, 1);
     prefill_case(8, 2, 128, 0, 33, 0);
     prefill_case(4, 4, 64, 5, 100, 1);
     prefill_case(2, 1, 256, 17, 9, 0);
+    prefill_case(16, 2, 256, 20011, 37, 1);
+    prefill_case(16, 2, 256, 31, 1, 1);
+    /* one warp group over all KV tiles (measurement variant) */
+    setenv("LILY_CUDA_ATTN_FA_GROUPS", "1", 1);
+    prefill_case(16, 2, 256, 3000, 129, 1);
+    prefill_case(4, 4, 64, 5, 100, 1);
+    unsetenv("LILY_CUDA_ATTN_FA_GROUPS");
     lily_err e;
     pt_check_true("attention rejects Dh=96", lily_cuda_attn_prefill(NULL, 1, NULL, NULL, NULL, 2,
                                                                     1, 96, 1, NULL, NULL, NULL,
                                                                     &e) == -1);
+    if (getenv("LILY_CUDA_TIME") && getenv("LILY_CUDA_TIME")[0] == '1') time_all();
     return pt_finish();
 }
 #endif

@@ -213,10 +213,7 @@ __global__ void attn_combine_kernel(const float *__restrict__ part, const int32_
     out[(size_t)h * Dh + d] = o;
 }
 
-/* ---- prefill: flash attention on mma.sync -------------------------------------------------- */
-
-constexpr int kFaRows = 64; /* query rows per block: (position, head-in-group) pairs */
-constexpr int kFaKv = 32;   /* KV positions per tile */
+/* ---- tensor-core helpers (decode and prefill) ---------------------------------------------- */
 
 /* 16-byte async copy global -> shared; zero-fills when !valid. */
 __device__ __forceinline__ void cp_async16(void *smem, const void *gmem, bool valid) {
@@ -224,25 +221,346 @@ __device__ __forceinline__ void cp_async16(void *smem, const void *gmem, bool va
     int sz = valid ? 16 : 0;
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(a), "l"(gmem), "r"(sz));
 }
-__device__ __forceinline__ void cp_async_wait_all() {
-    asm volatile("cp.async.commit_group;\ncp.async.wait_group 0;" ::: "memory");
+
+/* ---- decode on tensor cores: the default ------------------------------------------------------
+ * A block takes one KV head, up to 8 query heads of its group and one split of the positions;
+ * its kDw warps each stream their own 16-position chunks (K and V) with 16-byte cp.async, kDst
+ * chunks deep, and synchronise only within the warp. Scores S = Q K^T and the product P V run
+ * on mma.sync m16n8k16 (bf16 in, fp32 accumulate) with q and P split into bf16 hi + lo parts,
+ * which fill the 16 rows of the A operand (rows 0-7: hi of heads 0-7, rows 8-15: lo), so the
+ * results keep fp32-level accuracy while every K/V element is read from shared memory once.
+ * Scores are in the log2 domain (scale * log2(e) folded into q). The warps' (m, l, acc) are
+ * merged in a fixed order and each split writes one partial per head for the combine. */
+
+constexpr int kDw = 4;       /* warps per block, each with its own cp.async pipeline */
+constexpr int kDst = 3;      /* 16-position chunks in flight per warp */
+constexpr int kDminPos = 64; /* positions per split at least: one chunk per warp */
+constexpr float kLog2e = 1.4426950408889634f, kLn2 = 0.6931471805599453f;
+
+/* Splits in use at a context of ctx positions (at most max_splits and want, at least kDminPos
+ * positions each) and positions per split (a multiple of 16). Decode and combine agree on it. */
+__device__ __forceinline__ void dec2_splits(int ctx, int max_splits, int want, int *ns,
+                                            int *chunk) {
+    int n = min(min(max_splits, want), (ctx + kDminPos - 1) / kDminPos);
+    n = max(n, 1);
+    int c = (ctx + n - 1) / n;
+    c = (c + 15) & ~15;
+    *chunk = c;
+    *ns = (ctx + c - 1) / c;
 }
 
-/* grid (ceil(n / (64/G)), Nkv), 4 warps; warp w owns query rows 16w..16w+15. */
-template <int DH, int G>
-__global__ void __launch_bounds__(128)
+/* mma.sync without the volatile of the shared helper: a pure register operation the compiler
+ * may schedule freely (the ldmatrix loads stay volatile: they read what cp.async wrote). */
+__device__ __forceinline__ void mma16816(float *c, const uint32_t *a, const uint32_t *b) {
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
+        "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;"); }
+template <int N> __device__ __forceinline__ void cp_async_wait() {
+    asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
+}
+
+/* bf16 hi and lo parts of x (x ~ hi + lo to about 2^-17 relative), packed for two values. */
+__device__ __forceinline__ void split_bf16x2(float x0, float x1, uint32_t *hi, uint32_t *lo) {
+    uint16_t h0 = f2bf(x0), h1 = f2bf(x1);
+    *hi = (uint32_t)h0 | ((uint32_t)h1 << 16);
+    *lo = pack_bf16x2(x0 - bf16f(h0), x1 - bf16f(h1));
+}
+
+template <int DH> struct dec2_cfg {
+    static constexpr int LD = DH + 8; /* padded smem row (bf16): conflict-free ldmatrix */
+    static constexpr int kChunk = 2 * 16 * LD; /* bf16 of one stage: K then V rows */
+    static constexpr size_t smem = (size_t)(16 * LD + kDw * kDst * kChunk) * 2;
+};
+
+/* grid (max_splits, Nkv * MT) with MT = ceil(G / 8): block y takes KV head y / MT and query
+ * heads 8 (y % MT) .. of its group. Writes per (split, q head): acc[DH], m (natural log), l. */
+template <int DH>
+__global__ void __launch_bounds__(kDw * 32, 1)
+    attn_decode_mma_kernel(const float *__restrict__ q, const uint16_t *__restrict__ kc,
+                           const uint16_t *__restrict__ vc, const int32_t *d_pos, int Nkv,
+                           int G, float qscale, int max_splits, int want,
+                           float *__restrict__ part) {
+    typedef dec2_cfg<DH> C;
+    constexpr int LD = C::LD;
+    extern __shared__ uint4 dec_smem[];
+    uint16_t *Qs = (uint16_t *)dec_smem;
+    const int ctx = *d_pos + 1;
+    int ns, chunk;
+    dec2_splits(ctx, max_splits, want, &ns, &chunk);
+    const int s = blockIdx.x;
+    if (s >= ns) return;
+    const int MT = (G + 7) / 8, j = blockIdx.y / MT, hb = (blockIdx.y % MT) * 8;
+    const int hn = min(8, G - hb), Nq = Nkv * G;
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, tq = lane & 3;
+    /* q (scaled into the log2 domain) as bf16 hi (rows 0-7) and lo (rows 8-15) */
+    for (int i = tid; i < 8 * DH / 2; i += kDw * 32) {
+        int r = i / (DH / 2), d = (i % (DH / 2)) * 2;
+        float x0 = 0.f, x1 = 0.f;
+        if (r < hn) {
+            const float *qp = q + (size_t)(j * G + hb + r) * DH + d;
+            x0 = qp[0] * qscale, x1 = qp[1] * qscale;
+        }
+        uint32_t hi, lo;
+        split_bf16x2(x0, x1, &hi, &lo);
+        *(uint32_t *)(Qs + r * LD + d) = hi;
+        *(uint32_t *)(Qs + (r + 8) * LD + d) = lo;
+    }
+    const int pb = s * chunk, pe = min(ctx, pb + chunk);
+    const int nch = (pe - pb + 15) / 16;                              /* chunks of this split */
+    const int mine = nch > warp ? (nch - warp + kDw - 1) / kDw : 0; /* this warp's: w, w+kDw.. */
+    uint16_t *stg = Qs + 16 * LD + warp * kDst * C::kChunk;
+    const size_t row = (size_t)Nkv * DH;
+    const uint16_t *kb = kc + (size_t)j * DH, *vb = vc + (size_t)j * DH;
+    /* issues chunk i of this warp into its stage i % kDst (rows past the split read as zero) */
+    auto load = [&](int i) {
+        if (i < mine) {
+            uint16_t *Ks = stg + (i % kDst) * C::kChunk, *Vs = Ks + 16 * LD;
+            int p0 = pb + (warp + i * kDw) * 16;
+#pragma unroll
+            for (int it = 0; it < DH / 16; it++) {
+                int idx = lane + 32 * it, r = idx / (DH / 8), c8 = idx % (DH / 8);
+                int p = p0 + r;
+                bool ok = p < pe;
+                size_t go = (size_t)(ok ? p : 0) * row + c8 * 8;
+                cp_async16(Ks + r * LD + c8 * 8, kb + go, ok);
+                cp_async16(Vs + r * LD + c8 * 8, vb + go, ok);
+            }
+        }
+        cp_async_commit(); /* an empty group past the end keeps the wait count uniform */
+    };
+#pragma unroll
+    for (int i = 0; i < kDst - 1; i++) load(i);
+    __syncthreads(); /* Q tile written */
+    float o[DH / 8][4];
+#pragma unroll
+    for (int i = 0; i < DH / 8; i++) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.f;
+    float m = -INFINITY, l = 0.f; /* head g; l: this thread's positions only */
+    for (int i = 0; i < mine; i++) {
+        load(i + kDst - 1);
+        cp_async_wait<kDst - 1>();
+        __syncwarp(); /* every lane's copies of chunk i are visible to the warp */
+        const uint16_t *Ks = stg + (i % kDst) * C::kChunk, *Vs = Ks + 16 * LD;
+        /* S (rows: q hi / lo, columns: 16 positions); two accumulator sets halve the chains */
+        float sa[2][2][4];
+#pragma unroll
+        for (int u = 0; u < 2; u++)
+#pragma unroll
+            for (int n = 0; n < 2; n++) sa[u][n][0] = sa[u][n][1] = sa[u][n][2] = sa[u][n][3] = 0.f;
+#pragma unroll
+        for (int kk = 0; kk < DH / 16; kk++) {
+            uint32_t a[4], b[4];
+            ldsm_x4(a, Qs + (lane & 15) * LD + kk * 16 + (lane >> 4) * 8);
+            ldsm_x4(b, Ks + ((lane >> 4) * 8 + (lane & 7)) * LD + kk * 16 + ((lane >> 3) & 1) * 8);
+            mma16816(sa[kk & 1][0], a, b);
+            mma16816(sa[kk & 1][1], a, b + 2);
+        }
+        const int p0 = pb + (warp + i * kDw) * 16;
+        float sc[2][2], mx = -INFINITY;
+#pragma unroll
+        for (int n = 0; n < 2; n++)
+#pragma unroll
+            for (int e = 0; e < 2; e++) {
+                float v = (sa[0][n][e] + sa[1][n][e]) + (sa[0][n][e + 2] + sa[1][n][e + 2]);
+                v = p0 + n * 8 + 2 * tq + e < pe ? v : -INFINITY;
+                sc[n][e] = v;
+                mx = fmaxf(mx, v);
+            }
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+        const float mn = fmaxf(m, mx); /* finite: every chunk has a valid position */
+        const float c = exp2f(m - mn);
+        m = mn;
+        float ps = 0.f;
+        uint32_t a[4];
+#pragma unroll
+        for (int n = 0; n < 2; n++) {
+            float p0v = exp2f(sc[n][0] - mn), p1v = exp2f(sc[n][1] - mn);
+            ps += p0v + p1v;
+            split_bf16x2(p0v, p1v, &a[2 * n], &a[2 * n + 1]);
+        }
+        l = l * c + ps;
+#pragma unroll
+        for (int d = 0; d < DH / 8; d++) o[d][0] *= c, o[d][1] *= c, o[d][2] *= c, o[d][3] *= c;
+        /* O += P V: A = P (rows hi / lo, k = the 16 positions), B = V via transposed ldmatrix */
+#pragma unroll
+        for (int dp = 0; dp < DH / 16; dp++) {
+            uint32_t b[4];
+            ldsm_x4_t(b, Vs + ((lane & 7) + ((lane >> 3) & 1) * 8) * LD + dp * 16 +
+                             (lane >> 4) * 8);
+            mma16816(o[2 * dp], a, b);
+            mma16816(o[2 * dp + 1], a, b + 2);
+        }
+        __syncwarp(); /* chunk i's stage is reloaded by the next iteration */
+    }
+    cp_async_wait<0>();
+    l += __shfl_xor_sync(0xffffffffu, l, 1);
+    l += __shfl_xor_sync(0xffffffffu, l, 2);
+    /* merge the warps (fixed order: the result does not depend on scheduling) */
+    __syncthreads(); /* all stages consumed: reuse them for the merge */
+    float *wm = (float *)(Qs + 16 * LD), *wl = wm + kDw * 8, *acc = wl + kDw * 8;
+    float *M = acc + 8 * DH, *L = M + 8;
+    if (tq == 0) wm[warp * 8 + g] = m, wl[warp * 8 + g] = l;
+    __syncthreads();
+    if (tid < 8) {
+        float mm = -INFINITY, ll = 0.f;
+        for (int w = 0; w < kDw; w++) mm = fmaxf(mm, wm[w * 8 + tid]);
+        for (int w = 0; w < kDw; w++)
+            if (wm[w * 8 + tid] != -INFINITY) ll += wl[w * 8 + tid] * exp2f(wm[w * 8 + tid] - mm);
+        M[tid] = mm, L[tid] = ll;
+    }
+    __syncthreads();
+    const float f = m == -INFINITY ? 0.f : exp2f(m - M[g]);
+    for (int w = 0; w < kDw; w++) {
+        if (warp == w)
+#pragma unroll
+            for (int d = 0; d < DH / 8; d++) {
+                float *ap = acc + g * DH + d * 8 + 2 * tq;
+                float v0 = (o[d][0] + o[d][2]) * f, v1 = (o[d][1] + o[d][3]) * f;
+                if (w == 0) ap[0] = v0, ap[1] = v1;
+                else ap[0] += v0, ap[1] += v1;
+            }
+        __syncthreads();
+    }
+    for (int i = tid; i < hn * DH; i += kDw * 32) {
+        int h = i / DH, d = i % DH;
+        float *pp = part + ((size_t)s * Nq + j * G + hb + h) * (DH + 2);
+        pp[d] = acc[h * DH + d];
+        if (d == 0) pp[DH] = M[h] * kLn2, pp[DH + 1] = L[h];
+    }
+}
+
+/* grid (Nq, Dh / 32), 8 warps; dynamic smem: max_splits floats. Merges the splits of 32 columns
+ * of one head: warp w sums splits w, w + 8, ..., then the warps add in a fixed order. */
+__global__ void __launch_bounds__(256)
+    attn_combine2_kernel(const float *__restrict__ part, const int32_t *d_pos, int Nq, int Dh,
+                         int max_splits, int want, const float *__restrict__ gate,
+                         float *__restrict__ out) {
+    pdl_trigger(); /* lets the output projection's GEMV issue its weight loads meanwhile */
+    extern __shared__ float fs[];
+    __shared__ float red[32], accs[8][33];
+    const int h = blockIdx.x, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int d = blockIdx.y * 32 + lane;
+    int ns, chunk;
+    dec2_splits(*d_pos + 1, max_splits, want, &ns, &chunk);
+    const size_t st = (size_t)Nq * (Dh + 2);
+    const float *ph = part + (size_t)h * (Dh + 2);
+    float mx = -INFINITY;
+    for (int s = tid; s < ns; s += 256) mx = fmaxf(mx, ph[s * st + Dh]);
+    mx = warp_max(mx);
+    if (lane == 0) red[warp] = mx;
+    __syncthreads();
+    mx = red[0];
+    for (int w = 1; w < 8; w++) mx = fmaxf(mx, red[w]);
+    float ls = 0.f;
+    for (int s = tid; s < ns; s += 256) {
+        float f = expf(ph[s * st + Dh] - mx);
+        fs[s] = f;
+        ls += ph[s * st + Dh + 1] * f;
+    }
+    const float L = block_sum(ls, red); /* its barriers also publish fs */
+    float a = 0.f;
+    for (int s = warp; s < ns; s += 8) a = fmaf(ph[s * st + d], fs[s], a);
+    accs[warp][lane] = a;
+    __syncthreads();
+    if (warp == 0) {
+        float o = accs[0][lane];
+        for (int w = 1; w < 8; w++) o += accs[w][lane];
+        o /= L;
+        if (gate) o *= sigmoid_f(gate[(size_t)h * Dh + d]);
+        out[(size_t)h * Dh + d] = o;
+    }
+}
+
+template <int DH>
+int launch_decode_mma(const float *q, const uint16_t *kc, const uint16_t *vc,
+                      const int32_t *d_pos, int Nq, int Nkv, float scale, const float *gate,
+                      float *part, int max_splits, float *out, lily_cuda_stream st, lily_err *e) {
+    const size_t smem = dec2_cfg<DH>::smem;
+    LILY_CU_TRY(cudaFuncSetAttribute(attn_decode_mma_kernel<DH>,
+                                     cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem),
+                e);
+    int occ = 0, dev = 0, nsm = 0;
+    LILY_CU_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, attn_decode_mma_kernel<DH>,
+                                                              kDw * 32, smem),
+                e);
+    LILY_CU_TRY(cudaGetDevice(&dev), e);
+    LILY_CU_TRY(cudaDeviceGetAttribute(&nsm, cudaDevAttrMultiProcessorCount, dev), e);
+    const int G = Nq / Nkv, MT = (G + 7) / 8;
+    /* one wave: as many splits as fill the SMs (blocks of a split past the live context exit) */
+    int want = nsm * (occ > 0 ? occ : 1) / (Nkv * MT);
+    const char *ov = getenv("LILY_CUDA_ATTN_SPLITS"); /* measurement override */
+    if (ov && atoi(ov) > 0) want = atoi(ov);
+    if (want < 1) want = 1;
+    dim3 grid(max_splits, Nkv * MT);
+    attn_decode_mma_kernel<DH><<<grid, kDw * 32, smem, st>>>(q, kc, vc, d_pos, Nkv, G,
+                                                             scale * kLog2e, max_splits, want,
+                                                             part);
+    LILY_CU_LAUNCHED(e);
+    size_t fsm = (size_t)(want < max_splits ? want : max_splits) * sizeof(float);
+    attn_combine2_kernel<<<dim3(Nq, DH / 32), 256, fsm, st>>>(part, d_pos, Nq, DH, max_splits,
+                                                              want, gate, out);
+    LILY_CU_LAUNCHED(e);
+    return 0;
+}
+
+/* ---- prefill: flash attention on mma.sync -------------------------------------------------- */
+
+constexpr int kFaRows = 64; /* query rows per block: (position, head-in-group) pairs */
+constexpr int kFaKv = 32;   /* KV positions per tile */
+
+/* Barrier of the 128 threads of warp group grp (ids 1.. ; 0 is __syncthreads). */
+__device__ __forceinline__ void group_bar(int grp) {
+    asm volatile("bar.sync %0, 128;" ::"r"(grp + 1) : "memory");
+}
+
+/* grid (ceil(n / (64/G)), Nkv), NG groups of 4 warps. Warp w of a group owns query rows
+ * 16w..16w+15 (every group has all 64 rows); group k takes KV tiles k, k+NG, ..., streamed two
+ * deep with cp.async, and the groups' (m, l, O) are merged at the end. Scores are in the log2
+ * domain (scale * log2(e) applied to S); tiles wholly below the block's first query position
+ * skip the causal mask. */
+template <int DH, int G, int NG>
+__global__ void __launch_bounds__(128 * NG)
     attn_prefill_kernel(const float *__restrict__ q, int n, const uint16_t *__restrict__ kc,
                         const uint16_t *__restrict__ vc, const int32_t *d_pos, int Nkv,
                         float scale, const float *__restrict__ gate, float *__restrict__ out) {
     constexpr int P = kFaRows / G; /* positions per block */
     constexpr int LD = DH + 8;     /* padded smem row (bf16): conflict-free ldmatrix */
+    constexpr int TILE = 2 * kFaKv * LD; /* one stage: K rows then V rows */
     extern __shared__ uint4 fa_smem[];
-    uint16_t *Qs = (uint16_t *)fa_smem, *Ks = Qs + kFaRows * LD, *Vs = Ks + kFaKv * LD;
+    uint16_t *Qs = (uint16_t *)fa_smem;
     const int Nq = Nkv * G, j = blockIdx.y, qt = blockIdx.x;
     const int p0 = *d_pos, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int grp = warp / 4, wr = warp % 4, gt = tid % 128;
     const int g = lane >> 2, tq = lane & 3;
-    /* Q tile -> bf16 smem (invalid rows zero) */
-    for (int i = tid; i < kFaRows * DH / 4; i += 128) {
+    uint16_t *stg = Qs + kFaRows * LD + grp * 2 * TILE;
+    const int last_t = min(n, (qt + 1) * P) - 1;
+    const int kv_end = p0 + last_t + 1; /* positions 0..kv_end-1 are needed */
+    const int qmin = p0 + qt * P;       /* the block's first query position */
+    const int ntile = (kv_end + kFaKv - 1) / kFaKv;
+    const int mine = ntile > grp ? (ntile - grp + NG - 1) / NG : 0;
+    const size_t row = (size_t)Nkv * DH;
+    auto load = [&](int i) { /* tile i of this group into stage i & 1 */
+        if (i < mine) {
+            int kv0 = (grp + i * NG) * kFaKv;
+            uint16_t *Ks = stg + (i & 1) * TILE, *Vs = Ks + kFaKv * LD;
+            for (int x = gt; x < kFaKv * DH / 8; x += 128) {
+                int r = x / (DH / 8), c8 = x % (DH / 8);
+                int p = kv0 + r;
+                bool ok = p < kv_end;
+                size_t go = (size_t)(ok ? p : 0) * row + (size_t)j * DH + c8 * 8;
+                cp_async16(Ks + r * LD + c8 * 8, kc + go, ok);
+                cp_async16(Vs + r * LD + c8 * 8, vc + go, ok);
+            }
+        }
+        cp_async_commit();
+    };
+    load(0);
+    /* Q tile -> bf16 smem (rows past n zero) */
+    for (int i = tid; i < kFaRows * DH / 4; i += 128 * NG) {
         int r = i / (DH / 4), c4 = i % (DH / 4);
         int t = qt * P + r / G, h = j * G + r % G;
         float4 x = make_float4(0.f, 0.f, 0.f, 0.f);
@@ -250,29 +568,22 @@ __global__ void __launch_bounds__(128)
         uint2 pk = make_uint2(pack_bf16x2(x.x, x.y), pack_bf16x2(x.z, x.w));
         *(uint2 *)(Qs + r * LD + c4 * 4) = pk;
     }
-    /* rows of this thread's accumulators: r0 = 16w + g, r1 = r0 + 8 */
-    const int r0 = warp * 16 + g, r1 = r0 + 8;
+    __syncthreads();
+    /* rows of this thread's accumulators: r0 = 16 wr + g, r1 = r0 + 8 */
+    const int r0 = wr * 16 + g, r1 = r0 + 8;
     const int t0 = qt * P + r0 / G, t1 = qt * P + r1 / G;
-    const int qp0 = p0 + t0, qp1 = p0 + t1; /* absolute query positions */
-    const int last_t = min(n, (qt + 1) * P) - 1;
-    const int kv_end = p0 + last_t + 1; /* positions 0..kv_end-1 are needed */
+    const int qp0 = p0 + t0, qp1 = p0 + t1; /* absolute query positions (rows past n: beyond) */
+    const float sl2 = scale * kLog2e;
     float o[DH / 8][4];
 #pragma unroll
     for (int i = 0; i < DH / 8; i++) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.f;
     float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.f, l1 = 0.f;
-    const size_t row = (size_t)Nkv * DH;
-    for (int kv0 = 0; kv0 < kv_end; kv0 += kFaKv) {
-        __syncthreads(); /* previous tile fully consumed (and Q tile written, first time) */
-        for (int i = tid; i < kFaKv * DH / 8; i += 128) {
-            int r = i / (DH / 8), c8 = i % (DH / 8);
-            int p = kv0 + r;
-            bool ok = p < kv_end;
-            size_t go = (size_t)(ok ? p : 0) * row + (size_t)j * DH + c8 * 8;
-            cp_async16(Ks + r * LD + c8 * 8, kc + go, ok);
-            cp_async16(Vs + r * LD + c8 * 8, vc + go, ok);
-        }
-        cp_async_wait_all();
-        __syncthreads();
+    for (int it = 0; it < mine; it++) {
+        load(it + 1);
+        cp_async_wait<1>();
+        group_bar(grp); /* tile it landed for the whole group */
+        const uint16_t *Ks = stg + (it & 1) * TILE, *Vs = Ks + kFaKv * LD;
+        const int kv0 = (grp + it * NG) * kFaKv;
         /* S = Q K^T for this warp's 16 rows x 32 positions */
         float sacc[4][4];
 #pragma unroll
@@ -280,25 +591,26 @@ __global__ void __launch_bounds__(128)
 #pragma unroll
         for (int kk = 0; kk < DH / 16; kk++) {
             uint32_t a[4];
-            ldsm_x4(a, Qs + (warp * 16 + (lane & 15)) * LD + kk * 16 + (lane >> 4) * 8);
+            ldsm_x4(a, Qs + (wr * 16 + (lane & 15)) * LD + kk * 16 + (lane >> 4) * 8);
 #pragma unroll
             for (int np = 0; np < 2; np++) {
                 uint32_t b[4];
                 ldsm_x4(b, Ks + (np * 16 + (lane >> 4) * 8 + (lane & 7)) * LD + kk * 16 +
                                ((lane >> 3) & 1) * 8);
-                mma_bf16(sacc[2 * np], a, b);
-                mma_bf16(sacc[2 * np + 1], a, b + 2);
+                mma16816(sacc[2 * np], a, b);
+                mma16816(sacc[2 * np + 1], a, b + 2);
             }
         }
-        /* scale, causal mask, online softmax (rows r0: elements 0,1; r1: 2,3) */
+        /* scale, causal mask (only where the tile reaches a query position), online softmax */
+        const bool full = kv0 + kFaKv - 1 <= qmin;
         float mx0 = -INFINITY, mx1 = -INFINITY;
 #pragma unroll
         for (int nt = 0; nt < 4; nt++)
 #pragma unroll
             for (int e = 0; e < 4; e++) {
                 int p = kv0 + nt * 8 + 2 * tq + (e & 1);
-                bool ok = e < 2 ? (t0 < n && p <= qp0) : (t1 < n && p <= qp1);
-                float v = ok ? sacc[nt][e] * scale : -INFINITY;
+                float v = sacc[nt][e] * sl2;
+                if (!full && p > (e < 2 ? qp0 : qp1)) v = -INFINITY;
                 sacc[nt][e] = v;
                 if (e < 2) mx0 = fmaxf(mx0, v);
                 else mx1 = fmaxf(mx1, v);
@@ -310,14 +622,14 @@ __global__ void __launch_bounds__(128)
         float mn0 = fmaxf(m0, mx0), mn1 = fmaxf(m1, mx1);
         /* a row with nothing valid yet keeps m = -inf: use 0 as the base to avoid inf - inf */
         float b0 = mn0 == -INFINITY ? 0.f : mn0, b1 = mn1 == -INFINITY ? 0.f : mn1;
-        float c0 = expf(m0 - b0), c1 = expf(m1 - b1);
+        float c0 = exp2f(m0 - b0), c1 = exp2f(m1 - b1);
         float s0 = 0.f, s1 = 0.f;
 #pragma unroll
         for (int nt = 0; nt < 4; nt++) {
-            sacc[nt][0] = expf(sacc[nt][0] - b0);
-            sacc[nt][1] = expf(sacc[nt][1] - b0);
-            sacc[nt][2] = expf(sacc[nt][2] - b1);
-            sacc[nt][3] = expf(sacc[nt][3] - b1);
+            sacc[nt][0] = exp2f(sacc[nt][0] - b0);
+            sacc[nt][1] = exp2f(sacc[nt][1] - b0);
+            sacc[nt][2] = exp2f(sacc[nt][2] - b1);
+            sacc[nt][3] = exp2f(sacc[nt][3] - b1);
             s0 += sacc[nt][0] + sacc[nt][1];
             s1 += sacc[nt][2] + sacc[nt][3];
         }
@@ -344,9 +656,40 @@ __global__ void __launch_bounds__(128)
                 uint32_t b[4];
                 ldsm_x4_t(b, Vs + (kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * LD + dp * 16 +
                                  (lane >> 4) * 8);
-                mma_bf16(o[2 * dp], a, b);
-                mma_bf16(o[2 * dp + 1], a, b + 2);
+                mma16816(o[2 * dp], a, b);
+                mma16816(o[2 * dp + 1], a, b + 2);
             }
+        }
+        group_bar(grp); /* stage it & 1 is reloaded next iteration */
+    }
+    cp_async_wait<0>();
+    if (NG > 1) { /* group 1 hands its (m, l, O) to group 0 through the stage memory */
+        __syncthreads();
+        float *xo = (float *)(Qs + kFaRows * LD); /* [DH / 2 + 4][128]: conflict-free */
+        if (grp == 1) {
+#pragma unroll
+            for (int i = 0; i < DH / 8; i++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) xo[(i * 4 + e) * 128 + gt] = o[i][e];
+            xo[(DH / 2) * 128 + gt] = m0, xo[(DH / 2 + 1) * 128 + gt] = m1;
+            xo[(DH / 2 + 2) * 128 + gt] = l0, xo[(DH / 2 + 3) * 128 + gt] = l1;
+        }
+        __syncthreads();
+        if (grp == 1) return;
+        float n0 = xo[(DH / 2) * 128 + gt], n1 = xo[(DH / 2 + 1) * 128 + gt];
+        /* group 0 always holds tile 0, so m0, m1 are finite */
+        float M0 = fmaxf(m0, n0), M1 = fmaxf(m1, n1);
+        float fa0 = exp2f(m0 - M0), fa1 = exp2f(m1 - M1);
+        float fb0 = n0 == -INFINITY ? 0.f : exp2f(n0 - M0);
+        float fb1 = n1 == -INFINITY ? 0.f : exp2f(n1 - M1);
+        l0 = l0 * fa0 + xo[(DH / 2 + 2) * 128 + gt] * fb0;
+        l1 = l1 * fa1 + xo[(DH / 2 + 3) * 128 + gt] * fb1;
+#pragma unroll
+        for (int i = 0; i < DH / 8; i++) {
+            o[i][0] = o[i][0] * fa0 + xo[(i * 4 + 0) * 128 + gt] * fb0;
+            o[i][1] = o[i][1] * fa0 + xo[(i * 4 + 1) * 128 + gt] * fb0;
+            o[i][2] = o[i][2] * fa1 + xo[(i * 4 + 2) * 128 + gt] * fb1;
+            o[i][3] = o[i][3] * fa1 + xo[(i * 4 + 3) * 128 + gt] * fb1;
         }
     }
     /* normalise, gate, store */
@@ -378,20 +721,32 @@ void launch_decode(const float *q, const uint16_t *kc, const uint16_t *vc, const
                                                                 max_splits, part);
 }
 
+template <int DH, int G, int NG>
+int launch_prefill_ng(const float *q, int n, const uint16_t *kc, const uint16_t *vc,
+                      const int32_t *d_pos, int Nkv, float scale, const float *gate, float *out,
+                      lily_cuda_stream st, lily_err *e) {
+    constexpr int P = kFaRows / G;
+    size_t smem = (size_t)(kFaRows + NG * 4 * kFaKv) * (DH + 8) * 2;
+    LILY_CU_TRY(cudaFuncSetAttribute(attn_prefill_kernel<DH, G, NG>,
+                                     cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem),
+                e);
+    dim3 grid((n + P - 1) / P, Nkv);
+    attn_prefill_kernel<DH, G, NG><<<grid, 128 * NG, smem, st>>>(q, n, kc, vc, d_pos, Nkv, scale,
+                                                                  gate, out);
+    LILY_CU_LAUNCHED(e);
+    return 0;
+}
+
+/* Two warp groups splitting the KV tiles by default; LILY_CUDA_ATTN_FA_GROUPS=1 (measurement)
+ * runs one group of 4 warps over all tiles. */
 template <int DH, int G>
 int launch_prefill(const float *q, int n, const uint16_t *kc, const uint16_t *vc,
                    const int32_t *d_pos, int Nkv, float scale, const float *gate, float *out,
                    lily_cuda_stream st, lily_err *e) {
-    constexpr int P = kFaRows / G;
-    size_t smem = (size_t)(kFaRows + 2 * kFaKv) * (DH + 8) * 2;
-    LILY_CU_TRY(cudaFuncSetAttribute(attn_prefill_kernel<DH, G>,
-                                     cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem),
-                e);
-    dim3 grid((n + P - 1) / P, Nkv);
-    attn_prefill_kernel<DH, G><<<grid, 128, smem, st>>>(q, n, kc, vc, d_pos, Nkv, scale, gate,
-                                                         out);
-    LILY_CU_LAUNCHED(e);
-    return 0;
+    const char *ng = getenv("LILY_CUDA_ATTN_FA_GROUPS");
+    if (ng && ng[0] == '1')
+        return launch_prefill_ng<DH, G, 1>(q, n, kc, vc, d_pos, Nkv, scale, gate, out, st, e);
+    return launch_prefill_ng<DH, G, 2>(q, n, kc, vc, d_pos, Nkv, scale, gate, out, st, e);
 }
 
 bool shape_ok(int Nq, int Nkv, int Dh) {
@@ -432,6 +787,17 @@ extern "C" int lily_cuda_attn_decode(const float *q, const uint16_t *kc, const u
                                      lily_cuda_stream st, lily_err *e) {
     if (!shape_ok(Nq, Nkv, Dh) || max_splits < 1)
         return lily_fail(e, "attention: unsupported shape Nq=%d Nkv=%d Dh=%d", Nq, Nkv, Dh);
+    const char *old = getenv("LILY_CUDA_ATTN_OLD"); /* the previous kernel, for A/B timing */
+    if (!(old && old[0] == '1')) {
+        if (Dh == 64)
+            return launch_decode_mma<64>(q, kc, vc, d_pos, Nq, Nkv, scale, gate, scratch,
+                                         max_splits, out, st, e);
+        if (Dh == 128)
+            return launch_decode_mma<128>(q, kc, vc, d_pos, Nq, Nkv, scale, gate, scratch,
+                                          max_splits, out, st, e);
+        return launch_decode_mma<256>(q, kc, vc, d_pos, Nq, Nkv, scale, gate, scratch,
+                                      max_splits, out, st, e);
+    }
     int dpl = Dh / 32, G_ = Nq / Nkv;
     LILY_DEC_CASE(2, 1) LILY_DEC_CASE(2, 2) LILY_DEC_CASE(2, 4) LILY_DEC_CASE(2, 8)
     LILY_DEC_CASE(2, 16) LILY_DEC_CASE(4, 1) LILY_DEC_CASE(4, 2) LILY_DEC_CASE(4, 4)
