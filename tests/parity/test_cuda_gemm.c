@@ -2,13 +2,14 @@
  * BF16 and F32 (rounded to BF16) weights: odd row counts (partial row tiles), token counts around
  * the token tiles (1, 3, 63, 64, 65, 200), widths from one group (64) to 4096, strided X and Y,
  * the accumulate epilogue; the grouped (expert) form with row gather and experts of 0 rows, one
- * row, several token tiles and all rows; and the gated (silu(gate) * up) forms. Operands go
- * through bf16 on the tensor cores, so the tolerance is that of a bf16 matmul with fp32
- * accumulation.
+ * row, several token tiles and all rows; and the gated (silu(gate) * up) forms. The Q4 kernel
+ * (gemm_q4.h) runs with every tile shape and split-K factor forced, and the previous Q4 kernel
+ * (still selectable for measurements) on a few cases. Operands go through bf16 on the tensor
+ * cores, so the tolerance is that of a bf16 matmul with fp32 accumulation.
  *
- * LILY_CUDA_TIME=1 also times the kernels at the 35B-A3B prefill shapes (cudaEvent, median of
- * 20): dense 12352 x 2048 and 2048 x 4096 at n = 512, the grouped expert GEMMs with 4096 rows
- * (512 tokens x top-8) spread unevenly over 256 experts, and the gated forms. */
+ * LILY_CUDA_TIME=1 also times the current and the previous Q4 kernels at the 35B-A3B prefill
+ * shapes (cudaEvent, median of 20) for chunks of n = 512, 2048 and 4096 tokens: every dense
+ * projection, and the grouped expert GEMMs with n x 8 rows spread unevenly over 256 experts. */
 #include <stdio.h>
 
 #ifndef LILY_HAVE_CUDA
@@ -21,6 +22,9 @@ int main(void) {
 
 #include "backend/cuda/gemm.h"
 #include "parity_util.h"
+#include "backend/cuda/gemm_q4.h"
+
+static char g_tag[48]; /* appended to the case names: forced tile and split of the Q4 kernel */
 
 static const char *dts[] = {"f32", "bf16", "f16", "q4", "q8"};
 
@@ -59,8 +63,8 @@ static void gemm_case(lily_dtype dt, int M, int K, int n, int accumulate) {
     if (!pt_ok(rc, "gemm launch", &e)) return;
     float *got = malloc((size_t)n * ldy * 4);
     pt_get(got, dY, (size_t)n * ldy);
-    snprintf(name, sizeof name, "gemm %s W[%d x %d] n=%d%s", dts[dt], M, K, n,
-             accumulate ? " accumulate" : "");
+    snprintf(name, sizeof name, "gemm %s W[%d x %d] n=%d%s%s", dts[dt], M, K, n,
+             accumulate ? " accumulate" : "", g_tag);
     pt_check(name, got, ref, (size_t)n * ldy, 1e-2);
     lily_cuda_free(dX), lily_cuda_free(dY);
     lily_cuda_dmat_free(&dW);
@@ -184,7 +188,7 @@ static void grouped_case(lily_dtype dt, int M, int K, int E, const int *counts, 
         int k = snprintf(name, sizeof name, "grouped%s %s W[%d x %d] x %d rows {", glu ? "_glu" : "",
                          dts[dt], M, K, E);
         for (int x = 0; x < E && k < 150; x++) k += snprintf(name + k, sizeof name - k, "%s%d", x ? "," : "", counts[x]);
-        snprintf(name + k, sizeof name - k, "}%s", use_gather ? " gather" : "");
+        snprintf(name + k, sizeof name - k, "}%s%s", use_gather ? " gather" : "", g_tag);
         pt_check(name, got, ref, ny, 1e-2);
     }
     lily_cuda_free(dX), lily_cuda_free(dY), lily_cuda_free(dgather), lily_cuda_free(dtiles);
@@ -247,19 +251,6 @@ static int t_grouped(void *p) {
     return lily_cuda_gemm_grouped(c->W, c->X, c->ldx, c->gather, c->tiles, c->nt, c->max_tiles,
                                   c->Y, c->ldy, NULL, &e);
 }
-#ifdef LILY_GEMM_HAS_GLU
-static int t_glu(void *p) {
-    tctx *c = p;
-    lily_err e;
-    return lily_cuda_gemm_glu(c->W, c->U, c->X, c->ldx, c->n, c->Y, c->ldy, NULL, &e);
-}
-static int t_grouped_glu(void *p) {
-    tctx *c = p;
-    lily_err e;
-    return lily_cuda_gemm_grouped_glu(c->W, c->U, c->X, c->ldx, c->gather, c->tiles, c->nt,
-                                      c->max_tiles, c->Y, c->ldy, NULL, &e);
-}
-#endif
 
 static lily_dmat up_q4(int M, int K, int E) {
     lily_err e;
@@ -279,40 +270,12 @@ static void report(const char *what, float us, double flop) {
     printf("time %-52s %9.1f us  %6.1f TFLOP/s\n", what, us, flop / us * 1e-6);
 }
 
-static void timing(void) {
-    const int n = 512, H = 2048, E = 256, k = 8, I = 512;
-    float *X = malloc((size_t)n * 4096 * 4);
-    pt_fill(X, (size_t)n * 4096, 1.0f);
-    float *dX = pt_dup(X, (size_t)n * 4096);
-    float *dY = pt_dalloc((size_t)n * k * H * 4), *dY2 = pt_dalloc((size_t)n * k * H * 4);
-    tctx c = {0};
-    c.X = dX, c.Y = dY, c.n = n;
-    const struct {
-        int M, K, acc;
-        const char *what;
-    } dense[] = {{12352, H, 0, "GDN in-projection"}, {2048, 4096, 1, "GDN out / attn o (accum)"},
-                 {8192, H, 0, "attn q (gated)"}, {512, H, 0, "shared expert gate"},
-                 {2048, I, 0, "shared expert down"}};
-    for (size_t i = 0; i < sizeof dense / sizeof dense[0]; i++) {
-        lily_dmat W = up_q4(dense[i].M, dense[i].K, 1);
-        c.W = &W, c.ldx = dense[i].K, c.ldy = dense[i].M, c.acc = dense[i].acc;
-        char name[120];
-        snprintf(name, sizeof name, "dense q4 %d x %d n=%d (%s)", dense[i].M, dense[i].K, n,
-                 dense[i].what);
-        report(name, time_median(t_dense, &c), 2.0 * dense[i].M * dense[i].K * n);
-        lily_cuda_dmat_free(&W);
-    }
-#ifdef LILY_GEMM_HAS_GLU
-    {
-        lily_dmat G = up_q4(I, H, 1), U = up_q4(I, H, 1);
-        c.W = &G, c.U = &U, c.ldx = H, c.ldy = I;
-        report("dense glu q4 2 x 512 x 2048 n=512 (shared gate+up)", time_median(t_glu, &c),
-               2.0 * 2 * I * H * n);
-        lily_cuda_dmat_free(&G), lily_cuda_dmat_free(&U);
-    }
-#endif
-    /* routing: each token picks 8 distinct experts, skewed towards low ids (uneven counts) */
-    int counts[256] = {0}, *sel = malloc(sizeof(int) * n * k);
+/* Expert routing of n tokens x top-8 over 256 experts, skewed towards low ids (uneven counts):
+ * fills counts, gather (grouped row -> token) and tiles; returns the tile count. */
+static int route(int n, int *counts, int32_t *gather, int32_t *tiles) {
+    const int E = 256, k = 8;
+    int *sel = malloc(sizeof(int) * n * k);
+    memset(counts, 0, sizeof(int) * E);
     for (int t = 0; t < n; t++)
         for (int j = 0; j < k; j++) {
             int x, dup;
@@ -325,53 +288,158 @@ static void timing(void) {
             sel[t * k + j] = x;
             counts[x]++;
         }
-    int zero = 0, mx = 0;
-    for (int x = 0; x < E; x++) zero += counts[x] == 0, mx = counts[x] > mx ? counts[x] : mx;
-    int32_t *gather = malloc(sizeof(int32_t) * n * k), *tiles = malloc(12 * (n * k / 32 + E));
     for (int x = 0, p = 0; x < E; x++)
         for (int f = 0; f < n * k; f++)
             if (sel[f] == x) gather[p++] = f / k;
-    int nt = make_tiles(counts, E, tiles);
-    printf("routing: %d rows over %d experts, %d empty, max %d rows, %d tiles\n", n * k, E, zero,
-           mx, nt);
-    c.gather = pt_idup(gather, (size_t)n * k), c.tiles = pt_idup(tiles, (size_t)3 * nt);
-    c.nt = pt_idup(&nt, 1);
-    c.max_tiles = n * k / LILY_GEMM_GROUP_BN + E;
-    lily_dmat Gs = up_q4(I, H, E), Us = up_q4(I, H, E), Ds = up_q4(H, I, E);
-    double f_gu = 2.0 * n * k * I * H;
-    c.W = &Gs, c.ldx = H, c.ldy = I;
-    report("grouped q4 gate 512 x 2048 x 256, 4096 rows", time_median(t_grouped, &c), f_gu);
-#ifdef LILY_GEMM_HAS_GLU
-    c.U = &Us;
-    report("grouped glu q4 gate+up 2 x 512 x 2048 x 256", time_median(t_grouped_glu, &c),
-           2 * f_gu);
-    /* the fused result against the separate GEMMs (same device arithmetic per matrix) */
-    {
-        size_t ny = (size_t)n * k * I;
-        float *a = malloc(ny * 4), *b = malloc(ny * 4), *u = malloc(ny * 4);
-        lily_err e;
-        lily_cuda_gemm_grouped_glu(&Gs, &Us, dX, H, c.gather, c.tiles, c.nt, c.max_tiles, dY2, I,
-                                   NULL, &e);
-        pt_get(a, dY2, ny);
-        lily_cuda_gemm_grouped(&Gs, dX, H, c.gather, c.tiles, c.nt, c.max_tiles, dY, I, NULL, &e);
-        pt_get(b, dY, ny);
-        lily_cuda_gemm_grouped(&Us, dX, H, c.gather, c.tiles, c.nt, c.max_tiles, dY, I, NULL, &e);
-        pt_get(u, dY, ny);
-        for (size_t i = 0; i < ny; i++) b[i] = silu(b[i]) * u[i];
-        pt_check("grouped_glu = silu(grouped gate) * grouped up, 35B shape", a, b, ny, 1e-5);
-        free(a), free(b), free(u);
+    free(sel);
+    int nt = make_tiles(counts, E, tiles), zero = 0, mx = 0;
+    for (int x = 0; x < E; x++) zero += counts[x] == 0, mx = counts[x] > mx ? counts[x] : mx;
+    printf("routing n=%d: %d rows over %d experts, %d empty, max %d rows, %d tiles\n", n, n * k,
+           E, zero, mx, nt);
+    return nt;
+}
+
+/* The gemm_q4.h kernel, the previous one and the automatic choice on one call. */
+static void time_both(const char *what, time_fn f, tctx *c, double flop) {
+    static const char *kn[3] = {"auto", "previous", "q4"};
+    for (int k = 2; k >= 0; k--) {
+        char name[200];
+        snprintf(name, sizeof name, "%s %s", what, kn[k]);
+        lily_cuda_gemm_select(k);
+        report(name, time_median(f, c), flop);
     }
-#endif
-    c.W = &Ds, c.X = dY2, c.ldx = I, c.ldy = H, c.gather = NULL;
-    report("grouped q4 down 2048 x 512 x 256, 4096 rows", time_median(t_grouped, &c),
-           2.0 * n * k * I * H);
-    lily_cuda_dmat_free(&Gs), lily_cuda_dmat_free(&Us), lily_cuda_dmat_free(&Ds);
+}
+
+static void timing(void) {
+    const int H = 2048, E = 256, k = 8, I = 512, nmax = 4096;
+    const int ns[3] = {512, 2048, 4096};
+    float *X = malloc((size_t)nmax * 4096 * 4);
+    pt_fill(X, (size_t)nmax * 4096, 1.0f);
+    float *dX = pt_dup(X, (size_t)nmax * 4096);
+    float *dY = pt_dalloc((size_t)nmax * k * H * 4), *dY2 = pt_dalloc((size_t)nmax * k * H * 4);
+    lily_err e;
+    if (lily_cuda_d2d(dY2, dX, (size_t)nmax * 4096 * 4, NULL, &e)) { /* X of the down GEMMs */
+        printf("FAIL copy: %s\n", e.msg);
+        exit(1);
+    }
+    tctx c = {0};
+    c.Y = dY;
+    /* the 35B-A3B prefill GEMMs (backend.cu, moe.cu) */
+    const struct {
+        int M, K, acc;
+        const char *what;
+    } dense[] = {{8192, H, 0, "GDN qkv, attn q+gate"}, {4096, H, 0, "GDN z"},
+                 {32, H, 0, "GDN b, a"},                {2048, 4096, 1, "GDN out, attn o (accum)"},
+                 {512, H, 0, "attn k, v; shared gate, up"}, {256, H, 0, "router"},
+                 {2048, I, 0, "shared expert down"}};
+    for (size_t i = 0; i < sizeof dense / sizeof dense[0]; i++) {
+        lily_dmat W = up_q4(dense[i].M, dense[i].K, 1);
+        c.W = &W, c.X = dX, c.ldx = dense[i].K, c.ldy = dense[i].M, c.acc = dense[i].acc;
+        lily_cuda_gemm_select(LILY_GEMM_Q4);
+        for (int j = 0; j < 2; j++) { /* every tile and split of the gemm_q4.h kernel */
+            static const char *tn[3] = {"128x128", "128x64", "128x32"};
+            c.n = ns[j];
+            for (int tile = 0; tile < 3; tile++)
+                for (int split = 1; split <= 4; split *= 2) {
+                    char name[160];
+                    lily_cuda_gemm_q4_force(tile, split);
+                    snprintf(name, sizeof name, "sweep q4 %d x %d n=%d tile %s split %d",
+                             dense[i].M, dense[i].K, ns[j], tn[tile], split);
+                    report(name, time_median(t_dense, &c), 2.0 * dense[i].M * dense[i].K * ns[j]);
+                }
+            lily_cuda_gemm_q4_force(LILY_Q4T_AUTO, 0);
+        }
+        lily_cuda_gemm_select(LILY_GEMM_AUTO);
+        for (int j = 0; j < 3; j++) {
+            char name[120];
+            c.n = ns[j];
+            snprintf(name, sizeof name, "dense q4 %d x %d n=%d (%s)", dense[i].M, dense[i].K,
+                     ns[j], dense[i].what);
+            time_both(name, t_dense, &c, 2.0 * dense[i].M * dense[i].K * ns[j]);
+        }
+        lily_cuda_dmat_free(&W);
+    }
+    lily_dmat Gs = up_q4(I, H, E), Ds = up_q4(H, I, E);
+    int counts[256];
+    int32_t *gather = malloc(sizeof(int32_t) * nmax * k), *tiles = malloc(12 * (nmax * k / 32 + E));
+    for (int j = 0; j < 3; j++) {
+        const int n = ns[j];
+        int nt = route(n, counts, gather, tiles);
+        int32_t *dgather = pt_idup(gather, (size_t)n * k);
+        c.gather = dgather, c.tiles = pt_idup(tiles, (size_t)3 * nt);
+        c.nt = pt_idup(&nt, 1);
+        c.max_tiles = n * k / LILY_GEMM_GROUP_BN + E;
+        const double f = 2.0 * n * k * I * H;
+        char name[120];
+        c.W = &Gs, c.X = dX, c.ldx = H, c.Y = dY, c.ldy = I;
+        snprintf(name, sizeof name, "grouped q4 gate/up 512 x 2048 x 256 n=%d", n);
+        time_both(name, t_grouped, &c, f);
+        lily_cuda_gemm_select(LILY_GEMM_Q4);
+        lily_cuda_gemm_q4_force(LILY_Q4T_GROUPED128, 0);
+        snprintf(name, sizeof name, "grouped q4 gate/up 512 x 2048 x 256 n=%d q4 128-row tile", n);
+        report(name, time_median(t_grouped, &c), f);
+        lily_cuda_gemm_q4_force(LILY_Q4T_AUTO, 0);
+        lily_cuda_gemm_select(LILY_GEMM_AUTO);
+        if (j == 0) { /* the new kernel against the previous one on the 35B shape */
+            size_t ny = (size_t)n * k * I;
+            float *a = malloc(ny * 4), *b = malloc(ny * 4);
+            lily_cuda_gemm_select(LILY_GEMM_Q4);
+            t_grouped(&c);
+            pt_get(a, dY, ny);
+            lily_cuda_gemm_select(LILY_GEMM_PREVIOUS);
+            t_grouped(&c);
+            lily_cuda_gemm_select(LILY_GEMM_AUTO);
+            pt_get(b, dY, ny);
+            pt_check("grouped q4 new = previous kernel, 35B gate shape n=512", a, b, ny, 1e-2);
+            free(a), free(b);
+        }
+        c.W = &Ds, c.X = dY2, c.ldx = I, c.Y = dY, c.ldy = H, c.gather = NULL;
+        snprintf(name, sizeof name, "grouped q4 down 2048 x 512 x 256 n=%d", n);
+        time_both(name, t_grouped, &c, f);
+        lily_cuda_gemm_select(LILY_GEMM_Q4);
+        lily_cuda_gemm_q4_force(LILY_Q4T_GROUPED128, 0);
+        snprintf(name, sizeof name, "grouped q4 down 2048 x 512 x 256 n=%d q4 128-row tile", n);
+        report(name, time_median(t_grouped, &c), f);
+        lily_cuda_gemm_q4_force(LILY_Q4T_AUTO, 0);
+        lily_cuda_gemm_select(LILY_GEMM_AUTO);
+        lily_cuda_free(c.tiles), lily_cuda_free(c.nt), lily_cuda_free(dgather);
+    }
+    lily_cuda_dmat_free(&Gs), lily_cuda_dmat_free(&Ds);
     lily_cuda_free(dX), lily_cuda_free(dY), lily_cuda_free(dY2);
-    free(X), free(sel), free(gather), free(tiles);
+    free(X), free(gather), free(tiles);
+}
+
+/* Every dense Q4 tile shape and split-K factor on shapes with partial row and token tiles, then
+ * back to the automatic choice. */
+static void q4_shapes(void) {
+    static const char *tn[3] = {"128x128", "128x64", "128x32"};
+    lily_cuda_gemm_select(LILY_GEMM_Q4);
+    for (int tile = 0; tile < 3; tile++)
+        for (int split = 1; split <= 4; split *= 2) {
+            snprintf(g_tag, sizeof g_tag, " [tile %s split %d]", tn[tile], split);
+            lily_cuda_gemm_q4_force(tile, split);
+            gemm_case(LILY_DT_Q4, 300, 1024, 133, split == 2);
+            gemm_case(LILY_DT_Q4, 129, 576, 7, split != 2);
+            if (split == 4) gemm_case(LILY_DT_Q4, 64, 192, 40, 0); /* 3 k-steps over 4 splits */
+        }
+    lily_cuda_gemm_q4_force(LILY_Q4T_AUTO, 0);
+    g_tag[0] = 0;
+    /* the automatic choice at prefill-like shapes: split-K (zeroed Y, then atomics) and not */
+    gemm_case(LILY_DT_Q4, 512, 2048, 512, 0);
+    gemm_case(LILY_DT_Q4, 2048, 4096, 300, 1);
+    gemm_case(LILY_DT_Q4, 64, 2048, 257, 0);
+    gemm_case(LILY_DT_Q4, 4096, 2048, 1030, 0);
+    /* the same with the automatic kernel choice (previous kernel for the big grids) */
+    lily_cuda_gemm_select(LILY_GEMM_AUTO);
+    snprintf(g_tag, sizeof g_tag, " [auto]");
+    gemm_case(LILY_DT_Q4, 2048, 4096, 300, 1);
+    gemm_case(LILY_DT_Q4, 4096, 2048, 1030, 0);
+    g_tag[0] = 0;
 }
 
 int main(void) {
     pt_need_gpu();
+    q4_shapes();
     gemm_case(LILY_DT_Q4, 1000, 2048, 65, 0);
     gemm_case(LILY_DT_Q4, 8192, 2048, 200, 0);
     gemm_case(LILY_DT_Q4, 37, 4096, 64, 1);
@@ -405,6 +473,24 @@ int main(void) {
         grouped_case(LILY_DT_BF16, 70, 128, 4, c3, 50, 1, 1);
         grouped_case(LILY_DT_Q8, 64, 256, 4, c3, 50, 0, 1);
     }
+    /* the grouped gemm_q4.h kernel, 256- and 128-row tiles (measured alternatives) */
+    lily_cuda_gemm_select(LILY_GEMM_Q4);
+    for (int v = 0; v < 2; v++) {
+        lily_cuda_gemm_q4_force(v ? LILY_Q4T_GROUPED128 : LILY_Q4T_AUTO, 0);
+        snprintf(g_tag, sizeof g_tag, " [q4 kernel, %d rows]", v ? 128 : 256);
+        const int c1[5] = {0, 37, 1, 100, 0}, c2[3] = {0, 77, 0};
+        grouped_case(LILY_DT_Q4, 200, 512, 5, c1, 60, 1, 0);
+        grouped_case(LILY_DT_Q4, 2048, 128, 3, c2, 77, 1, 0);
+        grouped_case(LILY_DT_Q4, 300, 576, 5, c1, 0, 0, 0);
+    }
+    lily_cuda_gemm_q4_force(LILY_Q4T_AUTO, 0);
+    /* the previous Q4 kernel for every shape: it must stay right too */
+    lily_cuda_gemm_select(LILY_GEMM_PREVIOUS);
+    snprintf(g_tag, sizeof g_tag, " [previous kernel]");
+    gemm_case(LILY_DT_Q4, 1000, 2048, 65, 0);
+    gemm_case(LILY_DT_Q4, 37, 4096, 64, 1);
+    lily_cuda_gemm_select(LILY_GEMM_AUTO);
+    g_tag[0] = 0;
     lily_err e;
     float dummy[8];
     lily_dmat bad = {0};

@@ -13,8 +13,10 @@
 #include "backend/cuda/gemm.h"
 
 #include <cuda_bf16.h>
+#include <string.h>
 
 #include "backend/cuda/common.cuh"
+#include "backend/cuda/gemm_q4.h"
 
 namespace {
 
@@ -424,12 +426,39 @@ gemm_args make_args(const lily_dmat *W0, const lily_dmat *W1, const float *X, in
     return a;
 }
 
+/* LILY_GEMM_*, or -1: not yet read from LILY_GEMM_KERNEL */
+int g_select = -1;
+
+int selected() {
+    if (g_select < 0) {
+        const char *v = getenv("LILY_GEMM_KERNEL");
+        g_select = !v ? LILY_GEMM_AUTO
+                   : !strcmp(v, "previous") ? LILY_GEMM_PREVIOUS
+                   : !strcmp(v, "q4") ? LILY_GEMM_Q4
+                                      : LILY_GEMM_AUTO;
+    }
+    return g_select;
+}
+
+/* Whether a Q4 GEMM of M rows and n tokens (dense) or a grouped one goes to gemm_q4.h: see
+ * lily_cuda_gemm_select for the AUTO rule and the measurements behind it. */
+bool use_q4(int dt, int M, int n, bool grouped) {
+    if (dt != LILY_CW_Q4) return false;
+    const int sel = selected();
+    if (sel != LILY_GEMM_AUTO) return sel == LILY_GEMM_Q4;
+    return !grouped && (long)((M + 255) / 256) * ((n + 63) / 64) < 200;
+}
+
 } // namespace
+
+extern "C" void lily_cuda_gemm_select(int which) { g_select = which; }
 
 extern "C" int lily_cuda_gemm(const lily_dmat *W, const float *X, int ldx, int n, float *Y,
                               int ldy, int accumulate, lily_cuda_stream st, lily_err *e) {
     if (W->n_mats != 1) return lily_fail(e, "gemm: a stack of %d matrices", W->n_mats);
     if (check_x(X, ldx, e)) return -1;
+    if (use_q4(W->dt, W->rows, n, false))
+        return lily_cuda_gemm_q4(W, X, ldx, n, Y, ldy, accumulate, st, e);
     if (n < 1 || W->rows < 1) return 0;
     gemm_args a = make_args(W, nullptr, X, ldx, n, nullptr, nullptr, nullptr, Y, ldy, accumulate);
     return launch<1>(a, W->dt, 0, 0, st, e);
@@ -440,6 +469,9 @@ extern "C" int lily_cuda_gemm_grouped(const lily_dmat *W, const float *X, int ld
                                       const int32_t *d_ntiles, int max_tiles, float *Y, int ldy,
                                       lily_cuda_stream st, lily_err *e) {
     if (check_x(X, ldx, e)) return -1;
+    if (use_q4(W->dt, W->rows, 0, true))
+        return lily_cuda_gemm_q4_grouped(W, X, ldx, gather, tiles, d_ntiles, max_tiles, Y, ldy, st,
+                                         e);
     if (max_tiles < 1 || W->rows < 1) return 0;
     gemm_args a = make_args(W, nullptr, X, ldx, 0, gather, tiles, d_ntiles, Y, ldy, 0);
     return launch<1>(a, W->dt, 1, max_tiles, st, e);

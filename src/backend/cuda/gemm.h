@@ -39,6 +39,15 @@ int lily_cuda_gemm_grouped(const lily_dmat *W, const float *X, int ldx, const in
                            const int32_t *tiles, const int32_t *d_ntiles, int max_tiles, float *Y,
                            int ldy, lily_cuda_stream st, lily_err *e);
 
+/* Which kernel runs Q4 weights. AUTO (the default): the 256-row kernel of this file when its
+ * 256 x 64 tiles fill the GPU (>= 200 blocks: the big projections at chunks >= 512), and for the
+ * grouped GEMM; the gemm_q4.h kernel (128-row tiles, split-K) for the smaller grids, where it was
+ * measured faster (H200, NOTES-cuda-gemm.md). PREVIOUS: always this file's kernel; Q4: always
+ * gemm_q4.h. LILY_GEMM_KERNEL=auto|previous|q4 in the environment sets the first choice; this call
+ * overrides it (measurements, tests). Not thread-safe. */
+enum { LILY_GEMM_AUTO = 0, LILY_GEMM_PREVIOUS = 1, LILY_GEMM_Q4 = 2 };
+void lily_cuda_gemm_select(int which);
+
 /* Gated pair in one pass over X: Y[t][o] = silu(G X_t)[o] * (U X_t)[o] for t < n, o < G->rows.
  * G and U: single matrices of the same type and shape. Same X/Y rules as lily_cuda_gemm (no
  * accumulate). Replaces gemm(G) + gemm(U) + silu_mul. */
