@@ -588,11 +588,23 @@ void lily_cpu_matmul_many(const lily_mm_op *ops, int n_ops, lily_pool *pool) {
     for (int i = 0; i < n_ops; i++) {
         const lily_mat *W = ops[i].W;
         int cols = W->cols, ng = cols / 64;
-        xoff[i] = xo;
-        soff[i] = so;
-        x_prep(ops[i].X, cols, use_rows1(W, 1), Xr + xo, xs + so);
-        xo += xr_len(W, 1);
-        so += (size_t)ng;
+        /* ops that read the same x in the same layout (the experts' gate and up products all
+         * read one x) share one reordered copy */
+        int same = -1;
+        for (int k = 0; k < i && same < 0; k++)
+            if (ops[k].X == ops[i].X && ops[k].W->cols == cols &&
+                use_rows1(ops[k].W, 1) == use_rows1(W, 1))
+                same = k;
+        if (same >= 0) {
+            xoff[i] = xoff[same];
+            soff[i] = soff[same];
+        } else {
+            xoff[i] = xo;
+            soff[i] = so;
+            x_prep(ops[i].X, cols, use_rows1(W, 1), Xr + xo, xs + so);
+            xo += xr_len(W, 1);
+            so += (size_t)ng;
+        }
         /* split this op in parts of about `chunk` bytes, rows rounded to pairs */
         size_t bytes = (size_t)W->rows * (cols / (W->dt == LILY_DT_Q8 ? 1 : 2) + cols / 16);
         int parts = (int)((bytes + chunk - 1) / chunk);
