@@ -1,14 +1,15 @@
 /* GPU attention (backend/cuda/attn.h) against lily_cpu_attention: the prep kernel (q/k RMSNorm,
  * partial RoPE, bf16 cache append) against lily_cpu_rmsnorm + lily_cpu_rope, split-K decode at
  * contexts from 1 to 131073 positions (one split, every split count from 1 to 128, forced split
- * targets, odd lengths, group sizes 1 to 16, the previous kernel behind LILY_CUDA_ATTN_OLD=1),
+ * targets, odd lengths, group sizes 1 to 16),
  * and the tensor-core prefill over chunks that start at 0 and deep in the cache, with and without
  * the sigmoid output gate, for several head dims and group sizes. Cache values and prefill
  * queries are rounded to bf16 on the host so both sides see the same inputs.
  *
  * LILY_CUDA_TIME=1 also times decode at the 35B-A3B shape (Nq 16, Nkv 2, Dh 256, 128 splits as
- * the backend sizes them) at contexts 4K to 128K, new and previous kernel and a sweep of split
- * targets, and one 512-token prefill chunk at depth 130560 (cudaEvent, median of 20). */
+ * the backend sizes them) at contexts 4K to 128K, alone and as a CUDA graph of 10 calls (the
+ * 10 attention layers of a decode step), with a sweep of split targets, and one 512-token
+ * prefill chunk at depth 130560 (cudaEvent, median of 20). */
 #include <stdio.h>
 
 #ifndef LILY_HAVE_CUDA
@@ -71,10 +72,9 @@ static void decode_case(int Nq, int Nkv, int Dh, int ctx, int splits, int gated)
     if (!pt_ok(rc, "decode launch", &e)) return;
     float *got = malloc(qd * 4);
     pt_get(got, dout, qd);
-    const char *old = getenv("LILY_CUDA_ATTN_OLD"), *want = getenv("LILY_CUDA_ATTN_SPLITS");
-    snprintf(name, sizeof name, "attn decode%s Nq=%d Nkv=%d Dh=%d ctx=%d splits=%d%s%s%s",
-             old ? " (old)" : "", Nq, Nkv, Dh, ctx, splits, gated ? " gated" : "",
-             want ? " want=" : "", want ? want : "");
+    const char *want = getenv("LILY_CUDA_ATTN_SPLITS");
+    snprintf(name, sizeof name, "attn decode Nq=%d Nkv=%d Dh=%d ctx=%d splits=%d%s%s%s", Nq, Nkv,
+             Dh, ctx, splits, gated ? " gated" : "", want ? " want=" : "", want ? want : "");
     pt_check(name, got, ref, qd, 1e-4);
     lily_cuda_free(dk), lily_cuda_free(dv), lily_cuda_free(dq), lily_cuda_free(dg);
     lily_cuda_free(dout), lily_cuda_free(dscr), lily_cuda_free(dp);
@@ -105,9 +105,8 @@ static void prefill_case(int Nq, int Nkv, int Dh, int pos0, int n, int gated) {
     if (!pt_ok(rc, "prefill launch", &e)) return;
     float *got = malloc(nq * 4);
     pt_get(got, dout, nq);
-    snprintf(name, sizeof name, "attn prefill%s Nq=%d Nkv=%d Dh=%d pos0=%d n=%d%s",
-             getenv("LILY_CUDA_ATTN_FA_GROUPS") ? " (1 group)" : "", Nq, Nkv, Dh, pos0, n,
-             gated ? " gated" : "");
+    snprintf(name, sizeof name, "attn prefill Nq=%d Nkv=%d Dh=%d pos0=%d n=%d%s", Nq, Nkv, Dh,
+             pos0, n, gated ? " gated" : "");
     /* P is rounded to bf16 for the tensor cores */
     pt_check(name, got, ref, nq, 5e-3);
     lily_cuda_free(dk), lily_cuda_free(dv), lily_cuda_free(dq), lily_cuda_free(dg);
@@ -192,17 +191,43 @@ typedef struct {
     uint16_t *k, *v;
     int32_t *pos;
     int n;
+    cudaStream_t st;
 } tctx;
 
 static int t_decode(const tctx *c) {
     lily_err e;
     return lily_cuda_attn_decode(c->q, c->k, c->v, c->pos, 16, 2, 256, 0.0625f, c->gate, c->scr,
-                                 128, c->out, NULL, &e);
+                                 128, c->out, (lily_cuda_stream)c->st, &e);
 }
 static int t_prefill(const tctx *c) {
     lily_err e;
     return lily_cuda_attn_prefill(c->q, c->n, c->k, c->v, c->pos, 16, 2, 256, 0.0625f, c->gate,
-                                  c->out, NULL, &e);
+                                  c->out, (lily_cuda_stream)c->st, &e);
+}
+
+/* Ten decode calls captured as one CUDA graph on c->st (re-captured per call, so the split
+ * target of the environment applies), then replayed: the launches of a decode step. */
+static int t_graph10(const tctx *c) {
+    static cudaGraphExec_t ex;
+    static const tctx *last;
+    static char env[32];
+    const char *w = getenv("LILY_CUDA_ATTN_SPLITS");
+    if (c != last || strcmp(env, w ? w : "") != 0 || !ex) {
+        if (ex) cudaGraphExecDestroy(ex), ex = NULL;
+        cudaGraph_t gr;
+        if (cudaStreamBeginCapture(c->st, cudaStreamCaptureModeGlobal) != cudaSuccess) return -1;
+        lily_err e;
+        for (int i = 0; i < 10; i++)
+            if (lily_cuda_attn_decode(c->q, c->k, c->v, c->pos, 16, 2, 256, 0.0625f, c->gate,
+                                      c->scr, 128, c->out, (lily_cuda_stream)c->st, &e))
+                printf("FAIL graph decode: %s\n", e.msg);
+        if (cudaStreamEndCapture(c->st, &gr) != cudaSuccess) return -1;
+        if (cudaGraphInstantiate(&ex, gr, 0) != cudaSuccess) return -1;
+        cudaGraphDestroy(gr);
+        last = c;
+        snprintf(env, sizeof env, "%s", w ? w : "");
+    }
+    return cudaGraphLaunch(ex, c->st) != cudaSuccess;
 }
 
 /* Median of 20 cudaEvent-timed calls (after 3 warm-ups), in microseconds; -1 on failure. */
@@ -214,9 +239,9 @@ static float time_median(int (*f)(const tctx *), const tctx *c) {
     for (int i = 0; i < 3; i++)
         if (f(c)) return -1;
     for (int i = 0; i < 20; i++) {
-        cudaEventRecord(a, 0);
+        cudaEventRecord(a, c->st);
         f(c);
-        cudaEventRecord(b, 0);
+        cudaEventRecord(b, c->st);
         cudaEventSynchronize(b);
         cudaEventElapsedTime(&ms[i], a, b);
     }
@@ -247,23 +272,23 @@ static void time_all(void) {
     c.out = pt_dalloc((size_t)n * 16 * 256 * 4);
     c.scr = pt_dalloc(lily_cuda_attn_decode_scratch(16, 256, 128) * 4);
     c.pos = dev_pos(0);
+    cudaStreamCreate(&c.st);
     static const int ctxs[] = {4096, 32768, 65536, 131072};
     static const char *wants[] = {"8", "16", "33", "66", "128"};
     for (int i = 0; i < 4; i++) {
         int p = ctxs[i] - 1;
         lily_cuda_h2d(c.pos, &p, 4, &e);
         double gb = (double)ctxs[i] * w * 2 * 2 / 1e9; /* K and V bytes of the 2 KV heads */
-        setenv("LILY_CUDA_ATTN_OLD", "1", 1);
-        float t_old = time_median(t_decode, &c);
-        unsetenv("LILY_CUDA_ATTN_OLD");
-        float t_new = time_median(t_decode, &c);
-        printf("time decode ctx=%-6d old %8.1f us (%6.0f GB/s)  new %8.1f us (%6.0f GB/s)\n",
-               ctxs[i], t_old, gb / t_old * 1e6, t_new, gb / t_new * 1e6);
+        float t1 = time_median(t_decode, &c), t10 = time_median(t_graph10, &c) / 10;
+        printf("time decode ctx=%-6d %8.1f us (%6.0f GB/s)  in a graph of 10: %8.1f us per call "
+               "(%6.0f GB/s)\n",
+               ctxs[i], t1, gb / t1 * 1e6, t10, gb / t10 * 1e6);
         for (int k = 0; k < 5; k++) {
             setenv("LILY_CUDA_ATTN_SPLITS", wants[k], 1);
-            float t = time_median(t_decode, &c);
-            printf("time decode ctx=%-6d want=%-4s %8.1f us (%6.0f GB/s)\n", ctxs[i], wants[k], t,
-                   gb / t * 1e6);
+            float t = time_median(t_graph10, &c) / 10;
+            printf("time decode ctx=%-6d want=%-4s in a graph of 10: %8.1f us per call (%6.0f "
+                   "GB/s)\n",
+                   ctxs[i], wants[k], t, gb / t * 1e6);
         }
         unsetenv("LILY_CUDA_ATTN_SPLITS");
     }
@@ -272,15 +297,11 @@ static void time_all(void) {
     c.n = n;
     double fl = 0; /* q.k and p.v multiply-adds of the causal chunk, 16 heads */
     for (int i = 0; i < n; i++) fl += 2.0 * 2 * 256 * 16 * (p0 + i + 1);
-    for (int k = 0; k < 2; k++) {
-        if (k == 1) setenv("LILY_CUDA_ATTN_FA_GROUPS", "1", 1);
-        float t = time_median(t_prefill, &c);
-        printf("time prefill%s n=%d pos0=%d %10.1f us (%.1f TFLOP/s)\n",
-               k ? " (1 group)" : "", n, p0, t, fl / t / 1e6);
-    }
-    unsetenv("LILY_CUDA_ATTN_FA_GROUPS");
+    float t = time_median(t_prefill, &c);
+    printf("time prefill n=%d pos0=%d %10.1f us (%.1f TFLOP/s)\n", n, p0, t, fl / t / 1e6);
     lily_cuda_free(c.k), lily_cuda_free(c.v), lily_cuda_free(c.q), lily_cuda_free(c.gate);
     lily_cuda_free(c.out), lily_cuda_free(c.scr), lily_cuda_free(c.pos);
+    cudaStreamDestroy(c.st);
 }
 
 int main(void) {
@@ -312,11 +333,6 @@ int main(void) {
     decode_case(16, 1, 64, 95, 5, 1);
     decode_case(16, 1, 256, 3333, 128, 1);
     decode_case(32, 2, 128, 777, 9, 1);
-    /* the previous kernel, kept for A/B timing */
-    setenv("LILY_CUDA_ATTN_OLD", "1", 1);
-    decode_case(16, 2, 256, 4097, 128, 1);
-    decode_case(8, 2, 128, 300, 3, 1);
-    unsetenv("LILY_CUDA_ATTN_OLD");
     prefill_case(16, 2, 256, 0, 1, 1);
     prefill_case(16, 2, 256, 0, 77, 1);
     prefill_case(16, 2, 256, 3000, 512, 1);
@@ -325,11 +341,8 @@ int main(void) {
     prefill_case(2, 1, 256, 17, 9, 0);
     prefill_case(16, 2, 256, 20011, 37, 1);
     prefill_case(16, 2, 256, 31, 1, 1);
-    /* one warp group over all KV tiles (measurement variant) */
-    setenv("LILY_CUDA_ATTN_FA_GROUPS", "1", 1);
     prefill_case(16, 2, 256, 3000, 129, 1);
-    prefill_case(4, 4, 64, 5, 100, 1);
-    unsetenv("LILY_CUDA_ATTN_FA_GROUPS");
+    prefill_case(16, 1, 128, 100, 200, 0);
     lily_err e;
     pt_check_true("attention rejects Dh=96", lily_cuda_attn_prefill(NULL, 1, NULL, NULL, NULL, 2,
                                                                     1, 96, 1, NULL, NULL, NULL,

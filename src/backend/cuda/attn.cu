@@ -49,170 +49,6 @@ __global__ void attn_prep_kernel(const float *__restrict__ qg, int ldqg,
     }
 }
 
-/* ---- decode: split-K over the context ------------------------------------------------------ */
-
-constexpr int kDecWarps = 8;
-constexpr int kMinPerSplit = 256; /* few, long splits at short contexts: small merge */
-constexpr int kDecPos = 4;        /* positions per warp step: K/V loads in flight */
-
-/* Splits in use for a context of ctx positions, and positions per split. */
-__device__ __forceinline__ void dec_splits(int ctx, int max_splits, int *ns, int *chunk) {
-    int want = (ctx + kMinPerSplit - 1) / kMinPerSplit;
-    if (want > max_splits) want = max_splits;
-    int c = (ctx + want - 1) / want;
-    *chunk = c;
-    *ns = (ctx + c - 1) / c;
-}
-
-/* Raw bf16 K/V slice of one lane (DPL values) and its unpacking. */
-template <int DPL> struct kvvec;
-template <> struct kvvec<2> {
-    typedef uint32_t raw;
-    static __device__ __forceinline__ raw load(const uint16_t *p) { return *(const uint32_t *)p; }
-    static __device__ __forceinline__ raw zero() { return 0u; }
-    static __device__ __forceinline__ void unpack(raw a, float *o) {
-        o[0] = lo_bf16(a), o[1] = hi_bf16(a);
-    }
-};
-template <> struct kvvec<4> {
-    typedef uint2 raw;
-    static __device__ __forceinline__ raw load(const uint16_t *p) { return *(const uint2 *)p; }
-    static __device__ __forceinline__ raw zero() { return make_uint2(0, 0); }
-    static __device__ __forceinline__ void unpack(raw a, float *o) {
-        o[0] = lo_bf16(a.x), o[1] = hi_bf16(a.x), o[2] = lo_bf16(a.y), o[3] = hi_bf16(a.y);
-    }
-};
-template <> struct kvvec<8> {
-    typedef uint4 raw;
-    static __device__ __forceinline__ raw load(const uint16_t *p) { return *(const uint4 *)p; }
-    static __device__ __forceinline__ raw zero() { return make_uint4(0, 0, 0, 0); }
-    static __device__ __forceinline__ void unpack(raw a, float *o) {
-        o[0] = lo_bf16(a.x), o[1] = hi_bf16(a.x), o[2] = lo_bf16(a.y), o[3] = hi_bf16(a.y);
-        o[4] = lo_bf16(a.z), o[5] = hi_bf16(a.z), o[6] = lo_bf16(a.w), o[7] = hi_bf16(a.w);
-    }
-};
-
-/* grid (max_splits, Nkv), kDecWarps warps. Writes per (split, q head): acc[Dh], m, l. */
-template <int DPL, int G>
-__global__ void __launch_bounds__(kDecWarps * 32)
-    attn_decode_kernel(const float *__restrict__ q, const uint16_t *__restrict__ kc,
-                       const uint16_t *__restrict__ vc, const int32_t *d_pos, int Nkv,
-                       float scale, int max_splits, float *__restrict__ part) {
-    constexpr int Dh = DPL * 32;
-    __shared__ float sm_m[kDecWarps][G], sm_l[kDecWarps][G];
-    __shared__ float sm_acc[G][Dh];
-    const int ctx = *d_pos + 1;
-    int ns, chunk;
-    dec_splits(ctx, max_splits, &ns, &chunk);
-    const int s = blockIdx.x, j = blockIdx.y;
-    if (s >= ns) return;
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    const int Nq = Nkv * G;
-    float qv[G][DPL];
-#pragma unroll
-    for (int h = 0; h < G; h++)
-#pragma unroll
-        for (int d = 0; d < DPL; d++)
-            qv[h][d] = q[(size_t)(j * G + h) * Dh + lane * DPL + d] * scale;
-    for (int i = threadIdx.x; i < G * Dh; i += blockDim.x) (&sm_acc[0][0])[i] = 0.f;
-    float m[G], l[G], acc[G][DPL];
-#pragma unroll
-    for (int h = 0; h < G; h++) {
-        m[h] = -INFINITY;
-        l[h] = 0.f;
-#pragma unroll
-        for (int d = 0; d < DPL; d++) acc[h][d] = 0.f;
-    }
-    const int p0 = s * chunk, p1 = min(ctx, p0 + chunk);
-    const size_t row = (size_t)Nkv * Dh, off = (size_t)j * Dh + lane * DPL;
-    /* each warp takes kDecPos positions per step, their K/V loads issued together */
-    for (int p = p0 + warp; p < p1; p += kDecWarps * kDecPos) {
-        typename kvvec<DPL>::raw kr[kDecPos], vr[kDecPos];
-#pragma unroll
-        for (int u = 0; u < kDecPos; u++) {
-            int pu = p + u * kDecWarps;
-            kr[u] = pu < p1 ? kvvec<DPL>::load(kc + pu * row + off) : kvvec<DPL>::zero();
-            vr[u] = pu < p1 ? kvvec<DPL>::load(vc + pu * row + off) : kvvec<DPL>::zero();
-        }
-#pragma unroll
-        for (int u = 0; u < kDecPos; u++) {
-            if (p + u * kDecWarps >= p1) break;
-            float kv[DPL], vv[DPL];
-            kvvec<DPL>::unpack(kr[u], kv);
-            kvvec<DPL>::unpack(vr[u], vv);
-#pragma unroll
-            for (int h = 0; h < G; h++) {
-                float dot = 0.f;
-#pragma unroll
-                for (int d = 0; d < DPL; d++) dot = fmaf(qv[h][d], kv[d], dot);
-                dot = warp_sum(dot);
-                float mn = fmaxf(m[h], dot);
-                float c = expf(m[h] - mn), pr = expf(dot - mn);
-                l[h] = l[h] * c + pr;
-#pragma unroll
-                for (int d = 0; d < DPL; d++) acc[h][d] = fmaf(acc[h][d], c, pr * vv[d]);
-                m[h] = mn;
-            }
-        }
-    }
-    if (lane == 0)
-#pragma unroll
-        for (int h = 0; h < G; h++) sm_m[warp][h] = m[h], sm_l[warp][h] = l[h];
-    __syncthreads();
-    float f[G];
-#pragma unroll
-    for (int h = 0; h < G; h++) {
-        float M = -INFINITY;
-#pragma unroll
-        for (int w = 0; w < kDecWarps; w++) M = fmaxf(M, sm_m[w][h]);
-        f[h] = m[h] == -INFINITY ? 0.f : expf(m[h] - M);
-    }
-    /* warps add in a fixed order, so the result does not depend on scheduling */
-    for (int w = 0; w < kDecWarps; w++) {
-        if (warp == w)
-#pragma unroll
-            for (int h = 0; h < G; h++)
-#pragma unroll
-                for (int d = 0; d < DPL; d++) sm_acc[h][lane * DPL + d] += acc[h][d] * f[h];
-        __syncthreads();
-    }
-    for (int i = threadIdx.x; i < G * Dh; i += blockDim.x) {
-        int h = i / Dh, d = i % Dh;
-        float *pp = part + ((size_t)s * Nq + j * G + h) * (Dh + 2);
-        pp[d] = sm_acc[h][d];
-        if (d == 0) {
-            float M = -INFINITY, L = 0.f;
-            for (int w = 0; w < kDecWarps; w++) M = fmaxf(M, sm_m[w][h]);
-            for (int w = 0; w < kDecWarps; w++)
-                if (sm_m[w][h] != -INFINITY) L += sm_l[w][h] * expf(sm_m[w][h] - M);
-            pp[Dh] = M;
-            pp[Dh + 1] = L;
-        }
-    }
-}
-
-/* grid Nq, block Dh: merges the splits of one head. */
-__global__ void attn_combine_kernel(const float *__restrict__ part, const int32_t *d_pos, int Nq,
-                                    int Dh, int max_splits, const float *__restrict__ gate,
-                                    float *__restrict__ out) {
-    pdl_trigger(); /* lets the output projection's GEMV issue its weight loads meanwhile */
-    int h = blockIdx.x, d = threadIdx.x;
-    int ns, chunk;
-    dec_splits(*d_pos + 1, max_splits, &ns, &chunk);
-    float M = -INFINITY;
-    for (int s = 0; s < ns; s++) M = fmaxf(M, part[((size_t)s * Nq + h) * (Dh + 2) + Dh]);
-    float L = 0.f, acc = 0.f;
-    for (int s = 0; s < ns; s++) {
-        const float *pp = part + ((size_t)s * Nq + h) * (Dh + 2);
-        float f = expf(pp[Dh] - M);
-        L += pp[Dh + 1] * f;
-        acc += pp[d] * f;
-    }
-    float o = acc / L;
-    if (gate) o *= sigmoid_f(gate[(size_t)h * Dh + d]);
-    out[(size_t)h * Dh + d] = o;
-}
-
 /* ---- tensor-core helpers (decode and prefill) ---------------------------------------------- */
 
 /* 16-byte async copy global -> shared; zero-fills when !valid. */
@@ -383,8 +219,10 @@ __global__ void __launch_bounds__(kDw * 32, 1)
             split_bf16x2(p0v, p1v, &a[2 * n], &a[2 * n + 1]);
         }
         l = l * c + ps;
+        if (__any_sync(0xffffffffu, c != 1.f)) { /* the running max moved: rescale */
 #pragma unroll
-        for (int d = 0; d < DH / 8; d++) o[d][0] *= c, o[d][1] *= c, o[d][2] *= c, o[d][3] *= c;
+            for (int d = 0; d < DH / 8; d++) o[d][0] *= c, o[d][1] *= c, o[d][2] *= c, o[d][3] *= c;
+        }
         /* O += P V: A = P (rows hi / lo, k = the 16 positions), B = V via transposed ldmatrix */
 #pragma unroll
         for (int dp = 0; dp < DH / 16; dp++) {
@@ -480,18 +318,26 @@ int launch_decode_mma(const float *q, const uint16_t *kc, const uint16_t *vc,
                       const int32_t *d_pos, int Nq, int Nkv, float scale, const float *gate,
                       float *part, int max_splits, float *out, lily_cuda_stream st, lily_err *e) {
     const size_t smem = dec2_cfg<DH>::smem;
-    LILY_CU_TRY(cudaFuncSetAttribute(attn_decode_mma_kernel<DH>,
-                                     cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem),
-                e);
-    int occ = 0, dev = 0, nsm = 0;
-    LILY_CU_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, attn_decode_mma_kernel<DH>,
-                                                              kDw * 32, smem),
-                e);
+    /* blocks resident at once, per device: set up once, so the host cost stays off the step */
+    static int resident[64];
+    int dev = 0;
     LILY_CU_TRY(cudaGetDevice(&dev), e);
-    LILY_CU_TRY(cudaDeviceGetAttribute(&nsm, cudaDevAttrMultiProcessorCount, dev), e);
+    if (dev < 0 || dev >= 64) return lily_fail(e, "attention: device %d out of range", dev);
+    if (resident[dev] == 0) {
+        int occ = 0, nsm = 0;
+        LILY_CU_TRY(cudaFuncSetAttribute(attn_decode_mma_kernel<DH>,
+                                         cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem),
+                    e);
+        LILY_CU_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+                        &occ, attn_decode_mma_kernel<DH>, kDw * 32, smem),
+                    e);
+        LILY_CU_TRY(cudaDeviceGetAttribute(&nsm, cudaDevAttrMultiProcessorCount, dev), e);
+        if (occ < 1) return lily_fail(e, "attention: decode kernel does not fit on an SM");
+        resident[dev] = nsm * occ;
+    }
     const int G = Nq / Nkv, MT = (G + 7) / 8;
     /* one wave: as many splits as fill the SMs (blocks of a split past the live context exit) */
-    int want = nsm * (occ > 0 ? occ : 1) / (Nkv * MT);
+    int want = resident[dev] / (Nkv * MT);
     const char *ov = getenv("LILY_CUDA_ATTN_SPLITS"); /* measurement override */
     if (ov && atoi(ov) > 0) want = atoi(ov);
     if (want < 1) want = 1;
@@ -511,6 +357,9 @@ int launch_decode_mma(const float *q, const uint16_t *kc, const uint16_t *vc,
 
 constexpr int kFaRows = 64; /* query rows per block: (position, head-in-group) pairs */
 constexpr int kFaKv = 32;   /* KV positions per tile */
+/* warp groups splitting a block's KV tiles (H200, 512 tokens at depth 130560: one group 6.58 ms,
+ * two 4.67 ms; more do not fit: each warp holds a 16 x Dh fp32 accumulator) */
+constexpr int kFaGroups = 2;
 
 /* Barrier of the 128 threads of warp group grp (ids 1.. ; 0 is __syncthreads). */
 __device__ __forceinline__ void group_bar(int grp) {
@@ -641,8 +490,11 @@ __global__ void __launch_bounds__(128 * NG)
         l1 = l1 * c1 + s1;
         m0 = mn0;
         m1 = mn1;
+        if (__any_sync(0xffffffffu, c0 != 1.f || c1 != 1.f)) { /* deep in the cache: rarely */
 #pragma unroll
-        for (int i = 0; i < DH / 8; i++) o[i][0] *= c0, o[i][1] *= c0, o[i][2] *= c1, o[i][3] *= c1;
+            for (int i = 0; i < DH / 8; i++)
+                o[i][0] *= c0, o[i][1] *= c0, o[i][2] *= c1, o[i][3] *= c1;
+        }
         /* O += P V */
 #pragma unroll
         for (int kk = 0; kk < 2; kk++) {
@@ -713,14 +565,6 @@ __global__ void __launch_bounds__(128 * NG)
     }
 }
 
-template <int DPL, int G>
-void launch_decode(const float *q, const uint16_t *kc, const uint16_t *vc, const int32_t *d_pos,
-                   int Nkv, float scale, int max_splits, float *part, lily_cuda_stream st) {
-    dim3 grid(max_splits, Nkv);
-    attn_decode_kernel<DPL, G><<<grid, kDecWarps * 32, 0, st>>>(q, kc, vc, d_pos, Nkv, scale,
-                                                                max_splits, part);
-}
-
 template <int DH, int G, int NG>
 int launch_prefill_ng(const float *q, int n, const uint16_t *kc, const uint16_t *vc,
                       const int32_t *d_pos, int Nkv, float scale, const float *gate, float *out,
@@ -737,16 +581,11 @@ int launch_prefill_ng(const float *q, int n, const uint16_t *kc, const uint16_t 
     return 0;
 }
 
-/* Two warp groups splitting the KV tiles by default; LILY_CUDA_ATTN_FA_GROUPS=1 (measurement)
- * runs one group of 4 warps over all tiles. */
 template <int DH, int G>
 int launch_prefill(const float *q, int n, const uint16_t *kc, const uint16_t *vc,
                    const int32_t *d_pos, int Nkv, float scale, const float *gate, float *out,
                    lily_cuda_stream st, lily_err *e) {
-    const char *ng = getenv("LILY_CUDA_ATTN_FA_GROUPS");
-    if (ng && ng[0] == '1')
-        return launch_prefill_ng<DH, G, 1>(q, n, kc, vc, d_pos, Nkv, scale, gate, out, st, e);
-    return launch_prefill_ng<DH, G, 2>(q, n, kc, vc, d_pos, Nkv, scale, gate, out, st, e);
+    return launch_prefill_ng<DH, G, kFaGroups>(q, n, kc, vc, d_pos, Nkv, scale, gate, out, st, e);
 }
 
 bool shape_ok(int Nq, int Nkv, int Dh) {
@@ -777,36 +616,20 @@ extern "C" size_t lily_cuda_attn_decode_scratch(int Nq, int Dh, int max_splits) 
     return (size_t)max_splits * Nq * (Dh + 2);
 }
 
-#define LILY_DEC_CASE(DPL, G)                                                                      \
-    if (dpl == DPL && G_ == G)                                                                     \
-        launch_decode<DPL, G>(q, kc, vc, d_pos, Nkv, scale, max_splits, scratch, st);
-
 extern "C" int lily_cuda_attn_decode(const float *q, const uint16_t *kc, const uint16_t *vc,
                                      const int32_t *d_pos, int Nq, int Nkv, int Dh, float scale,
                                      const float *gate, float *scratch, int max_splits, float *out,
                                      lily_cuda_stream st, lily_err *e) {
     if (!shape_ok(Nq, Nkv, Dh) || max_splits < 1)
         return lily_fail(e, "attention: unsupported shape Nq=%d Nkv=%d Dh=%d", Nq, Nkv, Dh);
-    const char *old = getenv("LILY_CUDA_ATTN_OLD"); /* the previous kernel, for A/B timing */
-    if (!(old && old[0] == '1')) {
-        if (Dh == 64)
-            return launch_decode_mma<64>(q, kc, vc, d_pos, Nq, Nkv, scale, gate, scratch,
-                                         max_splits, out, st, e);
-        if (Dh == 128)
-            return launch_decode_mma<128>(q, kc, vc, d_pos, Nq, Nkv, scale, gate, scratch,
-                                          max_splits, out, st, e);
-        return launch_decode_mma<256>(q, kc, vc, d_pos, Nq, Nkv, scale, gate, scratch,
+    if (Dh == 64)
+        return launch_decode_mma<64>(q, kc, vc, d_pos, Nq, Nkv, scale, gate, scratch, max_splits,
+                                     out, st, e);
+    if (Dh == 128)
+        return launch_decode_mma<128>(q, kc, vc, d_pos, Nq, Nkv, scale, gate, scratch,
                                       max_splits, out, st, e);
-    }
-    int dpl = Dh / 32, G_ = Nq / Nkv;
-    LILY_DEC_CASE(2, 1) LILY_DEC_CASE(2, 2) LILY_DEC_CASE(2, 4) LILY_DEC_CASE(2, 8)
-    LILY_DEC_CASE(2, 16) LILY_DEC_CASE(4, 1) LILY_DEC_CASE(4, 2) LILY_DEC_CASE(4, 4)
-    LILY_DEC_CASE(4, 8) LILY_DEC_CASE(4, 16) LILY_DEC_CASE(8, 1) LILY_DEC_CASE(8, 2)
-    LILY_DEC_CASE(8, 4) LILY_DEC_CASE(8, 8) LILY_DEC_CASE(8, 16)
-    LILY_CU_LAUNCHED(e);
-    attn_combine_kernel<<<Nq, Dh, 0, st>>>(scratch, d_pos, Nq, Dh, max_splits, gate, out);
-    LILY_CU_LAUNCHED(e);
-    return 0;
+    return launch_decode_mma<256>(q, kc, vc, d_pos, Nq, Nkv, scale, gate, scratch, max_splits,
+                                  out, st, e);
 }
 
 #define LILY_PRE_CASE(DH, G)                                                                       \

@@ -1,9 +1,10 @@
 /* Full (gated GQA) attention on the GPU: the prep kernel (per-head q/k RMSNorm, partial NeoX RoPE,
- * K/V appended to the bf16 cache), split-K decode attention (one block per KV head and split, the
- * G query heads of a group packed so each K/V row is read once; a second kernel merges the splits
- * and applies the sigmoid output gate), and flash-attention prefill on tensor cores
- * (mma.sync m16n8k16 bf16, fp32 accumulate; rows of a query tile are (position, head-in-group)
- * pairs, so K/V tiles are shared by the whole group).
+ * K/V appended to the bf16 cache), split-K decode attention on tensor cores (one block per KV
+ * head and split, the query heads of a group packed so each K/V row is read once; splits sized
+ * from the context to fill the SMs; a second kernel merges the splits and applies the sigmoid
+ * output gate), and flash-attention prefill on tensor cores (mma.sync m16n8k16 bf16, fp32
+ * accumulate; rows of a query tile are (position, head-in-group) pairs, so K/V tiles are shared
+ * by the whole group).
  *
  * KV cache layout: per layer, K and V each [max_ctx][Nkv*Dh] bf16. Positions come from device
  * memory (*d_pos is the position of the first token of the call), so a captured decode graph can
