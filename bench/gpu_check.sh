@@ -13,7 +13,8 @@
 # utf8proc), so the binaries are built here (Debian 12, glibc 2.36: they run on newer glibcs)
 # and carried with copies of those libraries. Stages can be skipped: GPU_CHECK_SKIP="fixtures
 # sanitizer bench lily". GPU_CHECK_CARRY names the carry folder (default .devcarry), GPU_CHECK_TESTS the
-# parity binaries to build and pack (default: all). GPU_CHECK_BENCH_DIR picks where the synthetic 35B checkpoint is written (local
+# parity binaries to build and pack (default: all). GPU_CHECK_SWEEP=1 makes the lily stage the
+# full prefill/decode sweep of issue 5 (256..128K, --json to $OUT/sweep.json). GPU_CHECK_BENCH_DIR picks where the synthetic 35B checkpoint is written (local
 # disk, ~19.5 GB; default /tmp/lily35b).
 set -u
 mode=${1:-run}
@@ -151,8 +152,14 @@ PY
     fi
     if [[ $skip != *" lily "* ]] && [ -x "$work/bin/lily" ]; then
         echo "== lily bench"
-        timeout 200 "$work/bin/lily" bench --model "$LILY_CUDA_BENCH_DIR" --backend cuda \
-            --prefill 4K --decode 4K --gen 32 2>&1 | tail -20
+        if [ "${GPU_CHECK_SWEEP:-0}" = 1 ]; then # the issue's full sweep, JSON back in $OUT
+            L=256,512,1K,2K,4K,8K,16K,32K,64K,128K
+            timeout 400 "$work/bin/lily" bench --model "$LILY_CUDA_BENCH_DIR" --backend cuda \
+                --prefill $L --decode $L --gen 128 --rounds 1 --json "$out/sweep.json" 2>&1 | tail -20
+        else
+            timeout 200 "$work/bin/lily" bench --model "$LILY_CUDA_BENCH_DIR" --backend cuda \
+                --prefill 4K --decode 4K --gen 32 2>&1 | tail -20
+        fi
     fi
 fi
 echo "== done $(date -u +%FT%TZ)"
