@@ -6,7 +6,12 @@
  * and one prefill chunk and decode steps at a depth of ~128K positions. The deep measurements
  * reuse whatever the KV rows hold (their values do not change the work), so they need no 128K
  * prefill. Prints one line per measurement and a summary; fails only if the backend fails or the
- * 4K logits are not finite. bench/gpu_check.sh runs it on the GPU machine. */
+ * 4K logits are not finite. bench/gpu_check.sh runs it on the GPU machine.
+ *
+ * LILY_CUDA_BENCH_VARIANTS="PREFETCH=0 PDL=0;PREFETCH=3 PDL=2;..." then times the graphed decode
+ * at 4K and 128K once per variant (each sets LILY_CUDA_<NAME>=<VALUE>, the decode tuning
+ * switches of cuda_mem.h, the others back to their defaults; the graph is recaptured), in
+ * LILY_CUDA_BENCH_ROUNDS (default 2) interleaved rounds, so one run compares them side by side. */
 #include <stdio.h>
 
 #ifndef LILY_HAVE_CUDA
@@ -19,9 +24,28 @@ int main(void) {
 #include <sys/stat.h>
 
 #include "backend/backend.h"
+#include "backend/cuda/cuda_mem.h"
 #include "base/timer.h"
 #include "model/mkmodel.h"
 #include "parity_util.h"
+
+/* Applies one variant ("NAME=VALUE NAME=VALUE", names without the LILY_CUDA_ prefix) after
+ * resetting the tuning switches to their defaults. */
+static void apply_variant(const char *v) {
+    unsetenv("LILY_CUDA_PREFETCH");
+    unsetenv("LILY_CUDA_PDL");
+    char buf[256];
+    snprintf(buf, sizeof buf, "%s", v);
+    for (char *t = strtok(buf, " ,"); t; t = strtok(NULL, " ,")) {
+        char *eq = strchr(t, '=');
+        if (!eq) continue;
+        *eq = 0;
+        char name[96];
+        snprintf(name, sizeof name, "LILY_CUDA_%s", t);
+        setenv(name, eq + 1, 1);
+    }
+    lily_cuda_tune_reload();
+}
 
 static int argmax_h(const float *x, int n) {
     int b = 0;
@@ -173,6 +197,22 @@ int main(void) {
     printf("SUMMARY prefill4k=%.0f tok/s decode4k=%.1f tok/s prefill@128k=%.0f tok/s "
            "decode@128k=%.1f tok/s (floors: 15100, 380, 11700, 273)\n",
            n4k / tp, 1 / td, chunk / tcd, 1 / tdd);
+    const char *vars = getenv("LILY_CUDA_BENCH_VARIANTS");
+    const char *rs = getenv("LILY_CUDA_BENCH_ROUNDS");
+    int rounds = rs ? atoi(rs) : 2;
+    for (int r = 0; vars && *vars && r < rounds; r++) {
+        char list[1024];
+        snprintf(list, sizeof list, "%s", vars);
+        char *save = NULL;
+        for (char *v = strtok_r(list, ";", &save); v; v = strtok_r(NULL, ";", &save)) {
+            apply_variant(v);
+            const lily_cuda_tune *tu = lily_cuda_tune_get();
+            double a = decode(n4k, 128), d = decode(deep, 32);
+            if (a < 0 || d < 0) return 1;
+            printf("VARIANT round %d [%s] (prefetch %d, pdl %d): decode4k=%.1f tok/s "
+                   "decode128k=%.1f tok/s\n", r, v, tu->prefetch, tu->pdl, 1 / a, 1 / d);
+        }
+    }
     g->state_free(gb, gs);
     g->close(gb);
     lily_model_free(m);

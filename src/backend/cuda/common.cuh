@@ -178,16 +178,38 @@ static __device__ __forceinline__ void pdl_trigger() {
     asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 }
 
-/* Whether launch_pdl sets the attribute: only with LILY_CUDA_PDL=1. Measured on the H200
- * (2026-12-02, graph replay of the 35B decode step): 272.7 tok/s with it, 288.5 without, so it
- * is off by default; the kernels keep their wait/trigger points (no-ops without it). */
-static inline bool pdl_enabled() {
-    static int on = -1;
-    if (on < 0) {
-        const char *v = getenv("LILY_CUDA_PDL");
-        on = v && v[0] == '1';
-    }
-    return on != 0;
+/* Whether launch_pdl sets the attribute: LILY_CUDA_PDL=1 or 2 (cuda_mem.h, lily_cuda_tune).
+ * Measured on the H200 (2026-12-02, graph replay of the 35B decode step, fp32 kernels): 272.7
+ * tok/s with it, 288.5 without, so it is off by default; the kernels keep their wait/trigger
+ * points (no-ops without it). pdl_late(): mode 2, where the GEMV/MoE kernels trigger after their
+ * main loop instead of at the start (the dependent's blocks then do not compete for SM slots
+ * while this kernel still has work to issue). */
+static inline bool pdl_enabled() { return lily_cuda_tune_get()->pdl != 0; }
+static inline int pdl_late() { return lily_cuda_tune_get()->pdl == 2; }
+static inline bool pf_self_on() { return (lily_cuda_tune_get()->prefetch & 1) != 0; }
+static inline bool pf_next_on() { return (lily_cuda_tune_get()->prefetch & 2) != 0; }
+
+/* One bulk L2 prefetch of bytes (a multiple of 16) at p (16-byte aligned): a hint, it neither
+ * blocks the thread nor faults the kernel's results. */
+static __device__ __forceinline__ void l2_prefetch(const void *p, uint32_t bytes) {
+    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p), "r"(bytes) : "memory");
+}
+
+/* Block b of nb prefetches its share of bytes at p (shares of whole 256-byte lines; pieces of
+ * at most 32 KiB, one per lane of warp 0; other threads do nothing). */
+static __device__ __forceinline__ void pf_share(const void *p, size_t bytes, int b, int nb) {
+    constexpr size_t kPiece = 32768;
+    if (threadIdx.x >= 32) return;
+    const size_t share = ((bytes + nb - 1) / nb + 255) & ~(size_t)255;
+    const size_t lo = (size_t)b * share, hi = lo + share < bytes ? lo + share : bytes;
+    for (size_t o = lo + threadIdx.x * kPiece; o < hi; o += 32 * kPiece)
+        l2_prefetch((const char *)p + o, (uint32_t)(hi - o < kPiece ? hi - o : kPiece));
+}
+
+/* The same for every range of pf. Call before any barrier-bound work. */
+static __device__ __forceinline__ void pf_block(const lily_cuda_pf &pf, int b, int nb) {
+    if (threadIdx.x >= 32) return;
+    for (int r = 0; r < pf.n && r < LILY_CUDA_PF_N; r++) pf_share(pf.p[r], pf.bytes[r], b, nb);
 }
 
 template <typename... P, typename... A>
