@@ -8,7 +8,7 @@
  * prefill. Prints one line per measurement and a summary; fails only if the backend fails or the
  * 4K logits are not finite. bench/gpu_check.sh runs it on the GPU machine.
  *
- * LILY_CUDA_BENCH_VARIANTS="PREFETCH=0 PDL=0;PREFETCH=3 PDL=2;..." then times the graphed decode
+ * LILY_CUDA_BENCH_VARIANTS="PDL=0;PDL=1;PDL=2" then times the graphed decode
  * at 4K and 128K once per variant (each sets LILY_CUDA_<NAME>=<VALUE>, the decode tuning
  * switches of cuda_mem.h, the others back to their defaults; the graph is recaptured), in
  * LILY_CUDA_BENCH_ROUNDS (default 2) interleaved rounds, so one run compares them side by side. */
@@ -32,7 +32,6 @@ int main(void) {
 /* Applies one variant ("NAME=VALUE NAME=VALUE", names without the LILY_CUDA_ prefix) after
  * resetting the tuning switches to their defaults. */
 static void apply_variant(const char *v) {
-    unsetenv("LILY_CUDA_PREFETCH");
     unsetenv("LILY_CUDA_PDL");
     char buf[256];
     snprintf(buf, sizeof buf, "%s", v);
@@ -146,6 +145,10 @@ int main(void) {
         int rc = 0;
         if (!strcmp(prof, "prefill")) {
             rc = g->forward(gb, gs, pt, chunk, 0, logits, 0, &e);
+        } else if (!strcmp(prof, "graph")) {
+            /* graphed decode steps, for a per-node trace (nsys --cuda-graph-trace=node) */
+            for (int i = 0; i < 21 && !rc; i++)
+                rc = g->forward(gb, gs, pt + i, 1, chunk + i, logits, 0, &e);
         } else {
             setenv("LILY_CUDA_NO_GRAPH", "1", 1);
             rc = g->forward(gb, gs, pt, 1, chunk, logits, 0, &e);
@@ -209,8 +212,8 @@ int main(void) {
             const lily_cuda_tune *tu = lily_cuda_tune_get();
             double a = decode(n4k, 128), d = decode(deep, 32);
             if (a < 0 || d < 0) return 1;
-            printf("VARIANT round %d [%s] (prefetch %d, pdl %d): decode4k=%.1f tok/s "
-                   "decode128k=%.1f tok/s\n", r, v, tu->prefetch, tu->pdl, 1 / a, 1 / d);
+            printf("VARIANT round %d [%s] (pdl %d): decode4k=%.1f tok/s "
+                   "decode128k=%.1f tok/s\n", r, v, tu->pdl, 1 / a, 1 / d);
         }
     }
     g->state_free(gb, gs);

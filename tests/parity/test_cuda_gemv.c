@@ -72,10 +72,7 @@ static void run_case(lily_dtype dt, int cols, const int *rows, int nseg, int pk,
         seg[s] = (lily_gemv_seg){&dm[s], dy[s], epi, dcs[s], dcw[s], K};
     }
     lily_gemv_pro pro = {pk, dw, dz, head, 1e-6f};
-    /* the launch also prefetches these matrices into L2 (a hint: results must not change) */
-    lily_cuda_pf pf = {0};
-    for (int s = 0; s < nseg; s++) lily_cuda_pf_mat(&pf, &dm[s]);
-    int rc = lily_cuda_gemv_pf(seg, nseg, dx, &pro, &pf, NULL, &e);
+    int rc = lily_cuda_gemv(seg, nseg, dx, &pro, NULL, &e);
     if (!pt_ok(rc, "gemv launch", &e)) return;
     static const char *dts[] = {"f32", "bf16", "f16", "q4", "q8"};
     static const char *pks[] = {"copy", "rmsnorm", "gated"};

@@ -194,10 +194,9 @@ int upload_layer(const lily_model *m, int l, cu_layer *c, size_t *bytes, lily_er
     return 0;
 }
 
-/* GEMV over segments that may differ in weight type: one launch per type. pf (may be NULL):
- * weights of a later launch, prefetched into L2 by the first. */
+/* GEMV over segments that may differ in weight type: one launch per type. */
 int gemv_any(const lily_gemv_seg *segs, int n, const float *x, const lily_gemv_pro *pro,
-             const lily_cuda_pf *pf, cudaStream_t st, lily_err *e) {
+             cudaStream_t st, lily_err *e) {
     int done[LILY_GEMV_SEGS] = {0};
     for (int i = 0; i < n; i++) {
         if (done[i]) continue;
@@ -205,28 +204,9 @@ int gemv_any(const lily_gemv_seg *segs, int n, const float *x, const lily_gemv_p
         int ng = 0;
         for (int j = i; j < n; j++)
             if (!done[j] && segs[j].m->dt == segs[i].m->dt) grp[ng++] = segs[j], done[j] = 1;
-        if (lily_cuda_gemv_pf(grp, ng, x, pro, pf, st, e)) return -1;
-        pf = nullptr;
+        if (lily_cuda_gemv(grp, ng, x, pro, st, e)) return -1;
     }
     return 0;
-}
-
-/* The layer's input projections (what its first decode launch reads). */
-void pf_input(const cu_layer *ly, int is_attn, lily_cuda_pf *pf) {
-    const lily_dmat *ms[4] = {&ly->q, &ly->k, &ly->v, nullptr};
-    if (!is_attn) ms[0] = &ly->qkv, ms[1] = &ly->z, ms[2] = &ly->b, ms[3] = &ly->a;
-    for (const lily_dmat *d : ms) lily_cuda_pf_mat(pf, d);
-}
-
-/* Decode prefetch chain (LILY_CUDA_PREFETCH bit 1): each layer's MoE ends by asking L2 for the
- * next layer's input projections. */
-void link_layers(lily_backend *b) {
-    const lily_config *c = &b->m->cfg;
-    for (int l = 0; l + 1 < c->n_layers; l++) {
-        lily_cuda_pf *pf = &b->L[l].moe.next;
-        memset(pf, 0, sizeof *pf);
-        pf_input(&b->L[l + 1], c->layer_is_attn[l + 1], pf);
-    }
 }
 
 void cu_close_impl(lily_backend *b) {
@@ -306,7 +286,6 @@ int cu_open(const lily_model *m, const lily_engine_opts *opts, lily_backend **ou
         for (; l < c->n_layers; l++)
             if (upload_layer(m, l, &b->L[l], &bytes, e)) break;
         if (l < c->n_layers) break;
-        link_layers(b);
         lily_cuda_tune_reload();
         b->weight_bytes = bytes;
         size_t fn = (size_t)n;
@@ -465,19 +444,13 @@ int decode_layers(lily_backend *b, lily_bstate *s, lily_err *e) {
     for (int l = 0; l < c->n_layers; l++) {
         cu_layer *ly = &b->L[l];
         lily_gemv_pro norm = {LILY_GP_RMSNORM, ly->in_norm, nullptr, 0, eps};
-        /* the output projection asks L2 for the MoE router and shared-expert gate */
-        lily_cuda_pf mpf = {};
-        lily_cuda_pf_mat(&mpf, ly->moe.router);
-        lily_cuda_pf_mat(&mpf, ly->moe.sh_gate_w);
         if (c->layer_is_attn[l]) {
             float *qg = b->buf[0], *kb = b->buf[1], *vb = b->buf[2], *q = b->buf[3];
             float *gt = b->buf[4], *o = b->buf[1];
             lily_gemv_seg seg[3] = {{&ly->q, qg, LILY_GV_STORE, nullptr, nullptr, 0},
                                     {&ly->k, kb, LILY_GV_STORE, nullptr, nullptr, 0},
                                     {&ly->v, vb, LILY_GV_STORE, nullptr, nullptr, 0}};
-            lily_cuda_pf pf = {};
-            lily_cuda_pf_mat(&pf, &ly->o);
-            if (gemv_any(seg, 3, b->x, &norm, &pf, st, e) ||
+            if (gemv_any(seg, 3, b->x, &norm, st, e) ||
                 lily_cuda_attn_prep(qg, b->qw, kb, vb, b->kvw, 1, b->d_pos, c->n_q_heads,
                                     c->n_kv_heads, c->head_dim, c->rope_dim, b->inv_freq,
                                     ly->q_norm, ly->k_norm, eps, c->attn_output_gate, q, gt,
@@ -488,22 +461,20 @@ int decode_layers(lily_backend *b, lily_bstate *s, lily_err *e) {
                                       o, st, e))
                 return -1;
             lily_gemv_seg os = {&ly->o, b->x, LILY_GV_ADD, nullptr, nullptr, 0};
-            if (lily_cuda_gemv_pf(&os, 1, o, nullptr, &mpf, st, e)) return -1;
+            if (lily_cuda_gemv(&os, 1, o, nullptr, st, e)) return -1;
         } else {
             float *cv = b->buf[0], *z = b->buf[1], *ba = b->buf[2], *o = b->buf[3];
             lily_gemv_seg seg[4] = {{&ly->qkv, cv, LILY_GV_CONV, s->conv[l], ly->conv_w, c->conv_k},
                                     {&ly->z, z, LILY_GV_STORE, nullptr, nullptr, 0},
                                     {&ly->b, ba, LILY_GV_STORE, nullptr, nullptr, 0},
                                     {&ly->a, ba + Nv, LILY_GV_STORE, nullptr, nullptr, 0}};
-            lily_cuda_pf pf = {};
-            lily_cuda_pf_mat(&pf, &ly->out);
-            if (gemv_any(seg, 4, b->x, &norm, &pf, st, e) ||
+            if (gemv_any(seg, 4, b->x, &norm, st, e) ||
                 lily_cuda_gdn_scan(s->S[l], c->lin_nk, Nv, c->lin_dk, c->lin_dv, 1, cv, b->C, ba,
                                    ba + Nv, 2 * Nv, ly->A_log, ly->dt_bias, o, b->Zw, st, e))
                 return -1;
             lily_gemv_pro gp = {LILY_GP_GATED, ly->gdn_norm, z, c->lin_dv, eps};
             lily_gemv_seg os = {&ly->out, b->x, LILY_GV_ADD, nullptr, nullptr, 0};
-            if (lily_cuda_gemv_pf(&os, 1, o, &gp, &mpf, st, e)) return -1;
+            if (lily_cuda_gemv(&os, 1, o, &gp, st, e)) return -1;
         }
         if (lily_cuda_moe_decode(&ly->moe, b->x, ly->post_norm, eps, b->moe_dec, st, e))
             return -1;

@@ -186,31 +186,6 @@ static __device__ __forceinline__ void pdl_trigger() {
  * while this kernel still has work to issue). */
 static inline bool pdl_enabled() { return lily_cuda_tune_get()->pdl != 0; }
 static inline int pdl_late() { return lily_cuda_tune_get()->pdl == 2; }
-static inline bool pf_self_on() { return (lily_cuda_tune_get()->prefetch & 1) != 0; }
-static inline bool pf_next_on() { return (lily_cuda_tune_get()->prefetch & 2) != 0; }
-
-/* One bulk L2 prefetch of bytes (a multiple of 16) at p (16-byte aligned): a hint, it neither
- * blocks the thread nor faults the kernel's results. */
-static __device__ __forceinline__ void l2_prefetch(const void *p, uint32_t bytes) {
-    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p), "r"(bytes) : "memory");
-}
-
-/* Block b of nb prefetches its share of bytes at p (shares of whole 256-byte lines; pieces of
- * at most 32 KiB, one per lane of warp 0; other threads do nothing). */
-static __device__ __forceinline__ void pf_share(const void *p, size_t bytes, int b, int nb) {
-    constexpr size_t kPiece = 32768;
-    if (threadIdx.x >= 32) return;
-    const size_t share = ((bytes + nb - 1) / nb + 255) & ~(size_t)255;
-    const size_t lo = (size_t)b * share, hi = lo + share < bytes ? lo + share : bytes;
-    for (size_t o = lo + threadIdx.x * kPiece; o < hi; o += 32 * kPiece)
-        l2_prefetch((const char *)p + o, (uint32_t)(hi - o < kPiece ? hi - o : kPiece));
-}
-
-/* The same for every range of pf. Call before any barrier-bound work. */
-static __device__ __forceinline__ void pf_block(const lily_cuda_pf &pf, int b, int nb) {
-    if (threadIdx.x >= 32) return;
-    for (int r = 0; r < pf.n && r < LILY_CUDA_PF_N; r++) pf_share(pf.p[r], pf.bytes[r], b, nb);
-}
 
 template <typename... P, typename... A>
 static cudaError_t launch_pdl(void (*k)(P...), dim3 grid, dim3 block, size_t smem,

@@ -196,23 +196,8 @@ extern "C" size_t lily_cuda_dmat_bytes(const lily_dmat *m) {
     return (m->w_stride + m->sb_stride * 4) * (size_t)m->n_mats;
 }
 
-extern "C" void lily_cuda_pf_mat(lily_cuda_pf *pf, const lily_dmat *m) {
-    if (!m || !m->owned) return;
-    size_t n = m->n_mats;
-    const size_t wb = m->w_stride * (n - 1) + dmat_row_bytes(m->dt, m->cols) * m->rows;
-    if (pf->n < LILY_CUDA_PF_N) {
-        pf->p[pf->n] = m->w;
-        pf->bytes[pf->n++] = wb & ~(size_t)15;
-    }
-    if (m->sb && pf->n < LILY_CUDA_PF_N) {
-        pf->p[pf->n] = m->sb;
-        pf->bytes[pf->n++] = ((m->sb_stride * (n - 1) + (size_t)(m->cols / 64) * m->rows) * 4) &
-                             ~(size_t)15;
-    }
-}
-
 namespace {
-lily_cuda_tune g_tune = {3, 0, 0};
+lily_cuda_tune g_tune = {0, 0};
 
 int env_int(const char *name, int dflt) {
     const char *v = getenv(name);
@@ -221,7 +206,6 @@ int env_int(const char *name, int dflt) {
 } // namespace
 
 extern "C" void lily_cuda_tune_reload(void) {
-    g_tune.prefetch = env_int("LILY_CUDA_PREFETCH", 3) & 3;
     int pdl = env_int("LILY_CUDA_PDL", 0);
     g_tune.pdl = pdl < 0 || pdl > 2 ? 0 : pdl;
     g_tune.gen = g_tune.gen + 1 ? g_tune.gen + 1 : 1; /* never 0: 0 means "not loaded" */

@@ -62,29 +62,15 @@ void lily_cuda_dmat_free(lily_dmat *m);
 /* Device bytes held by m. */
 size_t lily_cuda_dmat_bytes(const lily_dmat *m);
 
-/* Weight ranges a decode kernel asks the L2 to fetch while it runs (cp.async.bulk.prefetch.L2):
- * the weights of a launch that follows it, which are static, so their HBM latency overlaps this
- * kernel instead of starting when that launch does. Blocks split the ranges among themselves.
- * Addresses are 16-byte aligned, sizes multiples of 16 (lily_cuda_pf_mat ensures both). */
-#define LILY_CUDA_PF_N 8
-typedef struct lily_cuda_pf {
-    int n;
-    const void *p[LILY_CUDA_PF_N];
-    size_t bytes[LILY_CUDA_PF_N];
-} lily_cuda_pf;
-/* Appends the codes and scale words of matrix m (every matrix of a stack); ranges past
- * LILY_CUDA_PF_N are dropped (a prefetch is a hint). m may be NULL. */
-void lily_cuda_pf_mat(lily_cuda_pf *pf, const lily_dmat *m);
-
 /* Decode tuning switches, read from the environment by lily_cuda_tune_reload (the backend calls
- * it at open; the first lily_cuda_tune_get loads it otherwise):
- *   LILY_CUDA_PREFETCH: bit 0 = each kernel prefetches its own later weight loads into L2,
- *     bit 1 = kernels prefetch the next launches' weights (lily_cuda_pf); default 3.
- *   LILY_CUDA_PDL: 0 = ordinary launches, 1 = programmatic dependent launch with the trigger
- *     at kernel start, 2 = PDL with the trigger after the main loop; default 0.
+ * it at open; the first lily_cuda_tune_get loads it otherwise), for A/B timing in one process
+ * (test_cuda_bench LILY_CUDA_BENCH_VARIANTS):
+ *   LILY_CUDA_PDL: 0 = ordinary launches (default), 1 = programmatic dependent launch with the
+ *     trigger at kernel start, 2 = PDL with the trigger after the main loop. Both PDL modes
+ *     measured slower on the H200 (bench/NOTES-cuda-dec.md).
  * gen changes on every reload, so a captured decode graph can tell it is stale. */
 typedef struct lily_cuda_tune {
-    int prefetch, pdl;
+    int pdl;
     unsigned gen;
 } lily_cuda_tune;
 const lily_cuda_tune *lily_cuda_tune_get(void);

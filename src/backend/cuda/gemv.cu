@@ -32,9 +32,7 @@ struct gv_params {
     int pro, head;
     const float *pw, *pz;
     float eps;
-    lily_cuda_pf pf; /* later launches' weights, prefetched into L2 (empty when off) */
-    int late;        /* PDL trigger after the main loop (LILY_CUDA_PDL=2) */
-    int pfself;      /* prefetch this block's own rows into L2 first (LILY_CUDA_PREFETCH bit 0) */
+    int late; /* PDL trigger after the main loop (LILY_CUDA_PDL=2) */
 };
 
 /* Builds x' in the transposed layout and its chunk sums, from float4 loads that are all
@@ -222,7 +220,6 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(const __grid_constant__ 
     uint4 w[NR][CB];
     uint32_t sb[NR][CB];
     if (!p.late) pdl_trigger(); /* the next kernel may start its own weight loads */
-    pf_block(p.pf, blockIdx.x, gridDim.x);
     /* the first step's loads do not depend on x: issue them before the prologue, and before the
      * previous kernel (which writes x) has finished */
     gv_rows<DT, LPR, NR>(p, base0, sub, ng, wr, sbr, seg, lr);
@@ -276,22 +273,6 @@ __device__ __forceinline__ void gv_row_ptr(const gv_params &p, int row, int ng, 
         }
 }
 
-/* Warp 0 asks the L2 for rows [a, b) of every segment (codes and scale words): lane s the codes
- * of segment s, lane 4 + s its scales. The block's later step loads then hit L2. */
-__device__ __forceinline__ void gv_pf_rows(const gv_params &p, int a, int b, int ng) {
-    const int lane = threadIdx.x;
-    if (lane >= 2 * LILY_GEMV_SEGS) return;
-#pragma unroll
-    for (int s = 0; s < LILY_GEMV_SEGS; s++) {
-        if (s != lane % LILY_GEMV_SEGS || s >= p.nseg) continue;
-        const gv_seg &g = p.s[s];
-        const int lo = max(a, g.row0) - g.row0, hi = min(b, g.row0 + g.rows) - g.row0;
-        if (hi <= lo) continue;
-        if (lane < LILY_GEMV_SEGS) l2_prefetch(g.w + (size_t)lo * g.rb, (uint32_t)((hi - lo) * g.rb));
-        else l2_prefetch(g.sb + (size_t)lo * ng, (uint32_t)((size_t)(hi - lo) * ng * 4));
-    }
-}
-
 template <int T>
 __global__ void __launch_bounds__(kThreads) gemv_q4mma_kernel(const __grid_constant__ gv_params p) {
     constexpr int ROWS = 16 * T, NSG = 8 / T;
@@ -311,9 +292,6 @@ __global__ void __launch_bounds__(kThreads) gemv_q4mma_kernel(const __grid_const
     const uint32_t *s0, *s1;
     q4_step_regs R[2];
     if (!p.late) pdl_trigger();
-    /* weights only: none of this waits for the previous kernel */
-    if (p.pfself) gv_pf_rows(p, blockIdx.x * ROWS, blockIdx.x * ROWS + ROWS, ng);
-    pf_block(p.pf, blockIdx.x, gridDim.x);
     /* the first row group's loads do not depend on x: issue them before the prologue */
     int row0 = blockIdx.x * ROWS + tile * 16 + (lane >> 2);
     gv_row_ptr(p, row0, ng, r0, s0);
@@ -327,7 +305,6 @@ __global__ void __launch_bounds__(kThreads) gemv_q4mma_kernel(const __grid_const
     __syncthreads();
     for (int grp = blockIdx.x; grp < ngroups; grp += gridDim.x) {
         if (grp != (int)blockIdx.x) {
-            if (p.pfself) gv_pf_rows(p, grp * ROWS, grp * ROWS + ROWS, ng);
             row0 = grp * ROWS + tile * 16 + (lane >> 2);
             gv_row_ptr(p, row0, ng, r0, s0);
             gv_row_ptr(p, row0 + 8, ng, r1, s1);
@@ -447,12 +424,6 @@ template <int DT> int launch_dt(const gv_params &p, lily_cuda_stream st, lily_er
 } // namespace
 extern "C" int lily_cuda_gemv(const lily_gemv_seg *segs, int nseg, const float *x,
                               const lily_gemv_pro *pro, lily_cuda_stream st, lily_err *e) {
-    return lily_cuda_gemv_pf(segs, nseg, x, pro, nullptr, st, e);
-}
-
-extern "C" int lily_cuda_gemv_pf(const lily_gemv_seg *segs, int nseg, const float *x,
-                                 const lily_gemv_pro *pro, const lily_cuda_pf *pf,
-                                 lily_cuda_stream st, lily_err *e) {
     if (nseg < 1 || nseg > LILY_GEMV_SEGS)
         return lily_fail(e, "gemv: %d segments (1..%d)", nseg, LILY_GEMV_SEGS);
     gv_params p = {};
@@ -480,9 +451,7 @@ extern "C" int lily_cuda_gemv_pf(const lily_gemv_seg *segs, int nseg, const floa
         row0 += m->rows;
     }
     p.total = row0;
-    if (pf && pf_next_on()) p.pf = *pf;
     p.late = pdl_late();
-    p.pfself = pf_self_on();
     if (pro) {
         p.pro = pro->kind;
         p.pw = pro->w;

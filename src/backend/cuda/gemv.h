@@ -41,11 +41,6 @@ typedef struct lily_gemv_pro {
 /* x: [cols] device fp32. pro may be NULL (plain copy). Segments must share cols and type. */
 int lily_cuda_gemv(const lily_gemv_seg *segs, int nseg, const float *x, const lily_gemv_pro *pro,
                    lily_cuda_stream st, lily_err *e);
-/* Same; the kernel also prefetches pf's ranges (the weights of a later launch) into L2 when
- * LILY_CUDA_PREFETCH has bit 1 (cuda_mem.h). pf may be NULL. */
-int lily_cuda_gemv_pf(const lily_gemv_seg *segs, int nseg, const float *x,
-                      const lily_gemv_pro *pro, const lily_cuda_pf *pf, lily_cuda_stream st,
-                      lily_err *e);
 
 #ifdef __cplusplus
 }

@@ -102,9 +102,7 @@ struct gu_params {
     int32_t *idx;
     float *wt, *sg, *h;
     int imax;
-    mat_ref down, sdown; /* prefetched into L2 once the experts are known */
-    int H_down;          /* rows of down */
-    int late, pfself, pfnext; /* see gv_params (gemv.cu) */
+    int late; /* PDL trigger after the main loop (LILY_CUDA_PDL=2) */
 };
 
 /* Writes x * w (or x when w is NULL) in the transposed GEMV layout with its chunk sums, from
@@ -214,7 +212,6 @@ struct dn_params {
     int k, has_shared, I, Is, H, imax;
     mat_ref down, sdown;
     float *x;
-    lily_cuda_pf pf; /* the next layer's weights (lily_cuda_moe.next) when prefetching */
     int late;
 };
 
@@ -362,27 +359,6 @@ __global__ void __launch_bounds__(kThreads) moe_gate_up_q4mma_kernel(const __gri
     pdl_wait(); /* the router logits and x come from the kernels before */
     if (!shared && warp == 0) topk_warp(p.logits, p.E, p.k, p.norm, s_sl, s_idx, s_wt);
     __syncthreads();
-    if (warp == 0 && (p.pfself || p.pfnext)) {
-        /* this block's gate and up rows (later step loads hit L2), and its share of the slot's
-         * down matrix, which the next kernel reads */
-        const int ex = shared ? 0 : s_idx[slot];
-        const int rows = shared ? p.Is : p.I, cols = rows, ng = p.H / 64;
-        const int r0 = blockIdx.x * 32, nr = min(32, rows - r0);
-        if (p.pfself && lane < 4 && nr > 0) {
-            const mat_ref &m = (lane & 1) ? (shared ? p.sup : p.up) : (shared ? p.sgate : p.gate);
-            const size_t off = shared ? 0 : (size_t)ex;
-            if (lane < 2) l2_prefetch(m.w + off * m.ws + (size_t)r0 * (p.H / 2),
-                                      (uint32_t)((size_t)nr * (p.H / 2)));
-            else l2_prefetch(m.sb + off * m.sbs + (size_t)r0 * ng, (uint32_t)((size_t)nr * ng * 4));
-        }
-        if (p.pfnext) {
-            const mat_ref &d = shared ? p.sdown : p.down;
-            const size_t off = shared ? 0 : (size_t)ex;
-            pf_share(d.w + off * d.ws, (size_t)p.H_down * (cols / 2), blockIdx.x, gridDim.x);
-            pf_share(d.sb + off * d.sbs, ((size_t)p.H_down * (cols / 64) * 4) & ~(size_t)15,
-                     blockIdx.x, gridDim.x);
-        }
-    }
     if (blockIdx.x == 0 && slot == 0 && threadIdx.x == 0) {
         for (int j = 0; j < p.k; j++) p.idx[j] = s_idx[j], p.wt[j] = s_wt[j];
         *p.sg = p.has_sgate ? sigmoid_f(p.logits[p.E]) : 1.0f;
@@ -456,7 +432,6 @@ __global__ void __launch_bounds__(kThreads) moe_down_q4mma_kernel(const __grid_c
     const int units = p.k * stepsI + (p.has_shared ? stepsS : 0);
     const int r = blockIdx.x * 16 + (lane >> 2);
     if (!p.late) pdl_trigger();
-    pf_block(p.pf, blockIdx.x, gridDim.x); /* static weights: before the wait */
     pdl_wait(); /* idx, wt, h come from the gate/up kernel */
     auto unit = [&](int u, int &slot, int &step, const uint8_t *&r0, const uint32_t *&s0,
                     const uint8_t *&r1, const uint32_t *&s1) {
@@ -669,11 +644,7 @@ extern "C" int lily_cuda_moe_decode(const lily_cuda_moe *m, float *x, const floa
             seg[ns++] = sg;
         }
     }
-    /* the router launch asks L2 for the shared expert's gate and up, read by the next kernel */
-    lily_cuda_pf rpf = {};
-    lily_cuda_pf_mat(&rpf, m->sh_gate);
-    lily_cuda_pf_mat(&rpf, m->sh_up);
-    if (ns && lily_cuda_gemv_pf(seg, ns, x, &pro, &rpf, st, e)) return -1;
+    if (ns && lily_cuda_gemv(seg, ns, x, &pro, st, e)) return -1;
     const lily_dmat *g = m->k ? m->gate : m->sh_gate, *dn = m->k ? m->down : m->sh_down;
     gu_params p = {};
     p.x = x;
@@ -696,12 +667,7 @@ extern "C" int lily_cuda_moe_decode(const lily_cuda_moe *m, float *x, const floa
     p.sg = (float *)(s + d.sg);
     p.h = (float *)(s + d.h);
     p.imax = d.imax;
-    p.down = ref_of(m->down);
-    p.sdown = ref_of(m->sh_down);
-    p.H_down = dn->rows;
     p.late = pdl_late();
-    p.pfself = pf_self_on();
-    p.pfnext = pf_next_on();
     int slots = m->k + (m->sh_gate ? 1 : 0);
     int rc;
     const bool mma = q4mma_on();
@@ -728,7 +694,6 @@ extern "C" int lily_cuda_moe_decode(const lily_cuda_moe *m, float *x, const floa
     q.down = ref_of(m->down);
     q.sdown = ref_of(m->sh_down);
     q.x = x;
-    if (pf_next_on()) q.pf = m->next;
     q.late = pdl_late();
     switch (dn->dt) {
     case LILY_CW_Q4:

@@ -32,9 +32,6 @@ typedef struct lily_cuda_moe {
     const lily_dmat *down;       /* stack of E: [H, I] */
     const lily_dmat *sh_gate, *sh_up, *sh_down; /* shared expert [Is,H],[Is,H],[H,Is]; or NULL */
     const lily_dmat *sh_gate_w;  /* [1, H]: scalar sigmoid gate of the shared expert; or NULL */
-    lily_cuda_pf next;           /* decode: weights of the launches after this block (the next
-                                  * layer's input projection), prefetched into L2 by its last
-                                  * kernel (LILY_CUDA_PREFETCH bit 1); n = 0 for none */
 } lily_cuda_moe;
 
 /* Bytes of scratch the decode step needs. */
