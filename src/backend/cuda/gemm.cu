@@ -24,6 +24,12 @@ constexpr int BK = 64;       /* k-step: one quantization group */
 constexpr int kThreads = 256; /* 8 warps, stacked along the weight rows */
 constexpr int XRS = BK + 4;  /* fp32 staged X row stride (floats): 16-byte rows, fewer conflicts */
 constexpr int LDX = BK + 8;  /* bf16 X row stride (elements): conflict-free ldmatrix */
+/* Scale words are staged SBC groups (k-steps) at a time into two slots: one 32-byte copy per row
+ * (a whole L2 sector) instead of a 4-byte copy per row and k-step. Measured on the H200 (see
+ * NOTES-cuda-gemm.md), the time per k-step tracked the number of L2 sectors requested, and the
+ * 4-byte scale copies were a quarter (dense) to 40 % (grouped) of them. A slot is refilled by the
+ * load of k-step SBC (c + 2), issued NS - 1 < SBC + 1 steps ahead, after chunk c's last step. */
+constexpr int SBC = 8;
 
 /* Staged code bytes per weight row and k-step, and their shared-memory row stride (bf16 rows are
  * padded so the 8 lanes of a 16-byte load phase hit distinct banks). */
@@ -38,18 +44,19 @@ template <int DT> struct wfmt {
 template <int DT, int MT, int NT, int NMAT> struct shape {
     static constexpr int BM = 8 * MT * 16, BN = NT * 8;
     static constexpr int W_BYTES = NMAT * BM * wfmt<DT>::RS;
-    static constexpr int SB_BYTES = wfmt<DT>::Q ? NMAT * BM * 4 : 0;
+    static constexpr int SBUF = wfmt<DT>::Q ? 2 * NMAT * BM * SBC * 4 : 0; /* [2][NMAT][BM][SBC] */
     static constexpr int X_BYTES = BN * XRS * 4;
-    static constexpr int STAGE = W_BYTES + SB_BYTES + X_BYTES;
+    static constexpr int STAGE = W_BYTES + X_BYTES;
     static constexpr int XS_BYTES = 2 * BN * LDX * 2 + BN * 8;
     /* blocks per SM: the gated 256 x 32 tile and the Q8/bf16 tiles of >= 256 x 32 need more than
      * 128 registers (their raw codes are 2-4x larger), so they run one block per SM with a deeper
      * ring instead of two */
     static constexpr int MINB = MT * NT >= 8 && (NMAT == 2 || DT != LILY_CW_Q4) ? 1 : 2;
     static constexpr int BUDGET = MINB == 1 ? 200 * 1024 : 110 * 1024;
-    static constexpr int NS_FIT = (BUDGET - XS_BYTES) / STAGE;
+    static constexpr int NS_FIT = (BUDGET - XS_BYTES - SBUF) / STAGE;
     static constexpr int NS = NS_FIT < 2 ? 2 : NS_FIT > 6 ? 6 : NS_FIT; /* ring depth */
-    static constexpr int SMEM = NS * STAGE + XS_BYTES;
+    static constexpr int SMEM = NS * STAGE + XS_BYTES + SBUF;
+    static_assert(NS - 1 < SBC + 1, "a scale slot would be refilled before its last use");
     /* A fragments of all tiles kept across the token tiles (fewer registers when the warp has
      * more token tiles than row tiles), else the B fragments of all token tiles */
     static constexpr bool AHOIST = NMAT * MT * 4 < NT * 2;
@@ -111,7 +118,7 @@ __device__ __forceinline__ void load_araw(araw<DT> &r, const uint8_t *sW, const 
             r.w[h][0] = v.x, r.w[h][1] = v.y, r.w[h][2] = v.z, r.w[h][3] = v.w;
             r.w[h][4] = u.x, r.w[h][5] = u.y, r.w[h][6] = u.z, r.w[h][7] = u.w;
         }
-        r.sb[h] = wfmt<DT>::Q ? sSB[row + 8 * h] : 0u;
+        r.sb[h] = wfmt<DT>::Q ? sSB[(row + 8 * h) * SBC] : 0u;
     }
 }
 
@@ -158,6 +165,7 @@ __global__ void __launch_bounds__(kThreads, (shape<DT, MT, NT, NMAT>::MINB))
     extern __shared__ __align__(16) uint8_t smem[];
     uint16_t *Xs = (uint16_t *)(smem + NS * S::STAGE);            /* [2][BN][LDX] bf16 */
     long long *s_xoff = (long long *)(Xs + 2 * BN * LDX);        /* X row offsets, -1: none */
+    uint32_t *sbuf = (uint32_t *)(smem + NS * S::STAGE + S::XS_BYTES); /* [2][NMAT][BM][SBC] */
 
     const uint8_t *W[NMAT];
     const uint32_t *SB[NMAT];
@@ -210,20 +218,30 @@ __global__ void __launch_bounds__(kThreads, (shape<DT, MT, NT, NMAT>::MINB))
                                         : W[m];
                 cp_async16(st + (m * BM + r) * RS + part * 16, src, ok);
             }
-        if (wfmt<DT>::Q) {
-            uint32_t *ssb = (uint32_t *)(st + S::W_BYTES);
+        if (wfmt<DT>::Q && kt % SBC == 0) { /* scale words of groups kt .. kt + SBC - 1 */
+            const int kg = K / BK;
+            const bool vec = (kg & 3) == 0; /* rows 16-byte aligned */
+            uint32_t *d = sbuf + ((kt / SBC) & 1) * NMAT * BM * SBC;
+            for (int u = t; u < NMAT * BM * 2; u += kThreads) {
+                const int m = u / (2 * BM), r = (u >> 1) % BM, p = u & 1, g0 = kt + 4 * p;
+                const bool ok = m0 + r < M;
+                const uint32_t *src = SB[NMAT - 1];
+                src = m == 0 ? SB[0] : src;
+                src += (size_t)(m0 + r) * kg + g0;
+                uint32_t *dd = d + (m * BM + r) * SBC + 4 * p;
+                if (vec) {
+                    const bool okv = ok && g0 < kg;
+                    cp_async16(dd, okv ? src : SB[0], okv);
+                } else {
 #pragma unroll
-            for (int m = 0; m < NMAT; m++)
-#pragma unroll
-                for (int i = 0; i < (BM + kThreads - 1) / kThreads; i++) {
-                    int r = t + i * kThreads;
-                    if (BM % kThreads && r >= BM) break;
-                    bool ok = m0 + r < M;
-                    const uint32_t *src = ok ? SB[m] + (size_t)(m0 + r) * (K / BK) + kt : SB[m];
-                    cp_async4(ssb + m * BM + r, src, ok);
+                    for (int j = 0; j < 4; j++) {
+                        const bool okj = ok && g0 + j < kg;
+                        cp_async4(dd + j, okj ? src + j : SB[0], okj);
+                    }
                 }
+            }
         }
-        float *sx = (float *)(st + S::W_BYTES + S::SB_BYTES);
+        float *sx = (float *)(st + S::W_BYTES);
         constexpr int XCH = BN * BK / 4;
 #pragma unroll
         for (int i = 0; i < (XCH + kThreads - 1) / kThreads; i++) {
@@ -239,7 +257,7 @@ __global__ void __launch_bounds__(kThreads, (shape<DT, MT, NT, NMAT>::MINB))
     /* staged fp32 X of slot sl -> bf16 Xs[b] in the permuted order (see the file comment): unit
      * (token, m, sub) writes slice s = 2m + sub, halves hi = 0, 1, lanes q = 0..3 */
     auto convert = [&](int sl, int b) {
-        const float *sx = (const float *)(smem + sl * S::STAGE + S::W_BYTES + S::SB_BYTES);
+        const float *sx = (const float *)(smem + sl * S::STAGE + S::W_BYTES);
         for (int u = t; u < BN * 4; u += kThreads) {
             const int tr = u % BN, ms = u / BN, m = ms >> 1, sub = ms & 1;
             const float *xr = sx + tr * XRS + 8 * m + 2 * sub;
@@ -282,13 +300,14 @@ __global__ void __launch_bounds__(kThreads, (shape<DT, MT, NT, NMAT>::MINB))
         __syncthreads();
         if (!active) continue;
         const uint8_t *sW = smem + sl * S::STAGE;
-        const uint32_t *sSB = (const uint32_t *)(sW + S::W_BYTES);
+        const uint32_t *sSB = sbuf + ((kt / SBC) & 1) * NMAT * BM * SBC + kt % SBC;
         araw<DT> raw[NMAT][MT];
 #pragma unroll
         for (int m = 0; m < NMAT; m++)
 #pragma unroll
             for (int i = 0; i < MT; i++)
-                load_araw<DT>(raw[m][i], sW + m * BM * RS, sSB + m * BM, (warp * MT + i) * 16 + g, q);
+                load_araw<DT>(raw[m][i], sW + m * BM * RS, sSB + m * BM * SBC, (warp * MT + i) * 16 + g,
+                              q);
         const uint16_t *xb = Xs + b * BN * LDX;
 #pragma unroll
         for (int s = 0; s < BK / 16; s++) {
@@ -442,11 +461,15 @@ int selected() {
 
 /* Whether a Q4 GEMM of M rows and n tokens (dense) or a grouped one goes to gemm_q4.h: see
  * lily_cuda_gemm_select for the AUTO rule and the measurements behind it. */
-bool use_q4(int dt, int M, int n, bool grouped) {
+bool use_q4(int dt, int M, int K, int n, bool grouped) {
     if (dt != LILY_CW_Q4) return false;
     const int sel = selected();
     if (sel != LILY_GEMM_AUTO) return sel == LILY_GEMM_Q4;
-    return !grouped && (long)((M + 255) / 256) * ((n + 63) / 64) < 200;
+    /* H200, 2026-12-02 (NOTES-cuda-gemm.md): gemm_q4.h wins where this file's 256 x 64 tiles give
+     * fewer than ~120 blocks and K >= 1024 (split-K pays: GDN out 2048 x 4096 at n = 512 92 -> 66
+     * us; router, b/a, shared gate/up), loses at K = 512 (shared down 18.3 vs 21.8 us) and ties or
+     * loses on fuller grids */
+    return !grouped && K >= 1024 && (long)((M + 255) / 256) * ((n + 63) / 64) < 120;
 }
 
 } // namespace
@@ -457,7 +480,7 @@ extern "C" int lily_cuda_gemm(const lily_dmat *W, const float *X, int ldx, int n
                               int ldy, int accumulate, lily_cuda_stream st, lily_err *e) {
     if (W->n_mats != 1) return lily_fail(e, "gemm: a stack of %d matrices", W->n_mats);
     if (check_x(X, ldx, e)) return -1;
-    if (use_q4(W->dt, W->rows, n, false))
+    if (use_q4(W->dt, W->rows, W->cols, n, false))
         return lily_cuda_gemm_q4(W, X, ldx, n, Y, ldy, accumulate, st, e);
     if (n < 1 || W->rows < 1) return 0;
     gemm_args a = make_args(W, nullptr, X, ldx, n, nullptr, nullptr, nullptr, Y, ldy, accumulate);
@@ -469,7 +492,7 @@ extern "C" int lily_cuda_gemm_grouped(const lily_dmat *W, const float *X, int ld
                                       const int32_t *d_ntiles, int max_tiles, float *Y, int ldy,
                                       lily_cuda_stream st, lily_err *e) {
     if (check_x(X, ldx, e)) return -1;
-    if (use_q4(W->dt, W->rows, 0, true))
+    if (use_q4(W->dt, W->rows, W->cols, 0, true))
         return lily_cuda_gemm_q4_grouped(W, X, ldx, gather, tiles, d_ntiles, max_tiles, Y, ldy, st,
                                          e);
     if (max_tiles < 1 || W->rows < 1) return 0;

@@ -39,10 +39,11 @@ int lily_cuda_gemm_grouped(const lily_dmat *W, const float *X, int ldx, const in
                            const int32_t *tiles, const int32_t *d_ntiles, int max_tiles, float *Y,
                            int ldy, lily_cuda_stream st, lily_err *e);
 
-/* Which kernel runs Q4 weights. AUTO (the default): the 256-row kernel of this file when its
- * 256 x 64 tiles fill the GPU (>= 200 blocks: the big projections at chunks >= 512), and for the
- * grouped GEMM; the gemm_q4.h kernel (128-row tiles, split-K) for the smaller grids, where it was
- * measured faster (H200, NOTES-cuda-gemm.md). PREVIOUS: always this file's kernel; Q4: always
+/* Which kernel runs Q4 weights. AUTO (the default): the gemm_q4.h kernel (128-row tiles,
+ * split-K) when K >= 1024 and this file's 256 x 64 tiles would give fewer than 120 blocks (at a
+ * 512-token chunk: GDN out / attn o, router, GDN b/a, shared gate/up), where it was measured
+ * faster on the H200 (NOTES-cuda-gemm.md); this file's 256-row kernel otherwise and for the
+ * grouped GEMM. PREVIOUS: always this file's kernel; Q4: always
  * gemm_q4.h. LILY_GEMM_KERNEL=auto|previous|q4 in the environment sets the first choice; this call
  * overrides it (measurements, tests). Not thread-safe. */
 enum { LILY_GEMM_AUTO = 0, LILY_GEMM_PREVIOUS = 1, LILY_GEMM_Q4 = 2 };
