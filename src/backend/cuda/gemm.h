@@ -43,7 +43,8 @@ int lily_cuda_gemm_grouped(const lily_dmat *W, const float *X, int ldx, const in
  * split-K) when K >= 1024 and this file's 256 x 64 tiles would give fewer than 120 blocks (at a
  * 512-token chunk: GDN out / attn o, router, GDN b/a, shared gate/up), where it was measured
  * faster on the H200 (NOTES-cuda-gemm.md); this file's 256-row kernel otherwise and for the
- * grouped GEMM. PREVIOUS: always this file's kernel; Q4: always
+ * grouped GEMM (its split-K only with LILY_GEMM_SPLITK=1: the atomics make the sums vary in the
+ * last bits from run to run, gemm_q4.cu). PREVIOUS: always this file's kernel; Q4: always
  * gemm_q4.h. LILY_GEMM_KERNEL=auto|previous|q4 in the environment sets the first choice; this call
  * overrides it (measurements, tests). Not thread-safe. */
 enum { LILY_GEMM_AUTO = 0, LILY_GEMM_PREVIOUS = 1, LILY_GEMM_Q4 = 2 };

@@ -27,6 +27,7 @@
 #include "backend/cuda/gemm_q4.h"
 
 #include <cuda_bf16.h>
+#include <string.h>
 
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/gemm.h"
@@ -310,6 +311,19 @@ int sm_count() {
     return n;
 }
 
+/* Split-K adds the k ranges' partial sums into Y with fp32 atomics, in whatever order the blocks
+ * finish: the last bits of Y then vary from run to run (a router's logits too, so a near-tie in
+ * the top-k can route differently). Off unless LILY_GEMM_SPLITK=1, so the same prompt always gives
+ * the same logits; tests force splits through lily_cuda_gemm_q4_force. */
+bool splitk_allowed() {
+    static int v = -1;
+    if (v < 0) {
+        const char *s = getenv("LILY_GEMM_SPLITK");
+        v = s && !strcmp(s, "1");
+    }
+    return v == 1;
+}
+
 /* Tile and split from a crude model: waves of 2 blocks per SM times the work of one block over
  * the relative speed of its warp tile (64 x 32 warps 1.0, 32 x 32 0.85, 32 x 16 0.65), 5 % extra
  * for a split (the zeroing and the atomics). Splits keep >= 8 k-steps per block. */
@@ -318,9 +332,10 @@ void choose(int M, int n, int K, int *tile, int *split) {
     static const double eff[3] = {1.0, 0.85, 0.65};
     const long slots = 2L * sm_count();
     const int ks = K / BK;
+    const int max_split = splitk_allowed() ? 4 : 1;
     double best = 0;
     for (int ti = 0; ti < 3; ti++)
-        for (int s = 1; s <= 4; s *= 2) {
+        for (int s = 1; s <= max_split; s *= 2) {
             if (s > 1 && ks / s < 8) continue;
             const long blocks = (long)((M + 127) / 128) * ((n + bn[ti] - 1) / bn[ti]) * s;
             const double waves = (double)((blocks + slots - 1) / slots);
