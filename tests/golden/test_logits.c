@@ -241,10 +241,10 @@ static lily_backend_kind test_backend(void) {
     return b && !strcmp(b, "cuda") ? LILY_BACKEND_CUDA : LILY_BACKEND_CPU;
 }
 
-static lily_engine *open_engine(const char *dir, int prefill_chunk) {
+static lily_engine *open_engine_on(const char *dir, int prefill_chunk, lily_backend_kind be) {
     lily_engine_opts o;
     memset(&o, 0, sizeof o);
-    o.backend = test_backend();
+    o.backend = be;
     o.prefill_chunk = prefill_chunk;
     lily_engine *eng = NULL;
     lily_err err = {{0}};
@@ -255,10 +255,15 @@ static lily_engine *open_engine(const char *dir, int prefill_chunk) {
     return eng;
 }
 
+static lily_engine *open_engine(const char *dir, int prefill_chunk) {
+    return open_engine_on(dir, prefill_chunk, test_backend());
+}
+
 /* Runs one mode over tokens[n]; writes [n][vocab] into out. chunk 0 = prefill in one call,
  * -1 = decode, N > 0 = prefill calls of N tokens. */
-static int run_mode(const char *dir, const int32_t *tokens, int n, int chunk, float *out) {
-    lily_engine *eng = open_engine(dir, chunk > 0 ? chunk : n);
+static int run_mode_on(const char *dir, const int32_t *tokens, int n, int chunk, float *out,
+                       lily_backend_kind be) {
+    lily_engine *eng = open_engine_on(dir, chunk > 0 ? chunk : n, be);
     if (!eng) return -1;
     int vocab = lily_engine_info(eng)->vocab_size;
     lily_session *s = NULL;
@@ -285,6 +290,56 @@ static int run_mode(const char *dir, const int32_t *tokens, int n, int chunk, fl
     lily_session_free(s);
     lily_engine_close(eng);
     return rc;
+}
+
+static int run_mode(const char *dir, const int32_t *tokens, int n, int chunk, float *out) {
+    return run_mode_on(dir, tokens, n, chunk, out, test_backend());
+}
+
+/* log softmax of row x at index t */
+static double logprob(const float *x, int vocab, int t) {
+    double m = x[0], z = 0;
+    for (int i = 1; i < vocab; i++)
+        if (x[i] > m) m = x[i];
+    for (int i = 0; i < vocab; i++) z += exp((double)x[i] - m);
+    return (double)x[t] - m - log(z);
+}
+
+/* Teacher-forced GPU against CPU on one fixture's tokens (issue 5: top-1 agreement >= 99 %, mean
+ * log-prob difference of the next token reported), for the GPU's prefill and decode modes. */
+static void gpu_vs_cpu(const char *name, const char *dir, const int32_t *tokens, int n, int vocab,
+                       const float *gpu_prefill, const float *gpu_decode) {
+    float *cpu = malloc((size_t)n * vocab * sizeof(float));
+    char what[256];
+    snprintf(what, sizeof what, "%s CUDA vs CPU", name);
+    if (run_mode_on(dir, tokens, n, 0, cpu, LILY_BACKEND_CPU)) {
+        result(0, "%s %s: CPU engine ran\n", what);
+        free(cpu);
+        return;
+    }
+    const float *g[2] = {gpu_prefill, gpu_decode};
+    const char *mode[2] = {"prefill", "decode"};
+    for (int k = 0; k < 2; k++) {
+        int agree = 0;
+        double sd = 0, sad = 0, mad = 0;
+        for (int r = 0; r < n; r++) {
+            const float *a = cpu + (size_t)r * vocab, *b = g[k] + (size_t)r * vocab;
+            agree += argmax(a, vocab) == argmax(b, vocab);
+            if (r + 1 < n) {
+                double d = logprob(b, vocab, tokens[r + 1]) - logprob(a, vocab, tokens[r + 1]);
+                sd += d, sad += fabs(d);
+                if (fabs(d) > mad || d != d) mad = fabs(d);
+            }
+        }
+        double ag = (double)agree / n;
+        printf("  CUDA %-7s vs CPU: top-1 agreement %6.2f%%  next-token log-prob difference mean "
+               "%+.2e, mean |d| %.2e, max |d| %.2e\n", mode[k], ag * 100, sd / (n - 1),
+               sad / (n - 1), mad);
+        char w2[300];
+        snprintf(w2, sizeof w2, "%s %s", what, mode[k]);
+        result(ag >= 0.99 && mad == mad, "%s %s: top-1 agreement >= 99%%\n", w2);
+    }
+    free(cpu);
 }
 
 /* ---- one fixture ------------------------------------------------------------------------------ */
@@ -343,6 +398,8 @@ static void run_fixture(const char *bin, const char *name) {
             goto out;
         }
     float *got = malloc((size_t)n * vocab * sizeof(float));
+    int on_gpu = test_backend() == LILY_BACKEND_CUDA;
+    float *keep[2] = {NULL, NULL}; /* the GPU's prefill and decode logits, for gpu_vs_cpu */
     for (size_t m = 0; m < sizeof MODES / sizeof MODES[0]; m++) {
         char what[256];
         snprintf(what, sizeof what, "%s %s", name, MODES[m].name);
@@ -357,7 +414,14 @@ static void run_fixture(const char *bin, const char *name) {
                "rows over %.0e: %d\n", MODES[m].name, st.agree * 100, st.worst, st.worst_row,
                st.mean, RATIO_MAX, st.n_bad_rows);
         result(stats_ok(&st), "%s %s vs transformers\n", what);
+        if (on_gpu && m < 2) {
+            keep[m] = malloc((size_t)n * vocab * sizeof(float));
+            memcpy(keep[m], got, (size_t)n * vocab * sizeof(float));
+        }
     }
+    if (on_gpu && keep[0] && keep[1]) gpu_vs_cpu(name, dir, tokens, n, vocab, keep[0], keep[1]);
+    free(keep[0]);
+    free(keep[1]);
     free(got);
 out:
     if (made) remove_tree(dir);
