@@ -419,7 +419,13 @@ static void run_fixture(const char *bin, const char *name) {
             memcpy(keep[m], got, (size_t)n * vocab * sizeof(float));
         }
     }
-    if (on_gpu && keep[0] && keep[1]) gpu_vs_cpu(name, dir, tokens, n, vocab, keep[0], keep[1]);
+    if (on_gpu && keep[0] && keep[1]) {
+        gpu_vs_cpu(name, dir, tokens, n, vocab, keep[0], keep[1]);
+        /* the same prompt must give the same logits on every run (no order-dependent atomics) */
+        int same = run_mode(dir, tokens, n, 0, got) == 0 &&
+                   !memcmp(got, keep[0], (size_t)n * vocab * sizeof(float));
+        result(same, "%s %s: a second prefill run is bit-identical\n", name);
+    }
     free(keep[0]);
     free(keep[1]);
     free(got);
