@@ -103,12 +103,13 @@ fi
 
 if [[ $skip != *" sanitizer "* ]] && command -v compute-sanitizer >/dev/null; then
     echo "== compute-sanitizer"
-    # bounded: a sanitizer slows kernels 10-100x; errors print as they are found
+    # bounded: a sanitizer slows kernels 10-100x; errors print as they are found. LILY_CUDA_SAN=1
+    # makes the tests that have one run their sanitizer-sized case list (all paths, smaller shapes)
     for run in ${GPU_CHECK_SAN:-memcheck:gemv memcheck:gdn memcheck:gemm memcheck:attn memcheck:moe
         racecheck:gemm racecheck:attn}; do
         tool=${run%:*} t=${run#*:}
         {
-            timeout ${GPU_CHECK_SAN_S:-20} compute-sanitizer --tool $tool --error-exitcode 3 \
+            LILY_CUDA_SAN=1 timeout ${GPU_CHECK_SAN_S:-20} compute-sanitizer --tool $tool --error-exitcode 3 \
                 "$work/bin/test_cuda_$t" >"$logs/san_${tool}_$t.log" 2>&1
             rc=$?
             printf '%-10s %-6s rc=%d  %s\n' $tool $t $rc \

@@ -306,6 +306,9 @@ static void time_all(void) {
 
 int main(void) {
     pt_need_gpu();
+    /* LILY_CUDA_SAN=1: only the cases small enough for compute-sanitizer's racecheck (every
+     * kernel and split path still runs; the 40K-131K contexts and deep prefills are left out) */
+    const int san = getenv("LILY_CUDA_SAN") && getenv("LILY_CUDA_SAN")[0] == '1';
     prep_case(16, 2, 256, 64, 0, 1, 1);
     prep_case(16, 2, 256, 64, 131000, 3, 1);
     prep_case(4, 4, 64, 16, 7, 29, 0);
@@ -314,8 +317,8 @@ int main(void) {
     decode_case(16, 2, 256, 17, 128, 1);
     decode_case(16, 2, 256, 1000, 128, 1);
     decode_case(16, 2, 256, 4097, 128, 0);
-    decode_case(16, 2, 256, 40000, 128, 1);
-    decode_case(16, 2, 256, 131073, 128, 1);
+    if (!san) decode_case(16, 2, 256, 40000, 128, 1);
+    if (!san) decode_case(16, 2, 256, 131073, 128, 1);
     /* every split count the grid can have, at an odd length */
     static const int splits[] = {1, 2, 3, 5, 8, 13, 31, 32, 33, 64, 100, 127, 128};
     for (size_t i = 0; i < sizeof splits / sizeof splits[0]; i++)
@@ -335,13 +338,13 @@ int main(void) {
     decode_case(32, 2, 128, 777, 9, 1);
     prefill_case(16, 2, 256, 0, 1, 1);
     prefill_case(16, 2, 256, 0, 77, 1);
-    prefill_case(16, 2, 256, 3000, 512, 1);
+    if (!san) prefill_case(16, 2, 256, 3000, 512, 1);
     prefill_case(8, 2, 128, 0, 33, 0);
     prefill_case(4, 4, 64, 5, 100, 1);
     prefill_case(2, 1, 256, 17, 9, 0);
-    prefill_case(16, 2, 256, 20011, 37, 1);
+    if (!san) prefill_case(16, 2, 256, 20011, 37, 1);
     prefill_case(16, 2, 256, 31, 1, 1);
-    prefill_case(16, 2, 256, 3000, 129, 1);
+    if (!san) prefill_case(16, 2, 256, 3000, 129, 1);
     prefill_case(16, 1, 128, 100, 200, 0);
     lily_err e;
     pt_check_true("attention rejects Dh=96", lily_cuda_attn_prefill(NULL, 1, NULL, NULL, NULL, 2,
