@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "backend/cuda/common.cuh"
+#include "backend/cuda/gemm_common.cuh"
 #include "backend/cuda/gemm_q4.h"
 
 namespace {
@@ -61,26 +62,6 @@ template <int DT, int MT, int NT, int NMAT> struct shape {
      * more token tiles than row tiles), else the B fragments of all token tiles */
     static constexpr bool AHOIST = NMAT * MT * 4 < NT * 2;
 };
-
-__device__ __forceinline__ void cp_async16(void *dst, const void *src, bool valid) {
-    uint32_t d = (uint32_t)__cvta_generic_to_shared(dst);
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(d), "l"(src),
-                 "r"(valid ? 16 : 0));
-}
-__device__ __forceinline__ void cp_async4(void *dst, const void *src, bool valid) {
-    uint32_t d = (uint32_t)__cvta_generic_to_shared(dst);
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(d), "l"(src),
-                 "r"(valid ? 4 : 0));
-}
-__device__ __forceinline__ void cp_commit() { asm volatile("cp.async.commit_group;"); }
-template <int N> __device__ __forceinline__ void cp_wait() {
-    asm volatile("cp.async.wait_group %0;" ::"n"(N));
-}
-
-__device__ __forceinline__ uint32_t bf2(float a, float b) { /* RNE, a in the low half */
-    __nv_bfloat162 h = __floats2bfloat162_rn(a, b);
-    return *(uint32_t *)&h;
-}
 
 /* Q4 pair j (0..3) of code word v: (v >> 4j) & 0x000F000F | 0x43004300 is the exact bf16 pair
  * (128 + q_j, 128 + q_{j+4}), i.e. columns (8w + j, 8w + j + 4); one subtraction and one fma with

@@ -30,6 +30,7 @@
 #include <string.h>
 
 #include "backend/cuda/common.cuh"
+#include "backend/cuda/gemm_common.cuh"
 #include "backend/cuda/gemm.h"
 
 namespace {
@@ -55,26 +56,6 @@ template <int MT, int NT, int WR, int WC> struct shape {
     static constexpr int NS = NS_FIT < 2 ? 2 : NS_FIT > 5 ? 5 : NS_FIT; /* ring depth */
     static constexpr int SMEM = NS * STAGE + TAIL + SBUF;
 };
-
-__device__ __forceinline__ void cp_async16(void *dst, const void *src, bool valid) {
-    uint32_t d = (uint32_t)__cvta_generic_to_shared(dst);
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(d), "l"(src),
-                 "r"(valid ? 16 : 0));
-}
-__device__ __forceinline__ void cp_async4(void *dst, const void *src, bool valid) {
-    uint32_t d = (uint32_t)__cvta_generic_to_shared(dst);
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(d), "l"(src),
-                 "r"(valid ? 4 : 0));
-}
-__device__ __forceinline__ void cp_commit() { asm volatile("cp.async.commit_group;"); }
-template <int N> __device__ __forceinline__ void cp_wait() {
-    asm volatile("cp.async.wait_group %0;" ::"n"(N));
-}
-
-__device__ __forceinline__ uint32_t bf2(float a, float b) { /* RNE, a in the low half */
-    __nv_bfloat162 h = __floats2bfloat162_rn(a, b);
-    return *(uint32_t *)&h;
-}
 
 /* Nibbles j and j + 4 of code word v as the bf16 pair (128 + q) (exact), minus 128 (exact), times
  * the group scale plus the bias: one rounding to bf16, as the previous kernel. */
