@@ -172,15 +172,7 @@ __global__ void __launch_bounds__(kThreads, (shape<DT, MT, NT, NMAT>::MINB))
     const int t = threadIdx.x, lane = t & 31, warp = t >> 5, g = lane >> 2, q = lane & 3;
     const int M = a.M, K = a.K, ksteps = K / BK;
     const size_t rbytes = dmat_row_bytes(DT, K);
-    if (t < BN) {
-        long long off = -1;
-        if (t < rows) {
-            int r = row0 + t;
-            if (a.gather) r = a.gather[r];
-            off = (long long)r * a.ldx;
-        }
-        s_xoff[t] = off;
-    }
+    if (t < BN) s_xoff[t] = x_row_offset(t, rows, row0, a.gather, a.ldx);
     __syncthreads();
 
     /* one k-step of codes, scale words and X into ring slot sl */

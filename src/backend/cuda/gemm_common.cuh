@@ -1,6 +1,6 @@
 /* Device helpers of the two prefill GEMM kernels (gemm.cu, gemm_q4.cu): cp.async copies into
  * shared memory (16 bytes through L2 only, 4 bytes through L1; a false `valid` fills zeros), their
- * commit/wait, and packing two floats into a bf16 pair. */
+ * commit/wait, packing two floats into a bf16 pair, and a tile row's X offset. */
 #ifndef LILY_BACKEND_CUDA_GEMM_COMMON_CUH
 #define LILY_BACKEND_CUDA_GEMM_COMMON_CUH
 
@@ -27,6 +27,16 @@ template <int N> __device__ __forceinline__ void cp_wait() {
 __device__ __forceinline__ uint32_t bf2(float a, float b) { /* RNE, a in the low half */
     __nv_bfloat162 h = __floats2bfloat162_rn(a, b);
     return *(uint32_t *)&h;
+}
+
+/* Element offset in X of the token that tile row t (of rows) reads: row row0 + t, or gather[it]
+ * for the grouped GEMM; -1 past the tile's rows. */
+__device__ __forceinline__ long long x_row_offset(int t, int rows, int row0, const int32_t *gather,
+                                                  int ldx) {
+    if (t >= rows) return -1;
+    int r = row0 + t;
+    if (gather) r = gather[r];
+    return (long long)r * ldx;
 }
 
 } // namespace

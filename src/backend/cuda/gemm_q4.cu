@@ -115,15 +115,7 @@ __global__ void __launch_bounds__(kThreads, 2) q4_kernel(const q4_args a) {
     }
     const int t = threadIdx.x, lane = t & 31, warp = t >> 5, g = lane >> 2, q = lane & 3;
     const size_t rbytes = (size_t)a.K / 2;
-    if (t < BN) {
-        long long off = -1;
-        if (t < rows) {
-            int r = row0 + t;
-            if (a.gather) r = a.gather[r];
-            off = (long long)r * a.ldx;
-        }
-        s_xoff[t] = off;
-    }
+    if (t < BN) s_xoff[t] = x_row_offset(t, rows, row0, a.gather, a.ldx);
     __syncthreads();
 
     /* scale words of groups SBC c .. SBC c + SBC - 1 into slot c & 1. A slot is refilled by the
