@@ -130,12 +130,18 @@ if [[ $skip != *" bench "* ]]; then
     fi
     if [[ $skip != *" profile "* ]] && command -v ncu >/dev/null; then
         # per-kernel GPU time of one 35B prefill chunk and one (ungraphed) decode step
-        for phase in decode prefill; do
-            echo "== ncu: kernel time of one $phase step (top 14)"
-            LILY_CUDA_BENCH_PROFILE=$phase timeout 150 ncu --clock-control none \
+        # GPU_CHECK_PROFILE_PHASES (default "decode prefill"); GPU_CHECK_PROFILE_VARIANTS="A=1;A=0"
+        # profiles each phase once per variant (LILY_CUDA_<A>=<value>, as the bench variants)
+        IFS=';' read -r -a pvars <<<"${GPU_CHECK_PROFILE_VARIANTS:-}"
+        [ ${#pvars[@]} -eq 0 ] && pvars=("")
+        for pv in "${pvars[@]}"; do
+        for phase in ${GPU_CHECK_PROFILE_PHASES:-decode prefill}; do
+            echo "== ncu: kernel time of one $phase step (top 14)${pv:+ [$pv]}"
+            tag=${pv//[^A-Za-z0-9]/_}
+            env ${pv:+LILY_CUDA_$pv} LILY_CUDA_BENCH_PROFILE=$phase timeout 150 ncu --clock-control none \
                 --metrics gpu__time_duration.sum --csv --print-kernel-base function \
-                --log-file "$logs/ncu_$phase.csv" "$work/bin/test_cuda_bench" >/dev/null 2>&1
-            python3 - "$logs/ncu_$phase.csv" <<'PY'
+                --log-file "$logs/ncu_$phase$tag.csv" "$work/bin/test_cuda_bench" >/dev/null 2>&1
+            python3 - "$logs/ncu_$phase$tag.csv" <<'PY'
 import csv, sys, collections
 rows = [r for r in csv.reader(open(sys.argv[1])) if len(r) > 10]
 h = rows[0]; ki = h.index("Kernel Name"); vi = h.index("Metric Value"); ui = h.index("Metric Unit")
@@ -149,6 +155,7 @@ print(f"total {s:.0f} us over {sum(cnt.values())} kernels")
 for k, v in sorted(tot.items(), key=lambda x: -x[1])[:14]:
     print(f"{v:10.0f} us {100*v/s:5.1f}% x{cnt[k]:<5d} {k[:60]}")
 PY
+        done
         done
     fi
     if [[ $skip != *" lily "* ]] && [ -x "$work/bin/lily" ]; then

@@ -1,15 +1,17 @@
 /* GPU attention (backend/cuda/attn.h) against lily_cpu_attention: the prep kernel (q/k RMSNorm,
- * partial RoPE, bf16 cache append) against lily_cpu_rmsnorm + lily_cpu_rope, split-K decode at
- * contexts from 1 to 131073 positions (one split, every split count from 1 to 128, forced split
- * targets, odd lengths, group sizes 1 to 16),
- * and the tensor-core prefill over chunks that start at 0 and deep in the cache, with and without
- * the sigmoid output gate, for several head dims and group sizes. Cache values and prefill
- * queries are rounded to bf16 on the host so both sides see the same inputs.
+ * partial RoPE, int16 + scale cache rows) against lily_cpu_rmsnorm + lily_cpu_rope, split-K
+ * decode at contexts from 1 to 131073 positions (one split, every split count from 1 to 128,
+ * forced split targets, odd lengths, group sizes 1 to 16), and the tensor-core prefill over chunks
+ * that start at 0 and deep in the cache, with and without the sigmoid output gate, for head dims
+ * 64, 128, 256 and several group sizes. The reference is plain fp32 attention on the values the
+ * cache holds (code * scale, rows of random magnitude, some all zero), with unrounded queries; each
+ * case runs in both modes of LILY_CUDA_ATTN_EXACT: 1 (the exact split products: the result must
+ * agree to fp32 accumulation level) and 0 (one bf16 pass: a looser bound).
  *
- * LILY_CUDA_TIME=1 also times decode at the 35B-A3B shape (Nq 16, Nkv 2, Dh 256, 128 splits as
- * the backend sizes them) at contexts 4K to 128K, alone and as a CUDA graph of 10 calls (the
- * 10 attention layers of a decode step), with a sweep of split targets, and one 512-token
- * prefill chunk at depth 130560 (cudaEvent, median of 20). */
+ * LILY_CUDA_TIME=1 also times, in both modes, decode at the 35B-A3B shape (Nq 16, Nkv 2, Dh 256,
+ * 128 splits as the backend sizes them) at contexts 4K to 128K, alone and as a CUDA graph of 10
+ * calls (the 10 attention layers of a decode step), with a sweep of split targets, and one
+ * 512-token prefill chunk at depth 130560 (cudaEvent, median of 20). */
 #include <stdio.h>
 
 #ifndef LILY_HAVE_CUDA
@@ -23,21 +25,55 @@ int main(void) {
 #include "backend/cuda/attn.h"
 #include "parity_util.h"
 
-static float bfr(float x) { return lily_bf16_to_f32(lily_f32_to_bf16(x)); }
+/* RMS relative bounds (pt_check) of the two modes: exact products leave fp32 accumulation error
+ * (tensor-core sums, exp2f: ~1e-5); one bf16 pass rounds q, K, V and P to 8 bits (~2e-3). */
+#define TOL_EXACT 5e-5
+#define TOL_FAST 1e-2
+
 static float sig(float x) { return 1.0f / (1.0f + expf(-x)); }
 
-/* Random bf16-valued cache of ctx rows; host fp32 copy and device bf16 copy. */
-static void make_cache(int ctx, int width, float **h, uint16_t **d) {
-    size_t n = (size_t)ctx * width;
-    *h = malloc(n * 4);
-    uint16_t *b = malloc(n * 2);
-    for (size_t i = 0; i < n; i++) {
-        b[i] = lily_f32_to_bf16(pt_frand() * 2.0f);
-        (*h)[i] = lily_bf16_to_f32(b[i]);
+static void set_exact(int on) {
+    setenv("LILY_CUDA_ATTN_EXACT", on ? "1" : "0", 1);
+    lily_cuda_tune_reload();
+}
+
+/* One cache row (all Nkv heads of a position) in the format of attn.h, from x [Nkv*Dh]; x is
+ * replaced by the values the row holds (code * scale), which is what the reference sees. */
+static void kv_pack_row(float *x, int Nkv, int Dh, uint8_t *row) {
+    int16_t *codes = (int16_t *)row;
+    float *scales = (float *)(row + (size_t)Nkv * Dh * 2);
+    for (int j = 0; j < Nkv; j++) {
+        float *xj = x + (size_t)j * Dh, mx = 0.f;
+        for (int d = 0; d < Dh; d++) mx = fmaxf(mx, fabsf(xj[d]));
+        float sc = mx / 32767.f;
+        scales[j] = sc;
+        for (int d = 0; d < Dh; d++) {
+            float c = sc > 0.f ? rintf(xj[d] / sc) : 0.f;
+            c = fminf(fmaxf(c, -32767.f), 32767.f);
+            codes[(size_t)j * Dh + d] = (int16_t)c;
+            xj[d] = c * sc;
+        }
+    }
+}
+
+/* Random cache of ctx positions: host fp32 values [ctx][Nkv*Dh] (as the cache holds them) and the
+ * device rows. Each (position, head) row gets its own magnitude (0.25 to 2), and every 37th
+ * position's head 0 is all zero (scale 0). */
+static void make_cache(int ctx, int Nkv, int Dh, float **h, void **d) {
+    size_t w = (size_t)Nkv * Dh, rb = lily_cuda_kv_bytes(1, Nkv, Dh);
+    *h = malloc((size_t)ctx * w * 4);
+    uint8_t *b = calloc((size_t)ctx, rb);
+    for (int p = 0; p < ctx; p++) {
+        float *x = *h + (size_t)p * w;
+        for (int j = 0; j < Nkv; j++) {
+            float amp = (p % 37 == 5 && j == 0) ? 0.f : 1.125f + 0.875f * pt_frand();
+            for (int i = 0; i < Dh; i++) x[(size_t)j * Dh + i] = pt_frand() * amp;
+        }
+        kv_pack_row(x, Nkv, Dh, b + (size_t)p * rb);
     }
     lily_err e;
-    *d = lily_cuda_alloc(n * 2, &e);
-    lily_cuda_h2d(*d, b, n * 2, &e);
+    *d = lily_cuda_alloc(lily_cuda_kv_bytes(ctx, Nkv, Dh), &e);
+    lily_cuda_h2d(*d, b, lily_cuda_kv_bytes(ctx, Nkv, Dh), &e);
     free(b);
 }
 
@@ -50,12 +86,12 @@ static int32_t *dev_pos(int p) {
 
 static void decode_case(int Nq, int Nkv, int Dh, int ctx, int splits, int gated) {
     lily_err e;
-    char name[160];
+    char name[200];
     int qd = Nq * Dh;
     float *kc, *vc;
-    uint16_t *dk, *dv;
-    make_cache(ctx, Nkv * Dh, &kc, &dk);
-    make_cache(ctx, Nkv * Dh, &vc, &dv);
+    void *dk, *dv;
+    make_cache(ctx, Nkv, Dh, &kc, &dk);
+    make_cache(ctx, Nkv, Dh, &vc, &dv);
     float *q = malloc(qd * 4), *gate = malloc(qd * 4), *ref = malloc(qd * 4);
     pt_fill(q, qd, 1.5f);
     pt_fill(gate, qd, 3.0f);
@@ -67,15 +103,20 @@ static void decode_case(int Nq, int Nkv, int Dh, int ctx, int splits, int gated)
     float *dq = pt_dup(q, qd), *dg = pt_dup(gate, qd), *dout = pt_dalloc(qd * 4);
     float *dscr = pt_dalloc(lily_cuda_attn_decode_scratch(Nq, Dh, splits) * 4);
     int32_t *dp = dev_pos(ctx - 1);
-    int rc = lily_cuda_attn_decode(dq, dk, dv, dp, Nq, Nkv, Dh, scale, gated ? dg : NULL, dscr,
-                                   splits, dout, NULL, &e);
-    if (!pt_ok(rc, "decode launch", &e)) return;
     float *got = malloc(qd * 4);
-    pt_get(got, dout, qd);
     const char *want = getenv("LILY_CUDA_ATTN_SPLITS");
-    snprintf(name, sizeof name, "attn decode Nq=%d Nkv=%d Dh=%d ctx=%d splits=%d%s%s%s", Nq, Nkv,
-             Dh, ctx, splits, gated ? " gated" : "", want ? " want=" : "", want ? want : "");
-    pt_check(name, got, ref, qd, 1e-4);
+    for (int ex = 1; ex >= 0; ex--) {
+        set_exact(ex);
+        int rc = lily_cuda_attn_decode(dq, dk, dv, dp, Nq, Nkv, Dh, scale, gated ? dg : NULL,
+                                       dscr, splits, dout, NULL, &e);
+        if (!pt_ok(rc, "decode launch", &e)) break;
+        pt_get(got, dout, qd);
+        snprintf(name, sizeof name, "attn decode%s Nq=%d Nkv=%d Dh=%d ctx=%d splits=%d%s%s%s",
+                 ex ? "" : " (fast)", Nq, Nkv, Dh, ctx, splits, gated ? " gated" : "",
+                 want ? " want=" : "", want ? want : "");
+        pt_check(name, got, ref, qd, ex ? TOL_EXACT : TOL_FAST);
+    }
+    set_exact(1);
     lily_cuda_free(dk), lily_cuda_free(dv), lily_cuda_free(dq), lily_cuda_free(dg);
     lily_cuda_free(dout), lily_cuda_free(dscr), lily_cuda_free(dp);
     free(kc), free(vc), free(q), free(gate), free(ref), free(scr), free(got);
@@ -83,15 +124,15 @@ static void decode_case(int Nq, int Nkv, int Dh, int ctx, int splits, int gated)
 
 static void prefill_case(int Nq, int Nkv, int Dh, int pos0, int n, int gated) {
     lily_err e;
-    char name[160];
+    char name[200];
     int qd = Nq * Dh, ctx = pos0 + n;
     float *kc, *vc;
-    uint16_t *dk, *dv;
-    make_cache(ctx, Nkv * Dh, &kc, &dk);
-    make_cache(ctx, Nkv * Dh, &vc, &dv);
+    void *dk, *dv;
+    make_cache(ctx, Nkv, Dh, &kc, &dk);
+    make_cache(ctx, Nkv, Dh, &vc, &dv);
     size_t nq = (size_t)n * qd;
     float *q = malloc(nq * 4), *gate = malloc(nq * 4), *ref = malloc(nq * 4);
-    for (size_t i = 0; i < nq; i++) q[i] = bfr(pt_frand() * 1.5f);
+    pt_fill(q, nq, 1.5f);
     pt_fill(gate, nq, 3.0f);
     float scale = 1.0f / sqrtf((float)Dh);
     float *scr = malloc((size_t)(Nq / Nkv) * ctx * 4); /* [rep][ctx]: one thread */
@@ -100,23 +141,65 @@ static void prefill_case(int Nq, int Nkv, int Dh, int pos0, int n, int gated) {
         for (size_t i = 0; i < nq; i++) ref[i] *= sig(gate[i]);
     float *dq = pt_dup(q, nq), *dg = pt_dup(gate, nq), *dout = pt_dalloc(nq * 4);
     int32_t *dp = dev_pos(pos0);
-    int rc = lily_cuda_attn_prefill(dq, n, dk, dv, dp, Nq, Nkv, Dh, scale, gated ? dg : NULL,
-                                    dout, NULL, &e);
-    if (!pt_ok(rc, "prefill launch", &e)) return;
     float *got = malloc(nq * 4);
-    pt_get(got, dout, nq);
-    snprintf(name, sizeof name, "attn prefill Nq=%d Nkv=%d Dh=%d pos0=%d n=%d%s", Nq, Nkv, Dh,
-             pos0, n, gated ? " gated" : "");
-    /* P is rounded to bf16 for the tensor cores */
-    pt_check(name, got, ref, nq, 5e-3);
+    for (int ex = 1; ex >= 0; ex--) {
+        set_exact(ex);
+        int rc = lily_cuda_attn_prefill(dq, n, dk, dv, dp, Nq, Nkv, Dh, scale, gated ? dg : NULL,
+                                        dout, NULL, &e);
+        if (!pt_ok(rc, "prefill launch", &e)) break;
+        pt_get(got, dout, nq);
+        snprintf(name, sizeof name, "attn prefill%s Nq=%d Nkv=%d Dh=%d pos0=%d n=%d%s",
+                 ex ? "" : " (fast)", Nq, Nkv, Dh, pos0, n, gated ? " gated" : "");
+        pt_check(name, got, ref, nq, ex ? TOL_EXACT : TOL_FAST);
+    }
+    set_exact(1);
     lily_cuda_free(dk), lily_cuda_free(dv), lily_cuda_free(dq), lily_cuda_free(dg);
     lily_cuda_free(dout), lily_cuda_free(dp);
     free(kc), free(vc), free(q), free(gate), free(ref), free(scr), free(got);
 }
 
+/* Rows of the GPU cache (positions pos0.., all heads) against fp32 reference rows ref [n][Nkv*Dh]:
+ * each head's scale is max|ref row| / 32767 (to 1e-5) and each code * scale is within scale / 2
+ * of the reference (plus 1e-5 of the row's max for the fp32 differences of norm and RoPE). */
+static void check_rows(const char *what, const void *dcache, int pos0, int n, int Nkv, int Dh,
+                       const float *ref) {
+    lily_err e;
+    size_t rb = lily_cuda_kv_bytes(1, Nkv, Dh), w = (size_t)Nkv * Dh;
+    uint8_t *b = malloc((size_t)n * rb);
+    float *dec = malloc((size_t)n * w * 4);
+    lily_cuda_d2h(b, (const uint8_t *)dcache + lily_cuda_kv_prefix_bytes(pos0, Nkv, Dh),
+                  (size_t)n * rb, &e);
+    int bad = 0;
+    double worst = 0;
+    for (int t = 0; t < n; t++) {
+        const int16_t *codes = (const int16_t *)(b + (size_t)t * rb);
+        const float *scales = (const float *)(b + (size_t)t * rb + w * 2);
+        for (int j = 0; j < Nkv; j++) {
+            const float *r = ref + (size_t)t * w + (size_t)j * Dh;
+            float mx = 0.f, sc = scales[j];
+            for (int d = 0; d < Dh; d++) mx = fmaxf(mx, fabsf(r[d]));
+            if (fabsf(sc - mx / 32767.f) > 1e-5f * mx / 32767.f + 1e-30f) bad++;
+            for (int d = 0; d < Dh; d++) {
+                float x = codes[(size_t)j * Dh + d] * sc;
+                dec[(size_t)t * w + (size_t)j * Dh + d] = x;
+                double err = fabs((double)x - r[d]), lim = 0.5 * sc + 1e-5 * mx;
+                if (err > lim) bad++;
+                if (sc > 0 && err / sc > worst) worst = err / sc;
+            }
+        }
+    }
+    char name[200];
+    snprintf(name, sizeof name, "%s: int16 rows within scale/2 (worst %.3f scale, %d bad)", what,
+             worst, bad);
+    pt_check_true(name, bad == 0);
+    snprintf(name, sizeof name, "%s: decoded rows", what);
+    pt_check(name, dec, ref, (size_t)n * w, 1e-4);
+    free(b), free(dec);
+}
+
 static void prep_case(int Nq, int Nkv, int Dh, int R, int pos0, int n, int gated) {
     lily_err e;
-    char name[160];
+    char name[200];
     int qw = Nq * Dh * (gated ? 2 : 1), ldqg = qw + 3, kvw = Nkv * Dh, ldkv = kvw + 1;
     int ctx = pos0 + n;
     double theta = 1e7;
@@ -125,6 +208,8 @@ static void prep_case(int Nq, int Nkv, int Dh, int R, int pos0, int n, int gated
     pt_fill(qg, (size_t)n * ldqg, 2.0f);
     pt_fill(k, (size_t)n * ldkv, 2.0f);
     pt_fill(v, (size_t)n * ldkv, 2.0f);
+    if (n > 1) /* an all-zero V row: scale 0, codes 0 */
+        for (int d = 0; d < Dh; d++) v[(size_t)1 * ldkv + d] = 0.f;
     for (int i = 0; i < Dh; i++) qn[i] = 1 + 0.3f * pt_frand(), kn[i] = 1 + 0.3f * pt_frand();
     float *inv = malloc((R / 2 + 1) * 4);
     for (int i = 0; i < R / 2; i++) inv[i] = 1.0f / powf((float)theta, (float)(2 * i) / (float)R);
@@ -132,7 +217,8 @@ static void prep_case(int Nq, int Nkv, int Dh, int R, int pos0, int n, int gated
     float *dv = pt_dup(v, (size_t)n * ldkv), *dqn = pt_dup(qn, Dh), *dkn = pt_dup(kn, Dh);
     float *dinv = pt_dup(inv, R / 2 + 1);
     float *dq = pt_dalloc((size_t)n * Nq * Dh * 4), *dgt = pt_dalloc((size_t)n * Nq * Dh * 4);
-    uint16_t *dkc = pt_dalloc((size_t)ctx * kvw * 2), *dvc = pt_dalloc((size_t)ctx * kvw * 2);
+    void *dkc = pt_dalloc(lily_cuda_kv_bytes(ctx, Nkv, Dh));
+    void *dvc = pt_dalloc(lily_cuda_kv_bytes(ctx, Nkv, Dh));
     int32_t *dp = dev_pos(pos0);
     int rc = lily_cuda_attn_prep(dqg, ldqg, dk, dv, ldkv, n, dp, Nq, Nkv, Dh, R, dinv, dqn, dkn,
                                  1e-6f, gated, dq, dgt, dkc, dvc, NULL, &e);
@@ -154,29 +240,24 @@ static void prep_case(int Nq, int Nkv, int Dh, int R, int pos0, int n, int gated
             memcpy(rv + ((size_t)t * Nkv + h) * Dh, v + (size_t)t * ldkv + h * Dh, Dh * 4);
         }
     }
-    float *gq = malloc(nq * 4), *gg = malloc(nq * 4), *gk = malloc(nk * 4), *gv = malloc(nk * 4);
-    uint16_t *bk = malloc(nk * 2), *bv = malloc(nk * 2);
+    float *gq = malloc(nq * 4), *gg = malloc(nq * 4);
     pt_get(gq, dq, nq);
     if (gated) pt_get(gg, dgt, nq);
-    lily_cuda_d2h(bk, dkc + (size_t)pos0 * kvw, nk * 2, &e);
-    lily_cuda_d2h(bv, dvc + (size_t)pos0 * kvw, nk * 2, &e);
-    for (size_t i = 0; i < nk; i++)
-        gk[i] = lily_bf16_to_f32(bk[i]), gv[i] = lily_bf16_to_f32(bv[i]);
     snprintf(name, sizeof name, "attn prep q Nq=%d Dh=%d R=%d pos0=%d n=%d", Nq, Dh, R, pos0, n);
     pt_check(name, gq, rq, nq, 2e-5);
     if (gated) {
         snprintf(name, sizeof name, "attn prep gate Nq=%d n=%d", Nq, n);
         pt_check(name, gg, rg, nq, 0);
     }
-    snprintf(name, sizeof name, "attn prep k cache (bf16) Nkv=%d pos0=%d n=%d", Nkv, pos0, n);
-    pt_check(name, gk, rk, nk, 4e-3);
-    snprintf(name, sizeof name, "attn prep v cache (bf16) Nkv=%d pos0=%d n=%d", Nkv, pos0, n);
-    pt_check(name, gv, rv, nk, 4e-3);
+    snprintf(name, sizeof name, "attn prep k cache Nkv=%d Dh=%d pos0=%d n=%d", Nkv, Dh, pos0, n);
+    check_rows(name, dkc, pos0, n, Nkv, Dh, rk);
+    snprintf(name, sizeof name, "attn prep v cache Nkv=%d Dh=%d pos0=%d n=%d", Nkv, Dh, pos0, n);
+    check_rows(name, dvc, pos0, n, Nkv, Dh, rv);
     lily_cuda_free(dqg), lily_cuda_free(dk), lily_cuda_free(dv), lily_cuda_free(dqn);
     lily_cuda_free(dkn), lily_cuda_free(dinv), lily_cuda_free(dq), lily_cuda_free(dgt);
     lily_cuda_free(dkc), lily_cuda_free(dvc), lily_cuda_free(dp);
     free(qg), free(k), free(v), free(qn), free(kn), free(inv), free(rq), free(rg), free(rk);
-    free(rv), free(gq), free(gg), free(gk), free(gv), free(bk), free(bv);
+    free(rv), free(gq), free(gg);
 }
 
 /* ---- timing mode (LILY_CUDA_TIME=1) ---- */
@@ -188,7 +269,7 @@ static int cmp_f(const void *a, const void *b) {
 
 typedef struct {
     float *q, *gate, *scr, *out;
-    uint16_t *k, *v;
+    void *k, *v;
     int32_t *pos;
     int n;
     cudaStream_t st;
@@ -211,8 +292,9 @@ static int t_graph10(const tctx *c) {
     static cudaGraphExec_t ex;
     static const tctx *last;
     static char env[32];
+    static unsigned gen; /* LILY_CUDA_ATTN_EXACT is read at capture */
     const char *w = getenv("LILY_CUDA_ATTN_SPLITS");
-    if (c != last || strcmp(env, w ? w : "") != 0 || !ex) {
+    if (c != last || strcmp(env, w ? w : "") != 0 || !ex || gen != lily_cuda_tune_get()->gen) {
         if (ex) cudaGraphExecDestroy(ex), ex = NULL;
         cudaGraph_t gr;
         if (cudaStreamBeginCapture(c->st, cudaStreamCaptureModeGlobal) != cudaSuccess) return -1;
@@ -225,6 +307,7 @@ static int t_graph10(const tctx *c) {
         if (cudaGraphInstantiate(&ex, gr, 0) != cudaSuccess) return -1;
         cudaGraphDestroy(gr);
         last = c;
+        gen = lily_cuda_tune_get()->gen;
         snprintf(env, sizeof env, "%s", w ? w : "");
     }
     return cudaGraphLaunch(ex, c->st) != cudaSuccess;
@@ -251,34 +334,17 @@ static float time_median(int (*f)(const tctx *), const tctx *c) {
     return 1000.f * (ms[9] + ms[10]) / 2;
 }
 
-static void time_all(void) {
-    const int maxc = 131072, w = 2 * 256, n = 512;
+/* Decode at 4K-128K (alone, in a graph of 10, split sweep) and one prefill chunk: one mode. */
+static void time_mode(tctx *cp, int maxc, int n) {
+    tctx c = *cp; /* t_graph10 re-captures on the new tune generation of each mode */
     lily_err e;
-    uint16_t *h = malloc((size_t)maxc * w * 2);
-    for (size_t i = 0; i < (size_t)maxc * w; i++) h[i] = lily_f32_to_bf16(pt_frand() * 2.0f);
-    tctx c = {0};
-    c.k = pt_dalloc((size_t)maxc * w * 2);
-    c.v = pt_dalloc((size_t)maxc * w * 2);
-    lily_cuda_h2d(c.k, h, (size_t)maxc * w * 2, &e);
-    for (size_t i = 0; i < (size_t)maxc * w; i++) h[i] = lily_f32_to_bf16(pt_frand() * 2.0f);
-    lily_cuda_h2d(c.v, h, (size_t)maxc * w * 2, &e);
-    free(h);
-    float *hq = malloc((size_t)n * 16 * 256 * 4);
-    pt_fill(hq, (size_t)n * 16 * 256, 1.5f);
-    c.q = pt_dup(hq, (size_t)n * 16 * 256);
-    pt_fill(hq, (size_t)n * 16 * 256, 3.0f);
-    c.gate = pt_dup(hq, (size_t)n * 16 * 256);
-    free(hq);
-    c.out = pt_dalloc((size_t)n * 16 * 256 * 4);
-    c.scr = pt_dalloc(lily_cuda_attn_decode_scratch(16, 256, 128) * 4);
-    c.pos = dev_pos(0);
-    cudaStreamCreate(&c.st);
+    const double rb = (double)lily_cuda_kv_bytes(1, 2, 256);
     static const int ctxs[] = {4096, 32768, 65536, 131072};
     static const char *wants[] = {"8", "16", "33", "66", "128"};
     for (int i = 0; i < 4; i++) {
         int p = ctxs[i] - 1;
         lily_cuda_h2d(c.pos, &p, 4, &e);
-        double gb = (double)ctxs[i] * w * 2 * 2 / 1e9; /* K and V bytes of the 2 KV heads */
+        double gb = ctxs[i] * rb * 2 / 1e9; /* K and V bytes of the 2 KV heads */
         float t1 = time_median(t_decode, &c), t10 = time_median(t_graph10, &c) / 10;
         printf("time decode ctx=%-6d %8.1f us (%6.0f GB/s)  in a graph of 10: %8.1f us per call "
                "(%6.0f GB/s)\n",
@@ -299,6 +365,41 @@ static void time_all(void) {
     for (int i = 0; i < n; i++) fl += 2.0 * 2 * 256 * 16 * (p0 + i + 1);
     float t = time_median(t_prefill, &c);
     printf("time prefill n=%d pos0=%d %10.1f us (%.1f TFLOP/s)\n", n, p0, t, fl / t / 1e6);
+}
+
+static void time_all(void) {
+    const int maxc = 131072, w = 2 * 256, n = 512;
+    lily_err e;
+    const size_t rb = lily_cuda_kv_bytes(1, 2, 256), cb = lily_cuda_kv_bytes(maxc, 2, 256);
+    uint8_t *h = malloc(cb);
+    float row[2 * 256];
+    tctx c = {0};
+    c.k = pt_dalloc(cb);
+    c.v = pt_dalloc(cb);
+    for (int kv = 0; kv < 2; kv++) {
+        for (int p = 0; p < maxc; p++) {
+            pt_fill(row, w, 2.0f);
+            kv_pack_row(row, 2, 256, h + (size_t)p * rb);
+        }
+        lily_cuda_h2d(kv ? c.v : c.k, h, cb, &e);
+    }
+    free(h);
+    float *hq = malloc((size_t)n * 16 * 256 * 4);
+    pt_fill(hq, (size_t)n * 16 * 256, 1.5f);
+    c.q = pt_dup(hq, (size_t)n * 16 * 256);
+    pt_fill(hq, (size_t)n * 16 * 256, 3.0f);
+    c.gate = pt_dup(hq, (size_t)n * 16 * 256);
+    free(hq);
+    c.out = pt_dalloc((size_t)n * 16 * 256 * 4);
+    c.scr = pt_dalloc(lily_cuda_attn_decode_scratch(16, 256, 128) * 4);
+    c.pos = dev_pos(0);
+    cudaStreamCreate(&c.st);
+    for (int ex = 1; ex >= 0; ex--) {
+        set_exact(ex);
+        printf("time: LILY_CUDA_ATTN_EXACT=%d\n", ex);
+        time_mode(&c, maxc, n);
+    }
+    set_exact(1);
     lily_cuda_free(c.k), lily_cuda_free(c.v), lily_cuda_free(c.q), lily_cuda_free(c.gate);
     lily_cuda_free(c.out), lily_cuda_free(c.scr), lily_cuda_free(c.pos);
     cudaStreamDestroy(c.st);
@@ -336,6 +437,8 @@ int main(void) {
     decode_case(16, 1, 64, 95, 5, 1);
     decode_case(16, 1, 256, 3333, 128, 1);
     decode_case(32, 2, 128, 777, 9, 1);
+    decode_case(8, 1, 64, 6001, 64, 1);
+    decode_case(2, 2, 128, 12345, 100, 0);
     prefill_case(16, 2, 256, 0, 1, 1);
     prefill_case(16, 2, 256, 0, 77, 1);
     if (!san) prefill_case(16, 2, 256, 3000, 512, 1);
@@ -346,6 +449,10 @@ int main(void) {
     prefill_case(16, 2, 256, 31, 1, 1);
     if (!san) prefill_case(16, 2, 256, 3000, 129, 1);
     prefill_case(16, 1, 128, 100, 200, 0);
+    prefill_case(4, 4, 128, 1000, 300, 1); /* G 1: 64 positions per block, 5 blocks */
+    prefill_case(16, 1, 64, 7, 50, 1);
+    prefill_case(8, 1, 256, 4000, 70, 0);
+    if (!san) prefill_case(16, 2, 256, 0, 2048, 1); /* many tiles under the causal mask */
     lily_err e;
     pt_check_true("attention rejects Dh=96", lily_cuda_attn_prefill(NULL, 1, NULL, NULL, NULL, 2,
                                                                     1, 96, 1, NULL, NULL, NULL,

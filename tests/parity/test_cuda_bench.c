@@ -8,9 +8,10 @@
  * prefill. Prints one line per measurement and a summary; fails only if the backend fails or the
  * 4K logits are not finite. bench/gpu_check.sh runs it on the GPU machine.
  *
- * LILY_CUDA_BENCH_VARIANTS="PDL=0;PDL=1;PDL=2" then times the graphed decode
- * at 4K and 128K once per variant (each sets LILY_CUDA_<NAME>=<VALUE>, the decode tuning
- * switches of cuda_mem.h, the others back to their defaults; the graph is recaptured), in
+ * LILY_CUDA_BENCH_VARIANTS="PDL=0;PDL=1;PDL=2" then times the graphed decode at 4K and 128K
+ * and one prefill chunk at depth ~4K and ~128K once per variant (each sets
+ * LILY_CUDA_<NAME>=<VALUE>, the tuning switches of cuda_mem.h, the others back to their
+ * defaults; the graph is recaptured), in
  * LILY_CUDA_BENCH_ROUNDS (default 2) interleaved rounds, so one run compares them side by side. */
 #include <stdio.h>
 
@@ -33,6 +34,9 @@ int main(void) {
  * resetting the tuning switches to their defaults. */
 static void apply_variant(const char *v) {
     unsetenv("LILY_CUDA_PDL");
+    unsetenv("LILY_CUDA_FUSED_ROUTER");
+    unsetenv("LILY_CUDA_GEMM_EXACT");
+    unsetenv("LILY_CUDA_ATTN_EXACT");
     char buf[256];
     snprintf(buf, sizeof buf, "%s", v);
     for (char *t = strtok(buf, " ,"); t; t = strtok(NULL, " ,")) {
@@ -211,9 +215,14 @@ int main(void) {
             apply_variant(v);
             const lily_cuda_tune *tu = lily_cuda_tune_get();
             double a = decode(n4k, 128), d = decode(deep, 32);
-            if (a < 0 || d < 0) return 1;
-            printf("VARIANT round %d [%s] (pdl %d): decode4k=%.1f tok/s "
-                   "decode128k=%.1f tok/s\n", r, v, tu->pdl, 1 / a, 1 / d);
+            double pa = prefill(tok, chunk, n4k + 100, chunk);
+            double pd = prefill(tok, chunk, deep - chunk, chunk);
+            if (a < 0 || d < 0 || pa < 0 || pd < 0) return 1;
+            printf("VARIANT round %d [%s] (pdl %d fused_router %d gemm_exact %d attn_exact %d): "
+                   "decode4k=%.1f tok/s decode128k=%.1f tok/s prefill@4k=%.0f tok/s "
+                   "prefill@128k=%.0f tok/s\n",
+                   r, v, tu->pdl, tu->fused_router, tu->gemm_exact, tu->attn_exact, 1 / a, 1 / d,
+                   chunk / pa, chunk / pd);
         }
     }
     g->state_free(gb, gs);

@@ -4,8 +4,12 @@
  * the accumulate epilogue; the grouped (expert) form with row gather and experts of 0 rows, one
  * row, several token tiles and all rows; and the gated (silu(gate) * up) forms. The Q4 kernel
  * (gemm_q4.h) runs with every tile shape and split-K factor forced, and the previous Q4 kernel
- * (still selectable for measurements) on a few cases. Operands go through bf16 on the tensor
- * cores, so the tolerance is that of a bf16 matmul with fp32 accumulation.
+ * (still selectable for measurements) on a few cases. Everything runs twice: exact
+ * (LILY_CUDA_GEMM_EXACT=1, the default: fp16 weights, activations as fp16 hi + lo with a row scale;
+ * the tolerance is that of weights rounded to fp16, relative L2 error <= 5e-4) and fast (one bf16
+ * pass: tolerance 1e-2). F32 weights are stored as bf16 on the device, so they keep 1e-2. The
+ * exact pass also checks rows of very different magnitudes (1e-6 .. 1e6: the row scale keeps
+ * fp16 in range).
  *
  * LILY_CUDA_TIME=1 also times the current and the previous Q4 kernels at the 35B-A3B prefill
  * shapes (cudaEvent, median of 20) for chunks of n = 512, 2048 and 4096 tokens: every dense
@@ -30,6 +34,20 @@ static char g_tag[48]; /* appended to the case names: forced tile and split of t
 static int g_san;
 
 static const char *dts[] = {"f32", "bf16", "f16", "q4", "q8"};
+static double g_tol = 1e-2; /* relative L2 error allowed (weights other than F32) */
+static float g_xscale_spread; /* > 0: row t of X scaled by 10^(spread * (t % 13 - 6) / 6) */
+
+static double tol(lily_dtype dt) { return dt == LILY_DT_F32 ? 1e-2 : g_tol; }
+
+/* Random X with (optionally) rows of very different magnitudes. */
+static void fill_x(float *X, int rows, int ld) {
+    pt_fill(X, (size_t)rows * ld, 2.0f);
+    if (g_xscale_spread <= 0) return;
+    for (int t = 0; t < rows; t++) {
+        float f = powf(10.f, g_xscale_spread * (float)(t % 13 - 6) / 6.f);
+        for (int c = 0; c < ld; c++) X[(size_t)t * ld + c] *= f;
+    }
+}
 
 static float silu(float x) { return x / (1.0f + expf(-x)); }
 
@@ -52,7 +70,7 @@ static void gemm_case(lily_dtype dt, int M, int K, int n, int accumulate) {
     if (!pt_ok(lily_cuda_dmat_upload(&W, 1, &dW, &e), "upload", &e)) return;
     float *X = malloc((size_t)n * ldx * 4), *Y0 = malloc((size_t)n * ldy * 4);
     float *ref = malloc((size_t)n * ldy * 4);
-    pt_fill(X, (size_t)n * ldx, 2.0f);
+    fill_x(X, n, ldx);
     pt_fill(Y0, (size_t)n * ldy, 1.0f);
     memcpy(ref, Y0, (size_t)n * ldy * 4);
     float *tmp = malloc((size_t)n * M * 4);
@@ -68,7 +86,7 @@ static void gemm_case(lily_dtype dt, int M, int K, int n, int accumulate) {
     pt_get(got, dY, (size_t)n * ldy);
     snprintf(name, sizeof name, "gemm %s W[%d x %d] n=%d%s%s", dts[dt], M, K, n,
              accumulate ? " accumulate" : "", g_tag);
-    pt_check(name, got, ref, (size_t)n * ldy, 1e-2);
+    pt_check(name, got, ref, (size_t)n * ldy, tol(dt));
     lily_cuda_free(dX), lily_cuda_free(dY);
     lily_cuda_dmat_free(&dW);
     pt_mat_free(&W);
@@ -88,7 +106,7 @@ static void glu_case(lily_dtype dt, int M, int K, int n) {
         return;
     float *X = malloc((size_t)n * ldx * 4), *ref = malloc((size_t)n * ldy * 4);
     float *tg = malloc((size_t)n * M * 4), *tu = malloc((size_t)n * M * 4);
-    pt_fill(X, (size_t)n * ldx, 2.0f);
+    fill_x(X, n, ldx);
     lily_cpu_matmul(&G, X, n, ldx, tg, M, NULL);
     lily_cpu_matmul(&U, X, n, ldx, tu, M, NULL);
     for (size_t i = 0; i < (size_t)n * ldy; i++) ref[i] = 0;
@@ -102,7 +120,7 @@ static void glu_case(lily_dtype dt, int M, int K, int n) {
     float *got = malloc((size_t)n * ldy * 4);
     pt_get(got, dY, (size_t)n * ldy);
     snprintf(name, sizeof name, "gemm_glu %s G,U[%d x %d] n=%d", dts[dt], M, K, n);
-    pt_check(name, got, ref, (size_t)n * ldy, 1e-2);
+    pt_check(name, got, ref, (size_t)n * ldy, tol(dt));
     lily_cuda_free(dX), lily_cuda_free(dY);
     lily_cuda_dmat_free(&dG), lily_cuda_dmat_free(&dU);
     pt_mat_free(&G), pt_mat_free(&U);
@@ -150,7 +168,7 @@ static void grouped_case(lily_dtype dt, int M, int K, int E, const int *counts, 
     if (!pt_ok(lily_cuda_dmat_upload(G, E, &dG, &e), "upload", &e)) return;
     if (glu && !pt_ok(lily_cuda_dmat_upload(U, E, &dU, &e), "upload", &e)) return;
     float *X = malloc((size_t)xrows * ldx * 4);
-    pt_fill(X, (size_t)xrows * ldx, 2.0f);
+    fill_x(X, xrows, ldx);
     int32_t *gather = malloc((size_t)(R + 1) * 4);
     for (int r = 0; r < R; r++) gather[r] = use_gather ? (int32_t)(pt_rnd() % n) : r;
     int32_t *tiles = malloc((size_t)(ntmax + 3) * 12);
@@ -179,12 +197,13 @@ static void grouped_case(lily_dtype dt, int M, int K, int E, const int *counts, 
     lily_cuda_memset(dY, 0, ny * 4, NULL, &e);
     const int32_t *gp = use_gather ? dgather : NULL;
 #ifdef LILY_GEMM_HAS_GLU
-    int rc = glu ? lily_cuda_gemm_grouped_glu(&dG, &dU, dX, ldx, gp, dtiles, dnt, max_tiles, dY,
-                                              ldy, NULL, &e)
-                 : lily_cuda_gemm_grouped(&dG, dX, ldx, gp, dtiles, dnt, max_tiles, dY, ldy, NULL,
-                                          &e);
+    int rc = glu ? lily_cuda_gemm_grouped_glu(&dG, &dU, dX, ldx, xrows, gp, dtiles, dnt,
+                                              max_tiles, dY, ldy, NULL, &e)
+                 : lily_cuda_gemm_grouped(&dG, dX, ldx, xrows, gp, dtiles, dnt, max_tiles, dY, ldy,
+                                          NULL, &e);
 #else
-    int rc = lily_cuda_gemm_grouped(&dG, dX, ldx, gp, dtiles, dnt, max_tiles, dY, ldy, NULL, &e);
+    int rc = lily_cuda_gemm_grouped(&dG, dX, ldx, xrows, gp, dtiles, dnt, max_tiles, dY, ldy,
+                                    NULL, &e);
 #endif
     if (pt_ok(rc, "grouped launch", &e)) {
         pt_get(got, dY, ny);
@@ -192,7 +211,7 @@ static void grouped_case(lily_dtype dt, int M, int K, int E, const int *counts, 
                          dts[dt], M, K, E);
         for (int x = 0; x < E && k < 150; x++) k += snprintf(name + k, sizeof name - k, "%s%d", x ? "," : "", counts[x]);
         snprintf(name + k, sizeof name - k, "}%s%s", use_gather ? " gather" : "", g_tag);
-        pt_check(name, got, ref, ny, 1e-2);
+        pt_check(name, got, ref, ny, tol(dt));
     }
     lily_cuda_free(dX), lily_cuda_free(dY), lily_cuda_free(dgather), lily_cuda_free(dtiles);
     lily_cuda_free(dnt);
@@ -238,7 +257,7 @@ static float time_median(time_fn f, void *ctx) {
 typedef struct {
     lily_dmat *W, *U;
     float *X, *Y;
-    int ldx, n, ldy, acc;
+    int ldx, n, ldy, acc, nx;
     int32_t *gather, *tiles, *nt;
     int max_tiles;
 } tctx;
@@ -251,8 +270,8 @@ static int t_dense(void *p) {
 static int t_grouped(void *p) {
     tctx *c = p;
     lily_err e;
-    return lily_cuda_gemm_grouped(c->W, c->X, c->ldx, c->gather, c->tiles, c->nt, c->max_tiles,
-                                  c->Y, c->ldy, NULL, &e);
+    return lily_cuda_gemm_grouped(c->W, c->X, c->ldx, c->nx, c->gather, c->tiles, c->nt,
+                                  c->max_tiles, c->Y, c->ldy, NULL, &e);
 }
 
 static lily_dmat up_q4(int M, int K, int E) {
@@ -374,7 +393,7 @@ static void timing(void) {
         c.max_tiles = n * k / LILY_GEMM_GROUP_BN + E;
         const double f = 2.0 * n * k * I * H;
         char name[120];
-        c.W = &Gs, c.X = dX, c.ldx = H, c.Y = dY, c.ldy = I;
+        c.W = &Gs, c.X = dX, c.ldx = H, c.Y = dY, c.ldy = I, c.nx = n;
         snprintf(name, sizeof name, "grouped q4 gate/up 512 x 2048 x 256 n=%d", n);
         time_both(name, t_grouped, &c, f);
         lily_cuda_gemm_select(LILY_GEMM_Q4);
@@ -396,7 +415,7 @@ static void timing(void) {
             pt_check("grouped q4 new = previous kernel, 35B gate shape n=512", a, b, ny, 1e-2);
             free(a), free(b);
         }
-        c.W = &Ds, c.X = dY2, c.ldx = I, c.Y = dY, c.ldy = H, c.gather = NULL;
+        c.W = &Ds, c.X = dY2, c.ldx = I, c.Y = dY, c.ldy = H, c.gather = NULL, c.nx = n * k;
         snprintf(name, sizeof name, "grouped q4 down 2048 x 512 x 256 n=%d", n);
         time_both(name, t_grouped, &c, f);
         lily_cuda_gemm_select(LILY_GEMM_Q4);
@@ -441,9 +460,7 @@ static void q4_shapes(void) {
     g_tag[0] = 0;
 }
 
-int main(void) {
-    pt_need_gpu();
-    g_san = getenv("LILY_CUDA_SAN") && getenv("LILY_CUDA_SAN")[0] == '1';
+static void all_cases(void) {
     q4_shapes();
     gemm_case(LILY_DT_Q4, 1000, 2048, 65, 0);
     if (!g_san) gemm_case(LILY_DT_Q4, 8192, 2048, 200, 0);
@@ -496,6 +513,35 @@ int main(void) {
     gemm_case(LILY_DT_Q4, 37, 4096, 64, 1);
     lily_cuda_gemm_select(LILY_GEMM_AUTO);
     g_tag[0] = 0;
+}
+
+int main(void) {
+    pt_need_gpu();
+    g_san = getenv("LILY_CUDA_SAN") && getenv("LILY_CUDA_SAN")[0] == '1';
+    for (int exact = 1; exact >= 0; exact--) {
+        setenv("LILY_CUDA_GEMM_EXACT", exact ? "1" : "0", 1);
+        lily_cuda_tune_reload();
+        g_tol = exact ? 5e-4 : 1e-2;
+        printf("== %s GEMMs\n", exact ? "exact" : "fast (bf16)");
+        all_cases();
+    }
+    /* exact: rows from 1e-6 to 1e6 in one X (the per-row power-of-two scale keeps fp16 finite) */
+    setenv("LILY_CUDA_GEMM_EXACT", "1", 1);
+    lily_cuda_tune_reload();
+    g_tol = 5e-4;
+    g_xscale_spread = 6.f;
+    snprintf(g_tag, sizeof g_tag, " [rows 1e-6..1e6]");
+    gemm_case(LILY_DT_Q4, 300, 1024, 133, 0);
+    gemm_case(LILY_DT_Q8, 256, 2048, 77, 0);
+    glu_case(LILY_DT_Q4, 100, 192, 26);
+    {
+        const int c1[5] = {0, 37, 1, 100, 0};
+        grouped_case(LILY_DT_Q4, 200, 512, 5, c1, 60, 1, 0);
+    }
+    g_xscale_spread = 0;
+    g_tag[0] = 0;
+    unsetenv("LILY_CUDA_GEMM_EXACT");
+    lily_cuda_tune_reload();
     lily_err e;
     float dummy[8];
     lily_dmat bad = {0};

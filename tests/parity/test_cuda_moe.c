@@ -3,7 +3,10 @@
  * decode path and the grouped prefill path: the routing is checked against the CPU top-k, and
  * the output against the CPU block run with the GPU's routing (so a near-tie flip cannot fail the
  * test). The prefill is also run with forced routings: every token on the same k experts (those
- * get all rows, the rest none) and a skewed random load; and a dense SwiGLU MLP (no experts). */
+ * get all rows, the rest none) and a skewed random load; and a dense SwiGLU MLP (no experts).
+ * Every decode case runs with LILY_CUDA_FUSED_ROUTER=0 and 1 (the router GEMV, or the router
+ * inside the gate/up launch behind a grid barrier), and the fused path also under CUDA graph
+ * replay. */
 #include <stdio.h>
 
 #ifndef LILY_HAVE_CUDA
@@ -12,6 +15,8 @@ int main(void) {
     return 77;
 }
 #else
+#include <cuda_runtime_api.h>
+
 #include "backend/cuda/moe.h"
 #include "parity_util.h"
 
@@ -127,46 +132,172 @@ static void moe_ref(moe_fix *f, const float *u, int n, const int *idx, const flo
     free(y), free(acc), free(lg), free(cw);
 }
 
-static void decode_case(moe_fix *f) {
+/* LILY_CUDA_FUSED_ROUTER for the launches that follow. */
+static void set_fused(int on) {
+    setenv("LILY_CUDA_FUSED_ROUTER", on ? "1" : "0", 1);
+    lily_cuda_tune_reload();
+}
+
+/* Whether the fixture's decode should take the fused-router path when the switch is on: the
+ * fixtures have a Q8 router and Q4 experts, so it is the tensor-core gate/up kernel's shapes
+ * (and every grid here is small enough to be resident). */
+static int expect_fused(const moe_fix *f) {
+    const char *mma = getenv("LILY_CUDA_Q4MMA");
+    return f->k > 0 && f->H % 256 == 0 && !(mma && mma[0] == '0');
+}
+
+/* One decode step of x [H] on scratch scr: the output, and the routing when k > 0. */
+static int dec_run(moe_fix *f, const float *x, const float *dw, void *scr, float *got, int *gidx,
+                   float *gwt) {
     lily_err e;
-    char name[160];
+    float *dx = pt_dup(x, f->H);
+    int rc = lily_cuda_moe_decode(&f->m, dx, dw, 1e-6f, scr, NULL, &e);
+    if (!pt_ok(rc, "moe decode launch", &e)) return lily_cuda_free(dx), -1;
+    if (f->k) {
+        lily_cuda_sync(&e);
+        lily_cuda_d2h(gidx, lily_cuda_moe_decode_idx(&f->m, scr), f->k * 4, &e);
+        lily_cuda_d2h(gwt, lily_cuda_moe_decode_wt(&f->m, scr), f->k * 4, &e);
+    }
+    pt_get(got, dx, f->H);
+    lily_cuda_free(dx);
+    return 0;
+}
+
+/* The decode step with the router GEMV (fused 0) and with the router fused into the gate/up
+ * launch (fused 1), each twice on one scratch that starts poisoned: with the switch on, the
+ * first step finds no barrier tag and computes the router per block, the second goes through
+ * the grid barrier (moe_router.cuh). Every step is checked against the CPU; the fused steps
+ * must also route exactly as the unfused one and give the same output (the kernels are
+ * designed to be bit-identical; the count of differing floats is printed). */
+static void decode_case(moe_fix *f) {
+    char name[200];
     int H = f->H, k = f->k;
     float *x = malloc(H * 4), *u = malloc(H * 4);
     pt_fill(x, H, 2.0f);
     lily_cpu_rmsnorm(x, f->norm_w, H, 1e-6f, u);
-    float *dx = pt_dup(x, H), *dw = pt_dup(f->norm_w, H);
-    void *scr = pt_dalloc(lily_cuda_moe_decode_scratch(&f->m));
-    int rc = lily_cuda_moe_decode(&f->m, dx, dw, 1e-6f, scr, NULL, &e);
-    if (!pt_ok(rc, "moe decode launch", &e)) return;
-    int gidx[32] = {0}, cidx[32] = {0};
-    float gwt[32] = {0};
+    float *dw = pt_dup(f->norm_w, H);
+    float *got[2][2], *ref = malloc(H * 4);
+    int gidx[2][2][32] = {{{0}}}, cidx[32] = {0};
+    float gwt[2][2][32] = {{{0}}}, cw[32] = {0};
     if (k) {
-        lily_cuda_sync(&e);
-        lily_cuda_d2h(gidx, lily_cuda_moe_decode_idx(&f->m, scr), k * 4, &e);
-        lily_cuda_d2h(gwt, lily_cuda_moe_decode_wt(&f->m, scr), k * 4, &e);
-    }
-    float *ref = malloc(H * 4), *got = malloc(H * 4);
-    memcpy(ref, x, H * 4);
-    moe_ref(f, u, 1, gidx, gwt, ref, k ? cidx : NULL);
-    if (k) {
-        int same = 1;
-        for (int j = 0; j < k; j++) same &= gidx[j] == cidx[j];
-        snprintf(name, sizeof name, "moe decode routing E=%d k=%d matches the CPU top-k", f->E, k);
-        pt_check_true(name, same);
-        float cw[32];
         float *lg = malloc(f->E * 4);
         lily_cpu_matmul(&f->router, u, 1, H, lg, f->E, NULL);
         lily_cpu_topk_softmax(lg, f->E, k, 1, cidx, cw);
-        snprintf(name, sizeof name, "moe decode routing weights E=%d k=%d", f->E, k);
-        pt_check(name, gwt, cw, k, 1e-4);
         free(lg);
     }
-    pt_get(got, dx, H);
-    snprintf(name, sizeof name, "moe decode out E=%d k=%d H=%d I=%d Is=%d%s", f->E, k, H, f->I,
-             f->Is, f->has_sg ? " gated shared" : "");
-    pt_check(name, got, ref, H, 1e-4);
-    lily_cuda_free(dx), lily_cuda_free(dw), lily_cuda_free(scr);
-    free(x), free(u), free(ref), free(got);
+    for (int fu = 0; fu < 2; fu++) {
+        set_fused(fu);
+        int fuses = lily_cuda_moe_decode_fuses(&f->m);
+        snprintf(name, sizeof name, "moe decode E=%d k=%d H=%d fused router %s (switch %d)",
+                 f->E, k, H, fuses ? "on" : "off", fu);
+        pt_check_true(name, fuses == (fu && expect_fused(f)));
+        void *scr = pt_dalloc(lily_cuda_moe_decode_scratch(&f->m));
+        for (int call = 0; call < 2; call++) {
+            const char *tag = fu ? (call ? " [fused, barrier]" : " [fused, first step]")
+                                 : (call ? " [unfused, again]" : " [unfused]");
+            got[fu][call] = malloc(H * 4);
+            if (dec_run(f, x, dw, scr, got[fu][call], gidx[fu][call], gwt[fu][call])) {
+                memset(got[fu][call], 0, H * 4);
+                continue;
+            }
+            memcpy(ref, x, H * 4);
+            moe_ref(f, u, 1, gidx[fu][call], gwt[fu][call], ref, NULL);
+            if (k) {
+                int same = 1;
+                for (int j = 0; j < k; j++) same &= gidx[fu][call][j] == cidx[j];
+                snprintf(name, sizeof name, "moe decode routing E=%d k=%d matches the CPU top-k%s",
+                         f->E, k, tag);
+                pt_check_true(name, same);
+                snprintf(name, sizeof name, "moe decode routing weights E=%d k=%d%s", f->E, k,
+                         tag);
+                pt_check(name, gwt[fu][call], cw, k, 1e-4);
+            }
+            snprintf(name, sizeof name, "moe decode out E=%d k=%d H=%d I=%d Is=%d%s%s", f->E, k,
+                     H, f->I, f->Is, f->has_sg ? " gated shared" : "", tag);
+            pt_check(name, got[fu][call], ref, H, 1e-4);
+        }
+        lily_cuda_free(scr);
+    }
+    for (int call = 0; call < 2; call++) {
+        int same = !memcmp(gidx[0][0], gidx[1][call], sizeof gidx[0][0]) &&
+                   !memcmp(gwt[0][0], gwt[1][call], sizeof gwt[0][0]);
+        int diff = 0;
+        for (int i = 0; i < H; i++) diff += memcmp(&got[0][0][i], &got[1][call][i], 4) != 0;
+        snprintf(name, sizeof name, "moe decode E=%d k=%d H=%d fused step %d routes as unfused "
+                 "(idx, wt bitwise)", f->E, k, H, call + 1);
+        pt_check_true(name, same);
+        snprintf(name, sizeof name, "moe decode E=%d H=%d fused step %d vs unfused (%d of %d differ)",
+                 f->E, H, call + 1, diff, H);
+        pt_check(name, got[1][call], got[0][0], H, 1e-6);
+    }
+    set_fused(0);
+    for (int fu = 0; fu < 2; fu++) free(got[fu][0]), free(got[fu][1]);
+    lily_cuda_free(dw);
+    free(x), free(u), free(ref);
+}
+
+/* The fused router under CUDA graph replay, as the backend runs it: two MoE "layers" on one
+ * scratch captured into a graph with the switch on, replayed three times from the same input.
+ * Replay 1 starts on a poisoned scratch (layer 1 without the barrier tag, layer 2 with the tag
+ * that layer 1's down kernel wrote); replays 2 and 3 reuse the self-resetting barrier. Each must
+ * equal the same two layers run eagerly through the router GEMV. */
+static void graph_case(moe_fix *f) {
+    lily_err e;
+    char name[200];
+    int H = f->H, k = f->k;
+    float *x = malloc(H * 4), *want = malloc(H * 4), *got = malloc(H * 4);
+    int widx[32] = {0}, gidx[32] = {0};
+    pt_fill(x, H, 2.0f);
+    float *dw = pt_dup(f->norm_w, H), *dx = pt_dup(x, H);
+    size_t sb = lily_cuda_moe_decode_scratch(&f->m);
+    set_fused(0);
+    void *scr0 = pt_dalloc(sb);
+    int rc = lily_cuda_moe_decode(&f->m, dx, dw, 1e-6f, scr0, NULL, &e) ||
+             lily_cuda_moe_decode(&f->m, dx, dw, 1e-6f, scr0, NULL, &e);
+    if (!pt_ok(rc, "moe decode (graph reference)", &e)) return;
+    pt_get(want, dx, H);
+    lily_cuda_d2h(widx, lily_cuda_moe_decode_idx(&f->m, scr0), k * 4, &e);
+    set_fused(1);
+    void *scr = pt_dalloc(sb);
+    if (lily_cuda_sync(&e)) return (void)pt_ok(-1, "sync", &e); /* the poison (legacy stream) */
+    cudaStream_t st = NULL;
+    cudaGraph_t g = NULL;
+    cudaGraphExec_t ge = NULL;
+    int ok = cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking) == cudaSuccess &&
+             cudaStreamBeginCapture(st, cudaStreamCaptureModeRelaxed) == cudaSuccess;
+    if (ok) {
+        rc = lily_cuda_moe_decode(&f->m, dx, dw, 1e-6f, scr, st, &e) ||
+             lily_cuda_moe_decode(&f->m, dx, dw, 1e-6f, scr, st, &e);
+        ok = cudaStreamEndCapture(st, &g) == cudaSuccess && !rc &&
+             cudaGraphInstantiate(&ge, g, 0) == cudaSuccess;
+    }
+    if (rc) printf("     capture: %s\n", e.msg);
+    snprintf(name, sizeof name, "moe decode E=%d H=%d: two fused layers captured in a graph",
+             f->E, H);
+    pt_check_true(name, ok && lily_cuda_moe_decode_fuses(&f->m) == expect_fused(f));
+    for (int rep = 0; ok && rep < 3; rep++) {
+        ok = cudaMemcpyAsync(dx, x, H * 4, cudaMemcpyHostToDevice, st) == cudaSuccess &&
+             cudaGraphLaunch(ge, st) == cudaSuccess && cudaStreamSynchronize(st) == cudaSuccess;
+        if (!ok) {
+            snprintf(name, sizeof name, "moe decode graph replay %d: %s", rep + 1,
+                     cudaGetErrorString(cudaGetLastError()));
+            pt_check_true(name, 0);
+            break;
+        }
+        pt_get(got, dx, H);
+        lily_cuda_d2h(gidx, lily_cuda_moe_decode_idx(&f->m, scr), k * 4, &e);
+        snprintf(name, sizeof name, "moe decode graph replay %d routes layer 2 as unfused",
+                 rep + 1);
+        pt_check_true(name, !memcmp(gidx, widx, sizeof gidx));
+        snprintf(name, sizeof name, "moe decode graph replay %d (fused) vs eager unfused", rep + 1);
+        pt_check(name, got, want, H, 1e-6);
+    }
+    if (ge) cudaGraphExecDestroy(ge);
+    if (g) cudaGraphDestroy(g);
+    if (st) cudaStreamDestroy(st);
+    set_fused(0);
+    lily_cuda_free(dw), lily_cuda_free(dx), lily_cuda_free(scr0), lily_cuda_free(scr);
+    free(x), free(want), free(got);
 }
 
 /* mode 0: computed routing; 1: every token on experts 0..k-1; 2: skewed random. */
@@ -265,6 +396,23 @@ int main(void) {
     if (fix_make(&f, 0, 0, 512, 0, 1344, 0)) return pt_finish();
     decode_case(&f);
     prefill_case(&f, 45, 0);
+    fix_free(&f);
+    /* fused-router shapes: the 35B's grid (16 x 9 = 144 blocks, fewer router rows than blocks),
+     * no shared expert, a shared expert without its gate (H = 768: 16 lanes per router row),
+     * and 1024 experts + the gate row over 6 blocks (many rows per warp) */
+    if (fix_make(&f, 64, 8, 2048, 512, 512, 1)) return pt_finish();
+    decode_case(&f);
+    graph_case(&f);
+    fix_free(&f);
+    if (fix_make(&f, 64, 6, 512, 256, 0, 0)) return pt_finish();
+    decode_case(&f);
+    fix_free(&f);
+    if (fix_make(&f, 40, 3, 768, 320, 256, 0)) return pt_finish();
+    decode_case(&f);
+    fix_free(&f);
+    if (fix_make(&f, 1024, 2, 256, 64, 64, 1)) return pt_finish();
+    decode_case(&f);
+    graph_case(&f);
     fix_free(&f);
     return pt_finish();
 }

@@ -23,6 +23,7 @@
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/gdn.h"
 #include "backend/cuda/gemm.h"
+#include "backend/cuda/gemm_split.h"
 #include "backend/cuda/gemv.h"
 #include "backend/cuda/misc.h"
 #include "backend/cuda/moe.h"
@@ -69,7 +70,7 @@ struct lily_backend {
 
 struct lily_bstate {
     int max_ctx, splits;
-    uint16_t **k, **v;
+    uint16_t **k, **v; /* int16 codes + scales per position (attn.h): lily_cuda_kv_bytes each */
     float **conv, **S;
     cudaGraphExec_t graph;
     unsigned graph_gen; /* lily_cuda_tune generation the graph was captured under */
@@ -340,7 +341,7 @@ size_t cu_state_bytes(lily_backend *b, int max_ctx) {
     const lily_config *c = &b->m->cfg;
     size_t total = 0;
     for (int l = 0; l < c->n_layers; l++)
-        total += c->layer_is_attn[l] ? 2 * (size_t)max_ctx * c->n_kv_heads * c->head_dim * 2
+        total += c->layer_is_attn[l] ? 2 * lily_cuda_kv_bytes(max_ctx, c->n_kv_heads, c->head_dim)
                                      : (conv_len(c) + s_len(c)) * 4;
     return total;
 }
@@ -389,7 +390,7 @@ int cu_state_create(lily_backend *b, int max_ctx, lily_bstate **out, lily_err *e
     for (int l = 0; l < L; l++) {
         int bad;
         if (c->layer_is_attn[l]) {
-            size_t bytes = (size_t)max_ctx * c->n_kv_heads * c->head_dim * 2;
+            size_t bytes = lily_cuda_kv_bytes(max_ctx, c->n_kv_heads, c->head_dim);
             s->k[l] = (uint16_t *)lily_cuda_alloc(bytes, e);
             s->v[l] = s->k[l] ? (uint16_t *)lily_cuda_alloc(bytes, e) : nullptr;
             bad = !s->v[l];
@@ -418,7 +419,7 @@ int cu_state_copy(lily_backend *b, lily_bstate *dst, const lily_bstate *src, int
     int rc = 0;
     for (int l = 0; l < c->n_layers && !rc; l++) {
         if (c->layer_is_attn[l]) {
-            size_t bytes = (size_t)pos * c->n_kv_heads * c->head_dim * 2;
+            size_t bytes = lily_cuda_kv_prefix_bytes(pos, c->n_kv_heads, c->head_dim);
             rc = lily_cuda_d2d(dst->k[l], src->k[l], bytes, b->st, e) ||
                  lily_cuda_d2d(dst->v[l], src->v[l], bytes, b->st, e);
         } else {
@@ -501,9 +502,12 @@ int prefill_layers(lily_backend *b, lily_bstate *s, int n, int all_logits, lily_
             float *qg = b->buf[0], *kb = b->buf[1], *vb = b->buf[2], *q = b->buf[3];
             float *gt = b->buf[4], *o = b->buf[1];
             int gated = c->attn_output_gate;
-            if (lily_cuda_gemm(&ly->q, A, H, n, qg, b->qw, 0, st, e) ||
-                lily_cuda_gemm(&ly->k, A, H, n, kb, b->kvw, 0, st, e) ||
-                lily_cuda_gemm(&ly->v, A, H, n, vb, b->kvw, 0, st, e) ||
+            lily_cuda_xsplit_hold(A); /* the exact GEMMs split A once for q, k, v */
+            int rc = lily_cuda_gemm(&ly->q, A, H, n, qg, b->qw, 0, st, e) ||
+                     lily_cuda_gemm(&ly->k, A, H, n, kb, b->kvw, 0, st, e) ||
+                     lily_cuda_gemm(&ly->v, A, H, n, vb, b->kvw, 0, st, e);
+            lily_cuda_xsplit_hold(nullptr);
+            if (rc ||
                 lily_cuda_attn_prep(qg, b->qw, kb, vb, b->kvw, n, b->d_pos, Nq, c->n_kv_heads, Dh,
                                     c->rope_dim, b->inv_freq, ly->q_norm, ly->k_norm, eps, gated,
                                     q, gt, s->k[l], s->v[l], st, e) ||
@@ -515,10 +519,13 @@ int prefill_layers(lily_backend *b, lily_bstate *s, int n, int all_logits, lily_
             float *raw = b->buf[0], *z = b->buf[1], *ba = b->buf[2], *o = b->buf[3];
             float *cv = b->buf[4];
             int C = b->C, Zw = b->Zw;
-            if (lily_cuda_gemm(&ly->qkv, A, H, n, raw, C, 0, st, e) ||
-                lily_cuda_gemm(&ly->z, A, H, n, z, Zw, 0, st, e) ||
-                lily_cuda_gemm(&ly->b, A, H, n, ba, 2 * Nv, 0, st, e) ||
-                lily_cuda_gemm(&ly->a, A, H, n, ba + Nv, 2 * Nv, 0, st, e) ||
+            lily_cuda_xsplit_hold(A); /* split once for the four input projections */
+            int rc = lily_cuda_gemm(&ly->qkv, A, H, n, raw, C, 0, st, e) ||
+                     lily_cuda_gemm(&ly->z, A, H, n, z, Zw, 0, st, e) ||
+                     lily_cuda_gemm(&ly->b, A, H, n, ba, 2 * Nv, 0, st, e) ||
+                     lily_cuda_gemm(&ly->a, A, H, n, ba + Nv, 2 * Nv, 0, st, e);
+            lily_cuda_xsplit_hold(nullptr);
+            if (rc ||
                 lily_cuda_conv_silu(raw, C, n, C, c->conv_k, s->conv[l], ly->conv_w, cv, C, st,
                                     e) ||
                 lily_cuda_gdn_scan(s->S[l], c->lin_nk, Nv, c->lin_dk, c->lin_dv, n, cv, C, ba,

@@ -68,9 +68,16 @@ size_t lily_cuda_dmat_bytes(const lily_dmat *m);
  *   LILY_CUDA_PDL: 0 = ordinary launches (default), 1 = programmatic dependent launch with the
  *     trigger at kernel start, 2 = PDL with the trigger after the main loop. Both PDL modes
  *     measured slower on the H200 (bench/NOTES-cuda-dec.md).
+ *   LILY_CUDA_FUSED_ROUTER: 1 (default) = the MoE decode router inside the gate/up launch when
+ *     the whole grid is co-resident (moe.cu; +3.8 % decode at 4K on the H200); 0 = its own GEMV.
+ *   LILY_CUDA_GEMM_EXACT: 1 (default) = prefill GEMMs with fp16 weights and the activations as
+ *     fp16 hi + lo (about 21 bits); 0 = one bf16 pass (gemm.h).
+ *   LILY_CUDA_ATTN_EXACT: 1 (default) = attention with the K/V cache and q, p split so the
+ *     products carry about 16 bits; 0 = one bf16 pass (attn.h).
  * gen changes on every reload, so a captured decode graph can tell it is stale. */
 typedef struct lily_cuda_tune {
     int pdl;
+    int fused_router, gemm_exact, attn_exact;
     unsigned gen;
 } lily_cuda_tune;
 const lily_cuda_tune *lily_cuda_tune_get(void);

@@ -18,6 +18,7 @@
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/gemm_common.cuh"
 #include "backend/cuda/gemm_q4.h"
+#include "backend/cuda/gemm_split.h"
 
 namespace {
 
@@ -41,14 +42,16 @@ template <int DT> struct wfmt {
 };
 
 /* Block shape: MT 16-row tiles per warp (BM = 128 MT rows per block), NT 8-token tiles (BN = 8 NT
- * tokens, all warps share them), NMAT matrices (2: gate and up over the same rows). */
-template <int DT, int MT, int NT, int NMAT> struct shape {
+ * tokens, all warps share them), NMAT matrices (2: gate and up over the same rows); EX: the exact
+ * form (gemm_split.h), with an fp16 hi and a lo tile of X instead of one bf16 tile. */
+template <int DT, int MT, int NT, int NMAT, bool EX = false> struct shape {
     static constexpr int BM = 8 * MT * 16, BN = NT * 8;
     static constexpr int W_BYTES = NMAT * BM * wfmt<DT>::RS;
     static constexpr int SBUF = wfmt<DT>::Q ? 2 * NMAT * BM * SBC * 4 : 0; /* [2][NMAT][BM][SBC] */
     static constexpr int X_BYTES = BN * XRS * 4;
     static constexpr int STAGE = W_BYTES + X_BYTES;
-    static constexpr int XS_BYTES = 2 * BN * LDX * 2 + BN * 8;
+    static constexpr int XT = EX ? 2 : 1; /* X tiles per buffer: hi (and lo) */
+    static constexpr int XS_BYTES = XT * 2 * BN * LDX * 2 + BN * 12;
     /* blocks per SM: the gated 256 x 32 tile and the Q8/bf16 tiles of >= 256 x 32 need more than
      * 128 registers (their raw codes are 2-4x larger), so they run one block per SM with a deeper
      * ring instead of two */
@@ -79,9 +82,10 @@ template <int DT> struct araw {
     static constexpr int NW = DT == LILY_CW_Q4 ? 2 : DT == LILY_CW_Q8 ? 4 : 8; /* words per row */
     uint32_t w[2][NW];
     uint32_t sb[2];
+    uint32_t sc2[2], bi2[2]; /* exact Q4: the scale and bias as fp16 pairs */
 };
 
-template <int DT>
+template <int DT, bool EX>
 __device__ __forceinline__ void load_araw(araw<DT> &r, const uint8_t *sW, const uint32_t *sSB,
                                           int row, int q) {
     constexpr int RS = wfmt<DT>::RS;
@@ -100,13 +104,29 @@ __device__ __forceinline__ void load_araw(araw<DT> &r, const uint8_t *sW, const 
             r.w[h][4] = u.x, r.w[h][5] = u.y, r.w[h][6] = u.z, r.w[h][7] = u.w;
         }
         r.sb[h] = wfmt<DT>::Q ? sSB[(row + 8 * h) * SBC] : 0u;
+        if (EX && DT == LILY_CW_Q4) sb_f16(r.sb[h], &r.sc2[h], &r.bi2[h]);
     }
 }
 
 /* The bf16 pair (column 16q + 8(s/2) + jj, same + 4) of row half h: jj = 2(s%2) + hi. */
-template <int DT>
+template <int DT, bool EX>
 __device__ __forceinline__ uint32_t apair(const araw<DT> &r, int h, int s, int hi) {
     const int jj = 2 * (s & 1) + hi, hw = s >> 1;
+    if constexpr (EX) { /* fp16 weights (gemm_split.h) */
+        if (DT == LILY_CW_Q4) {
+            return dq4h(r.w[h][hw], jj, r.sc2[h], r.bi2[h]);
+        } else if (DT == LILY_CW_Q8) {
+            const float sc = lo_bf16(r.sb[h]), bi = hi_bf16(r.sb[h]);
+            uint32_t b0 = (r.w[h][2 * hw] >> (8 * jj)) & 255u, b1 = (r.w[h][2 * hw + 1] >> (8 * jj)) & 255u;
+            float q0 = __uint_as_float(0x4B000000u | b0) - 8388608.f;
+            float q1 = __uint_as_float(0x4B000000u | b1) - 8388608.f;
+            return h2(fmaf(sc, q0, bi), fmaf(sc, q1, bi));
+        } else {
+            const uint32_t p = __byte_perm(r.w[h][4 * hw + (jj >> 1)], r.w[h][4 * hw + 2 + (jj >> 1)],
+                                           (jj & 1) ? 0x7632 : 0x5410);
+            return h2(lo_bf16(p), hi_bf16(p));
+        }
+    }
     if (DT == LILY_CW_Q4) {
         const uint32_t sc2 = __byte_perm(r.sb[h], 0, 0x1010), bi2 = __byte_perm(r.sb[h], 0, 0x3232);
         return dq4(r.w[h][hw], jj, *(const __nv_bfloat162 *)&sc2, *(const __nv_bfloat162 *)&bi2);
@@ -129,7 +149,8 @@ struct gemm_args {
     const uint32_t *sb[2]; /* their scale/bias words (Q) */
     size_t w_stride, sb_stride;
     int M, K;
-    const float *X;
+    const float *X;   /* fp32 rows, or the split words of gemm_split.h (EX) */
+    const float *mul; /* EX: the rows' multipliers */
     int ldx, n;
     const int32_t *gather, *tiles, *d_ntiles;
     float *Y;
@@ -138,14 +159,17 @@ struct gemm_args {
 
 /* Dense: grid (token tiles, row blocks): consecutive blocks share a weight slice, which then
  * comes from HBM once. Grouped: grid (row blocks, tiles); tile y is tiles[y] when y < *d_ntiles. */
-template <int DT, int MT, int NT, int NMAT>
-__global__ void __launch_bounds__(kThreads, (shape<DT, MT, NT, NMAT>::MINB))
+template <int DT, int MT, int NT, int NMAT, bool EX>
+__global__ void __launch_bounds__(kThreads, (shape<DT, MT, NT, NMAT, EX>::MINB))
     gemm_kernel(const gemm_args a) {
-    using S = shape<DT, MT, NT, NMAT>;
+    using S = shape<DT, MT, NT, NMAT, EX>;
     constexpr int BM = S::BM, BN = S::BN, NS = S::NS, RB = wfmt<DT>::RB, RS = wfmt<DT>::RS;
     extern __shared__ __align__(16) uint8_t smem[];
-    uint16_t *Xs = (uint16_t *)(smem + NS * S::STAGE);            /* [2][BN][LDX] bf16 */
-    long long *s_xoff = (long long *)(Xs + 2 * BN * LDX);        /* X row offsets, -1: none */
+    /* [2][BN][LDX] bf16 (EX: fp16 hi), then EX: [2][BN][LDX] fp16 lo */
+    uint16_t *Xs = (uint16_t *)(smem + NS * S::STAGE);
+    uint16_t *Xl = Xs + 2 * BN * LDX;
+    long long *s_xoff = (long long *)(Xs + S::XT * 2 * BN * LDX); /* X row offsets, -1: none */
+    float *s_mul = (float *)(s_xoff + BN);                         /* EX: row multipliers */
     uint32_t *sbuf = (uint32_t *)(smem + NS * S::STAGE + S::XS_BYTES); /* [2][NMAT][BM][SBC] */
 
     const uint8_t *W[NMAT];
@@ -172,7 +196,10 @@ __global__ void __launch_bounds__(kThreads, (shape<DT, MT, NT, NMAT>::MINB))
     const int t = threadIdx.x, lane = t & 31, warp = t >> 5, g = lane >> 2, q = lane & 3;
     const int M = a.M, K = a.K, ksteps = K / BK;
     const size_t rbytes = dmat_row_bytes(DT, K);
-    if (t < BN) s_xoff[t] = x_row_offset(t, rows, row0, a.gather, a.ldx);
+    if (t < BN) {
+        s_xoff[t] = x_row_offset(t, rows, row0, a.gather, a.ldx);
+        if (EX) s_mul[t] = t < rows ? a.mul[a.gather ? a.gather[row0 + t] : row0 + t] : 0.f;
+    }
     __syncthreads();
 
     /* one k-step of codes, scale words and X into ring slot sl */
@@ -234,16 +261,27 @@ __global__ void __launch_bounds__(kThreads, (shape<DT, MT, NT, NMAT>::MINB))
         for (int u = t; u < BN * 4; u += kThreads) {
             const int tr = u % BN, ms = u / BN, m = ms >> 1, sub = ms & 1;
             const float *xr = sx + tr * XRS + 8 * m + 2 * sub;
-            uint32_t v0[4], v1[4];
+            uint32_t v0[4], v1[4], l0[4], l1[4];
 #pragma unroll
             for (int qq = 0; qq < 4; qq++) {
                 float2 lo = *(const float2 *)(xr + 16 * qq), hi = *(const float2 *)(xr + 16 * qq + 4);
-                v0[qq] = bf2(lo.x, hi.x); /* columns c, c + 4 */
-                v1[qq] = bf2(lo.y, hi.y); /* columns c + 1, c + 5 */
+                if constexpr (EX) { /* split words: (hi, lo) fp16 of each column */
+                    const uint2 u = *(const uint2 *)&lo, w = *(const uint2 *)&hi;
+                    v0[qq] = hi_pair(u.x, w.x), v1[qq] = hi_pair(u.y, w.y);
+                    l0[qq] = lo_pair(u.x, w.x), l1[qq] = lo_pair(u.y, w.y);
+                } else {
+                    v0[qq] = bf2(lo.x, hi.x); /* columns c, c + 4 */
+                    v1[qq] = bf2(lo.y, hi.y); /* columns c + 1, c + 5 */
+                }
             }
             uint16_t *d = Xs + (b * BN + tr) * LDX + (2 * m + sub) * 16;
             *(uint4 *)d = make_uint4(v0[0], v0[1], v0[2], v0[3]);
             *(uint4 *)(d + 8) = make_uint4(v1[0], v1[1], v1[2], v1[3]);
+            if constexpr (EX) {
+                uint16_t *dl = Xl + (b * BN + tr) * LDX + (2 * m + sub) * 16;
+                *(uint4 *)dl = make_uint4(l0[0], l0[1], l0[2], l0[3]);
+                *(uint4 *)(dl + 8) = make_uint4(l1[0], l1[1], l1[2], l1[3]);
+            }
         }
     };
 
@@ -279,9 +317,10 @@ __global__ void __launch_bounds__(kThreads, (shape<DT, MT, NT, NMAT>::MINB))
         for (int m = 0; m < NMAT; m++)
 #pragma unroll
             for (int i = 0; i < MT; i++)
-                load_araw<DT>(raw[m][i], sW + m * BM * RS, sSB + m * BM * SBC, (warp * MT + i) * 16 + g,
+                load_araw<DT, EX>(raw[m][i], sW + m * BM * RS, sSB + m * BM * SBC, (warp * MT + i) * 16 + g,
                               q);
         const uint16_t *xb = Xs + b * BN * LDX;
+        const int xl = (int)(Xl - Xs); /* EX: offset of the lo tile */
 #pragma unroll
         for (int s = 0; s < BK / 16; s++) {
             const uint16_t *xp = xb + ((lane >> 4) * 8 + (lane & 7)) * LDX + s * 16 +
@@ -292,41 +331,63 @@ __global__ void __launch_bounds__(kThreads, (shape<DT, MT, NT, NMAT>::MINB))
                 for (int m = 0; m < NMAT; m++)
 #pragma unroll
                     for (int i = 0; i < MT; i++) {
-                        af[m][i][0] = apair<DT>(raw[m][i], 0, s, 0);
-                        af[m][i][1] = apair<DT>(raw[m][i], 1, s, 0);
-                        af[m][i][2] = apair<DT>(raw[m][i], 0, s, 1);
-                        af[m][i][3] = apair<DT>(raw[m][i], 1, s, 1);
+                        af[m][i][0] = apair<DT, EX>(raw[m][i], 0, s, 0);
+                        af[m][i][1] = apair<DT, EX>(raw[m][i], 1, s, 0);
+                        af[m][i][2] = apair<DT, EX>(raw[m][i], 0, s, 1);
+                        af[m][i][3] = apair<DT, EX>(raw[m][i], 1, s, 1);
                     }
 #pragma unroll
                 for (int np = 0; np < NT / 2; np++) {
                     if (2 * np >= ntv) break;
-                    uint32_t bf[4];
+                    uint32_t bf[4], bl[4];
                     ldsm_x4(bf, xp + np * 16 * LDX);
+                    if constexpr (EX) ldsm_x4(bl, xp + xl + np * 16 * LDX);
 #pragma unroll
                     for (int m = 0; m < NMAT; m++)
 #pragma unroll
                         for (int i = 0; i < MT; i++) {
-                            mma_bf16(acc[m][i][2 * np], af[m][i], bf);
-                            if (2 * np + 1 < ntv) mma_bf16(acc[m][i][2 * np + 1], af[m][i], bf + 2);
+                            if constexpr (EX) {
+                                mma_f16(acc[m][i][2 * np], af[m][i], bf);
+                                mma_f16(acc[m][i][2 * np], af[m][i], bl);
+                                if (2 * np + 1 < ntv) {
+                                    mma_f16(acc[m][i][2 * np + 1], af[m][i], bf + 2);
+                                    mma_f16(acc[m][i][2 * np + 1], af[m][i], bl + 2);
+                                }
+                            } else {
+                                mma_bf16(acc[m][i][2 * np], af[m][i], bf);
+                                if (2 * np + 1 < ntv)
+                                    mma_bf16(acc[m][i][2 * np + 1], af[m][i], bf + 2);
+                            }
                         }
                 }
             } else {
                 uint32_t bf[NT / 2 > 0 ? NT / 2 : 1][4];
+                uint32_t bl[EX && NT / 2 > 0 ? NT / 2 : 1][4];
 #pragma unroll
                 for (int np = 0; np < NT / 2; np++)
-                    if (2 * np < ntv) ldsm_x4(bf[np], xp + np * 16 * LDX);
+                    if (2 * np < ntv) {
+                        ldsm_x4(bf[np], xp + np * 16 * LDX);
+                        if constexpr (EX) ldsm_x4(bl[np], xp + xl + np * 16 * LDX);
+                    }
 #pragma unroll
                 for (int m = 0; m < NMAT; m++)
 #pragma unroll
                     for (int i = 0; i < MT; i++) {
                         uint32_t af[4];
-                        af[0] = apair<DT>(raw[m][i], 0, s, 0);
-                        af[1] = apair<DT>(raw[m][i], 1, s, 0);
-                        af[2] = apair<DT>(raw[m][i], 0, s, 1);
-                        af[3] = apair<DT>(raw[m][i], 1, s, 1);
+                        af[0] = apair<DT, EX>(raw[m][i], 0, s, 0);
+                        af[1] = apair<DT, EX>(raw[m][i], 1, s, 0);
+                        af[2] = apair<DT, EX>(raw[m][i], 0, s, 1);
+                        af[3] = apair<DT, EX>(raw[m][i], 1, s, 1);
 #pragma unroll
                         for (int nt = 0; nt < NT; nt++)
-                            if (nt < ntv) mma_bf16(acc[m][i][nt], af, bf[nt / 2] + (nt & 1) * 2);
+                            if (nt < ntv) {
+                                if constexpr (EX) {
+                                    mma_f16(acc[m][i][nt], af, bf[nt / 2] + (nt & 1) * 2);
+                                    mma_f16(acc[m][i][nt], af, bl[nt / 2] + (nt & 1) * 2);
+                                } else {
+                                    mma_bf16(acc[m][i][nt], af, bf[nt / 2] + (nt & 1) * 2);
+                                }
+                            }
                     }
             }
         }
@@ -343,17 +404,18 @@ __global__ void __launch_bounds__(kThreads, (shape<DT, MT, NT, NMAT>::MINB))
                 const int tr = nt * 8 + 2 * q + (e & 1);
                 if (o < M && tr < rows) {
                     float *y = a.Y + (size_t)(row0 + tr) * a.ldy + o;
-                    float v = acc[0][i][nt][e];
-                    if (NMAT == 2) v = silu_f(v) * acc[NMAT - 1][i][nt][e];
+                    const float mu = EX ? s_mul[tr] : 1.f;
+                    float v = acc[0][i][nt][e] * mu;
+                    if (NMAT == 2) v = silu_f(v) * (acc[NMAT - 1][i][nt][e] * mu);
                     *y = a.accumulate ? *y + v : v;
                 }
             }
 }
 
-template <int DT, int MT, int NT, int NMAT>
-int launch_shape(const gemm_args &a, int grouped, int ytiles, lily_cuda_stream st, lily_err *e) {
-    using S = shape<DT, MT, NT, NMAT>;
-    auto k = gemm_kernel<DT, MT, NT, NMAT>;
+template <int DT, int MT, int NT, int NMAT, bool EX>
+int launch_ex(const gemm_args &a, int grouped, int ytiles, lily_cuda_stream st, lily_err *e) {
+    using S = shape<DT, MT, NT, NMAT, EX>;
+    auto k = gemm_kernel<DT, MT, NT, NMAT, EX>;
     static bool attr = false; /* benign race: the call is idempotent */
     if (!attr) {
         LILY_CU_TRY(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, S::SMEM), e);
@@ -365,6 +427,13 @@ int launch_shape(const gemm_args &a, int grouped, int ytiles, lily_cuda_stream s
     k<<<grid, kThreads, S::SMEM, st>>>(a);
     LILY_CU_LAUNCHED(e);
     return 0;
+}
+
+/* The exact form when a.mul is set (X then holds split words). */
+template <int DT, int MT, int NT, int NMAT>
+int launch_shape(const gemm_args &a, int grouped, int ytiles, lily_cuda_stream st, lily_err *e) {
+    return a.mul ? launch_ex<DT, MT, NT, NMAT, true>(a, grouped, ytiles, st, e)
+                 : launch_ex<DT, MT, NT, NMAT, false>(a, grouped, ytiles, st, e);
 }
 
 /* Shapes: 256 rows x 64 tokens when that fills the GPU (large M), else 256 x 32, else 128 x 16
@@ -412,10 +481,20 @@ gemm_args make_args(const lily_dmat *W0, const lily_dmat *W1, const float *X, in
     a.sb[0] = W0->sb, a.sb[1] = W1 ? W1->sb : W0->sb;
     a.w_stride = W0->w_stride, a.sb_stride = W0->sb_stride;
     a.M = W0->rows, a.K = W0->cols;
-    a.X = X, a.ldx = ldx, a.n = n;
+    a.X = X, a.mul = nullptr, a.ldx = ldx, a.n = n;
     a.gather = gather, a.tiles = tiles, a.d_ntiles = d_ntiles;
     a.Y = Y, a.ldy = ldy, a.accumulate = accumulate;
     return a;
+}
+
+/* Exact form: X's nx rows become split words (gemm_split.h) that the kernel reads instead. */
+int split_x(gemm_args &a, int nx, lily_cuda_stream st, lily_err *e) {
+    if (!lily_cuda_gemm_exact() || nx < 1) return 0;
+    const uint32_t *w;
+    const float *mul;
+    if (lily_cuda_xsplit(a.X, a.ldx, nx, a.K, &w, &mul, st, e)) return -1;
+    a.X = (const float *)w, a.ldx = a.K, a.mul = mul;
+    return 0;
 }
 
 /* LILY_GEMM_*, or -1: not yet read from LILY_GEMM_KERNEL */
@@ -457,19 +536,21 @@ extern "C" int lily_cuda_gemm(const lily_dmat *W, const float *X, int ldx, int n
         return lily_cuda_gemm_q4(W, X, ldx, n, Y, ldy, accumulate, st, e);
     if (n < 1 || W->rows < 1) return 0;
     gemm_args a = make_args(W, nullptr, X, ldx, n, nullptr, nullptr, nullptr, Y, ldy, accumulate);
+    if (split_x(a, n, st, e)) return -1;
     return launch<1>(a, W->dt, 0, 0, st, e);
 }
 
-extern "C" int lily_cuda_gemm_grouped(const lily_dmat *W, const float *X, int ldx,
+extern "C" int lily_cuda_gemm_grouped(const lily_dmat *W, const float *X, int ldx, int nx,
                                       const int32_t *gather, const int32_t *tiles,
                                       const int32_t *d_ntiles, int max_tiles, float *Y, int ldy,
                                       lily_cuda_stream st, lily_err *e) {
     if (check_x(X, ldx, e)) return -1;
     if (use_q4(W->dt, W->rows, W->cols, 0, true))
-        return lily_cuda_gemm_q4_grouped(W, X, ldx, gather, tiles, d_ntiles, max_tiles, Y, ldy, st,
-                                         e);
+        return lily_cuda_gemm_q4_grouped(W, X, ldx, nx, gather, tiles, d_ntiles, max_tiles, Y,
+                                         ldy, st, e);
     if (max_tiles < 1 || W->rows < 1) return 0;
     gemm_args a = make_args(W, nullptr, X, ldx, 0, gather, tiles, d_ntiles, Y, ldy, 0);
+    if (split_x(a, nx, st, e)) return -1;
     return launch<1>(a, W->dt, 1, max_tiles, st, e);
 }
 
@@ -479,15 +560,18 @@ extern "C" int lily_cuda_gemm_glu(const lily_dmat *G, const lily_dmat *U, const 
     if (check_pair(G, U, e) || check_x(X, ldx, e)) return -1;
     if (n < 1 || G->rows < 1) return 0;
     gemm_args a = make_args(G, U, X, ldx, n, nullptr, nullptr, nullptr, Y, ldy, 0);
+    if (split_x(a, n, st, e)) return -1;
     return launch<2>(a, G->dt, 0, 0, st, e);
 }
 
 extern "C" int lily_cuda_gemm_grouped_glu(const lily_dmat *G, const lily_dmat *U, const float *X,
-                                          int ldx, const int32_t *gather, const int32_t *tiles,
+                                          int ldx, int nx, const int32_t *gather,
+                                          const int32_t *tiles,
                                           const int32_t *d_ntiles, int max_tiles, float *Y,
                                           int ldy, lily_cuda_stream st, lily_err *e) {
     if (check_pair(G, U, e) || check_x(X, ldx, e)) return -1;
     if (max_tiles < 1 || G->rows < 1) return 0;
     gemm_args a = make_args(G, U, X, ldx, 0, gather, tiles, d_ntiles, Y, ldy, 0);
+    if (split_x(a, nx, st, e)) return -1;
     return launch<2>(a, G->dt, 1, max_tiles, st, e);
 }

@@ -32,6 +32,7 @@
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/gemm_common.cuh"
 #include "backend/cuda/gemm.h"
+#include "backend/cuda/gemm_split.h"
 
 namespace {
 
@@ -48,7 +49,7 @@ template <int MT, int NT, int WR, int WC> struct shape {
     static constexpr int BM = WR * MT * 16, BN = WC * NT * 8;
     static constexpr int W_BYTES = BM * 32, X_BYTES = BN * BK * 4;
     static constexpr int STAGE = W_BYTES + X_BYTES;
-    static constexpr int TAIL = BN * 8;         /* X row offsets */
+    static constexpr int TAIL = BN * 12;        /* X row offsets, row multipliers (exact) */
     static constexpr int SBUF = 2 * BM * SBC * 4; /* scale words: 2 slots of SBC groups per row */
     /* two blocks per SM: 2 x (SMEM + 1 KB reserved) within the H200's 228 KB; at most 5 stages,
      * so a scale slot is refilled only after its last k-step (see load_sb) */
@@ -72,7 +73,8 @@ struct q4_args {
     const uint32_t *sb; /* scale/bias words */
     size_t w_stride, sb_stride;
     int M, K;
-    const float *X;
+    const float *X;     /* fp32 rows, or the split words of gemm_split.h (EX) */
+    const float *mul;   /* EX: the rows' multipliers */
     int ldx, n;
     const int32_t *gather, *tiles, *d_ntiles;
     float *Y;
@@ -81,12 +83,13 @@ struct q4_args {
 
 /* Dense: grid (token tiles, row blocks, k splits), token tiles fastest so the blocks sharing a
  * weight slice run together and read it from HBM once. Grouped: grid (row blocks, tiles). */
-template <int MT, int NT, int WR, int WC>
+template <int MT, int NT, int WR, int WC, bool EX>
 __global__ void __launch_bounds__(kThreads, 2) q4_kernel(const q4_args a) {
     using S = shape<MT, NT, WR, WC>;
     constexpr int BM = S::BM, BN = S::BN, NS = S::NS;
     extern __shared__ __align__(16) uint8_t smem[];
     long long *s_xoff = (long long *)(smem + NS * S::STAGE); /* X row offsets, -1: none */
+    float *s_mul = (float *)(s_xoff + BN);                   /* EX: row multipliers */
     uint32_t *sbuf = (uint32_t *)(smem + NS * S::STAGE + S::TAIL); /* [2][BM][SBC] */
 
     const uint8_t *W = a.w;
@@ -115,7 +118,10 @@ __global__ void __launch_bounds__(kThreads, 2) q4_kernel(const q4_args a) {
     }
     const int t = threadIdx.x, lane = t & 31, warp = t >> 5, g = lane >> 2, q = lane & 3;
     const size_t rbytes = (size_t)a.K / 2;
-    if (t < BN) s_xoff[t] = x_row_offset(t, rows, row0, a.gather, a.ldx);
+    if (t < BN) {
+        s_xoff[t] = x_row_offset(t, rows, row0, a.gather, a.ldx);
+        if (EX) s_mul[t] = t < rows ? a.mul[a.gather ? a.gather[row0 + t] : row0 + t] : 0.f;
+    }
     __syncthreads();
 
     /* scale words of groups SBC c .. SBC c + SBC - 1 into slot c & 1. A slot is refilled by the
@@ -192,6 +198,54 @@ __global__ void __launch_bounds__(kThreads, 2) q4_kernel(const q4_args a) {
         const int kt = kb + it;
         const uint32_t *sSB = sbuf + ((kt / SBC) & 1) * BM * SBC + kt % SBC;
         const float4 *sX = (const float4 *)(sW + S::W_BYTES);
+        if constexpr (EX) {
+            /* slice by slice (the hi and lo B fragments of all token tiles for one slice at a
+             * time: the whole k-step's would not fit in 128 registers with the 64 x 32 warp tile) */
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                const int w = q + 4 * h; /* this lane's code word (8 columns) of the k-step */
+#pragma unroll
+                for (int m = 0; m < 2; m++) {
+                    uint32_t bf[NT][2], bl[NT][2]; /* [token tile][register]: hi, lo parts */
+#pragma unroll
+                    for (int nt = 0; nt < NT; nt++) {
+                        if (nt < ntv) {
+                            const int tr = tbase + nt * 8 + g, sw = tr & 1;
+                            const uint4 u0 = *(const uint4 *)&sX[tr * 16 + ((2 * w) ^ sw)];
+                            const uint4 u1 = *(const uint4 *)&sX[tr * 16 + ((2 * w + 1) ^ sw)];
+                            const uint32_t a0 = m ? u0.z : u0.x, a1 = m ? u0.w : u0.y;
+                            const uint32_t b0 = m ? u1.z : u1.x, b1 = m ? u1.w : u1.y;
+                            bf[nt][0] = hi_pair(a0, b0), bf[nt][1] = hi_pair(a1, b1);
+                            bl[nt][0] = lo_pair(a0, b0), bl[nt][1] = lo_pair(a1, b1);
+                        } else {
+                            bf[nt][0] = bf[nt][1] = bl[nt][0] = bl[nt][1] = 0u;
+                        }
+                    }
+#pragma unroll
+                    for (int i = 0; i < MT; i++) {
+                        uint32_t v[2], sc[2], bi[2];
+#pragma unroll
+                        for (int hr = 0; hr < 2; hr++) {
+                            const int r = rbase + i * 16 + g + 8 * hr;
+                            const uint32_t *p = (const uint32_t *)(sW + r * 32);
+                            v[hr] = p[((h ^ ((r >> 2) & 1)) << 2) + q];
+                            sb_f16(sSB[r * SBC], &sc[hr], &bi[hr]);
+                        }
+                        uint32_t af[4];
+                        af[0] = dq4h(v[0], 2 * m, sc[0], bi[0]);
+                        af[1] = dq4h(v[1], 2 * m, sc[1], bi[1]);
+                        af[2] = dq4h(v[0], 2 * m + 1, sc[0], bi[0]);
+                        af[3] = dq4h(v[1], 2 * m + 1, sc[1], bi[1]);
+#pragma unroll
+                        for (int nt = 0; nt < NT; nt++)
+                            if (nt < ntv) {
+                                mma_f16(acc[i][nt], af, bf[nt]);
+                                mma_f16(acc[i][nt], af, bl[nt]);
+                            }
+                    }
+                }
+            }
+        } else {
 #pragma unroll
         for (int h = 0; h < 2; h++) {
             const int w = q + 4 * h; /* this lane's code word (8 columns) of the k-step */
@@ -233,6 +287,7 @@ __global__ void __launch_bounds__(kThreads, 2) q4_kernel(const q4_args a) {
                 }
             }
         }
+        }
     }
     cp_wait<0>(); /* no copy may be in flight at exit */
     if (!active) return;
@@ -246,17 +301,17 @@ __global__ void __launch_bounds__(kThreads, 2) q4_kernel(const q4_args a) {
                 const int tr = tbase + nt * 8 + 2 * q + (e & 1);
                 if (o < M && tr < rows) {
                     float *y = a.Y + (size_t)(row0 + tr) * a.ldy + o;
-                    const float v = acc[i][nt][e];
+                    const float v = EX ? acc[i][nt][e] * s_mul[tr] : acc[i][nt][e];
                     if (a.split > 1) atomicAdd(y, v);
                     else *y = a.accumulate ? *y + v : v;
                 }
             }
 }
 
-template <int MT, int NT, int WR, int WC>
-int launch(const q4_args &a, dim3 grid, lily_cuda_stream st, lily_err *e) {
+template <int MT, int NT, int WR, int WC, bool EX>
+int launch_ex(const q4_args &a, dim3 grid, lily_cuda_stream st, lily_err *e) {
     using S = shape<MT, NT, WR, WC>;
-    auto k = q4_kernel<MT, NT, WR, WC>;
+    auto k = q4_kernel<MT, NT, WR, WC, EX>;
     static bool attr = false; /* benign race: the call is idempotent */
     if (!attr) {
         LILY_CU_TRY(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, S::SMEM), e);
@@ -267,6 +322,13 @@ int launch(const q4_args &a, dim3 grid, lily_cuda_stream st, lily_err *e) {
     k<<<grid, kThreads, S::SMEM, st>>>(a);
     LILY_CU_LAUNCHED(e);
     return 0;
+}
+
+/* The exact form when a.mul is set (X then holds split words). */
+template <int MT, int NT, int WR, int WC>
+int launch(const q4_args &a, dim3 grid, lily_cuda_stream st, lily_err *e) {
+    return a.mul ? launch_ex<MT, NT, WR, WC, true>(a, grid, st, e)
+                 : launch_ex<MT, NT, WR, WC, false>(a, grid, st, e);
 }
 
 int g_force_tile = LILY_Q4T_AUTO, g_force_split = 0;
@@ -317,6 +379,15 @@ void choose(int M, int n, int K, int *tile, int *split) {
         }
 }
 
+/* Exact form: X's rows become split words (gemm_split.h) that the kernel reads instead. */
+int split_x(q4_args &a, int rows, lily_cuda_stream st, lily_err *e) {
+    const uint32_t *w;
+    const float *mul;
+    if (lily_cuda_xsplit(a.X, a.ldx, rows, a.K, &w, &mul, st, e)) return -1;
+    a.X = (const float *)w, a.ldx = a.K, a.mul = mul;
+    return 0;
+}
+
 } // namespace
 
 extern "C" void lily_cuda_gemm_q4_force(int tile, int split) {
@@ -338,7 +409,8 @@ extern "C" int lily_cuda_gemm_q4(const lily_dmat *W, const float *X, int ldx, in
     if (split > W->cols / BK) split = W->cols / BK;
     q4_args a;
     a.w = W->w, a.sb = W->sb, a.w_stride = W->w_stride, a.sb_stride = W->sb_stride;
-    a.M = W->rows, a.K = W->cols, a.X = X, a.ldx = ldx, a.n = n;
+    a.M = W->rows, a.K = W->cols, a.X = X, a.ldx = ldx, a.n = n, a.mul = nullptr;
+    if (lily_cuda_gemm_exact() && split_x(a, n, st, e)) return -1;
     a.gather = a.tiles = a.d_ntiles = nullptr;
     a.Y = Y, a.ldy = ldy, a.accumulate = accumulate, a.split = split;
     if (split > 1 && !accumulate) /* the splits add into Y: zero this GEMM's columns first */
@@ -352,7 +424,7 @@ extern "C" int lily_cuda_gemm_q4(const lily_dmat *W, const float *X, int ldx, in
     }
 }
 
-extern "C" int lily_cuda_gemm_q4_grouped(const lily_dmat *W, const float *X, int ldx,
+extern "C" int lily_cuda_gemm_q4_grouped(const lily_dmat *W, const float *X, int ldx, int nx,
                                          const int32_t *gather, const int32_t *tiles,
                                          const int32_t *d_ntiles, int max_tiles, float *Y,
                                          int ldy, lily_cuda_stream st, lily_err *e) {
@@ -362,7 +434,8 @@ extern "C" int lily_cuda_gemm_q4_grouped(const lily_dmat *W, const float *X, int
     if (max_tiles < 1 || W->rows < 1) return 0;
     q4_args a;
     a.w = W->w, a.sb = W->sb, a.w_stride = W->w_stride, a.sb_stride = W->sb_stride;
-    a.M = W->rows, a.K = W->cols, a.X = X, a.ldx = ldx, a.n = 0;
+    a.M = W->rows, a.K = W->cols, a.X = X, a.ldx = ldx, a.n = 0, a.mul = nullptr;
+    if (lily_cuda_gemm_exact() && nx > 0 && split_x(a, nx, st, e)) return -1;
     a.gather = gather, a.tiles = tiles, a.d_ntiles = d_ntiles;
     a.Y = Y, a.ldy = ldy, a.accumulate = 0, a.split = 1;
     /* 256 (or 128) rows x 32 tokens (LILY_GEMM_GROUP_BN): 8 warps stacked along the rows */

@@ -4,7 +4,9 @@
  * holding the raw codes, scale words and fp32 activations of each 64-column k-step, B fragments
  * converted to bf16 straight from the staged fp32 rows (no separate conversion pass, one barrier
  * per k-step), and a split-K form (fp32 atomics into Y) when a shape gives too few blocks. Same
- * contracts as the gemm.h entry points, for W->dt == LILY_CW_Q4. */
+ * contracts as the gemm.h entry points, for W->dt == LILY_CW_Q4. Exact mode (gemm_split.h): the
+ * staged words are the split fp16 (hi, lo) activations, each B fragment pair comes from two byte
+ * permutes, the weights are dequantized to fp16, and every product is two fp16 mma. */
 #ifndef LILY_BACKEND_CUDA_GEMM_Q4_H
 #define LILY_BACKEND_CUDA_GEMM_Q4_H
 
@@ -21,7 +23,8 @@ int lily_cuda_gemm_q4(const lily_dmat *W, const float *X, int ldx, int n, float 
                       int accumulate, lily_cuda_stream st, lily_err *e);
 
 /* As lily_cuda_gemm_grouped, W a Q4 expert stack. */
-int lily_cuda_gemm_q4_grouped(const lily_dmat *W, const float *X, int ldx, const int32_t *gather,
+int lily_cuda_gemm_q4_grouped(const lily_dmat *W, const float *X, int ldx, int nx,
+                              const int32_t *gather,
                               const int32_t *tiles, const int32_t *d_ntiles, int max_tiles,
                               float *Y, int ldy, lily_cuda_stream st, lily_err *e);
 

@@ -1,11 +1,13 @@
 /* MoE decode kernels: the fused gate/up and down launches for one token (see moe.h; the
- * prefill path is in moe_prefill.cu, the routing shared by both in moe_route.cuh). */
+ * prefill path is in moe_prefill.cu, the routing shared by both in moe_route.cuh, the router
+ * fused into the gate/up launch in moe_router.cuh). */
 #include "backend/cuda/moe.h"
 
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/gemm.h"
 #include "backend/cuda/gemv.h"
 #include "backend/cuda/moe_route.cuh"
+#include "backend/cuda/moe_router.cuh"
 #include "backend/cuda/q4mma.cuh"
 
 namespace {
@@ -15,7 +17,7 @@ constexpr int kThreads = 256;
 /* ---- decode -------------------------------------------------------------------------------- */
 
 struct dec_layout {
-    size_t logits, idx, wt, sg, h, total; /* byte offsets */
+    size_t bar, logits, idx, wt, sg, h, total; /* byte offsets */
     int imax;
 };
 
@@ -29,6 +31,7 @@ dec_layout dec_plan(const lily_cuda_moe *m) {
         o += (bytes + 255) & ~(size_t)255;
         return r;
     };
+    d.bar = take(8); /* first, at the same offset for every shape (moe_router.cuh) */
     d.logits = take(((size_t)m->E + 1) * 4);
     d.idx = take((size_t)(m->k + 1) * 4);
     d.wt = take((size_t)(m->k + 1) * 4);
@@ -60,6 +63,12 @@ struct gu_params {
     float *wt, *sg, *h;
     int imax;
     int late; /* PDL trigger after the main loop (LILY_CUDA_PDL=2) */
+    /* the fused-router kernel only (moe_router.cuh): Q8 router and shared-gate row, lanes per
+     * router row, where the logits go, the barrier word pair */
+    mat_ref router, sgw;
+    int rlpr;
+    float *rlog;
+    uint32_t *bar;
 };
 
 /* Writes x * w (or x when w is NULL) in the transposed GEMV layout with its chunk sums, from
@@ -170,7 +179,17 @@ struct dn_params {
     mat_ref down, sdown;
     float *x;
     int late;
+    uint32_t *bar; /* the fused router's barrier pair: (re)initialised here (moe_router.cuh) */
 };
+
+/* Called by every down kernel after pdl_wait: the gate/up launch before it has completed, so no
+ * block is at the barrier. Leaves the pair ready for the next fused gate/up launch. */
+__device__ __forceinline__ void bar_reset(uint32_t *bar) {
+    if (bar && blockIdx.x == 0 && threadIdx.x == 0) {
+        bar[0] = 0;
+        bar[1] = kBarTag;
+    }
+}
 
 /* grid: blocks over the H output rows. Slot s < k is routed expert idx[s] (I columns); slot k is
  * the shared expert (Is columns). Slot s's x sits at s * stride floats in the transposed layout,
@@ -220,6 +239,7 @@ __global__ void __launch_bounds__(kThreads) moe_down_kernel(const __grid_constan
     /* prefetch: chunk sl of every slot of the first batch of this lane's first row */
     pdl_trigger();
     pdl_wait(); /* idx, wt, h come from the gate/up kernel */
+    bar_reset(p.bar);
     uint4 w[B];
     uint32_t sbv[B];
     const uint8_t *wr[B];
@@ -298,7 +318,78 @@ __global__ void __launch_bounds__(kThreads) moe_down_kernel(const __grid_constan
  * rows per block made 288, two waves). A block owns 32 rows of one slot's gate and the same 32
  * rows of its up (four 16-row tiles); warp w takes tile w & 3 and the 256-column steps w / 4,
  * w / 4 + 2, ... (two per load batch); x * norm_w goes to shared memory as hi/lo bf16 planes,
- * 1/rms is applied to the sums. */
+ * 1/rms is applied to the sums. The row setup and the main loop are shared by the two kernels
+ * below (unfused, and with the router fused in). */
+struct gu_rows {
+    const uint8_t *r0, *r1;
+    const uint32_t *s0, *s1;
+    int rows, tile, sg;
+};
+
+/* This lane's two rows (g, g + 8 of its tile) of slot's gate or up; ex: the slot's expert. */
+__device__ __forceinline__ gu_rows gu_q4mma_rows(const gu_params &p, int slot, bool shared,
+                                                 int ex, int warp, int lane) {
+    gu_rows g;
+    g.rows = shared ? p.Is : p.I;
+    g.tile = warp & 3;
+    const mat_ref &mr = (g.tile >> 1) ? (shared ? p.sup : p.up) : (shared ? p.sgate : p.gate);
+    const uint8_t *wb = mr.w;
+    const uint32_t *sbb = mr.sb;
+    if (!shared) {
+        wb += (size_t)ex * mr.ws;
+        sbb += (size_t)ex * mr.sbs;
+    }
+    const int ng = p.H / 64;
+    g.sg = warp >> 2;
+    const int r = blockIdx.x * 32 + (g.tile & 1) * 16 + (lane >> 2);
+    const size_t rb = (size_t)p.H / 2;
+    g.r0 = r < g.rows ? wb + (size_t)r * rb : nullptr;
+    g.r1 = r + 8 < g.rows ? wb + (size_t)(r + 8) * rb : nullptr;
+    g.s0 = sbb + (size_t)r * ng;
+    g.s1 = sbb + (size_t)(r + 8) * ng;
+    return g;
+}
+
+/* The first load batch (steps sg and sg + 2). */
+__device__ __forceinline__ void gu_q4mma_first(const gu_params &p, const gu_rows &g, int lane,
+                                               q4_step_regs (&R)[2]) {
+    const int nsteps = p.H / 256;
+    if (g.sg < nsteps) q4_step_load(g.r0, g.s0, g.r1, g.s1, g.sg, lane, R[0]);
+    if (g.sg + 2 < nsteps) q4_step_load(g.r0, g.s0, g.r1, g.s1, g.sg + 2, lane, R[1]);
+}
+
+/* The main loop (first batch already in R), the cross-warp sums and SiLU(gate) * up into h.
+ * The planes must be published (a barrier) before the call. */
+__device__ __forceinline__ void gu_q4mma_main(const gu_params &p, const gu_rows &g, int slot,
+                                              int lane, q4_step_regs (&R)[2], const uint32_t *xh,
+                                              const uint32_t *xl, const float *xs2, float rs,
+                                              float (*part)[64]) {
+    const int nsteps = p.H / 256;
+    float acc0 = 0.f, acc1 = 0.f;
+    for (int st = g.sg; st < nsteps; st += 4) {
+        if (st != g.sg) {
+            q4_step_load(g.r0, g.s0, g.r1, g.s1, st, lane, R[0]);
+            if (st + 2 < nsteps) q4_step_load(g.r0, g.s0, g.r1, g.s1, st + 2, lane, R[1]);
+        }
+        q4_step_math(R[0], xh, xl, xs2, st, lane, acc0, acc1);
+        if (st + 2 < nsteps) q4_step_math(R[1], xh, xl, xs2, st + 2, lane, acc0, acc1);
+    }
+    if (p.late) pdl_trigger();
+    acc0 = quad_sum(acc0);
+    acc1 = quad_sum(acc1);
+    if ((lane & 3) == 0) {
+        part[g.sg][g.tile * 16 + (lane >> 2)] = acc0;
+        part[g.sg][g.tile * 16 + (lane >> 2) + 8] = acc1;
+    }
+    __syncthreads();
+    if (threadIdx.x < 32) { /* tiles 0, 1: gate rows 0..31; tiles 2, 3: up */
+        const int i = threadIdx.x, row = blockIdx.x * 32 + i;
+        float gt = part[0][i] + part[1][i];
+        float u = part[0][32 + i] + part[1][32 + i];
+        if (row < g.rows) p.h[(size_t)slot * p.imax + row] = silu_f(gt * rs) * (u * rs);
+    }
+}
+
 __global__ void __launch_bounds__(kThreads) moe_gate_up_q4mma_kernel(const __grid_constant__ gu_params p) {
     extern __shared__ float4 smem4[];
     __shared__ int s_idx[kMaxK];
@@ -306,7 +397,6 @@ __global__ void __launch_bounds__(kThreads) moe_gate_up_q4mma_kernel(const __gri
     __shared__ float s_sl[1024];
     __shared__ float red[32];
     __shared__ float part[2][64];
-    const int nsteps = p.H / 256, ng = p.H / 64;
     uint32_t *xh = (uint32_t *)smem4, *xl = xh + p.H / 2;
     float *xs2 = (float *)(xl + p.H / 2);
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -320,24 +410,9 @@ __global__ void __launch_bounds__(kThreads) moe_gate_up_q4mma_kernel(const __gri
         for (int j = 0; j < p.k; j++) p.idx[j] = s_idx[j], p.wt[j] = s_wt[j];
         *p.sg = p.has_sgate ? sigmoid_f(p.logits[p.E]) : 1.0f;
     }
-    const int rows = shared ? p.Is : p.I;
-    const int tile = warp & 3;
-    const mat_ref &mr = (tile >> 1) ? (shared ? p.sup : p.up) : (shared ? p.sgate : p.gate);
-    const uint8_t *wb = mr.w;
-    const uint32_t *sbb = mr.sb;
-    if (!shared) {
-        int ex = s_idx[slot];
-        wb += (size_t)ex * mr.ws;
-        sbb += (size_t)ex * mr.sbs;
-    }
-    const int sg = warp >> 2, r = blockIdx.x * 32 + (tile & 1) * 16 + (lane >> 2);
-    const size_t rb = (size_t)p.H / 2;
-    const uint8_t *r0 = r < rows ? wb + (size_t)r * rb : nullptr;
-    const uint8_t *r1 = r + 8 < rows ? wb + (size_t)(r + 8) * rb : nullptr;
-    const uint32_t *s0 = sbb + (size_t)r * ng, *s1 = sbb + (size_t)(r + 8) * ng;
+    const gu_rows g = gu_q4mma_rows(p, slot, shared, shared ? 0 : s_idx[slot], warp, lane);
     q4_step_regs R[2];
-    if (sg < nsteps) q4_step_load(r0, s0, r1, s1, sg, lane, R[0]);
-    if (sg + 2 < nsteps) q4_step_load(r0, s0, r1, s1, sg + 2, lane, R[1]);
+    gu_q4mma_first(p, g, lane, R);
     float ss = 0.f;
     for (int i = threadIdx.x; i < p.H / 4; i += blockDim.x) {
         float4 a = ((const float4 *)p.x)[i];
@@ -348,29 +423,77 @@ __global__ void __launch_bounds__(kThreads) moe_gate_up_q4mma_kernel(const __gri
     else q4x_convert(p.H, [&](int col) { return xv[col]; }, xh, xl, xs2);
     ss = block_sum(ss, red); /* its barriers also publish the planes */
     const float rs = p.norm_w ? 1.0f / sqrtf(ss / p.H + p.eps) : 1.0f;
-    float acc0 = 0.f, acc1 = 0.f;
-    for (int st = sg; st < nsteps; st += 4) {
-        if (st != sg) {
-            q4_step_load(r0, s0, r1, s1, st, lane, R[0]);
-            if (st + 2 < nsteps) q4_step_load(r0, s0, r1, s1, st + 2, lane, R[1]);
+    gu_q4mma_main(p, g, slot, lane, R, xh, xl, xs2, rs, part);
+}
+
+/* The same launch with the router fused in (LILY_CUDA_FUSED_ROUTER=1; see moe_router.cuh): x'
+ * goes to shared memory once, in fp32 for the router (transposed Q8 layout) and as the hi/lo
+ * planes; the blocks' warps compute the router rows, the routed blocks wait at the grid barrier
+ * (the shared expert's blocks only arrive: they need no routing) and run the top-k from the
+ * logits in scratch. Every launch must be fully resident (the host checks the occupancy).
+ * Results are bit-identical to the unfused pair: same x', same 1/rms for the router (sequential
+ * sum over the warps, as the GEMV) and for gate/up (the butterfly of block_sum), same row
+ * arithmetic as the Q8 GEMV. The planes are built between arrival and wait, where the block
+ * would otherwise idle. */
+__global__ void __launch_bounds__(kThreads)
+    moe_gate_up_q4mma_fused_kernel(const __grid_constant__ gu_params p) {
+    extern __shared__ float4 smem4[];
+    __shared__ int s_idx[kMaxK];
+    __shared__ float s_wt[kMaxK];
+    __shared__ float s_sl[1024];
+    __shared__ float s_sgl; /* the shared gate's logit (no-tag fallback) */
+    __shared__ float red[32];
+    __shared__ float part[2][64];
+    uint32_t *xh = (uint32_t *)smem4, *xl = xh + p.H / 2;
+    float *xs2 = (float *)(xl + p.H / 2);
+    float *xr = xs2 + p.H / 32, *xrsum = xr + p.H; /* x' for the router, its chunk sums */
+    const int nc16 = p.H / 16;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int slot = blockIdx.y;
+    const bool shared = slot >= p.k;
+    const int nb = gridDim.x * gridDim.y, b = blockIdx.y * gridDim.x + blockIdx.x;
+    if (!p.late) pdl_trigger();
+    pdl_wait(); /* x comes from the kernel before; the barrier pair from the last down kernel */
+    const bool ready = __ldcg(p.bar + 1) == kBarTag; /* the same in every block (see .cuh) */
+    /* its barrier publishes xr; red keeps the 8 warps' sums of x^2 */
+    const float rs_router = xs_build<LILY_CW_Q8>(p.x, p.norm_w, p.eps, p.H, xr, xrsum, red);
+    const float ss = warp_sum(lane < (int)(blockDim.x >> 5) ? red[lane] : 0.f); /* block_sum's */
+    const float rs = p.norm_w ? 1.0f / sqrtf(ss / p.H + p.eps) : 1.0f;
+    const uint8_t *sgw = p.has_sgate ? p.sgw.w : nullptr;
+    auto convert = [&]() {
+        q4x_convert(p.H, [&](int col) { return xr[xs_index(col, 16, nc16)]; }, xh, xl, xs2);
+    };
+    if (ready) {
+        router_rows(p.router.w, p.router.sb, sgw, p.sgw.sb, p.E, p.H, p.rlpr,
+                    (const float4 *)xr, xrsum, rs_router, b, nb, p.rlog, nullptr, nullptr);
+        __syncthreads(); /* every warp's logits stores before the arrival */
+        uint32_t old = 0;
+        if (threadIdx.x == 0) old = bar_arrive(p.bar, b == 0, (uint32_t)nb);
+        convert();
+        if (!shared && threadIdx.x == 0) bar_wait(p.bar, old);
+        __syncthreads(); /* the barrier for the whole block; publishes the planes */
+        if (!shared && warp == 0) {
+            for (int e = lane; e < p.E; e += 32) s_sl[e] = __ldcg(p.rlog + e); /* past L1 */
+            __syncwarp();
+            topk_warp(s_sl, p.E, p.k, p.norm, s_sl, s_idx, s_wt);
         }
-        q4_step_math(R[0], xh, xl, xs2, st, lane, acc0, acc1);
-        if (st + 2 < nsteps) q4_step_math(R[1], xh, xl, xs2, st + 2, lane, acc0, acc1);
+    } else { /* no initialised barrier yet: each routed block computes every row itself */
+        if (!shared)
+            router_rows(p.router.w, p.router.sb, sgw, p.sgw.sb, p.E, p.H, p.rlpr,
+                        (const float4 *)xr, xrsum, rs_router, 0, 1, nullptr, s_sl, &s_sgl);
+        convert();
+        __syncthreads(); /* s_sl, s_sgl, the planes */
+        if (!shared && warp == 0) topk_warp(s_sl, p.E, p.k, p.norm, s_sl, s_idx, s_wt);
     }
-    if (p.late) pdl_trigger();
-    acc0 = quad_sum(acc0);
-    acc1 = quad_sum(acc1);
-    if ((lane & 3) == 0) {
-        part[sg][tile * 16 + (lane >> 2)] = acc0;
-        part[sg][tile * 16 + (lane >> 2) + 8] = acc1;
+    __syncthreads(); /* s_idx, s_wt */
+    if (blockIdx.x == 0 && slot == 0 && threadIdx.x == 0) {
+        for (int j = 0; j < p.k; j++) p.idx[j] = s_idx[j], p.wt[j] = s_wt[j];
+        *p.sg = p.has_sgate ? sigmoid_f(ready ? __ldcg(p.rlog + p.E) : s_sgl) : 1.0f;
     }
-    __syncthreads();
-    if (threadIdx.x < 32) { /* tiles 0, 1: gate rows 0..31; tiles 2, 3: up */
-        const int i = threadIdx.x, row = blockIdx.x * 32 + i;
-        float g = part[0][i] + part[1][i];
-        float u = part[0][32 + i] + part[1][32 + i];
-        if (row < rows) p.h[(size_t)slot * p.imax + row] = silu_f(g * rs) * (u * rs);
-    }
+    const gu_rows g = gu_q4mma_rows(p, slot, shared, shared ? 0 : s_idx[slot], warp, lane);
+    q4_step_regs R[2];
+    gu_q4mma_first(p, g, lane, R);
+    gu_q4mma_main(p, g, slot, lane, R, xh, xl, xs2, rs, part);
 }
 
 /* grid ceil(H / 16). A block owns 16 output rows; its warps take the (slot, 256-column step)
@@ -390,6 +513,7 @@ __global__ void __launch_bounds__(kThreads) moe_down_q4mma_kernel(const __grid_c
     const int r = blockIdx.x * 16 + (lane >> 2);
     if (!p.late) pdl_trigger();
     pdl_wait(); /* idx, wt, h come from the gate/up kernel */
+    bar_reset(p.bar);
     auto unit = [&](int u, int &slot, int &step, const uint8_t *&r0, const uint32_t *&s0,
                     const uint8_t *&r1, const uint32_t *&s1) {
         int cols;
@@ -478,19 +602,6 @@ int launch_gu_q4mma(const gu_params &p, int slots, lily_cuda_stream st, lily_err
     return 0;
 }
 
-int launch_dn_q4mma(const dn_params &p, lily_cuda_stream st, lily_err *e) {
-    int ns = p.k + p.has_shared;
-    size_t smem = (size_t)ns * ((size_t)p.imax * 4 /* 2 bf16 planes */ + (size_t)(p.imax / 32) * 4);
-    if (smem > 40 * 1024)
-        LILY_CU_TRY(cudaFuncSetAttribute(moe_down_q4mma_kernel,
-                                         cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem),
-                    e);
-    LILY_CU_TRY(launch_pdl(moe_down_q4mma_kernel, dim3((p.H + 15) / 16), dim3(kThreads), smem, st,
-                           p),
-                e);
-    return 0;
-}
-
 bool q4mma_on() {
     const char *v = getenv("LILY_CUDA_Q4MMA"); /* "0": the fp32 kernels, for A/B timing */
     return !(v && v[0] == '0');
@@ -502,6 +613,84 @@ int lpr_for(int nchunk) {
            : nchunk % 8 == 0  ? 8
            : nchunk % 4 == 0  ? 4
                               : 2;
+}
+
+/* Dynamic shared memory of the fused kernel: the planes and their chunk sums as above, then x'
+ * in fp32 and its 16-column chunk sums for the router. */
+size_t gu_fused_smem(int H) {
+    return (size_t)H * 4 + (size_t)(H / 32) * 4 + (size_t)H * 4 + (size_t)(H / 16) * 4;
+}
+
+/* Whether a grid of `blocks` fused gate/up blocks is resident all at once (the barrier needs
+ * it). The answer depends only on the shared memory size; cached for the last one asked. Sets
+ * the kernel's shared memory limit as a side effect (needed before the occupancy query). */
+int gu_fused_resident(size_t smem, int blocks, bool *ok, lily_err *e) {
+    static int sms = 0, per_sm = 0;
+    static size_t cached = 0;
+    if (!sms) {
+        int dev = 0;
+        LILY_CU_TRY(cudaGetDevice(&dev), e);
+        LILY_CU_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev), e);
+    }
+    if (smem != cached) {
+        if (smem > 40 * 1024)
+            LILY_CU_TRY(cudaFuncSetAttribute(moe_gate_up_q4mma_fused_kernel,
+                                             cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                             (int)smem),
+                        e);
+        LILY_CU_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+                        &per_sm, moe_gate_up_q4mma_fused_kernel, kThreads, smem),
+                    e);
+        cached = smem;
+    }
+    *ok = (long)per_sm * sms >= blocks;
+    return 0;
+}
+
+/* Whether this MoE can take the fused-router path at all (shapes and formats): a Q8 router (and
+ * Q8 shared gate row) over the same H as Q4 experts that run on the q4mma kernels. Anything else
+ * (Q4 or bf16 router, no router) keeps the GEMV launch. */
+bool fused_shape(const lily_cuda_moe *m) {
+    if (m->k <= 0 || !m->router || m->gate->dt != LILY_CW_Q4) return false;
+    const int H = m->gate->cols;
+    if (H % 256 || !q4mma_on()) return false;
+    const lily_dmat *r = m->router, *s = m->sh_gate_w;
+    if (r->dt != LILY_CW_Q8 || r->cols != H || r->rows != m->E || r->n_mats != 1) return false;
+    if (s && (s->dt != LILY_CW_Q8 || s->cols != H || s->rows != 1 || s->n_mats != 1))
+        return false;
+    return true;
+}
+
+/* Decides the decode path: *fused when the switch is on, the shapes fit and the grid is
+ * resident. */
+int use_fused(const lily_cuda_moe *m, bool *fused, lily_err *e) {
+    *fused = false;
+    if (!lily_cuda_tune_get()->fused_router || !fused_shape(m)) return 0;
+    dec_layout d = dec_plan(m);
+    int slots = m->k + (m->sh_gate ? 1 : 0);
+    return gu_fused_resident(gu_fused_smem(m->gate->cols), (d.imax + 31) / 32 * slots, fused, e);
+}
+
+int launch_gu_q4mma_fused(const gu_params &p, int slots, lily_cuda_stream st, lily_err *e) {
+    dim3 grid((p.imax + 31) / 32, slots);
+    /* the shared memory attribute was set by gu_fused_resident */
+    LILY_CU_TRY(launch_pdl(moe_gate_up_q4mma_fused_kernel, grid, dim3(kThreads),
+                           gu_fused_smem(p.H), st, p),
+                e);
+    return 0;
+}
+
+int launch_dn_q4mma(const dn_params &p, lily_cuda_stream st, lily_err *e) {
+    int ns = p.k + p.has_shared;
+    size_t smem = (size_t)ns * ((size_t)p.imax * 4 /* 2 bf16 planes */ + (size_t)(p.imax / 32) * 4);
+    if (smem > 40 * 1024)
+        LILY_CU_TRY(cudaFuncSetAttribute(moe_down_q4mma_kernel,
+                                         cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem),
+                    e);
+    LILY_CU_TRY(launch_pdl(moe_down_q4mma_kernel, dim3((p.H + 15) / 16), dim3(kThreads), smem, st,
+                           p),
+                e);
+    return 0;
 }
 
 template <int DT, int LPR>
@@ -559,6 +748,13 @@ extern "C" size_t lily_cuda_moe_decode_scratch(const lily_cuda_moe *m) {
     return dec_plan(m).total;
 }
 
+extern "C" int lily_cuda_moe_decode_fuses(const lily_cuda_moe *m) {
+    lily_err e;
+    bool fused = false;
+    if (check_moe(m, &e) || use_fused(m, &fused, &e)) return 0;
+    return fused;
+}
+
 extern "C" const int32_t *lily_cuda_moe_decode_idx(const lily_cuda_moe *m, const void *scratch) {
     return (const int32_t *)((const char *)scratch + dec_plan(m).idx);
 }
@@ -572,7 +768,11 @@ extern "C" int lily_cuda_moe_decode(const lily_cuda_moe *m, float *x, const floa
     dec_layout d = dec_plan(m);
     char *s = (char *)scratch;
     float *logits = (float *)(s + d.logits);
-    /* router and shared-gate logits: one GEMV launch when they share a format */
+    uint32_t *bar = (uint32_t *)(s + d.bar);
+    bool fused;
+    if (use_fused(m, &fused, e)) return -1;
+    /* router and shared-gate logits: one GEMV launch when they share a format (unless the
+     * gate/up launch computes them) */
     lily_gemv_pro pro = {LILY_GP_RMSNORM, norm_w, nullptr, 0, eps};
     lily_gemv_seg seg[2];
     int ns = 0;
@@ -580,12 +780,12 @@ extern "C" int lily_cuda_moe_decode(const lily_cuda_moe *m, float *x, const floa
     if (m->sh_gate_w) {
         lily_gemv_seg sg = {m->sh_gate_w, logits + m->E, LILY_GV_STORE, nullptr, nullptr, 0};
         if (ns && m->sh_gate_w->dt != m->router->dt) {
-            if (lily_cuda_gemv(&sg, 1, x, &pro, st, e)) return -1;
+            if (!fused && lily_cuda_gemv(&sg, 1, x, &pro, st, e)) return -1;
         } else {
             seg[ns++] = sg;
         }
     }
-    if (ns && lily_cuda_gemv(seg, ns, x, &pro, st, e)) return -1;
+    if (!fused && ns && lily_cuda_gemv(seg, ns, x, &pro, st, e)) return -1;
     const lily_dmat *g = m->k ? m->gate : m->sh_gate, *dn = m->k ? m->down : m->sh_down;
     gu_params p = {};
     p.x = x;
@@ -609,13 +809,19 @@ extern "C" int lily_cuda_moe_decode(const lily_cuda_moe *m, float *x, const floa
     p.h = (float *)(s + d.h);
     p.imax = d.imax;
     p.late = pdl_late();
+    p.router = ref_of(m->router);
+    p.sgw = ref_of(m->sh_gate_w);
+    p.rlpr = lpr_for(p.H / 16);
+    p.rlog = logits;
+    p.bar = bar;
     int slots = m->k + (m->sh_gate ? 1 : 0);
     int rc;
     const bool mma = q4mma_on();
     switch (g->dt) {
     case LILY_CW_Q4:
-        rc = mma && p.H % 256 == 0 ? launch_gu_q4mma(p, slots, st, e)
-                                   : launch_gu_dt<LILY_CW_Q4>(p, slots, st, e);
+        rc = fused                      ? launch_gu_q4mma_fused(p, slots, st, e)
+             : mma && p.H % 256 == 0 ? launch_gu_q4mma(p, slots, st, e)
+                                        : launch_gu_dt<LILY_CW_Q4>(p, slots, st, e);
         break;
     case LILY_CW_Q8: rc = launch_gu_dt<LILY_CW_Q8>(p, slots, st, e); break;
     default: rc = launch_gu_dt<LILY_CW_BF16>(p, slots, st, e); break;
@@ -636,6 +842,7 @@ extern "C" int lily_cuda_moe_decode(const lily_cuda_moe *m, float *x, const floa
     q.sdown = ref_of(m->sh_down);
     q.x = x;
     q.late = pdl_late();
+    q.bar = bar;
     switch (dn->dt) {
     case LILY_CW_Q4:
         if (mma && q.I % 256 == 0 && q.Is % 256 == 0 && q.imax % 256 == 0)

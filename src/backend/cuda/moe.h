@@ -5,7 +5,10 @@
  * shared-expert gate logit from the RMS-normed input; one kernel then recomputes softmax + top-k
  * per block (block 0 publishes it) and runs gate+up+SiLU for the k selected experts and the
  * shared expert; a last kernel does every down projection, scales by the routing weights and
- * sigmoid(shared gate), sums, and adds into the residual.
+ * sigmoid(shared gate), sums, and adds into the residual. With LILY_CUDA_FUSED_ROUTER=1 (and a
+ * Q8 router, Q4 experts on the tensor-core kernels, a grid that is resident all at once) the
+ * router rows are computed inside the gate/up launch instead, behind a grid barrier (two
+ * launches, bit-identical results; moe_router.cuh).
  *
  * Prefill (a chunk of n tokens): router GEMM, per-token top-k with a per-expert histogram, a
  * one-block scan that makes expert offsets and the tile list of the grouped GEMM, an ordered
@@ -34,8 +37,12 @@ typedef struct lily_cuda_moe {
     const lily_dmat *sh_gate_w;  /* [1, H]: scalar sigmoid gate of the shared expert; or NULL */
 } lily_cuda_moe;
 
-/* Bytes of scratch the decode step needs. */
+/* Bytes of scratch the decode step needs. Its contents need no initialisation; layers may share
+ * one scratch (the fused router's barrier words sit at the same offset for every shape). */
 size_t lily_cuda_moe_decode_scratch(const lily_cuda_moe *m);
+/* 1 when lily_cuda_moe_decode would run m with the router fused into the gate/up launch under
+ * the current tuning (lily_cuda_tune_get), else 0. For tests and logs. */
+int lily_cuda_moe_decode_fuses(const lily_cuda_moe *m);
 /* x [H] (residual, device) += MoE(RMSNorm(x; norm_w, eps)). */
 int lily_cuda_moe_decode(const lily_cuda_moe *m, float *x, const float *norm_w, float eps,
                          void *scratch, lily_cuda_stream st, lily_err *e);

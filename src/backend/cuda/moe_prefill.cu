@@ -5,6 +5,7 @@
 
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/gemm.h"
+#include "backend/cuda/gemm_split.h"
 #include "backend/cuda/gemv.h"
 #include "backend/cuda/moe_route.cuh"
 
@@ -156,9 +157,9 @@ int silu_mul(float *g, const float *u, size_t n, lily_cuda_stream st, lily_err *
     return 0;
 }
 
-int prefill_common(const lily_cuda_moe *m, const float *u, int n, const int32_t *given_idx,
-                   const float *given_wt, float *x, void *scratch, lily_cuda_stream st,
-                   lily_err *e) {
+int prefill_body(const lily_cuda_moe *m, const float *u, int n, const int32_t *given_idx,
+                 const float *given_wt, float *x, void *scratch, lily_cuda_stream st,
+                 lily_err *e) {
     if (check_moe(m, e)) return -1;
     if (n < 1) return 0;
     pre_layout d = pre_plan(m, n);
@@ -190,26 +191,36 @@ int prefill_common(const lily_cuda_moe *m, const float *u, int n, const int32_t 
         LILY_CU_LAUNCHED(e);
         scatter_kernel<<<(E + 7) / 8, 256, 0, st>>>(idx, nk, k, E, off, gather, slot);
         LILY_CU_LAUNCHED(e);
-        float *hg = (float *)(s + d.hg), *hu = (float *)(s + d.hu), *yg = (float *)(s + d.yg);
-        if (lily_cuda_gemm_grouped(m->gate, u, H, gather, tiles, ntiles, d.max_tiles, hg, d.I, st,
-                                   e) ||
-            lily_cuda_gemm_grouped(m->up, u, H, gather, tiles, ntiles, d.max_tiles, hu, d.I, st,
-                                   e) ||
-            silu_mul(hg, hu, (size_t)nk * d.I, st, e) ||
-            lily_cuda_gemm_grouped(m->down, hg, d.I, nullptr, tiles, ntiles, d.max_tiles, yg, H,
+        float *hg = (float *)(s + d.hg), *hu = (float *)(s + d.hu);
+        if (lily_cuda_gemm_grouped(m->gate, u, H, n, gather, tiles, ntiles, d.max_tiles, hg, d.I,
+                                   st, e) ||
+            lily_cuda_gemm_grouped(m->up, u, H, n, gather, tiles, ntiles, d.max_tiles, hu, d.I,
                                    st, e))
             return -1;
     }
+    /* the shared expert's gate/up and gate logit before the routed down projection: they read u,
+     * which the exact GEMMs then split once (gemm_split.h) */
     float *ys = nullptr;
     if (m->sh_gate) {
         float *sg = (float *)(s + d.sg), *su = (float *)(s + d.su);
         ys = (float *)(s + d.ys);
         if (lily_cuda_gemm(m->sh_gate, u, H, n, sg, d.Is, 0, st, e) ||
-            lily_cuda_gemm(m->sh_up, u, H, n, su, d.Is, 0, st, e) ||
-            silu_mul(sg, su, (size_t)n * d.Is, st, e) ||
-            lily_cuda_gemm(m->sh_down, sg, d.Is, n, ys, H, 0, st, e))
+            lily_cuda_gemm(m->sh_up, u, H, n, su, d.Is, 0, st, e))
             return -1;
         if (m->sh_gate_w && lily_cuda_gemm(m->sh_gate_w, u, H, n, logits + E, ldl, 0, st, e))
+            return -1;
+        lily_cuda_xsplit_hold(nullptr);
+        if (silu_mul(sg, su, (size_t)n * d.Is, st, e) ||
+            lily_cuda_gemm(m->sh_down, sg, d.Is, n, ys, H, 0, st, e))
+            return -1;
+    }
+    lily_cuda_xsplit_hold(nullptr);
+    if (k > 0) {
+        float *hg = (float *)(s + d.hg), *hu = (float *)(s + d.hu), *yg = (float *)(s + d.yg);
+        int32_t *tiles = (int32_t *)(s + d.tiles), *ntiles = (int32_t *)(s + d.ntiles);
+        if (silu_mul(hg, hu, (size_t)nk * d.I, st, e) ||
+            lily_cuda_gemm_grouped(m->down, hg, d.I, nk, nullptr, tiles, ntiles, d.max_tiles, yg,
+                                   H, st, e))
             return -1;
     }
     size_t total = (size_t)n * H;
@@ -218,6 +229,15 @@ int prefill_common(const lily_cuda_moe *m, const float *u, int n, const int32_t 
         ldl);
     LILY_CU_LAUNCHED(e);
     return 0;
+}
+
+int prefill_common(const lily_cuda_moe *m, const float *u, int n, const int32_t *given_idx,
+                   const float *given_wt, float *x, void *scratch, lily_cuda_stream st,
+                   lily_err *e) {
+    lily_cuda_xsplit_hold(u); /* u is read by every GEMM up to the down projections */
+    int rc = prefill_body(m, u, n, given_idx, given_wt, x, scratch, st, e);
+    lily_cuda_xsplit_hold(nullptr);
+    return rc;
 }
 
 } // namespace

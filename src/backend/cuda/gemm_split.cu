@@ -1,0 +1,96 @@
+/* fp32 activations -> fp16 hi/lo words with a power-of-two row scale (see gemm_split.h). */
+#include "backend/cuda/gemm_split.h"
+
+#include <cuda_fp16.h>
+
+#include "backend/cuda/common.cuh"
+
+namespace {
+
+constexpr int kThreads = 256;
+
+/* One block per row: the row's max |x| (non-finite values ignored, so they stay inf/nan in hi),
+ * then every column split in a second pass (the row is re-read from L2). */
+__global__ void __launch_bounds__(kThreads) xsplit_kernel(const float *__restrict__ X, int ldx,
+                                                          int K, uint32_t *__restrict__ out,
+                                                          float *__restrict__ mul) {
+    const int t = blockIdx.x;
+    const float *x = X + (size_t)t * ldx;
+    float m = 0.f;
+    for (int c = threadIdx.x; c < K; c += kThreads) {
+        const float a = fabsf(x[c]);
+        if (a <= 3.0e38f) m = fmaxf(m, a);
+    }
+    __shared__ float red[kThreads / 32];
+    m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 16));
+    m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 8));
+    m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 4));
+    m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 2));
+    m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 1));
+    if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = m;
+    __syncthreads();
+    m = red[0];
+#pragma unroll
+    for (int i = 1; i < kThreads / 32; i++) m = fmaxf(m, red[i]);
+    /* m = f 2^b with f in [1, 2): scale by 2^(14 - b), so the max lands in [2^14, 2^15) */
+    int sh = 0;
+    if (m > 0.f) sh = 14 - (int)((__float_as_uint(m) >> 23) & 255u) + 127;
+    if (m > 0.f && m < 1.17549435e-38f) sh = 0; /* subnormal max: leave the row as it is */
+    sh = max(-126, min(sh, 126));
+    const float s = __uint_as_float((uint32_t)(127 + sh) << 23);
+    if (threadIdx.x == 0) mul[t] = __uint_as_float((uint32_t)(127 - sh) << 23);
+    uint32_t *o = out + (size_t)t * K;
+    for (int c = threadIdx.x; c < K; c += kThreads) {
+        const float v = x[c] * s;
+        const __half h = __float2half_rn(v);
+        const __half l = __float2half_rn(v - __half2float(h));
+        o[c] = (uint32_t)__half_as_ushort(h) | ((uint32_t)__half_as_ushort(l) << 16);
+    }
+}
+
+uint32_t *g_words = nullptr;
+float *g_mul = nullptr;
+size_t g_cap_words = 0, g_cap_rows = 0;
+/* the last split's input, and the input declared unchanged */
+const float *g_last = nullptr, *g_held = nullptr;
+int g_last_ldx = 0, g_last_n = 0, g_last_k = 0;
+
+} // namespace
+
+/* Words split before the hold may be of older contents of X: the hold starts afresh. */
+extern "C" void lily_cuda_xsplit_hold(const float *X) {
+    g_held = X;
+    g_last = nullptr;
+}
+
+extern "C" int lily_cuda_gemm_exact(void) { return lily_cuda_tune_get()->gemm_exact; }
+
+extern "C" int lily_cuda_xsplit(const float *X, int ldx, int n, int K, const uint32_t **words,
+                                const float **mul, lily_cuda_stream st, lily_err *e) {
+    if (n < 1 || K < 1 || ldx < K)
+        return lily_fail(e, "gemm: activations of %d rows x %d (ld %d)", n, K, ldx);
+    if (X == g_held && X == g_last && ldx == g_last_ldx && n == g_last_n && K == g_last_k) {
+        *words = g_words;
+        *mul = g_mul;
+        return 0;
+    }
+    g_last = nullptr;
+    const size_t need = (size_t)n * K, rows = (size_t)n;
+    if (need > g_cap_words || rows > g_cap_rows) {
+        /* grow geometrically; the old buffers may still be read by queued kernels */
+        LILY_CU_TRY(cudaStreamSynchronize((cudaStream_t)st), e);
+        cudaFree(g_words);
+        cudaFree(g_mul);
+        g_words = nullptr, g_mul = nullptr, g_cap_words = g_cap_rows = 0;
+        size_t cw = need + need / 4, cr = rows + rows / 4 + 64;
+        LILY_CU_TRY(cudaMalloc(&g_words, cw * 4), e);
+        LILY_CU_TRY(cudaMalloc(&g_mul, cr * 4), e);
+        g_cap_words = cw, g_cap_rows = cr;
+    }
+    xsplit_kernel<<<n, kThreads, 0, (cudaStream_t)st>>>(X, ldx, K, g_words, g_mul);
+    LILY_CU_LAUNCHED(e);
+    g_last = X, g_last_ldx = ldx, g_last_n = n, g_last_k = K;
+    *words = g_words;
+    *mul = g_mul;
+    return 0;
+}
