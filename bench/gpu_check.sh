@@ -139,7 +139,7 @@ if [[ $skip != *" bench "* ]]; then
             echo "== ncu: kernel time of one $phase step (top 14)${pv:+ [$pv]}"
             tag=${pv//[^A-Za-z0-9]/_}
             env ${pv:+LILY_CUDA_$pv} LILY_CUDA_BENCH_PROFILE=$phase timeout 150 ncu --clock-control none \
-                --metrics gpu__time_duration.sum --csv --print-kernel-base function \
+                --metrics gpu__time_duration.sum --csv --print-kernel-base ${GPU_CHECK_PROFILE_BASE:-function} \
                 --log-file "$logs/ncu_$phase$tag.csv" "$work/bin/test_cuda_bench" >/dev/null 2>&1
             python3 - "$logs/ncu_$phase$tag.csv" <<'PY'
 import csv, sys, collections
@@ -152,8 +152,10 @@ for r in rows[1:]:
     tot[r[ki]] += v; cnt[r[ki]] += 1
 s = sum(tot.values())
 print(f"total {s:.0f} us over {sum(cnt.values())} kernels")
-for k, v in sorted(tot.items(), key=lambda x: -x[1])[:14]:
-    print(f"{v:10.0f} us {100*v/s:5.1f}% x{cnt[k]:<5d} {k[:60]}")
+import os
+for k, v in sorted(tot.items(), key=lambda x: -x[1])[:int(os.environ.get("GPU_CHECK_PROFILE_TOP", "14"))]:
+    k2 = k.replace("(anonymous namespace)::", "").rsplit("(", 1)[0]
+    print(f"{v:10.0f} us {100*v/s:5.1f}% x{cnt[k]:<5d} {k2[:90]}")
 PY
         done
         done

@@ -37,6 +37,7 @@ static void apply_variant(const char *v) {
     unsetenv("LILY_CUDA_FUSED_ROUTER");
     unsetenv("LILY_CUDA_GEMM_EXACT");
     unsetenv("LILY_CUDA_ATTN_EXACT");
+    unsetenv("LILY_CUDA_GROUP_BN");
     char buf[256];
     snprintf(buf, sizeof buf, "%s", v);
     for (char *t = strtok(buf, " ,"); t; t = strtok(NULL, " ,")) {

@@ -130,14 +130,15 @@ static void glu_case(lily_dtype dt, int M, int K, int n) {
 
 /* Tile list of the grouped GEMM for per-expert row counts (as moe.cu's scan builds it). Returns
  * the tile count; tiles has room for sum ceil(c / BN) triples. */
+static int g_gbn = LILY_GEMM_GROUP_BN; /* rows per tile (LILY_CUDA_GROUP_BN) */
 static int make_tiles(const int *counts, int E, int32_t *tiles) {
     int nt = 0, r0 = 0;
     for (int x = 0; x < E; x++) {
-        for (int i = 0; i * LILY_GEMM_GROUP_BN < counts[x]; i++, nt++) {
+        for (int i = 0; i * g_gbn < counts[x]; i++, nt++) {
             tiles[3 * nt] = x;
-            tiles[3 * nt + 1] = r0 + i * LILY_GEMM_GROUP_BN;
-            int left = counts[x] - i * LILY_GEMM_GROUP_BN;
-            tiles[3 * nt + 2] = left < LILY_GEMM_GROUP_BN ? left : LILY_GEMM_GROUP_BN;
+            tiles[3 * nt + 1] = r0 + i * g_gbn;
+            int left = counts[x] - i * g_gbn;
+            tiles[3 * nt + 2] = left < g_gbn ? left : g_gbn;
         }
         r0 += counts[x];
     }
@@ -539,6 +540,30 @@ int main(void) {
         grouped_case(LILY_DT_Q4, 200, 512, 5, c1, 60, 1, 0);
     }
     g_xscale_spread = 0;
+    /* 64-row tiles of the grouped GEMM (LILY_CUDA_GROUP_BN=64), exact and fast */
+    for (int exact = 1; exact >= 0; exact--) {
+        setenv("LILY_CUDA_GEMM_EXACT", exact ? "1" : "0", 1);
+        setenv("LILY_CUDA_GROUP_BN", "64", 1);
+        lily_cuda_tune_reload();
+        g_gbn = 64;
+        g_tol = exact ? 5e-4 : 1e-2;
+        snprintf(g_tag, sizeof g_tag, " [64-row tiles%s]", exact ? "" : ", fast");
+        const int c1[5] = {0, 37, 1, 130, 0}, c2[3] = {0, 77, 0}, c3[4] = {65, 0, 5, 64};
+        grouped_case(LILY_DT_Q4, 200, 512, 5, c1, 60, 1, 0);
+        grouped_case(LILY_DT_Q4, 2048, 128, 3, c2, 77, 1, 0);
+        grouped_case(LILY_DT_Q4, 300, 576, 5, c1, 0, 0, 0);
+        grouped_case(LILY_DT_Q8, 96, 320, 4, c3, 50, 1, 0);
+        grouped_case(LILY_DT_BF16, 257, 192, 4, c3, 50, 1, 0);
+    }
+    lily_err eg;
+    _Alignas(16) float dg[8];
+    lily_dmat gg = {0}, ug = {0};
+    gg.n_mats = ug.n_mats = 1, gg.rows = ug.rows = 64, gg.cols = ug.cols = 64;
+    pt_check_true("grouped_glu refuses 64-row tiles",
+                  lily_cuda_gemm_grouped_glu(&gg, &ug, dg, 8, 1, NULL, NULL, NULL, 1, dg, 8, NULL,
+                                             &eg) == -1);
+    unsetenv("LILY_CUDA_GROUP_BN");
+    g_gbn = LILY_GEMM_GROUP_BN;
     g_tag[0] = 0;
     unsetenv("LILY_CUDA_GEMM_EXACT");
     lily_cuda_tune_reload();

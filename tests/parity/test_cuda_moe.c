@@ -356,14 +356,15 @@ static void prefill_case(moe_fix *f, int n, int mode) {
         for (int i = 0; i < n * k; i++) same += idx[i] == cidx[i];
         snprintf(name, sizeof name, "moe prefill routing n=%d: %d of %d picks as on the CPU", n,
                  same, n * k);
-        /* bf16 router logits on the tensor cores may flip a near tie now and then */
-        pt_check_true(name, same >= n * k * 97 / 100);
+        /* the router GEMM is exact to ~1e-4 (fp16 weights, split activations): a flip would take
+         * a near tie */
+        pt_check_true(name, same >= n * k * 99 / 100);
     }
     pt_get(got, dx, nh);
     static const char *modes[] = {"routed on GPU", "all tokens on experts 0..k-1", "skewed"};
     snprintf(name, sizeof name, "moe prefill out E=%d k=%d H=%d I=%d n=%d %s", E, k, H, f->I, n,
              k ? modes[mode] : "dense");
-    pt_check(name, got, ref, nh, 1e-2);
+    pt_check(name, got, ref, nh, 2e-3);
     lily_cuda_free(du), lily_cuda_free(dx), lily_cuda_free(scr);
     free(x), free(u), free(idx), free(cidx), free(wt), free(ref), free(got);
 }
@@ -383,6 +384,13 @@ int main(void) {
     decode_case(&f);
     prefill_case(&f, 200, 0);
     prefill_case(&f, 64, 1);
+    prefill_case(&f, 1000, 2); /* 8000 assignments: 16 scatter chunks, skewed */
+    setenv("LILY_CUDA_GROUP_BN", "64", 1); /* 64-row expert tiles */
+    lily_cuda_tune_reload();
+    prefill_case(&f, 1000, 0);
+    prefill_case(&f, 130, 2);
+    unsetenv("LILY_CUDA_GROUP_BN");
+    lily_cuda_tune_reload();
     fix_free(&f);
     if (fix_make(&f, 16, 2, 320, 192, 0, 0)) return pt_finish();
     decode_case(&f);

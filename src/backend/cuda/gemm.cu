@@ -184,7 +184,7 @@ __global__ void __launch_bounds__(kThreads, (shape<DT, MT, NT, NMAT, EX>::MINB))
             SB[m] = wfmt<DT>::Q ? a.sb[m] + (size_t)tl[0] * a.sb_stride : nullptr;
         }
         row0 = tl[1];
-        rows = tl[2];
+        rows = min(tl[2], BN);
         m0 = blockIdx.x * BM;
     } else {
 #pragma unroll
@@ -440,7 +440,12 @@ int launch_shape(const gemm_args &a, int grouped, int ytiles, lily_cuda_stream s
  * (small M: the grid, not the per-warp work, is what limits those). Grouped: 256 x 32. */
 template <int DT, int NMAT>
 int launch_dt(const gemm_args &a, int grouped, int ytiles, lily_cuda_stream st, lily_err *e) {
-    if (grouped) return launch_shape<DT, 2, 4, NMAT>(a, 1, ytiles, st, e);
+    if (grouped) {
+        if constexpr (NMAT == 1)
+            if (lily_cuda_tune_get()->group_bn == 64) /* 64-row tiles (cuda_mem.h) */
+                return launch_shape<DT, 2, 8, NMAT>(a, 1, ytiles, st, e);
+        return launch_shape<DT, 2, 4, NMAT>(a, 1, ytiles, st, e);
+    }
     auto blocks = [&](int bm, int bn) {
         return (long)((a.M + bm - 1) / bm) * ((a.n + bn - 1) / bn);
     };
@@ -545,7 +550,8 @@ extern "C" int lily_cuda_gemm_grouped(const lily_dmat *W, const float *X, int ld
                                       const int32_t *d_ntiles, int max_tiles, float *Y, int ldy,
                                       lily_cuda_stream st, lily_err *e) {
     if (check_x(X, ldx, e)) return -1;
-    if (use_q4(W->dt, W->rows, W->cols, 0, true))
+    if (use_q4(W->dt, W->rows, W->cols, 0, true) &&
+        lily_cuda_tune_get()->group_bn == LILY_GEMM_GROUP_BN)
         return lily_cuda_gemm_q4_grouped(W, X, ldx, nx, gather, tiles, d_ntiles, max_tiles, Y,
                                          ldy, st, e);
     if (max_tiles < 1 || W->rows < 1) return 0;
@@ -570,6 +576,9 @@ extern "C" int lily_cuda_gemm_grouped_glu(const lily_dmat *G, const lily_dmat *U
                                           const int32_t *d_ntiles, int max_tiles, float *Y,
                                           int ldy, lily_cuda_stream st, lily_err *e) {
     if (check_pair(G, U, e) || check_x(X, ldx, e)) return -1;
+    if (lily_cuda_tune_get()->group_bn != LILY_GEMM_GROUP_BN)
+        return lily_fail(e, "gemm_grouped_glu: tiles of %d rows (LILY_CUDA_GROUP_BN) unsupported",
+                         lily_cuda_tune_get()->group_bn);
     if (max_tiles < 1 || G->rows < 1) return 0;
     gemm_args a = make_args(G, U, X, ldx, 0, gather, tiles, d_ntiles, Y, ldy, 0);
     if (split_x(a, nx, st, e)) return -1;

@@ -26,7 +26,8 @@
 extern "C" {
 #endif
 
-/* Token tiles of the grouped GEMM, in rows (see lily_cuda_gemm_grouped). */
+/* Token tiles of the grouped GEMM, in rows (see lily_cuda_gemm_grouped); tiles of up to 64 rows
+ * when lily_cuda_tune_get()->group_bn is 64 (the gated grouped form refuses those). */
 #define LILY_GEMM_GROUP_BN 32
 /* The gated (GLU) entry points below exist. */
 #define LILY_GEMM_HAS_GLU 1

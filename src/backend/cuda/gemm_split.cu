@@ -9,16 +9,28 @@ namespace {
 
 constexpr int kThreads = 256;
 
+/* x, or silu(x) * u for the SwiGLU down projections (GLU). */
+template <bool GLU>
+__device__ __forceinline__ float xval(const float *x, const float *u, int c) {
+    if (!GLU) return x[c];
+    const float g = x[c];
+    return g / (1.0f + expf(-g)) * u[c];
+}
+
 /* One block per row: the row's max |x| (non-finite values ignored, so they stay inf/nan in hi),
- * then every column split in a second pass (the row is re-read from L2). */
-__global__ void __launch_bounds__(kThreads) xsplit_kernel(const float *__restrict__ X, int ldx,
+ * then every column split in a second pass (the row is re-read from L2). GLU: the row is
+ * silu(X) * U (same layout), computed in both passes, as silu_mul computes it. */
+template <bool GLU>
+__global__ void __launch_bounds__(kThreads) xsplit_kernel(const float *__restrict__ X,
+                                                          const float *__restrict__ U, int ldx,
                                                           int K, uint32_t *__restrict__ out,
                                                           float *__restrict__ mul) {
     const int t = blockIdx.x;
     const float *x = X + (size_t)t * ldx;
+    const float *u = GLU ? U + (size_t)t * ldx : nullptr;
     float m = 0.f;
     for (int c = threadIdx.x; c < K; c += kThreads) {
-        const float a = fabsf(x[c]);
+        const float a = fabsf(xval<GLU>(x, u, c));
         if (a <= 3.0e38f) m = fmaxf(m, a);
     }
     __shared__ float red[kThreads / 32];
@@ -41,7 +53,7 @@ __global__ void __launch_bounds__(kThreads) xsplit_kernel(const float *__restric
     if (threadIdx.x == 0) mul[t] = __uint_as_float((uint32_t)(127 - sh) << 23);
     uint32_t *o = out + (size_t)t * K;
     for (int c = threadIdx.x; c < K; c += kThreads) {
-        const float v = x[c] * s;
+        const float v = xval<GLU>(x, u, c) * s;
         const __half h = __float2half_rn(v);
         const __half l = __float2half_rn(v - __half2float(h));
         o[c] = (uint32_t)__half_as_ushort(h) | ((uint32_t)__half_as_ushort(l) << 16);
@@ -65,15 +77,12 @@ extern "C" void lily_cuda_xsplit_hold(const float *X) {
 
 extern "C" int lily_cuda_gemm_exact(void) { return lily_cuda_tune_get()->gemm_exact; }
 
-extern "C" int lily_cuda_xsplit(const float *X, int ldx, int n, int K, const uint32_t **words,
-                                const float **mul, lily_cuda_stream st, lily_err *e) {
+namespace {
+
+int split(const float *X, const float *U, int ldx, int n, int K, lily_cuda_stream st,
+          lily_err *e) {
     if (n < 1 || K < 1 || ldx < K)
         return lily_fail(e, "gemm: activations of %d rows x %d (ld %d)", n, K, ldx);
-    if (X == g_held && X == g_last && ldx == g_last_ldx && n == g_last_n && K == g_last_k) {
-        *words = g_words;
-        *mul = g_mul;
-        return 0;
-    }
     g_last = nullptr;
     const size_t need = (size_t)n * K, rows = (size_t)n;
     if (need > g_cap_words || rows > g_cap_rows) {
@@ -87,10 +96,29 @@ extern "C" int lily_cuda_xsplit(const float *X, int ldx, int n, int K, const uin
         LILY_CU_TRY(cudaMalloc(&g_mul, cr * 4), e);
         g_cap_words = cw, g_cap_rows = cr;
     }
-    xsplit_kernel<<<n, kThreads, 0, (cudaStream_t)st>>>(X, ldx, K, g_words, g_mul);
+    if (U)
+        xsplit_kernel<true><<<n, kThreads, 0, (cudaStream_t)st>>>(X, U, ldx, K, g_words, g_mul);
+    else
+        xsplit_kernel<false><<<n, kThreads, 0, (cudaStream_t)st>>>(X, U, ldx, K, g_words, g_mul);
     LILY_CU_LAUNCHED(e);
     g_last = X, g_last_ldx = ldx, g_last_n = n, g_last_k = K;
+    return 0;
+}
+
+} // namespace
+
+extern "C" int lily_cuda_xsplit(const float *X, int ldx, int n, int K, const uint32_t **words,
+                                const float **mul, lily_cuda_stream st, lily_err *e) {
+    if (!(X == g_held && X == g_last && ldx == g_last_ldx && n == g_last_n && K == g_last_k) &&
+        split(X, nullptr, ldx, n, K, st, e))
+        return -1;
     *words = g_words;
     *mul = g_mul;
     return 0;
+}
+
+extern "C" int lily_cuda_xsplit_silu_mul(float *G, const float *U, int ld, int n, int K,
+                                         lily_cuda_stream st, lily_err *e) {
+    g_held = G;
+    return split(G, U, ld, n, K, st, e);
 }

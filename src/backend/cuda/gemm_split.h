@@ -35,6 +35,13 @@ int lily_cuda_xsplit(const float *X, int ldx, int n, int K, const uint32_t **wor
  * a MoE layer's router, experts and shared expert) split it once. Any other split replaces it. */
 void lily_cuda_xsplit_hold(const float *X);
 
+/* SwiGLU down projections: splits the rows silu(G) * U (G, U [n][ld], first K columns) and holds
+ * G as if G held them, so the next GEMM with X = G (ldx ld, n rows, K columns) reads the split
+ * words without splitting again and without silu_mul having written G: G keeps the gate values.
+ * Release with lily_cuda_xsplit_hold(NULL) after that GEMM. */
+int lily_cuda_xsplit_silu_mul(float *G, const float *U, int ld, int n, int K,
+                              lily_cuda_stream st, lily_err *e);
+
 /* Whether the GEMMs run exact (lily_cuda_tune_get()->gemm_exact). */
 int lily_cuda_gemm_exact(void);
 

@@ -13,12 +13,16 @@
 
 namespace {
 
-constexpr int GBN = LILY_GEMM_GROUP_BN;
+constexpr int GBN = LILY_GEMM_GROUP_BN; /* the smallest tile: scratch is sized for it */
 
 struct pre_layout {
     size_t logits, idx, wt, counts, off, tiles, ntiles, gather, slot, hg, hu, yg, sg, su, ys, total;
-    int max_tiles, I, Is, H;
+    size_t ccount; /* [chunks][E]: assignments per expert in each scatter chunk, then their bases */
+    int max_tiles, I, Is, H, chunks;
 };
+
+/* Assignments per scatter chunk: one warp places a chunk's rows (scatter_kernel). */
+constexpr int kScatChunk = 512;
 
 pre_layout pre_plan(const lily_cuda_moe *m, int n) {
     pre_layout d;
@@ -37,6 +41,8 @@ pre_layout pre_plan(const lily_cuda_moe *m, int n) {
     d.idx = take(nk * 4);
     d.wt = take(nk * 4);
     d.counts = take((size_t)m->E * 4);
+    d.chunks = (int)((nk + kScatChunk - 1) / kScatChunk);
+    d.ccount = take((size_t)d.chunks * m->E * 4);
     d.off = take(((size_t)m->E + 1) * 4);
     d.tiles = take((size_t)d.max_tiles * 12);
     d.ntiles = take(4);
@@ -77,13 +83,29 @@ __global__ void count_kernel(const int32_t *__restrict__ idx, int nk, int E, int
     }
 }
 
-/* One block of 1024 threads: expert offsets and the grouped GEMM's tile list. */
+/* Per scatter chunk of kScatChunk assignments: how many go to each expert (invalid ids skipped). */
+__global__ void chunk_count_kernel(const int32_t *__restrict__ idx, int nk, int E,
+                                   int32_t *ccount) {
+    extern __shared__ int hist[];
+    for (int e = threadIdx.x; e < E; e += blockDim.x) hist[e] = 0;
+    __syncthreads();
+    const int f0 = blockIdx.x * kScatChunk, f1 = min(nk, f0 + kScatChunk);
+    for (int f = f0 + threadIdx.x; f < f1; f += blockDim.x) {
+        const int ex = idx[f];
+        if (ex >= 0 && ex < E) atomicAdd(&hist[ex], 1);
+    }
+    __syncthreads();
+    for (int e = threadIdx.x; e < E; e += blockDim.x) ccount[(size_t)blockIdx.x * E + e] = hist[e];
+}
+
+/* One block of 1024 threads: expert offsets and the grouped GEMM's tile list; then each chunk's
+ * per-expert counts become its first grouped row per expert (ccount in place). */
 __global__ void __launch_bounds__(1024)
-    scan_kernel(const int32_t *__restrict__ counts, int E, int32_t *off, int32_t *tiles,
-                int32_t *ntiles) {
+    scan_kernel(const int32_t *__restrict__ counts, int E, int gbn, int32_t *off, int32_t *tiles,
+                int32_t *ntiles, int32_t *ccount, int chunks) {
     __shared__ int s_c[1024], s_t[1024];
     int e = threadIdx.x;
-    int c = e < E ? counts[e] : 0, nt = (c + GBN - 1) / GBN;
+    int c = e < E ? counts[e] : 0, nt = (c + gbn - 1) / gbn;
     s_c[e] = c;
     s_t[e] = nt;
     __syncthreads();
@@ -100,33 +122,51 @@ __global__ void __launch_bounds__(1024)
         off[e] = r0;
         for (int i = 0; i < nt; i++) {
             tiles[3 * (t0 + i)] = e;
-            tiles[3 * (t0 + i) + 1] = r0 + i * GBN;
-            tiles[3 * (t0 + i) + 2] = min(GBN, c - i * GBN);
+            tiles[3 * (t0 + i) + 1] = r0 + i * gbn;
+            tiles[3 * (t0 + i) + 2] = min(gbn, c - i * gbn);
         }
     }
     if (e == 0) {
         off[E] = s_c[1023];
         *ntiles = s_t[1023];
     }
+    if (e < E) {
+        int run = s_c[e] - c;
+        for (int ch = 0; ch < chunks; ch++) {
+            const int v = ccount[(size_t)ch * E + e];
+            ccount[(size_t)ch * E + e] = run;
+            run += v;
+        }
+    }
 }
 
-/* One warp per expert: grouped rows in (token, slot) order, so the result is deterministic. */
-__global__ void scatter_kernel(const int32_t *__restrict__ idx, int nk, int k, int E,
-                               const int32_t *__restrict__ off, int32_t *gather, int32_t *slot) {
-    const int lane = threadIdx.x & 31;
-    const int ex = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
-    if (ex >= E) return;
-    int pos = off[ex];
-    for (int f0 = 0; f0 < nk; f0 += 32) {
-        int f = f0 + lane;
-        bool mine = f < nk && idx[f] == ex;
-        unsigned b = __ballot_sync(0xffffffffu, mine);
-        if (mine) {
-            int p = pos + __popc(b & ((1u << lane) - 1));
+/* One warp per scatter chunk: each assignment's grouped row is its chunk's base for the expert
+ * plus the assignments of that expert before it in the chunk (__match_any_sync per 32), so the
+ * rows of an expert stay in (token, slot) order and the result is deterministic. (One warp per
+ * expert scanning all n*k assignments took 340 us per layer at a 4096-token chunk.) */
+__global__ void __launch_bounds__(32) scatter_kernel(const int32_t *__restrict__ idx, int nk, int k,
+                                                     int E, const int32_t *__restrict__ base,
+                                                     int32_t *gather, int32_t *slot) {
+    extern __shared__ int run[];
+    const int lane = threadIdx.x;
+    for (int e = lane; e < E; e += 32) run[e] = base[(size_t)blockIdx.x * E + e];
+    __syncwarp();
+    const int f0 = blockIdx.x * kScatChunk, f1 = min(nk, f0 + kScatChunk);
+    for (int fb = f0; fb < f1; fb += 32) {
+        const int f = fb + lane;
+        int ex = f < f1 ? idx[f] : -1;
+        const bool ok = ex >= 0 && ex < E;
+        if (!ok) ex = -1 - lane; /* a key no other lane has */
+        const unsigned same = __match_any_sync(0xffffffffu, ex);
+        int p = 0;
+        if (ok) {
+            p = run[ex] + __popc(same & ((1u << lane) - 1));
             gather[p] = f / k;
             slot[f] = p;
         }
-        pos += __popc(b);
+        __syncwarp();
+        if (ok && lane == 31 - __clz(same)) run[ex] += __popc(same);
+        __syncwarp();
     }
 }
 
@@ -150,7 +190,12 @@ __global__ void combine_kernel(float *x, int n, int H, int k, const float *__res
     x[i] += acc;
 }
 
-int silu_mul(float *g, const float *u, size_t n, lily_cuda_stream st, lily_err *e) {
+/* g = silu(g) * u over n elements; with the exact GEMMs (gemm_split.h), instead the split words of
+ * silu(g) * u for the down projection that reads g next ([rows][K]), held under g's address. */
+int silu_mul(float *g, const float *u, int rows, int K, lily_cuda_stream st, lily_err *e) {
+    if (lily_cuda_gemm_exact())
+        return rows > 0 ? lily_cuda_xsplit_silu_mul(g, u, K, rows, K, st, e) : 0;
+    const size_t n = (size_t)rows * K;
     if (!n) return 0;
     silu_mul_kernel<<<(unsigned)((n + 255) / 256), 256, 0, st>>>(g, u, n);
     LILY_CU_LAUNCHED(e);
@@ -187,9 +232,13 @@ int prefill_body(const lily_cuda_moe *m, const float *u, int n, const int32_t *g
         }
         int32_t *off = (int32_t *)(s + d.off), *tiles = (int32_t *)(s + d.tiles);
         int32_t *ntiles = (int32_t *)(s + d.ntiles), *gather = (int32_t *)(s + d.gather);
-        scan_kernel<<<1, 1024, 0, st>>>(counts, E, off, tiles, ntiles);
+        int32_t *ccount = (int32_t *)(s + d.ccount);
+        chunk_count_kernel<<<d.chunks, 256, (size_t)E * 4, st>>>(idx, nk, E, ccount);
         LILY_CU_LAUNCHED(e);
-        scatter_kernel<<<(E + 7) / 8, 256, 0, st>>>(idx, nk, k, E, off, gather, slot);
+        scan_kernel<<<1, 1024, 0, st>>>(counts, E, lily_cuda_tune_get()->group_bn, off, tiles,
+                                        ntiles, ccount, d.chunks);
+        LILY_CU_LAUNCHED(e);
+        scatter_kernel<<<d.chunks, 32, (size_t)E * 4, st>>>(idx, nk, k, E, ccount, gather, slot);
         LILY_CU_LAUNCHED(e);
         float *hg = (float *)(s + d.hg), *hu = (float *)(s + d.hu);
         if (lily_cuda_gemm_grouped(m->gate, u, H, n, gather, tiles, ntiles, d.max_tiles, hg, d.I,
@@ -210,18 +259,20 @@ int prefill_body(const lily_cuda_moe *m, const float *u, int n, const int32_t *g
         if (m->sh_gate_w && lily_cuda_gemm(m->sh_gate_w, u, H, n, logits + E, ldl, 0, st, e))
             return -1;
         lily_cuda_xsplit_hold(nullptr);
-        if (silu_mul(sg, su, (size_t)n * d.Is, st, e) ||
-            lily_cuda_gemm(m->sh_down, sg, d.Is, n, ys, H, 0, st, e))
-            return -1;
+        int rc = silu_mul(sg, su, n, d.Is, st, e) ||
+                 lily_cuda_gemm(m->sh_down, sg, d.Is, n, ys, H, 0, st, e);
+        lily_cuda_xsplit_hold(nullptr);
+        if (rc) return -1;
     }
     lily_cuda_xsplit_hold(nullptr);
     if (k > 0) {
         float *hg = (float *)(s + d.hg), *hu = (float *)(s + d.hu), *yg = (float *)(s + d.yg);
         int32_t *tiles = (int32_t *)(s + d.tiles), *ntiles = (int32_t *)(s + d.ntiles);
-        if (silu_mul(hg, hu, (size_t)nk * d.I, st, e) ||
-            lily_cuda_gemm_grouped(m->down, hg, d.I, nk, nullptr, tiles, ntiles, d.max_tiles, yg,
-                                   H, st, e))
-            return -1;
+        int rc = silu_mul(hg, hu, nk, d.I, st, e) ||
+                 lily_cuda_gemm_grouped(m->down, hg, d.I, nk, nullptr, tiles, ntiles, d.max_tiles,
+                                        yg, H, st, e);
+        lily_cuda_xsplit_hold(nullptr);
+        if (rc) return -1;
     }
     size_t total = (size_t)n * H;
     combine_kernel<<<(unsigned)((total + 255) / 256), 256, 0, st>>>(
