@@ -11,8 +11,8 @@
 #
 # The GPU machine has nvcc and cmake but not the -dev packages lily_core links (cJSON, PCRE2,
 # utf8proc), so the binaries are built here (Debian 12, glibc 2.36: they run on newer glibcs)
-# and carried with copies of those libraries. Stages can be skipped: GPU_CHECK_SKIP="fixtures
-# sanitizer bench lily". GPU_CHECK_CARRY names the carry folder (default .devcarry), GPU_CHECK_TESTS the
+# and carried with copies of those libraries. Stages can be skipped: GPU_CHECK_SKIP="parity
+# fixtures sanitizer bench timing profile lily". GPU_CHECK_CARRY names the carry folder (default .devcarry), GPU_CHECK_TESTS the
 # parity binaries to build and pack (default: all). GPU_CHECK_SWEEP=1 makes the lily stage the
 # full prefill/decode sweep of issue 5 (256..128K, --json to $OUT/sweep.json). GPU_CHECK_BENCH_DIR picks where the synthetic 35B checkpoint is written (local
 # disk, ~19.5 GB; default /tmp/lily35b).
@@ -66,6 +66,7 @@ nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --f
 echo "== parity tests"
 pass=0 fail=0 skipped=0
 for t in "$work"/bin/test_*; do
+    [[ $skip == *" parity "* ]] && break
     name=$(basename "$t")
     [ "$name" = test_cuda_bench ] && continue
     start=$(date +%s%N)

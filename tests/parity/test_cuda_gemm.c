@@ -200,11 +200,11 @@ static void grouped_case(lily_dtype dt, int M, int K, int E, const int *counts, 
 #ifdef LILY_GEMM_HAS_GLU
     int rc = glu ? lily_cuda_gemm_grouped_glu(&dG, &dU, dX, ldx, xrows, gp, dtiles, dnt,
                                               max_tiles, dY, ldy, NULL, &e)
-                 : lily_cuda_gemm_grouped(&dG, dX, ldx, xrows, gp, dtiles, dnt, max_tiles, dY, ldy,
-                                          NULL, &e);
+                 : lily_cuda_gemm_grouped(&dG, dX, ldx, xrows, gp, dtiles, dnt, max_tiles, g_gbn,
+                                          dY, ldy, NULL, &e);
 #else
-    int rc = lily_cuda_gemm_grouped(&dG, dX, ldx, xrows, gp, dtiles, dnt, max_tiles, dY, ldy,
-                                    NULL, &e);
+    int rc = lily_cuda_gemm_grouped(&dG, dX, ldx, xrows, gp, dtiles, dnt, max_tiles, g_gbn, dY,
+                                    ldy, NULL, &e);
 #endif
     if (pt_ok(rc, "grouped launch", &e)) {
         pt_get(got, dY, ny);
@@ -272,7 +272,7 @@ static int t_grouped(void *p) {
     tctx *c = p;
     lily_err e;
     return lily_cuda_gemm_grouped(c->W, c->X, c->ldx, c->nx, c->gather, c->tiles, c->nt,
-                                  c->max_tiles, c->Y, c->ldy, NULL, &e);
+                                  c->max_tiles, LILY_GEMM_GROUP_BN, c->Y, c->ldy, NULL, &e);
 }
 
 static lily_dmat up_q4(int M, int K, int E) {
@@ -540,10 +540,9 @@ int main(void) {
         grouped_case(LILY_DT_Q4, 200, 512, 5, c1, 60, 1, 0);
     }
     g_xscale_spread = 0;
-    /* 64-row tiles of the grouped GEMM (LILY_CUDA_GROUP_BN=64), exact and fast */
+    /* 64-row tiles of the grouped GEMM, exact and fast */
     for (int exact = 1; exact >= 0; exact--) {
         setenv("LILY_CUDA_GEMM_EXACT", exact ? "1" : "0", 1);
-        setenv("LILY_CUDA_GROUP_BN", "64", 1);
         lily_cuda_tune_reload();
         g_gbn = 64;
         g_tol = exact ? 5e-4 : 1e-2;
@@ -557,12 +556,11 @@ int main(void) {
     }
     lily_err eg;
     _Alignas(16) float dg[8];
-    lily_dmat gg = {0}, ug = {0};
-    gg.n_mats = ug.n_mats = 1, gg.rows = ug.rows = 64, gg.cols = ug.cols = 64;
-    pt_check_true("grouped_glu refuses 64-row tiles",
-                  lily_cuda_gemm_grouped_glu(&gg, &ug, dg, 8, 1, NULL, NULL, NULL, 1, dg, 8, NULL,
-                                             &eg) == -1);
-    unsetenv("LILY_CUDA_GROUP_BN");
+    lily_dmat gg = {0};
+    gg.n_mats = 1, gg.rows = 64, gg.cols = 64;
+    pt_check_true("gemm_grouped refuses tiles of 48 rows",
+                  lily_cuda_gemm_grouped(&gg, dg, 8, 1, NULL, NULL, NULL, 1, 48, dg, 8, NULL,
+                                         &eg) == -1);
     g_gbn = LILY_GEMM_GROUP_BN;
     g_tag[0] = 0;
     unsetenv("LILY_CUDA_GEMM_EXACT");

@@ -440,10 +440,9 @@ int launch_shape(const gemm_args &a, int grouped, int ytiles, lily_cuda_stream s
  * (small M: the grid, not the per-warp work, is what limits those). Grouped: 256 x 32. */
 template <int DT, int NMAT>
 int launch_dt(const gemm_args &a, int grouped, int ytiles, lily_cuda_stream st, lily_err *e) {
-    if (grouped) {
+    if (grouped) { /* grouped = the tiles' rows: 32, or 64 (not gated) */
         if constexpr (NMAT == 1)
-            if (lily_cuda_tune_get()->group_bn == 64) /* 64-row tiles (cuda_mem.h) */
-                return launch_shape<DT, 2, 8, NMAT>(a, 1, ytiles, st, e);
+            if (grouped == 64) return launch_shape<DT, 2, 8, NMAT>(a, 1, ytiles, st, e);
         return launch_shape<DT, 2, 4, NMAT>(a, 1, ytiles, st, e);
     }
     auto blocks = [&](int bm, int bn) {
@@ -547,17 +546,18 @@ extern "C" int lily_cuda_gemm(const lily_dmat *W, const float *X, int ldx, int n
 
 extern "C" int lily_cuda_gemm_grouped(const lily_dmat *W, const float *X, int ldx, int nx,
                                       const int32_t *gather, const int32_t *tiles,
-                                      const int32_t *d_ntiles, int max_tiles, float *Y, int ldy,
-                                      lily_cuda_stream st, lily_err *e) {
+                                      const int32_t *d_ntiles, int max_tiles, int tile_rows,
+                                      float *Y, int ldy, lily_cuda_stream st, lily_err *e) {
     if (check_x(X, ldx, e)) return -1;
-    if (use_q4(W->dt, W->rows, W->cols, 0, true) &&
-        lily_cuda_tune_get()->group_bn == LILY_GEMM_GROUP_BN)
+    if (tile_rows != LILY_GEMM_GROUP_BN && tile_rows != 64)
+        return lily_fail(e, "gemm_grouped: tiles of %d rows (32 or 64)", tile_rows);
+    if (use_q4(W->dt, W->rows, W->cols, 0, true) && tile_rows == LILY_GEMM_GROUP_BN)
         return lily_cuda_gemm_q4_grouped(W, X, ldx, nx, gather, tiles, d_ntiles, max_tiles, Y,
                                          ldy, st, e);
     if (max_tiles < 1 || W->rows < 1) return 0;
     gemm_args a = make_args(W, nullptr, X, ldx, 0, gather, tiles, d_ntiles, Y, ldy, 0);
     if (split_x(a, nx, st, e)) return -1;
-    return launch<1>(a, W->dt, 1, max_tiles, st, e);
+    return launch<1>(a, W->dt, tile_rows, max_tiles, st, e);
 }
 
 extern "C" int lily_cuda_gemm_glu(const lily_dmat *G, const lily_dmat *U, const float *X, int ldx,
@@ -576,11 +576,8 @@ extern "C" int lily_cuda_gemm_grouped_glu(const lily_dmat *G, const lily_dmat *U
                                           const int32_t *d_ntiles, int max_tiles, float *Y,
                                           int ldy, lily_cuda_stream st, lily_err *e) {
     if (check_pair(G, U, e) || check_x(X, ldx, e)) return -1;
-    if (lily_cuda_tune_get()->group_bn != LILY_GEMM_GROUP_BN)
-        return lily_fail(e, "gemm_grouped_glu: tiles of %d rows (LILY_CUDA_GROUP_BN) unsupported",
-                         lily_cuda_tune_get()->group_bn);
     if (max_tiles < 1 || G->rows < 1) return 0;
     gemm_args a = make_args(G, U, X, ldx, 0, gather, tiles, d_ntiles, Y, ldy, 0);
     if (split_x(a, nx, st, e)) return -1;
-    return launch<2>(a, G->dt, 1, max_tiles, st, e);
+    return launch<2>(a, G->dt, LILY_GEMM_GROUP_BN, max_tiles, st, e);
 }

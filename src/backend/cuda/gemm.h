@@ -26,8 +26,8 @@
 extern "C" {
 #endif
 
-/* Token tiles of the grouped GEMM, in rows (see lily_cuda_gemm_grouped); tiles of up to 64 rows
- * when lily_cuda_tune_get()->group_bn is 64 (the gated grouped form refuses those). */
+/* Token tiles of the grouped GEMM, in rows (see lily_cuda_gemm_grouped: tile_rows 32 or 64; the
+ * gated grouped form takes 32). */
 #define LILY_GEMM_GROUP_BN 32
 /* The gated (GLU) entry points below exist. */
 #define LILY_GEMM_HAS_GLU 1
@@ -38,13 +38,15 @@ int lily_cuda_gemm(const lily_dmat *W, const float *X, int ldx, int n, float *Y,
                    int accumulate, lily_cuda_stream st, lily_err *e);
 
 /* Grouped over a stack of experts W (n_mats = E). tiles: [max_tiles][3] int32 (expert, first
- * grouped row, rows <= LILY_GEMM_GROUP_BN), of which *d_ntiles are valid. Grouped row r reads X
+ * grouped row, rows <= tile_rows), of which *d_ntiles are valid; tile_rows is 32
+ * (LILY_GEMM_GROUP_BN) or 64 (256 x 64 blocks: fewer dequantizations per token when experts get
+ * many rows). Grouped row r reads X
  * row gather[r] (or r when gather is NULL) and writes Y row r. X has nx rows (every gather[r] and
  * grouped row read is < nx). */
 int lily_cuda_gemm_grouped(const lily_dmat *W, const float *X, int ldx, int nx,
                            const int32_t *gather,
-                           const int32_t *tiles, const int32_t *d_ntiles, int max_tiles, float *Y,
-                           int ldy, lily_cuda_stream st, lily_err *e);
+                           const int32_t *tiles, const int32_t *d_ntiles, int max_tiles,
+                           int tile_rows, float *Y, int ldy, lily_cuda_stream st, lily_err *e);
 
 /* Which kernel runs Q4 weights. AUTO (the default): the gemm_q4.h kernel (128-row tiles,
  * split-K) when K >= 1024 and this file's 256 x 64 tiles would give fewer than 120 blocks (at a

@@ -212,6 +212,11 @@ int prefill_body(const lily_cuda_moe *m, const float *u, int n, const int32_t *g
     float *logits = (float *)(s + d.logits);
     int ldl = m->E + 1, H = d.H, k = m->k, E = m->E;
     int nk = n * k;
+    /* rows per expert tile: 64 when the experts average >= 64 rows (half the dequantization per
+     * token; measured +3.9 % at 4096-token chunks), else 32 (LILY_CUDA_GROUP_BN forces one) */
+    const int gbn = lily_cuda_tune_get()->group_bn ? lily_cuda_tune_get()->group_bn
+                    : E > 0 && nk >= 64 * E    ? 64
+                                               : GBN;
     const int32_t *idx = (const int32_t *)(s + d.idx);
     const float *wt = (const float *)(s + d.wt);
     int32_t *slot = (int32_t *)(s + d.slot);
@@ -235,16 +240,15 @@ int prefill_body(const lily_cuda_moe *m, const float *u, int n, const int32_t *g
         int32_t *ccount = (int32_t *)(s + d.ccount);
         chunk_count_kernel<<<d.chunks, 256, (size_t)E * 4, st>>>(idx, nk, E, ccount);
         LILY_CU_LAUNCHED(e);
-        scan_kernel<<<1, 1024, 0, st>>>(counts, E, lily_cuda_tune_get()->group_bn, off, tiles,
-                                        ntiles, ccount, d.chunks);
+        scan_kernel<<<1, 1024, 0, st>>>(counts, E, gbn, off, tiles, ntiles, ccount, d.chunks);
         LILY_CU_LAUNCHED(e);
         scatter_kernel<<<d.chunks, 32, (size_t)E * 4, st>>>(idx, nk, k, E, ccount, gather, slot);
         LILY_CU_LAUNCHED(e);
         float *hg = (float *)(s + d.hg), *hu = (float *)(s + d.hu);
-        if (lily_cuda_gemm_grouped(m->gate, u, H, n, gather, tiles, ntiles, d.max_tiles, hg, d.I,
-                                   st, e) ||
-            lily_cuda_gemm_grouped(m->up, u, H, n, gather, tiles, ntiles, d.max_tiles, hu, d.I,
-                                   st, e))
+        if (lily_cuda_gemm_grouped(m->gate, u, H, n, gather, tiles, ntiles, d.max_tiles, gbn, hg,
+                                   d.I, st, e) ||
+            lily_cuda_gemm_grouped(m->up, u, H, n, gather, tiles, ntiles, d.max_tiles, gbn, hu,
+                                   d.I, st, e))
             return -1;
     }
     /* the shared expert's gate/up and gate logit before the routed down projection: they read u,
@@ -270,7 +274,7 @@ int prefill_body(const lily_cuda_moe *m, const float *u, int n, const int32_t *g
         int32_t *tiles = (int32_t *)(s + d.tiles), *ntiles = (int32_t *)(s + d.ntiles);
         int rc = silu_mul(hg, hu, nk, d.I, st, e) ||
                  lily_cuda_gemm_grouped(m->down, hg, d.I, nk, nullptr, tiles, ntiles, d.max_tiles,
-                                        yg, H, st, e);
+                                        gbn, yg, H, st, e);
         lily_cuda_xsplit_hold(nullptr);
         if (rc) return -1;
     }
