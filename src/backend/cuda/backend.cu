@@ -42,6 +42,9 @@ struct cu_layer {
     lily_dmat q, k, v, o;
     float *q_norm, *k_norm;
     lily_dmat qkv, z, b, a, out;
+    /* k|v and b|a stacked in one allocation when their shapes and types match: one prefill GEMM
+     * of 2x the rows each (k, v, b, a are then views into them); w == NULL otherwise */
+    lily_dmat kv, ba;
     float *conv_w, *dt_bias, *A_log, *gdn_norm;
     lily_dmat router, gate, up, down, sh_gate, sh_up, sh_down, sh_gw;
     lily_cuda_moe moe;
@@ -85,6 +88,34 @@ int up_mat(const lily_mat *m, lily_dmat *d, size_t *bytes, lily_err *e, const ch
     return 0;
 }
 
+/* Uploads m0 and m1 as one stack in *pair when they have the same type and shape and the stack
+ * has no padding between them (then it is also the [2 rows][cols] matrix m0 over m1), making *d0
+ * and *d1 non-owning views of its halves; otherwise uploads them separately (pair->w NULL). */
+int up_pair(const lily_mat *m0, const lily_mat *m1, lily_dmat *pair, lily_dmat *d0,
+            lily_dmat *d1, size_t *bytes, lily_err *e, const char *what, int l) {
+    memset(pair, 0, sizeof *pair);
+    const lily_mat ms[2] = {*m0, *m1};
+    if (m0->w && m1->w && m0->dt == m1->dt && m0->rows == m1->rows && m0->cols == m1->cols &&
+        m0->group == m1->group) {
+        if (lily_cuda_dmat_upload(ms, 2, pair, e))
+            return lily_fail_prefix(e, "layer %d %s", l, what);
+        const size_t wb = dmat_row_bytes(pair->dt, pair->cols) * pair->rows;
+        const size_t sbw = pair->sb ? (size_t)pair->rows * (pair->cols / 64) : 0;
+        if (pair->w_stride == wb && (!pair->sb || pair->sb_stride == sbw)) {
+            *bytes += lily_cuda_dmat_bytes(pair);
+            lily_dmat v = *pair;
+            v.n_mats = 1, v.owned = nullptr;
+            *d0 = v, *d1 = v;
+            d1->w += wb;
+            if (d1->sb) d1->sb += sbw;
+            pair->rows *= 2, pair->n_mats = 1;
+            return 0;
+        }
+        lily_cuda_dmat_free(pair); /* padded: two matrices, two GEMMs */
+    }
+    return up_mat(m0, d0, bytes, e, what, l) || up_mat(m1, d1, bytes, e, what, l) ? -1 : 0;
+}
+
 int up_f32(const float *h, size_t n, float **d, lily_err *e) {
     if (!h) {
         *d = nullptr;
@@ -95,9 +126,10 @@ int up_f32(const float *h, size_t n, float **d, lily_err *e) {
 }
 
 void free_layer(cu_layer *c) {
-    lily_dmat *ms[] = {&c->q, &c->k, &c->v, &c->o, &c->qkv, &c->z, &c->b, &c->a, &c->out,
-                       &c->router, &c->gate, &c->up, &c->down, &c->sh_gate, &c->sh_up,
-                       &c->sh_down, &c->sh_gw};
+    lily_dmat *ms[] = {&c->q,      &c->k,     &c->v,     &c->kv,   &c->o,    &c->qkv,
+                       &c->z,      &c->b,     &c->a,     &c->ba,   &c->out,  &c->router,
+                       &c->gate,   &c->up,    &c->down,  &c->sh_gate, &c->sh_up, &c->sh_down,
+                       &c->sh_gw};
     for (lily_dmat *d : ms) lily_cuda_dmat_free(d);
     float *fs[] = {c->in_norm, c->post_norm, c->q_norm, c->k_norm, c->conv_w, c->dt_bias,
                    c->A_log, c->gdn_norm};
@@ -134,8 +166,8 @@ int upload_layer(const lily_model *m, int l, cu_layer *c, size_t *bytes, lily_er
         return -1;
     if (ly->is_attn) {
         if (up_mat(&ly->q_proj, &c->q, bytes, e, "q_proj", l) ||
-            up_mat(&ly->k_proj, &c->k, bytes, e, "k_proj", l) ||
-            up_mat(&ly->v_proj, &c->v, bytes, e, "v_proj", l) ||
+            up_pair(&ly->k_proj, &ly->v_proj, &c->kv, &c->k, &c->v, bytes, e, "k_proj/v_proj",
+                    l) ||
             up_mat(&ly->o_proj, &c->o, bytes, e, "o_proj", l) ||
             up_f32(ly->q_norm, cf->head_dim, &c->q_norm, e) ||
             up_f32(ly->k_norm, cf->head_dim, &c->k_norm, e))
@@ -144,8 +176,8 @@ int upload_layer(const lily_model *m, int l, cu_layer *c, size_t *bytes, lily_er
         int C = 2 * cf->lin_nk * cf->lin_dk + cf->lin_nv * cf->lin_dv;
         if (up_mat(&ly->qkv_proj, &c->qkv, bytes, e, "in_proj_qkv", l) ||
             up_mat(&ly->z_proj, &c->z, bytes, e, "in_proj_z", l) ||
-            up_mat(&ly->b_proj, &c->b, bytes, e, "in_proj_b", l) ||
-            up_mat(&ly->a_proj, &c->a, bytes, e, "in_proj_a", l) ||
+            up_pair(&ly->b_proj, &ly->a_proj, &c->ba, &c->b, &c->a, bytes, e,
+                    "in_proj_b/in_proj_a", l) ||
             up_mat(&ly->out_proj, &c->out, bytes, e, "out_proj", l) ||
             up_f32(ly->conv_w, (size_t)C * cf->conv_k, &c->conv_w, e) ||
             up_f32(ly->dt_bias, cf->lin_nv, &c->dt_bias, e) ||
@@ -251,7 +283,7 @@ int cu_open(const lily_model *m, const lily_engine_opts *opts, lily_backend **ou
     b->kvw = c->n_kv_heads * c->head_dim;
     b->Zw = c->lin_nv * c->lin_dv;
     int maxw = H;
-    int ws[] = {b->C, b->qw, b->kvw, b->Zw, c->n_q_heads * c->head_dim, 2 * c->lin_nv};
+    int ws[] = {b->C, b->qw, 2 * b->kvw, b->Zw, c->n_q_heads * c->head_dim, 2 * c->lin_nv};
     for (int w : ws) maxw = w > maxw ? w : maxw;
     b->maxw = (maxw + 3) & ~3;
     int rc = -1;
@@ -502,13 +534,19 @@ int prefill_layers(lily_backend *b, lily_bstate *s, int n, int all_logits, lily_
             float *qg = b->buf[0], *kb = b->buf[1], *vb = b->buf[2], *q = b->buf[3];
             float *gt = b->buf[4], *o = b->buf[1];
             int gated = c->attn_output_gate;
+            int ldkv = b->kvw;
             lily_cuda_xsplit_hold(A); /* the exact GEMMs split A once for q, k, v */
-            int rc = lily_cuda_gemm(&ly->q, A, H, n, qg, b->qw, 0, st, e) ||
-                     lily_cuda_gemm(&ly->k, A, H, n, kb, b->kvw, 0, st, e) ||
+            int rc = lily_cuda_gemm(&ly->q, A, H, n, qg, b->qw, 0, st, e);
+            if (!rc && ly->kv.w) { /* k and v in one GEMM: rows [k | v] */
+                ldkv = 2 * b->kvw, vb = kb + b->kvw;
+                rc = lily_cuda_gemm(&ly->kv, A, H, n, kb, ldkv, 0, st, e);
+            } else if (!rc) {
+                rc = lily_cuda_gemm(&ly->k, A, H, n, kb, b->kvw, 0, st, e) ||
                      lily_cuda_gemm(&ly->v, A, H, n, vb, b->kvw, 0, st, e);
+            }
             lily_cuda_xsplit_hold(nullptr);
             if (rc ||
-                lily_cuda_attn_prep(qg, b->qw, kb, vb, b->kvw, n, b->d_pos, Nq, c->n_kv_heads, Dh,
+                lily_cuda_attn_prep(qg, b->qw, kb, vb, ldkv, n, b->d_pos, Nq, c->n_kv_heads, Dh,
                                     c->rope_dim, b->inv_freq, ly->q_norm, ly->k_norm, eps, gated,
                                     q, gt, s->k[l], s->v[l], st, e) ||
                 lily_cuda_attn_prefill(q, n, s->k[l], s->v[l], b->d_pos, Nq, c->n_kv_heads, Dh,
@@ -522,8 +560,9 @@ int prefill_layers(lily_backend *b, lily_bstate *s, int n, int all_logits, lily_
             lily_cuda_xsplit_hold(A); /* split once for the four input projections */
             int rc = lily_cuda_gemm(&ly->qkv, A, H, n, raw, C, 0, st, e) ||
                      lily_cuda_gemm(&ly->z, A, H, n, z, Zw, 0, st, e) ||
-                     lily_cuda_gemm(&ly->b, A, H, n, ba, 2 * Nv, 0, st, e) ||
-                     lily_cuda_gemm(&ly->a, A, H, n, ba + Nv, 2 * Nv, 0, st, e);
+                     (ly->ba.w ? lily_cuda_gemm(&ly->ba, A, H, n, ba, 2 * Nv, 0, st, e)
+                               : lily_cuda_gemm(&ly->b, A, H, n, ba, 2 * Nv, 0, st, e) ||
+                                     lily_cuda_gemm(&ly->a, A, H, n, ba + Nv, 2 * Nv, 0, st, e));
             lily_cuda_xsplit_hold(nullptr);
             if (rc ||
                 lily_cuda_conv_silu(raw, C, n, C, c->conv_k, s->conv[l], ly->conv_w, cv, C, st,
