@@ -36,6 +36,7 @@ static void apply_variant(const char *v) {
     unsetenv("LILY_CUDA_PDL");
     unsetenv("LILY_CUDA_FUSED_ROUTER");
     unsetenv("LILY_CUDA_GEMM_EXACT");
+    unsetenv("LILY_CUDA_ATTN_EXACT");
     unsetenv("LILY_CUDA_SKINNY");
     unsetenv("LILY_CUDA_GROUP_BN");
     char buf[256];
@@ -219,10 +220,11 @@ int main(void) {
             double pa = prefill(tok, chunk, n4k + 100, chunk);
             double pd = prefill(tok, chunk, deep - chunk, chunk);
             if (a < 0 || d < 0 || pa < 0 || pd < 0) return 1;
-            printf("VARIANT round %d [%s] (pdl %d fused_router %d gemm_exact %d skinny %d): "
-                   "decode4k=%.1f tok/s decode128k=%.1f tok/s prefill@4k=%.0f tok/s "
+            printf("VARIANT round %d [%s] (pdl %d fused_router %d gemm_exact %d attn_exact %d "
+                   "skinny %d): decode4k=%.1f tok/s decode128k=%.1f tok/s prefill@4k=%.0f tok/s "
                    "prefill@128k=%.0f tok/s\n",
-                   r, v, tu->pdl, tu->fused_router, tu->gemm_exact, tu->skinny, 1 / a, 1 / d,
+                   r, v, tu->pdl, tu->fused_router, tu->gemm_exact, tu->attn_exact, tu->skinny,
+                   1 / a, 1 / d,
                    chunk / pa, chunk / pd);
         }
     }

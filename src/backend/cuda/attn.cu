@@ -1,32 +1,46 @@
 /* Attention kernels (see attn.h). */
 #include "backend/cuda/attn.h"
 
-#include <cuda_fp16.h>
 #include <math.h>
 
 #include "backend/cuda/common.cuh"
 
 namespace {
 
-/* ---- KV cache elements (format: attn.h) ------------------------------------------------------ */
+/* ---- KV cache rows (format: attn.h) --------------------------------------------------------- */
 
-/* fp16 bits of a cache value: round to nearest even, |x| > 65504 saturates to +-65504 (an inf in
- * K or V would turn the attention output into NaN); NaN stays NaN. */
-__device__ __forceinline__ uint16_t kv_f16(float x) {
-    x = fabsf(x) > 65504.f ? copysignf(65504.f, x) : x;
-    return __half_as_ushort(__float2half_rn(x));
+/* Bytes of one cache row (one position, all KV heads): codes, scales, padding to 16. */
+__host__ __device__ __forceinline__ size_t kv_row_bytes(int Nkv, int Dh) {
+    return (size_t)Nkv * Dh * 2 + (((size_t)Nkv * 4 + 15) & ~(size_t)15);
+}
+
+/* Max over the block (all threads get it). red: 32 floats of shared scratch. */
+__device__ __forceinline__ float block_max(float v, float *red) {
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = (blockDim.x + 31) >> 5;
+    v = warp_max(v);
+    __syncthreads(); /* red may still be read from a previous reduction */
+    if (lane == 0) red[warp] = v;
+    __syncthreads();
+    return warp_max(lane < nw ? red[lane] : 0.f);
+}
+
+/* int16 code of x for scale s = max|row| / 32767 (|x / s| <= 32767 up to rounding: clamped). */
+__device__ __forceinline__ int16_t kv_code(float x, float s) {
+    if (!(s > 0.f)) return 0;
+    return (int16_t)fminf(fmaxf(rintf(x / s), -32767.f), 32767.f);
 }
 
 /* ---- prep: norms, RoPE, cache append --------------------------------------------------------- */
 
-/* grid (n, Nq + Nkv), block Dh threads. Block y < Nq: query head; else KV head y - Nq. */
+/* grid (n, Nq + Nkv), block Dh threads. Block y < Nq: query head; else KV head y - Nq (the branch
+ * is uniform per block, so the KV blocks' reductions may synchronise). */
 __global__ void attn_prep_kernel(const float *__restrict__ qg, int ldqg,
                                  const float *__restrict__ k,
                                  const float *__restrict__ v, int ldkv, const int32_t *d_pos,
                                  int Nq, int Nkv, int Dh, int R, const float *__restrict__ inv_freq,
                                  const float *__restrict__ qn, const float *__restrict__ kn,
                                  float eps, int gated, float *q_out, float *gate_out,
-                                 uint16_t *kc, uint16_t *vc) { /* fp16 bits */
+                                 uint8_t *kc, uint8_t *vc) {
     __shared__ float red[32];
     __shared__ float xs[256];
     int t = blockIdx.x, h = blockIdx.y, d = threadIdx.x;
@@ -53,9 +67,12 @@ __global__ void attn_prep_kernel(const float *__restrict__ qg, int ldqg,
         if (gated) gate_out[o] = src[Dh + d];
     } else {
         int j = h - Nq;
-        size_t o = (size_t)pos * Nkv * Dh + (size_t)j * Dh + d;
-        kc[o] = kv_f16(x);
-        vc[o] = kv_f16(v[(size_t)t * ldkv + (size_t)j * Dh + d]);
+        float vx = v[(size_t)t * ldkv + (size_t)j * Dh + d];
+        float ks = block_max(fabsf(x), red) / 32767.f, vs = block_max(fabsf(vx), red) / 32767.f;
+        size_t rb = kv_row_bytes(Nkv, Dh) * pos, so = (size_t)Nkv * Dh * 2 + (size_t)j * 4;
+        ((int16_t *)(kc + rb))[(size_t)j * Dh + d] = kv_code(x, ks);
+        ((int16_t *)(vc + rb))[(size_t)j * Dh + d] = kv_code(vx, vs);
+        if (d == 0) *(float *)(kc + rb + so) = ks, *(float *)(vc + rb + so) = vs;
     }
 }
 
@@ -67,17 +84,51 @@ __device__ __forceinline__ void cp_async16(void *smem, const void *gmem, bool va
     int sz = valid ? 16 : 0;
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(a), "l"(gmem), "r"(sz));
 }
+/* 4-byte async copy (a row's scale); zero-fills when !valid. */
+__device__ __forceinline__ void cp_async4(void *smem, const void *gmem, bool valid) {
+    uint32_t a = (uint32_t)__cvta_generic_to_shared(smem);
+    int sz = valid ? 4 : 0;
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(a), "l"(gmem), "r"(sz));
+}
+
+/* Round-to-nearest-even bf16 of x0 (low half) and x1 (high half): one cvt instruction. */
+__device__ __forceinline__ uint32_t bf16x2_rn(float x0, float x1) {
+    uint32_t r;
+    asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(x1), "f"(x0));
+    return r;
+}
+
+/* Two int16 codes (low half first, as ldmatrix delivers them) -> bf16 hi parts, and with EX the
+ * lo parts: c = hi + lo exactly (|c| <= 32767: hi has 8 significant bits, |lo| <= 64 is an
+ * integer, exact in bf16). The fp32 value of c comes without a conversion instruction:
+ * c ^ 0x8000 = c + 32768 as 16 unsigned bits, placed in the mantissa of 2^23, minus 2^23 + 2^15.
+ * lo is packed by taking the upper halves (exact: a small integer's low 16 bits are zero).
+ * 6 instructions for hi only, 11 with lo. */
+template <bool EX>
+__device__ __forceinline__ void codes_bf16(uint32_t c, uint32_t *hi, uint32_t *lo) {
+    uint32_t u = c ^ 0x80008000u;
+    float f0 = __uint_as_float(__byte_perm(u, 0x4B000000u, 0x7410)) - 8421376.f;
+    float f1 = __uint_as_float(__byte_perm(u, 0x4B000000u, 0x7432)) - 8421376.f;
+    uint32_t h = bf16x2_rn(f0, f1);
+    *hi = h;
+    if (EX) {
+        float l0 = f0 - __uint_as_float(h << 16), l1 = f1 - __uint_as_float(h & 0xffff0000u);
+        *lo = __byte_perm(__float_as_uint(l0), __float_as_uint(l1), 0x7632);
+    }
+}
 
 /* ---- decode on tensor cores: the default ------------------------------------------------------
  * A block takes one KV head, up to 8 query heads of its group and one split of the positions;
- * its kDw warps each stream their own 16-position chunks (K and V) with 16-byte cp.async, kDst
- * chunks deep, and synchronise only within the warp. Scores S = Q K^T and the product P V run
- * on mma.sync m16n8k16 (fp16 in, fp32 accumulate) with q and P split into fp16 hi + lo parts,
- * which fill the 16 rows of the A operand (rows 0-7: hi of heads 0-7, rows 8-15: lo), so the
- * results are those of fp32 q and P against the fp16 cache (to about 2^-22 relative) while
- * every K/V element is read from shared memory once and the lo rows cost no extra product.
- * Scores are in the log2 domain (scale * log2(e) folded into q). The warps' (m, l, acc) are
- * merged in a fixed order and each split writes one partial per head for the combine. */
+ * its kDw warps each stream their own 16-position chunks (K and V codes and scales) with cp.async,
+ * kDst chunks deep, and synchronise only within the warp. Scores S = Q K^T and the product P V
+ * run on mma.sync m16n8k16 (bf16 in, fp32 accumulate) with q and P split into bf16 hi + lo parts,
+ * which fill the 16 rows of the A operand (rows 0-7: hi of heads 0-7, rows 8-15: lo), so every
+ * K/V element is read from shared memory once and the lo parts cost no extra product. The codes
+ * go from shared memory to registers as int16 (ldmatrix moves 16-bit words of any type) and are
+ * split there into bf16 hi (and, EX, lo: a second product per B tile, which then also gives the
+ * qlo*klo terms); the K scale multiplies the score columns, the V scale is folded into P before
+ * its split. Scores are in the log2 domain (scale * log2(e) folded into q). The warps' (m, l, acc)
+ * are merged in a fixed order and each split writes one partial per head for the combine. */
 
 constexpr int kDw = 4;       /* warps per block, each with its own cp.async pipeline */
 constexpr int kDst = 3;      /* 16-position chunks in flight per warp */
@@ -96,11 +147,10 @@ __device__ __forceinline__ void dec2_splits(int ctx, int max_splits, int want, i
     *ns = (ctx + c - 1) / c;
 }
 
-/* fp16 mma.sync (fp32 accumulate) without the volatile of the shared helpers: a pure register
- * operation the compiler may schedule freely (the ldmatrix loads stay volatile: they read what
- * cp.async wrote). */
+/* mma.sync without the volatile of the shared helper: a pure register operation the compiler
+ * may schedule freely (the ldmatrix loads stay volatile: they read what cp.async wrote). */
 __device__ __forceinline__ void mma16816(float *c, const uint32_t *a, const uint32_t *b) {
-    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
         "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
         : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
@@ -111,35 +161,28 @@ template <int N> __device__ __forceinline__ void cp_async_wait() {
     asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
 }
 
-/* Two floats as an fp16 pair (round to nearest even, x0 in the low half: one cvt). */
-__device__ __forceinline__ uint32_t pack_f16x2(float x0, float x1) {
-    __half2 h = __floats2half2_rn(x0, x1);
-    return *(uint32_t *)&h;
-}
-
-/* fp16 hi and lo parts of x (hi = fp16(x), lo = fp16(x - hi)), packed for two values:
- * x ~ hi + lo to about 2^-22 relative, or 2^-25 absolute where x - hi is below fp16's normal
- * range (2^-14), which is far below what q.k and the sums of P can resolve. */
-__device__ __forceinline__ void split_f16x2(float x0, float x1, uint32_t *hi, uint32_t *lo) {
-    __half2 h = __floats2half2_rn(x0, x1);
-    float2 f = __half22float2(h);
-    __half2 l = __floats2half2_rn(x0 - f.x, x1 - f.y);
-    *hi = *(uint32_t *)&h;
-    *lo = *(uint32_t *)&l;
+/* bf16 hi and lo parts of x (x ~ hi + lo to about 2^-17 relative), packed for two values
+ * (round to nearest even, as f2bf, in cvt instructions). */
+__device__ __forceinline__ void split_bf16x2(float x0, float x1, uint32_t *hi, uint32_t *lo) {
+    uint32_t h = bf16x2_rn(x0, x1);
+    *hi = h;
+    *lo = bf16x2_rn(x0 - __uint_as_float(h << 16), x1 - __uint_as_float(h & 0xffff0000u));
 }
 
 template <int DH> struct dec2_cfg {
-    static constexpr int LD = DH + 8; /* padded smem row (fp16): conflict-free ldmatrix */
-    static constexpr int kChunk = 2 * 16 * LD; /* fp16 of one stage: K then V rows */
+    static constexpr int LD = DH + 8; /* padded smem row (16-bit words): conflict-free ldmatrix */
+    /* 16-bit words of one stage: K code rows, V code rows, then 16 K and 16 V scales (fp32) */
+    static constexpr int kChunk = 2 * 16 * LD + 2 * 16 * 2;
     static constexpr size_t smem = (size_t)(16 * LD + kDw * kDst * kChunk) * 2;
 };
 
 /* grid (max_splits, Nkv * MT) with MT = ceil(G / 8): block y takes KV head y / MT and query
- * heads 8 (y % MT) .. of its group. Writes per (split, q head): acc[DH], m (natural log), l. */
-template <int DH>
+ * heads 8 (y % MT) .. of its group. Writes per (split, q head): acc[DH], m (natural log), l.
+ * EX: the exact products (attn.h); else K and V hi only. */
+template <int DH, bool EX>
 __global__ void __launch_bounds__(kDw * 32, 1)
-    attn_decode_mma_kernel(const float *__restrict__ q, const uint16_t *__restrict__ kc,
-                           const uint16_t *__restrict__ vc, const int32_t *d_pos, int Nkv,
+    attn_decode_mma_kernel(const float *__restrict__ q, const uint8_t *__restrict__ kc,
+                           const uint8_t *__restrict__ vc, const int32_t *d_pos, int Nkv,
                            int G, float qscale, int max_splits, int want,
                            float *__restrict__ part) {
     typedef dec2_cfg<DH> C;
@@ -154,7 +197,7 @@ __global__ void __launch_bounds__(kDw * 32, 1)
     const int MT = (G + 7) / 8, j = blockIdx.y / MT, hb = (blockIdx.y % MT) * 8;
     const int hn = min(8, G - hb), Nq = Nkv * G;
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, tq = lane & 3;
-    /* q (scaled into the log2 domain) as fp16 hi (rows 0-7) and lo (rows 8-15) */
+    /* q (scaled into the log2 domain) as bf16 hi (rows 0-7) and lo (rows 8-15) */
     for (int i = tid; i < 8 * DH / 2; i += kDw * 32) {
         int r = i / (DH / 2), d = (i % (DH / 2)) * 2;
         float x0 = 0.f, x1 = 0.f;
@@ -163,7 +206,7 @@ __global__ void __launch_bounds__(kDw * 32, 1)
             x0 = qp[0] * qscale, x1 = qp[1] * qscale;
         }
         uint32_t hi, lo;
-        split_f16x2(x0, x1, &hi, &lo);
+        split_bf16x2(x0, x1, &hi, &lo);
         *(uint32_t *)(Qs + r * LD + d) = hi;
         *(uint32_t *)(Qs + (r + 8) * LD + d) = lo;
     }
@@ -171,22 +214,28 @@ __global__ void __launch_bounds__(kDw * 32, 1)
     const int nch = (pe - pb + 15) / 16;                              /* chunks of this split */
     const int mine = nch > warp ? (nch - warp + kDw - 1) / kDw : 0; /* this warp's: w, w+kDw.. */
     uint16_t *stg = Qs + 16 * LD + warp * kDst * C::kChunk;
-    const size_t row = (size_t)Nkv * DH;
-    const uint16_t *kb = kc + (size_t)j * DH, *vb = vc + (size_t)j * DH;
+    const uint32_t row = (uint32_t)kv_row_bytes(Nkv, DH);
+    const uint8_t *kb = kc + (size_t)j * DH * 2, *vb = vc + (size_t)j * DH * 2;
+    /* this lane's scale copy: lanes 0-15 K, 16-31 V (head j's scale in a row) */
+    const uint8_t *sb = (lane < 16 ? kc : vc) + (size_t)Nkv * DH * 2 + (size_t)j * 4;
     /* issues chunk i of this warp into its stage i % kDst (rows past the split read as zero) */
     auto load = [&](int i) {
         if (i < mine) {
             uint16_t *Ks = stg + (i % kDst) * C::kChunk, *Vs = Ks + 16 * LD;
+            float *Ss = (float *)(Vs + 16 * LD); /* [16] K scales, [16] V scales */
             int p0 = pb + (warp + i * kDw) * 16;
 #pragma unroll
             for (int it = 0; it < DH / 16; it++) {
                 int idx = lane + 32 * it, r = idx / (DH / 8), c8 = idx % (DH / 8);
                 int p = p0 + r;
                 bool ok = p < pe;
-                size_t go = (size_t)(ok ? p : 0) * row + c8 * 8;
+                size_t go = (size_t)(ok ? p : 0) * row + c8 * 16;
                 cp_async16(Ks + r * LD + c8 * 8, kb + go, ok);
                 cp_async16(Vs + r * LD + c8 * 8, vb + go, ok);
             }
+            int p = p0 + (lane & 15);
+            bool ok = p < pe;
+            cp_async4(Ss + lane, sb + (size_t)(ok ? p : 0) * row, ok);
         }
         cp_async_commit(); /* an empty group past the end keeps the wait count uniform */
     };
@@ -202,6 +251,7 @@ __global__ void __launch_bounds__(kDw * 32, 1)
         cp_async_wait<kDst - 1>();
         __syncwarp(); /* every lane's copies of chunk i are visible to the warp */
         const uint16_t *Ks = stg + (i % kDst) * C::kChunk, *Vs = Ks + 16 * LD;
+        const float *Ss = (const float *)(Vs + 16 * LD);
         /* S (rows: q hi / lo, columns: 16 positions); two accumulator sets halve the chains */
         float sa[2][2][4];
 #pragma unroll
@@ -210,23 +260,32 @@ __global__ void __launch_bounds__(kDw * 32, 1)
             for (int n = 0; n < 2; n++) sa[u][n][0] = sa[u][n][1] = sa[u][n][2] = sa[u][n][3] = 0.f;
 #pragma unroll
         for (int kk = 0; kk < DH / 16; kk++) {
-            uint32_t a[4], b[4];
+            uint32_t a[4], b[4], bh[4], bl[4];
             ldsm_x4(a, Qs + (lane & 15) * LD + kk * 16 + (lane >> 4) * 8);
             ldsm_x4(b, Ks + ((lane >> 4) * 8 + (lane & 7)) * LD + kk * 16 + ((lane >> 3) & 1) * 8);
-            mma16816(sa[kk & 1][0], a, b);
-            mma16816(sa[kk & 1][1], a, b + 2);
+#pragma unroll
+            for (int x = 0; x < 4; x++) codes_bf16<EX>(b[x], &bh[x], &bl[x]);
+            mma16816(sa[kk & 1][0], a, bh);
+            mma16816(sa[kk & 1][1], a, bh + 2);
+            if (EX) {
+                mma16816(sa[kk & 1][0], a, bl);
+                mma16816(sa[kk & 1][1], a, bl + 2);
+            }
         }
         const int p0 = pb + (warp + i * kDw) * 16;
         float sc[2][2], mx = -INFINITY;
 #pragma unroll
-        for (int n = 0; n < 2; n++)
+        for (int n = 0; n < 2; n++) {
+            const float2 ks = *(const float2 *)(Ss + n * 8 + 2 * tq); /* columns' K scales */
 #pragma unroll
             for (int e = 0; e < 2; e++) {
                 float v = (sa[0][n][e] + sa[1][n][e]) + (sa[0][n][e + 2] + sa[1][n][e + 2]);
+                v *= e ? ks.y : ks.x;
                 v = p0 + n * 8 + 2 * tq + e < pe ? v : -INFINITY;
                 sc[n][e] = v;
                 mx = fmaxf(mx, v);
             }
+        }
         mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
         mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
         const float mn = fmaxf(m, mx); /* finite: every chunk has a valid position */
@@ -236,9 +295,10 @@ __global__ void __launch_bounds__(kDw * 32, 1)
         uint32_t a[4];
 #pragma unroll
         for (int n = 0; n < 2; n++) {
+            const float2 vs = *(const float2 *)(Ss + 16 + n * 8 + 2 * tq); /* V scales */
             float p0v = exp2f(sc[n][0] - mn), p1v = exp2f(sc[n][1] - mn);
             ps += p0v + p1v;
-            split_f16x2(p0v, p1v, &a[2 * n], &a[2 * n + 1]);
+            split_bf16x2(p0v * vs.x, p1v * vs.y, &a[2 * n], &a[2 * n + 1]);
         }
         l = l * c + ps;
         if (__any_sync(0xffffffffu, c != 1.f)) { /* the running max moved: rescale */
@@ -248,11 +308,17 @@ __global__ void __launch_bounds__(kDw * 32, 1)
         /* O += P V: A = P (rows hi / lo, k = the 16 positions), B = V via transposed ldmatrix */
 #pragma unroll
         for (int dp = 0; dp < DH / 16; dp++) {
-            uint32_t b[4];
+            uint32_t b[4], bh[4], bl[4];
             ldsm_x4_t(b, Vs + ((lane & 7) + ((lane >> 3) & 1) * 8) * LD + dp * 16 +
                              (lane >> 4) * 8);
-            mma16816(o[2 * dp], a, b);
-            mma16816(o[2 * dp + 1], a, b + 2);
+#pragma unroll
+            for (int x = 0; x < 4; x++) codes_bf16<EX>(b[x], &bh[x], &bl[x]);
+            mma16816(o[2 * dp], a, bh);
+            mma16816(o[2 * dp + 1], a, bh + 2);
+            if (EX) {
+                mma16816(o[2 * dp], a, bl);
+                mma16816(o[2 * dp + 1], a, bl + 2);
+            }
         }
         __syncwarp(); /* chunk i's stage is reloaded by the next iteration */
     }
@@ -335,23 +401,24 @@ __global__ void __launch_bounds__(256)
     }
 }
 
-template <int DH>
-int launch_decode_mma(const float *q, const uint16_t *kc, const uint16_t *vc,
+template <int DH, bool EX>
+int launch_decode_mma(const float *q, const uint8_t *kc, const uint8_t *vc,
                       const int32_t *d_pos, int Nq, int Nkv, float scale, const float *gate,
                       float *part, int max_splits, float *out, lily_cuda_stream st, lily_err *e) {
     const size_t smem = dec2_cfg<DH>::smem;
-    /* blocks resident at once, per device: set up once, so the host cost stays off the step */
+    /* blocks resident at once, per device (and variant): set up once, so the host cost stays off
+     * the step */
     static int resident[64];
     int dev = 0;
     LILY_CU_TRY(cudaGetDevice(&dev), e);
     if (dev < 0 || dev >= 64) return lily_fail(e, "attention: device %d out of range", dev);
     if (resident[dev] == 0) {
         int occ = 0, nsm = 0;
-        LILY_CU_TRY(cudaFuncSetAttribute(attn_decode_mma_kernel<DH>,
+        LILY_CU_TRY(cudaFuncSetAttribute(attn_decode_mma_kernel<DH, EX>,
                                          cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem),
                     e);
         LILY_CU_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-                        &occ, attn_decode_mma_kernel<DH>, kDw * 32, smem),
+                        &occ, attn_decode_mma_kernel<DH, EX>, kDw * 32, smem),
                     e);
         LILY_CU_TRY(cudaDeviceGetAttribute(&nsm, cudaDevAttrMultiProcessorCount, dev), e);
         if (occ < 1) return lily_fail(e, "attention: decode kernel does not fit on an SM");
@@ -364,9 +431,9 @@ int launch_decode_mma(const float *q, const uint16_t *kc, const uint16_t *vc,
     if (ov && atoi(ov) > 0) want = atoi(ov);
     if (want < 1) want = 1;
     dim3 grid(max_splits, Nkv * MT);
-    attn_decode_mma_kernel<DH><<<grid, kDw * 32, smem, st>>>(q, kc, vc, d_pos, Nkv, G,
-                                                             scale * kLog2e, max_splits, want,
-                                                             part);
+    attn_decode_mma_kernel<DH, EX><<<grid, kDw * 32, smem, st>>>(q, kc, vc, d_pos, Nkv, G,
+                                                                 scale * kLog2e, max_splits,
+                                                                 want, part);
     LILY_CU_LAUNCHED(e);
     size_t fsm = (size_t)(want < max_splits ? want : max_splits) * sizeof(float);
     attn_combine2_kernel<<<dim3(Nq, DH / 32), 256, fsm, st>>>(part, d_pos, Nq, DH, max_splits,
@@ -391,56 +458,78 @@ __device__ __forceinline__ void group_bar(int grp) {
 /* grid (ceil(n / (64/G)), Nkv), NG groups of 4 warps. Warp w of a group owns query rows
  * 16w..16w+15 (every group has all 64 rows); group k takes KV tiles k, k+NG, ..., streamed two
  * deep with cp.async, and the groups' (m, l, O) are merged at the end. Scores are in the log2
- * domain (scale * log2(e) applied to S); tiles wholly below the block's first query position
- * skip the causal mask. Products: mma.sync m16n8k16, fp16 in, fp32 accumulate, one pass with q
- * and P rounded once to fp16 (attn.h: why that is enough); the fp16 K/V tiles go from shared
- * memory straight into ldmatrix. */
-template <int DH, int G, int NG>
+ * domain (scale * log2(e) and the K scales applied to S); tiles wholly below the block's first
+ * query position skip the causal mask. The K/V codes are split into bf16 hi (and, EX, lo) in
+ * registers after ldmatrix, by each warp for its own products: converting a tile once in shared
+ * memory would need room for the hi and lo tiles, which Dh 256 with two groups does not have.
+ * EX: q and P also split into hi + lo (q lo as a second smem tile); products qhi*khi + qlo*khi +
+ * qhi*klo and phi*vhi + plo*vhi + phi*vlo (the lo*lo terms, ~2^-17 relative, are dropped). */
+template <int DH, bool EX> struct fa_cfg {
+    static constexpr int LD = DH + 8;     /* padded smem row (16-bit words): no ldmatrix conflicts */
+    static constexpr int QT = EX ? 2 : 1; /* Q tiles in smem: hi (and lo) */
+    /* one stage (16-bit words): K code rows, V code rows, kFaKv K then kFaKv V scales (fp32) */
+    static constexpr int TILE = 2 * kFaKv * LD + 2 * kFaKv * 2;
+    /* bytes: the Q tiles, then two stages per warp group */
+    static constexpr size_t smem(int NG) { return (size_t)(QT * kFaRows * LD + NG * 2 * TILE) * 2; }
+};
+
+template <int DH, int G, int NG, bool EX>
 __global__ void __launch_bounds__(128 * NG)
-    attn_prefill_kernel(const float *__restrict__ q, int n, const uint16_t *__restrict__ kc,
-                        const uint16_t *__restrict__ vc, const int32_t *d_pos, int Nkv,
+    attn_prefill_kernel(const float *__restrict__ q, int n, const uint8_t *__restrict__ kc,
+                        const uint8_t *__restrict__ vc, const int32_t *d_pos, int Nkv,
                         float scale, const float *__restrict__ gate, float *__restrict__ out) {
+    typedef fa_cfg<DH, EX> C;
     constexpr int P = kFaRows / G; /* positions per block */
-    constexpr int LD = DH + 8;     /* padded smem row (fp16): conflict-free ldmatrix */
-    constexpr int TILE = 2 * kFaKv * LD; /* one stage: K rows then V rows */
+    constexpr int LD = C::LD, QT = C::QT, TILE = C::TILE;
     extern __shared__ uint4 fa_smem[];
-    uint16_t *Qs = (uint16_t *)fa_smem;
+    uint16_t *Qs = (uint16_t *)fa_smem, *Ql = Qs + (QT - 1) * kFaRows * LD;
     const int Nq = Nkv * G, j = blockIdx.y, qt = blockIdx.x;
     const int p0 = *d_pos, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int grp = warp / 4, wr = warp % 4, gt = tid % 128;
     const int g = lane >> 2, tq = lane & 3;
-    uint16_t *stg = Qs + kFaRows * LD + grp * 2 * TILE;
+    uint16_t *stg = Qs + QT * kFaRows * LD + grp * 2 * TILE;
     const int last_t = min(n, (qt + 1) * P) - 1;
     const int kv_end = p0 + last_t + 1; /* positions 0..kv_end-1 are needed */
     const int qmin = p0 + qt * P;       /* the block's first query position */
     const int ntile = (kv_end + kFaKv - 1) / kFaKv;
     const int mine = ntile > grp ? (ntile - grp + NG - 1) / NG : 0;
-    const size_t row = (size_t)Nkv * DH;
+    const uint32_t row = (uint32_t)kv_row_bytes(Nkv, DH);
+    const uint8_t *kh = kc + (size_t)j * DH * 2, *vh = vc + (size_t)j * DH * 2;
+    /* thread gt < 2 kFaKv copies one scale per tile: K (gt < kFaKv) or V of row gt % kFaKv */
+    const uint8_t *ss = (gt < kFaKv ? kc : vc) + (size_t)Nkv * DH * 2 + (size_t)j * 4;
     auto load = [&](int i) { /* tile i of this group into stage i & 1 */
         if (i < mine) {
             int kv0 = (grp + i * NG) * kFaKv;
             uint16_t *Ks = stg + (i & 1) * TILE, *Vs = Ks + kFaKv * LD;
+            float *Ss = (float *)(Vs + kFaKv * LD);
             for (int x = gt; x < kFaKv * DH / 8; x += 128) {
                 int r = x / (DH / 8), c8 = x % (DH / 8);
                 int p = kv0 + r;
                 bool ok = p < kv_end;
-                size_t go = (size_t)(ok ? p : 0) * row + (size_t)j * DH + c8 * 8;
-                cp_async16(Ks + r * LD + c8 * 8, kc + go, ok);
-                cp_async16(Vs + r * LD + c8 * 8, vc + go, ok);
+                size_t go = (size_t)(ok ? p : 0) * row + c8 * 16;
+                cp_async16(Ks + r * LD + c8 * 8, kh + go, ok);
+                cp_async16(Vs + r * LD + c8 * 8, vh + go, ok);
+            }
+            if (gt < 2 * kFaKv) {
+                int p = kv0 + gt % kFaKv;
+                bool ok = p < kv_end;
+                cp_async4(Ss + gt, ss + (size_t)(ok ? p : 0) * row, ok);
             }
         }
         cp_async_commit();
     };
     load(0);
-    /* Q tile -> fp16 smem (rows past n zero), unscaled: scale * log2(e) multiplies S in fp32,
-     * so q only has to fit fp16 itself (|q| <= sqrt(Dh) * max|q norm weight| after the RMSNorm) */
+    /* Q tile -> bf16 hi (and lo) in smem (rows past n zero) */
     for (int i = tid; i < kFaRows * DH / 4; i += 128 * NG) {
         int r = i / (DH / 4), c4 = i % (DH / 4);
         int t = qt * P + r / G, h = j * G + r % G;
         float4 x = make_float4(0.f, 0.f, 0.f, 0.f);
         if (t < n) x = *(const float4 *)(q + (size_t)t * Nq * DH + (size_t)h * DH + c4 * 4);
-        uint2 pk = make_uint2(pack_f16x2(x.x, x.y), pack_f16x2(x.z, x.w));
-        *(uint2 *)(Qs + r * LD + c4 * 4) = pk;
+        uint32_t h0, l0, h1, l1;
+        split_bf16x2(x.x, x.y, &h0, &l0);
+        split_bf16x2(x.z, x.w, &h1, &l1);
+        *(uint2 *)(Qs + r * LD + c4 * 4) = make_uint2(h0, h1);
+        if (EX) *(uint2 *)(Ql + r * LD + c4 * 4) = make_uint2(l0, l1);
     }
     __syncthreads();
     /* rows of this thread's accumulators: r0 = 16 wr + g, r1 = r0 + 8 */
@@ -457,6 +546,7 @@ __global__ void __launch_bounds__(128 * NG)
         cp_async_wait<1>();
         group_bar(grp); /* tile it landed for the whole group */
         const uint16_t *Ks = stg + (it & 1) * TILE, *Vs = Ks + kFaKv * LD;
+        const float *Ss = (const float *)(Vs + kFaKv * LD);
         const int kv0 = (grp + it * NG) * kFaKv;
         /* S = Q K^T for this warp's 16 rows x 32 positions */
         float sacc[4][4];
@@ -464,31 +554,43 @@ __global__ void __launch_bounds__(128 * NG)
         for (int i = 0; i < 4; i++) sacc[i][0] = sacc[i][1] = sacc[i][2] = sacc[i][3] = 0.f;
 #pragma unroll
         for (int kk = 0; kk < DH / 16; kk++) {
-            uint32_t a[4];
+            uint32_t a[4], al[4];
             ldsm_x4(a, Qs + (wr * 16 + (lane & 15)) * LD + kk * 16 + (lane >> 4) * 8);
+            if (EX) ldsm_x4(al, Ql + (wr * 16 + (lane & 15)) * LD + kk * 16 + (lane >> 4) * 8);
 #pragma unroll
             for (int np = 0; np < 2; np++) {
-                uint32_t b[4];
+                uint32_t b[4], bh[4], bl[4];
                 ldsm_x4(b, Ks + (np * 16 + (lane >> 4) * 8 + (lane & 7)) * LD + kk * 16 +
                                ((lane >> 3) & 1) * 8);
-                mma16816(sacc[2 * np], a, b);
-                mma16816(sacc[2 * np + 1], a, b + 2);
+#pragma unroll
+                for (int x = 0; x < 4; x++) codes_bf16<EX>(b[x], &bh[x], &bl[x]);
+                mma16816(sacc[2 * np], a, bh);
+                mma16816(sacc[2 * np + 1], a, bh + 2);
+                if (EX) {
+                    mma16816(sacc[2 * np], al, bh);
+                    mma16816(sacc[2 * np + 1], al, bh + 2);
+                    mma16816(sacc[2 * np], a, bl);
+                    mma16816(sacc[2 * np + 1], a, bl + 2);
+                }
             }
         }
-        /* scale, causal mask (only where the tile reaches a query position), online softmax */
+        /* scale (per column: K scale), causal mask (only where the tile reaches a query
+         * position), online softmax */
         const bool full = kv0 + kFaKv - 1 <= qmin;
         float mx0 = -INFINITY, mx1 = -INFINITY;
 #pragma unroll
-        for (int nt = 0; nt < 4; nt++)
+        for (int nt = 0; nt < 4; nt++) {
+            const float2 ks = *(const float2 *)(Ss + nt * 8 + 2 * tq);
 #pragma unroll
             for (int e = 0; e < 4; e++) {
                 int p = kv0 + nt * 8 + 2 * tq + (e & 1);
-                float v = sacc[nt][e] * sl2;
+                float v = sacc[nt][e] * ((e & 1 ? ks.y : ks.x) * sl2);
                 if (!full && p > (e < 2 ? qp0 : qp1)) v = -INFINITY;
                 sacc[nt][e] = v;
                 if (e < 2) mx0 = fmaxf(mx0, v);
                 else mx1 = fmaxf(mx1, v);
             }
+        }
         mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
         mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
         mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
@@ -500,12 +602,15 @@ __global__ void __launch_bounds__(128 * NG)
         float s0 = 0.f, s1 = 0.f;
 #pragma unroll
         for (int nt = 0; nt < 4; nt++) {
+            const float2 vs = *(const float2 *)(Ss + kFaKv + nt * 8 + 2 * tq);
             sacc[nt][0] = exp2f(sacc[nt][0] - b0);
             sacc[nt][1] = exp2f(sacc[nt][1] - b0);
             sacc[nt][2] = exp2f(sacc[nt][2] - b1);
             sacc[nt][3] = exp2f(sacc[nt][3] - b1);
             s0 += sacc[nt][0] + sacc[nt][1];
             s1 += sacc[nt][2] + sacc[nt][3];
+            /* the V scales of the columns, folded into P once l has its terms */
+            sacc[nt][0] *= vs.x, sacc[nt][1] *= vs.y, sacc[nt][2] *= vs.x, sacc[nt][3] *= vs.y;
         }
         s0 += __shfl_xor_sync(0xffffffffu, s0, 1);
         s0 += __shfl_xor_sync(0xffffffffu, s0, 2);
@@ -520,21 +625,29 @@ __global__ void __launch_bounds__(128 * NG)
             for (int i = 0; i < DH / 8; i++)
                 o[i][0] *= c0, o[i][1] *= c0, o[i][2] *= c1, o[i][3] *= c1;
         }
-        /* O += P V with P in [0, 1] rounded once to fp16 (2^-12 relative, like q) */
+        /* O += P V */
 #pragma unroll
         for (int kk = 0; kk < 2; kk++) {
-            uint32_t a[4];
-            a[0] = pack_f16x2(sacc[2 * kk][0], sacc[2 * kk][1]);
-            a[1] = pack_f16x2(sacc[2 * kk][2], sacc[2 * kk][3]);
-            a[2] = pack_f16x2(sacc[2 * kk + 1][0], sacc[2 * kk + 1][1]);
-            a[3] = pack_f16x2(sacc[2 * kk + 1][2], sacc[2 * kk + 1][3]);
+            uint32_t a[4], al[4];
+            split_bf16x2(sacc[2 * kk][0], sacc[2 * kk][1], &a[0], &al[0]);
+            split_bf16x2(sacc[2 * kk][2], sacc[2 * kk][3], &a[1], &al[1]);
+            split_bf16x2(sacc[2 * kk + 1][0], sacc[2 * kk + 1][1], &a[2], &al[2]);
+            split_bf16x2(sacc[2 * kk + 1][2], sacc[2 * kk + 1][3], &a[3], &al[3]);
 #pragma unroll
             for (int dp = 0; dp < DH / 16; dp++) {
-                uint32_t b[4];
+                uint32_t b[4], bh[4], bl[4];
                 ldsm_x4_t(b, Vs + (kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * LD + dp * 16 +
                                  (lane >> 4) * 8);
-                mma16816(o[2 * dp], a, b);
-                mma16816(o[2 * dp + 1], a, b + 2);
+#pragma unroll
+                for (int x = 0; x < 4; x++) codes_bf16<EX>(b[x], &bh[x], &bl[x]);
+                mma16816(o[2 * dp], a, bh);
+                mma16816(o[2 * dp + 1], a, bh + 2);
+                if (EX) {
+                    mma16816(o[2 * dp], al, bh);
+                    mma16816(o[2 * dp + 1], al, bh + 2);
+                    mma16816(o[2 * dp], a, bl);
+                    mma16816(o[2 * dp + 1], a, bl + 2);
+                }
             }
         }
         group_bar(grp); /* stage it & 1 is reloaded next iteration */
@@ -590,29 +703,32 @@ __global__ void __launch_bounds__(128 * NG)
     }
 }
 
-template <int DH, int G, int NG>
-int launch_prefill_ng(const float *q, int n, const uint16_t *kc, const uint16_t *vc,
+template <int DH, int G, int NG, bool EX>
+int launch_prefill_ng(const float *q, int n, const uint8_t *kc, const uint8_t *vc,
                       const int32_t *d_pos, int Nkv, float scale, const float *gate, float *out,
                       lily_cuda_stream st, lily_err *e) {
     constexpr int P = kFaRows / G;
-    /* bytes: the Q tile, then two stages (K and V rows) per warp group, fp16 rows of DH + 8 */
-    constexpr size_t smem = (size_t)(kFaRows + NG * 4 * kFaKv) * (DH + 8) * 2;
+    constexpr size_t smem = fa_cfg<DH, EX>::smem(NG);
     static_assert(smem <= 227 * 1024, "prefill tiles exceed the shared memory of an SM");
-    LILY_CU_TRY(cudaFuncSetAttribute(attn_prefill_kernel<DH, G, NG>,
+    LILY_CU_TRY(cudaFuncSetAttribute(attn_prefill_kernel<DH, G, NG, EX>,
                                      cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem),
                 e);
     dim3 grid((n + P - 1) / P, Nkv);
-    attn_prefill_kernel<DH, G, NG><<<grid, 128 * NG, smem, st>>>(q, n, kc, vc, d_pos, Nkv, scale,
-                                                                  gate, out);
+    attn_prefill_kernel<DH, G, NG, EX><<<grid, 128 * NG, smem, st>>>(q, n, kc, vc, d_pos, Nkv,
+                                                                      scale, gate, out);
     LILY_CU_LAUNCHED(e);
     return 0;
 }
 
 template <int DH, int G>
-int launch_prefill(const float *q, int n, const uint16_t *kc, const uint16_t *vc,
+int launch_prefill(const float *q, int n, const uint8_t *kc, const uint8_t *vc,
                    const int32_t *d_pos, int Nkv, float scale, const float *gate, float *out,
                    lily_cuda_stream st, lily_err *e) {
-    return launch_prefill_ng<DH, G, kFaGroups>(q, n, kc, vc, d_pos, Nkv, scale, gate, out, st, e);
+    if (lily_cuda_tune_get()->attn_exact)
+        return launch_prefill_ng<DH, G, kFaGroups, true>(q, n, kc, vc, d_pos, Nkv, scale, gate,
+                                                         out, st, e);
+    return launch_prefill_ng<DH, G, kFaGroups, false>(q, n, kc, vc, d_pos, Nkv, scale, gate, out,
+                                                      st, e);
 }
 
 bool shape_ok(int Nq, int Nkv, int Dh) {
@@ -625,7 +741,7 @@ bool shape_ok(int Nq, int Nkv, int Dh) {
 } // namespace
 
 extern "C" size_t lily_cuda_kv_bytes(int max_ctx, int Nkv, int Dh) {
-    return max_ctx < 1 ? 0 : (size_t)max_ctx * Nkv * Dh * 2; /* fp16, no padding */
+    return max_ctx < 1 ? 0 : (size_t)max_ctx * kv_row_bytes(Nkv, Dh);
 }
 
 extern "C" size_t lily_cuda_kv_prefix_bytes(int pos, int Nkv, int Dh) {
@@ -642,8 +758,8 @@ extern "C" int lily_cuda_attn_prep(const float *qg, int ldqg, const float *k, co
     if (n < 1) return 0;
     dim3 grid(n, Nq + Nkv);
     attn_prep_kernel<<<grid, Dh, 0, st>>>(qg, ldqg, k, v, ldkv, d_pos, Nq, Nkv, Dh, R, inv_freq,
-                                          qn, kn, eps, gated, q_out, gate_out, (uint16_t *)kc,
-                                          (uint16_t *)vc);
+                                          qn, kn, eps, gated, q_out, gate_out, (uint8_t *)kc,
+                                          (uint8_t *)vc);
     LILY_CU_LAUNCHED(e);
     return 0;
 }
@@ -652,21 +768,34 @@ extern "C" size_t lily_cuda_attn_decode_scratch(int Nq, int Dh, int max_splits) 
     return (size_t)max_splits * Nq * (Dh + 2);
 }
 
+namespace {
+template <int DH>
+int launch_decode(const float *q, const uint8_t *kc, const uint8_t *vc, const int32_t *d_pos,
+                  int Nq, int Nkv, float scale, const float *gate, float *part, int max_splits,
+                  float *out, lily_cuda_stream st, lily_err *e) {
+    if (lily_cuda_tune_get()->attn_exact)
+        return launch_decode_mma<DH, true>(q, kc, vc, d_pos, Nq, Nkv, scale, gate, part,
+                                           max_splits, out, st, e);
+    return launch_decode_mma<DH, false>(q, kc, vc, d_pos, Nq, Nkv, scale, gate, part, max_splits,
+                                        out, st, e);
+}
+} // namespace
+
 extern "C" int lily_cuda_attn_decode(const float *q, const void *kc_, const void *vc_,
                                      const int32_t *d_pos, int Nq, int Nkv, int Dh, float scale,
                                      const float *gate, float *scratch, int max_splits, float *out,
                                      lily_cuda_stream st, lily_err *e) {
     if (!shape_ok(Nq, Nkv, Dh) || max_splits < 1)
         return lily_fail(e, "attention: unsupported shape Nq=%d Nkv=%d Dh=%d", Nq, Nkv, Dh);
-    const uint16_t *kc = (const uint16_t *)kc_, *vc = (const uint16_t *)vc_; /* fp16 bits */
+    const uint8_t *kc = (const uint8_t *)kc_, *vc = (const uint8_t *)vc_;
     if (Dh == 64)
-        return launch_decode_mma<64>(q, kc, vc, d_pos, Nq, Nkv, scale, gate, scratch, max_splits,
-                                     out, st, e);
+        return launch_decode<64>(q, kc, vc, d_pos, Nq, Nkv, scale, gate, scratch, max_splits, out,
+                                 st, e);
     if (Dh == 128)
-        return launch_decode_mma<128>(q, kc, vc, d_pos, Nq, Nkv, scale, gate, scratch,
-                                      max_splits, out, st, e);
-    return launch_decode_mma<256>(q, kc, vc, d_pos, Nq, Nkv, scale, gate, scratch, max_splits,
+        return launch_decode<128>(q, kc, vc, d_pos, Nq, Nkv, scale, gate, scratch, max_splits,
                                   out, st, e);
+    return launch_decode<256>(q, kc, vc, d_pos, Nq, Nkv, scale, gate, scratch, max_splits, out,
+                              st, e);
 }
 
 #define LILY_PRE_CASE(DH, G)                                                                       \
@@ -680,7 +809,7 @@ extern "C" int lily_cuda_attn_prefill(const float *q, int n, const void *kc_, co
     if (!shape_ok(Nq, Nkv, Dh))
         return lily_fail(e, "attention: unsupported shape Nq=%d Nkv=%d Dh=%d", Nq, Nkv, Dh);
     if (n < 1) return 0;
-    const uint16_t *kc = (const uint16_t *)kc_, *vc = (const uint16_t *)vc_; /* fp16 bits */
+    const uint8_t *kc = (const uint8_t *)kc_, *vc = (const uint8_t *)vc_;
     int G_ = Nq / Nkv;
     LILY_PRE_CASE(64, 1) LILY_PRE_CASE(64, 2) LILY_PRE_CASE(64, 4) LILY_PRE_CASE(64, 8)
     LILY_PRE_CASE(64, 16) LILY_PRE_CASE(128, 1) LILY_PRE_CASE(128, 2) LILY_PRE_CASE(128, 4)

@@ -1,24 +1,26 @@
 /* Full (gated GQA) attention on the GPU: the prep kernel (per-head q/k RMSNorm, partial NeoX RoPE,
- * K/V appended to the fp16 cache), split-K decode attention on tensor cores (one block per KV
- * head and split, the query heads of a group packed so each K/V row is read once; splits sized
- * from the context to fill the SMs; a second kernel merges the splits and applies the sigmoid
- * output gate), and flash-attention prefill on tensor cores (mma.sync m16n8k16 fp16, fp32
- * accumulate; rows of a query tile are (position, head-in-group) pairs, so K/V tiles are shared
- * by the whole group).
+ * K/V quantised into the cache), split-K decode attention on tensor cores (one block per KV head
+ * and split, the query heads of a group packed so each K/V row is read once; splits sized from
+ * the context to fill the SMs; a second kernel merges the splits and applies the sigmoid output
+ * gate), and flash-attention prefill on tensor cores (mma.sync m16n8k16 bf16, fp32 accumulate;
+ * rows of a query tile are (position, head-in-group) pairs, so K/V tiles are shared by the whole
+ * group).
  *
- * KV cache format: per layer, K and V each [max_ctx][Nkv*Dh] IEEE fp16 (no scales, no padding:
- * lily_cuda_kv_bytes), position-major, so the first pos positions are one contiguous prefix
- * (lily_cuda_kv_prefix_bytes) for snapshots. Values are rounded to nearest even; values beyond
- * fp16's range saturate to +-65504 instead of becoming inf (NaN stays NaN).
+ * KV cache format: a bf16 cache (8 significant bits) moved near-ties in the transformers fixtures
+ * (bench/NOTES-cuda.md); int16 codes with one fp32 scale per (position, KV head) keep 16 bits in
+ * the same bytes. Row of K (or V) for one position, lily_cuda_kv_bytes(1, Nkv, Dh) bytes:
+ *   [Nkv][Dh] int16 codes | [Nkv] fp32 scales | zero to 16 padding bytes
+ * value = code * scale, scale = max|row of the head| / 32767 (0 for an all-zero row). Rows are
+ * 16-byte aligned (Dh % 8 == 0) for the 16-byte copies, and position-major, so the first pos
+ * positions are one contiguous prefix (lily_cuda_kv_prefix_bytes) for snapshots.
  *
- * Precision (CPU emulation against the transformers logits fixtures, bound 1e-2 per row): a bf16
- * cache (8 significant bits) fails (worst row 5.5e-2); fp16 (11 bits) with one fp16 pass for q,
- * K, V and P and fp32 accumulation passes with a wide margin (5.4e-5). So the kernels stay those
- * of the bf16 cache (fp16 straight from shared memory into ldmatrix): the int16 codes with split
- * products that 14a7c18 used instead made prefill 2.5x slower at depth. Decode still splits q and
- * P into fp16 hi + lo (free: they fill A rows the query heads leave empty), so it is exact against
- * the fp16 cache up to fp32 accumulation; prefill rounds q and P once (2^-12 relative each).
- * q must fit fp16 (|q| <= sqrt(Dh) * max|q norm weight| after the RMSNorm, far below 65504).
+ * Products on the tensor cores (bf16 in, fp32 accumulate): a code c splits exactly into
+ * hi = bf16(c) and lo = c - hi (|lo| <= 64, exact in bf16); q and P (with the V scale folded in)
+ * split into bf16 hi + lo; the K scale multiplies the score columns after the product. With
+ * lily_cuda_tune_get()->attn_exact (LILY_CUDA_ATTN_EXACT, default 1) the products keep about
+ * 16 bits (qhi*khi + qlo*khi + qhi*klo, likewise P V); with 0 one pass of the hi parts (decode
+ * keeps its free q/P lo rows, see attn.cu), as fast as the bf16 cache was, less the code
+ * conversion.
  *
  * Positions come from device memory (*d_pos is the position of the first token of the call), so a
  * captured decode graph can be replayed at every position. Supported: Dh in {64, 128, 256},
@@ -42,8 +44,8 @@ size_t lily_cuda_kv_prefix_bytes(int pos, int Nkv, int Dh);
 /* For n tokens at positions p0+t (p0 = *d_pos): q head h is read from qg + t*ldqg + h*Dh*(1+gated)
  * (its gate follows it when gated), normalised with qn [Dh], rotated on its first R dims, and
  * written to q_out [n][Nq*Dh] (fp32); the gate goes to gate_out [n][Nq*Dh] (unless !gated).
- * k [n][ldkv] is normalised with kn and rotated, v taken as is: both rounded to fp16 into row
- * p0+t of kc/vc (the format above).
+ * k [n][ldkv] is normalised with kn and rotated, v taken as is: both quantised into row p0+t of
+ * kc/vc (the format above).
  * inv_freq: [R/2] device, 1/theta^(2i/R) as the CPU reference computes it (fp32). */
 int lily_cuda_attn_prep(const float *qg, int ldqg, const float *k, const float *v, int ldkv,
                         int n, const int32_t *d_pos, int Nq, int Nkv, int Dh, int R,

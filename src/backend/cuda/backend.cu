@@ -73,7 +73,7 @@ struct lily_backend {
 
 struct lily_bstate {
     int max_ctx, splits;
-    uint16_t **k, **v; /* fp16 K/V rows per position (attn.h): lily_cuda_kv_bytes each */
+    uint16_t **k, **v; /* int16 codes + scales per position (attn.h): lily_cuda_kv_bytes each */
     float **conv, **S;
     cudaGraphExec_t graph;
     unsigned graph_gen; /* lily_cuda_tune generation the graph was captured under */

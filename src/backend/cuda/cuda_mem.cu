@@ -197,7 +197,7 @@ extern "C" size_t lily_cuda_dmat_bytes(const lily_dmat *m) {
 }
 
 namespace {
-lily_cuda_tune g_tune = {0, 1, 1, 0, 1, 0};
+lily_cuda_tune g_tune = {0, 1, 1, 1, 0, 1, 0};
 
 int env_int(const char *name, int dflt) {
     const char *v = getenv(name);
@@ -210,6 +210,7 @@ extern "C" void lily_cuda_tune_reload(void) {
     g_tune.pdl = pdl < 0 || pdl > 2 ? 0 : pdl;
     g_tune.fused_router = env_int("LILY_CUDA_FUSED_ROUTER", 1) == 1;
     g_tune.gemm_exact = env_int("LILY_CUDA_GEMM_EXACT", 1) != 0;
+    g_tune.attn_exact = env_int("LILY_CUDA_ATTN_EXACT", 1) != 0;
     const int gbn = env_int("LILY_CUDA_GROUP_BN", 0);
     g_tune.group_bn = gbn == 32 || gbn == 64 ? gbn : 0;
     g_tune.skinny = env_int("LILY_CUDA_SKINNY", 1) != 0;

@@ -72,6 +72,8 @@ size_t lily_cuda_dmat_bytes(const lily_dmat *m);
  *     the whole grid is co-resident (moe.cu; +3.8 % decode at 4K on the H200); 0 = its own GEMV.
  *   LILY_CUDA_GEMM_EXACT: 1 (default) = prefill GEMMs with fp16 weights and the activations as
  *     fp16 hi + lo (about 21 bits); 0 = one bf16 pass (gemm.h).
+ *   LILY_CUDA_ATTN_EXACT: 1 (default) = attention with the K/V cache and q, p split so the
+ *     products carry about 16 bits; 0 = one bf16 pass (attn.h).
  *   LILY_CUDA_GROUP_BN: rows per tile of the grouped (expert) prefill GEMMs, 32 or 64; unset (0):
  *     chosen per chunk by moe_prefill.cu (64 when the experts average >= 64 rows: +3.9 % prefill
  *     at 4096-token chunks on the H200).
@@ -80,7 +82,7 @@ size_t lily_cuda_dmat_bytes(const lily_dmat *m);
  * gen changes on every reload, so a captured decode graph can tell it is stale. */
 typedef struct lily_cuda_tune {
     int pdl;
-    int fused_router, gemm_exact, group_bn, skinny;
+    int fused_router, gemm_exact, attn_exact, group_bn, skinny;
     unsigned gen;
 } lily_cuda_tune;
 const lily_cuda_tune *lily_cuda_tune_get(void);
