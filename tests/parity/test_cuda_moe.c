@@ -6,7 +6,9 @@
  * get all rows, the rest none) and a skewed random load; and a dense SwiGLU MLP (no experts).
  * Every decode case runs with LILY_CUDA_FUSED_ROUTER=0 and 1 (the router GEMV, or the router
  * inside the gate/up launch behind a grid barrier), and the fused path also under CUDA graph
- * replay. */
+ * replay. Prefill chunks whose experts average fewer than 16 rows take the skinny 16-row expert
+ * tiles (gemm_skinny.h: n = 1, 24 on 64 experts, 200 on 256, ...); a few of them run again with
+ * LILY_CUDA_SKINNY=0 (the 32-row tiles). */
 #include <stdio.h>
 
 #ifndef LILY_HAVE_CUDA
@@ -390,6 +392,11 @@ int main(void) {
     prefill_case(&f, 1000, 0);
     prefill_case(&f, 130, 2);
     unsetenv("LILY_CUDA_GROUP_BN");
+    setenv("LILY_CUDA_SKINNY", "0", 1); /* 32-row tiles where the skinny ones would run */
+    lily_cuda_tune_reload();
+    prefill_case(&f, 200, 0);
+    prefill_case(&f, 64, 1);
+    unsetenv("LILY_CUDA_SKINNY");
     lily_cuda_tune_reload();
     fix_free(&f);
     if (fix_make(&f, 16, 2, 320, 192, 0, 0)) return pt_finish();
@@ -411,6 +418,15 @@ int main(void) {
     if (fix_make(&f, 64, 8, 2048, 512, 512, 1)) return pt_finish();
     decode_case(&f);
     graph_case(&f);
+    /* the 35B's expert shapes in prefill: 24 tokens x top-8 over 64 experts (~3 rows each: the
+     * skinny 16-row tiles), skewed (a few experts with several tiles), and the 32-row tiles */
+    prefill_case(&f, 24, 0);
+    prefill_case(&f, 24, 2);
+    setenv("LILY_CUDA_SKINNY", "0", 1);
+    lily_cuda_tune_reload();
+    prefill_case(&f, 24, 0);
+    unsetenv("LILY_CUDA_SKINNY");
+    lily_cuda_tune_reload();
     fix_free(&f);
     if (fix_make(&f, 64, 6, 512, 256, 0, 0)) return pt_finish();
     decode_case(&f);

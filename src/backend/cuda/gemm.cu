@@ -18,6 +18,7 @@
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/gemm_common.cuh"
 #include "backend/cuda/gemm_q4.h"
+#include "backend/cuda/gemm_skinny.h"
 #include "backend/cuda/gemm_split.h"
 
 namespace {
@@ -549,8 +550,11 @@ extern "C" int lily_cuda_gemm_grouped(const lily_dmat *W, const float *X, int ld
                                       const int32_t *d_ntiles, int max_tiles, int tile_rows,
                                       float *Y, int ldy, lily_cuda_stream st, lily_err *e) {
     if (check_x(X, ldx, e)) return -1;
+    if (tile_rows == LILY_GEMM_SKINNY_BN) /* Q4 only (gemm_skinny.h) */
+        return lily_cuda_gemm_skinny_grouped(W, X, ldx, nx, gather, tiles, d_ntiles, max_tiles, Y,
+                                             ldy, st, e);
     if (tile_rows != LILY_GEMM_GROUP_BN && tile_rows != 64)
-        return lily_fail(e, "gemm_grouped: tiles of %d rows (32 or 64)", tile_rows);
+        return lily_fail(e, "gemm_grouped: tiles of %d rows (16, 32 or 64)", tile_rows);
     if (use_q4(W->dt, W->rows, W->cols, 0, true) && tile_rows == LILY_GEMM_GROUP_BN)
         return lily_cuda_gemm_q4_grouped(W, X, ldx, nx, gather, tiles, d_ntiles, max_tiles, Y,
                                          ldy, st, e);

@@ -26,8 +26,8 @@
 extern "C" {
 #endif
 
-/* Token tiles of the grouped GEMM, in rows (see lily_cuda_gemm_grouped: tile_rows 32 or 64; the
- * gated grouped form takes 32). */
+/* Token tiles of the grouped GEMM, in rows (see lily_cuda_gemm_grouped: tile_rows 16 (Q4 only),
+ * 32 or 64; the gated grouped form takes 32). */
 #define LILY_GEMM_GROUP_BN 32
 /* The gated (GLU) entry points below exist. */
 #define LILY_GEMM_HAS_GLU 1
@@ -40,7 +40,8 @@ int lily_cuda_gemm(const lily_dmat *W, const float *X, int ldx, int n, float *Y,
 /* Grouped over a stack of experts W (n_mats = E). tiles: [max_tiles][3] int32 (expert, first
  * grouped row, rows <= tile_rows), of which *d_ntiles are valid; tile_rows is 32
  * (LILY_GEMM_GROUP_BN) or 64 (256 x 64 blocks: fewer dequantizations per token when experts get
- * many rows). Grouped row r reads X
+ * many rows), or 16 for Q4 weights (LILY_GEMM_SKINNY_BN: the skinny kernel of gemm_skinny.h,
+ * no dequantization, for experts of few rows). Grouped row r reads X
  * row gather[r] (or r when gather is NULL) and writes Y row r. X has nx rows (every gather[r] and
  * grouped row read is < nx). */
 int lily_cuda_gemm_grouped(const lily_dmat *W, const float *X, int ldx, int nx,

@@ -5,6 +5,7 @@
 
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/gemm.h"
+#include "backend/cuda/gemm_skinny.h"
 #include "backend/cuda/gemm_split.h"
 #include "backend/cuda/gemv.h"
 #include "backend/cuda/moe_route.cuh"
@@ -13,7 +14,8 @@
 
 namespace {
 
-constexpr int GBN = LILY_GEMM_GROUP_BN; /* the smallest tile: scratch is sized for it */
+constexpr int GBN = LILY_GEMM_GROUP_BN;   /* the default expert tile */
+constexpr int kMinBN = LILY_GEMM_SKINNY_BN; /* the smallest tile: the tile list is sized for it */
 
 struct pre_layout {
     size_t logits, idx, wt, counts, off, tiles, ntiles, gather, slot, hg, hu, yg, sg, su, ys, total;
@@ -30,7 +32,7 @@ pre_layout pre_plan(const lily_cuda_moe *m, int n) {
     d.Is = m->sh_gate ? m->sh_gate->rows : 0;
     d.H = m->k ? m->down->rows : m->sh_down->rows;
     size_t nk = (size_t)n * m->k;
-    d.max_tiles = m->k ? (int)((nk + GBN - 1) / GBN) + m->E : 0;
+    d.max_tiles = m->k ? (int)((nk + kMinBN - 1) / kMinBN) + m->E : 0;
     size_t o = 0;
     auto take = [&](size_t bytes) {
         size_t r = o;
@@ -213,10 +215,18 @@ int prefill_body(const lily_cuda_moe *m, const float *u, int n, const int32_t *g
     int ldl = m->E + 1, H = d.H, k = m->k, E = m->E;
     int nk = n * k;
     /* rows per expert tile: 64 when the experts average >= 64 rows (half the dequantization per
-     * token; measured +3.9 % at 4096-token chunks), else 32 (LILY_CUDA_GROUP_BN forces one) */
-    const int gbn = lily_cuda_tune_get()->group_bn ? lily_cuda_tune_get()->group_bn
-                    : E > 0 && nk >= 64 * E    ? 64
-                                               : GBN;
+     * token; measured +3.9 % at 4096-token chunks); 16 (the skinny kernel, gemm_skinny.h: no
+     * dequantization) when they average fewer than 16 and the experts are Q4, unless
+     * LILY_CUDA_SKINNY=0; else 32. LILY_CUDA_GROUP_BN forces 32 or 64. */
+    const lily_cuda_tune *tune = lily_cuda_tune_get();
+    const bool q4 = k > 0 && m->gate->dt == LILY_CW_Q4 && m->up->dt == LILY_CW_Q4 &&
+                    m->down->dt == LILY_CW_Q4;
+    const int gbn = tune->group_bn                          ? tune->group_bn
+                    : E > 0 && nk >= 64 * E                 ? 64
+                    : tune->skinny && q4 && nk < kMinBN * E ? kMinBN
+                                                            : GBN;
+    /* the grid's tile rows: the most tiles gbn-row tiles can make (<= d.max_tiles) */
+    const int max_tiles = k > 0 ? (nk + gbn - 1) / gbn + E : 0;
     const int32_t *idx = (const int32_t *)(s + d.idx);
     const float *wt = (const float *)(s + d.wt);
     int32_t *slot = (int32_t *)(s + d.slot);
@@ -245,10 +255,10 @@ int prefill_body(const lily_cuda_moe *m, const float *u, int n, const int32_t *g
         scatter_kernel<<<d.chunks, 32, (size_t)E * 4, st>>>(idx, nk, k, E, ccount, gather, slot);
         LILY_CU_LAUNCHED(e);
         float *hg = (float *)(s + d.hg), *hu = (float *)(s + d.hu);
-        if (lily_cuda_gemm_grouped(m->gate, u, H, n, gather, tiles, ntiles, d.max_tiles, gbn, hg,
+        if (lily_cuda_gemm_grouped(m->gate, u, H, n, gather, tiles, ntiles, max_tiles, gbn, hg,
                                    d.I, st, e) ||
-            lily_cuda_gemm_grouped(m->up, u, H, n, gather, tiles, ntiles, d.max_tiles, gbn, hu,
-                                   d.I, st, e))
+            lily_cuda_gemm_grouped(m->up, u, H, n, gather, tiles, ntiles, max_tiles, gbn, hu, d.I,
+                                   st, e))
             return -1;
     }
     /* the shared expert's gate/up and gate logit before the routed down projection: they read u,
@@ -273,7 +283,7 @@ int prefill_body(const lily_cuda_moe *m, const float *u, int n, const int32_t *g
         float *hg = (float *)(s + d.hg), *hu = (float *)(s + d.hu), *yg = (float *)(s + d.yg);
         int32_t *tiles = (int32_t *)(s + d.tiles), *ntiles = (int32_t *)(s + d.ntiles);
         int rc = silu_mul(hg, hu, nk, d.I, st, e) ||
-                 lily_cuda_gemm_grouped(m->down, hg, d.I, nk, nullptr, tiles, ntiles, d.max_tiles,
+                 lily_cuda_gemm_grouped(m->down, hg, d.I, nk, nullptr, tiles, ntiles, max_tiles,
                                         gbn, yg, H, st, e);
         lily_cuda_xsplit_hold(nullptr);
         if (rc) return -1;
