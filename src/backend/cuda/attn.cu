@@ -1,6 +1,8 @@
 /* Attention kernels (see attn.h). */
 #include "backend/cuda/attn.h"
 
+#include <cuda_fp16.h>
+
 #include <math.h>
 
 #include "backend/cuda/common.cuh"
@@ -154,6 +156,37 @@ __device__ __forceinline__ void mma16816(float *c, const uint32_t *a, const uint
         "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
         : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
+__device__ __forceinline__ void mma16816h(float *c, const uint32_t *a, const uint32_t *b) {
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
+        "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
+/* fp16 hi and lo parts of x (hi = fp16(x), lo = fp16(x - hi): ~22 significant bits; lo may be
+ * subnormal, an absolute error of 2^-25 at most, far below what the sums resolve). */
+__device__ __forceinline__ void split_f16x2(float x0, float x1, uint32_t *hi, uint32_t *lo) {
+    __half2 h = __floats2half2_rn(x0, x1);
+    const float2 f = __half22float2(h);
+    __half2 l = __floats2half2_rn(x0 - f.x, x1 - f.y);
+    *hi = *(uint32_t *)&h;
+    *lo = *(uint32_t *)&l;
+}
+
+/* Two int16 codes c (low half first) as exact fp16 pairs of their bytes: c = 256 hi + 256 lo
+ * with hi = c >> 8 (signed) and lo = (c & 255) / 256. A byte b goes into the mantissa of an fp16
+ * constant with unit 1 (1024 + b) or 1/256 (4 + b/256), and one subtraction removes the
+ * constant: 5 instructions for both parts of two codes (codes_bf16: 11). */
+__device__ __forceinline__ void codes_f16(uint32_t c, uint32_t *hi, uint32_t *lo) {
+    const uint32_t k1152 = 0x64806480u, k4 = 0x44004400u; /* fp16 1152 and 4 */
+    uint32_t h = __byte_perm(c ^ 0x80008000u, 0x64u, 0x4341); /* 1024 + (hi + 128) */
+    uint32_t l = __byte_perm(c, 0x44u, 0x4240);               /* 4 + lo */
+    __half2 hh = __hsub2(*(const __half2 *)&h, *(const __half2 *)&k1152);
+    __half2 ll = __hsub2(*(const __half2 *)&l, *(const __half2 *)&k4);
+    *hi = *(uint32_t *)&hh;
+    *lo = *(uint32_t *)&ll;
 }
 
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;"); }
@@ -519,6 +552,24 @@ __global__ void __launch_bounds__(128 * NG)
         cp_async_commit();
     };
     load(0);
+    /* EX: each query row scaled by a power of two that puts its max |q| in [2^12, 2^13): fp16's
+     * exponent range is narrow, and q's lo parts must stay normal (undone on S per row) */
+    __shared__ float s_qsc[kFaRows];
+    if (EX) {
+        for (int r = warp; r < kFaRows; r += 4 * NG) {
+            const int t = qt * P + r / G, h = j * G + r % G;
+            float mx = 0.f;
+            if (t < n)
+                for (int d = lane; d < DH; d += 32)
+                    mx = fmaxf(mx, fabsf(q[(size_t)t * Nq * DH + (size_t)h * DH + d]));
+#pragma unroll
+            for (int o2 = 16; o2 > 0; o2 >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o2));
+            const uint32_t ex = (__float_as_uint(mx) >> 23) & 255u;
+            if (lane == 0)
+                s_qsc[r] = ex >= 13u && ex <= 254u ? __uint_as_float((266u - ex) << 23) : 1.f;
+        }
+        __syncthreads();
+    }
     /* Q tile -> bf16 hi (and lo) in smem (rows past n zero) */
     for (int i = tid; i < kFaRows * DH / 4; i += 128 * NG) {
         int r = i / (DH / 4), c4 = i % (DH / 4);
@@ -526,8 +577,15 @@ __global__ void __launch_bounds__(128 * NG)
         float4 x = make_float4(0.f, 0.f, 0.f, 0.f);
         if (t < n) x = *(const float4 *)(q + (size_t)t * Nq * DH + (size_t)h * DH + c4 * 4);
         uint32_t h0, l0, h1, l1;
-        split_bf16x2(x.x, x.y, &h0, &l0);
-        split_bf16x2(x.z, x.w, &h1, &l1);
+        if (EX) { /* fp16: the products with the codes' bytes (codes_f16) */
+            const float sc = s_qsc[r];
+            x.x *= sc, x.y *= sc, x.z *= sc, x.w *= sc;
+            split_f16x2(x.x, x.y, &h0, &l0);
+            split_f16x2(x.z, x.w, &h1, &l1);
+        } else {
+            split_bf16x2(x.x, x.y, &h0, &l0);
+            split_bf16x2(x.z, x.w, &h1, &l1);
+        }
         *(uint2 *)(Qs + r * LD + c4 * 4) = make_uint2(h0, h1);
         if (EX) *(uint2 *)(Ql + r * LD + c4 * 4) = make_uint2(l0, l1);
     }
@@ -541,6 +599,7 @@ __global__ void __launch_bounds__(128 * NG)
 #pragma unroll
     for (int i = 0; i < DH / 8; i++) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.f;
     float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.f, l1 = 0.f;
+    float of_vf = 1.f; /* EX: the V-scale factor O is kept in (see the softmax step) */
     for (int it = 0; it < mine; it++) {
         load(it + 1);
         cp_async_wait<1>();
@@ -562,21 +621,29 @@ __global__ void __launch_bounds__(128 * NG)
                 uint32_t b[4], bh[4], bl[4];
                 ldsm_x4(b, Ks + (np * 16 + (lane >> 4) * 8 + (lane & 7)) * LD + kk * 16 +
                                ((lane >> 3) & 1) * 8);
+                if (EX) { /* S / 256 = qhi (khi + klo) + qlo khi over the code bytes */
 #pragma unroll
-                for (int x = 0; x < 4; x++) codes_bf16<EX>(b[x], &bh[x], &bl[x]);
-                mma16816(sacc[2 * np], a, bh);
-                mma16816(sacc[2 * np + 1], a, bh + 2);
-                if (EX) {
-                    mma16816(sacc[2 * np], al, bh);
-                    mma16816(sacc[2 * np + 1], al, bh + 2);
-                    mma16816(sacc[2 * np], a, bl);
-                    mma16816(sacc[2 * np + 1], a, bl + 2);
+                    for (int x = 0; x < 4; x++) codes_f16(b[x], &bh[x], &bl[x]);
+                    mma16816h(sacc[2 * np], a, bh);
+                    mma16816h(sacc[2 * np + 1], a, bh + 2);
+                    mma16816h(sacc[2 * np], a, bl);
+                    mma16816h(sacc[2 * np + 1], a, bl + 2);
+                    mma16816h(sacc[2 * np], al, bh);
+                    mma16816h(sacc[2 * np + 1], al, bh + 2);
+                } else {
+#pragma unroll
+                    for (int x = 0; x < 4; x++) codes_bf16<false>(b[x], &bh[x], &bl[x]);
+                    mma16816(sacc[2 * np], a, bh);
+                    mma16816(sacc[2 * np + 1], a, bh + 2);
                 }
             }
         }
         /* scale (per column: K scale), causal mask (only where the tile reaches a query
          * position), online softmax */
         const bool full = kv0 + kFaKv - 1 <= qmin;
+        /* EX: the products gave S / 256 of the scaled q rows */
+        const float sl2a = EX ? sl2 * 256.f / s_qsc[r0] : sl2;
+        const float sl2b = EX ? sl2 * 256.f / s_qsc[r1] : sl2;
         float mx0 = -INFINITY, mx1 = -INFINITY;
 #pragma unroll
         for (int nt = 0; nt < 4; nt++) {
@@ -584,7 +651,7 @@ __global__ void __launch_bounds__(128 * NG)
 #pragma unroll
             for (int e = 0; e < 4; e++) {
                 int p = kv0 + nt * 8 + 2 * tq + (e & 1);
-                float v = sacc[nt][e] * ((e & 1 ? ks.y : ks.x) * sl2);
+                float v = sacc[nt][e] * ((e & 1 ? ks.y : ks.x) * (e < 2 ? sl2a : sl2b));
                 if (!full && p > (e < 2 ? qp0 : qp1)) v = -INFINITY;
                 sacc[nt][e] = v;
                 if (e < 2) mx0 = fmaxf(mx0, v);
@@ -600,9 +667,25 @@ __global__ void __launch_bounds__(128 * NG)
         float b0 = mn0 == -INFINITY ? 0.f : mn0, b1 = mn1 == -INFINITY ? 0.f : mn1;
         float c0 = exp2f(m0 - b0), c1 = exp2f(m1 - b1);
         float s0 = 0.f, s1 = 0.f;
+        /* EX: P's fp16 parts need it within fp16's range and its lo parts normal, so the V
+         * scales enter relative to a power of two vf of the tile (max scale * vf in [2^12,
+         * 2^13): P * scale * vf <= 2^13, and lo parts below 2^-14 only where P * scale * vf <
+         * 2^-3, negligible against the row's largest terms); O is kept times the vf of the last
+         * tile (of = vf_now / vf_before rescales it when that changes) */
+        float vf = 1.f;
+        if (EX) {
+            float mv = Ss[kFaKv + lane];
+#pragma unroll
+            for (int o2 = 16; o2 > 0; o2 >>= 1) mv = fmaxf(mv, __shfl_xor_sync(0xffffffffu, mv, o2));
+            const uint32_t ex = (__float_as_uint(mv) >> 23) & 255u;
+            vf = ex >= 13u && ex <= 253u ? __uint_as_float((266u - ex) << 23) : 1.f;
+        }
+        const float of = vf / of_vf;
+        of_vf = vf;
 #pragma unroll
         for (int nt = 0; nt < 4; nt++) {
-            const float2 vs = *(const float2 *)(Ss + kFaKv + nt * 8 + 2 * tq);
+            const float2 vs0 = *(const float2 *)(Ss + kFaKv + nt * 8 + 2 * tq);
+            const float2 vs = make_float2(vs0.x * vf, vs0.y * vf);
             sacc[nt][0] = exp2f(sacc[nt][0] - b0);
             sacc[nt][1] = exp2f(sacc[nt][1] - b0);
             sacc[nt][2] = exp2f(sacc[nt][2] - b1);
@@ -620,39 +703,57 @@ __global__ void __launch_bounds__(128 * NG)
         l1 = l1 * c1 + s1;
         m0 = mn0;
         m1 = mn1;
-        if (__any_sync(0xffffffffu, c0 != 1.f || c1 != 1.f)) { /* deep in the cache: rarely */
+        if (__any_sync(0xffffffffu, c0 != 1.f || c1 != 1.f || of != 1.f)) {
+            const float d0 = c0 * of, d1 = c1 * of;
 #pragma unroll
             for (int i = 0; i < DH / 8; i++)
-                o[i][0] *= c0, o[i][1] *= c0, o[i][2] *= c1, o[i][3] *= c1;
+                o[i][0] *= d0, o[i][1] *= d0, o[i][2] *= d1, o[i][3] *= d1;
         }
         /* O += P V */
 #pragma unroll
         for (int kk = 0; kk < 2; kk++) {
             uint32_t a[4], al[4];
-            split_bf16x2(sacc[2 * kk][0], sacc[2 * kk][1], &a[0], &al[0]);
-            split_bf16x2(sacc[2 * kk][2], sacc[2 * kk][3], &a[1], &al[1]);
-            split_bf16x2(sacc[2 * kk + 1][0], sacc[2 * kk + 1][1], &a[2], &al[2]);
-            split_bf16x2(sacc[2 * kk + 1][2], sacc[2 * kk + 1][3], &a[3], &al[3]);
+            if (EX) {
+                split_f16x2(sacc[2 * kk][0], sacc[2 * kk][1], &a[0], &al[0]);
+                split_f16x2(sacc[2 * kk][2], sacc[2 * kk][3], &a[1], &al[1]);
+                split_f16x2(sacc[2 * kk + 1][0], sacc[2 * kk + 1][1], &a[2], &al[2]);
+                split_f16x2(sacc[2 * kk + 1][2], sacc[2 * kk + 1][3], &a[3], &al[3]);
+            } else {
+                split_bf16x2(sacc[2 * kk][0], sacc[2 * kk][1], &a[0], &al[0]);
+                split_bf16x2(sacc[2 * kk][2], sacc[2 * kk][3], &a[1], &al[1]);
+                split_bf16x2(sacc[2 * kk + 1][0], sacc[2 * kk + 1][1], &a[2], &al[2]);
+                split_bf16x2(sacc[2 * kk + 1][2], sacc[2 * kk + 1][3], &a[3], &al[3]);
+            }
 #pragma unroll
             for (int dp = 0; dp < DH / 16; dp++) {
                 uint32_t b[4], bh[4], bl[4];
                 ldsm_x4_t(b, Vs + (kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * LD + dp * 16 +
                                  (lane >> 4) * 8);
+                if (EX) { /* O / 256 = phi (vhi + vlo) + plo vhi over the code bytes */
 #pragma unroll
-                for (int x = 0; x < 4; x++) codes_bf16<EX>(b[x], &bh[x], &bl[x]);
-                mma16816(o[2 * dp], a, bh);
-                mma16816(o[2 * dp + 1], a, bh + 2);
-                if (EX) {
-                    mma16816(o[2 * dp], al, bh);
-                    mma16816(o[2 * dp + 1], al, bh + 2);
-                    mma16816(o[2 * dp], a, bl);
-                    mma16816(o[2 * dp + 1], a, bl + 2);
+                    for (int x = 0; x < 4; x++) codes_f16(b[x], &bh[x], &bl[x]);
+                    mma16816h(o[2 * dp], a, bh);
+                    mma16816h(o[2 * dp + 1], a, bh + 2);
+                    mma16816h(o[2 * dp], a, bl);
+                    mma16816h(o[2 * dp + 1], a, bl + 2);
+                    mma16816h(o[2 * dp], al, bh);
+                    mma16816h(o[2 * dp + 1], al, bh + 2);
+                } else {
+#pragma unroll
+                    for (int x = 0; x < 4; x++) codes_bf16<false>(b[x], &bh[x], &bl[x]);
+                    mma16816(o[2 * dp], a, bh);
+                    mma16816(o[2 * dp + 1], a, bh + 2);
                 }
             }
         }
         group_bar(grp); /* stage it & 1 is reloaded next iteration */
     }
     cp_async_wait<0>();
+    if (EX) { /* undo the tile factor and the byte products' 1/256 */
+        const float u = 256.f / of_vf;
+#pragma unroll
+        for (int i = 0; i < DH / 8; i++) o[i][0] *= u, o[i][1] *= u, o[i][2] *= u, o[i][3] *= u;
+    }
     if (NG > 1) { /* group 1 hands its (m, l, O) to group 0 through the stage memory */
         __syncthreads();
         float *xo = (float *)(Qs + kFaRows * LD); /* [DH / 2 + 4][128]: conflict-free */
