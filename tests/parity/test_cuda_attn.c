@@ -4,9 +4,10 @@
  * forced split targets, odd lengths, group sizes 1 to 16), and the tensor-core prefill over chunks
  * that start at 0 and deep in the cache, with and without the sigmoid output gate, for head dims
  * 64, 128, 256 and several group sizes. The reference is attention with double sums
- * (ref_attention) on the values the cache holds (code * scale, rows of random magnitude, some all zero), with
- * unrounded queries; each case runs in both modes of LILY_CUDA_ATTN_EXACT: 1 (the exact split products: the result must
- * agree to fp32 accumulation level) and 0 (one bf16 pass: a looser bound).
+ * (ref_attention) on the values the cache holds (code * scale, rows of random magnitude, some
+ * all zero), with unrounded queries; each case runs in both modes of LILY_CUDA_ATTN_EXACT: 1
+ * (the exact split products: the result must agree to fp32 accumulation level) and 0 (one bf16
+ * pass: a looser bound).
  *
  * LILY_CUDA_TIME=1 also times, in both modes, decode at the 35B-A3B shape (Nq 16, Nkv 2, Dh 256,
  * 128 splits as the backend sizes them) at contexts 4K to 128K, alone and as a CUDA graph of 10

@@ -495,8 +495,14 @@ __device__ __forceinline__ void group_bar(int grp) {
  * query position skip the causal mask. The K/V codes are split into bf16 hi (and, EX, lo) in
  * registers after ldmatrix, by each warp for its own products: converting a tile once in shared
  * memory would need room for the hi and lo tiles, which Dh 256 with two groups does not have.
- * EX: q and P also split into hi + lo (q lo as a second smem tile); products qhi*khi + qlo*khi +
- * qhi*klo and phi*vhi + plo*vhi + phi*vlo (the lo*lo terms, ~2^-17 relative, are dropped). */
+ * EX: the codes split into their bytes as exact fp16 values instead (codes_f16: hi = c >> 8,
+ * lo = (c & 255) / 256, 5 instructions per two codes where the bf16 split takes 11), q and P into
+ * fp16 hi + lo (q lo as a second smem tile); products qhi*(khi + klo) + qlo*khi and likewise
+ * P V give S / 256 and O / 256 (the qlo*klo terms, <= 2^-19 of a row's largest, are dropped).
+ * fp16's narrow exponent range is handled by powers of two: each q row scaled to a max in
+ * [2^12, 2^13) (undone on S), each KV tile's V scales relative to its largest (O rescaled when
+ * that factor changes, like the running max). Measured on the H200: the 127K-deep 4096-token
+ * chunk 2.9K -> 3.5K tok/s against the bf16 split. */
 template <int DH, bool EX> struct fa_cfg {
     static constexpr int LD = DH + 8;     /* padded smem row (16-bit words): no ldmatrix conflicts */
     static constexpr int QT = EX ? 2 : 1; /* Q tiles in smem: hi (and lo) */
@@ -563,7 +569,8 @@ __global__ void __launch_bounds__(128 * NG)
                 for (int d = lane; d < DH; d += 32)
                     mx = fmaxf(mx, fabsf(q[(size_t)t * Nq * DH + (size_t)h * DH + d]));
 #pragma unroll
-            for (int o2 = 16; o2 > 0; o2 >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o2));
+            for (int o2 = 16; o2 > 0; o2 >>= 1)
+                mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o2));
             const uint32_t ex = (__float_as_uint(mx) >> 23) & 255u;
             if (lane == 0)
                 s_qsc[r] = ex >= 13u && ex <= 254u ? __uint_as_float((266u - ex) << 23) : 1.f;
@@ -676,7 +683,8 @@ __global__ void __launch_bounds__(128 * NG)
         if (EX) {
             float mv = Ss[kFaKv + lane];
 #pragma unroll
-            for (int o2 = 16; o2 > 0; o2 >>= 1) mv = fmaxf(mv, __shfl_xor_sync(0xffffffffu, mv, o2));
+            for (int o2 = 16; o2 > 0; o2 >>= 1)
+                mv = fmaxf(mv, __shfl_xor_sync(0xffffffffu, mv, o2));
             const uint32_t ex = (__float_as_uint(mv) >> 23) & 255u;
             vf = ex >= 13u && ex <= 253u ? __uint_as_float((266u - ex) << 23) : 1.f;
         }

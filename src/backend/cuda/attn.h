@@ -20,7 +20,11 @@
  * lily_cuda_tune_get()->attn_exact (LILY_CUDA_ATTN_EXACT, default 1) the products keep about
  * 16 bits (qhi*khi + qlo*khi + qhi*klo, likewise P V); with 0 one pass of the hi parts (decode
  * keeps its free q/P lo rows, see attn.cu), as fast as the bf16 cache was, less the code
- * conversion.
+ * conversion. The exact prefill instead splits a code into its bytes as exact fp16 values
+ * (c = 256 (c >> 8) + (c & 255), cheaper to extract than a bf16 split) against fp16 hi + lo of q
+ * and P, with q rows and P tiles scaled by powers of two into fp16's range (attn.cu).
+ * An fp16 cache with one fp16 pass (11 bits) was tried and measured 2.5x faster at depth, but it
+ * flipped near-ties of two fixtures on the GPU (bench/NOTES-cuda.md, session 6).
  *
  * Positions come from device memory (*d_pos is the position of the first token of the call), so a
  * captured decode graph can be replayed at every position. Supported: Dh in {64, 128, 256},
