@@ -37,7 +37,7 @@ typedef enum lily_backend_kind {
 typedef struct lily_engine_opts {
     lily_backend_kind backend; /* default CPU */
     int n_threads;             /* CPU worker threads; 0 = one per online core */
-    int prefill_chunk;         /* tokens per prefill step; 0 = 512 on the CPU, 4096 on CUDA */
+    int prefill_chunk;         /* tokens per prefill step; 0 = 512 on the CPU, 8192 on CUDA */
     int device;                /* CUDA device ordinal */
     /* Progress while loading (done/total bytes); may be NULL. */
     void (*progress)(void *ud, uint64_t done, uint64_t total);

@@ -97,11 +97,14 @@ int lily_engine_open(const char *dir, const lily_engine_opts *opts, lily_engine 
     lily_engine *eng = lily_xcalloc(1, sizeof *eng);
     if (opts) eng->opts = *opts;
     /* Default chunk per backend. On the GPU a larger chunk gives every expert more rows per
-     * grouped GEMM (4096 tokens x top-8 / 256 experts = 128 rows, against 16 at 512): measured on
-     * the H200, 4K prefill 11.2K tok/s at 512, 16.8K at 2048, 18.1K at 4096 (BENCHMARKS.md). The
-     * CPU is compute-bound per token and keeps its scratch small. */
+     * grouped GEMM (8192 tokens x top-8 / 256 experts = 256 rows, against 16 at 512) and the
+     * dense GEMMs fuller grids: measured on the H200, 4K prefill 11.2K tok/s at 512, 16.8K at
+     * 2048, 18.1K at 4096 (bf16 kernels); with the exact kernels 8192 against 4096 gave +4.7 % at
+     * 8K, +4.2 % at 16K, +1.8 % at 128K (BENCHMARKS.md, 2026-12-04). Scratch grows with the chunk
+     * (~2.5 GB of GPU memory at 8192 for the 35B), not with the prompt. The CPU is compute-bound
+     * per token and keeps its scratch small. */
     if (eng->opts.prefill_chunk <= 0)
-        eng->opts.prefill_chunk = eng->opts.backend == LILY_BACKEND_CUDA ? 4096 : 512;
+        eng->opts.prefill_chunk = eng->opts.backend == LILY_BACKEND_CUDA ? 8192 : 512;
     eng->ops = lily_backend_get(eng->opts.backend, err);
     if (!eng->ops) {
         free(eng);
