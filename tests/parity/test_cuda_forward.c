@@ -1,7 +1,8 @@
 /* The whole CUDA backend (lily_backend_cuda) against the CPU backend, the reference of the
  * contract, on a synthetic checkpoint written by lily_mk_write: the "small" preset (attention
  * every 3rd layer, 4 KV heads, 3 value heads per key head, top-4 of 32 experts, Is != I, odd
- * vocab) with the GDN key dim set to 128, in the MLX 4-bit and the HF bf16 layout. Each compares
+ * vocab) with the GDN key dim set to 128, in the MLX 4-bit and the HF bf16 layout, and in MLX
+ * 4-bit with 16 value heads (b|a as one GEMM). Each compares
  * the logits of chunked prefill (last row and all rows), a run of decode steps (the CUDA graph
  * path), a snapshot (state_copy) continued on both sides, and state_reset. Prefill runs bf16
  * operands on the tensor cores, so a near-tie router flip can move one position's logits; the
@@ -195,8 +196,11 @@ int main(void) {
     pt_need_gpu();
     char root[] = "/tmp/lily_cuda_fwd_XXXXXX";
     if (!mkdtemp(root)) return 1;
-    static const char *labels[] = {"mlx4", "hf-bf16"};
-    for (int v = 0; v < 2; v++) {
+    /* mlx4-nv16: 16 value heads, so the b and a projections (16 rows of 256 columns, Q4) stack
+     * without padding and prefill runs them as one GEMM (backend.cu up_pair), as on the 35B; the
+     * preset's 12 heads keep them separate in MLX 4-bit (k|v stack in both layouts, b|a in bf16) */
+    static const char *labels[] = {"mlx4", "hf-bf16", "mlx4-nv16"};
+    for (int v = 0; v < 3; v++) {
         lily_mk_opts o;
         lily_err e;
         lily_mk_result r;
@@ -204,7 +208,8 @@ int main(void) {
         snprintf(dir, sizeof dir, "%s/%s", root, labels[v]);
         if (lily_mk_preset("small", &o, &e)) return pt_finish();
         o.cfg.lin_dk = 128; /* the CUDA GDN scan is specialised for Dk = 128 (the 35B's) */
-        o.layout = v == 0 ? LILY_MK_MLX : LILY_MK_HF;
+        o.layout = v == 1 ? LILY_MK_HF : LILY_MK_MLX;
+        if (v == 2) o.cfg.lin_nv = 16;
         o.bits = 4;
         o.seed = 1234 + v;
         if (lily_mk_write(dir, &o, &r, &e)) {
