@@ -370,9 +370,12 @@ extern "C" int lily_cuda_gdn_scan_with(int kernel, float *S, int Nk, int Nv, int
     if (Dk != kDk || Dv % 8 || Nk < 1 || Nv % Nk || ldqkv % 4)
         return lily_fail(e, "gdn scan: unsupported shape Nk=%d Nv=%d Dk=%d Dv=%d (needs Dk=128,"
                             " Dv%%8==0, Nv%%Nk==0)", Nk, Nv, Dk, Dv);
-    if (kernel < LILY_GDN_AUTO || kernel > LILY_GDN_TILED16)
+    if (kernel < LILY_GDN_AUTO || kernel > LILY_GDN_CHUNKED)
         return lily_fail(e, "gdn scan: unknown kernel %d", kernel);
     if (n < 1) return 0;
+    if (kernel == LILY_GDN_CHUNKED)
+        return lily_cuda_gdn_scan_chunked(S, Nk, Nv, Dv, n, qkv, ldqkv, b, a, ldba, A_log,
+                                          dt_bias, o, ldo, st, e);
     if (kernel == LILY_GDN_AUTO) kernel = n < kTiledMinTokens ? LILY_GDN_TOKEN : kTiledDefault;
     if (kernel == LILY_GDN_TOKEN) {
         int warps = Nv * (Dv / 8);

@@ -34,8 +34,23 @@ int lily_cuda_gdn_scan(float *S, int Nk, int Nv, int Dk, int Dv, int n, const fl
 
 /* Scan kernels, for tests and timing: AUTO = what lily_cuda_gdn_scan runs (TOKEN for short n,
  * else a TILED one); TOKEN = one warp per (head, 8 value columns), inputs fetched one token ahead;
- * TILEDp = p lanes per value column, 32 columns per block, 16-token tiles in shared memory. */
-enum { LILY_GDN_AUTO = 0, LILY_GDN_TOKEN, LILY_GDN_TILED4, LILY_GDN_TILED8, LILY_GDN_TILED16 };
+ * TILEDp = p lanes per value column, 32 columns per block, 16-token tiles in shared memory;
+ * CHUNKED = the chunked form (gdn_chunk.cu: 64-token chunks as matrix products and a triangular
+ * solve; not yet measured on the GPU, so AUTO does not pick it). */
+enum {
+    LILY_GDN_AUTO = 0,
+    LILY_GDN_TOKEN,
+    LILY_GDN_TILED4,
+    LILY_GDN_TILED8,
+    LILY_GDN_TILED16,
+    LILY_GDN_CHUNKED
+};
+
+/* The CHUNKED kernel (gdn_chunk.cu); lily_cuda_gdn_scan_with checks the shape first. */
+int lily_cuda_gdn_scan_chunked(float *S, int Nk, int Nv, int Dv, int n, const float *qkv,
+                               int ldqkv, const float *b, const float *a, int ldba,
+                               const float *A_log, const float *dt_bias, float *o, int ldo,
+                               lily_cuda_stream st, lily_err *e);
 
 /* lily_cuda_gdn_scan with the kernel forced (LILY_GDN_*); same arguments and results. */
 int lily_cuda_gdn_scan_with(int kernel, float *S, int Nk, int Nv, int Dk, int Dv, int n,
