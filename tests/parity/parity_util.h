@@ -15,6 +15,8 @@
 #include "model/model.h"
 
 #ifdef LILY_HAVE_CUDA
+#include <cuda_runtime.h>
+
 #include "backend/cuda/cuda_mem.h"
 #endif
 
@@ -36,16 +38,18 @@ static inline void pt_fill(float *x, size_t n, float scale) {
     for (size_t i = 0; i < n; i++) x[i] = pt_frand() * scale;
 }
 
-/* Relative L2 error of got vs ref (NaN anywhere fails), with the max abs difference. */
-static inline int pt_check(const char *what, const float *got, const float *ref, size_t n,
-                           double tol) {
+/* L2 error of got vs ref relative to the L2 norm of mag (NaN anywhere fails), with the max abs
+ * difference: mag = ref is pt_check; a larger mag bounds the error against the size of the terms
+ * a result was summed from (e.g. attention's sum of p |v| where the softmax averages V down). */
+static inline int pt_check_scaled(const char *what, const float *got, const float *ref,
+                                  const float *mag, size_t n, double tol) {
     double num = 0, den = 0, mx = 0;
     int nan = 0;
     for (size_t i = 0; i < n; i++) {
         if (!isfinite(got[i])) nan = 1;
         double d = (double)got[i] - ref[i];
         num += d * d;
-        den += (double)ref[i] * ref[i];
+        den += (double)mag[i] * mag[i];
         if (fabs(d) > mx) mx = fabs(d);
     }
     double rel = den > 0 ? sqrt(num / den) : sqrt(num);
@@ -55,6 +59,12 @@ static inline int pt_check(const char *what, const float *got, const float *ref,
     printf("%s %-60s n=%-8zu rel=%.3g maxabs=%.3g (tol %.1g)%s\n", ok ? "ok  " : "FAIL", what, n,
            rel, mx, tol, nan ? " NaN" : "");
     return ok;
+}
+
+/* Relative L2 error of got vs ref (NaN anywhere fails), with the max abs difference. */
+static inline int pt_check(const char *what, const float *got, const float *ref, size_t n,
+                           double tol) {
+    return pt_check_scaled(what, got, ref, ref, n, tol);
 }
 
 static inline void pt_check_true(const char *what, int ok) {
@@ -113,6 +123,37 @@ static inline void pt_mat_free(lily_mat *m) {
 }
 
 #ifdef LILY_HAVE_CUDA
+static int pt_cmp_float(const void *a, const void *b) {
+    float x = *(const float *)a, y = *(const float *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* Timing modes (LILY_CUDA_TIME=1): the median of 20 cudaEvent-timed calls of f(ctx) on stream st
+ * after 3 warm-ups, in microseconds; -1 when a call fails. */
+typedef int (*pt_time_fn)(void *ctx);
+static inline float pt_time_median(pt_time_fn f, void *ctx, cudaStream_t st) {
+    cudaEvent_t a, b;
+    cudaEventCreate(&a);
+    cudaEventCreate(&b);
+    float ms[20], r = -1.f;
+    int bad = 0;
+    for (int i = 0; i < 3 && !bad; i++) bad = f(ctx) != 0;
+    for (int i = 0; i < 20 && !bad; i++) {
+        cudaEventRecord(a, st);
+        bad = f(ctx) != 0;
+        cudaEventRecord(b, st);
+        cudaEventSynchronize(b);
+        cudaEventElapsedTime(&ms[i], a, b);
+    }
+    if (!bad) {
+        qsort(ms, 20, sizeof ms[0], pt_cmp_float);
+        r = 1000.f * (ms[9] + ms[10]) / 2;
+    }
+    cudaEventDestroy(a);
+    cudaEventDestroy(b);
+    return r;
+}
+
 /* Device copy of n floats (aborts the test on failure: nothing to recover). */
 static inline float *pt_dup(const float *h, size_t n) {
     lily_err e;

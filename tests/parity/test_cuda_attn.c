@@ -28,7 +28,7 @@ int main(void) {
 
 /* RMS relative bounds (pt_check) of the two modes: exact products leave fp32 accumulation error
  * (tensor-core sums, exp2f: ~1e-5); one bf16 pass rounds q, K, V and P to 8 bits (~2e-3). */
-#define TOL_EXACT 5e-5 /* relative to the RMS of sum p |v| / l: check_att */
+#define TOL_EXACT 5e-5 /* relative to the RMS of sum p |v| / l: pt_check_scaled */
 #define TOL_FAST 1e-2
 
 static float sig(float x) { return 1.0f / (1.0f + expf(-x)); }
@@ -67,29 +67,6 @@ static void ref_attention(const float *q, int n, int pos, const float *kc, const
             for (int d = 0; d < Dh; d++) o[d] = (float)(acc[d] / sum), m[d] = (float)(am[d] / sum);
         }
     free(acc);
-}
-
-/* As pt_check, but the RMS error is taken relative to the RMS of mag (sum p |v| / l): a long
- * flat softmax averages V down to |O| far below its terms, and any floating-point sum is only
- * accurate relative to the magnitude of what it adds up. */
-static int check_att(const char *what, const float *got, const float *ref, const float *mag,
-                     size_t n, double tol) {
-    double num = 0, den = 0, mx = 0;
-    int nan = 0;
-    for (size_t i = 0; i < n; i++) {
-        if (!isfinite(got[i])) nan = 1;
-        double d = (double)got[i] - ref[i];
-        num += d * d;
-        den += (double)mag[i] * mag[i];
-        if (fabs(d) > mx) mx = fabs(d);
-    }
-    double rel = den > 0 ? sqrt(num / den) : sqrt(num);
-    int ok = !nan && rel <= tol;
-    if (ok) pt_pass++;
-    else pt_fail++;
-    printf("%s %-60s n=%-8zu rel=%.3g maxabs=%.3g (tol %.1g)%s\n", ok ? "ok  " : "FAIL", what, n,
-           rel, mx, tol, nan ? " NaN" : "");
-    return ok;
 }
 
 static void set_exact(int on) {
@@ -175,7 +152,7 @@ static void decode_case(int Nq, int Nkv, int Dh, int ctx, int splits, int gated)
         snprintf(name, sizeof name, "attn decode%s Nq=%d Nkv=%d Dh=%d ctx=%d splits=%d%s%s%s",
                  ex ? "" : " (fast)", Nq, Nkv, Dh, ctx, splits, gated ? " gated" : "",
                  want ? " want=" : "", want ? want : "");
-        check_att(name, got, ref, mag, qd, ex ? TOL_EXACT : TOL_FAST);
+        pt_check_scaled(name, got, ref, mag, qd, ex ? TOL_EXACT : TOL_FAST);
     }
     set_exact(1);
     lily_cuda_free(dk), lily_cuda_free(dv), lily_cuda_free(dq), lily_cuda_free(dg);
@@ -212,7 +189,7 @@ static void prefill_case(int Nq, int Nkv, int Dh, int pos0, int n, int gated) {
         pt_get(got, dout, nq);
         snprintf(name, sizeof name, "attn prefill%s Nq=%d Nkv=%d Dh=%d pos0=%d n=%d%s",
                  ex ? "" : " (fast)", Nq, Nkv, Dh, pos0, n, gated ? " gated" : "");
-        check_att(name, got, ref, mag, nq, ex ? TOL_EXACT : TOL_FAST);
+        pt_check_scaled(name, got, ref, mag, nq, ex ? TOL_EXACT : TOL_FAST);
     }
     set_exact(1);
     lily_cuda_free(dk), lily_cuda_free(dv), lily_cuda_free(dq), lily_cuda_free(dg);
@@ -324,11 +301,6 @@ static void prep_case(int Nq, int Nkv, int Dh, int R, int pos0, int n, int gated
 
 /* ---- timing mode (LILY_CUDA_TIME=1) ---- */
 
-static int cmp_f(const void *a, const void *b) {
-    float x = *(const float *)a, y = *(const float *)b;
-    return x < y ? -1 : x > y;
-}
-
 typedef struct {
     float *q, *gate, *scr, *out;
     void *k, *v;
@@ -375,26 +347,11 @@ static int t_graph10(const tctx *c) {
     return cudaGraphLaunch(ex, c->st) != cudaSuccess;
 }
 
-/* Median of 20 cudaEvent-timed calls (after 3 warm-ups), in microseconds; -1 on failure. */
-static float time_median(int (*f)(const tctx *), const tctx *c) {
-    cudaEvent_t a, b;
-    cudaEventCreate(&a);
-    cudaEventCreate(&b);
-    float ms[20];
-    for (int i = 0; i < 3; i++)
-        if (f(c)) return -1;
-    for (int i = 0; i < 20; i++) {
-        cudaEventRecord(a, c->st);
-        f(c);
-        cudaEventRecord(b, c->st);
-        cudaEventSynchronize(b);
-        cudaEventElapsedTime(&ms[i], a, b);
-    }
-    cudaEventDestroy(a);
-    cudaEventDestroy(b);
-    qsort(ms, 20, sizeof ms[0], cmp_f);
-    return 1000.f * (ms[9] + ms[10]) / 2;
-}
+/* the timed calls as pt_time_fn */
+static int t_decode_v(void *c) { return t_decode(c); }
+static int t_prefill_v(void *c) { return t_prefill(c); }
+static int t_graph10_v(void *c) { return t_graph10(c); }
+static float time_median(pt_time_fn f, tctx *c) { return pt_time_median(f, c, c->st); }
 
 /* Decode at 4K-128K (alone, in a graph of 10, split sweep) and one prefill chunk: one mode. */
 static void time_mode(tctx *cp, int maxc, int n) {
@@ -407,13 +364,13 @@ static void time_mode(tctx *cp, int maxc, int n) {
         int p = ctxs[i] - 1;
         lily_cuda_h2d(c.pos, &p, 4, &e);
         double gb = ctxs[i] * rb * 2 / 1e9; /* K and V bytes of the 2 KV heads */
-        float t1 = time_median(t_decode, &c), t10 = time_median(t_graph10, &c) / 10;
+        float t1 = time_median(t_decode_v, &c), t10 = time_median(t_graph10_v, &c) / 10;
         printf("time decode ctx=%-6d %8.1f us (%6.0f GB/s)  in a graph of 10: %8.1f us per call "
                "(%6.0f GB/s)\n",
                ctxs[i], t1, gb / t1 * 1e6, t10, gb / t10 * 1e6);
         for (int k = 0; k < 5; k++) {
             setenv("LILY_CUDA_ATTN_SPLITS", wants[k], 1);
-            float t = time_median(t_graph10, &c) / 10;
+            float t = time_median(t_graph10_v, &c) / 10;
             printf("time decode ctx=%-6d want=%-4s in a graph of 10: %8.1f us per call (%6.0f "
                    "GB/s)\n",
                    ctxs[i], wants[k], t, gb / t * 1e6);
@@ -425,7 +382,7 @@ static void time_mode(tctx *cp, int maxc, int n) {
     c.n = n;
     double fl = 0; /* q.k and p.v multiply-adds of the causal chunk, 16 heads */
     for (int i = 0; i < n; i++) fl += 2.0 * 2 * 256 * 16 * (p0 + i + 1);
-    float t = time_median(t_prefill, &c);
+    float t = time_median(t_prefill_v, &c);
     printf("time prefill n=%d pos0=%d %10.1f us (%.1f TFLOP/s)\n", n, p0, t, fl / t / 1e6);
 }
 

@@ -228,32 +228,9 @@ static void grouped_case(lily_dtype dt, int M, int K, int E, const int *counts, 
 
 /* ---- timing mode (LILY_CUDA_TIME=1) ---- */
 
-static int cmp_f(const void *a, const void *b) {
-    float x = *(const float *)a, y = *(const float *)b;
-    return x < y ? -1 : x > y;
-}
+typedef pt_time_fn time_fn;
 
-typedef int (*time_fn)(void *ctx);
-
-/* Median of 20 cudaEvent-timed launches (after 3 warm-ups), in microseconds. */
-static float time_median(time_fn f, void *ctx) {
-    cudaEvent_t a, b;
-    cudaEventCreate(&a);
-    cudaEventCreate(&b);
-    float ms[20];
-    for (int i = 0; i < 3; i++) f(ctx);
-    for (int i = 0; i < 20; i++) {
-        cudaEventRecord(a, 0);
-        if (f(ctx)) return -1;
-        cudaEventRecord(b, 0);
-        cudaEventSynchronize(b);
-        cudaEventElapsedTime(&ms[i], a, b);
-    }
-    cudaEventDestroy(a);
-    cudaEventDestroy(b);
-    qsort(ms, 20, sizeof ms[0], cmp_f);
-    return 1000.f * (ms[9] + ms[10]) / 2;
-}
+static float time_median(time_fn f, void *ctx) { return pt_time_median(f, ctx, 0); }
 
 typedef struct {
     lily_dmat *W, *U;

@@ -191,11 +191,6 @@ static void all_cases(void) {
 
 /* ---- timing (LILY_CUDA_TIME=1) ---- */
 
-static int cmp_f(const void *a, const void *b) {
-    float x = *(const float *)a, y = *(const float *)b;
-    return x < y ? -1 : x > y;
-}
-
 typedef struct {
     lily_dmat *W;
     float *X, *Y;
@@ -209,25 +204,8 @@ static int t_grouped(tctx *c) {
                                   c->max_tiles, c->bn, c->Y, c->ldy, NULL, &e);
 }
 
-/* Median of 20 cudaEvent-timed calls after 3 warm-ups, in microseconds. */
-static float time_median(tctx *c) {
-    cudaEvent_t a, b;
-    cudaEventCreate(&a);
-    cudaEventCreate(&b);
-    float ms[20];
-    for (int i = 0; i < 3; i++) t_grouped(c);
-    for (int i = 0; i < 20; i++) {
-        cudaEventRecord(a, 0);
-        if (t_grouped(c)) return -1;
-        cudaEventRecord(b, 0);
-        cudaEventSynchronize(b);
-        cudaEventElapsedTime(&ms[i], a, b);
-    }
-    cudaEventDestroy(a);
-    cudaEventDestroy(b);
-    qsort(ms, 20, sizeof ms[0], cmp_f);
-    return 1000.f * (ms[9] + ms[10]) / 2;
-}
+static int t_grouped_v(void *c) { return t_grouped(c); }
+static float time_median(tctx *c) { return pt_time_median(t_grouped_v, c, 0); }
 
 static lily_dmat up_q4(int M, int K, int E) {
     lily_err e;
