@@ -122,8 +122,25 @@ static inline void pt_mat_free(lily_mat *m) {
     memset(m, 0, sizeof *m);
 }
 
+/* Tile list of the grouped expert GEMMs for per-expert row counts, as moe_prefill.cu's scan
+ * builds it: tiles of <= bn rows, (expert, first grouped row, rows) triples; returns the count
+ * (tiles has room for sum ceil(count / bn) triples). */
+static inline int pt_make_tiles(const int *counts, int E, int bn, int32_t *tiles) {
+    int nt = 0, r0 = 0;
+    for (int x = 0; x < E; x++) {
+        for (int i = 0; i * bn < counts[x]; i++, nt++) {
+            tiles[3 * nt] = x;
+            tiles[3 * nt + 1] = r0 + i * bn;
+            int left = counts[x] - i * bn;
+            tiles[3 * nt + 2] = left < bn ? left : bn;
+        }
+        r0 += counts[x];
+    }
+    return nt;
+}
+
 #ifdef LILY_HAVE_CUDA
-static int pt_cmp_float(const void *a, const void *b) {
+static inline int pt_cmp_float(const void *a, const void *b) {
     float x = *(const float *)a, y = *(const float *)b;
     return x < y ? -1 : x > y;
 }

@@ -128,21 +128,9 @@ static void glu_case(lily_dtype dt, int M, int K, int n) {
 }
 #endif
 
-/* Tile list of the grouped GEMM for per-expert row counts (as moe.cu's scan builds it). Returns
- * the tile count; tiles has room for sum ceil(c / BN) triples. */
 static int g_gbn = LILY_GEMM_GROUP_BN; /* rows per tile (LILY_CUDA_GROUP_BN) */
 static int make_tiles(const int *counts, int E, int32_t *tiles) {
-    int nt = 0, r0 = 0;
-    for (int x = 0; x < E; x++) {
-        for (int i = 0; i * g_gbn < counts[x]; i++, nt++) {
-            tiles[3 * nt] = x;
-            tiles[3 * nt + 1] = r0 + i * g_gbn;
-            int left = counts[x] - i * g_gbn;
-            tiles[3 * nt + 2] = left < g_gbn ? left : g_gbn;
-        }
-        r0 += counts[x];
-    }
-    return nt;
+    return pt_make_tiles(counts, E, g_gbn, tiles);
 }
 
 /* Grouped over E experts with the given row counts; grouped row r reads X row gather[r] (random

@@ -50,21 +50,6 @@ static int32_t *idup(const int32_t *h, size_t n) {
     return d;
 }
 
-/* Tiles of <= bn rows per expert, as moe_prefill.cu's scan builds them; returns the count. */
-static int make_tiles(const int *counts, int E, int bn, int32_t *tiles) {
-    int nt = 0, r0 = 0;
-    for (int x = 0; x < E; x++) {
-        for (int i = 0; i * bn < counts[x]; i++, nt++) {
-            tiles[3 * nt] = x;
-            tiles[3 * nt + 1] = r0 + i * bn;
-            int left = counts[x] - i * bn;
-            tiles[3 * nt + 2] = left < bn ? left : bn;
-        }
-        r0 += counts[x];
-    }
-    return nt;
-}
-
 static void fill_x(float *X, int rows, int ld) {
     pt_fill(X, (size_t)rows * ld, 2.0f);
     for (size_t i = 0; i < (size_t)rows * ld; i++)
@@ -92,7 +77,7 @@ static void grouped_case(int M, int K, int E, const int *counts, int n, int use_
     fill_x(X, xrows, ldx);
     int32_t *gather = malloc((size_t)(R + 1) * 4), *tiles = malloc((size_t)(ntmax + 1) * 12);
     for (int r = 0; r < R; r++) gather[r] = use_gather ? (int32_t)(pt_rnd() % n) : r;
-    const int nt = make_tiles(counts, E, LILY_GEMM_SKINNY_BN, tiles);
+    const int nt = pt_make_tiles(counts, E, LILY_GEMM_SKINNY_BN, tiles);
     const size_t ny = (size_t)(R > 0 ? R : 1) * ldy;
     float *ref = malloc(ny * 4), *got = malloc(ny * 4);
     float *xg = malloc((size_t)(R + 1) * K * 4), *tg = malloc((size_t)(R + 1) * M * 4);
@@ -242,7 +227,7 @@ static void timing(void) {
             static const char *vn[3] = {"32-row tiles", "skinny denorm", "skinny sub"};
             const int bn = v == 0 ? LILY_GEMM_GROUP_BN : LILY_GEMM_SKINNY_BN;
             if (v) lily_cuda_skinny_variant(v == 1 ? LILY_SKINNY_DENORM : LILY_SKINNY_SUB);
-            int nt = make_tiles(counts, E, bn, tiles);
+            int nt = pt_make_tiles(counts, E, bn, tiles);
             tctx c;
             c.tiles = idup(tiles, (size_t)3 * nt), c.nt = idup(&nt, 1);
             c.max_tiles = n * k / bn + E, c.bn = bn, c.Y = dY;
