@@ -171,6 +171,17 @@ static inline float pt_time_median(pt_time_fn f, void *ctx, cudaStream_t st) {
     return r;
 }
 
+/* Device copy of n int32 (4 bytes of slack: n may be 0); aborts the test on failure. */
+static inline int32_t *pt_idup(const int32_t *h, size_t n) {
+    lily_err e;
+    int32_t *d = lily_cuda_alloc(n * 4 + 4, &e);
+    if (!d || lily_cuda_h2d(d, h, n * 4, &e)) {
+        printf("FAIL upload: %s\n", e.msg);
+        exit(1);
+    }
+    return d;
+}
+
 /* Device copy of n floats (aborts the test on failure: nothing to recover). */
 static inline float *pt_dup(const float *h, size_t n) {
     lily_err e;

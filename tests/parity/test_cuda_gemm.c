@@ -51,16 +51,6 @@ static void fill_x(float *X, int rows, int ld) {
 
 static float silu(float x) { return x / (1.0f + expf(-x)); }
 
-static int32_t *pt_idup(const int32_t *h, size_t n) {
-    lily_err e;
-    int32_t *d = lily_cuda_alloc(n * 4 + 4, &e);
-    if (!d || lily_cuda_h2d(d, h, n * 4, &e)) {
-        printf("FAIL upload: %s\n", e.msg);
-        exit(1);
-    }
-    return d;
-}
-
 static void gemm_case(lily_dtype dt, int M, int K, int n, int accumulate) {
     lily_err e;
     char name[160];

@@ -40,16 +40,6 @@ static float g_spread; /* > 0: X row t scaled by 10^(spread * (t % 13 - 6) / 6) 
 static char g_tag[80];
 static const float kSentinel = -777.0f;
 
-static int32_t *idup(const int32_t *h, size_t n) {
-    lily_err e;
-    int32_t *d = lily_cuda_alloc(n * 4 + 4, &e);
-    if (!d || lily_cuda_h2d(d, h, n * 4, &e)) {
-        printf("FAIL upload: %s\n", e.msg);
-        exit(1);
-    }
-    return d;
-}
-
 static void fill_x(float *X, int rows, int ld) {
     pt_fill(X, (size_t)rows * ld, 2.0f);
     for (size_t i = 0; i < (size_t)rows * ld; i++)
@@ -90,8 +80,8 @@ static void grouped_case(int M, int K, int E, const int *counts, int n, int use_
         for (int i = 0; i < counts[x]; i++)
             memcpy(ref + (size_t)(r0 + i) * ldy, tg + (size_t)i * M, (size_t)M * 4);
     }
-    int32_t *dgather = idup(gather, (size_t)R + 1), *dtiles = idup(tiles, (size_t)3 * nt + 1);
-    int32_t *dnt = idup(&nt, 1);
+    int32_t *dgather = pt_idup(gather, (size_t)R + 1), *dtiles = pt_idup(tiles, (size_t)3 * nt + 1);
+    int32_t *dnt = pt_idup(&nt, 1);
     float *dX = pt_dup(X, (size_t)xrows * ldx);
     for (size_t i = 0; i < ny; i++) got[i] = kSentinel;
     float *dY = pt_dup(got, ny);
@@ -222,14 +212,14 @@ static void timing(void) {
         const int n = ns[j];
         route_counts(n, E, k, counts);
         for (int r = 0; r < n * k; r++) gather[r] = (int32_t)(pt_rnd() % n);
-        int32_t *dgather = idup(gather, (size_t)n * k);
+        int32_t *dgather = pt_idup(gather, (size_t)n * k);
         for (int v = 0; v < 3; v++) { /* 32-row tiles, then skinny denorm, skinny sub */
             static const char *vn[3] = {"32-row tiles", "skinny denorm", "skinny sub"};
             const int bn = v == 0 ? LILY_GEMM_GROUP_BN : LILY_GEMM_SKINNY_BN;
             if (v) lily_cuda_skinny_variant(v == 1 ? LILY_SKINNY_DENORM : LILY_SKINNY_SUB);
             int nt = pt_make_tiles(counts, E, bn, tiles);
             tctx c;
-            c.tiles = idup(tiles, (size_t)3 * nt), c.nt = idup(&nt, 1);
+            c.tiles = pt_idup(tiles, (size_t)3 * nt), c.nt = pt_idup(&nt, 1);
             c.max_tiles = n * k / bn + E, c.bn = bn, c.Y = dY;
             c.W = &Gs, c.X = dX, c.ldx = H, c.ldy = I, c.nx = n, c.gather = dgather;
             float us = time_median(&c);
@@ -285,7 +275,7 @@ int main(void) {
         lily_dmat db;
         if (pt_ok(lily_cuda_dmat_upload(&b, 1, &db, &e), "upload", &e)) {
             float *d = pt_dalloc(64 * 64 * 4);
-            int32_t one = 1, *dn = idup(&one, 1);
+            int32_t one = 1, *dn = pt_idup(&one, 1);
             pt_check_true("gemm_grouped refuses 16-row tiles of bf16 weights",
                           lily_cuda_gemm_grouped(&db, d, 64, 1, NULL, dn, dn, 1,
                                                  LILY_GEMM_SKINNY_BN, d, 64, NULL, &e) == -1);

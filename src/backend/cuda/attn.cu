@@ -189,6 +189,21 @@ __device__ __forceinline__ void codes_f16(uint32_t c, uint32_t *hi, uint32_t *lo
     *lo = *(uint32_t *)&ll;
 }
 
+/* The exact products of one 16 x 16 B tile of codes (two n8 halves into c0 and c1) against A =
+ * hi (a) and lo (al) fp16 parts: (ahi (bhi + blo) + alo bhi) / 256 over the codes' bytes. */
+__device__ __forceinline__ void byte_products(float *c0, float *c1, const uint32_t *a,
+                                              const uint32_t *al, const uint32_t *b) {
+    uint32_t bh[4], bl[4];
+#pragma unroll
+    for (int x = 0; x < 4; x++) codes_f16(b[x], &bh[x], &bl[x]);
+    mma16816h(c0, a, bh);
+    mma16816h(c1, a, bh + 2);
+    mma16816h(c0, a, bl);
+    mma16816h(c1, a, bl + 2);
+    mma16816h(c0, al, bh);
+    mma16816h(c1, al, bh + 2);
+}
+
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;"); }
 template <int N> __device__ __forceinline__ void cp_async_wait() {
     asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
@@ -629,14 +644,7 @@ __global__ void __launch_bounds__(128 * NG)
                 ldsm_x4(b, Ks + (np * 16 + (lane >> 4) * 8 + (lane & 7)) * LD + kk * 16 +
                                ((lane >> 3) & 1) * 8);
                 if (EX) { /* S / 256 = qhi (khi + klo) + qlo khi over the code bytes */
-#pragma unroll
-                    for (int x = 0; x < 4; x++) codes_f16(b[x], &bh[x], &bl[x]);
-                    mma16816h(sacc[2 * np], a, bh);
-                    mma16816h(sacc[2 * np + 1], a, bh + 2);
-                    mma16816h(sacc[2 * np], a, bl);
-                    mma16816h(sacc[2 * np + 1], a, bl + 2);
-                    mma16816h(sacc[2 * np], al, bh);
-                    mma16816h(sacc[2 * np + 1], al, bh + 2);
+                    byte_products(sacc[2 * np], sacc[2 * np + 1], a, al, b);
                 } else {
 #pragma unroll
                     for (int x = 0; x < 4; x++) codes_bf16<false>(b[x], &bh[x], &bl[x]);
@@ -738,14 +746,7 @@ __global__ void __launch_bounds__(128 * NG)
                 ldsm_x4_t(b, Vs + (kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * LD + dp * 16 +
                                  (lane >> 4) * 8);
                 if (EX) { /* O / 256 = phi (vhi + vlo) + plo vhi over the code bytes */
-#pragma unroll
-                    for (int x = 0; x < 4; x++) codes_f16(b[x], &bh[x], &bl[x]);
-                    mma16816h(o[2 * dp], a, bh);
-                    mma16816h(o[2 * dp + 1], a, bh + 2);
-                    mma16816h(o[2 * dp], a, bl);
-                    mma16816h(o[2 * dp + 1], a, bl + 2);
-                    mma16816h(o[2 * dp], al, bh);
-                    mma16816h(o[2 * dp + 1], al, bh + 2);
+                    byte_products(o[2 * dp], o[2 * dp + 1], a, al, b);
                 } else {
 #pragma unroll
                     for (int x = 0; x < 4; x++) codes_bf16<false>(b[x], &bh[x], &bl[x]);
