@@ -77,6 +77,18 @@ static void gemm_case(lily_dtype dt, int M, int K, int n, int accumulate) {
     snprintf(name, sizeof name, "gemm %s W[%d x %d] n=%d%s%s", dts[dt], M, K, n,
              accumulate ? " accumulate" : "", g_tag);
     pt_check(name, got, ref, (size_t)n * ldy, tol(dt));
+    if (!accumulate && strstr(g_tag, "split") && !strstr(g_tag, "split 1]")) {
+        /* split-K: the partial sums are added in k order, so a second run gives the same bits */
+        float *again = malloc((size_t)n * ldy * 4);
+        rc = lily_cuda_gemm(&dW, dX, ldx, n, dY, ldy, 0, NULL, &e);
+        if (pt_ok(rc, "gemm launch", &e)) {
+            pt_get(again, dY, (size_t)n * ldy);
+            char nm[200];
+            snprintf(nm, sizeof nm, "%s: same bits on a second run", name);
+            pt_check_true(nm, memcmp(again, got, (size_t)n * ldy * 4) == 0);
+        }
+        free(again);
+    }
     lily_cuda_free(dX), lily_cuda_free(dY);
     lily_cuda_dmat_free(&dW);
     pt_mat_free(&W);
@@ -393,7 +405,7 @@ static void q4_shapes(void) {
     static const char *tn[3] = {"128x128", "128x64", "128x32"};
     lily_cuda_gemm_select(LILY_GEMM_Q4);
     for (int tile = 0; tile < 3; tile++)
-        for (int split = 1; split <= 4; split *= 2) {
+        for (int split = 1; split <= 8; split *= 2) {
             snprintf(g_tag, sizeof g_tag, " [tile %s split %d]", tn[tile], split);
             lily_cuda_gemm_q4_force(tile, split);
             gemm_case(LILY_DT_Q4, 300, 1024, 133, split == 2);
@@ -403,7 +415,7 @@ static void q4_shapes(void) {
     lily_cuda_gemm_q4_force(LILY_Q4T_AUTO, 0);
     g_tag[0] = 0;
     if (g_san) return;
-    /* the automatic choice at prefill-like shapes (split-K only with LILY_GEMM_SPLITK=1) */
+    /* the automatic choice at prefill-like shapes (split-K where the grid is small) */
     gemm_case(LILY_DT_Q4, 512, 2048, 512, 0);
     gemm_case(LILY_DT_Q4, 2048, 4096, 300, 1);
     gemm_case(LILY_DT_Q4, 64, 2048, 257, 0);
@@ -424,8 +436,9 @@ static void all_cases(void) {
     gemm_case(LILY_DT_Q4, 2048, 512, 1, 1);
     gemm_case(LILY_DT_Q4, 129, 64, 63, 0);
     if (!g_san) gemm_case(LILY_DT_Q4, 4100, 1024, 130, 1);
-    gemm_case(LILY_DT_Q8, 256, 2048, 77, 0);
+    gemm_case(LILY_DT_Q8, 256, 2048, 77, 0); /* split-K (small grids) */
     gemm_case(LILY_DT_Q8, 1, 2048, 130, 0);
+    gemm_case(LILY_DT_Q8, 256, 2048, 256, 1); /* the router at a 256-token chunk */
     if (!g_san) gemm_case(LILY_DT_Q8, 5000, 256, 70, 1);
     gemm_case(LILY_DT_BF16, 300, 1024, 64, 0);
     gemm_case(LILY_DT_BF16, 127, 192, 3, 1);
@@ -467,6 +480,16 @@ static void all_cases(void) {
     snprintf(g_tag, sizeof g_tag, " [previous kernel]");
     gemm_case(LILY_DT_Q4, 1000, 2048, 65, 0);
     gemm_case(LILY_DT_Q4, 37, 4096, 64, 1);
+    /* that kernel's split-K, forced (whole chunks of 8 k-steps: 17 k-steps make 3 ranges) */
+    for (int split = 2; split <= 4; split++) {
+        lily_cuda_gemm_force_split(split);
+        snprintf(g_tag, sizeof g_tag, " [previous kernel, split %d]", split);
+        gemm_case(LILY_DT_Q4, 1000, 2048, 65, 0);
+        gemm_case(LILY_DT_Q8, 130, 1088, 40, split == 3);
+        gemm_case(LILY_DT_BF16, 127, 1024, 20, split != 3);
+        gemm_case(LILY_DT_Q8, 1, 2048, 257, 0);
+    }
+    lily_cuda_gemm_force_split(0);
     lily_cuda_gemm_select(LILY_GEMM_AUTO);
     g_tag[0] = 0;
 }

@@ -17,6 +17,7 @@
 
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/gemm_common.cuh"
+#include "backend/cuda/gemm_partial.h"
 #include "backend/cuda/gemm_q4.h"
 #include "backend/cuda/gemm_skinny.h"
 #include "backend/cuda/gemm_split.h"
@@ -156,6 +157,9 @@ struct gemm_args {
     const int32_t *gather, *tiles, *d_ntiles;
     float *Y;
     int ldy, accumulate;
+    int split, kper; /* dense, one matrix: blockIdx.z takes k-steps [z kper, (z + 1) kper), kper a
+                      * multiple of SBC, its sums to plane z of P [split][n][M] (gemm_partial.h) */
+    float *P;
 };
 
 /* Dense: grid (token tiles, row blocks): consecutive blocks share a weight slice, which then
@@ -196,6 +200,12 @@ __global__ void __launch_bounds__(kThreads, (shape<DT, MT, NT, NMAT, EX>::MINB))
     }
     const int t = threadIdx.x, lane = t & 31, warp = t >> 5, g = lane >> 2, q = lane & 3;
     const int M = a.M, K = a.K, ksteps = K / BK;
+    int kb = 0, nk = ksteps;
+    if (NMAT == 1 && a.split > 1) {
+        kb = blockIdx.z * a.kper;
+        nk = min(ksteps - kb, a.kper);
+        if (nk <= 0) return; /* uniform over the block (the launch leaves no range empty) */
+    }
     const size_t rbytes = dmat_row_bytes(DT, K);
     if (t < BN) {
         s_xoff[t] = x_row_offset(t, rows, row0, a.gather, a.ldx);
@@ -299,15 +309,16 @@ __global__ void __launch_bounds__(kThreads, (shape<DT, MT, NT, NMAT, EX>::MINB))
 
 #pragma unroll
     for (int s = 0; s < NS - 1; s++) {
-        if (s < ksteps) load(s, s);
+        if (s < nk) load(kb + s, s);
         cp_commit();
     }
-    for (int kt = 0; kt < ksteps; kt++) {
+    for (int it = 0; it < nk; it++) {
+        const int kt = kb + it;
         cp_wait<NS - 2>();
-        __syncthreads(); /* slot kt landed for all; step kt-1 is done with slot kt-1 */
-        if (kt + NS - 1 < ksteps) load(kt + NS - 1, (kt + NS - 1) % NS);
+        __syncthreads(); /* slot it landed for all; step it-1 is done with slot it-1 */
+        if (it + NS - 1 < nk) load(kt + NS - 1, (it + NS - 1) % NS);
         cp_commit();
-        const int sl = kt % NS, b = kt & 1;
+        const int sl = it % NS, b = it & 1;
         convert(sl, b);
         __syncthreads();
         if (!active) continue;
@@ -404,11 +415,15 @@ __global__ void __launch_bounds__(kThreads, (shape<DT, MT, NT, NMAT, EX>::MINB))
                 const int o = m0 + (warp * MT + i) * 16 + g + (e >> 1) * 8;
                 const int tr = nt * 8 + 2 * q + (e & 1);
                 if (o < M && tr < rows) {
-                    float *y = a.Y + (size_t)(row0 + tr) * a.ldy + o;
                     const float mu = EX ? s_mul[tr] : 1.f;
                     float v = acc[0][i][nt][e] * mu;
                     if (NMAT == 2) v = silu_f(v) * (acc[NMAT - 1][i][nt][e] * mu);
-                    *y = a.accumulate ? *y + v : v;
+                    if (NMAT == 1 && a.split > 1) {
+                        a.P[((size_t)blockIdx.z * a.n + row0 + tr) * M + o] = v;
+                    } else {
+                        float *y = a.Y + (size_t)(row0 + tr) * a.ldy + o;
+                        *y = a.accumulate ? *y + v : v;
+                    }
                 }
             }
 }
@@ -423,7 +438,8 @@ int launch_ex(const gemm_args &a, int grouped, int ytiles, lily_cuda_stream st, 
         attr = true;
     }
     const int mblocks = (a.M + S::BM - 1) / S::BM;
-    dim3 grid = grouped ? dim3(mblocks, ytiles) : dim3((a.n + S::BN - 1) / S::BN, mblocks);
+    dim3 grid = grouped ? dim3(mblocks, ytiles)
+                        : dim3((a.n + S::BN - 1) / S::BN, mblocks, a.split > 1 ? a.split : 1);
     if (grid.y > 65535) return lily_fail(e, "gemm: grid of %u x %u blocks", grid.x, grid.y);
     k<<<grid, kThreads, S::SMEM, st>>>(a);
     LILY_CU_LAUNCHED(e);
@@ -489,7 +505,37 @@ gemm_args make_args(const lily_dmat *W0, const lily_dmat *W1, const float *X, in
     a.X = X, a.mul = nullptr, a.ldx = ldx, a.n = n;
     a.gather = gather, a.tiles = tiles, a.d_ntiles = d_ntiles;
     a.Y = Y, a.ldy = ldy, a.accumulate = accumulate;
+    a.split = 1, a.kper = 0, a.P = nullptr;
     return a;
+}
+
+/* > 0: the split-K factor of later dense one-matrix GEMMs (lily_cuda_gemm_force_split) */
+int g_force_split = 0;
+
+/* Split-K for a dense one-matrix GEMM that would run on the small 128 x 16 tiles with fewer than
+ * 120 blocks (at a 256-token chunk: the Q8 router, 256 x 2048 on 32 blocks, 31 us on the H200,
+ * and the shared expert's gate logit, 1 row on 16 blocks, 25 us): enough k ranges of whole scale
+ * chunks (SBC k-steps) to give ~2 blocks per SM. Sets a.split (no range empty) and a.P. */
+int plan_split(gemm_args &a, lily_cuda_stream st, lily_err *e) {
+    const int ks = a.K / BK;
+    if (g_force_split > 0) {
+        a.split = g_force_split;
+    } else {
+        auto blocks = [&](int bm, int bn) {
+            return (long)((a.M + bm - 1) / bm) * ((a.n + bn - 1) / bn);
+        };
+        if (blocks(256, 64) >= 200 || blocks(256, 32) >= 120) return 0; /* the larger tiles */
+        const long b = blocks(128, 16);
+        if (b >= 120 || ks < 2 * SBC) return 0;
+        a.split = (int)((264 + b - 1) / b);
+    }
+    const int chunks = (ks + SBC - 1) / SBC;
+    if (a.split > chunks) a.split = chunks;
+    if (a.split <= 1) return a.split = 1, 0;
+    const int per = (ks + a.split - 1) / a.split, perc = (per + SBC - 1) / SBC * SBC;
+    a.split = (ks + perc - 1) / perc, a.kper = perc;
+    if (a.split <= 1) return a.split = 1, 0;
+    return (a.P = lily_cuda_partials((size_t)a.split * a.n * a.M, st, e)) ? 0 : -1;
 }
 
 /* Exact form: X's nx rows become split words (gemm_split.h) that the kernel reads instead. */
@@ -533,6 +579,8 @@ bool use_q4(int dt, int M, int K, int n, bool grouped) {
 
 extern "C" void lily_cuda_gemm_select(int which) { g_select = which; }
 
+extern "C" void lily_cuda_gemm_force_split(int split) { g_force_split = split; }
+
 extern "C" int lily_cuda_gemm(const lily_dmat *W, const float *X, int ldx, int n, float *Y,
                               int ldy, int accumulate, lily_cuda_stream st, lily_err *e) {
     if (W->n_mats != 1) return lily_fail(e, "gemm: a stack of %d matrices", W->n_mats);
@@ -541,8 +589,9 @@ extern "C" int lily_cuda_gemm(const lily_dmat *W, const float *X, int ldx, int n
         return lily_cuda_gemm_q4(W, X, ldx, n, Y, ldy, accumulate, st, e);
     if (n < 1 || W->rows < 1) return 0;
     gemm_args a = make_args(W, nullptr, X, ldx, n, nullptr, nullptr, nullptr, Y, ldy, accumulate);
-    if (split_x(a, n, st, e)) return -1;
-    return launch<1>(a, W->dt, 0, 0, st, e);
+    if (split_x(a, n, st, e) || plan_split(a, st, e) || launch<1>(a, W->dt, 0, 0, st, e)) return -1;
+    if (a.split <= 1) return 0;
+    return lily_cuda_partials_reduce(a.P, a.split, n, W->rows, Y, ldy, accumulate, st, e);
 }
 
 extern "C" int lily_cuda_gemm_grouped(const lily_dmat *W, const float *X, int ldx, int nx,

@@ -53,12 +53,17 @@ int lily_cuda_gemm_grouped(const lily_dmat *W, const float *X, int ldx, int nx,
  * split-K) when K >= 1024 and this file's 256 x 64 tiles would give fewer than 120 blocks (at a
  * 512-token chunk: GDN out / attn o, router, GDN b/a, shared gate/up), where it was measured
  * faster on the H200 (NOTES-cuda-gemm.md); this file's 256-row kernel otherwise and for the
- * grouped GEMM (its split-K only with LILY_GEMM_SPLITK=1: the atomics make the sums vary in the
- * last bits from run to run, gemm_q4.cu). PREVIOUS: always this file's kernel; Q4: always
+ * grouped GEMM (its split-K writes partial sums that a second kernel adds in k order: the same
+ * sums on every run, gemm_q4.cu). PREVIOUS: always this file's kernel; Q4: always
  * gemm_q4.h. LILY_GEMM_KERNEL=auto|previous|q4 in the environment sets the first choice; this call
  * overrides it (measurements, tests). Not thread-safe. */
 enum { LILY_GEMM_AUTO = 0, LILY_GEMM_PREVIOUS = 1, LILY_GEMM_Q4 = 2 };
 void lily_cuda_gemm_select(int which);
+
+/* Forces the split-K factor of this file's dense one-matrix kernel (split > 0; rounded to whole
+ * scale chunks of 8 k-steps, no range left empty) or restores the automatic choice (0: split
+ * only grids of < 120 small tiles, gemm_partial.h). Tests and measurements; not thread-safe. */
+void lily_cuda_gemm_force_split(int split);
 
 /* Gated pair in one pass over X: Y[t][o] = silu(G X_t)[o] * (U X_t)[o] for t < n, o < G->rows.
  * G and U: single matrices of the same type and shape. Same X/Y rules as lily_cuda_gemm (no

@@ -32,6 +32,7 @@
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/gemm_common.cuh"
 #include "backend/cuda/gemm.h"
+#include "backend/cuda/gemm_partial.h"
 #include "backend/cuda/gemm_split.h"
 
 namespace {
@@ -78,7 +79,8 @@ struct q4_args {
     int ldx, n;
     const int32_t *gather, *tiles, *d_ntiles;
     float *Y;
-    int ldy, accumulate, split; /* split > 1: blockIdx.z takes a k range, atomics into Y */
+    int ldy, accumulate, split; /* split > 1: blockIdx.z takes a k range, its sums go to P */
+    float *P;                   /* split > 1: partial sums [split][n][M], reduced in k order */
 };
 
 /* Dense: grid (token tiles, row blocks, k splits), token tiles fastest so the blocks sharing a
@@ -300,10 +302,13 @@ __global__ void __launch_bounds__(kThreads, 2) q4_kernel(const q4_args a) {
                 const int o = m0 + rbase + i * 16 + g + (e >> 1) * 8;
                 const int tr = tbase + nt * 8 + 2 * q + (e & 1);
                 if (o < M && tr < rows) {
-                    float *y = a.Y + (size_t)(row0 + tr) * a.ldy + o;
                     const float v = EX ? acc[i][nt][e] * s_mul[tr] : acc[i][nt][e];
-                    if (a.split > 1) atomicAdd(y, v);
-                    else *y = a.accumulate ? *y + v : v;
+                    if (a.split > 1) {
+                        a.P[((size_t)blockIdx.z * a.n + row0 + tr) * M + o] = v;
+                    } else {
+                        float *y = a.Y + (size_t)(row0 + tr) * a.ldy + o;
+                        *y = a.accumulate ? *y + v : v;
+                    }
                 }
             }
 }
@@ -346,35 +351,28 @@ int sm_count() {
     return n;
 }
 
-/* Split-K adds the k ranges' partial sums into Y with fp32 atomics, in whatever order the blocks
- * finish: the last bits of Y then vary from run to run (a router's logits too, so a near-tie in
- * the top-k can route differently). Off unless LILY_GEMM_SPLITK=1, so the same prompt always gives
- * the same logits; tests force splits through lily_cuda_gemm_q4_force. */
-bool splitk_allowed() {
-    static int v = -1;
-    if (v < 0) {
-        const char *s = getenv("LILY_GEMM_SPLITK");
-        v = s && !strcmp(s, "1");
-    }
-    return v == 1;
-}
-
-/* Tile and split from a crude model: waves of 2 blocks per SM times the work of one block over
- * the relative speed of its warp tile (64 x 32 warps 1.0, 32 x 32 0.85, 32 x 16 0.65), 5 % extra
- * for a split (the zeroing and the atomics). Splits keep >= 8 k-steps per block. */
+/* Tile and split from a crude model: waves of 2 blocks per SM times the k-steps of one block over
+ * the relative speed of its warp tile (64 x 32 warps 1.0, 32 x 32 0.85, 32 x 16 0.65), at ~1.2 us
+ * per 128 x 32 k-step of a full wave (H200, ncu at n = 256: a 4096 x 2048 GEMM of 256 blocks took
+ * 62 us for 32 k-steps at 0.65), plus for a split the partial sums' round trip through memory
+ * (~3 TB/s) and a launch (~2 us). Splits keep >= 4 k-steps per block. Measured at n = 256
+ * (BENCHMARKS.md): GDN out 2048 x 4096, b/a 64 x 2048 and the shared expert's 512 x 2048 ran on
+ * 128, 8 and 32 blocks of 264 slots without the split. */
 void choose(int M, int n, int K, int *tile, int *split) {
     static const int bn[3] = {128, 64, 32};
     static const double eff[3] = {1.0, 0.85, 0.65};
+    const double us_per_step32 = 62.0 / 32 * 0.65; /* us per k-step of a 128 x 32 tile at eff 1 */
     const long slots = 2L * sm_count();
     const int ks = K / BK;
-    const int max_split = splitk_allowed() ? 4 : 1;
     double best = 0;
     for (int ti = 0; ti < 3; ti++)
-        for (int s = 1; s <= max_split; s *= 2) {
-            if (s > 1 && ks / s < 8) continue;
+        for (int s = 1; s <= 8; s *= 2) {
+            if (s > 1 && ks / s < 4) continue;
             const long blocks = (long)((M + 127) / 128) * ((n + bn[ti] - 1) / bn[ti]) * s;
             const double waves = (double)((blocks + slots - 1) / slots);
-            const double cost = waves * 128.0 * bn[ti] * K / s / eff[ti] * (s > 1 ? 1.05 : 1.0);
+            const int steps = (ks + s - 1) / s;
+            double cost = waves * steps * us_per_step32 * (bn[ti] / 32.0) / eff[ti];
+            if (s > 1) cost += 2.0 + (double)(s + 2) * n * M * 4 / 3e6;
             if (best == 0 || cost < best) best = cost, *tile = ti, *split = s;
         }
 }
@@ -407,21 +405,26 @@ extern "C" int lily_cuda_gemm_q4(const lily_dmat *W, const float *X, int ldx, in
     if (g_force_tile >= 0 && g_force_tile <= LILY_Q4T_128x32) tile = g_force_tile;
     if (g_force_split > 0) split = g_force_split;
     if (split > W->cols / BK) split = W->cols / BK;
+    if (split > 1) { /* no empty k range: every split writes its whole slab of P */
+        const int per = (W->cols / BK + split - 1) / split;
+        split = (W->cols / BK + per - 1) / per;
+    }
     q4_args a;
     a.w = W->w, a.sb = W->sb, a.w_stride = W->w_stride, a.sb_stride = W->sb_stride;
     a.M = W->rows, a.K = W->cols, a.X = X, a.ldx = ldx, a.n = n, a.mul = nullptr;
     if (lily_cuda_gemm_exact() && split_x(a, n, st, e)) return -1;
     a.gather = a.tiles = a.d_ntiles = nullptr;
-    a.Y = Y, a.ldy = ldy, a.accumulate = accumulate, a.split = split;
-    if (split > 1 && !accumulate) /* the splits add into Y: zero this GEMM's columns first */
-        LILY_CU_TRY(cudaMemset2DAsync(Y, (size_t)ldy * 4, 0, (size_t)W->rows * 4, n,
-                                      (cudaStream_t)st), e);
+    a.Y = Y, a.ldy = ldy, a.accumulate = accumulate, a.split = split, a.P = nullptr;
+    if (split > 1 && !(a.P = lily_cuda_partials((size_t)split * n * W->rows, st, e))) return -1;
     const unsigned mb = (unsigned)((W->rows + 127) / 128);
+    int rc;
     switch (tile) {
-    case LILY_Q4T_128x128: return launch<4, 4, 2, 4>(a, dim3((n + 127) / 128, mb, split), st, e);
-    case LILY_Q4T_128x64: return launch<2, 4, 4, 2>(a, dim3((n + 63) / 64, mb, split), st, e);
-    default: return launch<2, 2, 4, 2>(a, dim3((n + 31) / 32, mb, split), st, e);
+    case LILY_Q4T_128x128: rc = launch<4, 4, 2, 4>(a, dim3((n + 127) / 128, mb, split), st, e); break;
+    case LILY_Q4T_128x64: rc = launch<2, 4, 4, 2>(a, dim3((n + 63) / 64, mb, split), st, e); break;
+    default: rc = launch<2, 2, 4, 2>(a, dim3((n + 31) / 32, mb, split), st, e); break;
     }
+    if (rc || split == 1) return rc;
+    return lily_cuda_partials_reduce(a.P, split, n, W->rows, Y, ldy, accumulate, st, e);
 }
 
 extern "C" int lily_cuda_gemm_q4_grouped(const lily_dmat *W, const float *X, int ldx, int nx,
@@ -437,7 +440,7 @@ extern "C" int lily_cuda_gemm_q4_grouped(const lily_dmat *W, const float *X, int
     a.M = W->rows, a.K = W->cols, a.X = X, a.ldx = ldx, a.n = 0, a.mul = nullptr;
     if (lily_cuda_gemm_exact() && nx > 0 && split_x(a, nx, st, e)) return -1;
     a.gather = gather, a.tiles = tiles, a.d_ntiles = d_ntiles;
-    a.Y = Y, a.ldy = ldy, a.accumulate = 0, a.split = 1;
+    a.Y = Y, a.ldy = ldy, a.accumulate = 0, a.split = 1, a.P = nullptr;
     /* 256 (or 128) rows x 32 tokens (LILY_GEMM_GROUP_BN): 8 warps stacked along the rows */
     static_assert(shape<2, 4, 8, 1>::BN == LILY_GEMM_GROUP_BN, "grouped token tile");
     if (g_force_tile == LILY_Q4T_GROUPED128)

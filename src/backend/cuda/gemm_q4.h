@@ -3,7 +3,8 @@
  * out 2 x 4 or 4 x 2 over rows x tokens) or 256 rows x 32 tokens (grouped), one cp.async ring
  * holding the raw codes, scale words and fp32 activations of each 64-column k-step, B fragments
  * converted to bf16 straight from the staged fp32 rows (no separate conversion pass, one barrier
- * per k-step), and a split-K form (fp32 atomics into Y) when a shape gives too few blocks. Same
+ * per k-step), and a split-K form (partial sums per k range, added in k order by a second kernel: the same
+ * result on every run) when a shape gives too few blocks. Same
  * contracts as the gemm.h entry points, for W->dt == LILY_CW_Q4. Exact mode (gemm_split.h): the
  * staged words are the split fp16 (hi, lo) activations, each B fragment pair comes from two byte
  * permutes, the weights are dequantized to fp16, and every product is two fp16 mma. */
