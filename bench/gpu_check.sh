@@ -12,7 +12,8 @@
 # The GPU machine has nvcc and cmake but not the -dev packages lily_core links (cJSON, PCRE2,
 # utf8proc), so the binaries are built here (Debian 12, glibc 2.36: they run on newer glibcs)
 # and carried with copies of those libraries. Stages can be skipped: GPU_CHECK_SKIP="parity
-# fixtures sanitizer bench timing profile lily". GPU_CHECK_CARRY names the carry folder (default .devcarry), GPU_CHECK_TESTS the
+# fixtures sanitizer bench timing profile lily". GPU_CHECK_AB makes the lily stage an A/B of
+# environment settings (see there). GPU_CHECK_CARRY names the carry folder (default .devcarry), GPU_CHECK_TESTS the
 # parity binaries to build and pack (default: all). GPU_CHECK_SWEEP=1 makes the lily stage the
 # full prefill/decode sweep of issue 5 (256..128K, --json to $OUT/sweep.json). GPU_CHECK_BENCH_DIR picks where the synthetic 35B checkpoint is written (local
 # disk, ~19.5 GB; default /tmp/lily35b).
@@ -163,7 +164,21 @@ PY
     fi
     if [[ $skip != *" lily "* ]] && [ -x "$work/bin/lily" ]; then
         echo "== lily bench"
-        if [ "${GPU_CHECK_SWEEP:-0}" = 1 ]; then # the issue's full sweep, JSON back in $OUT
+        if [ -n "${GPU_CHECK_AB:-}" ]; then
+            # A/B of environment settings through the engine, rounds interleaved:
+            # GPU_CHECK_AB="LILY_GEMM_KERNEL=auto;LILY_GEMM_KERNEL=wg" (';' between variants,
+            # ' ' between the settings of one), GPU_CHECK_AB_LIST (prefill lengths),
+            # GPU_CHECK_AB_ROUNDS (default 2)
+            IFS=';' read -r -a abv <<<"$GPU_CHECK_AB"
+            for r in $(seq 1 "${GPU_CHECK_AB_ROUNDS:-2}"); do
+                for v in "${abv[@]}"; do
+                    echo "-- [$v] round $r"
+                    env $v timeout 200 "$work/bin/lily" bench --model "$LILY_CUDA_BENCH_DIR" \
+                        --backend cuda --prefill "${GPU_CHECK_AB_LIST:-256,512,1K,4K}" \
+                        --decode 256 --gen 8 --rounds 1 2>&1 | grep -E '^ +[0-9]|rror'
+                done
+            done
+        elif [ "${GPU_CHECK_SWEEP:-0}" = 1 ]; then # the issue's full sweep, JSON back in $OUT
             L=256,512,1K,2K,4K,8K,16K,32K,64K,128K
             timeout 400 "$work/bin/lily" bench --model "$LILY_CUDA_BENCH_DIR" --backend cuda \
                 --prefill $L --decode $L --gen 128 --rounds 1 --json "$out/sweep.json" 2>&1 | tail -20
