@@ -111,7 +111,10 @@ if [[ $skip != *" sanitizer "* ]] && command -v compute-sanitizer >/dev/null; th
         racecheck:gemm racecheck:attn}; do
         tool=${run%:*} t=${run#*:}
         {
-            LILY_CUDA_SAN=1 timeout ${GPU_CHECK_SAN_S:-20} compute-sanitizer --tool $tool --error-exitcode 3 \
+            # racecheck on attention: its own, smaller case list (test_cuda_attn.c)
+            lvl=1
+            [ "$run" = racecheck:attn ] && lvl=2
+            LILY_CUDA_SAN=$lvl timeout ${GPU_CHECK_SAN_S:-20} compute-sanitizer --tool $tool --error-exitcode 3 \
                 "$work/bin/test_cuda_$t" >"$logs/san_${tool}_$t.log" 2>&1
             rc=$?
             printf '%-10s %-6s rc=%d  %s\n' $tool $t $rc \

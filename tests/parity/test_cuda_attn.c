@@ -426,9 +426,22 @@ static void time_all(void) {
 
 int main(void) {
     pt_need_gpu();
-    /* LILY_CUDA_SAN=1: only the cases small enough for compute-sanitizer's racecheck (every
-     * kernel and split path still runs; the 40K-131K contexts and deep prefills are left out) */
+    /* LILY_CUDA_SAN=1: only the cases small enough for compute-sanitizer's memcheck (every
+     * kernel and split path still runs; the 40K-131K contexts and deep prefills are left out);
+     * LILY_CUDA_SAN=2: fewer still, for racecheck */
     const int san = getenv("LILY_CUDA_SAN") && getenv("LILY_CUDA_SAN")[0] == '1';
+    if (getenv("LILY_CUDA_SAN") && getenv("LILY_CUDA_SAN")[0] == '2') {
+        /* racecheck-sized (its shared-memory tracking is ~1000x slower): one small case per
+         * kernel and path, each in both modes: prep, decode with one split and with several,
+         * prefill with two query groups per block (G 8) and with one (G 1) */
+        prep_case(16, 2, 256, 64, 5, 3, 1);
+        decode_case(16, 2, 256, 7, 1, 1);
+        decode_case(8, 2, 128, 300, 3, 0);
+        prefill_case(16, 2, 256, 0, 33, 1);
+        prefill_case(4, 4, 128, 70, 20, 0);
+        prefill_case(16, 1, 64, 7, 50, 1);
+        return pt_finish();
+    }
     prep_case(16, 2, 256, 64, 0, 1, 1);
     prep_case(16, 2, 256, 64, 131000, 3, 1);
     prep_case(4, 4, 64, 16, 7, 29, 0);
