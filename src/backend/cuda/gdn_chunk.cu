@@ -13,11 +13,15 @@
  * Shared memory (floats): S slice [128][32], q and k rows [64][129], v then d [64][32], S^T k
  * and S^T q [64][32], decayed k.k and q.k [64][65], per-token gates: ~142 KB, one block per SM.
  *
- * Status: written in session 6 after the device time was spent: it compiles (141 registers, no
- * spills) and test_cuda_gdn runs it as the "chunked" kernel against the CPU scan, but it has not
- * yet run on a GPU, so the automatic choice does not use it. A host transcription of its phases
- * (thread loops in place of the block, same index arithmetic; not committed) matched
- * lily_cpu_gdn_scan to 3e-7 at test_cuda_gdn's shapes, odd Dv and partial chunks included. */
+ * Status (H200, 2026-12-04): correct (test_cuda_gdn: equal to the CPU scan to 2.4e-7 at every
+ * test shape, 2048 tokens at the 35B head count included) but 3.3x slower than the tiled scan
+ * (`LILY_CUDA_TIME=1 test_cuda_gdn`, us per layer at 16 key / 32 value heads: n = 512 614.5 vs
+ * 191.4, n = 2048 2513.9 vs 751.4), so the automatic choice does not use it. Counting per
+ * 64-token chunk and block: the k.k / q.k products (phase 4, ~8K instructions a warp, half of
+ * them shared loads), S^T k / S^T q (4K) and the state update (4K) on CUDA cores, and the
+ * triangular solve on one warp while seven wait (~6K dependent instructions). What it needs to
+ * win: those products on tensor cores (exact hi/lo fp16 splits) and a blocked solve (16-token
+ * blocks: sequential inside a block, matrix products across blocks on all warps). */
 #include "backend/cuda/gdn.h"
 
 #include "backend/cuda/common.cuh"
