@@ -351,10 +351,10 @@ int sm_count() {
     return n;
 }
 
-/* Tile and split from a crude model: waves of 2 blocks per SM times the k-steps of one block over
- * the relative speed of its warp tile (64 x 32 warps 1.0, 32 x 32 0.85, 32 x 16 0.65), at ~1.2 us
- * per 128 x 32 k-step of a full wave (H200, ncu at n = 256: a 4096 x 2048 GEMM of 256 blocks took
- * 62 us for 32 k-steps at 0.65), plus for a split the partial sums' round trip through memory
+/* Tile and split from a crude model: waves of 2 blocks per SM times the k-steps of one block, each
+ * costing its tile's work over the relative speed of its warp tile (64 x 32 warps 1.0, 32 x 32
+ * 0.85, 32 x 16 0.65); a 128 x 32 k-step of a full wave took 1.94 us (H200, ncu at n = 256: a
+ * 4096 x 2048 GEMM of 256 blocks, 62 us for 32 k-steps), i.e. 1.26 us at speed 1.0; plus for a split the partial sums' round trip through memory
  * (~3 TB/s) and a launch (~2 us). Splits keep >= 4 k-steps per block. Measured at n = 256
  * (BENCHMARKS.md): GDN out 2048 x 4096, b/a 64 x 2048 and the shared expert's 512 x 2048 ran on
  * 128, 8 and 32 blocks of 264 slots without the split. */
