@@ -433,7 +433,7 @@ int main(void) {
     if (getenv("LILY_CUDA_SAN") && getenv("LILY_CUDA_SAN")[0] == '2') {
         /* racecheck-sized (its shared-memory tracking is ~1000x slower): one small case per
          * kernel and path, each in both modes: prep, decode with one split and with several,
-         * prefill with two query groups per block (G 8) and with one (G 1) */
+         * prefill with 8, 1 and 16 query heads per KV head (Dh 256, 128, 64) */
         prep_case(16, 2, 256, 64, 5, 3, 1);
         decode_case(16, 2, 256, 7, 1, 1);
         decode_case(8, 2, 128, 300, 3, 0);
