@@ -106,46 +106,65 @@ __device__ __forceinline__ void run(const sk_args &a, const uint8_t *W, const ui
 #pragma unroll
         for (int j = 0; j < NT; j++) y[i][j][0] = y[i][j][1] = y[i][j][2] = y[i][j][3] = 0.f;
 
+    /* Codes: a ring of kRing groups per lane. Scale words and group sums: 4 groups per load,
+     * spread over the lanes (lane (g, q) holds the scale word of group G4 + q of each of its rows,
+     * and the sum of group G4 + (g & 3) of each of its tokens), broadcast by a shuffle when used:
+     * ncu had the kernel bound by L1 wavefronts (83 % L1/TEX throughput, 26 % DRAM), a quarter
+     * of them for 4-byte scale and sum loads made once per group by all 4 lanes of a row. */
+    static_assert(kRing == 2, "the group loop below steps 4 groups = 2 ring turns");
     uint2 wq[kRing][kMT][2];
-    uint32_t sq[kRing][kMT][2];
+    uint32_t scur[kMT][2], snext[kMT][2];
+    float xcur[NT][2], xnext[NT][2];
+    auto load_sx = [&](int G4, uint32_t (&sv)[kMT][2], float (&xv4)[NT][2]) {
+#pragma unroll
+        for (int i = 0; i < kMT; i++)
+#pragma unroll
+            for (int h = 0; h < 2; h++)
+                sv[i][h] = G4 + q < KG ? __ldg(SB + so[i][h] + G4 + q) : 0u;
+#pragma unroll
+        for (int j = 0; j < NT; j++)
+#pragma unroll
+            for (int c = 0; c < 2; c++)
+                xv4[j][c] = G4 + (g & 3) < KG ? __ldg(a.xs + xso[j][c] + G4 + (g & 3)) : 0.f;
+    };
 #pragma unroll
     for (int d = 0; d < kRing; d++)
         if (d < KG)
 #pragma unroll
             for (int i = 0; i < kMT; i++)
 #pragma unroll
-                for (int h = 0; h < 2; h++) {
-                    wq[d][i][h] = ldg_stream8(wb + wo[i][h] + 32 * d);
-                    sq[d][i][h] = __ldg(SB + so[i][h] + d);
-                }
+                for (int h = 0; h < 2; h++) wq[d][i][h] = ldg_stream8(wb + wo[i][h] + 32 * d);
+    load_sx(0, scur, xcur);
+    load_sx(4, snext, xnext);
 
-    for (int G0 = 0; G0 < KG; G0 += kRing) {
+    for (int G0 = 0; G0 < KG; G0 += 4) {
 #pragma unroll
-        for (int d = 0; d < kRing; d++) {
-            const int G = G0 + d;
+        for (int d = 0; d < 4; d++) {
+            const int G = G0 + d, sl = d & 1;
             if (G >= KG) break;
             uint2 cw[kMT][2];
             uint32_t cs[kMT][2];
 #pragma unroll
             for (int i = 0; i < kMT; i++)
 #pragma unroll
-                for (int h = 0; h < 2; h++) cw[i][h] = wq[d][i][h], cs[i][h] = sq[d][i][h];
+                for (int h = 0; h < 2; h++) {
+                    cw[i][h] = wq[sl][i][h];
+                    cs[i][h] = __shfl_sync(0xffffffffu, scur[i][h], (lane & ~3) | d);
+                }
             if (G + kRing < KG) /* refill the slot: group G + kRing */
 #pragma unroll
                 for (int i = 0; i < kMT; i++)
 #pragma unroll
-                    for (int h = 0; h < 2; h++) {
-                        wq[d][i][h] = ldg_stream8(wb + wo[i][h] + 32 * (G + kRing));
-                        sq[d][i][h] = __ldg(SB + so[i][h] + G + kRing);
-                    }
+                    for (int h = 0; h < 2; h++)
+                        wq[sl][i][h] = ldg_stream8(wb + wo[i][h] + 32 * (G + kRing));
             uint4 b[NT][4];
             float xv[NT][2];
 #pragma unroll
             for (int j = 0; j < NT; j++) {
 #pragma unroll
                 for (int s = 0; s < 4; s++) b[j][s] = __ldg(xpb + xo[j] + 16 * G + s);
-                xv[j][0] = __ldg(a.xs + xso[j][0] + G);
-                xv[j][1] = __ldg(a.xs + xso[j][1] + G);
+                xv[j][0] = __shfl_sync(0xffffffffu, xcur[j][0], (d << 2) | q);
+                xv[j][1] = __shfl_sync(0xffffffffu, xcur[j][1], (d << 2) | q);
             }
             float acc[kMT][NT][4];
 #pragma unroll
@@ -184,6 +203,14 @@ __device__ __forceinline__ void run(const sk_args &a, const uint8_t *W, const ui
                 }
             }
         }
+        /* the next 4 groups' words: prefetched a turn ahead */
+#pragma unroll
+        for (int i = 0; i < kMT; i++)
+#pragma unroll
+            for (int h = 0; h < 2; h++) scur[i][h] = snext[i][h];
+#pragma unroll
+        for (int j = 0; j < NT; j++) xcur[j][0] = xnext[j][0], xcur[j][1] = xnext[j][1];
+        if (G0 + 8 < KG) load_sx(G0 + 8, snext, xnext);
     }
     /* D element e: row g + 8 (e / 2) of the slab, token 2q + e % 2 of the n-tile */
 #pragma unroll
