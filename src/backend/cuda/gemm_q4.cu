@@ -203,9 +203,24 @@ __global__ void __launch_bounds__(kThreads, 2) q4_kernel(const q4_args a) {
         if constexpr (EX) {
             /* slice by slice (the hi and lo B fragments of all token tiles for one slice at a
              * time: the whole k-step's would not fit in 128 registers with the 64 x 32 warp tile) */
+            /* the rows' scale and bias as fp16 pairs, once per k-step (not per slice) */
+            uint32_t sc[MT][2], bi[MT][2];
+#pragma unroll
+            for (int i = 0; i < MT; i++)
+#pragma unroll
+                for (int hr = 0; hr < 2; hr++)
+                    sb_f16(sSB[(rbase + i * 16 + g + 8 * hr) * SBC], &sc[i][hr], &bi[i][hr]);
 #pragma unroll
             for (int h = 0; h < 2; h++) {
                 const int w = q + 4 * h; /* this lane's code word (8 columns) of the k-step */
+                uint32_t v[MT][2];       /* that word of the lane's rows, for both slices */
+#pragma unroll
+                for (int i = 0; i < MT; i++)
+#pragma unroll
+                    for (int hr = 0; hr < 2; hr++) {
+                        const int r = rbase + i * 16 + g + 8 * hr;
+                        v[i][hr] = ((const uint32_t *)(sW + r * 32))[((h ^ ((r >> 2) & 1)) << 2) + q];
+                    }
 #pragma unroll
                 for (int m = 0; m < 2; m++) {
                     uint32_t bf[NT][2], bl[NT][2]; /* [token tile][register]: hi, lo parts */
@@ -225,19 +240,11 @@ __global__ void __launch_bounds__(kThreads, 2) q4_kernel(const q4_args a) {
                     }
 #pragma unroll
                     for (int i = 0; i < MT; i++) {
-                        uint32_t v[2], sc[2], bi[2];
-#pragma unroll
-                        for (int hr = 0; hr < 2; hr++) {
-                            const int r = rbase + i * 16 + g + 8 * hr;
-                            const uint32_t *p = (const uint32_t *)(sW + r * 32);
-                            v[hr] = p[((h ^ ((r >> 2) & 1)) << 2) + q];
-                            sb_f16(sSB[r * SBC], &sc[hr], &bi[hr]);
-                        }
                         uint32_t af[4];
-                        af[0] = dq4h(v[0], 2 * m, sc[0], bi[0]);
-                        af[1] = dq4h(v[1], 2 * m, sc[1], bi[1]);
-                        af[2] = dq4h(v[0], 2 * m + 1, sc[0], bi[0]);
-                        af[3] = dq4h(v[1], 2 * m + 1, sc[1], bi[1]);
+                        af[0] = dq4h(v[i][0], 2 * m, sc[i][0], bi[i][0]);
+                        af[1] = dq4h(v[i][1], 2 * m, sc[i][1], bi[i][1]);
+                        af[2] = dq4h(v[i][0], 2 * m + 1, sc[i][0], bi[i][0]);
+                        af[3] = dq4h(v[i][1], 2 * m + 1, sc[i][1], bi[i][1]);
 #pragma unroll
                         for (int nt = 0; nt < NT; nt++)
                             if (nt < ntv) {
