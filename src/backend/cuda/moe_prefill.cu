@@ -23,8 +23,15 @@ struct pre_layout {
     int max_tiles, I, Is, H, chunks;
 };
 
-/* Assignments per scatter chunk: one warp places a chunk's rows (scatter_kernel). */
-constexpr int kScatChunk = 512;
+/* Assignments per scatter chunk: one warp places a chunk's rows (scatter_kernel). 512, halved
+ * down to 64 while that gives fewer than 64 chunks: at a 256-token chunk the 4 warps of 512
+ * assignments each took 13.8 us a layer (H200, ncu), the longest of the routing kernels; the
+ * scan walks the chunks per expert, so large chunks keep 512. */
+__host__ __device__ __forceinline__ int scat_chunk(size_t nk) {
+    int cs = 512;
+    while (cs > 64 && nk / (size_t)cs < 64) cs >>= 1;
+    return cs;
+}
 
 pre_layout pre_plan(const lily_cuda_moe *m, int n) {
     pre_layout d;
@@ -43,7 +50,8 @@ pre_layout pre_plan(const lily_cuda_moe *m, int n) {
     d.idx = take(nk * 4);
     d.wt = take(nk * 4);
     d.counts = take((size_t)m->E * 4);
-    d.chunks = (int)((nk + kScatChunk - 1) / kScatChunk);
+    const int cs = scat_chunk(nk);
+    d.chunks = (int)((nk + cs - 1) / cs);
     d.ccount = take((size_t)d.chunks * m->E * 4);
     d.off = take(((size_t)m->E + 1) * 4);
     d.tiles = take((size_t)d.max_tiles * 12);
@@ -85,13 +93,14 @@ __global__ void count_kernel(const int32_t *__restrict__ idx, int nk, int E, int
     }
 }
 
-/* Per scatter chunk of kScatChunk assignments: how many go to each expert (invalid ids skipped). */
+/* Per scatter chunk of scat_chunk(nk) assignments: how many go to each expert (invalid ids
+ * skipped). */
 __global__ void chunk_count_kernel(const int32_t *__restrict__ idx, int nk, int E,
                                    int32_t *ccount) {
     extern __shared__ int hist[];
     for (int e = threadIdx.x; e < E; e += blockDim.x) hist[e] = 0;
     __syncthreads();
-    const int f0 = blockIdx.x * kScatChunk, f1 = min(nk, f0 + kScatChunk);
+    const int cs = scat_chunk(nk), f0 = blockIdx.x * cs, f1 = min(nk, f0 + cs);
     for (int f = f0 + threadIdx.x; f < f1; f += blockDim.x) {
         const int ex = idx[f];
         if (ex >= 0 && ex < E) atomicAdd(&hist[ex], 1);
@@ -153,7 +162,7 @@ __global__ void __launch_bounds__(32) scatter_kernel(const int32_t *__restrict__
     const int lane = threadIdx.x;
     for (int e = lane; e < E; e += 32) run[e] = base[(size_t)blockIdx.x * E + e];
     __syncwarp();
-    const int f0 = blockIdx.x * kScatChunk, f1 = min(nk, f0 + kScatChunk);
+    const int cs = scat_chunk(nk), f0 = blockIdx.x * cs, f1 = min(nk, f0 + cs);
     for (int fb = f0; fb < f1; fb += 32) {
         const int f = fb + lane;
         int ex = f < f1 ? idx[f] : -1;
