@@ -10,8 +10,10 @@
  *     k = 2q + 8, 2q + 9 <- columns 16q + 8 + s, 16q + 12 + s (nibbles s, s + 4 of w1)
  * so A register (w >> 4s) & 0x000F000F is the pair as fp16 subnormals (q * 2^-24, q' * 2^-24).
  * The prep kernel writes the B words of token row t in the same order: for group G, lane q, slice
- * s one 16-byte word {hi(b0), hi(b1), lo(b0), lo(b1)} at uint4 index t * K / 4 + 16 G + 4 q + s,
- * b0 = (x[16q + s], x[16q + s + 4]), b1 = (x[16q + 8 + s], x[16q + 12 + s]) of the group. */
+ * s one 16-byte word {hi(b0), hi(b1), lo(b0), lo(b1)} at uint4 index t * K / 4 + 16 G + 4 s + q,
+ * b0 = (x[16q + s], x[16q + s + 4]), b1 = (x[16q + 8 + s], x[16q + 12 + s]) of the group: the 4
+ * lanes of a token read 64 contiguous bytes per slice (one cache line of L1 wavefronts per token
+ * and load; with 4 q + s the 4 lanes' words were 64 bytes apart, two lines per token). */
 #include "backend/cuda/gemm_skinny.h"
 
 #include <cuda_fp16.h>
@@ -91,7 +93,7 @@ __device__ __forceinline__ void run(const sk_args &a, const uint8_t *W, const ui
         t = t < rows ? t : 0;
         return a.gather ? a.gather[row0 + t] : row0 + t;
     };
-    const uint4 *xpb = a.xp + 4 * q;
+    const uint4 *xpb = a.xp + q;
     uint32_t xo[NT], xso[NT][2];
 #pragma unroll
     for (int j = 0; j < NT; j++) {
@@ -162,7 +164,7 @@ __device__ __forceinline__ void run(const sk_args &a, const uint8_t *W, const ui
 #pragma unroll
             for (int j = 0; j < NT; j++) {
 #pragma unroll
-                for (int s = 0; s < 4; s++) b[j][s] = __ldg(xpb + xo[j] + 16 * G + s);
+                for (int s = 0; s < 4; s++) b[j][s] = __ldg(xpb + xo[j] + 16 * G + 4 * s);
                 xv[j][0] = __shfl_sync(0xffffffffu, xcur[j][0], (d << 2) | q);
                 xv[j][1] = __shfl_sync(0xffffffffu, xcur[j][1], (d << 2) | q);
             }
@@ -274,10 +276,10 @@ __global__ void __launch_bounds__(kPrepThreads)
             const float lo = __half2float(__ushort_as_half((unsigned short)(w[c] >> 16)));
             sum += hi + lo;
         }
-        uint4 *dst = xp + base / 4;
+        uint4 *dst = xp + (row * K + (size_t)G * 64) / 4 + q;
 #pragma unroll
         for (int s = 0; s < 4; s++)
-            dst[s] = make_uint4(hi_pair(w[s], w[s + 4]), hi_pair(w[8 + s], w[12 + s]),
+            dst[4 * s] = make_uint4(hi_pair(w[s], w[s + 4]), hi_pair(w[8 + s], w[12 + s]),
                                 lo_pair(w[s], w[s + 4]), lo_pair(w[8 + s], w[12 + s]));
     }
     sum += __shfl_xor_sync(0xffffffffu, sum, 1);
