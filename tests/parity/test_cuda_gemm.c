@@ -27,6 +27,7 @@ int main(void) {
 #include "backend/cuda/gemm.h"
 #include "parity_util.h"
 #include "backend/cuda/gemm_q4.h"
+#include "backend/cuda/gemm_wg.h"
 
 static char g_tag[48]; /* appended to the case names: forced tile and split of the Q4 kernel */
 /* LILY_CUDA_SAN=1: the cases small enough for compute-sanitizer's racecheck (10-100x slower);
@@ -428,6 +429,57 @@ static void q4_shapes(void) {
     g_tag[0] = 0;
 }
 
+/* The wgmma kernel (gemm_wg.h), exact mode only: directly on shapes with partial row and token
+ * blocks and one k-step, then through lily_cuda_gemm with LILY_GEMM_WG at prefill shapes. */
+static void wg_case(int M, int K, int n, int accumulate) {
+    lily_err e;
+    char name[160];
+    int ldx = K + 4, ldy = M + 3;
+    lily_mat W = pt_mat(LILY_DT_Q4, M, K);
+    lily_dmat dW;
+    if (!pt_ok(lily_cuda_dmat_upload(&W, 1, &dW, &e), "upload", &e)) return;
+    float *X = malloc((size_t)n * ldx * 4), *Y0 = malloc((size_t)n * ldy * 4);
+    float *ref = malloc((size_t)n * ldy * 4), *tmp = malloc((size_t)n * M * 4);
+    fill_x(X, n, ldx);
+    pt_fill(Y0, (size_t)n * ldy, 1.0f);
+    lily_cpu_matmul(&W, X, n, ldx, tmp, M, NULL);
+    for (int t = 0; t < n; t++)
+        for (int o = 0; o < M; o++)
+            ref[(size_t)t * ldy + o] =
+                (accumulate ? Y0[(size_t)t * ldy + o] : 0) + tmp[(size_t)t * M + o];
+    float *dX = pt_dup(X, (size_t)n * ldx), *dY = pt_dup(Y0, (size_t)n * ldy);
+    int rc = lily_cuda_gemm_wg(&dW, dX, ldx, n, dY, ldy, accumulate, NULL, &e);
+    if (pt_ok(rc, "gemm_wg launch", &e)) {
+        float *got = malloc((size_t)n * ldy * 4);
+        pt_get(got, dY, (size_t)n * ldy);
+        snprintf(name, sizeof name, "gemm_wg q4 W[%d x %d] n=%d%s%s", M, K, n,
+                 accumulate ? " accumulate" : "", g_tag);
+        pt_check(name, got, ref, (size_t)n * ldy, g_tol);
+        free(got);
+    }
+    lily_cuda_free(dX), lily_cuda_free(dY);
+    lily_cuda_dmat_free(&dW);
+    pt_mat_free(&W);
+    free(X), free(Y0), free(ref), free(tmp);
+}
+
+static void wg_shapes(void) {
+    wg_case(64, 64, 8, 0);      /* one k-step, partial blocks both ways */
+    wg_case(130, 192, 129, 1);  /* 2 row blocks, 2 token blocks, 3 k-steps, accumulate */
+    wg_case(300, 1024, 133, 0);
+    wg_case(1, 320, 300, 0);
+    if (!g_san) {
+        wg_case(2048, 4096, 513, 1);
+        lily_cuda_gemm_select(LILY_GEMM_WG);
+        snprintf(g_tag, sizeof g_tag, " [wg]");
+        gemm_case(LILY_DT_Q4, 8192, 2048, 1030, 0);
+        gemm_case(LILY_DT_Q4, 2048, 4096, 700, 1);
+        gemm_case(LILY_DT_Q8, 256, 2048, 300, 0); /* not Q4: the other kernels */
+        lily_cuda_gemm_select(LILY_GEMM_AUTO);
+        g_tag[0] = 0;
+    }
+}
+
 static void all_cases(void) {
     q4_shapes();
     gemm_case(LILY_DT_Q4, 1000, 2048, 65, 0);
@@ -508,6 +560,8 @@ int main(void) {
     setenv("LILY_CUDA_GEMM_EXACT", "1", 1);
     lily_cuda_tune_reload();
     g_tol = 5e-4;
+    printf("== wgmma GEMM (exact)\n");
+    wg_shapes();
     g_xscale_spread = 6.f;
     snprintf(g_tag, sizeof g_tag, " [rows 1e-6..1e6]");
     gemm_case(LILY_DT_Q4, 300, 1024, 133, 0);

@@ -21,6 +21,7 @@
 #include "backend/cuda/gemm_q4.h"
 #include "backend/cuda/gemm_skinny.h"
 #include "backend/cuda/gemm_split.h"
+#include "backend/cuda/gemm_wg.h"
 
 namespace {
 
@@ -557,6 +558,7 @@ int selected() {
         g_select = !v ? LILY_GEMM_AUTO
                    : !strcmp(v, "previous") ? LILY_GEMM_PREVIOUS
                    : !strcmp(v, "q4") ? LILY_GEMM_Q4
+                   : !strcmp(v, "wg") ? LILY_GEMM_WG
                                       : LILY_GEMM_AUTO;
     }
     return g_select;
@@ -567,7 +569,7 @@ int selected() {
 bool use_q4(int dt, int M, int K, int n, bool grouped) {
     if (dt != LILY_CW_Q4) return false;
     const int sel = selected();
-    if (sel != LILY_GEMM_AUTO) return sel == LILY_GEMM_Q4;
+    if (sel != LILY_GEMM_AUTO && sel != LILY_GEMM_WG) return sel == LILY_GEMM_Q4;
     /* H200, 2026-12-02 (NOTES-cuda-gemm.md): gemm_q4.h wins where this file's 256 x 64 tiles give
      * fewer than ~120 blocks and K >= 1024 (split-K pays: GDN out 2048 x 4096 at n = 512 92 -> 66
      * us; router, b/a, shared gate/up), loses at K = 512 (shared down 18.3 vs 21.8 us) and ties or
@@ -587,6 +589,8 @@ extern "C" int lily_cuda_gemm(const lily_dmat *W, const float *X, int ldx, int n
     if (check_x(X, ldx, e)) return -1;
     if (use_q4(W->dt, W->rows, W->cols, n, false))
         return lily_cuda_gemm_q4(W, X, ldx, n, Y, ldy, accumulate, st, e);
+    if (selected() == LILY_GEMM_WG && W->dt == LILY_CW_Q4 && lily_cuda_gemm_exact())
+        return lily_cuda_gemm_wg(W, X, ldx, n, Y, ldy, accumulate, st, e);
     if (n < 1 || W->rows < 1) return 0;
     gemm_args a = make_args(W, nullptr, X, ldx, n, nullptr, nullptr, nullptr, Y, ldy, accumulate);
     if (split_x(a, n, st, e) || plan_split(a, st, e) || launch<1>(a, W->dt, 0, 0, st, e)) return -1;

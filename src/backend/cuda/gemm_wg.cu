@@ -1,0 +1,236 @@
+/* Exact dense Q4 GEMM on wgmma (see gemm_wg.h). */
+#include "backend/cuda/gemm_wg.h"
+
+#include <cuda_fp16.h>
+
+#include "backend/cuda/common.cuh"
+#include "backend/cuda/gemm_common.cuh"
+#include "backend/cuda/gemm_split.h"
+
+namespace {
+
+constexpr int BM = 128, BN = 128, BK = 64, NS = 4, kThreads = 256;
+/* stage: codes [BM][32 B] (16-byte halves swapped when bit 2 of the row is set), scale words
+ * [BM], then the hi and lo planes of BN tokens x 64 k in core-matrix order */
+constexpr int OFF_SB = BM * 32, OFF_HI = OFF_SB + BM * 4, PLANE = BN * BK * 2;
+constexpr int OFF_LO = OFF_HI + PLANE, STAGE = OFF_LO + PLANE;
+constexpr int SMEM = NS * STAGE + BN * 4; /* + the tokens' multipliers */
+static_assert(OFF_HI % 128 == 0 && STAGE % 128 == 0, "core matrices 128-byte aligned");
+constexpr int KCH = BN * 16; /* bytes between k chunks of a plane (SBO: 8 tokens = 128 bytes) */
+
+/* Shared-memory matrix descriptor, no swizzle: start, leading (k) and stride (token) offsets. */
+__device__ __forceinline__ uint64_t desc(const void *p, uint32_t lbo, uint32_t sbo) {
+    const uint32_t a = (uint32_t)__cvta_generic_to_shared(p);
+    return (uint64_t)((a & 0x3FFFF) >> 4) | ((uint64_t)((lbo >> 4) & 0x3FFF) << 16) |
+           ((uint64_t)((sbo >> 4) & 0x3FFF) << 32);
+}
+
+/* D (64 x 128, fp32, 64 registers) += A (64 x 16, registers) x B (16 x 128, descriptor). */
+__device__ __forceinline__ void wgmma_128(float *d, const uint32_t *a, uint64_t b) {
+    asm volatile(
+        "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, "
+        "%19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, "
+        "%36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, "
+        "%53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
+        "{%64, %65, %66, %67}, %68, 1, 1, 1, 0;"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
+          "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]),
+          "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]),
+          "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]),
+          "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]),
+          "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]),
+          "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]),
+          "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]),
+          "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]),
+          "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]),
+          "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b));
+}
+
+__device__ __forceinline__ void wg_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
+__device__ __forceinline__ void wg_commit() {
+    asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+}
+__device__ __forceinline__ void wg_wait0() {
+    asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
+}
+/* cp.async writes are generic-proxy writes; wgmma reads shared memory through the async proxy */
+__device__ __forceinline__ void proxy_fence() {
+    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+}
+
+/* Physical column (0..63) of a group that the planes put at slice s, position p (0..15): the
+ * order of gemm_q4.cu's exact A fragments. Slice s = 2h + m; lane q = (p % 8) / 2 holds code word
+ * w = q + 4h; positions 2q, 2q + 1 are columns 8w + 2m, 8w + 2m + 4 and 2q + 8, 2q + 9 are
+ * 8w + 2m + 1, 8w + 2m + 5. */
+__host__ __device__ __forceinline__ int plane_col(int s, int p) {
+    const int h = s >> 1, m = s & 1, q = (p & 7) >> 1, e = p & 1, hi8 = p >> 3;
+    return 8 * (q + 4 * h) + 2 * m + hi8 + 4 * e;
+}
+
+/* Split words [n][K] -> the hi and lo planes [n][K] in plane order, one thread per element. */
+__global__ void planes_kernel(const uint32_t *__restrict__ words, size_t total, int K,
+                              uint16_t *__restrict__ hi, uint16_t *__restrict__ lo) {
+    const size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= total) return;
+    const size_t row = i / K;
+    const int c = (int)(i % K), G = c >> 6, s = (c >> 4) & 3, p = c & 15;
+    const uint32_t w = words[row * K + 64 * G + plane_col(s, p)];
+    hi[i] = (uint16_t)(w & 0xffffu);
+    lo[i] = (uint16_t)(w >> 16);
+}
+
+struct wg_args {
+    const uint8_t *w;
+    const uint32_t *sb;
+    int M, K, n;
+    const uint16_t *hi, *lo; /* planes [n][K] */
+    const float *mul;
+    float *Y;
+    int ldy, accumulate;
+};
+
+__global__ void __launch_bounds__(kThreads, 1) wg_kernel(const wg_args a) {
+    extern __shared__ __align__(128) uint8_t smem[];
+    float *s_mul = (float *)(smem + NS * STAGE);
+    const int tid = threadIdx.x, lane = tid & 31, g = lane >> 2, q = lane & 3;
+    const int wg = tid >> 7, wi = (tid >> 5) & 3;
+    const int n0 = blockIdx.x * BN, m0 = blockIdx.y * BM;
+    const int M = a.M, K = a.K, KG = K / BK;
+    const size_t rbytes = (size_t)K / 2;
+    if (tid < BN) s_mul[tid] = n0 + tid < a.n ? a.mul[n0 + tid] : 0.f;
+
+    auto load = [&](int kt, int sl) {
+        uint8_t *st = smem + sl * STAGE;
+        { /* codes: one 16-byte half per thread */
+            const int r = tid >> 1, part = tid & 1;
+            const bool ok = m0 + r < M;
+            cp_async16(st + r * 32 + ((part ^ ((r >> 2) & 1)) << 4),
+                       ok ? a.w + (size_t)(m0 + r) * rbytes + (size_t)kt * 32 + part * 16 : a.w,
+                       ok);
+        }
+        if (tid < BM) {
+            const bool ok = m0 + tid < M;
+            cp_async4(st + OFF_SB + tid * 4, ok ? a.sb + (size_t)(m0 + tid) * KG + kt : a.sb, ok);
+        }
+        /* planes: 32 contiguous bytes (k chunks 2c, 2c + 1) of one token per thread and pass */
+#pragma unroll
+        for (int j = 0; j < 2; j++) {
+            const int i = tid + kThreads * j, t = i & (BN - 1), cp = i >> 7;
+            const bool ok = n0 + t < a.n;
+            const size_t off = (size_t)(n0 + t) * K + (size_t)kt * BK + cp * 16;
+#pragma unroll
+            for (int pl = 0; pl < 2; pl++) {
+                const uint16_t *src = pl ? a.lo : a.hi;
+                uint8_t *d = st + (pl ? OFF_LO : OFF_HI) + (2 * cp) * KCH + t * 16;
+                cp_async16(d, ok ? src + off : src, ok);
+                cp_async16(d + KCH, ok ? src + off + 8 : src, ok);
+            }
+        }
+    };
+
+    float acc[64];
+#pragma unroll
+    for (int i = 0; i < 64; i++) acc[i] = 0.f;
+
+#pragma unroll
+    for (int s = 0; s < NS - 1; s++) {
+        if (s < KG) load(s, s);
+        cp_commit();
+    }
+    const int rl0 = wg * 64 + wi * 16 + g; /* the lane's rows rl0 and rl0 + 8 in the block */
+    for (int kt = 0; kt < KG; kt++) {
+        cp_wait<NS - 2>();
+        __syncthreads(); /* stage kt landed for all; every wgmma of step kt - 1 has completed */
+        if (kt + NS - 1 < KG) load(kt + NS - 1, (kt + NS - 1) % NS);
+        cp_commit();
+        proxy_fence();
+        const uint8_t *st = smem + (kt % NS) * STAGE;
+        const uint32_t *sSB = (const uint32_t *)(st + OFF_SB);
+        uint32_t sc[2], bi[2], af[4][4];
+        sb_f16(sSB[rl0], &sc[0], &bi[0]);
+        sb_f16(sSB[rl0 + 8], &sc[1], &bi[1]);
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            uint32_t v[2];
+#pragma unroll
+            for (int hr = 0; hr < 2; hr++) {
+                const int r = rl0 + 8 * hr;
+                v[hr] = ((const uint32_t *)(st + r * 32))[((h ^ ((r >> 2) & 1)) << 2) + q];
+            }
+#pragma unroll
+            for (int m = 0; m < 2; m++) {
+                af[2 * h + m][0] = dq4h(v[0], 2 * m, sc[0], bi[0]);
+                af[2 * h + m][1] = dq4h(v[1], 2 * m, sc[1], bi[1]);
+                af[2 * h + m][2] = dq4h(v[0], 2 * m + 1, sc[0], bi[0]);
+                af[2 * h + m][3] = dq4h(v[1], 2 * m + 1, sc[1], bi[1]);
+            }
+        }
+        wg_fence();
+#pragma unroll
+        for (int s = 0; s < 4; s++) {
+            wgmma_128(acc, af[s], desc(st + OFF_HI + 2 * s * KCH, KCH, 128));
+            wgmma_128(acc, af[s], desc(st + OFF_LO + 2 * s * KCH, KCH, 128));
+        }
+        wg_commit();
+        wg_wait0();
+    }
+    cp_wait<0>();
+    /* D: register 4j + e is row rl0 + 8 (e / 2), token 8j + 2q + (e % 2) */
+#pragma unroll
+    for (int j = 0; j < 16; j++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            const int o = m0 + rl0 + 8 * (e >> 1), t = 8 * j + 2 * q + (e & 1);
+            if (o < M && n0 + t < a.n) {
+                float *y = a.Y + (size_t)(n0 + t) * a.ldy + o;
+                const float v = acc[4 * j + e] * s_mul[t];
+                *y = a.accumulate ? *y + v : v;
+            }
+        }
+}
+
+uint16_t *g_planes = nullptr;
+size_t g_cap = 0; /* elements per plane */
+
+} // namespace
+
+extern "C" int lily_cuda_gemm_wg(const lily_dmat *W, const float *X, int ldx, int n, float *Y,
+                                 int ldy, int accumulate, lily_cuda_stream st, lily_err *e) {
+    if (W->n_mats != 1 || W->dt != LILY_CW_Q4)
+        return lily_fail(e, "gemm_wg: one Q4 matrix (type %d, %d matrices)", W->dt, W->n_mats);
+    if (W->cols % BK) return lily_fail(e, "gemm_wg: %d columns (a multiple of 64)", W->cols);
+    if (n < 1 || W->rows < 1) return 0;
+    const int K = W->cols;
+    const uint32_t *words;
+    const float *mul;
+    if (lily_cuda_xsplit(X, ldx, n, K, &words, &mul, st, e)) return -1;
+    const size_t total = (size_t)n * K;
+    if (total > g_cap) {
+        LILY_CU_TRY(cudaStreamSynchronize((cudaStream_t)st), e);
+        cudaFree(g_planes);
+        g_planes = nullptr, g_cap = 0;
+        const size_t c = total + total / 4 + 1024;
+        LILY_CU_TRY(cudaMalloc(&g_planes, c * 2 * 2), e);
+        g_cap = c;
+    }
+    uint16_t *hi = g_planes, *lo = g_planes + g_cap;
+    planes_kernel<<<(unsigned)((total + 255) / 256), 256, 0, (cudaStream_t)st>>>(words, total, K,
+                                                                                 hi, lo);
+    LILY_CU_LAUNCHED(e);
+    static bool attr = false; /* benign race: the call is idempotent */
+    if (!attr) {
+        LILY_CU_TRY(cudaFuncSetAttribute(wg_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         SMEM), e);
+        attr = true;
+    }
+    wg_args a;
+    a.w = W->w, a.sb = W->sb, a.M = W->rows, a.K = K, a.n = n;
+    a.hi = hi, a.lo = lo, a.mul = mul, a.Y = Y, a.ldy = ldy, a.accumulate = accumulate;
+    const dim3 grid((unsigned)((n + BN - 1) / BN), (unsigned)((W->rows + BM - 1) / BM));
+    if (grid.y > 65535) return lily_fail(e, "gemm_wg: %u row blocks", grid.y);
+    wg_kernel<<<grid, kThreads, SMEM, (cudaStream_t)st>>>(a);
+    LILY_CU_LAUNCHED(e);
+    return 0;
+}

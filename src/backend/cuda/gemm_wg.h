@@ -1,0 +1,33 @@
+/* Exact dense Q4 prefill GEMM on Hopper's warpgroup MMA (wgmma), for the large grids where the
+ * mma.sync kernels (gemm.cu, gemm_q4.cu) run latency-bound: ncu had the exact 256 x 64 tiles at
+ * 46 % tensor pipe and 43 % issue slots, two fp16 mma.sync per product plus the weight
+ * dequantization on every warp.
+ *
+ * Block: two warpgroups, 128 weight rows x 128 tokens, one 64-column quantization group per
+ * k-step. Each warpgroup dequantizes its 64 rows' codes (staged by cp.async) straight into wgmma
+ * A registers (the fp16 weights scale * q + bias, rounded once, as gemm_q4.cu's exact path), and
+ * issues m64n128k16 wgmma against the activations' fp16 hi and lo planes (gemm_split.h: x 2^-e =
+ * hi + lo), which sit in shared memory in the canonical no-swizzle K-major layout: 8 x 16-byte
+ * core matrices, token groups 128 bytes apart, k chunks 2 KB apart. The k order inside each
+ * 16-wide slice is the register permutation of gemm_q4.cu (a Q4 word gives the pair of columns
+ * 8w + j, 8w + j + 4 with one shift and one mask); the planes are written in that order by a
+ * small kernel from the split words, so A and B agree. fp32 accumulation, each output times the
+ * token's row multiplier. Q4 weights, K a multiple of 64; exact mode only. */
+#ifndef LILY_BACKEND_CUDA_GEMM_WG_H
+#define LILY_BACKEND_CUDA_GEMM_WG_H
+
+#include "backend/cuda/cuda_mem.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* As lily_cuda_gemm (gemm.h) for a single Q4 matrix, every product exact (hi and lo planes). */
+int lily_cuda_gemm_wg(const lily_dmat *W, const float *X, int ldx, int n, float *Y, int ldy,
+                      int accumulate, lily_cuda_stream st, lily_err *e);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
