@@ -9,7 +9,11 @@
 
 namespace {
 
-constexpr int BM = 128, BN = 128, BK = 64, NS = 4, kThreads = 256;
+/* Block tile 256 rows x 128 tokens: each warpgroup owns 128 rows as two m64 tiles (two 64-register
+ * accumulators), so a k-step stages 8 KB of codes and 32 KB of activation planes for 2 x 2 x 4
+ * wgmma of 64 x 128 x 16 per warpgroup (~2048 tensor cycles per SM): ~20 bytes per cycle from L2
+ * per SM. 128-row blocks would need twice that for the same math. */
+constexpr int BM = 256, BN = 128, BK = 64, NS = 4, kThreads = 256;
 /* stage: codes [BM][32 B] (16-byte halves swapped when bit 2 of the row is set), scale words
  * [BM], then the hi and lo planes of BN tokens x 64 k in core-matrix order */
 constexpr int OFF_SB = BM * 32, OFF_HI = OFF_SB + BM * 4, PLANE = BN * BK * 2;
@@ -103,14 +107,15 @@ __global__ void __launch_bounds__(kThreads, 1) wg_kernel(const wg_args a) {
 
     auto load = [&](int kt, int sl) {
         uint8_t *st = smem + sl * STAGE;
-        { /* codes: one 16-byte half per thread */
-            const int r = tid >> 1, part = tid & 1;
+#pragma unroll
+        for (int j = 0; j < 2; j++) { /* codes: two 16-byte halves per thread */
+            const int c = tid + kThreads * j, r = c >> 1, part = c & 1;
             const bool ok = m0 + r < M;
             cp_async16(st + r * 32 + ((part ^ ((r >> 2) & 1)) << 4),
                        ok ? a.w + (size_t)(m0 + r) * rbytes + (size_t)kt * 32 + part * 16 : a.w,
                        ok);
         }
-        if (tid < BM) {
+        { /* scale words: one row per thread */
             const bool ok = m0 + tid < M;
             cp_async4(st + OFF_SB + tid * 4, ok ? a.sb + (size_t)(m0 + tid) * KG + kt : a.sb, ok);
         }
@@ -130,16 +135,17 @@ __global__ void __launch_bounds__(kThreads, 1) wg_kernel(const wg_args a) {
         }
     };
 
-    float acc[64];
+    float acc[2][64];
 #pragma unroll
-    for (int i = 0; i < 64; i++) acc[i] = 0.f;
+    for (int i = 0; i < 64; i++) acc[0][i] = acc[1][i] = 0.f;
 
 #pragma unroll
     for (int s = 0; s < NS - 1; s++) {
         if (s < KG) load(s, s);
         cp_commit();
     }
-    const int rl0 = wg * 64 + wi * 16 + g; /* the lane's rows rl0 and rl0 + 8 in the block */
+    /* the lane's rows in the block: tile u (0, 1) of its warpgroup, rows ru and ru + 8 */
+    const int rb = wg * 128 + wi * 16 + g;
     for (int kt = 0; kt < KG; kt++) {
         cp_wait<NS - 2>();
         __syncthreads(); /* stage kt landed for all; every wgmma of step kt - 1 has completed */
@@ -148,47 +154,59 @@ __global__ void __launch_bounds__(kThreads, 1) wg_kernel(const wg_args a) {
         proxy_fence();
         const uint8_t *st = smem + (kt % NS) * STAGE;
         const uint32_t *sSB = (const uint32_t *)(st + OFF_SB);
-        uint32_t sc[2], bi[2], af[4][4];
-        sb_f16(sSB[rl0], &sc[0], &bi[0]);
-        sb_f16(sSB[rl0 + 8], &sc[1], &bi[1]);
+        uint32_t af[2][4][4]; /* [tile][slice][register]: read by the wgmma until the wait */
 #pragma unroll
-        for (int h = 0; h < 2; h++) {
-            uint32_t v[2];
+        for (int u = 0; u < 2; u++) {
+            const int r0 = rb + 64 * u;
+            uint32_t sc[2], bi[2];
+            sb_f16(sSB[r0], &sc[0], &bi[0]);
+            sb_f16(sSB[r0 + 8], &sc[1], &bi[1]);
 #pragma unroll
-            for (int hr = 0; hr < 2; hr++) {
-                const int r = rl0 + 8 * hr;
-                v[hr] = ((const uint32_t *)(st + r * 32))[((h ^ ((r >> 2) & 1)) << 2) + q];
-            }
+            for (int h = 0; h < 2; h++) {
+                uint32_t v[2];
 #pragma unroll
-            for (int m = 0; m < 2; m++) {
-                af[2 * h + m][0] = dq4h(v[0], 2 * m, sc[0], bi[0]);
-                af[2 * h + m][1] = dq4h(v[1], 2 * m, sc[1], bi[1]);
-                af[2 * h + m][2] = dq4h(v[0], 2 * m + 1, sc[0], bi[0]);
-                af[2 * h + m][3] = dq4h(v[1], 2 * m + 1, sc[1], bi[1]);
+                for (int hr = 0; hr < 2; hr++) {
+                    const int r = r0 + 8 * hr;
+                    v[hr] = ((const uint32_t *)(st + r * 32))[((h ^ ((r >> 2) & 1)) << 2) + q];
+                }
+#pragma unroll
+                for (int m = 0; m < 2; m++) {
+                    af[u][2 * h + m][0] = dq4h(v[0], 2 * m, sc[0], bi[0]);
+                    af[u][2 * h + m][1] = dq4h(v[1], 2 * m, sc[1], bi[1]);
+                    af[u][2 * h + m][2] = dq4h(v[0], 2 * m + 1, sc[0], bi[0]);
+                    af[u][2 * h + m][3] = dq4h(v[1], 2 * m + 1, sc[1], bi[1]);
+                }
             }
         }
         wg_fence();
 #pragma unroll
-        for (int s = 0; s < 4; s++) {
-            wgmma_128(acc, af[s], desc(st + OFF_HI + 2 * s * KCH, KCH, 128));
-            wgmma_128(acc, af[s], desc(st + OFF_LO + 2 * s * KCH, KCH, 128));
+        for (int sl = 0; sl < 4; sl++) {
+            const uint64_t dh = desc(st + OFF_HI + 2 * sl * KCH, KCH, 128);
+            const uint64_t dl = desc(st + OFF_LO + 2 * sl * KCH, KCH, 128);
+#pragma unroll
+            for (int u = 0; u < 2; u++) {
+                wgmma_128(acc[u], af[u][sl], dh);
+                wgmma_128(acc[u], af[u][sl], dl);
+            }
         }
         wg_commit();
         wg_wait0();
     }
     cp_wait<0>();
-    /* D: register 4j + e is row rl0 + 8 (e / 2), token 8j + 2q + (e % 2) */
+    /* D of tile u: register 4j + e is row rb + 64u + 8 (e / 2), token 8j + 2q + (e % 2) */
 #pragma unroll
-    for (int j = 0; j < 16; j++)
+    for (int u = 0; u < 2; u++)
 #pragma unroll
-        for (int e = 0; e < 4; e++) {
-            const int o = m0 + rl0 + 8 * (e >> 1), t = 8 * j + 2 * q + (e & 1);
-            if (o < M && n0 + t < a.n) {
-                float *y = a.Y + (size_t)(n0 + t) * a.ldy + o;
-                const float v = acc[4 * j + e] * s_mul[t];
-                *y = a.accumulate ? *y + v : v;
+        for (int j = 0; j < 16; j++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const int o = m0 + rb + 64 * u + 8 * (e >> 1), t = 8 * j + 2 * q + (e & 1);
+                if (o < M && n0 + t < a.n) {
+                    float *y = a.Y + (size_t)(n0 + t) * a.ldy + o;
+                    const float v = acc[u][4 * j + e] * s_mul[t];
+                    *y = a.accumulate ? *y + v : v;
+                }
             }
-        }
 }
 
 uint16_t *g_planes = nullptr;

@@ -3,8 +3,8 @@
  * 46 % tensor pipe and 43 % issue slots, two fp16 mma.sync per product plus the weight
  * dequantization on every warp.
  *
- * Block: two warpgroups, 128 weight rows x 128 tokens, one 64-column quantization group per
- * k-step. Each warpgroup dequantizes its 64 rows' codes (staged by cp.async) straight into wgmma
+ * Block: two warpgroups, 256 weight rows (two m64 tiles each) x 128 tokens, one 64-column group
+ * per k-step. Each warpgroup dequantizes its 128 rows' codes (staged by cp.async) into wgmma
  * A registers (the fp16 weights scale * q + bias, rounded once, as gemm_q4.cu's exact path), and
  * issues m64n128k16 wgmma against the activations' fp16 hi and lo planes (gemm_split.h: x 2^-e =
  * hi + lo), which sit in shared memory in the canonical no-swizzle K-major layout: 8 x 16-byte
