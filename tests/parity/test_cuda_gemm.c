@@ -478,6 +478,19 @@ static void wg_shapes(void) {
         lily_cuda_gemm_select(LILY_GEMM_AUTO);
         g_tag[0] = 0;
     }
+    /* grouped, 64-row tiles: experts of 0 rows, of 1, of more than one tile; with and without
+     * a gather; the gated form is not the wgmma kernel's (gemm.cu runs it) */
+    lily_cuda_gemm_select(LILY_GEMM_WG);
+    g_gbn = 64;
+    snprintf(g_tag, sizeof g_tag, " [wg]");
+    const int c1[5] = {0, 37, 1, 130, 0}, c2[3] = {0, 77, 0}, c3[4] = {65, 0, 5, 64};
+    grouped_case(LILY_DT_Q4, 200, 512, 5, c1, 60, 1, 0);
+    grouped_case(LILY_DT_Q4, 300, 576, 5, c1, 0, 0, 0);
+    grouped_case(LILY_DT_Q4, 130, 128, 4, c3, 50, 1, 0);
+    if (!g_san) grouped_case(LILY_DT_Q4, 2048, 512, 3, c2, 77, 0, 0);
+    g_gbn = LILY_GEMM_GROUP_BN;
+    lily_cuda_gemm_select(LILY_GEMM_AUTO);
+    g_tag[0] = 0;
 }
 
 static void all_cases(void) {

@@ -608,6 +608,10 @@ extern "C" int lily_cuda_gemm_grouped(const lily_dmat *W, const float *X, int ld
                                              ldy, st, e);
     if (tile_rows != LILY_GEMM_GROUP_BN && tile_rows != 64)
         return lily_fail(e, "gemm_grouped: tiles of %d rows (16, 32 or 64)", tile_rows);
+    if (selected() == LILY_GEMM_WG && W->dt == LILY_CW_Q4 && tile_rows == 64 &&
+        lily_cuda_gemm_exact())
+        return lily_cuda_gemm_wg_grouped(W, X, ldx, nx, gather, tiles, d_ntiles, max_tiles, Y,
+                                         ldy, st, e);
     if (use_q4(W->dt, W->rows, W->cols, 0, true) && tile_rows == LILY_GEMM_GROUP_BN)
         return lily_cuda_gemm_q4_grouped(W, X, ldx, nx, gather, tiles, d_ntiles, max_tiles, Y,
                                          ldy, st, e);

@@ -55,8 +55,8 @@ int lily_cuda_gemm_grouped(const lily_dmat *W, const float *X, int ldx, int nx,
  * faster on the H200 (NOTES-cuda-gemm.md); this file's 256-row kernel otherwise and for the
  * grouped GEMM (its split-K writes partial sums that a second kernel adds in k order: the same
  * sums on every run, gemm_q4.cu). PREVIOUS: always this file's kernel; Q4: always
- * gemm_q4.h. WG: as AUTO, but the exact dense Q4 GEMMs that AUTO gives this file's kernel run on
- * gemm_wg.h (wgmma). LILY_GEMM_KERNEL=auto|previous|q4|wg in the environment sets the first choice; this call
+ * gemm_q4.h. WG: as AUTO, but the exact Q4 GEMMs that AUTO gives this file's kernel (dense, and grouped
+ * with 64-row tiles) run on gemm_wg.h (wgmma). LILY_GEMM_KERNEL=auto|previous|q4|wg in the environment sets the first choice; this call
  * overrides it (measurements, tests). Not thread-safe. */
 enum { LILY_GEMM_AUTO = 0, LILY_GEMM_PREVIOUS = 1, LILY_GEMM_Q4 = 2, LILY_GEMM_WG = 3 };
 void lily_cuda_gemm_select(int which);

@@ -13,14 +13,17 @@ namespace {
  * accumulators), so a k-step stages 8 KB of codes and 32 KB of activation planes for 2 x 2 x 4
  * wgmma of 64 x 128 x 16 per warpgroup (~2048 tensor cycles per SM): ~20 bytes per cycle from L2
  * per SM. 128-row blocks would need twice that for the same math. */
-constexpr int BM = 256, BN = 128, BK = 64, NS = 4, kThreads = 256;
-/* stage: codes [BM][32 B] (16-byte halves swapped when bit 2 of the row is set), scale words
- * [BM], then the hi and lo planes of BN tokens x 64 k in core-matrix order */
-constexpr int OFF_SB = BM * 32, OFF_HI = OFF_SB + BM * 4, PLANE = BN * BK * 2;
-constexpr int OFF_LO = OFF_HI + PLANE, STAGE = OFF_LO + PLANE;
-constexpr int SMEM = NS * STAGE + BN * 4; /* + the tokens' multipliers */
-static_assert(OFF_HI % 128 == 0 && STAGE % 128 == 0, "core matrices 128-byte aligned");
-constexpr int KCH = BN * 16; /* bytes between k chunks of a plane (SBO: 8 tokens = 128 bytes) */
+constexpr int BM = 256, BK = 64, NS = 4, kThreads = 256;
+/* stage for NT tokens: codes [BM][32 B] (16-byte halves swapped when bit 2 of the row is set),
+ * scale words [BM], then the hi and lo planes of NT tokens x 64 k in core-matrix order: token
+ * groups of 8 at 128 bytes (SBO), k chunks of 8 at NT x 16 bytes (LBO) */
+template <int NT> struct wshape {
+    static constexpr int OFF_SB = BM * 32, OFF_HI = OFF_SB + BM * 4, PLANE = NT * BK * 2;
+    static constexpr int OFF_LO = OFF_HI + PLANE, STAGE = OFF_LO + PLANE;
+    static constexpr int SMEM = NS * STAGE + NT * 8; /* + the tokens' multipliers and X rows */
+    static constexpr int KCH = NT * 16;
+    static_assert(OFF_HI % 128 == 0 && STAGE % 128 == 0, "core matrices 128-byte aligned");
+};
 
 /* Shared-memory matrix descriptor, no swizzle: start, leading (k) and stride (token) offsets. */
 __device__ __forceinline__ uint64_t desc(const void *p, uint32_t lbo, uint32_t sbo) {
@@ -49,6 +52,22 @@ __device__ __forceinline__ void wgmma_128(float *d, const uint32_t *a, uint64_t 
           "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]),
           "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]),
           "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b));
+}
+
+/* D (64 x 64, 32 registers) += A (registers) x B (16 x 64, descriptor). */
+__device__ __forceinline__ void wgmma_64(float *d, const uint32_t *a, uint64_t b) {
+    asm volatile(
+        "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, "
+        "%19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
+        "{%32, %33, %34, %35}, %36, 1, 1, 1, 0;"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
+          "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]),
+          "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]),
+          "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]),
+          "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]),
+          "+f"(d[31])
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b));
 }
 
@@ -88,22 +107,46 @@ __global__ void planes_kernel(const uint32_t *__restrict__ words, size_t total, 
 struct wg_args {
     const uint8_t *w;
     const uint32_t *sb;
+    size_t w_stride, sb_stride; /* grouped: between experts */
     int M, K, n;
+    const int32_t *gather, *tiles, *d_ntiles; /* grouped: tiles (expert, first row, rows) */
     const uint16_t *hi, *lo; /* planes [n][K] */
     const float *mul;
     float *Y;
     int ldy, accumulate;
 };
 
+/* Dense: grid (token blocks, row blocks). Grouped (a.tiles): grid (row blocks, tiles), tile y is
+ * tiles[y] when y < *d_ntiles, its X rows through a.gather, its Y rows in tile order. */
+template <int NT>
 __global__ void __launch_bounds__(kThreads, 1) wg_kernel(const wg_args a) {
+    using S = wshape<NT>;
+    constexpr int STAGE = S::STAGE, KCH = S::KCH, NJ = 4 * NT / kThreads; /* plane passes */
     extern __shared__ __align__(128) uint8_t smem[];
     float *s_mul = (float *)(smem + NS * STAGE);
+    int *s_xrow = (int *)(s_mul + NT); /* X row of token t, -1: none */
     const int tid = threadIdx.x, lane = tid & 31, g = lane >> 2, q = lane & 3;
     const int wg = tid >> 7, wi = (tid >> 5) & 3;
-    const int n0 = blockIdx.x * BN, m0 = blockIdx.y * BM;
+    const uint8_t *W = a.w;
+    const uint32_t *SB = a.sb;
+    int row0, rows, m0;
+    if (a.tiles) {
+        if ((int)blockIdx.y >= *a.d_ntiles) return;
+        const int32_t *tl = a.tiles + 3 * blockIdx.y;
+        W += (size_t)tl[0] * a.w_stride;
+        SB += (size_t)tl[0] * a.sb_stride;
+        row0 = tl[1], rows = min(tl[2], NT), m0 = blockIdx.x * BM;
+    } else {
+        row0 = blockIdx.x * NT, rows = min(NT, a.n - row0), m0 = blockIdx.y * BM;
+    }
     const int M = a.M, K = a.K, KG = K / BK;
     const size_t rbytes = (size_t)K / 2;
-    if (tid < BN) s_mul[tid] = n0 + tid < a.n ? a.mul[n0 + tid] : 0.f;
+    if (tid < NT) {
+        const int xr = tid < rows ? (a.gather ? a.gather[row0 + tid] : row0 + tid) : -1;
+        s_xrow[tid] = xr;
+        s_mul[tid] = xr >= 0 ? a.mul[xr] : 0.f;
+    }
+    __syncthreads();
 
     auto load = [&](int kt, int sl) {
         uint8_t *st = smem + sl * STAGE;
@@ -112,32 +155,33 @@ __global__ void __launch_bounds__(kThreads, 1) wg_kernel(const wg_args a) {
             const int c = tid + kThreads * j, r = c >> 1, part = c & 1;
             const bool ok = m0 + r < M;
             cp_async16(st + r * 32 + ((part ^ ((r >> 2) & 1)) << 4),
-                       ok ? a.w + (size_t)(m0 + r) * rbytes + (size_t)kt * 32 + part * 16 : a.w,
-                       ok);
+                       ok ? W + (size_t)(m0 + r) * rbytes + (size_t)kt * 32 + part * 16 : W, ok);
         }
         { /* scale words: one row per thread */
             const bool ok = m0 + tid < M;
-            cp_async4(st + OFF_SB + tid * 4, ok ? a.sb + (size_t)(m0 + tid) * KG + kt : a.sb, ok);
+            cp_async4(st + S::OFF_SB + tid * 4, ok ? SB + (size_t)(m0 + tid) * KG + kt : SB, ok);
         }
         /* planes: 32 contiguous bytes (k chunks 2c, 2c + 1) of one token per thread and pass */
 #pragma unroll
-        for (int j = 0; j < 2; j++) {
-            const int i = tid + kThreads * j, t = i & (BN - 1), cp = i >> 7;
-            const bool ok = n0 + t < a.n;
-            const size_t off = (size_t)(n0 + t) * K + (size_t)kt * BK + cp * 16;
+        for (int j = 0; j < NJ; j++) {
+            const int i = tid + kThreads * j, t = i & (NT - 1), cp = i / NT;
+            const int xr = s_xrow[t];
+            const bool ok = xr >= 0;
+            const size_t off = (size_t)(ok ? xr : 0) * K + (size_t)kt * BK + cp * 16;
 #pragma unroll
             for (int pl = 0; pl < 2; pl++) {
                 const uint16_t *src = pl ? a.lo : a.hi;
-                uint8_t *d = st + (pl ? OFF_LO : OFF_HI) + (2 * cp) * KCH + t * 16;
+                uint8_t *d = st + (pl ? S::OFF_LO : S::OFF_HI) + (2 * cp) * KCH + t * 16;
                 cp_async16(d, ok ? src + off : src, ok);
                 cp_async16(d + KCH, ok ? src + off + 8 : src, ok);
             }
         }
     };
 
-    float acc[2][64];
+    constexpr int NA = NT / 2; /* accumulator registers per m64 tile */
+    float acc[2][NA];
 #pragma unroll
-    for (int i = 0; i < 64; i++) acc[0][i] = acc[1][i] = 0.f;
+    for (int i = 0; i < NA; i++) acc[0][i] = acc[1][i] = 0.f;
 
 #pragma unroll
     for (int s = 0; s < NS - 1; s++) {
@@ -153,7 +197,7 @@ __global__ void __launch_bounds__(kThreads, 1) wg_kernel(const wg_args a) {
         cp_commit();
         proxy_fence();
         const uint8_t *st = smem + (kt % NS) * STAGE;
-        const uint32_t *sSB = (const uint32_t *)(st + OFF_SB);
+        const uint32_t *sSB = (const uint32_t *)(st + S::OFF_SB);
         uint32_t af[2][4][4]; /* [tile][slice][register]: read by the wgmma until the wait */
 #pragma unroll
         for (int u = 0; u < 2; u++) {
@@ -181,12 +225,17 @@ __global__ void __launch_bounds__(kThreads, 1) wg_kernel(const wg_args a) {
         wg_fence();
 #pragma unroll
         for (int sl = 0; sl < 4; sl++) {
-            const uint64_t dh = desc(st + OFF_HI + 2 * sl * KCH, KCH, 128);
-            const uint64_t dl = desc(st + OFF_LO + 2 * sl * KCH, KCH, 128);
+            const uint64_t dh = desc(st + S::OFF_HI + 2 * sl * KCH, KCH, 128);
+            const uint64_t dl = desc(st + S::OFF_LO + 2 * sl * KCH, KCH, 128);
 #pragma unroll
             for (int u = 0; u < 2; u++) {
-                wgmma_128(acc[u], af[u][sl], dh);
-                wgmma_128(acc[u], af[u][sl], dl);
+                if constexpr (NT == 128) {
+                    wgmma_128(acc[u], af[u][sl], dh);
+                    wgmma_128(acc[u], af[u][sl], dl);
+                } else {
+                    wgmma_64(acc[u], af[u][sl], dh);
+                    wgmma_64(acc[u], af[u][sl], dl);
+                }
             }
         }
         wg_commit();
@@ -197,12 +246,12 @@ __global__ void __launch_bounds__(kThreads, 1) wg_kernel(const wg_args a) {
 #pragma unroll
     for (int u = 0; u < 2; u++)
 #pragma unroll
-        for (int j = 0; j < 16; j++)
+        for (int j = 0; j < NT / 8; j++)
 #pragma unroll
             for (int e = 0; e < 4; e++) {
                 const int o = m0 + rb + 64 * u + 8 * (e >> 1), t = 8 * j + 2 * q + (e & 1);
-                if (o < M && n0 + t < a.n) {
-                    float *y = a.Y + (size_t)(n0 + t) * a.ldy + o;
+                if (o < M && t < rows) {
+                    float *y = a.Y + (size_t)(row0 + t) * a.ldy + o;
                     const float v = acc[u][4 * j + e] * s_mul[t];
                     *y = a.accumulate ? *y + v : v;
                 }
@@ -212,19 +261,12 @@ __global__ void __launch_bounds__(kThreads, 1) wg_kernel(const wg_args a) {
 uint16_t *g_planes = nullptr;
 size_t g_cap = 0; /* elements per plane */
 
-} // namespace
-
-extern "C" int lily_cuda_gemm_wg(const lily_dmat *W, const float *X, int ldx, int n, float *Y,
-                                 int ldy, int accumulate, lily_cuda_stream st, lily_err *e) {
-    if (W->n_mats != 1 || W->dt != LILY_CW_Q4)
-        return lily_fail(e, "gemm_wg: one Q4 matrix (type %d, %d matrices)", W->dt, W->n_mats);
-    if (W->cols % BK) return lily_fail(e, "gemm_wg: %d columns (a multiple of 64)", W->cols);
-    if (n < 1 || W->rows < 1) return 0;
-    const int K = W->cols;
+/* The split words of X's nx rows as hi / lo planes (module buffer, grown outside any capture). */
+int make_planes(const float *X, int ldx, int nx, int K, const uint16_t **hi, const uint16_t **lo,
+                const float **mul, lily_cuda_stream st, lily_err *e) {
     const uint32_t *words;
-    const float *mul;
-    if (lily_cuda_xsplit(X, ldx, n, K, &words, &mul, st, e)) return -1;
-    const size_t total = (size_t)n * K;
+    if (lily_cuda_xsplit(X, ldx, nx, K, &words, mul, st, e)) return -1;
+    const size_t total = (size_t)nx * K;
     if (total > g_cap) {
         LILY_CU_TRY(cudaStreamSynchronize((cudaStream_t)st), e);
         cudaFree(g_planes);
@@ -233,22 +275,61 @@ extern "C" int lily_cuda_gemm_wg(const lily_dmat *W, const float *X, int ldx, in
         LILY_CU_TRY(cudaMalloc(&g_planes, c * 2 * 2), e);
         g_cap = c;
     }
-    uint16_t *hi = g_planes, *lo = g_planes + g_cap;
-    planes_kernel<<<(unsigned)((total + 255) / 256), 256, 0, (cudaStream_t)st>>>(words, total, K,
-                                                                                 hi, lo);
+    planes_kernel<<<(unsigned)((total + 255) / 256), 256, 0, (cudaStream_t)st>>>(
+        words, total, K, g_planes, g_planes + g_cap);
     LILY_CU_LAUNCHED(e);
+    *hi = g_planes, *lo = g_planes + g_cap;
+    return 0;
+}
+
+template <int NT> int launch(const wg_args &a, dim3 grid, lily_cuda_stream st, lily_err *e) {
     static bool attr = false; /* benign race: the call is idempotent */
     if (!attr) {
-        LILY_CU_TRY(cudaFuncSetAttribute(wg_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                         SMEM), e);
+        LILY_CU_TRY(cudaFuncSetAttribute(wg_kernel<NT>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         wshape<NT>::SMEM), e);
         attr = true;
     }
-    wg_args a;
-    a.w = W->w, a.sb = W->sb, a.M = W->rows, a.K = K, a.n = n;
-    a.hi = hi, a.lo = lo, a.mul = mul, a.Y = Y, a.ldy = ldy, a.accumulate = accumulate;
-    const dim3 grid((unsigned)((n + BN - 1) / BN), (unsigned)((W->rows + BM - 1) / BM));
-    if (grid.y > 65535) return lily_fail(e, "gemm_wg: %u row blocks", grid.y);
-    wg_kernel<<<grid, kThreads, SMEM, (cudaStream_t)st>>>(a);
+    if (grid.y > 65535) return lily_fail(e, "gemm_wg: grid of %u x %u blocks", grid.x, grid.y);
+    wg_kernel<NT><<<grid, kThreads, wshape<NT>::SMEM, (cudaStream_t)st>>>(a);
     LILY_CU_LAUNCHED(e);
     return 0;
+}
+
+int check(const lily_dmat *W, lily_err *e) {
+    if (W->dt != LILY_CW_Q4) return lily_fail(e, "gemm_wg: Q4 weights only (type %d)", W->dt);
+    if (W->cols % BK || W->cols < BK)
+        return lily_fail(e, "gemm_wg: %d columns (a multiple of 64)", W->cols);
+    return 0;
+}
+
+} // namespace
+
+extern "C" int lily_cuda_gemm_wg(const lily_dmat *W, const float *X, int ldx, int n, float *Y,
+                                 int ldy, int accumulate, lily_cuda_stream st, lily_err *e) {
+    if (W->n_mats != 1) return lily_fail(e, "gemm_wg: a stack of %d matrices", W->n_mats);
+    if (check(W, e)) return -1;
+    if (n < 1 || W->rows < 1) return 0;
+    wg_args a;
+    a.w = W->w, a.sb = W->sb, a.w_stride = 0, a.sb_stride = 0;
+    a.M = W->rows, a.K = W->cols, a.n = n;
+    a.gather = a.tiles = a.d_ntiles = nullptr;
+    if (make_planes(X, ldx, n, W->cols, &a.hi, &a.lo, &a.mul, st, e)) return -1;
+    a.Y = Y, a.ldy = ldy, a.accumulate = accumulate;
+    return launch<128>(a, dim3((unsigned)((n + 127) / 128), (unsigned)((W->rows + BM - 1) / BM)),
+                       st, e);
+}
+
+extern "C" int lily_cuda_gemm_wg_grouped(const lily_dmat *W, const float *X, int ldx, int nx,
+                                         const int32_t *gather, const int32_t *tiles,
+                                         const int32_t *d_ntiles, int max_tiles, float *Y,
+                                         int ldy, lily_cuda_stream st, lily_err *e) {
+    if (check(W, e)) return -1;
+    if (max_tiles < 1 || W->rows < 1 || nx < 1) return 0;
+    wg_args a;
+    a.w = W->w, a.sb = W->sb, a.w_stride = W->w_stride, a.sb_stride = W->sb_stride;
+    a.M = W->rows, a.K = W->cols, a.n = nx;
+    a.gather = gather, a.tiles = tiles, a.d_ntiles = d_ntiles;
+    if (make_planes(X, ldx, nx, W->cols, &a.hi, &a.lo, &a.mul, st, e)) return -1;
+    a.Y = Y, a.ldy = ldy, a.accumulate = 0;
+    return launch<64>(a, dim3((unsigned)((W->rows + BM - 1) / BM), (unsigned)max_tiles), st, e);
 }
