@@ -78,6 +78,9 @@ __device__ __forceinline__ void wg_commit() {
 __device__ __forceinline__ void wg_wait0() {
     asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
 }
+/* Keeps the compiler from moving uses of an accumulator across the wgmma that is still writing
+ * it (no instruction is emitted). */
+__device__ __forceinline__ void fence_operand(float &x) { asm volatile("" : "+f"(x)::"memory"); }
 /* cp.async writes are generic-proxy writes; wgmma reads shared memory through the async proxy */
 __device__ __forceinline__ void proxy_fence() {
     asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
@@ -224,6 +227,8 @@ __global__ void __launch_bounds__(kThreads, 1) wg_kernel(const wg_args a) {
         }
         wg_fence();
 #pragma unroll
+        for (int i = 0; i < NA; i++) fence_operand(acc[0][i]), fence_operand(acc[1][i]);
+#pragma unroll
         for (int sl = 0; sl < 4; sl++) {
             const uint64_t dh = desc(st + S::OFF_HI + 2 * sl * KCH, KCH, 128);
             const uint64_t dl = desc(st + S::OFF_LO + 2 * sl * KCH, KCH, 128);
@@ -240,6 +245,8 @@ __global__ void __launch_bounds__(kThreads, 1) wg_kernel(const wg_args a) {
         }
         wg_commit();
         wg_wait0();
+#pragma unroll
+        for (int i = 0; i < NA; i++) fence_operand(acc[0][i]), fence_operand(acc[1][i]);
     }
     cp_wait<0>();
     /* D of tile u: register 4j + e is row rb + 64u + 8 (e / 2), token 8j + 2q + (e % 2) */
