@@ -573,8 +573,12 @@ int main(void) {
     setenv("LILY_CUDA_GEMM_EXACT", "1", 1);
     lily_cuda_tune_reload();
     g_tol = 5e-4;
-    printf("== wgmma GEMM (exact)\n");
-    wg_shapes();
+    for (int pipe = 0; pipe < 2; pipe++) {
+        printf("== wgmma GEMM (exact, %s)\n", pipe ? "pipelined" : "simple");
+        lily_cuda_gemm_wg_pipe(pipe);
+        wg_shapes();
+    }
+    lily_cuda_gemm_wg_pipe(-1);
     g_xscale_spread = 6.f;
     snprintf(g_tag, sizeof g_tag, " [rows 1e-6..1e6]");
     gemm_case(LILY_DT_Q4, 300, 1024, 133, 0);

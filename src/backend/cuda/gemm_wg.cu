@@ -2,6 +2,7 @@
 #include "backend/cuda/gemm_wg.h"
 
 #include <cuda_fp16.h>
+#include <stdlib.h>
 
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/gemm_common.cuh"
@@ -81,7 +82,8 @@ __device__ __forceinline__ void wg_wait0() {
 /* Keeps the compiler from moving uses of an accumulator across the wgmma that is still writing
  * it (no instruction is emitted). */
 __device__ __forceinline__ void fence_operand(float &x) { asm volatile("" : "+f"(x)::"memory"); }
-/* cp.async writes are generic-proxy writes; wgmma reads shared memory through the async proxy */
+/* cp.async writes are generic-proxy writes; wgmma reads shared memory through the async proxy:
+ * each thread fences its landed copies before the barrier after which the wgmma read them */
 __device__ __forceinline__ void proxy_fence() {
     asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
 }
@@ -121,7 +123,7 @@ struct wg_args {
 
 /* Dense: grid (token blocks, row blocks). Grouped (a.tiles): grid (row blocks, tiles), tile y is
  * tiles[y] when y < *d_ntiles, its X rows through a.gather, its Y rows in tile order. */
-template <int NT>
+template <int NT, bool PIPE>
 __global__ void __launch_bounds__(kThreads, 1) wg_kernel(const wg_args a) {
     using S = wshape<NT>;
     constexpr int STAGE = S::STAGE, KCH = S::KCH, NJ = 4 * NT / kThreads; /* plane passes */
@@ -186,22 +188,12 @@ __global__ void __launch_bounds__(kThreads, 1) wg_kernel(const wg_args a) {
 #pragma unroll
     for (int i = 0; i < NA; i++) acc[0][i] = acc[1][i] = 0.f;
 
-#pragma unroll
-    for (int s = 0; s < NS - 1; s++) {
-        if (s < KG) load(s, s);
-        cp_commit();
-    }
     /* the lane's rows in the block: tile u (0, 1) of its warpgroup, rows ru and ru + 8 */
     const int rb = wg * 128 + wi * 16 + g;
-    for (int kt = 0; kt < KG; kt++) {
-        cp_wait<NS - 2>();
-        __syncthreads(); /* stage kt landed for all; every wgmma of step kt - 1 has completed */
-        if (kt + NS - 1 < KG) load(kt + NS - 1, (kt + NS - 1) % NS);
-        cp_commit();
-        proxy_fence();
+    /* the A registers of k-step kt (slot kt % NS): [tile][slice][register] */
+    auto dequant = [&](int kt, uint32_t (&af)[2][4][4]) {
         const uint8_t *st = smem + (kt % NS) * STAGE;
         const uint32_t *sSB = (const uint32_t *)(st + S::OFF_SB);
-        uint32_t af[2][4][4]; /* [tile][slice][register]: read by the wgmma until the wait */
 #pragma unroll
         for (int u = 0; u < 2; u++) {
             const int r0 = rb + 64 * u;
@@ -225,6 +217,10 @@ __global__ void __launch_bounds__(kThreads, 1) wg_kernel(const wg_args a) {
                 }
             }
         }
+    };
+    /* k-step kt's 2 x 4 x 2 wgmma (tiles, slices, hi / lo planes) as one commit group */
+    auto issue = [&](int kt, const uint32_t (&af)[2][4][4]) {
+        const uint8_t *st = smem + (kt % NS) * STAGE;
         wg_fence();
 #pragma unroll
         for (int i = 0; i < NA; i++) fence_operand(acc[0][i]), fence_operand(acc[1][i]);
@@ -244,9 +240,60 @@ __global__ void __launch_bounds__(kThreads, 1) wg_kernel(const wg_args a) {
             }
         }
         wg_commit();
+    };
+    auto retire = [&]() {
         wg_wait0();
 #pragma unroll
         for (int i = 0; i < NA; i++) fence_operand(acc[0][i]), fence_operand(acc[1][i]);
+    };
+    if constexpr (!PIPE) {
+#pragma unroll
+        for (int s = 0; s < NS - 1; s++) {
+            if (s < KG) load(s, s);
+            cp_commit();
+        }
+        for (int kt = 0; kt < KG; kt++) {
+            cp_wait<NS - 2>();
+            proxy_fence(); /* this thread's copies, before the barrier that publishes them */
+            __syncthreads(); /* stage kt landed for all; every wgmma of step kt - 1 completed */
+            if (kt + NS - 1 < KG) load(kt + NS - 1, (kt + NS - 1) % NS);
+            cp_commit();
+            uint32_t af[2][4][4];
+            dequant(kt, af);
+            issue(kt, af);
+            retire();
+        }
+    } else {
+        /* the dequantization of step kt + 1 runs while step kt's wgmma do: two sets of A
+         * registers, two barriers a step (B: stage kt + 1 landed for all; E: every wgmma of step
+         * kt retired, so its slot takes stage kt + NS) */
+#pragma unroll
+        for (int s = 0; s < NS; s++) {
+            if (s < KG) load(s, s);
+            cp_commit();
+        }
+        uint32_t a0[2][4][4], a1[2][4][4];
+        cp_wait<NS - 1>();
+        proxy_fence();
+        __syncthreads();
+        dequant(0, a0);
+        auto step = [&](int kt, const uint32_t (&cur)[2][4][4], uint32_t (&nxt)[2][4][4]) {
+            issue(kt, cur);
+            if (kt + 1 < KG) {
+                cp_wait<NS - 2>();
+                proxy_fence();
+                __syncthreads(); /* B */
+                dequant(kt + 1, nxt);
+            }
+            retire();
+            __syncthreads(); /* E */
+            if (kt + NS < KG) load(kt + NS, kt % NS);
+            cp_commit();
+        };
+        for (int kt = 0; kt < KG; kt += 2) {
+            step(kt, a0, a1);
+            if (kt + 1 < KG) step(kt + 1, a1, a0);
+        }
     }
     cp_wait<0>();
     /* D of tile u: register 4j + e is row rb + 64u + 8 (e / 2), token 8j + 2q + (e % 2) */
@@ -289,17 +336,35 @@ int make_planes(const float *X, int ldx, int nx, int K, const uint16_t **hi, con
     return 0;
 }
 
-template <int NT> int launch(const wg_args &a, dim3 grid, lily_cuda_stream st, lily_err *e) {
+template <int NT, bool PIPE>
+int launch_p(const wg_args &a, dim3 grid, lily_cuda_stream st, lily_err *e) {
     static bool attr = false; /* benign race: the call is idempotent */
     if (!attr) {
-        LILY_CU_TRY(cudaFuncSetAttribute(wg_kernel<NT>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+        LILY_CU_TRY(cudaFuncSetAttribute(wg_kernel<NT, PIPE>,
+                                         cudaFuncAttributeMaxDynamicSharedMemorySize,
                                          wshape<NT>::SMEM), e);
         attr = true;
     }
     if (grid.y > 65535) return lily_fail(e, "gemm_wg: grid of %u x %u blocks", grid.x, grid.y);
-    wg_kernel<NT><<<grid, kThreads, wshape<NT>::SMEM, (cudaStream_t)st>>>(a);
+    wg_kernel<NT, PIPE><<<grid, kThreads, wshape<NT>::SMEM, (cudaStream_t)st>>>(a);
     LILY_CU_LAUNCHED(e);
     return 0;
+}
+
+/* LILY_GEMM_WG_PIPE=1: the pipelined loop (the next step's dequantization under this step's
+ * wgmma); read once */
+int g_pipe = -1;
+
+bool pipe_on() {
+    if (g_pipe < 0) {
+        const char *s = getenv("LILY_GEMM_WG_PIPE");
+        g_pipe = s && s[0] == '1';
+    }
+    return g_pipe == 1;
+}
+
+template <int NT> int launch(const wg_args &a, dim3 grid, lily_cuda_stream st, lily_err *e) {
+    return pipe_on() ? launch_p<NT, true>(a, grid, st, e) : launch_p<NT, false>(a, grid, st, e);
 }
 
 int check(const lily_dmat *W, lily_err *e) {
@@ -310,6 +375,8 @@ int check(const lily_dmat *W, lily_err *e) {
 }
 
 } // namespace
+
+extern "C" void lily_cuda_gemm_wg_pipe(int on) { g_pipe = on; }
 
 extern "C" int lily_cuda_gemm_wg(const lily_dmat *W, const float *X, int ldx, int n, float *Y,
                                  int ldy, int accumulate, lily_cuda_stream st, lily_err *e) {
