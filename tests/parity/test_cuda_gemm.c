@@ -559,8 +559,61 @@ static void all_cases(void) {
     g_tag[0] = 0;
 }
 
+/* LILY_WG_PROBE=1: structured inputs that show where each output of the wgmma kernel takes its
+ * operands from. W[o][k] = 1 where k = k0 + o % K (codes 0/1, scale 1, bias 0), X[t][k] = 256 t
+ * + k + 1, so Y[t][o] = 256 t + k0 + (o % K) + 1 names the token and the column it multiplied;
+ * the mismatches print decoded. */
+static void wg_probe(int M, int K, int n, int k0) {
+    lily_err e;
+    lily_mat W = pt_mat(LILY_DT_Q4, M, K);
+    memset((void *)W.w, 0, (size_t)M * K / 2);
+    for (int o = 0; o < M; o++) {
+        const int k = (k0 + o) % K;
+        ((uint8_t *)W.w)[(size_t)o * K / 2 + k / 2] |= (uint8_t)(1u << (4 * (k & 1)));
+    }
+    for (size_t gi = 0; gi < (size_t)M * K / 64; gi++) {
+        ((uint16_t *)W.scales)[gi] = lily_f32_to_bf16(1.f);
+        ((uint16_t *)W.biases)[gi] = 0;
+    }
+    lily_dmat dW;
+    if (!pt_ok(lily_cuda_dmat_upload(&W, 1, &dW, &e), "upload", &e)) return;
+    float *X = malloc((size_t)n * K * 4), *Y = malloc((size_t)n * M * 4);
+    for (int t = 0; t < n; t++)
+        for (int k = 0; k < K; k++) X[(size_t)t * K + k] = (float)(256 * t + k + 1);
+    float *dX = pt_dup(X, (size_t)n * K), *dY = pt_dup(Y, (size_t)n * M);
+    if (pt_ok(lily_cuda_gemm_wg(&dW, dX, K, n, dY, M, 0, NULL, &e), "probe", &e)) {
+        pt_get(Y, dY, (size_t)n * M);
+        int bad = 0;
+        for (int t = 0; t < n; t++)
+            for (int o = 0; o < M; o++) {
+                const float want = (float)(256 * t + (k0 + o) % K + 1), got = Y[(size_t)t * M + o];
+                if (got == want) continue;
+                if (bad++ < 40) {
+                    const long v = lroundf(got) - 1;
+                    printf("probe M=%d K=%d n=%d: t=%d o=%d want k=%d got %.3f (t'=%ld k'=%ld)\n", M,
+                           K, n, t, o, (k0 + o) % K, got, v / 256, v % 256);
+                }
+            }
+        printf("probe M=%d K=%d n=%d k0=%d: %d of %d wrong\n", M, K, n, k0, bad, n * M);
+    }
+    lily_cuda_free(dX), lily_cuda_free(dY);
+    lily_cuda_dmat_free(&dW);
+    pt_mat_free(&W);
+    free(X), free(Y);
+}
+
 int main(void) {
     pt_need_gpu();
+    if (getenv("LILY_WG_PROBE")) {
+        for (int pipe = 0; pipe < 2; pipe++) {
+            lily_cuda_gemm_wg_pipe(pipe);
+            wg_probe(64, 64, 8, 0);
+            wg_probe(64, 64, 16, 0);
+            wg_probe(64, 128, 8, 64);
+            wg_probe(256, 64, 8, 0);
+        }
+        return 0;
+    }
     g_san = getenv("LILY_CUDA_SAN") && getenv("LILY_CUDA_SAN")[0] == '1';
     for (int exact = 1; exact >= 0; exact--) {
         setenv("LILY_CUDA_GEMM_EXACT", exact ? "1" : "0", 1);
