@@ -577,7 +577,32 @@ bool use_q4(int dt, int M, int K, int n, bool grouped) {
     return !grouped && K >= 1024 && (long)((M + 255) / 256) * ((n + 63) / 64) < 120;
 }
 
+/* AUTO sends an exact dense Q4 GEMM to the wgmma kernel (gemm_wg.h: 256 x 128 blocks, one per
+ * SM) when it has at least LILY_GEMM_WG_MIN_BLOCKS blocks (default 128: about one wave; 0 turns
+ * it off), and a grouped one with 64-row tiles unless LILY_GEMM_WG_GROUPED=0. H200, 35B-A3B
+ * prefill with every eligible GEMM on it, pipelined: 4K 16.7K -> 17.6K tok/s, 16K 14.7K ->
+ * 15.3K; on small grids it lost to the split-K tile kernel (256 tokens 8.3K -> 7.9K). */
+int g_wg_min = -1, g_wg_grouped = -1;
+
+bool use_wg(int dt, int M, int n, bool grouped) {
+    if (dt != LILY_CW_Q4 || !lily_cuda_gemm_exact()) return false;
+    const int sel = selected();
+    if (sel == LILY_GEMM_WG) return true;
+    if (sel != LILY_GEMM_AUTO) return false;
+    if (g_wg_min < 0) {
+        const char *v = getenv("LILY_GEMM_WG_MIN_BLOCKS"), *gv = getenv("LILY_GEMM_WG_GROUPED");
+        g_wg_min = v ? atoi(v) : 128;
+        g_wg_grouped = !(gv && gv[0] == '0');
+    }
+    if (grouped) return g_wg_grouped == 1;
+    return g_wg_min > 0 && (long)((n + 127) / 128) * ((M + 255) / 256) >= g_wg_min;
+}
+
 } // namespace
+
+extern "C" void lily_cuda_gemm_wg_auto(int min_blocks, int grouped) {
+    g_wg_min = min_blocks, g_wg_grouped = grouped;
+}
 
 extern "C" void lily_cuda_gemm_select(int which) { g_select = which; }
 
@@ -589,7 +614,7 @@ extern "C" int lily_cuda_gemm(const lily_dmat *W, const float *X, int ldx, int n
     if (check_x(X, ldx, e)) return -1;
     if (use_q4(W->dt, W->rows, W->cols, n, false))
         return lily_cuda_gemm_q4(W, X, ldx, n, Y, ldy, accumulate, st, e);
-    if (selected() == LILY_GEMM_WG && W->dt == LILY_CW_Q4 && lily_cuda_gemm_exact())
+    if (use_wg(W->dt, W->rows, n, false))
         return lily_cuda_gemm_wg(W, X, ldx, n, Y, ldy, accumulate, st, e);
     if (n < 1 || W->rows < 1) return 0;
     gemm_args a = make_args(W, nullptr, X, ldx, n, nullptr, nullptr, nullptr, Y, ldy, accumulate);
@@ -608,8 +633,7 @@ extern "C" int lily_cuda_gemm_grouped(const lily_dmat *W, const float *X, int ld
                                              ldy, st, e);
     if (tile_rows != LILY_GEMM_GROUP_BN && tile_rows != 64)
         return lily_fail(e, "gemm_grouped: tiles of %d rows (16, 32 or 64)", tile_rows);
-    if (selected() == LILY_GEMM_WG && W->dt == LILY_CW_Q4 && tile_rows == 64 &&
-        lily_cuda_gemm_exact())
+    if (tile_rows == 64 && use_wg(W->dt, W->rows, nx, true))
         return lily_cuda_gemm_wg_grouped(W, X, ldx, nx, gather, tiles, d_ntiles, max_tiles, Y,
                                          ldy, st, e);
     if (use_q4(W->dt, W->rows, W->cols, 0, true) && tile_rows == LILY_GEMM_GROUP_BN)

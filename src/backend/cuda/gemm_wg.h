@@ -35,7 +35,7 @@ int lily_cuda_gemm_wg_grouped(const lily_dmat *W, const float *X, int ldx, int n
 
 /* The k-loop form: 1 pipelined (step k + 1's dequantization while step k's wgmma run: two sets
  * of A registers, two barriers a step), 0 simple (dequantize, issue, wait), -1 from the
- * environment (LILY_GEMM_WG_PIPE=1: pipelined; the default is simple). Tests; not thread-safe. */
+ * environment (LILY_GEMM_WG_PIPE=0: simple; the default is pipelined). Tests; not thread-safe. */
 void lily_cuda_gemm_wg_pipe(int on);
 
 #ifdef __cplusplus
