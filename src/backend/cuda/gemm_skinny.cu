@@ -48,29 +48,13 @@ struct sk_args {
     const int32_t *gather, *tiles, *d_ntiles;
     float *Y;
     int ldy;
-    int pf; /* 1: each warp asks the L2 for all its rows' codes and scale words up front */
 };
 
-/* Streaming 8-byte load of read-once codes (no L1 allocation); L2P: the L2 fetches the whole
- * 256-byte block around it from DRAM (the next groups of the row arrive with it). */
-template <bool L2P> __device__ __forceinline__ uint2 ldg_stream8(const void *p) {
+/* Streaming 8-byte load of read-once codes (no L1 allocation). */
+__device__ __forceinline__ uint2 ldg_stream8(const void *p) {
     uint2 r;
-    if constexpr (L2P)
-        asm("ld.global.nc.L1::no_allocate.L2::256B.v2.u32 {%0,%1}, [%2];"
-            : "=r"(r.x), "=r"(r.y)
-            : "l"(p));
-    else
-        asm("ld.global.nc.L1::no_allocate.v2.u32 {%0,%1}, [%2];" : "=r"(r.x), "=r"(r.y) : "l"(p));
+    asm("ld.global.nc.L1::no_allocate.v2.u32 {%0,%1}, [%2];" : "=r"(r.x), "=r"(r.y) : "l"(p));
     return r;
-}
-
-/* A hint: the L2 starts fetching [p, p + bytes) from DRAM (the range rounded inwards to 16
- * bytes; nothing is fetched past it). */
-__device__ __forceinline__ void prefetch_l2(const void *p, size_t bytes) {
-    const uintptr_t a = ((uintptr_t)p + 15) & ~(uintptr_t)15, end = ((uintptr_t)p + bytes) & ~(uintptr_t)15;
-    if (end > a)
-        asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(a), "r"((uint32_t)(end - a))
-                     : "memory");
 }
 
 /* Nibbles j and j + 4 of code word v as an fp16 pair: subnormals q * 2^-24 (exact), or (SUB)
@@ -88,7 +72,7 @@ template <bool SUB> __device__ __forceinline__ uint32_t apair(uint32_t v, int j)
 
 /* One warp: weight rows mw .. mw + 16 kMT - 1 (clamped to M - 1 for the loads, not stored) of
  * expert codes W / words SB, against NT 8-token tiles of the tile (rows tokens from row0). */
-template <int NT, bool SUB, bool L2P>
+template <int NT, bool SUB>
 __device__ __forceinline__ void run(const sk_args &a, const uint8_t *W, const uint32_t *SB,
                                     int row0, int rows, int mw, int lane) {
     const int g = lane >> 2, q = lane & 3;
@@ -151,7 +135,7 @@ __device__ __forceinline__ void run(const sk_args &a, const uint8_t *W, const ui
 #pragma unroll
             for (int i = 0; i < kMT; i++)
 #pragma unroll
-                for (int h = 0; h < 2; h++) wq[d][i][h] = ldg_stream8<L2P>(wb + wo[i][h] + 32 * d);
+                for (int h = 0; h < 2; h++) wq[d][i][h] = ldg_stream8(wb + wo[i][h] + 32 * d);
     load_sx(0, scur, xcur);
     load_sx(4, snext, xnext);
 
@@ -174,7 +158,7 @@ __device__ __forceinline__ void run(const sk_args &a, const uint8_t *W, const ui
                 for (int i = 0; i < kMT; i++)
 #pragma unroll
                     for (int h = 0; h < 2; h++)
-                        wq[sl][i][h] = ldg_stream8<L2P>(wb + wo[i][h] + 32 * (G + kRing));
+                        wq[sl][i][h] = ldg_stream8(wb + wo[i][h] + 32 * (G + kRing));
             uint4 b[NT][4];
             float xv[NT][2];
 #pragma unroll
@@ -251,7 +235,7 @@ __device__ __forceinline__ void run(const sk_args &a, const uint8_t *W, const ui
 
 /* Grid (row blocks, tiles): tile y is tiles[y] when y < *d_ntiles. No block-wide barrier: warps
  * without rows and blocks without a tile leave at once. */
-template <bool SUB, bool L2P>
+template <bool SUB>
 __global__ void __launch_bounds__(kWarps * 32, kMinBlocks) skinny_kernel(const sk_args a) {
     if ((int)blockIdx.y >= *a.d_ntiles) return;
     const int32_t *tl = a.tiles + 3 * blockIdx.y;
@@ -261,15 +245,8 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks) skinny_kernel(const s
     if (rows <= 0 || mw >= a.M) return;
     const uint8_t *W = a.w + (size_t)ex * a.w_stride;
     const uint32_t *SB = a.sb + (size_t)ex * a.sb_stride;
-    if (a.pf && lane == 0) {
-        /* the warp's rows are one contiguous span of codes and one of scale words: the whole
-         * stream it will read, in flight at once instead of kRing groups per lane */
-        const int nr = min(kMT * 16, a.M - mw), KG = a.K >> 6;
-        prefetch_l2(W + (size_t)mw * (a.K / 2), (size_t)nr * (a.K / 2));
-        prefetch_l2(SB + (size_t)mw * KG, (size_t)nr * KG * 4);
-    }
-    if (rows > 8) run<2, SUB, L2P>(a, W, SB, row0, rows, mw, lane);
-    else run<1, SUB, L2P>(a, W, SB, row0, rows, mw, lane);
+    if (rows > 8) run<2, SUB>(a, W, SB, row0, rows, mw, lane);
+    else run<1, SUB>(a, W, SB, row0, rows, mw, lane);
 }
 
 /* One thread per (row, group, lane q): the 16 split words of columns 64 G + 16 q .. + 15 become
@@ -330,17 +307,6 @@ int grow(size_t nxp, size_t nxs, lily_cuda_stream st, lily_err *e) {
 }
 
 int g_variant = -1; /* LILY_SKINNY_*, or -1: not yet read from LILY_CUDA_SKINNY_SUB */
-/* Prefetch mode, bit 0: the warps' bulk L2 prefetch, bit 1: 256-byte L2 fetches on the code
- * loads; -1: not yet read from LILY_CUDA_SKINNY_PF */
-int g_pf = -1;
-
-int pf_mode() {
-    if (g_pf < 0) {
-        const char *v = getenv("LILY_CUDA_SKINNY_PF");
-        g_pf = v ? atoi(v) & 3 : 0;
-    }
-    return g_pf;
-}
 
 int variant() {
     if (g_variant < 0) {
@@ -379,16 +345,11 @@ extern "C" int lily_cuda_gemm_skinny_grouped(const lily_dmat *W, const float *X,
     a.xp = g_xp, a.xs = g_xs, a.mul = mul;
     a.gather = gather, a.tiles = tiles, a.d_ntiles = d_ntiles;
     a.Y = Y, a.ldy = ldy;
-    const int pf = pf_mode();
-    a.pf = pf & 1;
     const dim3 grid((unsigned)((W->rows + kBM - 1) / kBM), (unsigned)max_tiles);
-    cudaStream_t s = (cudaStream_t)st;
     if (variant() == LILY_SKINNY_SUB)
-        skinny_kernel<true, false><<<grid, kWarps * 32, 0, s>>>(a);
-    else if (pf & 2)
-        skinny_kernel<false, true><<<grid, kWarps * 32, 0, s>>>(a);
+        skinny_kernel<true><<<grid, kWarps * 32, 0, (cudaStream_t)st>>>(a);
     else
-        skinny_kernel<false, false><<<grid, kWarps * 32, 0, s>>>(a);
+        skinny_kernel<false><<<grid, kWarps * 32, 0, (cudaStream_t)st>>>(a);
     LILY_CU_LAUNCHED(e);
     return 0;
 }
