@@ -469,6 +469,18 @@ static void wg_shapes(void) {
     wg_case(130, 192, 129, 1);  /* 2 row blocks, 2 token blocks, 3 k-steps, accumulate */
     wg_case(300, 1024, 133, 0);
     wg_case(1, 320, 300, 0);
+    /* split-K forced (the automatic choice splits the small grids above already): 3 splits of
+     * one k-step each, uneven ranges, 8 splits with accumulate */
+    static const int fs[3] = {3, 5, 8};
+    for (int i = 0; i < 3; i++) {
+        lily_cuda_gemm_wg_force_split(fs[i]);
+        snprintf(g_tag, sizeof g_tag, " [split %d]", fs[i]);
+        wg_case(130, 192, 129, 1);
+        wg_case(300, 1024, 133, 0);
+        if (!g_san) wg_case(2048, 4096, 513, 1);
+    }
+    lily_cuda_gemm_wg_force_split(0);
+    g_tag[0] = 0;
     if (!g_san) {
         wg_case(2048, 4096, 513, 1);
         lily_cuda_gemm_select(LILY_GEMM_WG);
@@ -560,8 +572,7 @@ static void all_cases(void) {
     g_tag[0] = 0;
 }
 
-/* LILY_WG_PROBE=1: structured inputs that show where each output of the wgmma kernel takes its
- * operands from. W[o][k] = 1 where k = k0 + o % K (codes 0/1, scale 1, bias 0), X[t][k] = 256 t
+/* Structured inputs that show where each output of the wgmma kernel takes its operands from. W[o][k] = 1 where k = k0 + o % K (codes 0/1, scale 1, bias 0), X[t][k] = 256 t
  * + k + 1, so Y[t][o] = 256 t + k0 + (o % K) + 1 names the token and the column it multiplied;
  * the mismatches print decoded. */
 static void wg_probe(int M, int K, int n, int k0) {
@@ -595,7 +606,10 @@ static void wg_probe(int M, int K, int n, int k0) {
                            K, n, t, o, (k0 + o) % K, got, v / 256, v % 256);
                 }
             }
-        printf("probe M=%d K=%d n=%d k0=%d: %d of %d wrong\n", M, K, n, k0, bad, n * M);
+        char name[96];
+        snprintf(name, sizeof name, "gemm_wg operand map W[%d x %d] n=%d (k0 %d): %d wrong", M, K,
+                 n, k0, bad);
+        pt_check_true(name, bad == 0);
     }
     lily_cuda_free(dX), lily_cuda_free(dY);
     lily_cuda_dmat_free(&dW);
@@ -605,15 +619,12 @@ static void wg_probe(int M, int K, int n, int k0) {
 
 int main(void) {
     pt_need_gpu();
-    if (getenv("LILY_WG_PROBE")) {
-        for (int pipe = 0; pipe < 2; pipe++) {
-            lily_cuda_gemm_wg_pipe(pipe);
-            wg_probe(64, 64, 8, 0);
-            wg_probe(64, 64, 16, 0);
-            wg_probe(64, 128, 8, 64);
-            wg_probe(256, 64, 8, 0);
-        }
-        return 0;
+    for (int pipe = 0; pipe < 2; pipe++) {
+        lily_cuda_gemm_wg_pipe(pipe);
+        wg_probe(64, 64, 8, 0);
+        wg_probe(64, 64, 16, 0);
+        wg_probe(64, 128, 8, 64);
+        wg_probe(256, 64, 8, 0);
     }
     g_san = getenv("LILY_CUDA_SAN") && getenv("LILY_CUDA_SAN")[0] == '1';
     for (int exact = 1; exact >= 0; exact--) {

@@ -612,10 +612,10 @@ extern "C" int lily_cuda_gemm(const lily_dmat *W, const float *X, int ldx, int n
                               int ldy, int accumulate, lily_cuda_stream st, lily_err *e) {
     if (W->n_mats != 1) return lily_fail(e, "gemm: a stack of %d matrices", W->n_mats);
     if (check_x(X, ldx, e)) return -1;
-    if (use_q4(W->dt, W->rows, W->cols, n, false))
-        return lily_cuda_gemm_q4(W, X, ldx, n, Y, ldy, accumulate, st, e);
     if (use_wg(W->dt, W->rows, n, false))
         return lily_cuda_gemm_wg(W, X, ldx, n, Y, ldy, accumulate, st, e);
+    if (use_q4(W->dt, W->rows, W->cols, n, false))
+        return lily_cuda_gemm_q4(W, X, ldx, n, Y, ldy, accumulate, st, e);
     if (n < 1 || W->rows < 1) return 0;
     gemm_args a = make_args(W, nullptr, X, ldx, n, nullptr, nullptr, nullptr, Y, ldy, accumulate);
     if (split_x(a, n, st, e) || plan_split(a, st, e) || launch<1>(a, W->dt, 0, 0, st, e)) return -1;

@@ -6,6 +6,7 @@
 
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/gemm_common.cuh"
+#include "backend/cuda/gemm_partial.h"
 #include "backend/cuda/gemm_split.h"
 
 namespace {
@@ -119,9 +120,11 @@ struct wg_args {
     const float *mul;
     float *Y;
     int ldy, accumulate;
+    int kper;  /* dense split-K: blockIdx.z runs k-steps [z kper, (z + 1) kper) */
+    float *P;  /* split > 1: partial sums [split][n][M] (gemm_partial.h), else nullptr */
 };
 
-/* Dense: grid (token blocks, row blocks). Grouped (a.tiles): grid (row blocks, tiles), tile y is
+/* Dense: grid (token blocks, row blocks, k splits). Grouped (a.tiles): grid (row blocks, tiles), tile y is
  * tiles[y] when y < *d_ntiles, its X rows through a.gather, its Y rows in tile order. */
 template <int NT, bool PIPE>
 __global__ void __launch_bounds__(kThreads, 1) wg_kernel(const wg_args a) {
@@ -145,6 +148,8 @@ __global__ void __launch_bounds__(kThreads, 1) wg_kernel(const wg_args a) {
         row0 = blockIdx.x * NT, rows = min(NT, a.n - row0), m0 = blockIdx.y * BM;
     }
     const int M = a.M, K = a.K, KG = K / BK;
+    /* this block's k-steps: kt0 .. kt0 + NK - 1 (the loops below count from 0) */
+    const int kt0 = a.P ? (int)blockIdx.z * a.kper : 0, NK = a.P ? min(a.kper, KG - kt0) : KG;
     const size_t rbytes = (size_t)K / 2;
     if (tid < NT) {
         const int xr = tid < rows ? (a.gather ? a.gather[row0 + tid] : row0 + tid) : -1;
@@ -153,8 +158,9 @@ __global__ void __launch_bounds__(kThreads, 1) wg_kernel(const wg_args a) {
     }
     __syncthreads();
 
-    auto load = [&](int kt, int sl) {
+    auto load = [&](int kr, int sl) {
         uint8_t *st = smem + sl * STAGE;
+        const int kt = kt0 + kr;
 #pragma unroll
         for (int j = 0; j < 2; j++) { /* codes: two 16-byte halves per thread */
             const int c = tid + kThreads * j, r = c >> 1, part = c & 1;
@@ -249,14 +255,14 @@ __global__ void __launch_bounds__(kThreads, 1) wg_kernel(const wg_args a) {
     if constexpr (!PIPE) {
 #pragma unroll
         for (int s = 0; s < NS - 1; s++) {
-            if (s < KG) load(s, s);
+            if (s < NK) load(s, s);
             cp_commit();
         }
-        for (int kt = 0; kt < KG; kt++) {
+        for (int kt = 0; kt < NK; kt++) {
             cp_wait<NS - 2>();
             proxy_fence(); /* this thread's copies, before the barrier that publishes them */
             __syncthreads(); /* stage kt landed for all; every wgmma of step kt - 1 completed */
-            if (kt + NS - 1 < KG) load(kt + NS - 1, (kt + NS - 1) % NS);
+            if (kt + NS - 1 < NK) load(kt + NS - 1, (kt + NS - 1) % NS);
             cp_commit();
             uint32_t af[2][4][4];
             dequant(kt, af);
@@ -269,7 +275,7 @@ __global__ void __launch_bounds__(kThreads, 1) wg_kernel(const wg_args a) {
          * kt retired, so its slot takes stage kt + NS) */
 #pragma unroll
         for (int s = 0; s < NS; s++) {
-            if (s < KG) load(s, s);
+            if (s < NK) load(s, s);
             cp_commit();
         }
         uint32_t a0[2][4][4], a1[2][4][4];
@@ -279,7 +285,7 @@ __global__ void __launch_bounds__(kThreads, 1) wg_kernel(const wg_args a) {
         dequant(0, a0);
         auto step = [&](int kt, const uint32_t (&cur)[2][4][4], uint32_t (&nxt)[2][4][4]) {
             issue(kt, cur);
-            if (kt + 1 < KG) {
+            if (kt + 1 < NK) {
                 cp_wait<NS - 2>();
                 proxy_fence();
                 __syncthreads(); /* B */
@@ -287,12 +293,12 @@ __global__ void __launch_bounds__(kThreads, 1) wg_kernel(const wg_args a) {
             }
             retire();
             __syncthreads(); /* E */
-            if (kt + NS < KG) load(kt + NS, kt % NS);
+            if (kt + NS < NK) load(kt + NS, kt % NS);
             cp_commit();
         };
-        for (int kt = 0; kt < KG; kt += 2) {
+        for (int kt = 0; kt < NK; kt += 2) {
             step(kt, a0, a1);
-            if (kt + 1 < KG) step(kt + 1, a1, a0);
+            if (kt + 1 < NK) step(kt + 1, a1, a0);
         }
     }
     cp_wait<0>();
@@ -305,9 +311,13 @@ __global__ void __launch_bounds__(kThreads, 1) wg_kernel(const wg_args a) {
             for (int e = 0; e < 4; e++) {
                 const int o = m0 + rb + 64 * u + 8 * (e >> 1), t = 8 * j + 2 * q + (e & 1);
                 if (o < M && t < rows) {
-                    float *y = a.Y + (size_t)(row0 + t) * a.ldy + o;
                     const float v = acc[u][4 * j + e] * s_mul[t];
-                    *y = a.accumulate ? *y + v : v;
+                    if (a.P) {
+                        a.P[((size_t)blockIdx.z * a.n + row0 + t) * M + o] = v;
+                    } else {
+                        float *y = a.Y + (size_t)(row0 + t) * a.ldy + o;
+                        *y = a.accumulate ? *y + v : v;
+                    }
                 }
             }
 }
@@ -351,6 +361,8 @@ int launch_p(const wg_args &a, dim3 grid, lily_cuda_stream st, lily_err *e) {
     return 0;
 }
 
+int g_force_split = 0; /* > 0: the dense kernel's split-K factor (tests) */
+
 /* The pipelined loop (the next step's dequantization under this step's wgmma) unless
  * LILY_GEMM_WG_PIPE=0 (H200, 35B prefill at 4K: 17.6K tok/s pipelined, 16.0K simple); read once */
 int g_pipe = -1;
@@ -378,6 +390,8 @@ int check(const lily_dmat *W, lily_err *e) {
 
 extern "C" void lily_cuda_gemm_wg_pipe(int on) { g_pipe = on; }
 
+extern "C" void lily_cuda_gemm_wg_force_split(int split) { g_force_split = split; }
+
 extern "C" int lily_cuda_gemm_wg(const lily_dmat *W, const float *X, int ldx, int n, float *Y,
                                  int ldy, int accumulate, lily_cuda_stream st, lily_err *e) {
     if (W->n_mats != 1) return lily_fail(e, "gemm_wg: a stack of %d matrices", W->n_mats);
@@ -389,8 +403,20 @@ extern "C" int lily_cuda_gemm_wg(const lily_dmat *W, const float *X, int ldx, in
     a.gather = a.tiles = a.d_ntiles = nullptr;
     if (make_planes(X, ldx, n, W->cols, &a.hi, &a.lo, &a.mul, st, e)) return -1;
     a.Y = Y, a.ldy = ldy, a.accumulate = accumulate;
-    return launch<128>(a, dim3((unsigned)((n + 127) / 128), (unsigned)((W->rows + BM - 1) / BM)),
-                       st, e);
+    const int tb = (n + 127) / 128, rb = (W->rows + BM - 1) / BM, KG = W->cols / BK;
+    /* split-K for grids of at most half a wave (one block per SM): enough splits for ~132
+     * blocks, at most 8, each >= 4 k-steps, no k range left empty */
+    int split = g_force_split > 0 ? g_force_split
+                : 2 * tb * rb <= 132 ? (132 + tb * rb - 1) / (tb * rb) : 1;
+    if (g_force_split <= 0) split = min(split, min(8, KG / 4));
+    split = max(1, min(split, KG));
+    a.kper = (KG + split - 1) / split;
+    split = (KG + a.kper - 1) / a.kper;
+    a.P = nullptr;
+    if (split > 1 && !(a.P = lily_cuda_partials((size_t)split * n * W->rows, st, e))) return -1;
+    if (launch<128>(a, dim3((unsigned)tb, (unsigned)rb, (unsigned)split), st, e)) return -1;
+    if (split == 1) return 0;
+    return lily_cuda_partials_reduce(a.P, split, n, W->rows, Y, ldy, accumulate, st, e);
 }
 
 extern "C" int lily_cuda_gemm_wg_grouped(const lily_dmat *W, const float *X, int ldx, int nx,
@@ -404,6 +430,6 @@ extern "C" int lily_cuda_gemm_wg_grouped(const lily_dmat *W, const float *X, int
     a.M = W->rows, a.K = W->cols, a.n = nx;
     a.gather = gather, a.tiles = tiles, a.d_ntiles = d_ntiles;
     if (make_planes(X, ldx, nx, W->cols, &a.hi, &a.lo, &a.mul, st, e)) return -1;
-    a.Y = Y, a.ldy = ldy, a.accumulate = 0;
+    a.Y = Y, a.ldy = ldy, a.accumulate = 0, a.kper = 0, a.P = nullptr;
     return launch<64>(a, dim3((unsigned)((W->rows + BM - 1) / BM), (unsigned)max_tiles), st, e);
 }

@@ -22,7 +22,9 @@
 extern "C" {
 #endif
 
-/* As lily_cuda_gemm (gemm.h) for a single Q4 matrix, every product exact (hi and lo planes). */
+/* As lily_cuda_gemm (gemm.h) for a single Q4 matrix, every product exact (hi and lo planes).
+ * A grid of at most 66 blocks (half the SMs) splits its k range (up to 8 ways, >= 4 k-steps each) into
+ * partial sums that gemm_partial.h adds in k order. */
 int lily_cuda_gemm_wg(const lily_dmat *W, const float *X, int ldx, int n, float *Y, int ldy,
                       int accumulate, lily_cuda_stream st, lily_err *e);
 
@@ -37,6 +39,10 @@ int lily_cuda_gemm_wg_grouped(const lily_dmat *W, const float *X, int ldx, int n
  * of A registers, two barriers a step), 0 simple (dequantize, issue, wait), -1 from the
  * environment (LILY_GEMM_WG_PIPE=0: simple; the default is pipelined). Tests; not thread-safe. */
 void lily_cuda_gemm_wg_pipe(int on);
+
+/* Forces the dense kernel's split-K factor (> 0, at most one per k-step) or restores the
+ * automatic choice (0). Tests; not thread-safe. */
+void lily_cuda_gemm_wg_force_split(int split);
 
 #ifdef __cplusplus
 }
