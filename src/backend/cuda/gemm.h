@@ -49,15 +49,17 @@ int lily_cuda_gemm_grouped(const lily_dmat *W, const float *X, int ldx, int nx,
                            const int32_t *tiles, const int32_t *d_ntiles, int max_tiles,
                            int tile_rows, float *Y, int ldy, lily_cuda_stream st, lily_err *e);
 
-/* Which kernel runs Q4 weights. AUTO (the default): the gemm_q4.h kernel (128-row tiles,
- * split-K) when K >= 1024 and this file's 256 x 64 tiles would give fewer than 120 blocks (at a
- * 512-token chunk: GDN out / attn o, router, GDN b/a, shared gate/up), where it was measured
- * faster on the H200 (NOTES-cuda-gemm.md); this file's 256-row kernel otherwise and for the
- * grouped GEMM (its split-K writes partial sums that a second kernel adds in k order: the same
- * sums on every run, gemm_q4.cu). PREVIOUS: always this file's kernel; Q4: always
- * gemm_q4.h. WG: as AUTO, but the exact Q4 GEMMs that AUTO gives this file's kernel (dense, and grouped
- * with 64-row tiles) run on gemm_wg.h (wgmma). LILY_GEMM_KERNEL=auto|previous|q4|wg in the environment sets the first choice; this call
- * overrides it (measurements, tests). Not thread-safe. */
+/* Which kernel runs Q4 weights. AUTO (the default): in exact mode, the wgmma kernel (gemm_wg.h)
+ * for dense GEMMs of at least 128 of its 256 x 128 blocks and for grouped ones with 64-row
+ * tiles (measured +4 to +8 % on 35B prefill from 1K to 16K tokens, H200); else the gemm_q4.h
+ * kernel (128-row tiles, split-K) when K >= 1024 and this file's 256 x 64 tiles would give fewer
+ * than 120 blocks (at a 512-token chunk: GDN out / attn o, router, GDN b/a, shared gate/up),
+ * where it was measured faster (NOTES-cuda-gemm.md); this file's 256-row kernel otherwise (its
+ * split-K writes partial sums that a second kernel adds in k order: the same sums on every run).
+ * PREVIOUS: always this file's kernel; Q4: always gemm_q4.h; WG: every exact Q4 GEMM that
+ * gemm_wg.h can run (small dense grids split-K). LILY_GEMM_KERNEL=auto|previous|q4|wg in the
+ * environment sets the first choice; this call overrides it (measurements, tests). Not
+ * thread-safe. */
 enum { LILY_GEMM_AUTO = 0, LILY_GEMM_PREVIOUS = 1, LILY_GEMM_Q4 = 2, LILY_GEMM_WG = 3 };
 void lily_cuda_gemm_select(int which);
 /* The AUTO rule's use of the wgmma kernel (gemm.cu, use_wg): dense Q4 GEMMs of at least

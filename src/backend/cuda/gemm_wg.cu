@@ -98,16 +98,27 @@ __host__ __device__ __forceinline__ int plane_col(int s, int p) {
     return 8 * (q + 4 * h) + 2 * m + hi8 + 4 * e;
 }
 
-/* Split words [n][K] -> the hi and lo planes [n][K] in plane order, one thread per element. */
-__global__ void planes_kernel(const uint32_t *__restrict__ words, size_t total, int K,
+/* Split words [n][K] -> the hi and lo planes [n][K] in plane order: one thread per 16-position
+ * slice (two 16-byte stores per plane; its 16 words lie in 32 columns of one group). */
+__global__ void planes_kernel(const uint32_t *__restrict__ words, size_t slices, int K,
                               uint16_t *__restrict__ hi, uint16_t *__restrict__ lo) {
     const size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= total) return;
-    const size_t row = i / K;
-    const int c = (int)(i % K), G = c >> 6, s = (c >> 4) & 3, p = c & 15;
-    const uint32_t w = words[row * K + 64 * G + plane_col(s, p)];
-    hi[i] = (uint16_t)(w & 0xffffu);
-    lo[i] = (uint16_t)(w >> 16);
+    if (i >= slices) return;
+    const size_t base = i * 16, row = base / K;
+    const int c = (int)(base % K), s = (c >> 4) & 3;
+    const uint32_t *wr = words + row * K + (c & ~63);
+    uint32_t h[8], l[8];
+#pragma unroll
+    for (int p = 0; p < 16; p += 2) {
+        const uint32_t w0 = wr[plane_col(s, p)], w1 = wr[plane_col(s, p + 1)];
+        h[p >> 1] = (w0 & 0xffffu) | (w1 << 16);
+        l[p >> 1] = (w0 >> 16) | (w1 & 0xffff0000u);
+    }
+    uint4 *dh = (uint4 *)(hi + base), *dl = (uint4 *)(lo + base);
+    dh[0] = make_uint4(h[0], h[1], h[2], h[3]);
+    dh[1] = make_uint4(h[4], h[5], h[6], h[7]);
+    dl[0] = make_uint4(l[0], l[1], l[2], l[3]);
+    dl[1] = make_uint4(l[4], l[5], l[6], l[7]);
 }
 
 struct wg_args {
@@ -335,12 +346,13 @@ int make_planes(const float *X, int ldx, int nx, int K, const uint16_t **hi, con
         LILY_CU_TRY(cudaStreamSynchronize((cudaStream_t)st), e);
         cudaFree(g_planes);
         g_planes = nullptr, g_cap = 0;
-        const size_t c = total + total / 4 + 1024;
+        const size_t c = (total + total / 4 + 1024) & ~(size_t)63; /* lo plane 16-byte aligned */
         LILY_CU_TRY(cudaMalloc(&g_planes, c * 2 * 2), e);
         g_cap = c;
     }
-    planes_kernel<<<(unsigned)((total + 255) / 256), 256, 0, (cudaStream_t)st>>>(
-        words, total, K, g_planes, g_planes + g_cap);
+    const size_t slices = total / 16; /* K is a multiple of 64 */
+    planes_kernel<<<(unsigned)((slices + 255) / 256), 256, 0, (cudaStream_t)st>>>(
+        words, slices, K, g_planes, g_planes + g_cap);
     LILY_CU_LAUNCHED(e);
     *hi = g_planes, *lo = g_planes + g_cap;
     return 0;
