@@ -79,6 +79,9 @@ size_t lily_cuda_dmat_bytes(const lily_dmat *m);
  *     at 4096-token chunks on the H200).
  *   LILY_CUDA_SKINNY: 1 (default) = expert tiles of <= 16 rows through the skinny grouped GEMM
  *     (gemm_skinny.h) when the experts average fewer than 16 rows; 0 = the 32-row tiles.
+ * Read once at first use by their kernels' files instead (not reloaded): LILY_GEMM_KERNEL,
+ * LILY_GEMM_WG_MIN_BLOCKS and LILY_GEMM_WG_GROUPED (which prefill GEMMs run where: gemm.h),
+ * LILY_GEMM_WG_PIPE (gemm_wg.h), LILY_CUDA_SKINNY_SUB (gemm_skinny.h).
  * gen changes on every reload, so a captured decode graph can tell it is stale. */
 typedef struct lily_cuda_tune {
     int pdl;
