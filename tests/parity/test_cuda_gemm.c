@@ -52,7 +52,13 @@ static void fill_x(float *X, int rows, int ld) {
 
 static float silu(float x) { return x / (1.0f + expf(-x)); }
 
-static void gemm_case(lily_dtype dt, int M, int K, int n, int accumulate) {
+typedef int (*gemm_fn)(const lily_dmat *W, const float *X, int ldx, int n, float *Y, int ldy,
+                       int accumulate, lily_cuda_stream st, lily_err *e);
+
+/* One dense GEMM through fn (lily_cuda_gemm, or a kernel's own entry point) against the CPU
+ * matmul; Y's columns past M must come back untouched. */
+static void gemm_case_fn(gemm_fn fn, const char *label, lily_dtype dt, int M, int K, int n,
+                         int accumulate) {
     lily_err e;
     char name[160];
     int ldx = K + 4, ldy = M + 3;
@@ -71,17 +77,17 @@ static void gemm_case(lily_dtype dt, int M, int K, int n, int accumulate) {
             ref[(size_t)t * ldy + o] =
                 (accumulate ? ref[(size_t)t * ldy + o] : 0) + tmp[(size_t)t * M + o];
     float *dX = pt_dup(X, (size_t)n * ldx), *dY = pt_dup(Y0, (size_t)n * ldy);
-    int rc = lily_cuda_gemm(&dW, dX, ldx, n, dY, ldy, accumulate, NULL, &e);
+    int rc = fn(&dW, dX, ldx, n, dY, ldy, accumulate, NULL, &e);
     if (!pt_ok(rc, "gemm launch", &e)) return;
     float *got = malloc((size_t)n * ldy * 4);
     pt_get(got, dY, (size_t)n * ldy);
-    snprintf(name, sizeof name, "gemm %s W[%d x %d] n=%d%s%s", dts[dt], M, K, n,
+    snprintf(name, sizeof name, "%s %s W[%d x %d] n=%d%s%s", label, dts[dt], M, K, n,
              accumulate ? " accumulate" : "", g_tag);
     pt_check(name, got, ref, (size_t)n * ldy, tol(dt));
     if (!accumulate && strstr(g_tag, "split") && !strstr(g_tag, "split 1]")) {
         /* split-K: the partial sums are added in k order, so a second run gives the same bits */
         float *again = malloc((size_t)n * ldy * 4);
-        rc = lily_cuda_gemm(&dW, dX, ldx, n, dY, ldy, 0, NULL, &e);
+        rc = fn(&dW, dX, ldx, n, dY, ldy, 0, NULL, &e);
         if (pt_ok(rc, "gemm launch", &e)) {
             pt_get(again, dY, (size_t)n * ldy);
             char nm[200];
@@ -94,6 +100,10 @@ static void gemm_case(lily_dtype dt, int M, int K, int n, int accumulate) {
     lily_cuda_dmat_free(&dW);
     pt_mat_free(&W);
     free(X), free(Y0), free(ref), free(tmp), free(got);
+}
+
+static void gemm_case(lily_dtype dt, int M, int K, int n, int accumulate) {
+    gemm_case_fn(lily_cuda_gemm, "gemm", dt, M, K, n, accumulate);
 }
 
 #ifdef LILY_GEMM_HAS_GLU
@@ -432,36 +442,7 @@ static void q4_shapes(void) {
 /* The wgmma kernel (gemm_wg.h), exact mode only: directly on shapes with partial row and token
  * blocks and one k-step, then through lily_cuda_gemm with LILY_GEMM_WG at prefill shapes. */
 static void wg_case(int M, int K, int n, int accumulate) {
-    lily_err e;
-    char name[160];
-    int ldx = K + 4, ldy = M + 3;
-    lily_mat W = pt_mat(LILY_DT_Q4, M, K);
-    lily_dmat dW;
-    if (!pt_ok(lily_cuda_dmat_upload(&W, 1, &dW, &e), "upload", &e)) return;
-    float *X = malloc((size_t)n * ldx * 4), *Y0 = malloc((size_t)n * ldy * 4);
-    float *ref = malloc((size_t)n * ldy * 4), *tmp = malloc((size_t)n * M * 4);
-    fill_x(X, n, ldx);
-    pt_fill(Y0, (size_t)n * ldy, 1.0f);
-    lily_cpu_matmul(&W, X, n, ldx, tmp, M, NULL);
-    memcpy(ref, Y0, (size_t)n * ldy * 4); /* the columns past M must come back untouched */
-    for (int t = 0; t < n; t++)
-        for (int o = 0; o < M; o++)
-            ref[(size_t)t * ldy + o] =
-                (accumulate ? Y0[(size_t)t * ldy + o] : 0) + tmp[(size_t)t * M + o];
-    float *dX = pt_dup(X, (size_t)n * ldx), *dY = pt_dup(Y0, (size_t)n * ldy);
-    int rc = lily_cuda_gemm_wg(&dW, dX, ldx, n, dY, ldy, accumulate, NULL, &e);
-    if (pt_ok(rc, "gemm_wg launch", &e)) {
-        float *got = malloc((size_t)n * ldy * 4);
-        pt_get(got, dY, (size_t)n * ldy);
-        snprintf(name, sizeof name, "gemm_wg q4 W[%d x %d] n=%d%s%s", M, K, n,
-                 accumulate ? " accumulate" : "", g_tag);
-        pt_check(name, got, ref, (size_t)n * ldy, g_tol);
-        free(got);
-    }
-    lily_cuda_free(dX), lily_cuda_free(dY);
-    lily_cuda_dmat_free(&dW);
-    pt_mat_free(&W);
-    free(X), free(Y0), free(ref), free(tmp);
+    gemm_case_fn(lily_cuda_gemm_wg, "gemm_wg", LILY_DT_Q4, M, K, n, accumulate);
 }
 
 static void wg_shapes(void) {

@@ -600,10 +600,6 @@ bool use_wg(int dt, int M, int n, bool grouped) {
 
 } // namespace
 
-extern "C" void lily_cuda_gemm_wg_auto(int min_blocks, int grouped) {
-    g_wg_min = min_blocks, g_wg_grouped = grouped;
-}
-
 extern "C" void lily_cuda_gemm_select(int which) { g_select = which; }
 
 extern "C" void lily_cuda_gemm_force_split(int split) { g_force_split = split; }

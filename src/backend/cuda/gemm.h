@@ -62,10 +62,6 @@ int lily_cuda_gemm_grouped(const lily_dmat *W, const float *X, int ldx, int nx,
  * thread-safe. */
 enum { LILY_GEMM_AUTO = 0, LILY_GEMM_PREVIOUS = 1, LILY_GEMM_Q4 = 2, LILY_GEMM_WG = 3 };
 void lily_cuda_gemm_select(int which);
-/* The AUTO rule's use of the wgmma kernel (gemm.cu, use_wg): dense Q4 GEMMs of at least
- * min_blocks 256 x 128 blocks (0: none), grouped ones with 64-row tiles if grouped; -1 for
- * min_blocks re-reads the environment. Tests and benchmarks; not thread-safe. */
-void lily_cuda_gemm_wg_auto(int min_blocks, int grouped);
 
 /* Forces the split-K factor of this file's dense one-matrix kernel (split > 0; rounded to whole
  * scale chunks of 8 k-steps, no range left empty) or restores the automatic choice (0: split
