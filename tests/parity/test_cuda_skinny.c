@@ -213,10 +213,14 @@ static void timing(void) {
         route_counts(n, E, k, counts);
         for (int r = 0; r < n * k; r++) gather[r] = (int32_t)(pt_rnd() % n);
         int32_t *dgather = pt_idup(gather, (size_t)n * k);
-        for (int v = 0; v < 3; v++) { /* 32-row tiles, then skinny denorm, skinny sub */
-            static const char *vn[3] = {"32-row tiles", "skinny denorm", "skinny sub"};
+        for (int v = 0; v < 8; v++) { /* 32-row tiles, then the skinny variants */
+            static const char *vn[8] = {"32-row tiles", "skinny denorm", "skinny sub",
+                                        "skinny cp",    "skinny pf1",    "skinny pf2",
+                                        "skinny cp pf1", "skinny cp pf2"};
             const int bn = v == 0 ? LILY_GEMM_GROUP_BN : LILY_GEMM_SKINNY_BN;
-            if (v) lily_cuda_skinny_variant(v == 1 ? LILY_SKINNY_DENORM : LILY_SKINNY_SUB);
+            if (v) lily_cuda_skinny_variant(v == 2 ? LILY_SKINNY_SUB : LILY_SKINNY_DENORM);
+            lily_cuda_skinny_cp(v == 3 || v >= 6);
+            lily_cuda_skinny_pf(v == 4 || v == 6 ? 1 : v == 5 || v == 7 ? 2 : 0);
             int nt = pt_make_tiles(counts, E, bn, tiles);
             tctx c;
             c.tiles = pt_idup(tiles, (size_t)3 * nt), c.nt = pt_idup(&nt, 1);
@@ -235,6 +239,8 @@ static void timing(void) {
         lily_cuda_free(dgather);
     }
     lily_cuda_skinny_variant(LILY_SKINNY_DENORM);
+    lily_cuda_skinny_cp(0);
+    lily_cuda_skinny_pf(0);
     lily_cuda_dmat_free(&Gs), lily_cuda_dmat_free(&Ds);
     lily_cuda_free(dX), lily_cuda_free(dY);
     free(X), free(gather), free(tiles);
@@ -244,25 +250,34 @@ int main(void) {
     pt_need_gpu();
     g_san = getenv("LILY_CUDA_SAN") && getenv("LILY_CUDA_SAN")[0] == '1';
     static const char *vname[2] = {"denorm", "sub"};
-    for (int v = 0; v < 2; v++)
-        for (int exact = 1; exact >= 0; exact--) {
-            lily_cuda_skinny_variant(v ? LILY_SKINNY_SUB : LILY_SKINNY_DENORM);
-            setenv("LILY_CUDA_GEMM_EXACT", exact ? "1" : "0", 1);
-            lily_cuda_tune_reload();
-            snprintf(g_tag, sizeof g_tag, " [%s%s]", vname[v], exact ? "" : ", gemm_exact=0");
-            all_cases();
-        }
+    for (int cp = 0; cp < 2; cp++)
+        for (int v = 0; v < 2; v++)
+            for (int exact = 1; exact >= 0; exact--) {
+                lily_cuda_skinny_cp(cp);
+                lily_cuda_skinny_pf(cp); /* prefetch with the cp cases (it changes no value) */
+                lily_cuda_skinny_variant(v ? LILY_SKINNY_SUB : LILY_SKINNY_DENORM);
+                setenv("LILY_CUDA_GEMM_EXACT", exact ? "1" : "0", 1);
+                lily_cuda_tune_reload();
+                snprintf(g_tag, sizeof g_tag, " [%s%s%s]", vname[v], cp ? ", cp" : "",
+                         exact ? "" : ", gemm_exact=0");
+                all_cases();
+            }
+    lily_cuda_skinny_cp(0);
+    lily_cuda_skinny_pf(0);
     /* rows from 1e-6 to 1e6 in one X (the split's row scale keeps fp16 in range) */
     setenv("LILY_CUDA_GEMM_EXACT", "1", 1);
     lily_cuda_tune_reload();
     g_spread = 6.f;
-    for (int v = 0; v < 2; v++) {
-        lily_cuda_skinny_variant(v ? LILY_SKINNY_SUB : LILY_SKINNY_DENORM);
-        snprintf(g_tag, sizeof g_tag, " [%s, rows 1e-6..1e6]", vname[v]);
+    for (int v = 0; v < 4; v++) {
+        lily_cuda_skinny_variant(v & 1 ? LILY_SKINNY_SUB : LILY_SKINNY_DENORM);
+        lily_cuda_skinny_cp(v >> 1);
+        snprintf(g_tag, sizeof g_tag, " [%s%s, rows 1e-6..1e6]", vname[v & 1],
+                 v >> 1 ? ", cp" : "");
         const int c1[6] = {13, 0, 16, 1, 29, 2};
         grouped_case(200, 576, 6, c1, 26, 1);
         if (!g_san) grouped_case(512, 2048, 6, c1, 26, 1);
     }
+    lily_cuda_skinny_cp(0);
     g_spread = 0;
     g_tag[0] = 0;
     lily_cuda_skinny_variant(LILY_SKINNY_DENORM);

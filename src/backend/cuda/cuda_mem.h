@@ -78,14 +78,16 @@ size_t lily_cuda_dmat_bytes(const lily_dmat *m);
  *     chosen per chunk by moe_prefill.cu (64 when the experts average >= 64 rows: +3.9 % prefill
  *     at 4096-token chunks on the H200).
  *   LILY_CUDA_SKINNY: 1 (default) = expert tiles of <= 16 rows through the skinny grouped GEMM
- *     (gemm_skinny.h) when the experts average fewer than 16 rows; 0 = the 32-row tiles.
+ *     (gemm_skinny.h) when the experts average fewer than LILY_CUDA_SKINNY_BELOW rows (default
+ *     33: up to ~1K-token chunks of the 35B's 256 experts x top-8; measured on the H200 against
+ *     16 / 17 / 25: +5.8 % at 512 tokens, +2 % at 768, +1.4 % at 1K); 0 = the 32-row tiles.
  * Read once at first use by their kernels' files instead (not reloaded): LILY_GEMM_KERNEL,
  * LILY_GEMM_WG_MIN_BLOCKS and LILY_GEMM_WG_GROUPED (which prefill GEMMs run where: gemm.h),
- * LILY_GEMM_WG_PIPE (gemm_wg.h), LILY_CUDA_SKINNY_SUB (gemm_skinny.h).
+ * LILY_GEMM_WG_PIPE (gemm_wg.h), LILY_CUDA_SKINNY_SUB, _CP and _PF (gemm_skinny.h).
  * gen changes on every reload, so a captured decode graph can tell it is stale. */
 typedef struct lily_cuda_tune {
     int pdl;
-    int fused_router, gemm_exact, attn_exact, group_bn, skinny;
+    int fused_router, gemm_exact, attn_exact, group_bn, skinny, skinny_below;
     unsigned gen;
 } lily_cuda_tune;
 const lily_cuda_tune *lily_cuda_tune_get(void);

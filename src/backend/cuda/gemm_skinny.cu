@@ -36,6 +36,17 @@ constexpr int kBM = kWarps * kMT * 16; /* weight rows per block */
 constexpr int kRing = 2;
 constexpr int kMinBlocks = 3;
 constexpr int kBN = LILY_GEMM_SKINNY_BN;
+/* CP (the default): each warp copies its rows' codes into its own shared-memory stages with
+ * cp.async (4 groups = 128 bytes per row and stage, kStages stages: one 128-byte line per row
+ * and 8 lanes), instead of the register ring above. Stage rows are 128 bytes, the 32-byte group
+ * chunks XOR-swizzled by (row & 3) so a warp's 8-byte reads of 8 rows take 2 wavefronts. With it,
+ * the B (token) lines of the next group are prefetched into L1 (sk_args::pf): ncu had the
+ * ring kernel stalled on long scoreboard (61 % of samples) at 12 warps per SM, 31 % issue and
+ * 34 % of DRAM; alone neither change helped, together: n = 256 expert GEMMs 114 -> 105 us,
+ * 256-token prefill +7.6 %, 512-token +5.8 % (H200, test_cuda_skinny timing and lily bench). */
+constexpr int kStages = 4;
+constexpr int kStageBytes = kMT * 16 * 128;             /* one warp's stage: 4 KB */
+constexpr int kCpSmem = kWarps * kStages * kStageBytes; /* per block: 64 KB */
 
 struct sk_args {
     const uint8_t *w;   /* codes of expert 0 */
@@ -48,6 +59,7 @@ struct sk_args {
     const int32_t *gather, *tiles, *d_ntiles;
     float *Y;
     int ldy;
+    int pf; /* B prefetch into L1 this many groups ahead (0: none) */
 };
 
 /* Streaming 8-byte load of read-once codes (no L1 allocation). */
@@ -72,11 +84,32 @@ template <bool SUB> __device__ __forceinline__ uint32_t apair(uint32_t v, int j)
 
 /* One warp: weight rows mw .. mw + 16 kMT - 1 (clamped to M - 1 for the loads, not stored) of
  * expert codes W / words SB, against NT 8-token tiles of the tile (rows tokens from row0). */
-template <int NT, bool SUB>
+template <int NT, bool SUB, bool CP>
 __device__ __forceinline__ void run(const sk_args &a, const uint8_t *W, const uint32_t *SB,
-                                    int row0, int rows, int mw, int lane) {
+                                    int row0, int rows, int mw, int lane, uint8_t *sm) {
     const int g = lane >> 2, q = lane & 3;
     const int K = a.K, KG = K >> 6, M = a.M;
+    /* CP: stage t (groups 4 t .. 4 t + 3) into slot t % kStages; lane copies 16-byte pieces
+     * c = lane + 32 j of the warp's 32 rows x 128 bytes (row c / 8, piece c % 8: 8 lanes per
+     * row, one 128-byte line each). Every lane commits a group per stage, empty or not. */
+    auto issue = [&](int t) {
+        if (CP && 4 * t < KG) {
+            uint8_t *slot = sm + (t % kStages) * kStageBytes;
+#pragma unroll
+            for (int j = 0; j < kMT * 16 * 8 / 32; j++) {
+                const int c = lane + 32 * j, r = c >> 3, p = c & 7;
+                const int row = min(mw + r, M - 1);
+                const bool ok = 4 * t + (p >> 1) < KG;
+                const uint8_t *src = W + (size_t)row * (K / 2) + (ok ? 128 * t + 16 * p : 0);
+                cp_async16(slot + r * 128 + ((((p >> 1) ^ r) & 3) << 5) + (p & 1) * 16, src, ok);
+            }
+        }
+        cp_commit();
+    };
+    if constexpr (CP) {
+#pragma unroll
+        for (int t = 0; t < kStages - 1; t++) issue(t);
+    }
     /* 32-bit offsets from four base pointers (fewer registers than a pointer per row) */
     const uint8_t *wb = W + 8 * q;
     uint32_t wo[kMT][2], so[kMT][2];
@@ -114,7 +147,7 @@ __device__ __forceinline__ void run(const sk_args &a, const uint8_t *W, const ui
      * ncu had the kernel bound by L1 wavefronts (83 % L1/TEX throughput, 26 % DRAM), a quarter
      * of them for 4-byte scale and sum loads made once per group by all 4 lanes of a row. */
     static_assert(kRing == 2, "the group loop below steps 4 groups = 2 ring turns");
-    uint2 wq[kRing][kMT][2];
+    uint2 wq[CP ? 1 : kRing][kMT][2];
     uint32_t scur[kMT][2], snext[kMT][2];
     float xcur[NT][2], xnext[NT][2];
     auto load_sx = [&](int G4, uint32_t (&sv)[kMT][2], float (&xv4)[NT][2]) {
@@ -131,7 +164,7 @@ __device__ __forceinline__ void run(const sk_args &a, const uint8_t *W, const ui
     };
 #pragma unroll
     for (int d = 0; d < kRing; d++)
-        if (d < KG)
+        if (!CP && d < KG)
 #pragma unroll
             for (int i = 0; i < kMT; i++)
 #pragma unroll
@@ -140,6 +173,13 @@ __device__ __forceinline__ void run(const sk_args &a, const uint8_t *W, const ui
     load_sx(4, snext, xnext);
 
     for (int G0 = 0; G0 < KG; G0 += 4) {
+        if constexpr (CP) { /* stage G0 / 4 has landed (for every lane: the warp sync); its slot
+                             * minus one is free, all lanes being past the previous stage */
+            cp_wait<kStages - 2>();
+            __syncwarp();
+            issue(G0 / 4 + kStages - 1);
+        }
+        const uint8_t *cur = sm + ((G0 / 4) % kStages) * kStageBytes;
 #pragma unroll
         for (int d = 0; d < 4; d++) {
             const int G = G0 + d, sl = d & 1;
@@ -150,15 +190,25 @@ __device__ __forceinline__ void run(const sk_args &a, const uint8_t *W, const ui
             for (int i = 0; i < kMT; i++)
 #pragma unroll
                 for (int h = 0; h < 2; h++) {
-                    cw[i][h] = wq[sl][i][h];
+                    if constexpr (CP) {
+                        const int r = 16 * i + 8 * h + g;
+                        cw[i][h] = *(const uint2 *)(cur + r * 128 + (((d ^ r) & 3) << 5) + 8 * q);
+                    } else {
+                        cw[i][h] = wq[sl][i][h];
+                    }
                     cs[i][h] = __shfl_sync(0xffffffffu, scur[i][h], (lane & ~3) | d);
                 }
-            if (G + kRing < KG) /* refill the slot: group G + kRing */
+            if (!CP && G + kRing < KG) /* refill the slot: group G + kRing */
 #pragma unroll
                 for (int i = 0; i < kMT; i++)
 #pragma unroll
                     for (int h = 0; h < 2; h++)
-                        wq[sl][i][h] = ldg_stream8(wb + wo[i][h] + 32 * (G + kRing));
+                        wq[CP ? 0 : sl][i][h] = ldg_stream8(wb + wo[i][h] + 32 * (G + kRing));
+            if (a.pf && G + a.pf < KG && q < 2) /* the B lines of a later group, into L1 */
+#pragma unroll
+                for (int j = 0; j < NT; j++)
+                    asm volatile("prefetch.global.L1 [%0];" ::"l"(a.xp + xo[j] + 16 * (G + a.pf) +
+                                                                  8 * q));
             uint4 b[NT][4];
             float xv[NT][2];
 #pragma unroll
@@ -235,8 +285,9 @@ __device__ __forceinline__ void run(const sk_args &a, const uint8_t *W, const ui
 
 /* Grid (row blocks, tiles): tile y is tiles[y] when y < *d_ntiles. No block-wide barrier: warps
  * without rows and blocks without a tile leave at once. */
-template <bool SUB>
+template <bool SUB, bool CP>
 __global__ void __launch_bounds__(kWarps * 32, kMinBlocks) skinny_kernel(const sk_args a) {
+    extern __shared__ __align__(128) uint8_t sk_smem[];
     if ((int)blockIdx.y >= *a.d_ntiles) return;
     const int32_t *tl = a.tiles + 3 * blockIdx.y;
     const int ex = tl[0], row0 = tl[1], rows = min(tl[2], kBN);
@@ -245,8 +296,10 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks) skinny_kernel(const s
     if (rows <= 0 || mw >= a.M) return;
     const uint8_t *W = a.w + (size_t)ex * a.w_stride;
     const uint32_t *SB = a.sb + (size_t)ex * a.sb_stride;
-    if (rows > 8) run<2, SUB>(a, W, SB, row0, rows, mw, lane);
-    else run<1, SUB>(a, W, SB, row0, rows, mw, lane);
+    uint8_t *sm = sk_smem + (CP ? warp * kStages * kStageBytes : 0);
+    if (rows > 8) run<2, SUB, CP>(a, W, SB, row0, rows, mw, lane, sm);
+    else run<1, SUB, CP>(a, W, SB, row0, rows, mw, lane, sm);
+    if constexpr (CP) cp_wait<0>(); /* no copy outstanding at exit */
 }
 
 /* One thread per (row, group, lane q): the 16 split words of columns 64 G + 16 q .. + 15 become
@@ -307,6 +360,25 @@ int grow(size_t nxp, size_t nxs, lily_cuda_stream st, lily_err *e) {
 }
 
 int g_variant = -1; /* LILY_SKINNY_*, or -1: not yet read from LILY_CUDA_SKINNY_SUB */
+int g_cp = -1;      /* codes through shared memory (CP), or -1: not yet read (LILY_CUDA_SKINNY_CP) */
+int g_pf = -1;      /* B prefetch distance in groups, or -1: not yet read (LILY_CUDA_SKINNY_PF) */
+
+int pf_dist() {
+    if (g_pf < 0) {
+        const char *v = getenv("LILY_CUDA_SKINNY_PF");
+        g_pf = v && *v ? atoi(v) : 1;
+        g_pf = g_pf < 0 ? 0 : g_pf > 8 ? 8 : g_pf;
+    }
+    return g_pf;
+}
+
+bool cp_on() {
+    if (g_cp < 0) {
+        const char *v = getenv("LILY_CUDA_SKINNY_CP");
+        g_cp = !(v && v[0] == '0');
+    }
+    return g_cp == 1;
+}
 
 int variant() {
     if (g_variant < 0) {
@@ -319,6 +391,10 @@ int variant() {
 } // namespace
 
 extern "C" void lily_cuda_skinny_variant(int v) { g_variant = v; }
+
+extern "C" void lily_cuda_skinny_cp(int on) { g_cp = on ? 1 : 0; }
+
+extern "C" void lily_cuda_skinny_pf(int groups) { g_pf = groups < 0 ? 0 : groups > 8 ? 8 : groups; }
 
 extern "C" int lily_cuda_gemm_skinny_grouped(const lily_dmat *W, const float *X, int ldx, int nx,
                                              const int32_t *gather, const int32_t *tiles,
@@ -345,11 +421,20 @@ extern "C" int lily_cuda_gemm_skinny_grouped(const lily_dmat *W, const float *X,
     a.xp = g_xp, a.xs = g_xs, a.mul = mul;
     a.gather = gather, a.tiles = tiles, a.d_ntiles = d_ntiles;
     a.Y = Y, a.ldy = ldy;
+    a.pf = pf_dist();
     const dim3 grid((unsigned)((W->rows + kBM - 1) / kBM), (unsigned)max_tiles);
-    if (variant() == LILY_SKINNY_SUB)
-        skinny_kernel<true><<<grid, kWarps * 32, 0, (cudaStream_t)st>>>(a);
-    else
-        skinny_kernel<false><<<grid, kWarps * 32, 0, (cudaStream_t)st>>>(a);
+    const bool sub = variant() == LILY_SKINNY_SUB, cp = cp_on();
+    auto kern = sub ? (cp ? skinny_kernel<true, true> : skinny_kernel<true, false>)
+                    : (cp ? skinny_kernel<false, true> : skinny_kernel<false, false>);
+    if (cp) {
+        static bool attr_set[2];
+        if (!attr_set[sub]) {
+            LILY_CU_TRY(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                             kCpSmem), e);
+            attr_set[sub] = true;
+        }
+    }
+    kern<<<grid, kWarps * 32, cp ? kCpSmem : 0, (cudaStream_t)st>>>(a);
     LILY_CU_LAUNCHED(e);
     return 0;
 }

@@ -19,7 +19,8 @@
  *
  * The B planes are laid out once per call by a small prep kernel ([nx][K] words in mma fragment
  * order, plus the group sums), then every warp reads its fragments straight from L1/L2 with 16-byte
- * loads; grid (row blocks of 128 rows, tiles), blocks past *d_ntiles exit at once. */
+ * loads (prefetched into L1 a group ahead); the codes stream through per-warp shared-memory stages
+ * (cp.async); grid (row blocks of 128 rows, tiles), blocks past *d_ntiles exit at once. */
 #ifndef LILY_BACKEND_CUDA_GEMM_SKINNY_H
 #define LILY_BACKEND_CUDA_GEMM_SKINNY_H
 
@@ -48,6 +49,15 @@ int lily_cuda_gemm_skinny_grouped(const lily_dmat *W, const float *X, int ldx, i
  * LILY_CUDA_SKINNY_SUB=1 selects SUB at first use; this call overrides it (tests). */
 enum { LILY_SKINNY_DENORM = 0, LILY_SKINNY_SUB = 1 };
 void lily_cuda_skinny_variant(int v);
+
+/* Codes through per-warp shared-memory stages filled by cp.async (1, the default) or through a
+ * register ring (0: 7 % slower end to end at 256 tokens); LILY_CUDA_SKINNY_CP=0 selects 0 at
+ * first use; this call overrides it (tests). */
+void lily_cuda_skinny_cp(int on);
+
+/* Prefetch of the B (token) lines into L1 this many quantization groups ahead (0: none; 1, the
+ * default; 2 measured the same); LILY_CUDA_SKINNY_PF at first use; this call overrides it. */
+void lily_cuda_skinny_pf(int groups);
 
 #ifdef __cplusplus
 }
