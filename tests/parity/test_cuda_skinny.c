@@ -122,6 +122,54 @@ static void grouped_case(int M, int K, int E, const int *counts, int n, int use_
     free(G), free(X), free(gather), free(tiles), free(ref), free(got), free(xg), free(tg);
 }
 
+/* The pair launch (gate and up in one grid) against the two single launches, which the cases
+ * above check against the CPU: the same bits, every row of both outputs. */
+static void pair_case(int M, int K, int E, const int *counts, int n) {
+    lily_err e;
+    int R = 0, ntmax = 0;
+    for (int x = 0; x < E; x++) R += counts[x], ntmax += (counts[x] + 15) / 16;
+    const int ldx = K + 4, ldy = M + 3;
+    lily_mat *G = malloc(sizeof(lily_mat) * E), *U = malloc(sizeof(lily_mat) * E);
+    for (int x = 0; x < E; x++) G[x] = pt_mat(LILY_DT_Q4, M, K), U[x] = pt_mat(LILY_DT_Q4, M, K);
+    lily_dmat dG, dU;
+    if (!pt_ok(lily_cuda_dmat_upload(G, E, &dG, &e), "upload", &e) ||
+        !pt_ok(lily_cuda_dmat_upload(U, E, &dU, &e), "upload", &e))
+        return;
+    float *X = malloc((size_t)n * ldx * 4);
+    fill_x(X, n, ldx);
+    int32_t *gather = malloc((size_t)(R + 1) * 4), *tiles = malloc((size_t)(ntmax + 1) * 12);
+    for (int r = 0; r < R; r++) gather[r] = (int32_t)(pt_rnd() % n);
+    const int nt = pt_make_tiles(counts, E, LILY_GEMM_SKINNY_BN, tiles);
+    int32_t *dgather = pt_idup(gather, (size_t)R + 1), *dtiles = pt_idup(tiles, (size_t)3 * nt + 1);
+    int32_t *dnt = pt_idup(&nt, 1);
+    float *dX = pt_dup(X, (size_t)n * ldx);
+    const size_t ny = (size_t)(R > 0 ? R : 1) * ldy;
+    float *h[4], *d[4];
+    for (int i = 0; i < 4; i++) {
+        h[i] = malloc(ny * 4);
+        for (size_t j = 0; j < ny; j++) h[i][j] = kSentinel;
+        d[i] = pt_dup(h[i], ny);
+    }
+    int rc = lily_cuda_gemm_skinny_grouped(&dG, dX, ldx, n, dgather, dtiles, dnt, nt + 3, d[0],
+                                           ldy, NULL, &e) ||
+             lily_cuda_gemm_skinny_grouped(&dU, dX, ldx, n, dgather, dtiles, dnt, nt + 3, d[1],
+                                           ldy, NULL, &e) ||
+             lily_cuda_gemm_skinny_grouped_pair(&dG, &dU, dX, ldx, n, dgather, dtiles, dnt, nt + 3,
+                                                d[2], d[3], ldy, NULL, &e);
+    if (pt_ok(rc, "skinny pair launch", &e)) {
+        for (int i = 0; i < 4; i++) pt_get(h[i], d[i], ny);
+        char name[240];
+        snprintf(name, sizeof name, "skinny pair W[%d x %d] x %d experts, %d rows: same bits as "
+                 "two launches%s", M, K, E, R, g_tag);
+        pt_check_true(name, !memcmp(h[0], h[2], ny * 4) && !memcmp(h[1], h[3], ny * 4));
+    }
+    for (int i = 0; i < 4; i++) lily_cuda_free(d[i]), free(h[i]);
+    lily_cuda_free(dX), lily_cuda_free(dgather), lily_cuda_free(dtiles), lily_cuda_free(dnt);
+    lily_cuda_dmat_free(&dG), lily_cuda_dmat_free(&dU);
+    for (int x = 0; x < E; x++) pt_mat_free(&G[x]), pt_mat_free(&U[x]);
+    free(G), free(U), free(X), free(gather), free(tiles);
+}
+
 /* n tokens x top-k over E experts, uniformly random distinct picks: the row counts. */
 static void route_counts(int n, int E, int k, int *counts) {
     memset(counts, 0, sizeof(int) * E);
@@ -150,7 +198,9 @@ static void all_cases(void) {
     grouped_case(130, 192, 5, c2, 30, 1);
     grouped_case(72, 64, 5, c2, 0, 0);
     grouped_case(48, 128, 3, c3, 9, 1);
+    pair_case(200, 576, 12, c1, 40);
     if (g_san) return;
+    pair_case(512, 2048, 5, c2, 60);
     grouped_case(512, 2048, 12, c1, 40, 1);  /* gate / up shape */
     grouped_case(2048, 512, 12, c1, 0, 0);   /* down shape */
     grouped_case(2048, 512, 5, c2, 60, 1);

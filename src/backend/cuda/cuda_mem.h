@@ -81,13 +81,15 @@ size_t lily_cuda_dmat_bytes(const lily_dmat *m);
  *     (gemm_skinny.h) when the experts average fewer than LILY_CUDA_SKINNY_BELOW rows (default
  *     33: up to ~1K-token chunks of the 35B's 256 experts x top-8; measured on the H200 against
  *     16 / 17 / 25: +5.8 % at 512 tokens, +2 % at 768, +1.4 % at 1K); 0 = the 32-row tiles.
+ *   LILY_CUDA_SKINNY_PAIR: 1 (default) = a skinny MoE layer's gate and up projections in one
+ *     launch (lily_cuda_gemm_skinny_grouped_pair); 0 = one launch each.
  * Read once at first use by their kernels' files instead (not reloaded): LILY_GEMM_KERNEL,
  * LILY_GEMM_WG_MIN_BLOCKS and LILY_GEMM_WG_GROUPED (which prefill GEMMs run where: gemm.h),
  * LILY_GEMM_WG_PIPE (gemm_wg.h), LILY_CUDA_SKINNY_SUB, _CP and _PF (gemm_skinny.h).
  * gen changes on every reload, so a captured decode graph can tell it is stale. */
 typedef struct lily_cuda_tune {
     int pdl;
-    int fused_router, gemm_exact, attn_exact, group_bn, skinny, skinny_below;
+    int fused_router, gemm_exact, attn_exact, group_bn, skinny, skinny_below, skinny_pair;
     unsigned gen;
 } lily_cuda_tune;
 const lily_cuda_tune *lily_cuda_tune_get(void);

@@ -60,6 +60,11 @@ struct sk_args {
     float *Y;
     int ldy;
     int pf; /* B prefetch into L1 this many groups ahead (0: none) */
+    /* a pair (gate and up of the same experts): row blocks >= nb run w2 / sb2 into Y2 */
+    const uint8_t *w2;
+    const uint32_t *sb2;
+    float *Y2;
+    int nb;
 };
 
 /* Streaming 8-byte load of read-once codes (no L1 allocation). */
@@ -86,7 +91,8 @@ template <bool SUB> __device__ __forceinline__ uint32_t apair(uint32_t v, int j)
  * expert codes W / words SB, against NT 8-token tiles of the tile (rows tokens from row0). */
 template <int NT, bool SUB, bool CP>
 __device__ __forceinline__ void run(const sk_args &a, const uint8_t *W, const uint32_t *SB,
-                                    int row0, int rows, int mw, int lane, uint8_t *sm) {
+                                    float *Y, int row0, int rows, int mw, int lane,
+                                    uint8_t *sm) {
     const int g = lane >> 2, q = lane & 3;
     const int K = a.K, KG = K >> 6, M = a.M;
     /* CP: stage t (groups 4 t .. 4 t + 3) into slot t % kStages; lane copies 16-byte pieces
@@ -272,7 +278,7 @@ __device__ __forceinline__ void run(const sk_args &a, const uint8_t *W, const ui
             const int t = 8 * j + 2 * q + c;
             if (t >= rows) continue;
             const float mu = a.mul[xrow(t)];
-            float *yr = a.Y + (size_t)(row0 + t) * a.ldy;
+            float *yr = Y + (size_t)(row0 + t) * a.ldy;
 #pragma unroll
             for (int i = 0; i < kMT; i++)
 #pragma unroll
@@ -292,13 +298,15 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks) skinny_kernel(const s
     const int32_t *tl = a.tiles + 3 * blockIdx.y;
     const int ex = tl[0], row0 = tl[1], rows = min(tl[2], kBN);
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const int mw = blockIdx.x * kBM + warp * kMT * 16;
+    const bool second = (int)blockIdx.x >= a.nb; /* the pair's second matrix */
+    const int mw = ((int)blockIdx.x - (second ? a.nb : 0)) * kBM + warp * kMT * 16;
     if (rows <= 0 || mw >= a.M) return;
-    const uint8_t *W = a.w + (size_t)ex * a.w_stride;
-    const uint32_t *SB = a.sb + (size_t)ex * a.sb_stride;
+    const uint8_t *W = (second ? a.w2 : a.w) + (size_t)ex * a.w_stride;
+    const uint32_t *SB = (second ? a.sb2 : a.sb) + (size_t)ex * a.sb_stride;
+    float *Y = second ? a.Y2 : a.Y;
     uint8_t *sm = sk_smem + (CP ? warp * kStages * kStageBytes : 0);
-    if (rows > 8) run<2, SUB, CP>(a, W, SB, row0, rows, mw, lane, sm);
-    else run<1, SUB, CP>(a, W, SB, row0, rows, mw, lane, sm);
+    if (rows > 8) run<2, SUB, CP>(a, W, SB, Y, row0, rows, mw, lane, sm);
+    else run<1, SUB, CP>(a, W, SB, Y, row0, rows, mw, lane, sm);
     if constexpr (CP) cp_wait<0>(); /* no copy outstanding at exit */
 }
 
@@ -396,14 +404,21 @@ extern "C" void lily_cuda_skinny_cp(int on) { g_cp = on ? 1 : 0; }
 
 extern "C" void lily_cuda_skinny_pf(int groups) { g_pf = groups < 0 ? 0 : groups > 8 ? 8 : groups; }
 
-extern "C" int lily_cuda_gemm_skinny_grouped(const lily_dmat *W, const float *X, int ldx, int nx,
-                                             const int32_t *gather, const int32_t *tiles,
-                                             const int32_t *d_ntiles, int max_tiles, float *Y,
-                                             int ldy, lily_cuda_stream st, lily_err *e) {
-    if (W->dt != LILY_CW_Q4)
+namespace {
+
+/* W alone (W2 NULL), or the pair W, W2 (same shape) in one launch: twice the row blocks, so the
+ * grid's last partial wave is a smaller share of it. */
+int skinny(const lily_dmat *W, const lily_dmat *W2, const float *X, int ldx, int nx,
+           const int32_t *gather, const int32_t *tiles, const int32_t *d_ntiles, int max_tiles,
+           float *Y, float *Y2, int ldy, lily_cuda_stream st, lily_err *e) {
+    if (W->dt != LILY_CW_Q4 || (W2 && W2->dt != LILY_CW_Q4))
         return lily_fail(e, "gemm_skinny: Q4 weights only (type %d)", W->dt);
     if (W->cols % 64 || W->cols < 64)
         return lily_fail(e, "gemm_skinny: %d columns (a multiple of 64)", W->cols);
+    if (W2 && (W2->rows != W->rows || W2->cols != W->cols || W2->w_stride != W->w_stride ||
+               W2->sb_stride != W->sb_stride))
+        return lily_fail(e, "gemm_skinny: a pair of different shapes (%d x %d, %d x %d)",
+                         W->rows, W->cols, W2->rows, W2->cols);
     if (max_tiles < 1 || W->rows < 1 || nx < 1) return 0;
     if (max_tiles > 65535) return lily_fail(e, "gemm_skinny: %d tiles", max_tiles);
     const int K = W->cols, KG = K / 64, kg4 = (KG + 3) & ~3;
@@ -422,7 +437,9 @@ extern "C" int lily_cuda_gemm_skinny_grouped(const lily_dmat *W, const float *X,
     a.gather = gather, a.tiles = tiles, a.d_ntiles = d_ntiles;
     a.Y = Y, a.ldy = ldy;
     a.pf = pf_dist();
-    const dim3 grid((unsigned)((W->rows + kBM - 1) / kBM), (unsigned)max_tiles);
+    a.nb = (W->rows + kBM - 1) / kBM;
+    a.w2 = W2 ? W2->w : nullptr, a.sb2 = W2 ? W2->sb : nullptr, a.Y2 = W2 ? Y2 : nullptr;
+    const dim3 grid((unsigned)(a.nb * (W2 ? 2 : 1)), (unsigned)max_tiles);
     const bool sub = variant() == LILY_SKINNY_SUB, cp = cp_on();
     auto kern = sub ? (cp ? skinny_kernel<true, true> : skinny_kernel<true, false>)
                     : (cp ? skinny_kernel<false, true> : skinny_kernel<false, false>);
@@ -437,4 +454,23 @@ extern "C" int lily_cuda_gemm_skinny_grouped(const lily_dmat *W, const float *X,
     kern<<<grid, kWarps * 32, cp ? kCpSmem : 0, (cudaStream_t)st>>>(a);
     LILY_CU_LAUNCHED(e);
     return 0;
+}
+
+} // namespace
+
+extern "C" int lily_cuda_gemm_skinny_grouped(const lily_dmat *W, const float *X, int ldx, int nx,
+                                             const int32_t *gather, const int32_t *tiles,
+                                             const int32_t *d_ntiles, int max_tiles, float *Y,
+                                             int ldy, lily_cuda_stream st, lily_err *e) {
+    return skinny(W, nullptr, X, ldx, nx, gather, tiles, d_ntiles, max_tiles, Y, nullptr, ldy, st,
+                  e);
+}
+
+extern "C" int lily_cuda_gemm_skinny_grouped_pair(const lily_dmat *W, const lily_dmat *W2,
+                                                  const float *X, int ldx, int nx,
+                                                  const int32_t *gather, const int32_t *tiles,
+                                                  const int32_t *d_ntiles, int max_tiles,
+                                                  float *Y, float *Y2, int ldy,
+                                                  lily_cuda_stream st, lily_err *e) {
+    return skinny(W, W2, X, ldx, nx, gather, tiles, d_ntiles, max_tiles, Y, Y2, ldy, st, e);
 }

@@ -266,11 +266,16 @@ int prefill_body(const lily_cuda_moe *m, const float *u, int n, const int32_t *g
         scatter_kernel<<<d.chunks, 32, (size_t)E * 4, st>>>(idx, nk, k, E, ccount, gather, slot);
         LILY_CU_LAUNCHED(e);
         float *hg = (float *)(s + d.hg), *hu = (float *)(s + d.hu);
-        if (lily_cuda_gemm_grouped(m->gate, u, H, n, gather, tiles, ntiles, max_tiles, gbn, hg,
-                                   d.I, st, e) ||
-            lily_cuda_gemm_grouped(m->up, u, H, n, gather, tiles, ntiles, max_tiles, gbn, hu, d.I,
-                                   st, e))
+        if (gbn == kMinBN && tune->skinny_pair) { /* gate and up in one launch */
+            if (lily_cuda_gemm_skinny_grouped_pair(m->gate, m->up, u, H, n, gather, tiles, ntiles,
+                                                   max_tiles, hg, hu, d.I, st, e))
+                return -1;
+        } else if (lily_cuda_gemm_grouped(m->gate, u, H, n, gather, tiles, ntiles, max_tiles, gbn,
+                                          hg, d.I, st, e) ||
+                   lily_cuda_gemm_grouped(m->up, u, H, n, gather, tiles, ntiles, max_tiles, gbn,
+                                          hu, d.I, st, e)) {
             return -1;
+        }
     }
     /* the shared expert's gate/up and gate logit before the routed down projection: they read u,
      * which the exact GEMMs then split once (gemm_split.h) */
