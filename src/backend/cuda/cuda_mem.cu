@@ -197,7 +197,7 @@ extern "C" size_t lily_cuda_dmat_bytes(const lily_dmat *m) {
 }
 
 namespace {
-lily_cuda_tune g_tune = {0, 1, 1, 1, 0, 1, 33, 1, 0};
+lily_cuda_tune g_tune = {0, 1, 1, 1, 0, 1, 64, 1, 0};
 
 int env_int(const char *name, int dflt) {
     const char *v = getenv(name);
@@ -214,7 +214,7 @@ extern "C" void lily_cuda_tune_reload(void) {
     const int gbn = env_int("LILY_CUDA_GROUP_BN", 0);
     g_tune.group_bn = gbn == 32 || gbn == 64 ? gbn : 0;
     g_tune.skinny = env_int("LILY_CUDA_SKINNY", 1) != 0;
-    const int below = env_int("LILY_CUDA_SKINNY_BELOW", 33);
+    const int below = env_int("LILY_CUDA_SKINNY_BELOW", 64);
     g_tune.skinny_below = below < 1 ? 1 : below > 64 ? 64 : below;
     g_tune.skinny_pair = env_int("LILY_CUDA_SKINNY_PAIR", 1) != 0;
     g_tune.gen = g_tune.gen + 1 ? g_tune.gen + 1 : 1; /* never 0: 0 means "not loaded" */

@@ -79,8 +79,9 @@ size_t lily_cuda_dmat_bytes(const lily_dmat *m);
  *     at 4096-token chunks on the H200).
  *   LILY_CUDA_SKINNY: 1 (default) = expert tiles of <= 16 rows through the skinny grouped GEMM
  *     (gemm_skinny.h) when the experts average fewer than LILY_CUDA_SKINNY_BELOW rows (default
- *     33: up to ~1K-token chunks of the 35B's 256 experts x top-8; measured on the H200 against
- *     16 / 17 / 25: +5.8 % at 512 tokens, +2 % at 768, +1.4 % at 1K); 0 = the 32-row tiles.
+ *     64, where the 64-row tiles take over: chunks of up to ~2K tokens of the 35B's 256 experts x
+ *     top-8; measured on the H200 against 16: +5.8 % at 512 tokens, +1.4 % at 1K, and against
+ *     33: +4.0 % at 1280, +1.5 % at 1536, +0.8 % at 1792); 0 = the 32-row tiles.
  *   LILY_CUDA_SKINNY_PAIR: 1 (default) = a skinny MoE layer's gate and up projections in one
  *     launch (lily_cuda_gemm_skinny_grouped_pair); 0 = one launch each.
  * Read once at first use by their kernels' files instead (not reloaded): LILY_GEMM_KERNEL,

@@ -225,9 +225,9 @@ int prefill_body(const lily_cuda_moe *m, const float *u, int n, const int32_t *g
     int nk = n * k;
     /* rows per expert tile: 64 when the experts average >= 64 rows (half the dequantization per
      * token; measured +3.9 % at 4096-token chunks); 16 (the skinny kernel, gemm_skinny.h: no
-     * dequantization) when they average fewer than tune->skinny_below (33 by default: chunks of
-     * up to ~1K tokens of the 35B, cuda_mem.h) and the experts are Q4, unless
-     * LILY_CUDA_SKINNY=0; else 32. LILY_CUDA_GROUP_BN forces 32 or 64. */
+     * dequantization) when they average fewer than tune->skinny_below (64 by default, i.e. below
+     * the 64-row tiles, cuda_mem.h) and the experts are Q4, unless LILY_CUDA_SKINNY=0; else 32.
+     * LILY_CUDA_GROUP_BN forces 32 or 64. */
     const lily_cuda_tune *tune = lily_cuda_tune_get();
     const bool q4 = k > 0 && m->gate->dt == LILY_CW_Q4 && m->up->dt == LILY_CW_Q4 &&
                     m->down->dt == LILY_CW_Q4;
