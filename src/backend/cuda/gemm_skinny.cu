@@ -204,12 +204,14 @@ __device__ __forceinline__ void run(const sk_args &a, const uint8_t *W, const ui
                     }
                     cs[i][h] = __shfl_sync(0xffffffffu, scur[i][h], (lane & ~3) | d);
                 }
-            if (!CP && G + kRing < KG) /* refill the slot: group G + kRing */
+            if constexpr (!CP) {
+                if (G + kRing < KG) /* refill the slot: group G + kRing */
 #pragma unroll
-                for (int i = 0; i < kMT; i++)
+                    for (int i = 0; i < kMT; i++)
 #pragma unroll
-                    for (int h = 0; h < 2; h++)
-                        wq[CP ? 0 : sl][i][h] = ldg_stream8(wb + wo[i][h] + 32 * (G + kRing));
+                        for (int h = 0; h < 2; h++)
+                            wq[sl][i][h] = ldg_stream8(wb + wo[i][h] + 32 * (G + kRing));
+            }
             if (a.pf && G + a.pf < KG && q < 2) /* the B lines of a later group, into L1 */
 #pragma unroll
                 for (int j = 0; j < NT; j++)
@@ -412,7 +414,8 @@ int skinny(const lily_dmat *W, const lily_dmat *W2, const float *X, int ldx, int
            const int32_t *gather, const int32_t *tiles, const int32_t *d_ntiles, int max_tiles,
            float *Y, float *Y2, int ldy, lily_cuda_stream st, lily_err *e) {
     if (W->dt != LILY_CW_Q4 || (W2 && W2->dt != LILY_CW_Q4))
-        return lily_fail(e, "gemm_skinny: Q4 weights only (type %d)", W->dt);
+        return lily_fail(e, "gemm_skinny: Q4 weights only (type %d)",
+                         W->dt != LILY_CW_Q4 ? W->dt : W2->dt);
     if (W->cols % 64 || W->cols < 64)
         return lily_fail(e, "gemm_skinny: %d columns (a multiple of 64)", W->cols);
     if (W2 && (W2->rows != W->rows || W2->cols != W->cols || W2->w_stride != W->w_stride ||
