@@ -21,9 +21,10 @@ static float sig(float x) { return 1.0f / (1.0f + expf(-x)); }
 static float silu_h(float x) { return x / (1.0f + expf(-x)); }
 static float softplus_h(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
 
-static const char *const kernel_name[] = {"auto",   "token",  "tiled4",
-                                          "tiled8", "tiled16", "chunked"};
-#define N_KERNELS 6
+static const char *const kernel_name[] = {"auto",    "token",    "tiled4",    "tiled8",
+                                          "tiled16", "chunked",  "tiled8x2",  "tiled16x2",
+                                          "tiled16x4"};
+#define N_KERNELS 9
 
 /* The CPU reference from a random non-zero state, then every scan kernel from the same state,
  * comparing output and final state. */
@@ -89,10 +90,10 @@ static void scan_case(int Nk, int Nv, int Dv, int n) {
             for (int k = 0; k < Dk; k++)
                 for (int v = 0; v < Dv; v++)
                     gSc[((size_t)j * Dk + k) * Dv + v] = gS[lily_cuda_gdn_sidx(Dk, Dv, j, k, v)];
-        snprintf(name, sizeof name, "gdn scan %-7s out   Nk=%d Nv=%d Dv=%d n=%d", kernel_name[kern],
+        snprintf(name, sizeof name, "gdn scan %-9s out   Nk=%d Nv=%d Dv=%d n=%d", kernel_name[kern],
                  Nk, Nv, Dv, n);
         pt_check(name, gop, o, (size_t)n * Nv * Dv, 1e-4);
-        snprintf(name, sizeof name, "gdn scan %-7s state Nk=%d Nv=%d Dv=%d n=%d", kernel_name[kern],
+        snprintf(name, sizeof name, "gdn scan %-9s state Nk=%d Nv=%d Dv=%d n=%d", kernel_name[kern],
                  Nk, Nv, Dv, n);
         pt_check(name, gSc, Sref, sn, 1e-4);
         lily_cuda_free(dS), lily_cuda_free(dO);
@@ -239,7 +240,7 @@ int main(void) {
                   lily_cuda_gdn_scan(NULL, 1, 1, 64, 64, 1, NULL, 4, NULL, NULL, 1, NULL, NULL,
                                      NULL, 1, NULL, &e) == -1);
     pt_check_true("gdn scan rejects an unknown kernel",
-                  lily_cuda_gdn_scan_with(LILY_GDN_CHUNKED + 1, NULL, 1, 1, 128, 8, 1, NULL, 4,
+                  lily_cuda_gdn_scan_with(LILY_GDN_TILED16X4 + 1, NULL, 1, 1, 128, 8, 1, NULL, 4,
                                           NULL, NULL, 1, NULL, NULL, NULL, 1, NULL, &e) == -1);
     const char *tm = getenv("LILY_CUDA_TIME");
     if (tm && tm[0] == '1') scan_timing();

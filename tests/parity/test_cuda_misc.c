@@ -1,6 +1,7 @@
 /* Small GPU kernels (backend/cuda/misc.h) against the CPU reference: the embedding lookup of
  * Q4, Q8, BF16 and F32 (rounded to BF16) rows against lily_mat_row_f32, row-wise RMSNorm against
- * lily_cpu_rmsnorm at odd widths and strides, and argmax over odd lengths with the maximum at
+ * lily_cpu_rmsnorm at odd widths and strides (and the RMSNorm that also writes the exact GEMMs'
+ * split words: the same y bits, and the words a separate split gives), and argmax over odd lengths with the maximum at
  * the first and last index, negative values and a tie (the lowest index wins). */
 #include <stdio.h>
 
@@ -10,6 +11,7 @@ int main(void) {
     return 77;
 }
 #else
+#include "backend/cuda/gemm_split.h"
 #include "backend/cuda/misc.h"
 #include "parity_util.h"
 
@@ -45,6 +47,66 @@ static void embed_case(lily_dtype dt, int V, int H, int n) {
     free(tok), free(ref), free(got);
 }
 
+/* Words and multipliers of the module's last split, copied out. */
+static void get_words(const uint32_t *w, const float *mul, int n, int dim, uint32_t *hw,
+                      float *hm) {
+    lily_err e;
+    lily_cuda_sync(&e);
+    lily_cuda_d2h(hw, w, (size_t)n * dim * 4, &e);
+    lily_cuda_d2h(hm, mul, (size_t)n * 4, &e);
+}
+
+/* lily_cuda_rmsnorm_split against lily_cuda_rmsnorm (dy: its rows) and a separate split of them:
+ * the same bits. The fused rows are then overwritten before the hold, so the words the GEMMs
+ * would read can only match if the hold kept the norm's words. Also in place (x == y). */
+static void rmsnorm_split_check(const float *dx, int ldx, const float *dw, int n, int dim,
+                                const float *dy, int ldy) {
+    lily_err e;
+    char name[160];
+    const size_t ny = (size_t)n * ldy;
+    uint32_t *wa = malloc((size_t)n * dim * 4), *wb = malloc((size_t)n * dim * 4);
+    float *ma = malloc(n * 4), *mb = malloc(n * 4), *ya = malloc(ny * 4), *yb = malloc(ny * 4);
+    const uint32_t *w;
+    const float *mul;
+    float *dy2 = pt_dalloc(ny * 4), *dxy = pt_dalloc((size_t)n * ldx * 4);
+    lily_cuda_memset(dy2, 0, ny * 4, NULL, &e);
+    lily_cuda_xsplit_hold(NULL);
+    if (!pt_ok(lily_cuda_xsplit(dy, ldy, n, dim, &w, &mul, NULL, &e), "xsplit", &e)) return;
+    get_words(w, mul, n, dim, wa, ma);
+    if (!pt_ok(lily_cuda_rmsnorm_split(dx, ldx, dw, n, dim, 1e-6f, dy2, ldy, NULL, &e),
+               "rmsnorm_split", &e))
+        return;
+    pt_get(ya, dy, ny);
+    pt_get(yb, dy2, ny);
+    snprintf(name, sizeof name, "rmsnorm_split n=%d dim=%d: y bits as rmsnorm", n, dim);
+    pt_check_true(name, memcmp(ya, yb, ny * 4) == 0);
+    lily_cuda_memset(dy2, 0, ny * 4, NULL, &e); /* not split again below if the hold keeps */
+    lily_cuda_xsplit_hold(dy2);
+    if (!pt_ok(lily_cuda_xsplit(dy2, ldy, n, dim, &w, &mul, NULL, &e), "xsplit", &e)) return;
+    get_words(w, mul, n, dim, wb, mb);
+    lily_cuda_xsplit_hold(NULL);
+    snprintf(name, sizeof name, "rmsnorm_split n=%d dim=%d: held words as a split of y", n, dim);
+    pt_check_true(name, memcmp(wa, wb, (size_t)n * dim * 4) == 0 && memcmp(ma, mb, n * 4) == 0);
+    /* in place: x == y */
+    lily_cuda_d2d(dxy, dx, (size_t)n * ldx * 4, NULL, &e);
+    if (!pt_ok(lily_cuda_rmsnorm_split(dxy, ldx, dw, n, dim, 1e-6f, dxy, ldx, NULL, &e),
+               "rmsnorm_split in place", &e))
+        return;
+    lily_cuda_xsplit_hold(dxy);
+    if (!pt_ok(lily_cuda_xsplit(dxy, ldx, n, dim, &w, &mul, NULL, &e), "xsplit", &e)) return;
+    get_words(w, mul, n, dim, wb, mb);
+    lily_cuda_xsplit_hold(NULL);
+    float *yc = malloc((size_t)n * ldx * 4);
+    pt_get(yc, dxy, (size_t)n * ldx);
+    int same = memcmp(wa, wb, (size_t)n * dim * 4) == 0 && memcmp(ma, mb, n * 4) == 0;
+    for (int t = 0; t < n; t++)
+        same &= memcmp(yc + (size_t)t * ldx, ya + (size_t)t * ldy, (size_t)dim * 4) == 0;
+    snprintf(name, sizeof name, "rmsnorm_split n=%d dim=%d in place: same y and words", n, dim);
+    pt_check_true(name, same);
+    lily_cuda_free(dy2), lily_cuda_free(dxy);
+    free(wa), free(wb), free(ma), free(mb), free(ya), free(yb), free(yc);
+}
+
 static void rmsnorm_case(int n, int dim) {
     lily_err e;
     char name[128];
@@ -65,6 +127,7 @@ static void rmsnorm_case(int n, int dim) {
     pt_get(got, dy, (size_t)n * ldy);
     snprintf(name, sizeof name, "rmsnorm rows n=%d dim=%d", n, dim);
     pt_check(name, got, ref, (size_t)n * ldy, 1e-5);
+    rmsnorm_split_check(dx, ldx, dw, n, dim, dy, ldy);
     lily_cuda_free(dx), lily_cuda_free(dw), lily_cuda_free(dy);
     free(x), free(w), free(ref), free(got);
 }

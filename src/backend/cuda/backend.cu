@@ -519,6 +519,15 @@ int decode_layers(lily_backend *b, lily_bstate *s, lily_err *e) {
                             e);
 }
 
+/* RMSNorm of rows that the exact GEMMs read next (held right after): the norm also writes their
+ * split words (lily_cuda_rmsnorm_split), unless LILY_CUDA_NORM_SPLIT=0. */
+int norm_for_gemms(const float *x, int ldx, const float *w, int n, int dim, float eps, float *y,
+                   int ldy, cudaStream_t st, lily_err *e) {
+    if (lily_cuda_gemm_exact() && lily_cuda_tune_get()->norm_split)
+        return lily_cuda_rmsnorm_split(x, ldx, w, n, dim, eps, y, ldy, st, e);
+    return lily_cuda_rmsnorm(x, ldx, w, n, dim, eps, y, ldy, st, e);
+}
+
 int prefill_layers(lily_backend *b, lily_bstate *s, int n, int all_logits, lily_err *e) {
     const lily_model *m = b->m;
     const lily_config *c = &m->cfg;
@@ -529,7 +538,7 @@ int prefill_layers(lily_backend *b, lily_bstate *s, int n, int all_logits, lily_
     if (lily_cuda_embed(&b->embed, b->d_tok, n, X, H, st, e)) return -1;
     for (int l = 0; l < c->n_layers; l++) {
         cu_layer *ly = &b->L[l];
-        if (lily_cuda_rmsnorm(X, H, ly->in_norm, n, H, eps, A, H, st, e)) return -1;
+        if (norm_for_gemms(X, H, ly->in_norm, n, H, eps, A, H, st, e)) return -1;
         if (c->layer_is_attn[l]) {
             float *qg = b->buf[0], *kb = b->buf[1], *vb = b->buf[2], *q = b->buf[3];
             float *gt = b->buf[4], *o = b->buf[1];
@@ -574,7 +583,7 @@ int prefill_layers(lily_backend *b, lily_bstate *s, int n, int all_logits, lily_
                 lily_cuda_gemm(&ly->out, o, Zw, n, X, H, 1, st, e))
                 return -1;
         }
-        if (lily_cuda_rmsnorm(X, H, ly->post_norm, n, H, eps, A, H, st, e) ||
+        if (norm_for_gemms(X, H, ly->post_norm, n, H, eps, A, H, st, e) ||
             lily_cuda_moe_prefill(&ly->moe, A, n, X, b->moe_pre, st, e))
             return -1;
     }

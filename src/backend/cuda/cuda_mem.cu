@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "backend/cuda/common.cuh"
+#include "backend/cuda/gdn.h"
 extern "C" {
 #include "backend/cpu/ops.h"
 }
@@ -197,7 +198,7 @@ extern "C" size_t lily_cuda_dmat_bytes(const lily_dmat *m) {
 }
 
 namespace {
-lily_cuda_tune g_tune = {0, 1, 1, 1, 0, 1, 64, 1, 0};
+lily_cuda_tune g_tune = {0, 1, 1, 1, 0, 1, 64, 1, 1, LILY_GDN_AUTO, 0};
 
 int env_int(const char *name, int dflt) {
     const char *v = getenv(name);
@@ -217,6 +218,17 @@ extern "C" void lily_cuda_tune_reload(void) {
     const int below = env_int("LILY_CUDA_SKINNY_BELOW", 64);
     g_tune.skinny_below = below < 1 ? 1 : below > 64 ? 64 : below;
     g_tune.skinny_pair = env_int("LILY_CUDA_SKINNY_PAIR", 1) != 0;
+    g_tune.norm_split = env_int("LILY_CUDA_NORM_SPLIT", 1) != 0;
+    static const struct {
+        const char *name;
+        int kernel;
+    } gdn[] = {{"tiled4", LILY_GDN_TILED4},       {"tiled8", LILY_GDN_TILED8},
+               {"tiled16", LILY_GDN_TILED16},     {"tiled8x2", LILY_GDN_TILED8X2},
+               {"tiled16x2", LILY_GDN_TILED16X2}, {"tiled16x4", LILY_GDN_TILED16X4}};
+    const char *gk = getenv("LILY_CUDA_GDN_KERNEL");
+    g_tune.gdn_kernel = LILY_GDN_AUTO; /* by length (gdn.cu) */
+    for (size_t i = 0; gk && i < sizeof gdn / sizeof gdn[0]; i++)
+        if (!strcmp(gk, gdn[i].name)) g_tune.gdn_kernel = gdn[i].kernel;
     g_tune.gen = g_tune.gen + 1 ? g_tune.gen + 1 : 1; /* never 0: 0 means "not loaded" */
 }
 

@@ -12,7 +12,11 @@ constexpr int kScanWarps = 4;  /* warps per block; each warp owns (head, 8 value
  * n = 2 (6.3 vs 7.6 us) to n = 2048 (750 vs 1568 us); at n = 1 the two are within run-to-run
  * noise (5.4-7.6 vs 6.8-6.9 us), so decode keeps the per-token kernel. */
 constexpr int kTiledMinTokens = 2;
-constexpr int kTiledDefault = LILY_GDN_TILED4;
+/* From this many tokens AUTO runs TILED8X2 (two columns per thread: half the q, k loads per
+ * column, two independent chains per thread), below it TILED4. H200, 35B shape, us per layer
+ * (LILY_CUDA_TIME=1 test_cuda_gdn): n = 64 28.7 vs 27.7, 128 50.8 vs 51.4, 512 184 vs 191, 2048
+ * 716 vs 751; prefill +0.9 % at 16K, +1.2 % at 4K, +0.7 % at 1K. */
+constexpr int kWideMinTokens = 128;
 
 /* Reduce-scatter of 8 values over the 32 lanes: afterwards lane l holds the full sum of value
  * c = (l >> 2) & 7 (9 shuffles instead of 8 x 5). */
@@ -144,7 +148,10 @@ __global__ void __launch_bounds__(kScanWarps * 32)
  * kTileTok tokens of raw q, k, v, b, a in shared memory with cp.async, one tile ahead. The per-token
  * scalars (L2 norms, k.q, gates) are computed once per tile by the whole block, so the token loop
  * reads them as two broadcast float4s. As in lily_cpu_gdn_scan, o = lam S^T q + (k.q) d lets one
- * pass over the old state give both dot products. */
+ * pass over the old state give both dot products. C > 1: each thread keeps C adjacent columns
+ * (the same key rows), so each q, k load and each shuffle level serves C columns and the thread
+ * runs C independent chains (C = 2, P = 8: -5 % at 2048 tokens; C = 4, P = 16: +58 %, the
+ * shuffles of 8 sums per token dominate). */
 constexpr int kTileCols = 32; /* value columns per block */
 constexpr int kTileTok = 16;  /* tokens per shared-memory stage */
 
@@ -171,13 +178,13 @@ struct tile_smem {
     float sc[kTileTok][8];
 };
 
-template <int P>
-__global__ void __launch_bounds__(kTileCols *P)
+template <int P, int C>
+__global__ void __launch_bounds__(kTileCols / C * P)
     gdn_tiled_kernel(float *__restrict__ S, int Nk, int Nv, int Dv, int n,
                      const float *__restrict__ qkv, int ld, const float *__restrict__ bp,
                      const float *__restrict__ ap, int ldba, const float *__restrict__ A_log,
                      const float *__restrict__ dt_bias, float *__restrict__ o, int ldo) {
-    constexpr int NT = kTileCols * P; /* threads */
+    constexpr int NT = kTileCols / C * P; /* threads */
     constexpr int R4 = 32 / P;        /* float4s of each 128-vector per lane (key rows / 4) */
     constexpr int TPT = NT / kTileTok; /* threads per token in the scalar pass */
     constexpr int F4 = 32 / TPT;       /* float4s of q (and of k) per thread in that pass */
@@ -187,16 +194,20 @@ __global__ void __launch_bounds__(kTileCols *P)
     const int tid = threadIdx.x, lane = tid & 31;
     const int bph = (Dv + kTileCols - 1) / kTileCols; /* blocks per head */
     const int j = blockIdx.x / bph, cb = (blockIdx.x % bph) * kTileCols, i = j / (Nv / Nk);
-    const int p = lane % P, cl = (tid >> 5) * (32 / P) + lane / P, col = cb + cl;
-    const bool active = col < Dv;
+    /* the thread's C adjacent columns cl.. (C divides 8: they share one 8-column state block) */
+    const int p = lane % P, cl = ((tid >> 5) * (32 / P) + lane / P) * C, col = cb + cl;
+    const bool active = col < Dv; /* Dv % 8 == 0: all C columns or none */
     /* lane p holds key rows 4 (p + P f) + u: for each f the P lanes of a column read P
      * consecutive float4s of q and k (conflict-free, broadcast across columns) */
-    float s[R4][4];
+    float s[C][R4][4];
     float *Sj = S + (size_t)j * kDk * Dv + (size_t)(col >> 3) * kDk * 8 + (col & 7);
 #pragma unroll
     for (int f = 0; f < R4; f++)
 #pragma unroll
-        for (int u = 0; u < 4; u++) s[f][u] = active ? Sj[(4 * (p + P * f) + u) * 8] : 0.f;
+        for (int u = 0; u < 4; u++)
+#pragma unroll
+            for (int c = 0; c < C; c++)
+                s[c][f][u] = active ? Sj[(4 * (p + P * f) + u) * 8 + c] : 0.f;
     const float negA = -expf(A_log[j]), dtb = dt_bias[j];
     const float qscale = 1.0f / sqrtf((float)kDk);
     const float *qsrc = qkv + (size_t)i * kDk, *ksrc = qkv + (size_t)(Nk + i) * kDk;
@@ -264,31 +275,42 @@ __global__ void __launch_bounds__(kTileCols *P)
         for (int tt = 0; tt < nt; tt++) {
             const float4 *q4 = (const float4 *)sm.qk[buf][tt], *k4 = q4 + 32;
             float4 kf[R4];
-            float m[R4], d[R4];
+            float m[C][R4], d[C][R4];
 #pragma unroll
             for (int f = 0; f < R4; f++) {
                 float4 qf = q4[p + P * f];
                 kf[f] = k4[p + P * f];
-                m[f] = s[f][0] * kf[f].x + s[f][1] * kf[f].y + s[f][2] * kf[f].z +
-                       s[f][3] * kf[f].w;
-                d[f] = s[f][0] * qf.x + s[f][1] * qf.y + s[f][2] * qf.z + s[f][3] * qf.w;
+#pragma unroll
+                for (int c = 0; c < C; c++) {
+                    m[c][f] = s[c][f][0] * kf[f].x + s[c][f][1] * kf[f].y +
+                              s[c][f][2] * kf[f].z + s[c][f][3] * kf[f].w;
+                    d[c][f] = s[c][f][0] * qf.x + s[c][f][1] * qf.y + s[c][f][2] * qf.z +
+                              s[c][f][3] * qf.w;
+                }
             }
 #pragma unroll
-            for (int w = 1; w < R4; w *= 2)
+            for (int c = 0; c < C; c++)
 #pragma unroll
-                for (int f = 0; f + w < R4; f += 2 * w) m[f] += m[f + w], d[f] += d[f + w];
-            float ms = group_sum<P>(m[0]), ps = group_sum<P>(d[0]);
+                for (int w = 1; w < R4; w *= 2)
+#pragma unroll
+                    for (int f = 0; f + w < R4; f += 2 * w)
+                        m[c][f] += m[c][f + w], d[c][f] += d[c][f + w];
             const float4 c0 = *(const float4 *)sm.sc[tt], c1 = *(const float4 *)(sm.sc[tt] + 4);
-            const float v = active ? sm.v[buf][tt][cl] : 0.f;
-            const float dd = c0.y * (v - c0.x * ms);
-            if (active && p == 0) orow[(size_t)tt * ldo] = c0.z * ps + c0.w * dd;
-            const float dk = c1.x * dd, lam = c1.y;
+            const float dkr = c1.x, lam = c1.y;
 #pragma unroll
-            for (int f = 0; f < R4; f++) {
-                s[f][0] = fmaf(kf[f].x, dk, lam * s[f][0]);
-                s[f][1] = fmaf(kf[f].y, dk, lam * s[f][1]);
-                s[f][2] = fmaf(kf[f].z, dk, lam * s[f][2]);
-                s[f][3] = fmaf(kf[f].w, dk, lam * s[f][3]);
+            for (int c = 0; c < C; c++) {
+                const float ms = group_sum<P>(m[c][0]), ps = group_sum<P>(d[c][0]);
+                const float v = active ? sm.v[buf][tt][cl + c] : 0.f;
+                const float dd = c0.y * (v - c0.x * ms);
+                if (active && p == c) orow[(size_t)tt * ldo + c] = c0.z * ps + c0.w * dd;
+                const float dk = dkr * dd;
+#pragma unroll
+                for (int f = 0; f < R4; f++) {
+                    s[c][f][0] = fmaf(kf[f].x, dk, lam * s[c][f][0]);
+                    s[c][f][1] = fmaf(kf[f].y, dk, lam * s[c][f][1]);
+                    s[c][f][2] = fmaf(kf[f].z, dk, lam * s[c][f][2]);
+                    s[c][f][3] = fmaf(kf[f].w, dk, lam * s[c][f][3]);
+                }
             }
         }
         __syncthreads(); /* the next issue overwrites this buffer; sc is rewritten */
@@ -297,7 +319,9 @@ __global__ void __launch_bounds__(kTileCols *P)
 #pragma unroll
         for (int f = 0; f < R4; f++)
 #pragma unroll
-            for (int u = 0; u < 4; u++) Sj[(4 * (p + P * f) + u) * 8] = s[f][u];
+            for (int u = 0; u < 4; u++)
+#pragma unroll
+                for (int c = 0; c < C; c++) Sj[(4 * (p + P * f) + u) * 8 + c] = s[c][f][u];
     }
 }
 
@@ -370,26 +394,37 @@ extern "C" int lily_cuda_gdn_scan_with(int kernel, float *S, int Nk, int Nv, int
     if (Dk != kDk || Dv % 8 || Nk < 1 || Nv % Nk || ldqkv % 4)
         return lily_fail(e, "gdn scan: unsupported shape Nk=%d Nv=%d Dk=%d Dv=%d (needs Dk=128,"
                             " Dv%%8==0, Nv%%Nk==0)", Nk, Nv, Dk, Dv);
-    if (kernel < LILY_GDN_AUTO || kernel > LILY_GDN_CHUNKED)
+    if (kernel < LILY_GDN_AUTO || kernel > LILY_GDN_TILED16X4)
         return lily_fail(e, "gdn scan: unknown kernel %d", kernel);
     if (n < 1) return 0;
     if (kernel == LILY_GDN_CHUNKED)
         return lily_cuda_gdn_scan_chunked(S, Nk, Nv, Dv, n, qkv, ldqkv, b, a, ldba, A_log,
                                           dt_bias, o, ldo, st, e);
-    if (kernel == LILY_GDN_AUTO) kernel = n < kTiledMinTokens ? LILY_GDN_TOKEN : kTiledDefault;
+    if (kernel == LILY_GDN_AUTO)
+        kernel = n < kTiledMinTokens             ? LILY_GDN_TOKEN
+                 : lily_cuda_tune_get()->gdn_kernel ? lily_cuda_tune_get()->gdn_kernel
+                 : n < kWideMinTokens               ? LILY_GDN_TILED4
+                                                    : LILY_GDN_TILED8X2;
     if (kernel == LILY_GDN_TOKEN) {
         int warps = Nv * (Dv / 8);
         int blocks = (warps + kScanWarps - 1) / kScanWarps;
         gdn_scan_kernel<<<blocks, kScanWarps * 32, 0, st>>>(S, Nk, Nv, Dv, n, qkv, ldqkv, b, a,
                                                             ldba, A_log, dt_bias, o, ldo);
     } else {
-        auto k = kernel == LILY_GDN_TILED4   ? gdn_tiled_kernel<4>
-                 : kernel == LILY_GDN_TILED8 ? gdn_tiled_kernel<8>
-                                             : gdn_tiled_kernel<16>;
-        int P = kernel == LILY_GDN_TILED4 ? 4 : kernel == LILY_GDN_TILED8 ? 8 : 16;
+        void (*k)(float *, int, int, int, int, const float *, int, const float *, const float *,
+                  int, const float *, const float *, float *, int);
+        int threads;
+        switch (kernel) {
+        case LILY_GDN_TILED8: k = gdn_tiled_kernel<8, 1>, threads = kTileCols * 8; break;
+        case LILY_GDN_TILED16: k = gdn_tiled_kernel<16, 1>, threads = kTileCols * 16; break;
+        case LILY_GDN_TILED8X2: k = gdn_tiled_kernel<8, 2>, threads = kTileCols / 2 * 8; break;
+        case LILY_GDN_TILED16X2: k = gdn_tiled_kernel<16, 2>, threads = kTileCols / 2 * 16; break;
+        case LILY_GDN_TILED16X4: k = gdn_tiled_kernel<16, 4>, threads = kTileCols / 4 * 16; break;
+        default: k = gdn_tiled_kernel<4, 1>, threads = kTileCols * 4; break;
+        }
         int blocks = Nv * ((Dv + kTileCols - 1) / kTileCols);
-        k<<<blocks, kTileCols * P, 0, st>>>(S, Nk, Nv, Dv, n, qkv, ldqkv, b, a, ldba, A_log,
-                                            dt_bias, o, ldo);
+        k<<<blocks, threads, 0, st>>>(S, Nk, Nv, Dv, n, qkv, ldqkv, b, a, ldba, A_log, dt_bias, o,
+                                      ldo);
     }
     LILY_CU_LAUNCHED(e);
     return 0;

@@ -42,6 +42,12 @@ void lily_cuda_xsplit_hold(const float *X);
 int lily_cuda_xsplit_silu_mul(float *G, const float *U, int ld, int n, int K,
                               lily_cuda_stream st, lily_err *e);
 
+/* lily_cuda_rmsnorm (misc.h) of n rows that also splits y's rows into the words a later
+ * lily_cuda_xsplit(y, ldy, n, dim) returns, provided lily_cuda_xsplit_hold(y) comes before any
+ * other split or hold (the hold then keeps these words instead of starting afresh). */
+int lily_cuda_rmsnorm_split(const float *x, int ldx, const float *w, int n, int dim, float eps,
+                            float *y, int ldy, lily_cuda_stream st, lily_err *e);
+
 /* Whether the GEMMs run exact (lily_cuda_tune_get()->gemm_exact). */
 int lily_cuda_gemm_exact(void);
 
