@@ -537,7 +537,10 @@ __global__ void __launch_bounds__(128 * NG)
     constexpr int LD = C::LD, QT = C::QT, TILE = C::TILE;
     extern __shared__ uint4 fa_smem[];
     uint16_t *Qs = (uint16_t *)fa_smem, *Ql = Qs + (QT - 1) * kFaRows * LD;
-    const int Nq = Nkv * G, j = blockIdx.y, qt = blockIdx.x;
+    /* the last query tiles (the longest causal spans) first: the short ones then fill the
+     * grid's last wave instead of the longest (H200, 35B prefill against in-order tiles: 2K
+     * +1.1 %, 8K +0.7 %, 16K +0.7 %, 32K +0.6 %) */
+    const int Nq = Nkv * G, j = blockIdx.y, qt = gridDim.x - 1 - blockIdx.x;
     const int p0 = *d_pos, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int grp = warp / 4, wr = warp % 4, gt = tid % 128;
     const int g = lane >> 2, tq = lane & 3;
