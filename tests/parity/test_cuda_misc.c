@@ -1,8 +1,9 @@
 /* Small GPU kernels (backend/cuda/misc.h) against the CPU reference: the embedding lookup of
  * Q4, Q8, BF16 and F32 (rounded to BF16) rows against lily_mat_row_f32, row-wise RMSNorm against
  * lily_cpu_rmsnorm at odd widths and strides (and the RMSNorm that also writes the exact GEMMs'
- * split words: the same y bits, and the words a separate split gives), and argmax over odd lengths with the maximum at
- * the first and last index, negative values and a tie (the lowest index wins). */
+ * split words: the same y bits, and the words a separate split gives), and argmax over odd
+ * lengths with the maximum at the first and last index, negative values and a tie (the lowest
+ * index wins). */
 #include <stdio.h>
 
 #ifndef LILY_HAVE_CUDA

@@ -198,7 +198,7 @@ extern "C" size_t lily_cuda_dmat_bytes(const lily_dmat *m) {
 }
 
 namespace {
-lily_cuda_tune g_tune = {0, 1, 1, 1, 0, 1, 64, 1, 1, LILY_GDN_AUTO, 0};
+lily_cuda_tune g_tune = {0, 1, 1, 1, 0, 1, 64, 1, 1, LILY_GDN_AUTO, 1, 0};
 
 int env_int(const char *name, int dflt) {
     const char *v = getenv(name);
@@ -225,6 +225,7 @@ extern "C" void lily_cuda_tune_reload(void) {
     } gdn[] = {{"tiled4", LILY_GDN_TILED4},       {"tiled8", LILY_GDN_TILED8},
                {"tiled16", LILY_GDN_TILED16},     {"tiled8x2", LILY_GDN_TILED8X2},
                {"tiled16x2", LILY_GDN_TILED16X2}, {"tiled16x4", LILY_GDN_TILED16X4}};
+    g_tune.gdn_lazy = env_int("LILY_CUDA_GDN_LAZY", 1) != 0;
     const char *gk = getenv("LILY_CUDA_GDN_KERNEL");
     g_tune.gdn_kernel = LILY_GDN_AUTO; /* by length (gdn.cu) */
     for (size_t i = 0; gk && i < sizeof gdn / sizeof gdn[0]; i++)

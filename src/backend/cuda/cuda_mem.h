@@ -87,8 +87,11 @@ size_t lily_cuda_dmat_bytes(const lily_dmat *m);
  *   LILY_CUDA_NORM_SPLIT: 1 (default) = the layers' input and post-attention RMSNorms also write
  *     the exact GEMMs' split words (lily_cuda_rmsnorm_split); 0 = a separate split launch.
  *     H200, 35B-A3B: +0.9 % at 256 tokens, +0.8 % at 512, +0.3 % at 1K.
- *   LILY_CUDA_GDN_KERNEL: forces the GDN prefill scan (gdn.h): tiled4, tiled8, tiled16, tiled8x2,
- *     tiled16x2 or tiled16x4; unset: tiled4 below 128 tokens, tiled8x2 from there (gdn.cu).
+ *   LILY_CUDA_GDN_KERNEL: forces the GDN prefill scan (gdn.h): tiled4 (what runs unset), tiled8,
+ *     tiled16, tiled8x2, tiled16x2 or tiled16x4.
+ *   LILY_CUDA_GDN_LAZY: 1 (default) = tiled4 keeps the state divided by its decay since the last
+ *     fold (gdn.cu: no per-token scaling pass; -11 % per layer at 2048 tokens); 0 = scaled every
+ *     token.
  * Read once at first use by their kernels' files instead (not reloaded): LILY_GEMM_KERNEL,
  * LILY_GEMM_WG_MIN_BLOCKS and LILY_GEMM_WG_GROUPED (which prefill GEMMs run where: gemm.h),
  * LILY_GEMM_WG_PIPE (gemm_wg.h), LILY_CUDA_SKINNY_SUB, _CP and _PF (gemm_skinny.h).
@@ -96,7 +99,7 @@ size_t lily_cuda_dmat_bytes(const lily_dmat *m);
 typedef struct lily_cuda_tune {
     int pdl;
     int fused_router, gemm_exact, attn_exact, group_bn, skinny, skinny_below, skinny_pair;
-    int norm_split, gdn_kernel;
+    int norm_split, gdn_kernel, gdn_lazy;
     unsigned gen;
 } lily_cuda_tune;
 const lily_cuda_tune *lily_cuda_tune_get(void);

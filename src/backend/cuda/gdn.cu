@@ -5,18 +5,17 @@
 
 namespace {
 
-constexpr int kDk = 128;       /* key dim: 4 rows per lane */
-constexpr int kScanWarps = 4;  /* warps per block; each warp owns (head, 8 value columns) */
+constexpr int kDk = 128;      /* key dim: 4 rows per lane */
+constexpr int kScanWarps = 4; /* warps per block; each warp owns (head, 8 value columns) */
 /* The automatic choice: the per-token scan below this many tokens, else the tiled one. Measured
  * on the H200 at the 35B shape (bench/NOTES-cuda-gdn.md): tiled with 4 lanes per column wins from
  * n = 2 (6.3 vs 7.6 us) to n = 2048 (750 vs 1568 us); at n = 1 the two are within run-to-run
  * noise (5.4-7.6 vs 6.8-6.9 us), so decode keeps the per-token kernel. */
 constexpr int kTiledMinTokens = 2;
-/* From this many tokens AUTO runs TILED8X2 (two columns per thread: half the q, k loads per
- * column, two independent chains per thread), below it TILED4. H200, 35B shape, us per layer
- * (LILY_CUDA_TIME=1 test_cuda_gdn): n = 64 28.7 vs 27.7, 128 50.8 vs 51.4, 512 184 vs 191, 2048
- * 716 vs 751; prefill +0.9 % at 16K, +1.2 % at 4K, +0.7 % at 1K. */
-constexpr int kWideMinTokens = 128;
+/* From two tokens AUTO runs TILED4 with the lazy decay (LILY_CUDA_GDN_LAZY, cuda_mem.h). H200,
+ * 35B shape, us per layer (LILY_CUDA_TIME=1 test_cuda_gdn), against plain TILED4 / plain
+ * TILED8X2 / lazy TILED8X2: n = 16 9.3 vs 10.1 / 11.4 / 11.8, 128 46.0 vs 51.3 / 50.7 / 52.3,
+ * 512 170.7 vs 191.4 / 184.4 / 194.8, 2048 668.9 vs 750.9 / 716.9 / 764.2. */
 
 /* Reduce-scatter of 8 values over the 32 lanes: afterwards lane l holds the full sum of value
  * c = (l >> 2) & 7 (9 shuffles instead of 8 x 5). */
@@ -95,14 +94,16 @@ __global__ void __launch_bounds__(kScanWarps * 32)
         ks = warp_sum(ks);
         float qr = qscale / sqrtf(qs + 1e-6f), kr = 1.0f / sqrtf(ks + 1e-6f);
 #pragma unroll
-        for (int r = 0; r < 4; r++) q[r] *= qr, k[r] *= kr;
+        for (int r = 0; r < 4; r++)
+            q[r] *= qr, k[r] *= kr;
         float x = cur.a + dtb;
         float sp = x > 20.0f ? x : log1pf(expf(x));
         float lam = expf(negA * sp), beta = sigmoid_f(cur.b);
         /* decay and retrieve: m = (lam S)^T k */
         float m[8];
 #pragma unroll
-        for (int c = 0; c < 8; c++) m[c] = 0.f;
+        for (int c = 0; c < 8; c++)
+            m[c] = 0.f;
 #pragma unroll
         for (int r = 0; r < 4; r++)
 #pragma unroll
@@ -118,11 +119,13 @@ __global__ void __launch_bounds__(kScanWarps * 32)
         float dc = beta * (vc - mc);
         float d[8];
 #pragma unroll
-        for (int c = 0; c < 8; c++) d[c] = __shfl_sync(0xffffffffu, dc, 4 * c);
+        for (int c = 0; c < 8; c++)
+            d[c] = __shfl_sync(0xffffffffu, dc, 4 * c);
         /* rank-1 write and read-out: S += k d^T; o = S^T q */
         float oc[8];
 #pragma unroll
-        for (int c = 0; c < 8; c++) oc[c] = 0.f;
+        for (int c = 0; c < 8; c++)
+            oc[c] = 0.f;
 #pragma unroll
         for (int r = 0; r < 4; r++)
 #pragma unroll
@@ -145,12 +148,12 @@ __global__ void __launch_bounds__(kScanWarps * 32)
  * ~36 shuffles per token on the dependency chain, inputs fetched one token ahead). Here P lanes
  * share one value column (each holds 128/P of its key rows), so the per-token reductions of
  * S^T k and S^T q are log2(P) shuffles; a block owns kTileCols columns of one head and stages
- * kTileTok tokens of raw q, k, v, b, a in shared memory with cp.async, one tile ahead. The per-token
- * scalars (L2 norms, k.q, gates) are computed once per tile by the whole block, so the token loop
- * reads them as two broadcast float4s. As in lily_cpu_gdn_scan, o = lam S^T q + (k.q) d lets one
- * pass over the old state give both dot products. C > 1: each thread keeps C adjacent columns
- * (the same key rows), so each q, k load and each shuffle level serves C columns and the thread
- * runs C independent chains (C = 2, P = 8: -5 % at 2048 tokens; C = 4, P = 16: +58 %, the
+ * kTileTok tokens of raw q, k, v, b, a in shared memory with cp.async, one tile ahead. The
+ * per-token scalars (L2 norms, k.q, gates) are computed once per tile by the whole block, so the
+ * token loop reads them as two broadcast float4s. As in lily_cpu_gdn_scan, o = lam S^T q + (k.q) d
+ * lets one pass over the old state give both dot products. C > 1: each thread keeps C adjacent
+ * columns (the same key rows), so each q, k load and each shuffle level serves C columns and the
+ * thread runs C independent chains (C = 2, P = 8: -5 % at 2048 tokens; C = 4, P = 16: +58 %, the
  * shuffles of 8 sums per token dominate). */
 constexpr int kTileCols = 32; /* value columns per block */
 constexpr int kTileTok = 16;  /* tokens per shared-memory stage */
@@ -178,16 +181,18 @@ struct tile_smem {
     float sc[kTileTok][8];
 };
 
-template <int P, int C>
+template <bool B> struct btag { static constexpr bool v = B; };
+
+template <int P, int C, bool LAZY>
 __global__ void __launch_bounds__(kTileCols / C * P)
     gdn_tiled_kernel(float *__restrict__ S, int Nk, int Nv, int Dv, int n,
                      const float *__restrict__ qkv, int ld, const float *__restrict__ bp,
                      const float *__restrict__ ap, int ldba, const float *__restrict__ A_log,
                      const float *__restrict__ dt_bias, float *__restrict__ o, int ldo) {
     constexpr int NT = kTileCols / C * P; /* threads */
-    constexpr int R4 = 32 / P;        /* float4s of each 128-vector per lane (key rows / 4) */
-    constexpr int TPT = NT / kTileTok; /* threads per token in the scalar pass */
-    constexpr int F4 = 32 / TPT;       /* float4s of q (and of k) per thread in that pass */
+    constexpr int R4 = 32 / P;            /* float4s of each 128-vector per lane (key rows / 4) */
+    constexpr int TPT = NT / kTileTok;    /* threads per token in the scalar pass */
+    constexpr int F4 = 32 / TPT;          /* float4s of q (and of k) per thread in that pass */
     static_assert(TPT <= 32 && F4 >= 1, "tile shape");
     __shared__ __align__(16) tile_smem sm;
     pdl_trigger();
@@ -218,12 +223,14 @@ __global__ void __launch_bounds__(kTileCols / C * P)
         const int t0 = tile * kTileTok, nt = min(kTileTok, n - t0);
         for (int x = tid; x < nt * 64; x += NT) {
             int tt = x >> 6, c = x & 63;
-            const float *src = (c < 32 ? qsrc + 4 * c : ksrc + 4 * (c - 32)) + (size_t)(t0 + tt) * ld;
+            const float *src =
+                (c < 32 ? qsrc + 4 * c : ksrc + 4 * (c - 32)) + (size_t)(t0 + tt) * ld;
             cp_async16(&sm.qk[buf][tt][4 * c], src);
         }
         for (int x = tid; x < nt * (kTileCols / 4); x += NT) {
             int tt = x / (kTileCols / 4), c = x % (kTileCols / 4);
-            if (4 * c < vcols) cp_async16(&sm.v[buf][tt][4 * c], vsrc + (size_t)(t0 + tt) * ld + 4 * c);
+            if (4 * c < vcols)
+                cp_async16(&sm.v[buf][tt][4 * c], vsrc + (size_t)(t0 + tt) * ld + 4 * c);
         }
         for (int x = tid; x < 2 * nt; x += NT) {
             int tt = x >> 1;
@@ -234,6 +241,7 @@ __global__ void __launch_bounds__(kTileCols / C * P)
     };
 
     const int ntiles = (n + kTileTok - 1) / kTileTok;
+    float gam = 1.f; /* LAZY: the true state is gam * s */
     issue(0, 0);
     for (int tile = 0; tile < ntiles; tile++) {
         const int buf = tile & 1, t0 = tile * kTileTok, nt = min(kTileTok, n - t0);
@@ -271,8 +279,8 @@ __global__ void __launch_bounds__(kTileCols / C * P)
         }
         __syncthreads();
         float *orow = o + (size_t)t0 * ldo + (size_t)j * Dv + col;
-#pragma unroll 2
-        for (int tt = 0; tt < nt; tt++) {
+        auto token = [&](int tt, auto tag) {
+            constexpr bool LZ = decltype(tag)::v;
             const float4 *q4 = (const float4 *)sm.qk[buf][tt], *k4 = q4 + 32;
             float4 kf[R4];
             float m[C][R4], d[C][R4];
@@ -282,8 +290,8 @@ __global__ void __launch_bounds__(kTileCols / C * P)
                 kf[f] = k4[p + P * f];
 #pragma unroll
                 for (int c = 0; c < C; c++) {
-                    m[c][f] = s[c][f][0] * kf[f].x + s[c][f][1] * kf[f].y +
-                              s[c][f][2] * kf[f].z + s[c][f][3] * kf[f].w;
+                    m[c][f] = s[c][f][0] * kf[f].x + s[c][f][1] * kf[f].y + s[c][f][2] * kf[f].z +
+                              s[c][f][3] * kf[f].w;
                     d[c][f] = s[c][f][0] * qf.x + s[c][f][1] * qf.y + s[c][f][2] * qf.z +
                               s[c][f][3] * qf.w;
                 }
@@ -297,21 +305,68 @@ __global__ void __launch_bounds__(kTileCols / C * P)
                         m[c][f] += m[c][f + w], d[c][f] += d[c][f + w];
             const float4 c0 = *(const float4 *)sm.sc[tt], c1 = *(const float4 *)(sm.sc[tt] + 4);
             const float dkr = c1.x, lam = c1.y;
+            const float g0 = LZ ? gam : 1.f, ng = g0 * lam;
+            const float rng = LZ ? __fdividef(1.0f, ng) : 1.f;
 #pragma unroll
             for (int c = 0; c < C; c++) {
-                const float ms = group_sum<P>(m[c][0]), ps = group_sum<P>(d[c][0]);
+                const float ms = group_sum<P>(m[c][0]) * g0, ps = group_sum<P>(d[c][0]) * g0;
                 const float v = active ? sm.v[buf][tt][cl + c] : 0.f;
                 const float dd = c0.y * (v - c0.x * ms);
                 if (active && p == c) orow[(size_t)tt * ldo + c] = c0.z * ps + c0.w * dd;
                 const float dk = dkr * dd;
+                if (!LZ) {
 #pragma unroll
-                for (int f = 0; f < R4; f++) {
-                    s[c][f][0] = fmaf(kf[f].x, dk, lam * s[c][f][0]);
-                    s[c][f][1] = fmaf(kf[f].y, dk, lam * s[c][f][1]);
-                    s[c][f][2] = fmaf(kf[f].z, dk, lam * s[c][f][2]);
-                    s[c][f][3] = fmaf(kf[f].w, dk, lam * s[c][f][3]);
+                    for (int f = 0; f < R4; f++) {
+                        s[c][f][0] = fmaf(kf[f].x, dk, lam * s[c][f][0]);
+                        s[c][f][1] = fmaf(kf[f].y, dk, lam * s[c][f][1]);
+                        s[c][f][2] = fmaf(kf[f].z, dk, lam * s[c][f][2]);
+                        s[c][f][3] = fmaf(kf[f].w, dk, lam * s[c][f][3]);
+                    }
+                } else {
+                    const float dks = dk * rng;
+#pragma unroll
+                    for (int f = 0; f < R4; f++) {
+                        s[c][f][0] = fmaf(kf[f].x, dks, s[c][f][0]);
+                        s[c][f][1] = fmaf(kf[f].y, dks, s[c][f][1]);
+                        s[c][f][2] = fmaf(kf[f].z, dks, s[c][f][2]);
+                        s[c][f][3] = fmaf(kf[f].w, dks, s[c][f][3]);
+                    }
                 }
             }
+            if (LZ) gam = ng;
+        };
+        /* LAZY: the state is kept as s / gam (gam: the decay since it was last folded in), so
+         * a token adds k dk / gam' and does not scale the state. Per tile: if gam times the
+         * tile's decays stays >= 1e-30 the tile runs that way; else the decay is folded in
+         * first (one pass over s, gam = 1) and, if the tile's own decays fall below 1e-30 (lam
+         * may be 0), the tile takes the plain update. Uniform: lam is per head. */
+        bool lazy = false;
+        if constexpr (LAZY) {
+            float pt = gam;
+            for (int tt = 0; tt < nt; tt++)
+                pt *= sm.sc[tt][5];
+            if (!(pt >= 1e-30f)) {
+#pragma unroll
+                for (int c = 0; c < C; c++)
+#pragma unroll
+                    for (int f = 0; f < R4; f++)
+#pragma unroll
+                        for (int u = 0; u < 4; u++)
+                            s[c][f][u] *= gam;
+                gam = 1.f, pt = 1.f;
+                for (int tt = 0; tt < nt; tt++)
+                    pt *= sm.sc[tt][5];
+            }
+            lazy = pt >= 1e-30f;
+        }
+        if (lazy) {
+#pragma unroll 2
+            for (int tt = 0; tt < nt; tt++)
+                token(tt, btag<LAZY>{});
+        } else {
+#pragma unroll 2
+            for (int tt = 0; tt < nt; tt++)
+                token(tt, btag<false>{});
         }
         __syncthreads(); /* the next issue overwrites this buffer; sc is rewritten */
     }
@@ -321,7 +376,8 @@ __global__ void __launch_bounds__(kTileCols / C * P)
 #pragma unroll
             for (int u = 0; u < 4; u++)
 #pragma unroll
-                for (int c = 0; c < C; c++) Sj[(4 * (p + P * f) + u) * 8 + c] = s[c][f][u];
+                for (int c = 0; c < C; c++)
+                    Sj[(4 * (p + P * f) + u) * 8 + c] = LAZY ? s[c][f][u] * gam : s[c][f][u];
     }
 }
 
@@ -357,20 +413,20 @@ __global__ void conv_state_kernel(const float *__restrict__ in, int ldin, int n,
         h[j] = src >= 0 ? in[(size_t)src * ldin + ch] : state[(size_t)(src + K - 1) * C + ch];
     }
 #pragma unroll
-    for (int j = 0; j < K - 1; j++) state[(size_t)j * C + ch] = h[j];
+    for (int j = 0; j < K - 1; j++)
+        state[(size_t)j * C + ch] = h[j];
 }
 
 template <int K>
-void conv_launch(const float *in, int ldin, int n, int C, float *state, const float *w,
-                 float *out, int ldout, lily_cuda_stream st) {
+void conv_launch(const float *in, int ldin, int n, int C, float *state, const float *w, float *out,
+                 int ldout, lily_cuda_stream st) {
     dim3 grid((C + 127) / 128, n);
     conv_silu_kernel<K><<<grid, 128, 0, st>>>(in, ldin, n, C, state, w, out, ldout);
     conv_state_kernel<K><<<(C + 127) / 128, 128, 0, st>>>(in, ldin, n, C, state);
 }
 
-__global__ void gated_rmsnorm_kernel(float *o, int ldo, const float *__restrict__ z, int ldz,
-                                     int n, int nh, int hd, const float *__restrict__ w,
-                                     float eps) {
+__global__ void gated_rmsnorm_kernel(float *o, int ldo, const float *__restrict__ z, int ldz, int n,
+                                     int nh, int hd, const float *__restrict__ w, float eps) {
     int lane = threadIdx.x & 31;
     int wid = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
     if (wid >= n * nh) return;
@@ -378,33 +434,35 @@ __global__ void gated_rmsnorm_kernel(float *o, int ldo, const float *__restrict_
     float *oh = o + (size_t)t * ldo + (size_t)h * hd;
     const float *zh = z + (size_t)t * ldz + (size_t)h * hd;
     float ss = 0.f;
-    for (int i = lane; i < hd; i += 32) ss += oh[i] * oh[i];
+    for (int i = lane; i < hd; i += 32)
+        ss += oh[i] * oh[i];
     ss = warp_sum(ss);
     float r = 1.0f / sqrtf(ss / hd + eps);
-    for (int i = lane; i < hd; i += 32) oh[i] = oh[i] * r * w[i] * silu_f(zh[i]);
+    for (int i = lane; i < hd; i += 32)
+        oh[i] = oh[i] * r * w[i] * silu_f(zh[i]);
 }
 
 } // namespace
 
-extern "C" int lily_cuda_gdn_scan_with(int kernel, float *S, int Nk, int Nv, int Dk, int Dv,
-                                       int n, const float *qkv, int ldqkv, const float *b,
-                                       const float *a, int ldba, const float *A_log,
-                                       const float *dt_bias, float *o, int ldo,
-                                       lily_cuda_stream st, lily_err *e) {
+extern "C" int lily_cuda_gdn_scan_with(int kernel, float *S, int Nk, int Nv, int Dk, int Dv, int n,
+                                       const float *qkv, int ldqkv, const float *b, const float *a,
+                                       int ldba, const float *A_log, const float *dt_bias, float *o,
+                                       int ldo, lily_cuda_stream st, lily_err *e) {
     if (Dk != kDk || Dv % 8 || Nk < 1 || Nv % Nk || ldqkv % 4)
-        return lily_fail(e, "gdn scan: unsupported shape Nk=%d Nv=%d Dk=%d Dv=%d (needs Dk=128,"
-                            " Dv%%8==0, Nv%%Nk==0)", Nk, Nv, Dk, Dv);
+        return lily_fail(e,
+                         "gdn scan: unsupported shape Nk=%d Nv=%d Dk=%d Dv=%d (needs Dk=128,"
+                         " Dv%%8==0, Nv%%Nk==0)",
+                         Nk, Nv, Dk, Dv);
     if (kernel < LILY_GDN_AUTO || kernel > LILY_GDN_TILED16X4)
         return lily_fail(e, "gdn scan: unknown kernel %d", kernel);
     if (n < 1) return 0;
     if (kernel == LILY_GDN_CHUNKED)
-        return lily_cuda_gdn_scan_chunked(S, Nk, Nv, Dv, n, qkv, ldqkv, b, a, ldba, A_log,
-                                          dt_bias, o, ldo, st, e);
+        return lily_cuda_gdn_scan_chunked(S, Nk, Nv, Dv, n, qkv, ldqkv, b, a, ldba, A_log, dt_bias,
+                                          o, ldo, st, e);
     if (kernel == LILY_GDN_AUTO)
-        kernel = n < kTiledMinTokens             ? LILY_GDN_TOKEN
+        kernel = n < kTiledMinTokens                ? LILY_GDN_TOKEN
                  : lily_cuda_tune_get()->gdn_kernel ? lily_cuda_tune_get()->gdn_kernel
-                 : n < kWideMinTokens               ? LILY_GDN_TILED4
-                                                    : LILY_GDN_TILED8X2;
+                                                    : LILY_GDN_TILED4;
     if (kernel == LILY_GDN_TOKEN) {
         int warps = Nv * (Dv / 8);
         int blocks = (warps + kScanWarps - 1) / kScanWarps;
@@ -414,13 +472,27 @@ extern "C" int lily_cuda_gdn_scan_with(int kernel, float *S, int Nk, int Nv, int
         void (*k)(float *, int, int, int, int, const float *, int, const float *, const float *,
                   int, const float *, const float *, float *, int);
         int threads;
+        const bool lazy = lily_cuda_tune_get()->gdn_lazy;
         switch (kernel) {
-        case LILY_GDN_TILED8: k = gdn_tiled_kernel<8, 1>, threads = kTileCols * 8; break;
-        case LILY_GDN_TILED16: k = gdn_tiled_kernel<16, 1>, threads = kTileCols * 16; break;
-        case LILY_GDN_TILED8X2: k = gdn_tiled_kernel<8, 2>, threads = kTileCols / 2 * 8; break;
-        case LILY_GDN_TILED16X2: k = gdn_tiled_kernel<16, 2>, threads = kTileCols / 2 * 16; break;
-        case LILY_GDN_TILED16X4: k = gdn_tiled_kernel<16, 4>, threads = kTileCols / 4 * 16; break;
-        default: k = gdn_tiled_kernel<4, 1>, threads = kTileCols * 4; break;
+        case LILY_GDN_TILED8:
+            k = gdn_tiled_kernel<8, 1, false>, threads = kTileCols * 8;
+            break;
+        case LILY_GDN_TILED16:
+            k = gdn_tiled_kernel<16, 1, false>, threads = kTileCols * 16;
+            break;
+        case LILY_GDN_TILED8X2:
+            k = gdn_tiled_kernel<8, 2, false>, threads = kTileCols / 2 * 8;
+            break;
+        case LILY_GDN_TILED16X2:
+            k = gdn_tiled_kernel<16, 2, false>, threads = kTileCols / 2 * 16;
+            break;
+        case LILY_GDN_TILED16X4:
+            k = gdn_tiled_kernel<16, 4, false>, threads = kTileCols / 4 * 16;
+            break;
+        default:
+            k = lazy ? gdn_tiled_kernel<4, 1, true> : gdn_tiled_kernel<4, 1, false>;
+            threads = kTileCols * 4;
+            break;
         }
         int blocks = Nv * ((Dv + kTileCols - 1) / kTileCols);
         k<<<blocks, threads, 0, st>>>(S, Nk, Nv, Dv, n, qkv, ldqkv, b, a, ldba, A_log, dt_bias, o,
@@ -430,10 +502,10 @@ extern "C" int lily_cuda_gdn_scan_with(int kernel, float *S, int Nk, int Nv, int
     return 0;
 }
 
-extern "C" int lily_cuda_gdn_scan(float *S, int Nk, int Nv, int Dk, int Dv, int n,
-                                  const float *qkv, int ldqkv, const float *b, const float *a,
-                                  int ldba, const float *A_log, const float *dt_bias, float *o,
-                                  int ldo, lily_cuda_stream st, lily_err *e) {
+extern "C" int lily_cuda_gdn_scan(float *S, int Nk, int Nv, int Dk, int Dv, int n, const float *qkv,
+                                  int ldqkv, const float *b, const float *a, int ldba,
+                                  const float *A_log, const float *dt_bias, float *o, int ldo,
+                                  lily_cuda_stream st, lily_err *e) {
     return lily_cuda_gdn_scan_with(LILY_GDN_AUTO, S, Nk, Nv, Dk, Dv, n, qkv, ldqkv, b, a, ldba,
                                    A_log, dt_bias, o, ldo, st, e);
 }
@@ -445,12 +517,23 @@ extern "C" int lily_cuda_conv_silu(const float *in, int ldin, int n, int C, int 
     if (n > 65535) return lily_fail(e, "conv: %d tokens in one call (at most 65535)", n);
     if (out == in) return lily_fail(e, "conv: the output must not alias the input");
     switch (K) {
-    case 2: conv_launch<2>(in, ldin, n, C, state, w, out, ldout, st); break;
-    case 3: conv_launch<3>(in, ldin, n, C, state, w, out, ldout, st); break;
-    case 4: conv_launch<4>(in, ldin, n, C, state, w, out, ldout, st); break;
-    case 5: conv_launch<5>(in, ldin, n, C, state, w, out, ldout, st); break;
-    case 6: conv_launch<6>(in, ldin, n, C, state, w, out, ldout, st); break;
-    default: return lily_fail(e, "conv: kernel width %d is not supported (2..6)", K);
+    case 2:
+        conv_launch<2>(in, ldin, n, C, state, w, out, ldout, st);
+        break;
+    case 3:
+        conv_launch<3>(in, ldin, n, C, state, w, out, ldout, st);
+        break;
+    case 4:
+        conv_launch<4>(in, ldin, n, C, state, w, out, ldout, st);
+        break;
+    case 5:
+        conv_launch<5>(in, ldin, n, C, state, w, out, ldout, st);
+        break;
+    case 6:
+        conv_launch<6>(in, ldin, n, C, state, w, out, ldout, st);
+        break;
+    default:
+        return lily_fail(e, "conv: kernel width %d is not supported (2..6)", K);
     }
     LILY_CU_LAUNCHED(e);
     return 0;

@@ -33,10 +33,10 @@ int lily_cuda_gdn_scan(float *S, int Nk, int Nv, int Dk, int Dv, int n, const fl
                        const float *dt_bias, float *o, int ldo, lily_cuda_stream st, lily_err *e);
 
 /* Scan kernels, for tests and timing: AUTO = what lily_cuda_gdn_scan runs (TOKEN for one token,
- * TILED4 below 128, TILED8X2 from there, unless LILY_CUDA_GDN_KERNEL names one: cuda_mem.h); TOKEN = one warp per (head, 8
- * value columns), inputs fetched one token ahead; TILEDp = p lanes per value column, 32 columns
- * per block, 16-token tiles in shared memory; TILEDpXc = the same with c adjacent columns per
- * thread (each q, k load and each shuffle level serves c columns); CHUNKED = the chunked form
+ * else TILED4, unless LILY_CUDA_GDN_KERNEL names another: cuda_mem.h); TOKEN = one warp per
+ * (head, 8 value columns), inputs fetched one token ahead; TILEDp = p lanes per value column, 32
+ * columns per block, 16-token tiles in shared memory; TILEDpXc = the same with c adjacent columns
+ * per thread (each q, k load and each shuffle level serves c columns); CHUNKED = the chunked form
  * (gdn_chunk.cu: 64-token chunks as matrix products and a triangular solve; correct, but 3.3x
  * slower than TILED4 on the H200 as written, so AUTO does not pick it). */
 enum {
