@@ -17,6 +17,37 @@ __device__ __forceinline__ float xval(const float *x, const float *u, int c) {
     return g / (1.0f + expf(-g)) * u[c];
 }
 
+/* The block's largest m (a maximum: the same bits in any order). red: kThreads / 32 floats of
+ * shared scratch, which may still be being read by an earlier reduction (hence the barrier). */
+__device__ __forceinline__ float block_max_row(float m, float *red) {
+    m = warp_max(m);
+    __syncthreads();
+    if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = m;
+    __syncthreads();
+    m = red[0];
+#pragma unroll
+    for (int i = 1; i < kThreads / 32; i++) m = fmaxf(m, red[i]);
+    return m;
+}
+
+/* The power of two that puts the row's max m in [2^14, 2^15) (m = f 2^b, f in [1, 2): scale by
+ * 2^(14 - b); 1 for a zero or subnormal max); thread 0 writes its inverse to *mul. */
+__device__ __forceinline__ float row_scale(float m, float *mul) {
+    int sh = 0;
+    if (m > 0.f) sh = 14 - (int)((__float_as_uint(m) >> 23) & 255u) + 127;
+    if (m > 0.f && m < 1.17549435e-38f) sh = 0;
+    sh = max(-126, min(sh, 126));
+    if (threadIdx.x == 0) *mul = __uint_as_float((uint32_t)(127 - sh) << 23);
+    return __uint_as_float((uint32_t)(127 + sh) << 23);
+}
+
+/* One split word of a scaled value: (hi, lo) fp16, hi in the low half. */
+__device__ __forceinline__ uint32_t split_word(float v) {
+    const __half h = __float2half_rn(v);
+    const __half l = __float2half_rn(v - __half2float(h));
+    return (uint32_t)__half_as_ushort(h) | ((uint32_t)__half_as_ushort(l) << 16);
+}
+
 /* One block per row: the row's max |x| (non-finite values ignored, so they stay inf/nan in hi),
  * then every column split in a second pass (the row is re-read from L2). GLU: the row is
  * silu(X) * U (same layout), computed in both passes, as silu_mul computes it. */
@@ -34,30 +65,9 @@ __global__ void __launch_bounds__(kThreads) xsplit_kernel(const float *__restric
         if (a <= 3.0e38f) m = fmaxf(m, a);
     }
     __shared__ float red[kThreads / 32];
-    m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 16));
-    m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 8));
-    m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 4));
-    m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 2));
-    m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 1));
-    if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = m;
-    __syncthreads();
-    m = red[0];
-#pragma unroll
-    for (int i = 1; i < kThreads / 32; i++) m = fmaxf(m, red[i]);
-    /* m = f 2^b with f in [1, 2): scale by 2^(14 - b), so the max lands in [2^14, 2^15) */
-    int sh = 0;
-    if (m > 0.f) sh = 14 - (int)((__float_as_uint(m) >> 23) & 255u) + 127;
-    if (m > 0.f && m < 1.17549435e-38f) sh = 0; /* subnormal max: leave the row as it is */
-    sh = max(-126, min(sh, 126));
-    const float s = __uint_as_float((uint32_t)(127 + sh) << 23);
-    if (threadIdx.x == 0) mul[t] = __uint_as_float((uint32_t)(127 - sh) << 23);
+    const float s = row_scale(block_max_row(m, red), mul + t);
     uint32_t *o = out + (size_t)t * K;
-    for (int c = threadIdx.x; c < K; c += kThreads) {
-        const float v = xval<GLU>(x, u, c) * s;
-        const __half h = __float2half_rn(v);
-        const __half l = __float2half_rn(v - __half2float(h));
-        o[c] = (uint32_t)__half_as_ushort(h) | ((uint32_t)__half_as_ushort(l) << 16);
-    }
+    for (int c = threadIdx.x; c < K; c += kThreads) o[c] = split_word(xval<GLU>(x, u, c) * s);
 }
 
 /* RMSNorm (as misc.cu's rmsnorm_kernel: y = x / sqrt(mean(x^2) + eps) * w, the same sums with
@@ -81,30 +91,9 @@ __global__ void __launch_bounds__(kThreads)
         const float a = fabsf(v);
         if (a <= 3.0e38f) m = fmaxf(m, a);
     }
-    m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 16));
-    m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 8));
-    m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 4));
-    m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 2));
-    m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 1));
-    __syncthreads(); /* red was read by block_sum */
-    if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = m;
-    __syncthreads();
-    m = red[0];
-#pragma unroll
-    for (int i = 1; i < kThreads / 32; i++) m = fmaxf(m, red[i]);
-    int sh = 0;
-    if (m > 0.f) sh = 14 - (int)((__float_as_uint(m) >> 23) & 255u) + 127;
-    if (m > 0.f && m < 1.17549435e-38f) sh = 0;
-    sh = max(-126, min(sh, 126));
-    const float s = __uint_as_float((uint32_t)(127 + sh) << 23);
-    if (threadIdx.x == 0) mul[t] = __uint_as_float((uint32_t)(127 - sh) << 23);
+    const float s = row_scale(block_max_row(m, red), mul + t); /* red: block_sum's too */
     uint32_t *o = out + (size_t)t * dim;
-    for (int c = threadIdx.x; c < dim; c += kThreads) {
-        const float v = yr[c] * s;
-        const __half h = __float2half_rn(v);
-        const __half l = __float2half_rn(v - __half2float(h));
-        o[c] = (uint32_t)__half_as_ushort(h) | ((uint32_t)__half_as_ushort(l) << 16);
-    }
+    for (int c = threadIdx.x; c < dim; c += kThreads) o[c] = split_word(yr[c] * s);
 }
 
 uint32_t *g_words = nullptr;
