@@ -26,19 +26,25 @@ typedef struct {
     int E, k, H, I, Is, has_sg;
     lily_mat router, *gate, *up, *down, sh_gate, sh_up, sh_down, sh_gw;
     lily_dmat d_router, d_gate, d_up, d_down, d_sg, d_su, d_sd, d_sgw;
+    lily_dmat d_rgw, d_sgu, v_router, v_sgw, v_sg, v_su; /* fix_stack: stacks and their views */
     lily_cuda_moe m;
     float *norm_w;
 } moe_fix;
 
-static float sig(float x) { return 1.0f / (1.0f + expf(-x)); }
-static float silu_h(float x) { return x / (1.0f + expf(-x)); }
+static float sig(float x) {
+    return 1.0f / (1.0f + expf(-x));
+}
+static float silu_h(float x) {
+    return x / (1.0f + expf(-x));
+}
 
 static int fix_make(moe_fix *f, int E, int k, int H, int I, int Is, int has_sg) {
     lily_err e;
     memset(f, 0, sizeof *f);
     f->E = E, f->k = k, f->H = H, f->I = I, f->Is = Is, f->has_sg = has_sg;
     f->norm_w = malloc(H * 4);
-    for (int i = 0; i < H; i++) f->norm_w[i] = 1 + 0.2f * pt_frand();
+    for (int i = 0; i < H; i++)
+        f->norm_w[i] = 1 + 0.2f * pt_frand();
     f->m.E = E, f->m.k = k, f->m.norm = 1;
     if (E) {
         f->router = pt_mat(LILY_DT_Q8, E, H);
@@ -77,7 +83,29 @@ static int fix_make(moe_fix *f, int E, int k, int H, int I, int Is, int has_sg) 
     return 0;
 }
 
+/* The stacked form the backend uploads (lily_cuda_moe.router_gw, .sh_gu): router over the shared
+ * gate row and shared gate over up, one allocation each, the matrices as views of their rows. */
+static int fix_stack(moe_fix *f) {
+    lily_err e;
+    if (f->E && f->has_sg) {
+        if (!pt_ok(lily_cuda_dmat_upload_cat(&f->router, &f->sh_gw, &f->d_rgw, &f->v_router,
+                                             &f->v_sgw, &e),
+                   "stack router/shared gate", &e))
+            return -1;
+        f->m.router = &f->v_router, f->m.sh_gate_w = &f->v_sgw, f->m.router_gw = &f->d_rgw;
+    }
+    if (f->Is) {
+        if (!pt_ok(lily_cuda_dmat_upload_cat(&f->sh_gate, &f->sh_up, &f->d_sgu, &f->v_sg, &f->v_su,
+                                             &e),
+                   "stack shared gate/up", &e))
+            return -1;
+        f->m.sh_gate = &f->v_sg, f->m.sh_up = &f->v_su, f->m.sh_gu = &f->d_sgu;
+    }
+    return 0;
+}
+
 static void fix_free(moe_fix *f) {
+    lily_cuda_dmat_free(&f->d_rgw), lily_cuda_dmat_free(&f->d_sgu);
     for (int x = 0; x < f->E; x++) {
         pt_mat_free(&f->gate[x]), pt_mat_free(&f->up[x]), pt_mat_free(&f->down[x]);
     }
@@ -89,13 +117,14 @@ static void fix_free(moe_fix *f) {
     lily_cuda_dmat_free(&f->d_su), lily_cuda_dmat_free(&f->d_sd), lily_cuda_dmat_free(&f->d_sgw);
 }
 
-static void swiglu_h(const lily_mat *g, const lily_mat *u, const lily_mat *d, const float *x,
-                     int H, float *out) {
+static void swiglu_h(const lily_mat *g, const lily_mat *u, const lily_mat *d, const float *x, int H,
+                     float *out) {
     int I = g->rows;
     float *a = malloc(I * 4), *b = malloc(I * 4);
     lily_cpu_matmul(g, x, 1, H, a, I, NULL);
     lily_cpu_matmul(u, x, 1, H, b, I, NULL);
-    for (int i = 0; i < I; i++) a[i] = silu_h(a[i]) * b[i];
+    for (int i = 0; i < I; i++)
+        a[i] = silu_h(a[i]) * b[i];
     lily_cpu_matmul(d, a, 1, I, out, H, NULL);
     free(a), free(b);
 }
@@ -118,7 +147,8 @@ static void moe_ref(moe_fix *f, const float *u, int n, const int *idx, const flo
                 lily_cpu_matmul(&f->sh_gw, ut, 1, H, &l, 1, NULL);
                 gte = sig(l);
             }
-            for (int i = 0; i < H; i++) acc[i] = gte * y[i];
+            for (int i = 0; i < H; i++)
+                acc[i] = gte * y[i];
         }
         if (cidx) {
             lily_cpu_matmul(&f->router, ut, 1, H, lg, E, NULL);
@@ -127,9 +157,11 @@ static void moe_ref(moe_fix *f, const float *u, int n, const int *idx, const flo
         for (int j = 0; j < k; j++) {
             int ex = idx[(size_t)t * k + j];
             swiglu_h(&f->gate[ex], &f->up[ex], &f->down[ex], ut, H, y);
-            for (int i = 0; i < H; i++) acc[i] += wt[(size_t)t * k + j] * y[i];
+            for (int i = 0; i < H; i++)
+                acc[i] += wt[(size_t)t * k + j] * y[i];
         }
-        for (int i = 0; i < H; i++) x[(size_t)t * H + i] += acc[i];
+        for (int i = 0; i < H; i++)
+            x[(size_t)t * H + i] += acc[i];
     }
     free(y), free(acc), free(lg), free(cw);
 }
@@ -190,8 +222,8 @@ static void decode_case(moe_fix *f) {
     for (int fu = 0; fu < 2; fu++) {
         set_fused(fu);
         int fuses = lily_cuda_moe_decode_fuses(&f->m);
-        snprintf(name, sizeof name, "moe decode E=%d k=%d H=%d fused router %s (switch %d)",
-                 f->E, k, H, fuses ? "on" : "off", fu);
+        snprintf(name, sizeof name, "moe decode E=%d k=%d H=%d fused router %s (switch %d)", f->E,
+                 k, H, fuses ? "on" : "off", fu);
         pt_check_true(name, fuses == (fu && expect_fused(f)));
         void *scr = pt_dalloc(lily_cuda_moe_decode_scratch(&f->m));
         for (int call = 0; call < 2; call++) {
@@ -206,16 +238,16 @@ static void decode_case(moe_fix *f) {
             moe_ref(f, u, 1, gidx[fu][call], gwt[fu][call], ref, NULL);
             if (k) {
                 int same = 1;
-                for (int j = 0; j < k; j++) same &= gidx[fu][call][j] == cidx[j];
+                for (int j = 0; j < k; j++)
+                    same &= gidx[fu][call][j] == cidx[j];
                 snprintf(name, sizeof name, "moe decode routing E=%d k=%d matches the CPU top-k%s",
                          f->E, k, tag);
                 pt_check_true(name, same);
-                snprintf(name, sizeof name, "moe decode routing weights E=%d k=%d%s", f->E, k,
-                         tag);
+                snprintf(name, sizeof name, "moe decode routing weights E=%d k=%d%s", f->E, k, tag);
                 pt_check(name, gwt[fu][call], cw, k, 1e-4);
             }
-            snprintf(name, sizeof name, "moe decode out E=%d k=%d H=%d I=%d Is=%d%s%s", f->E, k,
-                     H, f->I, f->Is, f->has_sg ? " gated shared" : "", tag);
+            snprintf(name, sizeof name, "moe decode out E=%d k=%d H=%d I=%d Is=%d%s%s", f->E, k, H,
+                     f->I, f->Is, f->has_sg ? " gated shared" : "", tag);
             pt_check(name, got[fu][call], ref, H, 1e-4);
         }
         lily_cuda_free(scr);
@@ -224,16 +256,21 @@ static void decode_case(moe_fix *f) {
         int same = !memcmp(gidx[0][0], gidx[1][call], sizeof gidx[0][0]) &&
                    !memcmp(gwt[0][0], gwt[1][call], sizeof gwt[0][0]);
         int diff = 0;
-        for (int i = 0; i < H; i++) diff += memcmp(&got[0][0][i], &got[1][call][i], 4) != 0;
-        snprintf(name, sizeof name, "moe decode E=%d k=%d H=%d fused step %d routes as unfused "
-                 "(idx, wt bitwise)", f->E, k, H, call + 1);
+        for (int i = 0; i < H; i++)
+            diff += memcmp(&got[0][0][i], &got[1][call][i], 4) != 0;
+        snprintf(name, sizeof name,
+                 "moe decode E=%d k=%d H=%d fused step %d routes as unfused "
+                 "(idx, wt bitwise)",
+                 f->E, k, H, call + 1);
         pt_check_true(name, same);
-        snprintf(name, sizeof name, "moe decode E=%d H=%d fused step %d vs unfused (%d of %d differ)",
-                 f->E, H, call + 1, diff, H);
+        snprintf(name, sizeof name,
+                 "moe decode E=%d H=%d fused step %d vs unfused (%d of %d differ)", f->E, H,
+                 call + 1, diff, H);
         pt_check(name, got[1][call], got[0][0], H, 1e-6);
     }
     set_fused(0);
-    for (int fu = 0; fu < 2; fu++) free(got[fu][0]), free(got[fu][1]);
+    for (int fu = 0; fu < 2; fu++)
+        free(got[fu][0]), free(got[fu][1]);
     lily_cuda_free(dw);
     free(x), free(u), free(ref);
 }
@@ -274,8 +311,8 @@ static void graph_case(moe_fix *f) {
              cudaGraphInstantiate(&ge, g, 0) == cudaSuccess;
     }
     if (rc) printf("     capture: %s\n", e.msg);
-    snprintf(name, sizeof name, "moe decode E=%d H=%d: two fused layers captured in a graph",
-             f->E, H);
+    snprintf(name, sizeof name, "moe decode E=%d H=%d: two fused layers captured in a graph", f->E,
+             H);
     pt_check_true(name, ok && lily_cuda_moe_decode_fuses(&f->m) == expect_fused(f));
     for (int rep = 0; ok && rep < 3; rep++) {
         ok = cudaMemcpyAsync(dx, x, H * 4, cudaMemcpyHostToDevice, st) == cudaSuccess &&
@@ -318,7 +355,8 @@ static void prefill_case(moe_fix *f, int n, int mode) {
             float s = 0;
             for (int j = 0; j < k; j++) {
                 int ex;
-                if (mode == 1) ex = j;
+                if (mode == 1)
+                    ex = j;
                 else
                     do {
                         ex = (pt_rnd() % 4 == 0) ? (int)(pt_rnd() % E) : (int)(pt_rnd() % 3);
@@ -329,7 +367,8 @@ static void prefill_case(moe_fix *f, int n, int mode) {
                 wt[(size_t)t * k + j] = 0.1f + fabsf(pt_frand());
                 s += wt[(size_t)t * k + j];
             }
-            for (int j = 0; j < k; j++) wt[(size_t)t * k + j] /= s;
+            for (int j = 0; j < k; j++)
+                wt[(size_t)t * k + j] /= s;
         }
     }
     float *du = pt_dup(u, nh), *dx = pt_dup(x, nh);
@@ -355,7 +394,8 @@ static void prefill_case(moe_fix *f, int n, int mode) {
     moe_ref(f, u, n, idx, wt, ref, mode == 0 && k ? cidx : NULL);
     if (mode == 0 && k) {
         int same = 0;
-        for (int i = 0; i < n * k; i++) same += idx[i] == cidx[i];
+        for (int i = 0; i < n * k; i++)
+            same += idx[i] == cidx[i];
         snprintf(name, sizeof name, "moe prefill routing n=%d: %d of %d picks as on the CPU", n,
                  same, n * k);
         /* the router GEMM is exact to ~1e-4 (fp16 weights, split activations): a flip would take
@@ -381,12 +421,23 @@ int main(void) {
     prefill_case(&f, 77, 0);
     prefill_case(&f, 300, 1);
     prefill_case(&f, 129, 2);
+    /* the same weights stacked as the backend uploads them: the router and the shared gate
+     * logit in one GEMM, the shared gate and up in one; then the views one GEMM each */
+    if (fix_stack(&f)) return pt_finish();
+    decode_case(&f);
+    prefill_case(&f, 77, 0);
+    prefill_case(&f, 129, 2);
+    setenv("LILY_CUDA_MOE_STACK", "0", 1);
+    lily_cuda_tune_reload();
+    prefill_case(&f, 77, 0);
+    unsetenv("LILY_CUDA_MOE_STACK");
+    lily_cuda_tune_reload();
     fix_free(&f);
     if (fix_make(&f, 256, 8, 256, 128, 128, 1)) return pt_finish();
     decode_case(&f);
     prefill_case(&f, 200, 0);
     prefill_case(&f, 64, 1);
-    prefill_case(&f, 1000, 2); /* 8000 assignments: 16 scatter chunks, skewed */
+    prefill_case(&f, 1000, 2);             /* 8000 assignments: 16 scatter chunks, skewed */
     setenv("LILY_CUDA_GROUP_BN", "64", 1); /* 64-row expert tiles */
     lily_cuda_tune_reload();
     prefill_case(&f, 1000, 0);
@@ -407,8 +458,13 @@ int main(void) {
     if (fix_make(&f, 32, 4, 256, 128, 192, 1)) return pt_finish(); /* Is != I */
     decode_case(&f);
     prefill_case(&f, 65, 0);
+    if (fix_stack(&f)) return pt_finish();
+    prefill_case(&f, 65, 0);
     fix_free(&f);
     if (fix_make(&f, 0, 0, 512, 0, 1344, 0)) return pt_finish();
+    decode_case(&f);
+    prefill_case(&f, 45, 0);
+    if (fix_stack(&f)) return pt_finish(); /* a dense MLP's gate and up as one */
     decode_case(&f);
     prefill_case(&f, 45, 0);
     fix_free(&f);

@@ -20,7 +20,9 @@
  *
  * LILY_CUDA_SAN=1: a smaller case list for compute-sanitizer. LILY_CUDA_TIME=1 also times the
  * 35B-A3B expert GEMMs (256 experts, top-8; gate/up 512 x 2048 and down 2048 x 512) for chunks of
- * 64 .. 512 tokens: the skinny kernel (both A forms) against the 32-row tiles of gemm.cu. */
+ * 64 .. 512 tokens: the skinny kernel (both A forms) against the 32-row tiles of gemm.cu.
+ * LILY_CUDA_TIME=only: the timing without the parity cases; LILY_SKINNY_TIME_N (64, 128, 256,
+ * 512) and LILY_SKINNY_TIME_V (0 = 32-row tiles .. 7) pick one chunk size and one variant. */
 #include <stdio.h>
 
 #ifndef LILY_HAVE_CUDA
@@ -30,6 +32,8 @@ int main(void) {
 }
 #else
 #include <cuda_runtime.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "backend/cuda/gemm.h"
 #include "backend/cuda/gemm_skinny.h"
@@ -258,12 +262,15 @@ static void timing(void) {
     int counts[256];
     int32_t *gather = malloc(sizeof(int32_t) * nmax * k), *tiles = malloc(12 * (nmax * k + E));
     const int ns[4] = {64, 128, 256, 512};
+    const char *only_n = getenv("LILY_SKINNY_TIME_N"), *only_v = getenv("LILY_SKINNY_TIME_V");
     for (int j = 0; j < 4; j++) {
         const int n = ns[j];
+        if (only_n && atoi(only_n) != n) continue;
         route_counts(n, E, k, counts);
         for (int r = 0; r < n * k; r++) gather[r] = (int32_t)(pt_rnd() % n);
         int32_t *dgather = pt_idup(gather, (size_t)n * k);
         for (int v = 0; v < 8; v++) { /* 32-row tiles, then the skinny variants */
+            if (only_v && atoi(only_v) != v) continue;
             static const char *vn[8] = {"32-row tiles", "skinny denorm", "skinny sub",
                                         "skinny cp",    "skinny pf1",    "skinny pf2",
                                         "skinny cp pf1", "skinny cp pf2"};
@@ -298,6 +305,11 @@ static void timing(void) {
 
 int main(void) {
     pt_need_gpu();
+    const char *tm = getenv("LILY_CUDA_TIME");
+    if (tm && !strcmp(tm, "only")) { /* the timing alone (for a profiler) */
+        timing();
+        return 0;
+    }
     g_san = getenv("LILY_CUDA_SAN") && getenv("LILY_CUDA_SAN")[0] == '1';
     static const char *vname[2] = {"denorm", "sub"};
     for (int cp = 0; cp < 2; cp++)
@@ -349,7 +361,6 @@ int main(void) {
         }
         pt_mat_free(&b);
     }
-    const char *tm = getenv("LILY_CUDA_TIME");
     if (tm && tm[0] == '1') timing();
     return pt_finish();
 }

@@ -47,6 +47,9 @@ struct cu_layer {
     lily_dmat kv, ba;
     float *conv_w, *dt_bias, *A_log, *gdn_norm;
     lily_dmat router, gate, up, down, sh_gate, sh_up, sh_down, sh_gw;
+    /* router over sh_gw and sh_gate over sh_up in one allocation each when their types match
+     * (lily_cuda_moe.router_gw, .sh_gu; the four are then views into them); w == NULL otherwise */
+    lily_dmat router_gw, sh_gu;
     lily_cuda_moe moe;
 };
 
@@ -116,6 +119,20 @@ int up_pair(const lily_mat *m0, const lily_mat *m1, lily_dmat *pair, lily_dmat *
     return up_mat(m0, d0, bytes, e, what, l) || up_mat(m1, d1, bytes, e, what, l) ? -1 : 0;
 }
 
+/* m0 over m1 as one matrix (lily_cuda_dmat_upload_cat) when they have the same type, columns and
+ * group, *d0 and *d1 views of its rows; otherwise (or when either is absent) separately (cat->w
+ * NULL). */
+int up_rows(const lily_mat *m0, const lily_mat *m1, lily_dmat *cat, lily_dmat *d0, lily_dmat *d1,
+            size_t *bytes, lily_err *e, const char *what, int l) {
+    memset(cat, 0, sizeof *cat);
+    if (!m0->w || !m1->w || m0->dt != m1->dt || m0->cols != m1->cols || m0->group != m1->group)
+        return up_mat(m0, d0, bytes, e, what, l) || up_mat(m1, d1, bytes, e, what, l) ? -1 : 0;
+    if (lily_cuda_dmat_upload_cat(m0, m1, cat, d0, d1, e))
+        return lily_fail_prefix(e, "layer %d %s", l, what);
+    *bytes += lily_cuda_dmat_bytes(cat);
+    return 0;
+}
+
 int up_f32(const float *h, size_t n, float **d, lily_err *e) {
     if (!h) {
         *d = nullptr;
@@ -129,7 +146,7 @@ void free_layer(cu_layer *c) {
     lily_dmat *ms[] = {&c->q,      &c->k,     &c->v,     &c->kv,   &c->o,    &c->qkv,
                        &c->z,      &c->b,     &c->a,     &c->ba,   &c->out,  &c->router,
                        &c->gate,   &c->up,    &c->down,  &c->sh_gate, &c->sh_up, &c->sh_down,
-                       &c->sh_gw};
+                       &c->sh_gw,  &c->router_gw, &c->sh_gu};
     for (lily_dmat *d : ms) lily_cuda_dmat_free(d);
     float *fs[] = {c->in_norm, c->post_norm, c->q_norm, c->k_norm, c->conv_w, c->dt_bias,
                    c->A_log, c->gdn_norm};
@@ -189,7 +206,11 @@ int upload_layer(const lily_model *m, int l, cu_layer *c, size_t *bytes, lily_er
     memset(mo, 0, sizeof *mo);
     if (cf->is_moe) {
         int E = cf->n_experts;
-        if (up_mat(&ly->router, &c->router, bytes, e, "router", l)) return -1;
+        const bool gw = cf->shared_inter > 0 && ly->sh_gate_w.w;
+        if (gw ? up_rows(&ly->router, &ly->sh_gate_w, &c->router_gw, &c->router, &c->sh_gw, bytes,
+                         e, "router/shared_expert_gate", l)
+               : up_mat(&ly->router, &c->router, bytes, e, "router", l))
+            return -1;
         if (lily_cuda_dmat_upload(ly->exp_gate, E, &c->gate, e) ||
             lily_cuda_dmat_upload(ly->exp_up, E, &c->up, e) ||
             lily_cuda_dmat_upload(ly->exp_down, E, &c->down, e))
@@ -197,10 +218,9 @@ int upload_layer(const lily_model *m, int l, cu_layer *c, size_t *bytes, lily_er
         *bytes += lily_cuda_dmat_bytes(&c->gate) + lily_cuda_dmat_bytes(&c->up) +
                   lily_cuda_dmat_bytes(&c->down);
         if (cf->shared_inter > 0 &&
-            (up_mat(&ly->sh_gate, &c->sh_gate, bytes, e, "shared gate_proj", l) ||
-             up_mat(&ly->sh_up, &c->sh_up, bytes, e, "shared up_proj", l) ||
-             up_mat(&ly->sh_down, &c->sh_down, bytes, e, "shared down_proj", l) ||
-             up_mat(&ly->sh_gate_w, &c->sh_gw, bytes, e, "shared_expert_gate", l)))
+            (up_rows(&ly->sh_gate, &ly->sh_up, &c->sh_gu, &c->sh_gate, &c->sh_up, bytes, e,
+                     "shared gate_proj/up_proj", l) ||
+             up_mat(&ly->sh_down, &c->sh_down, bytes, e, "shared down_proj", l)))
             return -1;
         mo->E = E;
         mo->k = cf->top_k;
@@ -214,15 +234,18 @@ int upload_layer(const lily_model *m, int l, cu_layer *c, size_t *bytes, lily_er
             mo->sh_up = &c->sh_up;
             mo->sh_down = &c->sh_down;
             mo->sh_gate_w = c->sh_gw.w ? &c->sh_gw : nullptr;
+            mo->sh_gu = c->sh_gu.w ? &c->sh_gu : nullptr;
         }
+        mo->router_gw = c->router_gw.w ? &c->router_gw : nullptr;
     } else {
-        if (up_mat(&ly->mlp_gate, &c->sh_gate, bytes, e, "mlp gate_proj", l) ||
-            up_mat(&ly->mlp_up, &c->sh_up, bytes, e, "mlp up_proj", l) ||
+        if (up_rows(&ly->mlp_gate, &ly->mlp_up, &c->sh_gu, &c->sh_gate, &c->sh_up, bytes, e,
+                    "mlp gate_proj/up_proj", l) ||
             up_mat(&ly->mlp_down, &c->sh_down, bytes, e, "mlp down_proj", l))
             return -1;
         mo->sh_gate = &c->sh_gate;
         mo->sh_up = &c->sh_up;
         mo->sh_down = &c->sh_down;
+        mo->sh_gu = c->sh_gu.w ? &c->sh_gu : nullptr;
     }
     return 0;
 }

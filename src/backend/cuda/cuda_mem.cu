@@ -186,6 +186,45 @@ extern "C" int lily_cuda_dmat_upload(const lily_mat *mats, int n, lily_dmat *out
     return 0;
 }
 
+extern "C" int lily_cuda_dmat_upload_cat(const lily_mat *m0, const lily_mat *m1, lily_dmat *cat,
+                                         lily_dmat *d0, lily_dmat *d1, lily_err *e) {
+    memset(cat, 0, sizeof *cat);
+    if (!m0->w || !m1->w || m0->dt != m1->dt || m0->cols != m1->cols || m0->group != m1->group)
+        return lily_fail(e, "row stack of different matrices (types %d, %d; columns %d, %d)",
+                         (int)m0->dt, (int)m1->dt, m0->cols, m1->cols);
+    const bool q = m0->dt == LILY_DT_Q4 || m0->dt == LILY_DT_Q8;
+    const size_t wr = q ? (size_t)m0->cols * (m0->dt == LILY_DT_Q4 ? 4 : 8) / 8
+                        : (size_t)lily_mat_row_bytes(m0);
+    const size_t gr = q ? (size_t)(m0->cols / m0->group) * 2 : 0; /* bf16 scales (biases) a row */
+    const size_t r0 = (size_t)m0->rows, r1 = (size_t)m1->rows;
+    uint8_t *w = (uint8_t *)malloc(wr * (r0 + r1));
+    uint8_t *sc = q ? (uint8_t *)malloc(gr * (r0 + r1)) : NULL;
+    uint8_t *bi = q ? (uint8_t *)malloc(gr * (r0 + r1)) : NULL;
+    if (!w || (q && (!sc || !bi))) {
+        free(w), free(sc), free(bi);
+        return lily_fail(e, "out of host memory stacking [%zu, %d]", r0 + r1, m0->cols);
+    }
+    memcpy(w, m0->w, wr * r0);
+    memcpy(w + wr * r0, m1->w, wr * r1);
+    if (q) {
+        memcpy(sc, m0->scales, gr * r0), memcpy(sc + gr * r0, m1->scales, gr * r1);
+        memcpy(bi, m0->biases, gr * r0), memcpy(bi + gr * r0, m1->biases, gr * r1);
+    }
+    lily_mat c = *m0;
+    c.rows = (int)(r0 + r1);
+    c.w = w, c.scales = (const uint16_t *)sc, c.biases = (const uint16_t *)bi;
+    const int rc = lily_cuda_dmat_upload(&c, 1, cat, e);
+    free(w), free(sc), free(bi);
+    if (rc) return -1;
+    lily_dmat v = *cat;
+    v.owned = NULL;
+    *d0 = v, *d1 = v;
+    d0->rows = m0->rows, d1->rows = m1->rows;
+    d1->w += dmat_row_bytes(cat->dt, cat->cols) * r0;
+    if (d1->sb) d1->sb += r0 * (size_t)(cat->cols / 64);
+    return 0;
+}
+
 extern "C" void lily_cuda_dmat_free(lily_dmat *m) {
     if (!m) return;
     lily_cuda_free(m->owned);
@@ -198,7 +237,7 @@ extern "C" size_t lily_cuda_dmat_bytes(const lily_dmat *m) {
 }
 
 namespace {
-lily_cuda_tune g_tune = {0, 1, 1, 1, 0, 1, 64, 1, 1, LILY_GDN_AUTO, 1, 0};
+lily_cuda_tune g_tune = {0, 1, 1, 1, 0, 1, 64, 1, 1, LILY_GDN_AUTO, 1, 1, 0};
 
 int env_int(const char *name, int dflt) {
     const char *v = getenv(name);
@@ -218,6 +257,7 @@ extern "C" void lily_cuda_tune_reload(void) {
     const int below = env_int("LILY_CUDA_SKINNY_BELOW", 64);
     g_tune.skinny_below = below < 1 ? 1 : below > 64 ? 64 : below;
     g_tune.skinny_pair = env_int("LILY_CUDA_SKINNY_PAIR", 1) != 0;
+    g_tune.moe_stack = env_int("LILY_CUDA_MOE_STACK", 1) != 0;
     g_tune.norm_split = env_int("LILY_CUDA_NORM_SPLIT", 1) != 0;
     static const struct {
         const char *name;

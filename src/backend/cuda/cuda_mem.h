@@ -58,6 +58,11 @@ float *lily_cuda_upload_f32(const float *src, size_t n, lily_err *e);
 
 /* Uploads one matrix (or, with n > 1, a stack of n experts of identical shape and type). */
 int lily_cuda_dmat_upload(const lily_mat *mats, int n, lily_dmat *out, lily_err *e);
+/* Uploads m0 over m1 (same type, columns and group; any row counts) as one [rows0 + rows1][cols]
+ * matrix *cat, and makes *d0 and *d1 non-owning views of its first rows0 and last rows1 rows
+ * (free only *cat). One GEMM over *cat computes both. */
+int lily_cuda_dmat_upload_cat(const lily_mat *m0, const lily_mat *m1, lily_dmat *cat,
+                              lily_dmat *d0, lily_dmat *d1, lily_err *e);
 void lily_cuda_dmat_free(lily_dmat *m);
 /* Device bytes held by m. */
 size_t lily_cuda_dmat_bytes(const lily_dmat *m);
@@ -87,6 +92,9 @@ size_t lily_cuda_dmat_bytes(const lily_dmat *m);
  *   LILY_CUDA_NORM_SPLIT: 1 (default) = the layers' input and post-attention RMSNorms also write
  *     the exact GEMMs' split words (lily_cuda_rmsnorm_split); 0 = a separate split launch.
  *     H200, 35B-A3B: +0.9 % at 256 tokens, +0.8 % at 512, +0.3 % at 1K.
+ *   LILY_CUDA_MOE_STACK: 1 (default) = a MoE prefill runs the router and the shared expert's
+ *     gate logit as one GEMM, and the shared expert's gate and up projections as one, where the
+ *     backend uploaded them stacked (lily_cuda_moe.router_gw, .sh_gu); 0 = one GEMM each.
  *   LILY_CUDA_GDN_KERNEL: forces the GDN prefill scan (gdn.h): tiled4 (what runs unset), tiled8,
  *     tiled16, tiled8x2, tiled16x2 or tiled16x4.
  *   LILY_CUDA_GDN_LAZY: 1 (default) = tiled4 keeps the state divided by its decay since the last
@@ -99,7 +107,7 @@ size_t lily_cuda_dmat_bytes(const lily_dmat *m);
 typedef struct lily_cuda_tune {
     int pdl;
     int fused_router, gemm_exact, attn_exact, group_bn, skinny, skinny_below, skinny_pair;
-    int norm_split, gdn_kernel, gdn_lazy;
+    int norm_split, gdn_kernel, gdn_lazy, moe_stack;
     unsigned gen;
 } lily_cuda_tune;
 const lily_cuda_tune *lily_cuda_tune_get(void);

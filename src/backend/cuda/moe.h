@@ -35,6 +35,10 @@ typedef struct lily_cuda_moe {
     const lily_dmat *down;       /* stack of E: [H, I] */
     const lily_dmat *sh_gate, *sh_up, *sh_down; /* shared expert [Is,H],[Is,H],[H,Is]; or NULL */
     const lily_dmat *sh_gate_w;  /* [1, H]: scalar sigmoid gate of the shared expert; or NULL */
+    /* Optional stacks, one allocation each with the matrices above as views of its rows (or
+     * NULL): the prefill runs each as one GEMM instead of two (tune moe_stack). */
+    const lily_dmat *router_gw;  /* [E + 1, H]: router over sh_gate_w */
+    const lily_dmat *sh_gu;      /* [2 Is, H]: sh_gate over sh_up */
 } lily_cuda_moe;
 
 /* Bytes of scratch the decode step needs. Its contents need no initialisation; layers may share

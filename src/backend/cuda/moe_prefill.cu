@@ -14,11 +14,11 @@
 
 namespace {
 
-constexpr int GBN = LILY_GEMM_GROUP_BN;   /* the default expert tile */
+constexpr int GBN = LILY_GEMM_GROUP_BN;     /* the default expert tile */
 constexpr int kMinBN = LILY_GEMM_SKINNY_BN; /* the smallest tile: the tile list is sized for it */
 
 struct pre_layout {
-    size_t logits, idx, wt, counts, off, tiles, ntiles, gather, slot, hg, hu, yg, sg, su, ys, total;
+    size_t logits, idx, wt, counts, off, tiles, ntiles, gather, slot, hg, hu, yg, sgu, ys, total;
     size_t ccount; /* [chunks][E]: assignments per expert in each scatter chunk, then their bases */
     int max_tiles, I, Is, H, chunks;
 };
@@ -29,7 +29,8 @@ struct pre_layout {
  * scan walks the chunks per expert, so large chunks keep 512. */
 __host__ __device__ __forceinline__ int scat_chunk(size_t nk) {
     int cs = 512;
-    while (cs > 64 && nk / (size_t)cs < 64) cs >>= 1;
+    while (cs > 64 && nk / (size_t)cs < 64)
+        cs >>= 1;
     return cs;
 }
 
@@ -61,8 +62,7 @@ pre_layout pre_plan(const lily_cuda_moe *m, int n) {
     d.hg = take(nk * d.I * 4);
     d.hu = take(nk * d.I * 4);
     d.yg = take(nk * d.H * 4);
-    d.sg = take((size_t)n * d.Is * 4);
-    d.su = take((size_t)n * d.Is * 4);
+    d.sgu = take((size_t)n * 2 * d.Is * 4); /* [n][2 Is]: the shared gate, then up, of a row */
     d.ys = take(d.Is ? (size_t)n * d.H * 4 : 0);
     d.total = o;
     return d;
@@ -98,7 +98,8 @@ __global__ void count_kernel(const int32_t *__restrict__ idx, int nk, int E, int
 __global__ void chunk_count_kernel(const int32_t *__restrict__ idx, int nk, int E,
                                    int32_t *ccount) {
     extern __shared__ int hist[];
-    for (int e = threadIdx.x; e < E; e += blockDim.x) hist[e] = 0;
+    for (int e = threadIdx.x; e < E; e += blockDim.x)
+        hist[e] = 0;
     __syncthreads();
     const int cs = scat_chunk(nk), f0 = blockIdx.x * cs, f1 = min(nk, f0 + cs);
     for (int f = f0 + threadIdx.x; f < f1; f += blockDim.x) {
@@ -106,48 +107,65 @@ __global__ void chunk_count_kernel(const int32_t *__restrict__ idx, int nk, int 
         if (ex >= 0 && ex < E) atomicAdd(&hist[ex], 1);
     }
     __syncthreads();
-    for (int e = threadIdx.x; e < E; e += blockDim.x) ccount[(size_t)blockIdx.x * E + e] = hist[e];
+    for (int e = threadIdx.x; e < E; e += blockDim.x)
+        ccount[(size_t)blockIdx.x * E + e] = hist[e];
 }
 
 /* One block of 1024 threads: expert offsets and the grouped GEMM's tile list; then each chunk's
- * per-expert counts become its first grouped row per expert (ccount in place). */
+ * per-expert counts become its first grouped row per expert (ccount in place). The scans are
+ * warp shuffles plus one pass over the 32 warp totals; each thread reads its expert's chunk
+ * counts 16 at a time before writing them back (one read after each write, the compiler cannot
+ * reorder them: ~11 us a layer at 32 chunks on the H200, one L2 round trip per chunk). */
 __global__ void __launch_bounds__(1024)
     scan_kernel(const int32_t *__restrict__ counts, int E, int gbn, int32_t *off, int32_t *tiles,
                 int32_t *ntiles, int32_t *ccount, int chunks) {
-    __shared__ int s_c[1024], s_t[1024];
-    int e = threadIdx.x;
-    int c = e < E ? counts[e] : 0, nt = (c + gbn - 1) / gbn;
-    s_c[e] = c;
-    s_t[e] = nt;
+    __shared__ int s_wc[32], s_wt[32];
+    const int e = threadIdx.x, lane = e & 31, warp = e >> 5;
+    const int c = e < E ? counts[e] : 0, nt = (c + gbn - 1) / gbn;
+    int ic = c, it = nt; /* inclusive scans within the warp */
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) {
+        const int a = __shfl_up_sync(0xffffffffu, ic, o), b = __shfl_up_sync(0xffffffffu, it, o);
+        if (lane >= o) ic += a, it += b;
+    }
+    if (lane == 31) s_wc[warp] = ic, s_wt[warp] = it;
     __syncthreads();
-    /* inclusive Hillis-Steele scans of counts and tile counts */
-    for (int o = 1; o < 1024; o <<= 1) {
-        int a = e >= o ? s_c[e - o] : 0, b = e >= o ? s_t[e - o] : 0;
-        __syncthreads();
-        s_c[e] += a;
-        s_t[e] += b;
-        __syncthreads();
-    }
-    if (e < E) {
-        int r0 = s_c[e] - c, t0 = s_t[e] - nt;
-        off[e] = r0;
-        for (int i = 0; i < nt; i++) {
-            tiles[3 * (t0 + i)] = e;
-            tiles[3 * (t0 + i) + 1] = r0 + i * gbn;
-            tiles[3 * (t0 + i) + 2] = min(gbn, c - i * gbn);
+    if (warp == 0) { /* exclusive scan of the warp totals */
+        const int wc = s_wc[lane], wt = s_wt[lane];
+        int xc = wc, xt = wt;
+#pragma unroll
+        for (int o = 1; o < 32; o <<= 1) {
+            const int a = __shfl_up_sync(0xffffffffu, xc, o),
+                      b = __shfl_up_sync(0xffffffffu, xt, o);
+            if (lane >= o) xc += a, xt += b;
+        }
+        s_wc[lane] = xc - wc, s_wt[lane] = xt - wt;
+        if (lane == 31) {
+            off[E] = xc;
+            *ntiles = xt;
         }
     }
-    if (e == 0) {
-        off[E] = s_c[1023];
-        *ntiles = s_t[1023];
+    __syncthreads();
+    if (e >= E) return;
+    const int r0 = s_wc[warp] + ic - c, t0 = s_wt[warp] + it - nt;
+    off[e] = r0;
+    for (int i = 0; i < nt; i++) {
+        tiles[3 * (t0 + i)] = e;
+        tiles[3 * (t0 + i) + 1] = r0 + i * gbn;
+        tiles[3 * (t0 + i) + 2] = min(gbn, c - i * gbn);
     }
-    if (e < E) {
-        int run = s_c[e] - c;
-        for (int ch = 0; ch < chunks; ch++) {
-            const int v = ccount[(size_t)ch * E + e];
-            ccount[(size_t)ch * E + e] = run;
-            run += v;
-        }
+    int run = r0;
+    for (int ch0 = 0; ch0 < chunks; ch0 += 16) {
+        int v[16];
+#pragma unroll
+        for (int i = 0; i < 16; i++)
+            v[i] = ch0 + i < chunks ? ccount[(size_t)(ch0 + i) * E + e] : 0;
+#pragma unroll
+        for (int i = 0; i < 16; i++)
+            if (ch0 + i < chunks) {
+                ccount[(size_t)(ch0 + i) * E + e] = run;
+                run += v[i];
+            }
     }
 }
 
@@ -155,12 +173,13 @@ __global__ void __launch_bounds__(1024)
  * plus the assignments of that expert before it in the chunk (__match_any_sync per 32), so the
  * rows of an expert stay in (token, slot) order and the result is deterministic. (One warp per
  * expert scanning all n*k assignments took 340 us per layer at a 4096-token chunk.) */
-__global__ void __launch_bounds__(32) scatter_kernel(const int32_t *__restrict__ idx, int nk, int k,
-                                                     int E, const int32_t *__restrict__ base,
-                                                     int32_t *gather, int32_t *slot) {
+__global__ void __launch_bounds__(32)
+    scatter_kernel(const int32_t *__restrict__ idx, int nk, int k, int E,
+                   const int32_t *__restrict__ base, int32_t *gather, int32_t *slot) {
     extern __shared__ int run[];
     const int lane = threadIdx.x;
-    for (int e = lane; e < E; e += 32) run[e] = base[(size_t)blockIdx.x * E + e];
+    for (int e = lane; e < E; e += 32)
+        run[e] = base[(size_t)blockIdx.x * E + e];
     __syncwarp();
     const int cs = scat_chunk(nk), f0 = blockIdx.x * cs, f1 = min(nk, f0 + cs);
     for (int fb = f0; fb < f1; fb += 32) {
@@ -181,9 +200,12 @@ __global__ void __launch_bounds__(32) scatter_kernel(const int32_t *__restrict__
     }
 }
 
-__global__ void silu_mul_kernel(float *g, const float *__restrict__ u, size_t n) {
+/* g = silu(g) * u over rows x K elements (row stride ld). */
+__global__ void silu_mul_kernel(float *g, const float *__restrict__ u, int ld, int K, size_t n) {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n) g[i] = silu_f(g[i]) * u[i];
+    if (i >= n) return;
+    const size_t o = (i / K) * ld + i % K;
+    g[o] = silu_f(g[o]) * u[o];
 }
 
 /* x[t][d] += sigmoid(sgl[t]) * ys[t][d] + sum_j wt[t][j] * yg[slot[t][j]][d]. */
@@ -201,21 +223,21 @@ __global__ void combine_kernel(float *x, int n, int H, int k, const float *__res
     x[i] += acc;
 }
 
-/* g = silu(g) * u over n elements; with the exact GEMMs (gemm_split.h), instead the split words of
- * silu(g) * u for the down projection that reads g next ([rows][K]), held under g's address. */
-int silu_mul(float *g, const float *u, int rows, int K, lily_cuda_stream st, lily_err *e) {
+/* g = silu(g) * u over [rows][K] (row stride ld); with the exact GEMMs (gemm_split.h), instead
+ * the split words of silu(g) * u for the down projection that reads g next, held under g's
+ * address. */
+int silu_mul(float *g, const float *u, int ld, int rows, int K, lily_cuda_stream st, lily_err *e) {
     if (lily_cuda_gemm_exact())
-        return rows > 0 ? lily_cuda_xsplit_silu_mul(g, u, K, rows, K, st, e) : 0;
+        return rows > 0 ? lily_cuda_xsplit_silu_mul(g, u, ld, rows, K, st, e) : 0;
     const size_t n = (size_t)rows * K;
     if (!n) return 0;
-    silu_mul_kernel<<<(unsigned)((n + 255) / 256), 256, 0, st>>>(g, u, n);
+    silu_mul_kernel<<<(unsigned)((n + 255) / 256), 256, 0, st>>>(g, u, ld, K, n);
     LILY_CU_LAUNCHED(e);
     return 0;
 }
 
 int prefill_body(const lily_cuda_moe *m, const float *u, int n, const int32_t *given_idx,
-                 const float *given_wt, float *x, void *scratch, lily_cuda_stream st,
-                 lily_err *e) {
+                 const float *given_wt, float *x, void *scratch, lily_cuda_stream st, lily_err *e) {
     if (check_moe(m, e)) return -1;
     if (n < 1) return 0;
     pre_layout d = pre_plan(m, n);
@@ -229,9 +251,11 @@ int prefill_body(const lily_cuda_moe *m, const float *u, int n, const int32_t *g
      * the 64-row tiles, cuda_mem.h) and the experts are Q4, unless LILY_CUDA_SKINNY=0; else 32.
      * LILY_CUDA_GROUP_BN forces 32 or 64. */
     const lily_cuda_tune *tune = lily_cuda_tune_get();
-    const bool q4 = k > 0 && m->gate->dt == LILY_CW_Q4 && m->up->dt == LILY_CW_Q4 &&
-                    m->down->dt == LILY_CW_Q4;
+    const bool q4 =
+        k > 0 && m->gate->dt == LILY_CW_Q4 && m->up->dt == LILY_CW_Q4 && m->down->dt == LILY_CW_Q4;
     const bool skinny = tune->skinny && q4 && nk < tune->skinny_below * E;
+    const bool stack = tune->moe_stack;
+    bool gw_done = false; /* the shared expert's gate logit is in logits column E */
     const int gbn = tune->group_bn          ? tune->group_bn
                     : E > 0 && nk >= 64 * E ? 64
                     : skinny                ? kMinBN
@@ -250,10 +274,13 @@ int prefill_body(const lily_cuda_moe *m, const float *u, int n, const int32_t *g
             count_kernel<<<(nk + 255) / 256, 256, 0, st>>>(idx, nk, E, counts);
             LILY_CU_LAUNCHED(e);
         } else {
-            if (lily_cuda_gemm(m->router, u, H, n, logits, ldl, 0, st, e)) return -1;
+            /* with router_gw the shared expert's gate logit comes with the router's (column E) */
+            if (lily_cuda_gemm(stack && m->router_gw ? m->router_gw : m->router, u, H, n, logits,
+                               ldl, 0, st, e))
+                return -1;
+            gw_done = stack && m->router_gw;
             route_kernel<<<(n + 7) / 8, 256, 8 * E * sizeof(float), st>>>(
-                logits, ldl, n, E, k, m->norm, (int32_t *)(s + d.idx), (float *)(s + d.wt),
-                counts);
+                logits, ldl, n, E, k, m->norm, (int32_t *)(s + d.idx), (float *)(s + d.wt), counts);
             LILY_CU_LAUNCHED(e);
         }
         int32_t *off = (int32_t *)(s + d.off), *tiles = (int32_t *)(s + d.tiles);
@@ -272,8 +299,8 @@ int prefill_body(const lily_cuda_moe *m, const float *u, int n, const int32_t *g
                 return -1;
         } else if (lily_cuda_gemm_grouped(m->gate, u, H, n, gather, tiles, ntiles, max_tiles, gbn,
                                           hg, d.I, st, e) ||
-                   lily_cuda_gemm_grouped(m->up, u, H, n, gather, tiles, ntiles, max_tiles, gbn,
-                                          hu, d.I, st, e)) {
+                   lily_cuda_gemm_grouped(m->up, u, H, n, gather, tiles, ntiles, max_tiles, gbn, hu,
+                                          d.I, st, e)) {
             return -1;
         }
     }
@@ -281,16 +308,21 @@ int prefill_body(const lily_cuda_moe *m, const float *u, int n, const int32_t *g
      * which the exact GEMMs then split once (gemm_split.h) */
     float *ys = nullptr;
     if (m->sh_gate) {
-        float *sg = (float *)(s + d.sg), *su = (float *)(s + d.su);
+        const int Is = d.Is, ld = 2 * Is;
+        float *sg = (float *)(s + d.sgu), *su = sg + Is;
         ys = (float *)(s + d.ys);
-        if (lily_cuda_gemm(m->sh_gate, u, H, n, sg, d.Is, 0, st, e) ||
-            lily_cuda_gemm(m->sh_up, u, H, n, su, d.Is, 0, st, e))
+        if (stack && m->sh_gu) {
+            if (lily_cuda_gemm(m->sh_gu, u, H, n, sg, ld, 0, st, e)) return -1;
+        } else if (lily_cuda_gemm(m->sh_gate, u, H, n, sg, ld, 0, st, e) ||
+                   lily_cuda_gemm(m->sh_up, u, H, n, su, ld, 0, st, e)) {
             return -1;
-        if (m->sh_gate_w && lily_cuda_gemm(m->sh_gate_w, u, H, n, logits + E, ldl, 0, st, e))
+        }
+        if (m->sh_gate_w && !gw_done &&
+            lily_cuda_gemm(m->sh_gate_w, u, H, n, logits + E, ldl, 0, st, e))
             return -1;
         lily_cuda_xsplit_hold(nullptr);
-        int rc = silu_mul(sg, su, n, d.Is, st, e) ||
-                 lily_cuda_gemm(m->sh_down, sg, d.Is, n, ys, H, 0, st, e);
+        int rc = silu_mul(sg, su, ld, n, Is, st, e) ||
+                 lily_cuda_gemm(m->sh_down, sg, ld, n, ys, H, 0, st, e);
         lily_cuda_xsplit_hold(nullptr);
         if (rc) return -1;
     }
@@ -298,7 +330,7 @@ int prefill_body(const lily_cuda_moe *m, const float *u, int n, const int32_t *g
     if (k > 0) {
         float *hg = (float *)(s + d.hg), *hu = (float *)(s + d.hu), *yg = (float *)(s + d.yg);
         int32_t *tiles = (int32_t *)(s + d.tiles), *ntiles = (int32_t *)(s + d.ntiles);
-        int rc = silu_mul(hg, hu, nk, d.I, st, e) ||
+        int rc = silu_mul(hg, hu, d.I, nk, d.I, st, e) ||
                  lily_cuda_gemm_grouped(m->down, hg, d.I, nk, nullptr, tiles, ntiles, max_tiles,
                                         gbn, yg, H, st, e);
         lily_cuda_xsplit_hold(nullptr);
