@@ -25,9 +25,9 @@ int main(void) {
 #include <cuda_runtime.h>
 
 #include "backend/cuda/gemm.h"
-#include "parity_util.h"
 #include "backend/cuda/gemm_q4.h"
 #include "backend/cuda/gemm_wg.h"
+#include "parity_util.h"
 
 static char g_tag[48]; /* appended to the case names: forced tile and split of the Q4 kernel */
 /* LILY_CUDA_SAN=1: the cases small enough for compute-sanitizer's racecheck (10-100x slower);
@@ -35,10 +35,12 @@ static char g_tag[48]; /* appended to the case names: forced tile and split of t
 static int g_san;
 
 static const char *dts[] = {"f32", "bf16", "f16", "q4", "q8"};
-static double g_tol = 1e-2; /* relative L2 error allowed (weights other than F32) */
+static double g_tol = 1e-2;   /* relative L2 error allowed (weights other than F32) */
 static float g_xscale_spread; /* > 0: row t of X scaled by 10^(spread * (t % 13 - 6) / 6) */
 
-static double tol(lily_dtype dt) { return dt == LILY_DT_F32 ? 1e-2 : g_tol; }
+static double tol(lily_dtype dt) {
+    return dt == LILY_DT_F32 ? 1e-2 : g_tol;
+}
 
 /* Random X with (optionally) rows of very different magnitudes. */
 static void fill_x(float *X, int rows, int ld) {
@@ -46,11 +48,14 @@ static void fill_x(float *X, int rows, int ld) {
     if (g_xscale_spread <= 0) return;
     for (int t = 0; t < rows; t++) {
         float f = powf(10.f, g_xscale_spread * (float)(t % 13 - 6) / 6.f);
-        for (int c = 0; c < ld; c++) X[(size_t)t * ld + c] *= f;
+        for (int c = 0; c < ld; c++)
+            X[(size_t)t * ld + c] *= f;
     }
 }
 
-static float silu(float x) { return x / (1.0f + expf(-x)); }
+static float silu(float x) {
+    return x / (1.0f + expf(-x));
+}
 
 typedef int (*gemm_fn)(const lily_dmat *W, const float *X, int ldx, int n, float *Y, int ldy,
                        int accumulate, lily_cuda_stream st, lily_err *e);
@@ -102,6 +107,55 @@ static void gemm_case_fn(gemm_fn fn, const char *label, lily_dtype dt, int M, in
     free(X), free(Y0), free(ref), free(tmp), free(got);
 }
 
+/* lily_cuda_dmat_upload_cat: matrices of the given row counts stacked by rows; one GEMM over the
+ * stack and one per view against the CPU matmul of each matrix. */
+static void stack_case(lily_dtype dt, const int *rows, int nm, int K, int n) {
+    lily_err e;
+    char name[160];
+    lily_mat ms[4];
+    lily_dmat cat, v[4];
+    int R = 0;
+    for (int i = 0; i < nm; i++)
+        ms[i] = pt_mat(dt, rows[i], K), R += rows[i];
+    if (pt_ok(lily_cuda_dmat_upload_cat(ms, nm, &cat, v, &e), "upload_cat", &e)) {
+        const int ldx = K + 4;
+        float *X = malloc((size_t)n * ldx * 4), *ref = malloc((size_t)n * R * 4);
+        float *got = malloc((size_t)n * R * 4), *tmp = malloc((size_t)n * R * 4);
+        fill_x(X, n, ldx);
+        for (int i = 0, r0 = 0; i < nm; r0 += rows[i], i++) {
+            lily_cpu_matmul(&ms[i], X, n, ldx, tmp, rows[i], NULL);
+            for (int t = 0; t < n; t++)
+                memcpy(ref + (size_t)t * R + r0, tmp + (size_t)t * rows[i], rows[i] * 4);
+        }
+        float *dX = pt_dup(X, (size_t)n * ldx), *dY = pt_dalloc((size_t)n * R * 4);
+        snprintf(name, sizeof name, "stack of %d %s [%d..] x %d, n=%d: one GEMM", nm, dts[dt],
+                 rows[0], K, n);
+        if (pt_ok(lily_cuda_gemm(&cat, dX, ldx, n, dY, R, 0, NULL, &e), name, &e)) {
+            pt_get(got, dY, (size_t)n * R);
+            pt_check(name, got, ref, (size_t)n * R, tol(dt));
+        }
+        for (int i = 0, r0 = 0; i < nm; r0 += rows[i], i++) { /* each view into its columns */
+            snprintf(name, sizeof name, "stack of %d %s, view %d (%d rows)", nm, dts[dt], i,
+                     rows[i]);
+            pt_ok(lily_cuda_gemm(&v[i], dX, ldx, n, dY + r0, R, 0, NULL, &e), name, &e);
+        }
+        pt_get(got, dY, (size_t)n * R);
+        snprintf(name, sizeof name, "stack of %d %s, the views one GEMM each", nm, dts[dt]);
+        pt_check(name, got, ref, (size_t)n * R, tol(dt));
+        lily_cuda_free(dX), lily_cuda_free(dY);
+        free(X), free(ref), free(got), free(tmp);
+        lily_cuda_dmat_free(&cat);
+    }
+    pt_mat_free(&ms[nm - 1]);
+    lily_mat odd = pt_mat(dt, 3, K + 64); /* other columns: refused */
+    ms[nm - 1] = odd;
+    snprintf(name, sizeof name, "upload_cat refuses %s matrices of different widths", dts[dt]);
+    pt_check_true(name, lily_cuda_dmat_upload_cat(ms, nm, &cat, v, &e) == -1);
+    pt_mat_free(&odd);
+    for (int i = 0; i < nm - 1; i++)
+        pt_mat_free(&ms[i]);
+}
+
 static void gemm_case(lily_dtype dt, int M, int K, int n, int accumulate) {
     gemm_case_fn(lily_cuda_gemm, "gemm", dt, M, K, n, accumulate);
 }
@@ -122,7 +176,8 @@ static void glu_case(lily_dtype dt, int M, int K, int n) {
     fill_x(X, n, ldx);
     lily_cpu_matmul(&G, X, n, ldx, tg, M, NULL);
     lily_cpu_matmul(&U, X, n, ldx, tu, M, NULL);
-    for (size_t i = 0; i < (size_t)n * ldy; i++) ref[i] = 0;
+    for (size_t i = 0; i < (size_t)n * ldy; i++)
+        ref[i] = 0;
     for (int t = 0; t < n; t++)
         for (int o = 0; o < M; o++)
             ref[(size_t)t * ldy + o] = silu(tg[(size_t)t * M + o]) * tu[(size_t)t * M + o];
@@ -172,7 +227,8 @@ static void grouped_case(lily_dtype dt, int M, int K, int E, const int *counts, 
     float *X = malloc((size_t)xrows * ldx * 4);
     fill_x(X, xrows, ldx);
     int32_t *gather = malloc((size_t)(R + 1) * 4);
-    for (int r = 0; r < R; r++) gather[r] = use_gather ? (int32_t)(pt_rnd() % n) : r;
+    for (int r = 0; r < R; r++)
+        gather[r] = use_gather ? (int32_t)(pt_rnd() % n) : r;
     int32_t *tiles = malloc((size_t)(ntmax + 3) * 12);
     int nt = make_tiles(counts, E, tiles);
     size_t ny = (size_t)(R > 0 ? R : 1) * ldy;
@@ -199,19 +255,20 @@ static void grouped_case(lily_dtype dt, int M, int K, int E, const int *counts, 
     lily_cuda_memset(dY, 0, ny * 4, NULL, &e);
     const int32_t *gp = use_gather ? dgather : NULL;
 #ifdef LILY_GEMM_HAS_GLU
-    int rc = glu ? lily_cuda_gemm_grouped_glu(&dG, &dU, dX, ldx, xrows, gp, dtiles, dnt,
-                                              max_tiles, dY, ldy, NULL, &e)
+    int rc = glu ? lily_cuda_gemm_grouped_glu(&dG, &dU, dX, ldx, xrows, gp, dtiles, dnt, max_tiles,
+                                              dY, ldy, NULL, &e)
                  : lily_cuda_gemm_grouped(&dG, dX, ldx, xrows, gp, dtiles, dnt, max_tiles, g_gbn,
                                           dY, ldy, NULL, &e);
 #else
-    int rc = lily_cuda_gemm_grouped(&dG, dX, ldx, xrows, gp, dtiles, dnt, max_tiles, g_gbn, dY,
-                                    ldy, NULL, &e);
+    int rc = lily_cuda_gemm_grouped(&dG, dX, ldx, xrows, gp, dtiles, dnt, max_tiles, g_gbn, dY, ldy,
+                                    NULL, &e);
 #endif
     if (pt_ok(rc, "grouped launch", &e)) {
         pt_get(got, dY, ny);
-        int k = snprintf(name, sizeof name, "grouped%s %s W[%d x %d] x %d rows {", glu ? "_glu" : "",
-                         dts[dt], M, K, E);
-        for (int x = 0; x < E && k < 150; x++) k += snprintf(name + k, sizeof name - k, "%s%d", x ? "," : "", counts[x]);
+        int k = snprintf(name, sizeof name, "grouped%s %s W[%d x %d] x %d rows {",
+                         glu ? "_glu" : "", dts[dt], M, K, E);
+        for (int x = 0; x < E && k < 150; x++)
+            k += snprintf(name + k, sizeof name - k, "%s%d", x ? "," : "", counts[x]);
         snprintf(name + k, sizeof name - k, "}%s%s", use_gather ? " gather" : "", g_tag);
         pt_check(name, got, ref, ny, tol(dt));
     }
@@ -231,7 +288,9 @@ static void grouped_case(lily_dtype dt, int M, int K, int E, const int *counts, 
 
 typedef pt_time_fn time_fn;
 
-static float time_median(time_fn f, void *ctx) { return pt_time_median(f, ctx, 0); }
+static float time_median(time_fn f, void *ctx) {
+    return pt_time_median(f, ctx, 0);
+}
 
 typedef struct {
     lily_dmat *W, *U;
@@ -256,13 +315,15 @@ static int t_grouped(void *p) {
 static lily_dmat up_q4(int M, int K, int E) {
     lily_err e;
     lily_mat *m = malloc(sizeof(lily_mat) * E);
-    for (int x = 0; x < E; x++) m[x] = pt_mat(LILY_DT_Q4, M, K);
+    for (int x = 0; x < E; x++)
+        m[x] = pt_mat(LILY_DT_Q4, M, K);
     lily_dmat d;
     if (lily_cuda_dmat_upload(m, E, &d, &e)) {
         printf("FAIL upload: %s\n", e.msg);
         exit(1);
     }
-    for (int x = 0; x < E; x++) pt_mat_free(&m[x]);
+    for (int x = 0; x < E; x++)
+        pt_mat_free(&m[x]);
     free(m);
     return d;
 }
@@ -284,7 +345,8 @@ static int route(int n, int *counts, int32_t *gather, int32_t *tiles) {
                 double u = (pt_rnd() & 0xffffff) / 16777216.0;
                 x = (int)(E * u * u * u);
                 dup = 0;
-                for (int i = 0; i < j; i++) dup |= sel[t * k + i] == x;
+                for (int i = 0; i < j; i++)
+                    dup |= sel[t * k + i] == x;
             } while (dup);
             sel[t * k + j] = x;
             counts[x]++;
@@ -294,9 +356,10 @@ static int route(int n, int *counts, int32_t *gather, int32_t *tiles) {
             if (sel[f] == x) gather[p++] = f / k;
     free(sel);
     int nt = make_tiles(counts, E, tiles), zero = 0, mx = 0;
-    for (int x = 0; x < E; x++) zero += counts[x] == 0, mx = counts[x] > mx ? counts[x] : mx;
-    printf("routing n=%d: %d rows over %d experts, %d empty, max %d rows, %d tiles\n", n, n * k,
-           E, zero, mx, nt);
+    for (int x = 0; x < E; x++)
+        zero += counts[x] == 0, mx = counts[x] > mx ? counts[x] : mx;
+    printf("routing n=%d: %d rows over %d experts, %d empty, max %d rows, %d tiles\n", n, n * k, E,
+           zero, mx, nt);
     return nt;
 }
 
@@ -329,9 +392,12 @@ static void timing(void) {
     const struct {
         int M, K, acc;
         const char *what;
-    } dense[] = {{8192, H, 0, "GDN qkv, attn q+gate"}, {4096, H, 0, "GDN z"},
-                 {32, H, 0, "GDN b, a"},                {2048, 4096, 1, "GDN out, attn o (accum)"},
-                 {512, H, 0, "attn k, v; shared gate, up"}, {256, H, 0, "router"},
+    } dense[] = {{8192, H, 0, "GDN qkv, attn q+gate"},
+                 {4096, H, 0, "GDN z"},
+                 {32, H, 0, "GDN b, a"},
+                 {2048, 4096, 1, "GDN out, attn o (accum)"},
+                 {512, H, 0, "attn k, v; shared gate, up"},
+                 {256, H, 0, "router"},
                  {2048, I, 0, "shared expert down"}};
     for (size_t i = 0; i < sizeof dense / sizeof dense[0]; i++) {
         lily_dmat W = up_q4(dense[i].M, dense[i].K, 1);
@@ -354,8 +420,8 @@ static void timing(void) {
         for (int j = 0; j < 3; j++) {
             char name[120];
             c.n = ns[j];
-            snprintf(name, sizeof name, "dense q4 %d x %d n=%d (%s)", dense[i].M, dense[i].K,
-                     ns[j], dense[i].what);
+            snprintf(name, sizeof name, "dense q4 %d x %d n=%d (%s)", dense[i].M, dense[i].K, ns[j],
+                     dense[i].what);
             time_both(name, t_dense, &c, 2.0 * dense[i].M * dense[i].K * ns[j]);
         }
         lily_cuda_dmat_free(&W);
@@ -446,8 +512,8 @@ static void wg_case(int M, int K, int n, int accumulate) {
 }
 
 static void wg_shapes(void) {
-    wg_case(64, 64, 8, 0);      /* one k-step, partial blocks both ways */
-    wg_case(130, 192, 129, 1);  /* 2 row blocks, 2 token blocks, 3 k-steps, accumulate */
+    wg_case(64, 64, 8, 0);     /* one k-step, partial blocks both ways */
+    wg_case(130, 192, 129, 1); /* 2 row blocks, 2 token blocks, 3 k-steps, accumulate */
     wg_case(300, 1024, 133, 0);
     wg_case(1, 320, 300, 0);
     /* split-K forced (the automatic choice splits the small grids above already): 3 splits of
@@ -553,7 +619,8 @@ static void all_cases(void) {
     g_tag[0] = 0;
 }
 
-/* Structured inputs that show where each output of the wgmma kernel takes its operands from. W[o][k] = 1 where k = k0 + o % K (codes 0/1, scale 1, bias 0), X[t][k] = 256 t
+/* Structured inputs that show where each output of the wgmma kernel takes its operands from.
+ * W[o][k] = 1 where k = k0 + o % K (codes 0/1, scale 1, bias 0), X[t][k] = 256 t
  * + k + 1, so Y[t][o] = 256 t + k0 + (o % K) + 1 names the token and the column it multiplied;
  * the mismatches print decoded. */
 static void wg_probe(int M, int K, int n, int k0) {
@@ -572,7 +639,8 @@ static void wg_probe(int M, int K, int n, int k0) {
     if (!pt_ok(lily_cuda_dmat_upload(&W, 1, &dW, &e), "upload", &e)) return;
     float *X = malloc((size_t)n * K * 4), *Y = malloc((size_t)n * M * 4);
     for (int t = 0; t < n; t++)
-        for (int k = 0; k < K; k++) X[(size_t)t * K + k] = (float)(256 * t + k + 1);
+        for (int k = 0; k < K; k++)
+            X[(size_t)t * K + k] = (float)(256 * t + k + 1);
     float *dX = pt_dup(X, (size_t)n * K), *dY = pt_dup(Y, (size_t)n * M);
     if (pt_ok(lily_cuda_gemm_wg(&dW, dX, K, n, dY, M, 0, NULL, &e), "probe", &e)) {
         pt_get(Y, dY, (size_t)n * M);
@@ -583,8 +651,8 @@ static void wg_probe(int M, int K, int n, int k0) {
                 if (got == want) continue;
                 if (bad++ < 40) {
                     const long v = lroundf(got) - 1;
-                    printf("probe M=%d K=%d n=%d: t=%d o=%d want k=%d got %.3f (t'=%ld k'=%ld)\n", M,
-                           K, n, t, o, (k0 + o) % K, got, v / 256, v % 256);
+                    printf("probe M=%d K=%d n=%d: t=%d o=%d want k=%d got %.3f (t'=%ld k'=%ld)\n",
+                           M, K, n, t, o, (k0 + o) % K, got, v / 256, v % 256);
                 }
             }
         char name[96];
@@ -653,9 +721,9 @@ int main(void) {
     _Alignas(16) float dg[8];
     lily_dmat gg = {0};
     gg.n_mats = 1, gg.rows = 64, gg.cols = 64;
-    pt_check_true("gemm_grouped refuses tiles of 48 rows",
-                  lily_cuda_gemm_grouped(&gg, dg, 8, 1, NULL, NULL, NULL, 1, 48, dg, 8, NULL,
-                                         &eg) == -1);
+    pt_check_true(
+        "gemm_grouped refuses tiles of 48 rows",
+        lily_cuda_gemm_grouped(&gg, dg, 8, 1, NULL, NULL, NULL, 1, 48, dg, 8, NULL, &eg) == -1);
     g_gbn = LILY_GEMM_GROUP_BN;
     g_tag[0] = 0;
     unsetenv("LILY_CUDA_GEMM_EXACT");
@@ -672,6 +740,16 @@ int main(void) {
     pt_check_true("gemm_glu rejects gate and up of different shapes",
                   lily_cuda_gemm_glu(&g1, &u1, dummy, 8, 1, dummy, 8, NULL, &e) == -1);
 #endif
+    const int sr[4] = {37, 256, 5, 64}, sr2[2] = {256, 1};
+    setenv("LILY_CUDA_GEMM_EXACT", "1", 1);
+    lily_cuda_tune_reload();
+    g_tol = 5e-4;
+    stack_case(LILY_DT_Q4, sr, 4, 576, 70);
+    stack_case(LILY_DT_Q8, sr2, 2, 2048, 33);
+    stack_case(LILY_DT_BF16, sr, 3, 128, 9);
+    stack_case(LILY_DT_F32, sr2, 2, 64, 5);
+    unsetenv("LILY_CUDA_GEMM_EXACT");
+    lily_cuda_tune_reload();
     const char *tm = getenv("LILY_CUDA_TIME");
     if (tm && tm[0] == '1') timing();
     return pt_finish();

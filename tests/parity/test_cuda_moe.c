@@ -88,17 +88,20 @@ static int fix_make(moe_fix *f, int E, int k, int H, int I, int Is, int has_sg) 
 static int fix_stack(moe_fix *f) {
     lily_err e;
     if (f->E && f->has_sg) {
-        if (!pt_ok(lily_cuda_dmat_upload_cat(&f->router, &f->sh_gw, &f->d_rgw, &f->v_router,
-                                             &f->v_sgw, &e),
-                   "stack router/shared gate", &e))
+        const lily_mat ms[2] = {f->router, f->sh_gw};
+        lily_dmat v[2];
+        if (!pt_ok(lily_cuda_dmat_upload_cat(ms, 2, &f->d_rgw, v, &e), "stack router/shared gate",
+                   &e))
             return -1;
+        f->v_router = v[0], f->v_sgw = v[1];
         f->m.router = &f->v_router, f->m.sh_gate_w = &f->v_sgw, f->m.router_gw = &f->d_rgw;
     }
     if (f->Is) {
-        if (!pt_ok(lily_cuda_dmat_upload_cat(&f->sh_gate, &f->sh_up, &f->d_sgu, &f->v_sg, &f->v_su,
-                                             &e),
-                   "stack shared gate/up", &e))
+        const lily_mat ms[2] = {f->sh_gate, f->sh_up};
+        lily_dmat v[2];
+        if (!pt_ok(lily_cuda_dmat_upload_cat(ms, 2, &f->d_sgu, v, &e), "stack shared gate/up", &e))
             return -1;
+        f->v_sg = v[0], f->v_su = v[1];
         f->m.sh_gate = &f->v_sg, f->m.sh_up = &f->v_su, f->m.sh_gu = &f->d_sgu;
     }
     return 0;

@@ -50,6 +50,7 @@ struct cu_layer {
     /* router over sh_gw and sh_gate over sh_up in one allocation each when their types match
      * (lily_cuda_moe.router_gw, .sh_gu; the four are then views into them); w == NULL otherwise */
     lily_dmat router_gw, sh_gu;
+    lily_dmat in_all; /* GDN: qkv, z, b, a stacked by rows (all four views into it), or w NULL */
     lily_cuda_moe moe;
 };
 
@@ -119,16 +120,25 @@ int up_pair(const lily_mat *m0, const lily_mat *m1, lily_dmat *pair, lily_dmat *
     return up_mat(m0, d0, bytes, e, what, l) || up_mat(m1, d1, bytes, e, what, l) ? -1 : 0;
 }
 
-/* m0 over m1 as one matrix (lily_cuda_dmat_upload_cat) when they have the same type, columns and
- * group, *d0 and *d1 views of its rows; otherwise (or when either is absent) separately (cat->w
- * NULL). */
-int up_rows(const lily_mat *m0, const lily_mat *m1, lily_dmat *cat, lily_dmat *d0, lily_dmat *d1,
+/* The n matrices ms stacked by rows in *cat (lily_cuda_dmat_upload_cat) when they all exist and
+ * have the same type, columns and group, *views[i] views of their rows; otherwise (cat->w NULL)
+ * each uploaded on its own when sep, else nothing (the caller uploads them otherwise). */
+int up_rows(const lily_mat *ms, int n, lily_dmat *cat, lily_dmat *const *views, bool sep,
             size_t *bytes, lily_err *e, const char *what, int l) {
     memset(cat, 0, sizeof *cat);
-    if (!m0->w || !m1->w || m0->dt != m1->dt || m0->cols != m1->cols || m0->group != m1->group)
-        return up_mat(m0, d0, bytes, e, what, l) || up_mat(m1, d1, bytes, e, what, l) ? -1 : 0;
-    if (lily_cuda_dmat_upload_cat(m0, m1, cat, d0, d1, e))
+    bool same = true;
+    for (int i = 0; i < n; i++)
+        same = same && ms[i].w && ms[i].dt == ms[0].dt && ms[i].cols == ms[0].cols &&
+               ms[i].group == ms[0].group;
+    if (!same) {
+        for (int i = 0; sep && i < n; i++)
+            if (up_mat(&ms[i], views[i], bytes, e, what, l)) return -1;
+        return 0;
+    }
+    lily_dmat v[8];
+    if (n > 8 || lily_cuda_dmat_upload_cat(ms, n, cat, v, e))
         return lily_fail_prefix(e, "layer %d %s", l, what);
+    for (int i = 0; i < n; i++) *views[i] = v[i];
     *bytes += lily_cuda_dmat_bytes(cat);
     return 0;
 }
@@ -146,7 +156,7 @@ void free_layer(cu_layer *c) {
     lily_dmat *ms[] = {&c->q,      &c->k,     &c->v,     &c->kv,   &c->o,    &c->qkv,
                        &c->z,      &c->b,     &c->a,     &c->ba,   &c->out,  &c->router,
                        &c->gate,   &c->up,    &c->down,  &c->sh_gate, &c->sh_up, &c->sh_down,
-                       &c->sh_gw,  &c->router_gw, &c->sh_gu};
+                       &c->sh_gw,  &c->router_gw, &c->sh_gu, &c->in_all};
     for (lily_dmat *d : ms) lily_cuda_dmat_free(d);
     float *fs[] = {c->in_norm, c->post_norm, c->q_norm, c->k_norm, c->conv_w, c->dt_bias,
                    c->A_log, c->gdn_norm};
@@ -191,10 +201,16 @@ int upload_layer(const lily_model *m, int l, cu_layer *c, size_t *bytes, lily_er
             return -1;
     } else {
         int C = 2 * cf->lin_nk * cf->lin_dk + cf->lin_nv * cf->lin_dv;
-        if (up_mat(&ly->qkv_proj, &c->qkv, bytes, e, "in_proj_qkv", l) ||
-            up_mat(&ly->z_proj, &c->z, bytes, e, "in_proj_z", l) ||
-            up_pair(&ly->b_proj, &ly->a_proj, &c->ba, &c->b, &c->a, bytes, e,
-                    "in_proj_b/in_proj_a", l) ||
+        /* qkv, z, b and a stacked in one matrix when they can be (one prefill GEMM), else qkv
+         * and z alone and b|a as a pair */
+        const lily_mat in[4] = {ly->qkv_proj, ly->z_proj, ly->b_proj, ly->a_proj};
+        lily_dmat *const inv[4] = {&c->qkv, &c->z, &c->b, &c->a};
+        if (up_rows(in, 4, &c->in_all, inv, false, bytes, e, "in_proj_qkv/z/b/a", l)) return -1;
+        if ((!c->in_all.w &&
+             (up_mat(&ly->qkv_proj, &c->qkv, bytes, e, "in_proj_qkv", l) ||
+              up_mat(&ly->z_proj, &c->z, bytes, e, "in_proj_z", l) ||
+              up_pair(&ly->b_proj, &ly->a_proj, &c->ba, &c->b, &c->a, bytes, e,
+                      "in_proj_b/in_proj_a", l))) ||
             up_mat(&ly->out_proj, &c->out, bytes, e, "out_proj", l) ||
             up_f32(ly->conv_w, (size_t)C * cf->conv_k, &c->conv_w, e) ||
             up_f32(ly->dt_bias, cf->lin_nv, &c->dt_bias, e) ||
@@ -204,11 +220,15 @@ int upload_layer(const lily_model *m, int l, cu_layer *c, size_t *bytes, lily_er
     }
     lily_cuda_moe *mo = &c->moe;
     memset(mo, 0, sizeof *mo);
+    lily_dmat *const guv[2] = {&c->sh_gate, &c->sh_up};
     if (cf->is_moe) {
         int E = cf->n_experts;
         const bool gw = cf->shared_inter > 0 && ly->sh_gate_w.w;
-        if (gw ? up_rows(&ly->router, &ly->sh_gate_w, &c->router_gw, &c->router, &c->sh_gw, bytes,
-                         e, "router/shared_expert_gate", l)
+        const lily_mat gu[2] = {ly->sh_gate, ly->sh_up};
+        const lily_mat rg[2] = {ly->router, ly->sh_gate_w};
+        lily_dmat *const rgv[2] = {&c->router, &c->sh_gw};
+        if (gw ? up_rows(rg, 2, &c->router_gw, rgv, true, bytes, e, "router/shared_expert_gate",
+                         l)
                : up_mat(&ly->router, &c->router, bytes, e, "router", l))
             return -1;
         if (lily_cuda_dmat_upload(ly->exp_gate, E, &c->gate, e) ||
@@ -218,8 +238,7 @@ int upload_layer(const lily_model *m, int l, cu_layer *c, size_t *bytes, lily_er
         *bytes += lily_cuda_dmat_bytes(&c->gate) + lily_cuda_dmat_bytes(&c->up) +
                   lily_cuda_dmat_bytes(&c->down);
         if (cf->shared_inter > 0 &&
-            (up_rows(&ly->sh_gate, &ly->sh_up, &c->sh_gu, &c->sh_gate, &c->sh_up, bytes, e,
-                     "shared gate_proj/up_proj", l) ||
+            (up_rows(gu, 2, &c->sh_gu, guv, true, bytes, e, "shared gate_proj/up_proj", l) ||
              up_mat(&ly->sh_down, &c->sh_down, bytes, e, "shared down_proj", l)))
             return -1;
         mo->E = E;
@@ -238,8 +257,8 @@ int upload_layer(const lily_model *m, int l, cu_layer *c, size_t *bytes, lily_er
         }
         mo->router_gw = c->router_gw.w ? &c->router_gw : nullptr;
     } else {
-        if (up_rows(&ly->mlp_gate, &ly->mlp_up, &c->sh_gu, &c->sh_gate, &c->sh_up, bytes, e,
-                    "mlp gate_proj/up_proj", l) ||
+        const lily_mat gu[2] = {ly->mlp_gate, ly->mlp_up};
+        if (up_rows(gu, 2, &c->sh_gu, guv, true, bytes, e, "mlp gate_proj/up_proj", l) ||
             up_mat(&ly->mlp_down, &c->sh_down, bytes, e, "mlp down_proj", l))
             return -1;
         mo->sh_gate = &c->sh_gate;
@@ -309,6 +328,8 @@ int cu_open(const lily_model *m, const lily_engine_opts *opts, lily_backend **ou
     int ws[] = {b->C, b->qw, 2 * b->kvw, b->Zw, c->n_q_heads * c->head_dim, 2 * c->lin_nv};
     for (int w : ws) maxw = w > maxw ? w : maxw;
     b->maxw = (maxw + 3) & ~3;
+    /* buf[0] also takes the GDN layers' stacked input projections (qkv | z | b | a) */
+    const int inw = c->lin_nk > 0 ? (b->C + b->Zw + 2 * c->lin_nv + 3) & ~3 : 0;
     int rc = -1;
     do {
         if (cudaStreamCreateWithFlags(&b->st, cudaStreamNonBlocking) != cudaSuccess) {
@@ -349,7 +370,9 @@ int cu_open(const lily_model *m, const lily_engine_opts *opts, lily_backend **ou
         if (!(b->a = (float *)lily_cuda_alloc(fn * H * 4, e))) break;
         int i = 0;
         for (; i < 5; i++)
-            if (!(b->buf[i] = (float *)lily_cuda_alloc(fn * b->maxw * 4, e))) break;
+            if (!(b->buf[i] = (float *)lily_cuda_alloc(
+                      fn * (i == 0 && inw > b->maxw ? inw : b->maxw) * 4, e)))
+                break;
         if (i < 5) break;
         if (!(b->attn_part = (float *)lily_cuda_alloc(
                   lily_cuda_attn_decode_scratch(c->n_q_heads, c->head_dim, kMaxSplits) * 4, e)))
@@ -588,20 +611,26 @@ int prefill_layers(lily_backend *b, lily_bstate *s, int n, int all_logits, lily_
         } else {
             float *raw = b->buf[0], *z = b->buf[1], *ba = b->buf[2], *o = b->buf[3];
             float *cv = b->buf[4];
-            int C = b->C, Zw = b->Zw;
+            int C = b->C, Zw = b->Zw, ldr = C, ldz = Zw, ldba = 2 * Nv, rc;
             lily_cuda_xsplit_hold(A); /* split once for the four input projections */
-            int rc = lily_cuda_gemm(&ly->qkv, A, H, n, raw, C, 0, st, e) ||
+            if (ly->in_all.w && lily_cuda_tune_get()->gdn_stack) { /* one GEMM, rows [qkv z b a] */
+                ldr = ldz = ldba = ly->in_all.rows;
+                z = raw + C, ba = raw + C + Zw;
+                rc = lily_cuda_gemm(&ly->in_all, A, H, n, raw, ldr, 0, st, e);
+            } else {
+                rc = lily_cuda_gemm(&ly->qkv, A, H, n, raw, C, 0, st, e) ||
                      lily_cuda_gemm(&ly->z, A, H, n, z, Zw, 0, st, e) ||
                      (ly->ba.w ? lily_cuda_gemm(&ly->ba, A, H, n, ba, 2 * Nv, 0, st, e)
                                : lily_cuda_gemm(&ly->b, A, H, n, ba, 2 * Nv, 0, st, e) ||
                                      lily_cuda_gemm(&ly->a, A, H, n, ba + Nv, 2 * Nv, 0, st, e));
+            }
             lily_cuda_xsplit_hold(nullptr);
             if (rc ||
-                lily_cuda_conv_silu(raw, C, n, C, c->conv_k, s->conv[l], ly->conv_w, cv, C, st,
+                lily_cuda_conv_silu(raw, ldr, n, C, c->conv_k, s->conv[l], ly->conv_w, cv, C, st,
                                     e) ||
                 lily_cuda_gdn_scan(s->S[l], c->lin_nk, Nv, c->lin_dk, c->lin_dv, n, cv, C, ba,
-                                   ba + Nv, 2 * Nv, ly->A_log, ly->dt_bias, o, Zw, st, e) ||
-                lily_cuda_gated_rmsnorm(o, Zw, z, Zw, n, Nv, c->lin_dv, ly->gdn_norm, eps, st,
+                                   ba + Nv, ldba, ly->A_log, ly->dt_bias, o, Zw, st, e) ||
+                lily_cuda_gated_rmsnorm(o, Zw, z, ldz, n, Nv, c->lin_dv, ly->gdn_norm, eps, st,
                                         e) ||
                 lily_cuda_gemm(&ly->out, o, Zw, n, X, H, 1, st, e))
                 return -1;

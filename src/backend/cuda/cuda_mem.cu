@@ -100,8 +100,7 @@ static int dev_type(const lily_mat *m, lily_err *e) {
     case LILY_DT_Q4:
     case LILY_DT_Q8:
         if (m->group != 64)
-            return lily_fail(e, "quantization group %d is not supported (CUDA needs 64)",
-                             m->group);
+            return lily_fail(e, "quantization group %d is not supported (CUDA needs 64)", m->group);
         return m->dt == LILY_DT_Q4 ? LILY_CW_Q4 : LILY_CW_Q8;
     case LILY_DT_BF16:
     case LILY_DT_F16:
@@ -111,7 +110,9 @@ static int dev_type(const lily_mat *m, lily_err *e) {
     return lily_fail(e, "unknown weight dtype %d", (int)m->dt);
 }
 
-static size_t align256(size_t n) { return (n + 255) & ~(size_t)255; }
+static size_t align256(size_t n) {
+    return (n + 255) & ~(size_t)255;
+}
 
 /* Fills host buffer dst (row bytes * rows) with the codes of m in device layout. */
 static void host_codes(const lily_mat *m, int dt, uint8_t *dst) {
@@ -119,11 +120,13 @@ static void host_codes(const lily_mat *m, int dt, uint8_t *dst) {
     if (m->dt == LILY_DT_F32) {
         const float *s = (const float *)m->w;
         uint16_t *d = (uint16_t *)dst;
-        for (size_t i = 0; i < n; i++) d[i] = lily_f32_to_bf16(s[i]);
+        for (size_t i = 0; i < n; i++)
+            d[i] = lily_f32_to_bf16(s[i]);
     } else if (m->dt == LILY_DT_F16) {
         const uint16_t *s = (const uint16_t *)m->w;
         uint16_t *d = (uint16_t *)dst;
-        for (size_t i = 0; i < n; i++) d[i] = lily_f32_to_bf16(lily_f16_to_f32(s[i]));
+        for (size_t i = 0; i < n; i++)
+            d[i] = lily_f32_to_bf16(lily_f16_to_f32(s[i]));
     } else {
         memcpy(dst, m->w, dmat_row_bytes(dt, m->cols) * m->rows);
     }
@@ -186,42 +189,52 @@ extern "C" int lily_cuda_dmat_upload(const lily_mat *mats, int n, lily_dmat *out
     return 0;
 }
 
-extern "C" int lily_cuda_dmat_upload_cat(const lily_mat *m0, const lily_mat *m1, lily_dmat *cat,
-                                         lily_dmat *d0, lily_dmat *d1, lily_err *e) {
+extern "C" int lily_cuda_dmat_upload_cat(const lily_mat *ms, int n, lily_dmat *cat,
+                                         lily_dmat *views, lily_err *e) {
     memset(cat, 0, sizeof *cat);
-    if (!m0->w || !m1->w || m0->dt != m1->dt || m0->cols != m1->cols || m0->group != m1->group)
-        return lily_fail(e, "row stack of different matrices (types %d, %d; columns %d, %d)",
-                         (int)m0->dt, (int)m1->dt, m0->cols, m1->cols);
+    if (n < 1) return lily_fail(e, "row stack of %d matrices", n);
+    const lily_mat *m0 = &ms[0];
+    size_t R = 0;
+    for (int i = 0; i < n; i++) {
+        if (!ms[i].w || ms[i].dt != m0->dt || ms[i].cols != m0->cols || ms[i].group != m0->group)
+            return lily_fail(e,
+                             "row stack: matrix %d differs from matrix 0 (type %d / %d, "
+                             "columns %d / %d)",
+                             i, (int)ms[i].dt, (int)m0->dt, ms[i].cols, m0->cols);
+        R += (size_t)ms[i].rows;
+    }
     const bool q = m0->dt == LILY_DT_Q4 || m0->dt == LILY_DT_Q8;
-    const size_t wr = q ? (size_t)m0->cols * (m0->dt == LILY_DT_Q4 ? 4 : 8) / 8
-                        : (size_t)lily_mat_row_bytes(m0);
+    const size_t wr =
+        q ? (size_t)m0->cols * (m0->dt == LILY_DT_Q4 ? 4 : 8) / 8 : (size_t)lily_mat_row_bytes(m0);
     const size_t gr = q ? (size_t)(m0->cols / m0->group) * 2 : 0; /* bf16 scales (biases) a row */
-    const size_t r0 = (size_t)m0->rows, r1 = (size_t)m1->rows;
-    uint8_t *w = (uint8_t *)malloc(wr * (r0 + r1));
-    uint8_t *sc = q ? (uint8_t *)malloc(gr * (r0 + r1)) : NULL;
-    uint8_t *bi = q ? (uint8_t *)malloc(gr * (r0 + r1)) : NULL;
+    uint8_t *w = (uint8_t *)malloc(wr * R);
+    uint8_t *sc = q ? (uint8_t *)malloc(gr * R) : NULL;
+    uint8_t *bi = q ? (uint8_t *)malloc(gr * R) : NULL;
     if (!w || (q && (!sc || !bi))) {
         free(w), free(sc), free(bi);
-        return lily_fail(e, "out of host memory stacking [%zu, %d]", r0 + r1, m0->cols);
+        return lily_fail(e, "out of host memory stacking [%zu, %d]", R, m0->cols);
     }
-    memcpy(w, m0->w, wr * r0);
-    memcpy(w + wr * r0, m1->w, wr * r1);
-    if (q) {
-        memcpy(sc, m0->scales, gr * r0), memcpy(sc + gr * r0, m1->scales, gr * r1);
-        memcpy(bi, m0->biases, gr * r0), memcpy(bi + gr * r0, m1->biases, gr * r1);
+    for (size_t i = 0, r = 0; i < (size_t)n; r += (size_t)ms[i].rows, i++) {
+        memcpy(w + wr * r, ms[i].w, wr * ms[i].rows);
+        if (q) {
+            memcpy(sc + gr * r, ms[i].scales, gr * ms[i].rows);
+            memcpy(bi + gr * r, ms[i].biases, gr * ms[i].rows);
+        }
     }
     lily_mat c = *m0;
-    c.rows = (int)(r0 + r1);
+    c.rows = (int)R;
     c.w = w, c.scales = (const uint16_t *)sc, c.biases = (const uint16_t *)bi;
     const int rc = lily_cuda_dmat_upload(&c, 1, cat, e);
     free(w), free(sc), free(bi);
     if (rc) return -1;
-    lily_dmat v = *cat;
-    v.owned = NULL;
-    *d0 = v, *d1 = v;
-    d0->rows = m0->rows, d1->rows = m1->rows;
-    d1->w += dmat_row_bytes(cat->dt, cat->cols) * r0;
-    if (d1->sb) d1->sb += r0 * (size_t)(cat->cols / 64);
+    for (size_t i = 0, r = 0; i < (size_t)n; r += (size_t)ms[i].rows, i++) {
+        lily_dmat v = *cat;
+        v.owned = NULL;
+        v.rows = ms[i].rows;
+        v.w += dmat_row_bytes(cat->dt, cat->cols) * r;
+        if (v.sb) v.sb += r * (size_t)(cat->cols / 64);
+        views[i] = v;
+    }
     return 0;
 }
 
@@ -237,7 +250,7 @@ extern "C" size_t lily_cuda_dmat_bytes(const lily_dmat *m) {
 }
 
 namespace {
-lily_cuda_tune g_tune = {0, 1, 1, 1, 0, 1, 64, 1, 1, LILY_GDN_AUTO, 1, 1, 0};
+lily_cuda_tune g_tune = {0, 1, 1, 1, 0, 1, 64, 1, 1, LILY_GDN_AUTO, 1, 1, 1, 0};
 
 int env_int(const char *name, int dflt) {
     const char *v = getenv(name);
@@ -258,6 +271,7 @@ extern "C" void lily_cuda_tune_reload(void) {
     g_tune.skinny_below = below < 1 ? 1 : below > 64 ? 64 : below;
     g_tune.skinny_pair = env_int("LILY_CUDA_SKINNY_PAIR", 1) != 0;
     g_tune.moe_stack = env_int("LILY_CUDA_MOE_STACK", 1) != 0;
+    g_tune.gdn_stack = env_int("LILY_CUDA_GDN_STACK", 1) != 0;
     g_tune.norm_split = env_int("LILY_CUDA_NORM_SPLIT", 1) != 0;
     static const struct {
         const char *name;

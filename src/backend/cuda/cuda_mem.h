@@ -58,11 +58,11 @@ float *lily_cuda_upload_f32(const float *src, size_t n, lily_err *e);
 
 /* Uploads one matrix (or, with n > 1, a stack of n experts of identical shape and type). */
 int lily_cuda_dmat_upload(const lily_mat *mats, int n, lily_dmat *out, lily_err *e);
-/* Uploads m0 over m1 (same type, columns and group; any row counts) as one [rows0 + rows1][cols]
- * matrix *cat, and makes *d0 and *d1 non-owning views of its first rows0 and last rows1 rows
- * (free only *cat). One GEMM over *cat computes both. */
-int lily_cuda_dmat_upload_cat(const lily_mat *m0, const lily_mat *m1, lily_dmat *cat,
-                              lily_dmat *d0, lily_dmat *d1, lily_err *e);
+/* Uploads the n matrices ms (same type, columns and group; any row counts) stacked by rows as
+ * one matrix *cat, and makes views[i] a non-owning view of matrix i's rows in it (free only
+ * *cat). One GEMM over *cat computes them all. */
+int lily_cuda_dmat_upload_cat(const lily_mat *ms, int n, lily_dmat *cat, lily_dmat *views,
+                              lily_err *e);
 void lily_cuda_dmat_free(lily_dmat *m);
 /* Device bytes held by m. */
 size_t lily_cuda_dmat_bytes(const lily_dmat *m);
@@ -95,6 +95,8 @@ size_t lily_cuda_dmat_bytes(const lily_dmat *m);
  *   LILY_CUDA_MOE_STACK: 1 (default) = a MoE prefill runs the router and the shared expert's
  *     gate logit as one GEMM, and the shared expert's gate and up projections as one, where the
  *     backend uploaded them stacked (lily_cuda_moe.router_gw, .sh_gu); 0 = one GEMM each.
+ *   LILY_CUDA_GDN_STACK: 1 (default) = a GDN layer's qkv, z, b and a projections as one prefill
+ *     GEMM where the backend uploaded them stacked; 0 = qkv, z and b|a one GEMM each.
  *   LILY_CUDA_GDN_KERNEL: forces the GDN prefill scan (gdn.h): tiled4 (what runs unset), tiled8,
  *     tiled16, tiled8x2, tiled16x2 or tiled16x4.
  *   LILY_CUDA_GDN_LAZY: 1 (default) = tiled4 keeps the state divided by its decay since the last
@@ -107,7 +109,7 @@ size_t lily_cuda_dmat_bytes(const lily_dmat *m);
 typedef struct lily_cuda_tune {
     int pdl;
     int fused_router, gemm_exact, attn_exact, group_bn, skinny, skinny_below, skinny_pair;
-    int norm_split, gdn_kernel, gdn_lazy, moe_stack;
+    int norm_split, gdn_kernel, gdn_lazy, moe_stack, gdn_stack;
     unsigned gen;
 } lily_cuda_tune;
 const lily_cuda_tune *lily_cuda_tune_get(void);
