@@ -23,7 +23,8 @@ static void embed_case(lily_dtype dt, int V, int H, int n) {
     lily_dmat d;
     if (!pt_ok(lily_cuda_dmat_upload(&m, 1, &d, &e), "upload", &e)) return;
     int32_t *tok = malloc(n * 4);
-    for (int i = 0; i < n; i++) tok[i] = i == 0 ? V - 1 : (int32_t)(pt_rnd() % V);
+    for (int i = 0; i < n; i++)
+        tok[i] = i == 0 ? V - 1 : (int32_t)(pt_rnd() % V);
     int ld = H + 4;
     float *ref = malloc((size_t)n * ld * 4), *got = malloc((size_t)n * ld * 4);
     for (int t = 0; t < n; t++) {
@@ -32,7 +33,8 @@ static void embed_case(lily_dtype dt, int V, int H, int n) {
             for (int c = 0; c < H; c++)
                 ref[(size_t)t * ld + c] =
                     lily_bf16_to_f32(lily_f32_to_bf16(ref[(size_t)t * ld + c]));
-        for (int c = H; c < ld; c++) ref[(size_t)t * ld + c] = got[(size_t)t * ld + c] = 0;
+        for (int c = H; c < ld; c++)
+            ref[(size_t)t * ld + c] = got[(size_t)t * ld + c] = 0;
     }
     int32_t *dtok = (int32_t *)pt_dup((const float *)tok, n);
     float *dx = pt_dalloc((size_t)n * ld * 4);
@@ -115,7 +117,8 @@ static void rmsnorm_case(int n, int dim) {
     float *x = malloc((size_t)n * ldx * 4), *w = malloc(dim * 4);
     float *ref = malloc((size_t)n * ldy * 4), *got = malloc((size_t)n * ldy * 4);
     pt_fill(x, (size_t)n * ldx, 3.0f);
-    for (int i = 0; i < dim; i++) w[i] = 1 + 0.5f * pt_frand();
+    for (int i = 0; i < dim; i++)
+        w[i] = 1 + 0.5f * pt_frand();
     for (int t = 0; t < n; t++) {
         lily_cpu_rmsnorm(x + (size_t)t * ldx, w, dim, 1e-6f, ref + (size_t)t * ldy);
         ref[(size_t)t * ldy + dim] = 0;
@@ -138,7 +141,8 @@ static void argmax_case(int n, int where) {
     lily_err e;
     char name[128];
     float *x = malloc(n * 4);
-    for (int i = 0; i < n; i++) x[i] = -5.0f + pt_frand();
+    for (int i = 0; i < n; i++)
+        x[i] = -5.0f + pt_frand();
     int best = where >= 0 ? where : (int)(pt_rnd() % n);
     x[best] = 3.0f;
     if (best + 7 < n) x[best + 7] = 3.0f; /* a tie: the lower index must win */
@@ -155,8 +159,44 @@ static void argmax_case(int n, int where) {
     free(x);
 }
 
+/* lily_cuda_advance with step counters near the ends of int32 (a negative one indexed before the
+ * ring once): the token lands at (unsigned)step % cap, nothing outside the ring changes. */
+static void advance_case(int32_t step0, int cap) {
+    lily_err e;
+    char name[128];
+    const int guard = 256, total = 2 * guard + cap;
+    int32_t *h = malloc(total * 4), *got = malloc(total * 4), st[4] = {4321, 77, 10, step0};
+    for (int i = 0; i < total; i++)
+        h[i] = -1000 - i;
+    int32_t *d = (int32_t *)pt_dup((const float *)h, total),
+            *ds = (int32_t *)pt_dup((const float *)st, 4);
+    /* ds: [0] argmax, [1] tok, [2] pos, [3] step */
+    int rc = lily_cuda_advance(ds, ds + 1, ds + 2, d + guard, cap, ds + 3, NULL, &e) ||
+             lily_cuda_sync(&e);
+    snprintf(name, sizeof name, "advance step %d ring %d: launch", (int)step0, cap);
+    if (!pt_ok(rc, name, &e)) return;
+    lily_cuda_d2h(got, d, total * 4, &e);
+    lily_cuda_d2h(st, ds, 16, &e);
+    const int slot = (int)((uint32_t)step0 % (uint32_t)cap);
+    int bad = 0;
+    for (int i = 0; i < total; i++)
+        bad += got[i] != (i == guard + slot ? 4321 : h[i]);
+    snprintf(name, sizeof name, "advance step %d ring %d: token at slot %d only (%d wrong)",
+             (int)step0, cap, slot, bad);
+    pt_check_true(name, bad == 0);
+    snprintf(name, sizeof name, "advance step %d: tok, pos, step", (int)step0);
+    pt_check_true(name, st[1] == 4321 && st[2] == 11 && st[3] == (int32_t)((uint32_t)step0 + 1u));
+    lily_cuda_free(d), lily_cuda_free(ds);
+    free(h), free(got);
+}
+
 int main(void) {
     pt_need_gpu();
+    advance_case(0, 1024);
+    advance_case(1500, 1024);
+    advance_case(-5, 1024);
+    advance_case(INT32_MIN, 1000);
+    advance_case(INT32_MAX, 1000);
     embed_case(LILY_DT_Q4, 1000, 2048, 7);
     embed_case(LILY_DT_Q8, 77, 320, 3);
     embed_case(LILY_DT_BF16, 129, 256, 64);

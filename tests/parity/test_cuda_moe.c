@@ -229,6 +229,12 @@ static void decode_case(moe_fix *f) {
                  k, H, fuses ? "on" : "off", fu);
         pt_check_true(name, fuses == (fu && expect_fused(f)));
         void *scr = pt_dalloc(lily_cuda_moe_decode_scratch(&f->m));
+        /* a recycled allocation: a valid barrier tag over a count that is not zero */
+        const uint32_t stale[2] = {37u, 0x7fa11e5du};
+        lily_err ei;
+        pt_ok(lily_cuda_h2d(scr, stale, sizeof stale, &ei) ||
+                  lily_cuda_moe_decode_scratch_init(scr, NULL, &ei),
+              "moe decode scratch init", &ei);
         for (int call = 0; call < 2; call++) {
             const char *tag = fu ? (call ? " [fused, barrier]" : " [fused, first step]")
                                  : (call ? " [unfused, again]" : " [unfused]");
@@ -280,7 +286,8 @@ static void decode_case(moe_fix *f) {
 
 /* The fused router under CUDA graph replay, as the backend runs it: two MoE "layers" on one
  * scratch captured into a graph with the switch on, replayed three times from the same input.
- * Replay 1 starts on a poisoned scratch (layer 1 without the barrier tag, layer 2 with the tag
+ * Replay 1 starts on a new scratch (poisoned, its barrier pair zeroed by
+ * lily_cuda_moe_decode_scratch_init: layer 1 without the barrier tag, layer 2 with the tag
  * that layer 1's down kernel wrote); replays 2 and 3 reuse the self-resetting barrier. Each must
  * equal the same two layers run eagerly through the router GEMV. */
 static void graph_case(moe_fix *f) {
@@ -301,7 +308,8 @@ static void graph_case(moe_fix *f) {
     lily_cuda_d2h(widx, lily_cuda_moe_decode_idx(&f->m, scr0), k * 4, &e);
     set_fused(1);
     void *scr = pt_dalloc(sb);
-    if (lily_cuda_sync(&e)) return (void)pt_ok(-1, "sync", &e); /* the poison (legacy stream) */
+    if (lily_cuda_moe_decode_scratch_init(scr, NULL, &e) || lily_cuda_sync(&e))
+        return (void)pt_ok(-1, "init, sync", &e); /* the poison and init (legacy stream) */
     cudaStream_t st = NULL;
     cudaGraph_t g = NULL;
     cudaGraphExec_t ge = NULL;

@@ -50,7 +50,9 @@ struct cu_layer {
     /* router over sh_gw and sh_gate over sh_up in one allocation each when their types match
      * (lily_cuda_moe.router_gw, .sh_gu; the four are then views into them); w == NULL otherwise */
     lily_dmat router_gw, sh_gu;
-    lily_dmat in_all; /* GDN: qkv, z, b, a stacked by rows (all four views into it), or w NULL */
+    /* the input projections stacked by rows (views into it): GDN qkv, z, b, a; attention q, k,
+     * v; or w NULL */
+    lily_dmat in_all;
     lily_cuda_moe moe;
 };
 
@@ -192,9 +194,16 @@ int upload_layer(const lily_model *m, int l, cu_layer *c, size_t *bytes, lily_er
     if (up_f32(ly->in_norm, H, &c->in_norm, e) || up_f32(ly->post_norm, H, &c->post_norm, e))
         return -1;
     if (ly->is_attn) {
-        if (up_mat(&ly->q_proj, &c->q, bytes, e, "q_proj", l) ||
-            up_pair(&ly->k_proj, &ly->v_proj, &c->kv, &c->k, &c->v, bytes, e, "k_proj/v_proj",
-                    l) ||
+        /* q, k and v stacked in one matrix when they can be (one prefill GEMM), else q alone and
+         * k|v as a pair */
+        const lily_mat in[3] = {ly->q_proj, ly->k_proj, ly->v_proj};
+        lily_dmat *const inv[3] = {&c->q, &c->k, &c->v};
+        if (up_rows(in, 3, &c->in_all, inv, false, bytes, e, "q_proj/k_proj/v_proj", l))
+            return -1;
+        if ((!c->in_all.w &&
+             (up_mat(&ly->q_proj, &c->q, bytes, e, "q_proj", l) ||
+              up_pair(&ly->k_proj, &ly->v_proj, &c->kv, &c->k, &c->v, bytes, e, "k_proj/v_proj",
+                      l))) ||
             up_mat(&ly->o_proj, &c->o, bytes, e, "o_proj", l) ||
             up_f32(ly->q_norm, cf->head_dim, &c->q_norm, e) ||
             up_f32(ly->k_norm, cf->head_dim, &c->k_norm, e))
@@ -328,8 +337,9 @@ int cu_open(const lily_model *m, const lily_engine_opts *opts, lily_backend **ou
     int ws[] = {b->C, b->qw, 2 * b->kvw, b->Zw, c->n_q_heads * c->head_dim, 2 * c->lin_nv};
     for (int w : ws) maxw = w > maxw ? w : maxw;
     b->maxw = (maxw + 3) & ~3;
-    /* buf[0] also takes the GDN layers' stacked input projections (qkv | z | b | a) */
-    const int inw = c->lin_nk > 0 ? (b->C + b->Zw + 2 * c->lin_nv + 3) & ~3 : 0;
+    /* buf[0] also takes the stacked input projections (GDN qkv | z | b | a, attention q | k | v) */
+    const int inw0 = c->lin_nk > 0 ? b->C + b->Zw + 2 * c->lin_nv : 0;
+    const int inw = ((inw0 > b->qw + 2 * b->kvw ? inw0 : b->qw + 2 * b->kvw) + 3) & ~3;
     int rc = -1;
     do {
         if (cudaStreamCreateWithFlags(&b->st, cudaStreamNonBlocking) != cudaSuccess) {
@@ -385,13 +395,17 @@ int cu_open(const lily_model *m, const lily_engine_opts *opts, lily_backend **ou
             md = d > md ? d : md;
             mp = p > mp ? p : mp;
         }
-        if (!(b->moe_dec = lily_cuda_alloc(md, e)) || !(b->moe_pre = lily_cuda_alloc(mp, e)))
+        if (!(b->moe_dec = lily_cuda_alloc(md, e)) || !(b->moe_pre = lily_cuda_alloc(mp, e)) ||
+            lily_cuda_moe_decode_scratch_init(b->moe_dec, b->st, e))
             break;
         if (!(b->d_tok = (int32_t *)lily_cuda_alloc(fn * 4, e)) ||
             !(b->d_pos = (int32_t *)lily_cuda_alloc(4, e)) ||
             !(b->d_argmax = (int32_t *)lily_cuda_alloc(16, e)) || /* index, pad, u64 key */
             !(b->d_ring = (int32_t *)lily_cuda_alloc(kRing * 4, e)) ||
-            !(b->d_step = (int32_t *)lily_cuda_alloc(4, e)))
+            !(b->d_step = (int32_t *)lily_cuda_alloc(4, e)) ||
+            /* every decode graph replay advances the step (lily_cuda_advance), greedy or not */
+            lily_cuda_memset(b->d_step, 0, 4, b->st, e) ||
+            lily_cuda_memset(b->d_ring, 0, kRing * 4, b->st, e))
             break;
         if (cudaMallocHost((void **)&b->h_tok, fn * 4) != cudaSuccess ||
             cudaMallocHost((void **)&b->h_pos, 4) != cudaSuccess) {
@@ -589,10 +603,14 @@ int prefill_layers(lily_backend *b, lily_bstate *s, int n, int all_logits, lily_
             float *qg = b->buf[0], *kb = b->buf[1], *vb = b->buf[2], *q = b->buf[3];
             float *gt = b->buf[4], *o = b->buf[1];
             int gated = c->attn_output_gate;
-            int ldkv = b->kvw;
+            int ldkv = b->kvw, ldq = b->qw, rc;
             lily_cuda_xsplit_hold(A); /* the exact GEMMs split A once for q, k, v */
-            int rc = lily_cuda_gemm(&ly->q, A, H, n, qg, b->qw, 0, st, e);
-            if (!rc && ly->kv.w) { /* k and v in one GEMM: rows [k | v] */
+            if (ly->in_all.w && lily_cuda_tune_get()->proj_stack) { /* one GEMM, rows [q k v] */
+                ldq = ldkv = ly->in_all.rows;
+                kb = qg + b->qw, vb = kb + b->kvw;
+                rc = lily_cuda_gemm(&ly->in_all, A, H, n, qg, ldq, 0, st, e);
+            } else if (!(rc = lily_cuda_gemm(&ly->q, A, H, n, qg, b->qw, 0, st, e)) && ly->kv.w) {
+                /* k and v in one GEMM: rows [k | v] */
                 ldkv = 2 * b->kvw, vb = kb + b->kvw;
                 rc = lily_cuda_gemm(&ly->kv, A, H, n, kb, ldkv, 0, st, e);
             } else if (!rc) {
@@ -601,7 +619,7 @@ int prefill_layers(lily_backend *b, lily_bstate *s, int n, int all_logits, lily_
             }
             lily_cuda_xsplit_hold(nullptr);
             if (rc ||
-                lily_cuda_attn_prep(qg, b->qw, kb, vb, ldkv, n, b->d_pos, Nq, c->n_kv_heads, Dh,
+                lily_cuda_attn_prep(qg, ldq, kb, vb, ldkv, n, b->d_pos, Nq, c->n_kv_heads, Dh,
                                     c->rope_dim, b->inv_freq, ly->q_norm, ly->k_norm, eps, gated,
                                     q, gt, s->k[l], s->v[l], st, e) ||
                 lily_cuda_attn_prefill(q, n, s->k[l], s->v[l], b->d_pos, Nq, c->n_kv_heads, Dh,
@@ -613,7 +631,7 @@ int prefill_layers(lily_backend *b, lily_bstate *s, int n, int all_logits, lily_
             float *cv = b->buf[4];
             int C = b->C, Zw = b->Zw, ldr = C, ldz = Zw, ldba = 2 * Nv, rc;
             lily_cuda_xsplit_hold(A); /* split once for the four input projections */
-            if (ly->in_all.w && lily_cuda_tune_get()->gdn_stack) { /* one GEMM, rows [qkv z b a] */
+            if (ly->in_all.w && lily_cuda_tune_get()->proj_stack) { /* one GEMM: [qkv z b a] */
                 ldr = ldz = ldba = ly->in_all.rows;
                 z = raw + C, ba = raw + C + Zw;
                 rc = lily_cuda_gemm(&ly->in_all, A, H, n, raw, ldr, 0, st, e);

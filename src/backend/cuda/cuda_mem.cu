@@ -271,7 +271,7 @@ extern "C" void lily_cuda_tune_reload(void) {
     g_tune.skinny_below = below < 1 ? 1 : below > 64 ? 64 : below;
     g_tune.skinny_pair = env_int("LILY_CUDA_SKINNY_PAIR", 1) != 0;
     g_tune.moe_stack = env_int("LILY_CUDA_MOE_STACK", 1) != 0;
-    g_tune.gdn_stack = env_int("LILY_CUDA_GDN_STACK", 1) != 0;
+    g_tune.proj_stack = env_int("LILY_CUDA_PROJ_STACK", 1) != 0;
     g_tune.norm_split = env_int("LILY_CUDA_NORM_SPLIT", 1) != 0;
     static const struct {
         const char *name;

@@ -95,8 +95,9 @@ size_t lily_cuda_dmat_bytes(const lily_dmat *m);
  *   LILY_CUDA_MOE_STACK: 1 (default) = a MoE prefill runs the router and the shared expert's
  *     gate logit as one GEMM, and the shared expert's gate and up projections as one, where the
  *     backend uploaded them stacked (lily_cuda_moe.router_gw, .sh_gu); 0 = one GEMM each.
- *   LILY_CUDA_GDN_STACK: 1 (default) = a GDN layer's qkv, z, b and a projections as one prefill
- *     GEMM where the backend uploaded them stacked; 0 = qkv, z and b|a one GEMM each.
+ *   LILY_CUDA_PROJ_STACK: 1 (default) = a layer's input projections as one prefill GEMM where the
+ *     backend uploaded them stacked (GDN qkv, z, b, a; attention q, k, v); 0 = GDN qkv, z and
+ *     b|a, attention q and k|v, one GEMM each.
  *   LILY_CUDA_GDN_KERNEL: forces the GDN prefill scan (gdn.h): tiled4 (what runs unset), tiled8,
  *     tiled16, tiled8x2, tiled16x2 or tiled16x4.
  *   LILY_CUDA_GDN_LAZY: 1 (default) = tiled4 keeps the state divided by its decay since the last
@@ -109,7 +110,7 @@ size_t lily_cuda_dmat_bytes(const lily_dmat *m);
 typedef struct lily_cuda_tune {
     int pdl;
     int fused_router, gemm_exact, attn_exact, group_bn, skinny, skinny_below, skinny_pair;
-    int norm_split, gdn_kernel, gdn_lazy, moe_stack, gdn_stack;
+    int norm_split, gdn_kernel, gdn_lazy, moe_stack, proj_stack;
     unsigned gen;
 } lily_cuda_tune;
 const lily_cuda_tune *lily_cuda_tune_get(void);

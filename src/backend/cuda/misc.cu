@@ -5,9 +5,8 @@
 
 namespace {
 
-__global__ void embed_kernel(const uint8_t *__restrict__ w, const uint32_t *__restrict__ sb,
-                             int dt, int cols, const int32_t *__restrict__ tok, float *x,
-                             int ldx) {
+__global__ void embed_kernel(const uint8_t *__restrict__ w, const uint32_t *__restrict__ sb, int dt,
+                             int cols, const int32_t *__restrict__ tok, float *x, int ldx) {
     int t = blockIdx.x;
     size_t r = (size_t)tok[t];
     float *o = x + (size_t)t * ldx;
@@ -31,10 +30,12 @@ __global__ void rmsnorm_kernel(const float *x, int ldx, const float *__restrict_
     const float *xr = x + (size_t)blockIdx.x * ldx;
     float *yr = y + (size_t)blockIdx.x * ldy;
     float ss = 0.f;
-    for (int i = threadIdx.x; i < dim; i += blockDim.x) ss += xr[i] * xr[i];
+    for (int i = threadIdx.x; i < dim; i += blockDim.x)
+        ss += xr[i] * xr[i];
     ss = block_sum(ss, red);
     float r = 1.0f / sqrtf(ss / dim + eps);
-    for (int i = threadIdx.x; i < dim; i += blockDim.x) yr[i] = xr[i] * r * w[i];
+    for (int i = threadIdx.x; i < dim; i += blockDim.x)
+        yr[i] = xr[i] * r * w[i];
 }
 
 /* Orderable 64-bit key: larger value first, then lower index. */
@@ -44,8 +45,8 @@ __device__ __forceinline__ unsigned long long argmax_key(float v, int i) {
     return ((unsigned long long)u << 32) | (0xffffffffu - (uint32_t)i);
 }
 
-__global__ void __launch_bounds__(256) argmax_kernel(const float *__restrict__ x, int n,
-                                                     unsigned long long *key) {
+__global__ void __launch_bounds__(256)
+    argmax_kernel(const float *__restrict__ x, int n, unsigned long long *key) {
     __shared__ unsigned long long red[8];
     unsigned long long best = 0;
     for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
@@ -60,7 +61,8 @@ __global__ void __launch_bounds__(256) argmax_kernel(const float *__restrict__ x
     if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = best;
     __syncthreads();
     if (threadIdx.x == 0) {
-        for (int w = 1; w < (int)(blockDim.x >> 5); w++) best = red[w] > best ? red[w] : best;
+        for (int w = 1; w < (int)(blockDim.x >> 5); w++)
+            best = red[w] > best ? red[w] : best;
         atomicMax(key, best);
     }
 }
@@ -71,16 +73,16 @@ __global__ void argmax_final_kernel(const unsigned long long *key, int32_t *out)
 
 } // namespace
 
-extern "C" int lily_cuda_embed(const lily_dmat *E, const int32_t *d_tok, int n, float *x,
-                               int ldx, lily_cuda_stream st, lily_err *e) {
+extern "C" int lily_cuda_embed(const lily_dmat *E, const int32_t *d_tok, int n, float *x, int ldx,
+                               lily_cuda_stream st, lily_err *e) {
     if (n < 1) return 0;
     embed_kernel<<<n, 256, 0, st>>>(E->w, E->sb, E->dt, E->cols, d_tok, x, ldx);
     LILY_CU_LAUNCHED(e);
     return 0;
 }
 
-extern "C" int lily_cuda_rmsnorm(const float *x, int ldx, const float *w, int n, int dim,
-                                 float eps, float *y, int ldy, lily_cuda_stream st, lily_err *e) {
+extern "C" int lily_cuda_rmsnorm(const float *x, int ldx, const float *w, int n, int dim, float eps,
+                                 float *y, int ldy, lily_cuda_stream st, lily_err *e) {
     if (n < 1) return 0;
     rmsnorm_kernel<<<n, 256, 0, st>>>(x, ldx, w, dim, eps, y, ldy);
     LILY_CU_LAUNCHED(e);
@@ -103,11 +105,14 @@ extern "C" int lily_cuda_argmax(const float *x, int n, uint64_t *key, int32_t *o
 namespace {
 __global__ void advance_kernel(const int32_t *am, int32_t *tok, int32_t *pos, int32_t *ring,
                                int cap, int32_t *step) {
-    int32_t t = *am, i = *step;
+    /* the step as unsigned: any counter value (a wrapped one, or an uninitialised one, which
+     * once wrote before the ring on the H200) indexes inside the ring */
+    const int32_t t = *am;
+    const uint32_t i = (uint32_t)*step;
     tok[0] = t;
     *pos += 1;
-    ring[i % cap] = t;
-    *step = i + 1;
+    ring[i % (uint32_t)cap] = t;
+    *step = (int32_t)(i + 1u);
 }
 } // namespace
 

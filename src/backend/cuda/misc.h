@@ -25,7 +25,7 @@ int lily_cuda_argmax(const float *x, int n, uint64_t *key, int32_t *out, lily_cu
                      lily_err *e);
 
 /* Feeds a greedy decode step's result into the next one, on the device: d_tok[0] = *d_argmax,
- * *d_pos += 1, ring[*d_step % ring_cap] = the token, *d_step += 1. Captured at the end of the
+ * *d_pos += 1, ring[(unsigned)*d_step % ring_cap] = the token, *d_step += 1. Captured at the end of the
  * decode graph, so graph replays chain without the host. */
 int lily_cuda_advance(const int32_t *d_argmax, int32_t *d_tok, int32_t *d_pos, int32_t *ring,
                       int ring_cap, int32_t *d_step, lily_cuda_stream st, lily_err *e);

@@ -744,6 +744,11 @@ template <int DT> int launch_dn_dt(const dn_params &p, lily_cuda_stream st, lily
 
 } // namespace
 
+extern "C" int lily_cuda_moe_decode_scratch_init(void *scratch, lily_cuda_stream st, lily_err *e) {
+    LILY_CU_TRY(cudaMemsetAsync(scratch, 0, 2 * sizeof(uint32_t), (cudaStream_t)st), e);
+    return 0;
+}
+
 extern "C" size_t lily_cuda_moe_decode_scratch(const lily_cuda_moe *m) {
     return dec_plan(m).total;
 }

@@ -41,9 +41,14 @@ typedef struct lily_cuda_moe {
     const lily_dmat *sh_gu;      /* [2 Is, H]: sh_gate over sh_up */
 } lily_cuda_moe;
 
-/* Bytes of scratch the decode step needs. Its contents need no initialisation; layers may share
- * one scratch (the fused router's barrier words sit at the same offset for every shape). */
+/* Bytes of scratch the decode step needs. Layers may share one scratch (the fused router's
+ * barrier words sit at the same offset for every shape); lily_cuda_moe_decode_scratch_init must
+ * run once on a new scratch before its first decode, the rest needs no initialisation. */
 size_t lily_cuda_moe_decode_scratch(const lily_cuda_moe *m);
+/* Zeroes the fused router's barrier pair of a new decode scratch (moe_router.cuh): cudaMalloc
+ * memory can hold a stale pair (a valid tag over a count that is not zero) from an earlier
+ * allocation, which would release the first fused step's barrier early. */
+int lily_cuda_moe_decode_scratch_init(void *scratch, lily_cuda_stream st, lily_err *e);
 /* 1 when lily_cuda_moe_decode would run m with the router fused into the gate/up launch under
  * the current tuning (lily_cuda_tune_get), else 0. For tests and logs. */
 int lily_cuda_moe_decode_fuses(const lily_cuda_moe *m);

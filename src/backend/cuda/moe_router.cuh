@@ -12,11 +12,13 @@
  *       bits return to 0, so the word resets itself (graph replays, any grid size) provided the
  *       low bits are 0 before the first use.
  *   [1] tag: kBarTag once the pair is known to be initialised.
- * The scratch comes from cudaMalloc (contents undefined) and its owner does not clear it, so
- * every MoE down kernel (the launch after gate/up, in stream order) writes count = 0 and the tag.
- * A gate/up launch that finds no tag (the very first step on a fresh scratch) cannot trust the
- * counter: every routed block then computes all router rows itself into shared memory (correct,
- * ~30 us, once). The tag is read after pdl_wait and nothing writes it during the gate/up launch,
+ * The scratch comes from cudaMalloc, whose contents are undefined: a recycled allocation can
+ * hold a valid tag over a count that is not zero (seen on the H200: a stale pair released the
+ * first step's barrier early, a wrong routing that the transformers fixtures caught), so its
+ * owner zeroes the pair once (lily_cuda_moe_decode_scratch_init). Every MoE down kernel (the
+ * launch after gate/up, in stream order) writes count = 0 and the tag. A gate/up launch that
+ * finds no tag (the very first step on a new scratch) cannot trust the counter: every routed
+ * block then computes all router rows itself into shared memory (correct, ~30 us, once). The tag is read after pdl_wait and nothing writes it during the gate/up launch,
  * so all blocks of a launch take the same branch. */
 #ifndef LILY_BACKEND_CUDA_MOE_ROUTER_CUH
 #define LILY_BACKEND_CUDA_MOE_ROUTER_CUH
