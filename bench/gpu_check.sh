@@ -121,6 +121,16 @@ if [[ $skip != *" sanitizer "* ]] && command -v compute-sanitizer >/dev/null; th
                 "$(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$logs/san_${tool}_$t.log" | tail -1)"
         }
     done
+    if [ -x "$work/bin/golden_test_logits" ] && [ -x "$work/bin/lily" ]; then
+        # reads of never-written device memory through the whole engine (prefill, decode graphs,
+        # snapshots) on the gpu fixtures, two models in one process: memcheck cannot see a stray
+        # write that lands inside another allocation (session 12's decode step counter)
+        LILY_BIN="$work/bin/lily" LILY_TEST_BACKEND=cuda LILY_TEST_FIXTURES=gpu-hf,gpu-mlx \
+            timeout 120 compute-sanitizer --tool initcheck --error-exitcode 3 \
+            "$work/bin/golden_test_logits" >"$logs/san_initcheck_fixtures.log" 2>&1
+        printf '%-10s %-6s rc=%d  %s\n' initcheck fixtures $? \
+            "$(grep -E 'ERROR SUMMARY' "$logs/san_initcheck_fixtures.log" | tail -1)"
+    fi
 fi
 
 if [[ $skip != *" bench "* ]]; then
