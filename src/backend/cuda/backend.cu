@@ -42,8 +42,8 @@ struct cu_layer {
     lily_dmat q, k, v, o;
     float *q_norm, *k_norm;
     lily_dmat qkv, z, b, a, out;
-    /* k|v and b|a stacked in one allocation when their shapes and types match: one prefill GEMM
-     * of 2x the rows each (k, v, b, a are then views into them); w == NULL otherwise */
+    /* k|v and b|a stacked in one allocation when in_all (below) is not and their types match: one
+     * prefill GEMM of 2x the rows each (k, v, b, a are then views into them); w == NULL otherwise */
     lily_dmat kv, ba;
     float *conv_w, *dt_bias, *A_log, *gdn_norm;
     lily_dmat router, gate, up, down, sh_gate, sh_up, sh_down, sh_gw;
@@ -92,34 +92,6 @@ int up_mat(const lily_mat *m, lily_dmat *d, size_t *bytes, lily_err *e, const ch
     if (lily_cuda_dmat_upload(m, 1, d, e)) return lily_fail_prefix(e, "layer %d %s", l, what);
     *bytes += lily_cuda_dmat_bytes(d);
     return 0;
-}
-
-/* Uploads m0 and m1 as one stack in *pair when they have the same type and shape and the stack
- * has no padding between them (then it is also the [2 rows][cols] matrix m0 over m1), making *d0
- * and *d1 non-owning views of its halves; otherwise uploads them separately (pair->w NULL). */
-int up_pair(const lily_mat *m0, const lily_mat *m1, lily_dmat *pair, lily_dmat *d0,
-            lily_dmat *d1, size_t *bytes, lily_err *e, const char *what, int l) {
-    memset(pair, 0, sizeof *pair);
-    const lily_mat ms[2] = {*m0, *m1};
-    if (m0->w && m1->w && m0->dt == m1->dt && m0->rows == m1->rows && m0->cols == m1->cols &&
-        m0->group == m1->group) {
-        if (lily_cuda_dmat_upload(ms, 2, pair, e))
-            return lily_fail_prefix(e, "layer %d %s", l, what);
-        const size_t wb = dmat_row_bytes(pair->dt, pair->cols) * pair->rows;
-        const size_t sbw = pair->sb ? (size_t)pair->rows * (pair->cols / 64) : 0;
-        if (pair->w_stride == wb && (!pair->sb || pair->sb_stride == sbw)) {
-            *bytes += lily_cuda_dmat_bytes(pair);
-            lily_dmat v = *pair;
-            v.n_mats = 1, v.owned = nullptr;
-            *d0 = v, *d1 = v;
-            d1->w += wb;
-            if (d1->sb) d1->sb += sbw;
-            pair->rows *= 2, pair->n_mats = 1;
-            return 0;
-        }
-        lily_cuda_dmat_free(pair); /* padded: two matrices, two GEMMs */
-    }
-    return up_mat(m0, d0, bytes, e, what, l) || up_mat(m1, d1, bytes, e, what, l) ? -1 : 0;
 }
 
 /* The n matrices ms stacked by rows in *cat (lily_cuda_dmat_upload_cat) when they all exist and
@@ -198,12 +170,13 @@ int upload_layer(const lily_model *m, int l, cu_layer *c, size_t *bytes, lily_er
          * k|v as a pair */
         const lily_mat in[3] = {ly->q_proj, ly->k_proj, ly->v_proj};
         lily_dmat *const inv[3] = {&c->q, &c->k, &c->v};
+        const lily_mat kv[2] = {ly->k_proj, ly->v_proj};
+        lily_dmat *const kvv[2] = {&c->k, &c->v};
         if (up_rows(in, 3, &c->in_all, inv, false, bytes, e, "q_proj/k_proj/v_proj", l))
             return -1;
         if ((!c->in_all.w &&
              (up_mat(&ly->q_proj, &c->q, bytes, e, "q_proj", l) ||
-              up_pair(&ly->k_proj, &ly->v_proj, &c->kv, &c->k, &c->v, bytes, e, "k_proj/v_proj",
-                      l))) ||
+              up_rows(kv, 2, &c->kv, kvv, true, bytes, e, "k_proj/v_proj", l))) ||
             up_mat(&ly->o_proj, &c->o, bytes, e, "o_proj", l) ||
             up_f32(ly->q_norm, cf->head_dim, &c->q_norm, e) ||
             up_f32(ly->k_norm, cf->head_dim, &c->k_norm, e))
@@ -214,12 +187,13 @@ int upload_layer(const lily_model *m, int l, cu_layer *c, size_t *bytes, lily_er
          * and z alone and b|a as a pair */
         const lily_mat in[4] = {ly->qkv_proj, ly->z_proj, ly->b_proj, ly->a_proj};
         lily_dmat *const inv[4] = {&c->qkv, &c->z, &c->b, &c->a};
+        const lily_mat ba[2] = {ly->b_proj, ly->a_proj};
+        lily_dmat *const bav[2] = {&c->b, &c->a};
         if (up_rows(in, 4, &c->in_all, inv, false, bytes, e, "in_proj_qkv/z/b/a", l)) return -1;
         if ((!c->in_all.w &&
              (up_mat(&ly->qkv_proj, &c->qkv, bytes, e, "in_proj_qkv", l) ||
               up_mat(&ly->z_proj, &c->z, bytes, e, "in_proj_z", l) ||
-              up_pair(&ly->b_proj, &ly->a_proj, &c->ba, &c->b, &c->a, bytes, e,
-                      "in_proj_b/in_proj_a", l))) ||
+              up_rows(ba, 2, &c->ba, bav, true, bytes, e, "in_proj_b/in_proj_a", l))) ||
             up_mat(&ly->out_proj, &c->out, bytes, e, "out_proj", l) ||
             up_f32(ly->conv_w, (size_t)C * cf->conv_k, &c->conv_w, e) ||
             up_f32(ly->dt_bias, cf->lin_nv, &c->dt_bias, e) ||
