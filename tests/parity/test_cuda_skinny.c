@@ -22,8 +22,7 @@
  * 35B-A3B expert GEMMs (256 experts, top-8; gate/up 512 x 2048 and down 2048 x 512) for chunks of
  * 64 .. 512 tokens: the skinny kernel (both A forms) against the 32-row tiles of gemm.cu.
  * LILY_CUDA_TIME=only: the timing without the parity cases; LILY_SKINNY_TIME_N (64, 128, 256,
- * 512) and LILY_SKINNY_TIME_V (0 = 32-row tiles .. 8 = mma by plane) pick one chunk size and one
- * variant. */
+ * 512) and LILY_SKINNY_TIME_V (0 = 32-row tiles .. 7) pick one chunk size and one variant. */
 #include <stdio.h>
 
 #ifndef LILY_HAVE_CUDA
@@ -270,16 +269,15 @@ static void timing(void) {
         route_counts(n, E, k, counts);
         for (int r = 0; r < n * k; r++) gather[r] = (int32_t)(pt_rnd() % n);
         int32_t *dgather = pt_idup(gather, (size_t)n * k);
-        for (int v = 0; v < 9; v++) { /* 32-row tiles, then the skinny variants */
+        for (int v = 0; v < 8; v++) { /* 32-row tiles, then the skinny variants */
             if (only_v && atoi(only_v) != v) continue;
-            static const char *vn[9] = {"32-row tiles",  "skinny denorm", "skinny sub",
-                                        "skinny cp",     "skinny pf1",    "skinny pf2",
-                                        "skinny cp pf1", "skinny cp pf2", "cp pf1 by plane"};
+            static const char *vn[8] = {"32-row tiles", "skinny denorm", "skinny sub",
+                                        "skinny cp",    "skinny pf1",    "skinny pf2",
+                                        "skinny cp pf1", "skinny cp pf2"};
             const int bn = v == 0 ? LILY_GEMM_GROUP_BN : LILY_GEMM_SKINNY_BN;
             if (v) lily_cuda_skinny_variant(v == 2 ? LILY_SKINNY_SUB : LILY_SKINNY_DENORM);
             lily_cuda_skinny_cp(v == 3 || v >= 6);
-            lily_cuda_skinny_pf(v == 4 || v == 6 || v == 8 ? 1 : v == 5 || v == 7 ? 2 : 0);
-            lily_cuda_skinny_order(v == 8);
+            lily_cuda_skinny_pf(v == 4 || v == 6 ? 1 : v == 5 || v == 7 ? 2 : 0);
             int nt = pt_make_tiles(counts, E, bn, tiles);
             tctx c;
             c.tiles = pt_idup(tiles, (size_t)3 * nt), c.nt = pt_idup(&nt, 1);
@@ -300,7 +298,6 @@ static void timing(void) {
     lily_cuda_skinny_variant(LILY_SKINNY_DENORM);
     lily_cuda_skinny_cp(0);
     lily_cuda_skinny_pf(0);
-    lily_cuda_skinny_order(0);
     lily_cuda_dmat_free(&Gs), lily_cuda_dmat_free(&Ds);
     lily_cuda_free(dX), lily_cuda_free(dY);
     free(X), free(gather), free(tiles);
@@ -327,16 +324,6 @@ int main(void) {
                          exact ? "" : ", gemm_exact=0");
                 all_cases();
             }
-    /* the mma issue order by plane (lily_cuda_skinny_order: denorm A, cp.async stages) */
-    lily_cuda_skinny_cp(1);
-    lily_cuda_skinny_pf(1);
-    lily_cuda_skinny_variant(LILY_SKINNY_DENORM);
-    lily_cuda_skinny_order(1);
-    setenv("LILY_CUDA_GEMM_EXACT", "1", 1);
-    lily_cuda_tune_reload();
-    snprintf(g_tag, sizeof g_tag, " [denorm, cp, mma by plane]");
-    all_cases();
-    lily_cuda_skinny_order(0);
     lily_cuda_skinny_cp(0);
     lily_cuda_skinny_pf(0);
     /* rows from 1e-6 to 1e6 in one X (the split's row scale keeps fp16 in range) */

@@ -74,15 +74,6 @@ __device__ __forceinline__ uint2 ldg_stream8(const void *p) {
     return r;
 }
 
-/* mma.sync as a plain register operation (no volatile): the compiler may interleave independent
- * ones (ORD below). */
-__device__ __forceinline__ void mma_nv(float *c, const uint32_t *a, const uint32_t *b) {
-    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
-        "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-}
-
 /* Nibbles j and j + 4 of code word v as an fp16 pair: subnormals q * 2^-24 (exact), or (SUB)
  * (1024 + q) - 1024 = q (exact). */
 template <bool SUB> __device__ __forceinline__ uint32_t apair(uint32_t v, int j) {
@@ -98,7 +89,7 @@ template <bool SUB> __device__ __forceinline__ uint32_t apair(uint32_t v, int j)
 
 /* One warp: weight rows mw .. mw + 16 kMT - 1 (clamped to M - 1 for the loads, not stored) of
  * expert codes W / words SB, against NT 8-token tiles of the tile (rows tokens from row0). */
-template <int NT, bool SUB, bool CP, bool ORD>
+template <int NT, bool SUB, bool CP>
 __device__ __forceinline__ void run(const sk_args &a, const uint8_t *W, const uint32_t *SB,
                                     float *Y, int row0, int rows, int mw, int lane,
                                     uint8_t *sm) {
@@ -242,36 +233,21 @@ __device__ __forceinline__ void run(const sk_args &a, const uint8_t *W, const ui
                 for (int j = 0; j < NT; j++)
                     acc[i][j][0] = acc[i][j][1] = acc[i][j][2] = acc[i][j][3] = 0.f;
 #pragma unroll
-            for (int s = 0; s < 4; s++) {
-                uint32_t af[kMT][4];
+            for (int s = 0; s < 4; s++)
 #pragma unroll
                 for (int i = 0; i < kMT; i++) {
-                    af[i][0] = apair<SUB>(cw[i][0].x, s); /* row g, w0 */
-                    af[i][1] = apair<SUB>(cw[i][1].x, s); /* row g + 8, w0 */
-                    af[i][2] = apair<SUB>(cw[i][0].y, s); /* row g, w1 */
-                    af[i][3] = apair<SUB>(cw[i][1].y, s); /* row g + 8, w1 */
+                    uint32_t af[4];
+                    af[0] = apair<SUB>(cw[i][0].x, s); /* row g, w0 */
+                    af[1] = apair<SUB>(cw[i][1].x, s); /* row g + 8, w0 */
+                    af[2] = apair<SUB>(cw[i][0].y, s); /* row g, w1 */
+                    af[3] = apair<SUB>(cw[i][1].y, s); /* row g + 8, w1 */
+#pragma unroll
+                    for (int j = 0; j < NT; j++) {
+                        const uint32_t *bp = (const uint32_t *)&b[j][s];
+                        mma_f16(acc[i][j], af, bp);     /* hi plane */
+                        mma_f16(acc[i][j], af, bp + 2); /* lo plane */
+                    }
                 }
-                if constexpr (ORD) { /* every hi-plane product, then every lo-plane one: the
-                                      * same operations on each accumulator in the same order
-                                      * (bit-identical), kMT * NT apart instead of back to back */
-#pragma unroll
-                    for (int pl = 0; pl < 2; pl++)
-#pragma unroll
-                        for (int i = 0; i < kMT; i++)
-#pragma unroll
-                            for (int j = 0; j < NT; j++)
-                                mma_nv(acc[i][j], af[i], (const uint32_t *)&b[j][s] + 2 * pl);
-                } else {
-#pragma unroll
-                    for (int i = 0; i < kMT; i++)
-#pragma unroll
-                        for (int j = 0; j < NT; j++) {
-                            const uint32_t *bp = (const uint32_t *)&b[j][s];
-                            mma_f16(acc[i][j], af[i], bp);     /* hi plane */
-                            mma_f16(acc[i][j], af[i], bp + 2); /* lo plane */
-                        }
-                }
-            }
             /* y += scale * acc + bias * xsum (scale * 2^24: the codes were q * 2^-24) */
 #pragma unroll
             for (int i = 0; i < kMT; i++) {
@@ -317,7 +293,7 @@ __device__ __forceinline__ void run(const sk_args &a, const uint8_t *W, const ui
 
 /* Grid (row blocks, tiles): tile y is tiles[y] when y < *d_ntiles. No block-wide barrier: warps
  * without rows and blocks without a tile leave at once. */
-template <bool SUB, bool CP, bool ORD>
+template <bool SUB, bool CP>
 __global__ void __launch_bounds__(kWarps * 32, kMinBlocks) skinny_kernel(const sk_args a) {
     extern __shared__ __align__(128) uint8_t sk_smem[];
     if ((int)blockIdx.y >= *a.d_ntiles) return;
@@ -331,8 +307,8 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks) skinny_kernel(const s
     const uint32_t *SB = (second ? a.sb2 : a.sb) + (size_t)ex * a.sb_stride;
     float *Y = second ? a.Y2 : a.Y;
     uint8_t *sm = sk_smem + (CP ? warp * kStages * kStageBytes : 0);
-    if (rows > 8) run<2, SUB, CP, ORD>(a, W, SB, Y, row0, rows, mw, lane, sm);
-    else run<1, SUB, CP, ORD>(a, W, SB, Y, row0, rows, mw, lane, sm);
+    if (rows > 8) run<2, SUB, CP>(a, W, SB, Y, row0, rows, mw, lane, sm);
+    else run<1, SUB, CP>(a, W, SB, Y, row0, rows, mw, lane, sm);
     if constexpr (CP) cp_wait<0>(); /* no copy outstanding at exit */
 }
 
@@ -396,7 +372,6 @@ int grow(size_t nxp, size_t nxs, lily_cuda_stream st, lily_err *e) {
 int g_variant = -1; /* LILY_SKINNY_*, or -1: not yet read from LILY_CUDA_SKINNY_SUB */
 int g_cp = -1;      /* codes through shared memory (CP), or -1: not yet read (LILY_CUDA_SKINNY_CP) */
 int g_pf = -1;      /* B prefetch distance in groups, or -1: not yet read (LILY_CUDA_SKINNY_PF) */
-int g_ord = -1;     /* mma issue by plane, or -1: not yet read (LILY_CUDA_SKINNY_ORDER) */
 
 int pf_dist() {
     if (g_pf < 0) {
@@ -405,14 +380,6 @@ int pf_dist() {
         g_pf = g_pf < 0 ? 0 : g_pf > 8 ? 8 : g_pf;
     }
     return g_pf;
-}
-
-bool ord_on() {
-    if (g_ord < 0) {
-        const char *v = getenv("LILY_CUDA_SKINNY_ORDER");
-        g_ord = v && v[0] == '1';
-    }
-    return g_ord == 1;
 }
 
 bool cp_on() {
@@ -436,8 +403,6 @@ int variant() {
 extern "C" void lily_cuda_skinny_variant(int v) { g_variant = v; }
 
 extern "C" void lily_cuda_skinny_cp(int on) { g_cp = on ? 1 : 0; }
-
-extern "C" void lily_cuda_skinny_order(int on) { g_ord = on ? 1 : 0; }
 
 extern "C" void lily_cuda_skinny_pf(int groups) { g_pf = groups < 0 ? 0 : groups > 8 ? 8 : groups; }
 
@@ -478,18 +443,15 @@ int skinny(const lily_dmat *W, const lily_dmat *W2, const float *X, int ldx, int
     a.nb = (W->rows + kBM - 1) / kBM;
     a.w2 = W2 ? W2->w : nullptr, a.sb2 = W2 ? W2->sb : nullptr, a.Y2 = W2 ? Y2 : nullptr;
     const dim3 grid((unsigned)(a.nb * (W2 ? 2 : 1)), (unsigned)max_tiles);
-    const bool sub = variant() == LILY_SKINNY_SUB, cp = cp_on(), ord = !sub && cp && ord_on();
-    auto kern = sub  ? (cp ? skinny_kernel<true, true, false> : skinny_kernel<true, false, false>)
-                : ord ? skinny_kernel<false, true, true>
-                : cp  ? skinny_kernel<false, true, false>
-                      : skinny_kernel<false, false, false>;
+    const bool sub = variant() == LILY_SKINNY_SUB, cp = cp_on();
+    auto kern = sub ? (cp ? skinny_kernel<true, true> : skinny_kernel<true, false>)
+                    : (cp ? skinny_kernel<false, true> : skinny_kernel<false, false>);
     if (cp) {
-        static bool attr_set[3];
-        const int ai = sub ? 1 : ord ? 2 : 0;
-        if (!attr_set[ai]) {
+        static bool attr_set[2];
+        if (!attr_set[sub]) {
             LILY_CU_TRY(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                              kCpSmem), e);
-            attr_set[ai] = true;
+            attr_set[sub] = true;
         }
     }
     kern<<<grid, kWarps * 32, cp ? kCpSmem : 0, (cudaStream_t)st>>>(a);

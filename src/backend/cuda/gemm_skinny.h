@@ -67,13 +67,6 @@ void lily_cuda_skinny_cp(int on);
  * default; 2 measured the same); LILY_CUDA_SKINNY_PF at first use; this call overrides it. */
 void lily_cuda_skinny_pf(int groups);
 
-/* With the default A form and cp.async (the kernel that runs): 1 = each k slice's hi-plane mmas
- * for all slabs and token tiles, then the lo-plane ones (a dependence kMT * NT mmas apart; ncu had
- * the kernel at 1.62 cycles per issue stalled on fixed-latency dependences), 0 (the default) =
- * hi and lo back to back per accumulator. Same operations on each accumulator in the same order:
- * bit-identical outputs. LILY_CUDA_SKINNY_ORDER=1 at first use; this call overrides it. */
-void lily_cuda_skinny_order(int on);
-
 #ifdef __cplusplus
 }
 #endif
