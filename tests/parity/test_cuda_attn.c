@@ -11,8 +11,10 @@
  *
  * LILY_CUDA_TIME=1 also times, in both modes, decode at the 35B-A3B shape (Nq 16, Nkv 2, Dh 256,
  * 128 splits as the backend sizes them) at contexts 4K to 128K, alone and as a CUDA graph of 10
- * calls (the 10 attention layers of a decode step), with a sweep of split targets, and one
- * 512-token prefill chunk at depth 130560 (cudaEvent, median of 20). */
+ * calls (the 10 attention layers of a decode step), with a sweep of split targets, and prefill
+ * chunks: 512 tokens at depth 130560, 4096 from 0 and at 28672 (cudaEvent, median of 20);
+ * LILY_CUDA_TIME=1p the prefill chunks alone (no parity cases: for profilers, the exact 4096
+ * at 28672 is the 47th prefill launch). */
 #include <stdio.h>
 
 #ifndef LILY_HAVE_CUDA
@@ -183,6 +185,7 @@ static void prefill_case(int Nq, int Nkv, int Dh, int pos0, int n, int gated) {
     float *got = malloc(nq * 4);
     for (int ex = 1; ex >= 0; ex--) {
         set_exact(ex);
+        cudaMemset(dout, 0xff, nq * 4); /* NaN: every output must be written */
         int rc = lily_cuda_attn_prefill(dq, n, dk, dv, dp, Nq, Nkv, Dh, scale, gated ? dg : NULL,
                                         dout, NULL, &e);
         if (!pt_ok(rc, "prefill launch", &e)) break;
@@ -360,7 +363,8 @@ static void time_mode(tctx *cp, int maxc, int n) {
     const double rb = (double)lily_cuda_kv_bytes(1, 2, 256);
     static const int ctxs[] = {4096, 32768, 65536, 131072};
     static const char *wants[] = {"8", "16", "33", "66", "128"};
-    for (int i = 0; i < 4; i++) {
+    const int pre_only = getenv("LILY_CUDA_TIME")[1] == 'p'; /* "1p": prefill only */
+    for (int i = 0; i < 4 && !pre_only; i++) {
         int p = ctxs[i] - 1;
         lily_cuda_h2d(c.pos, &p, 4, &e);
         double gb = ctxs[i] * rb * 2 / 1e9; /* K and V bytes of the 2 KV heads */
@@ -377,17 +381,21 @@ static void time_mode(tctx *cp, int maxc, int n) {
         }
         unsetenv("LILY_CUDA_ATTN_SPLITS");
     }
-    int p0 = maxc - n;
-    lily_cuda_h2d(c.pos, &p0, 4, &e);
-    c.n = n;
-    double fl = 0; /* q.k and p.v multiply-adds of the causal chunk, 16 heads */
-    for (int i = 0; i < n; i++) fl += 2.0 * 2 * 256 * 16 * (p0 + i + 1);
-    float t = time_median(t_prefill_v, &c);
-    printf("time prefill n=%d pos0=%d %10.1f us (%.1f TFLOP/s)\n", n, p0, t, fl / t / 1e6);
+    /* a 512-token chunk at 128K, and 4096-token chunks from 0 and at 28K (a 32K prompt's last) */
+    const int pn[3] = {n, 4096, 4096}, pp[3] = {maxc - n, 0, 32768 - 4096};
+    for (int k = 0; k < 3; k++) {
+        const int p0 = pp[k];
+        lily_cuda_h2d(c.pos, &p0, 4, &e);
+        c.n = pn[k];
+        double fl = 0; /* q.k and p.v multiply-adds of the causal chunk, 16 heads */
+        for (int i = 0; i < c.n; i++) fl += 2.0 * 2 * 256 * 16 * (p0 + i + 1);
+        float t = time_median(t_prefill_v, &c);
+        printf("time prefill n=%d pos0=%d %10.1f us (%.1f TFLOP/s)\n", c.n, p0, t, fl / t / 1e6);
+    }
 }
 
 static void time_all(void) {
-    const int maxc = 131072, w = 2 * 256, n = 512;
+    const int maxc = 131072, w = 2 * 256, n = 512, nq_max = 4096;
     lily_err e;
     const size_t rb = lily_cuda_kv_bytes(1, 2, 256), cb = lily_cuda_kv_bytes(maxc, 2, 256);
     uint8_t *h = malloc(cb);
@@ -403,13 +411,13 @@ static void time_all(void) {
         lily_cuda_h2d(kv ? c.v : c.k, h, cb, &e);
     }
     free(h);
-    float *hq = malloc((size_t)n * 16 * 256 * 4);
-    pt_fill(hq, (size_t)n * 16 * 256, 1.5f);
-    c.q = pt_dup(hq, (size_t)n * 16 * 256);
-    pt_fill(hq, (size_t)n * 16 * 256, 3.0f);
-    c.gate = pt_dup(hq, (size_t)n * 16 * 256);
+    float *hq = malloc((size_t)nq_max * 16 * 256 * 4);
+    pt_fill(hq, (size_t)nq_max * 16 * 256, 1.5f);
+    c.q = pt_dup(hq, (size_t)nq_max * 16 * 256);
+    pt_fill(hq, (size_t)nq_max * 16 * 256, 3.0f);
+    c.gate = pt_dup(hq, (size_t)nq_max * 16 * 256);
     free(hq);
-    c.out = pt_dalloc((size_t)n * 16 * 256 * 4);
+    c.out = pt_dalloc((size_t)nq_max * 16 * 256 * 4);
     c.scr = pt_dalloc(lily_cuda_attn_decode_scratch(16, 256, 128) * 4);
     c.pos = dev_pos(0);
     cudaStreamCreate(&c.st);
@@ -426,6 +434,11 @@ static void time_all(void) {
 
 int main(void) {
     pt_need_gpu();
+    const char *tm = getenv("LILY_CUDA_TIME");
+    if (tm && !strcmp(tm, "1p")) { /* the prefill timing alone, no parity cases */
+        time_all();
+        return pt_finish();
+    }
     /* LILY_CUDA_SAN=1: only the cases small enough for compute-sanitizer's memcheck (every
      * kernel and split path still runs; the 40K-131K contexts and deep prefills are left out);
      * LILY_CUDA_SAN=2: fewer still, for racecheck */
