@@ -79,7 +79,7 @@ static void set_exact(int on) {
 /* One cache row (all Nkv heads of a position) in the format of attn.h, from x [Nkv*Dh]; x is
  * replaced by the values the row holds (code * scale), which is what the reference sees. */
 static void kv_pack_row(float *x, int Nkv, int Dh, uint8_t *row) {
-    int16_t *codes = (int16_t *)row;
+    uint16_t *codes = (uint16_t *)row; /* offset binary: code + 32768 */
     float *scales = (float *)(row + (size_t)Nkv * Dh * 2);
     for (int j = 0; j < Nkv; j++) {
         float *xj = x + (size_t)j * Dh, mx = 0.f;
@@ -89,7 +89,7 @@ static void kv_pack_row(float *x, int Nkv, int Dh, uint8_t *row) {
         for (int d = 0; d < Dh; d++) {
             float c = sc > 0.f ? rintf(xj[d] / sc) : 0.f;
             c = fminf(fmaxf(c, -32767.f), 32767.f);
-            codes[(size_t)j * Dh + d] = (int16_t)c;
+            codes[(size_t)j * Dh + d] = (uint16_t)(32768 + (int)c);
             xj[d] = c * sc;
         }
     }
@@ -214,7 +214,7 @@ static void check_rows(const char *what, const void *dcache, int pos0, int n, in
     int bad = 0;
     double worst = 0;
     for (int t = 0; t < n; t++) {
-        const int16_t *codes = (const int16_t *)(b + (size_t)t * rb);
+        const uint16_t *codes = (const uint16_t *)(b + (size_t)t * rb); /* code + 32768 */
         const float *scales = (const float *)(b + (size_t)t * rb + w * 2);
         for (int j = 0; j < Nkv; j++) {
             const float *r = ref + (size_t)t * w + (size_t)j * Dh;
@@ -222,7 +222,9 @@ static void check_rows(const char *what, const void *dcache, int pos0, int n, in
             for (int d = 0; d < Dh; d++) mx = fmaxf(mx, fabsf(r[d]));
             if (fabsf(sc - mx / 32767.f) > 1e-5f * mx / 32767.f + 1e-30f) bad++;
             for (int d = 0; d < Dh; d++) {
-                float x = codes[(size_t)j * Dh + d] * sc;
+                const int c = (int)codes[(size_t)j * Dh + d] - 32768;
+                if (c < -32767) bad++; /* the writer clamps to +-32767 */
+                float x = c * sc;
                 dec[(size_t)t * w + (size_t)j * Dh + d] = x;
                 double err = fabs((double)x - r[d]), lim = 0.5 * sc + 1e-5 * mx;
                 if (err > lim) bad++;

@@ -26,10 +26,11 @@ __device__ __forceinline__ float block_max(float v, float *red) {
     return warp_max(lane < nw ? red[lane] : 0.f);
 }
 
-/* int16 code of x for scale s = max|row| / 32767 (|x / s| <= 32767 up to rounding: clamped). */
-__device__ __forceinline__ int16_t kv_code(float x, float s) {
-    if (!(s > 0.f)) return 0;
-    return (int16_t)fminf(fmaxf(rintf(x / s), -32767.f), 32767.f);
+/* Cache word of x for scale s = max|row| / 32767: the code c = rint(x / s) (|c| <= 32767 up to
+ * rounding: clamped) stored offset binary, c + 32768 (attn.h). */
+__device__ __forceinline__ uint16_t kv_code(float x, float s) {
+    if (!(s > 0.f)) return 32768u;
+    return (uint16_t)(32768 + (int)fminf(fmaxf(rintf(x / s), -32767.f), 32767.f));
 }
 
 /* ---- prep: norms, RoPE, cache append --------------------------------------------------------- */
@@ -72,8 +73,8 @@ __global__ void attn_prep_kernel(const float *__restrict__ qg, int ldqg,
         float vx = v[(size_t)t * ldkv + (size_t)j * Dh + d];
         float ks = block_max(fabsf(x), red) / 32767.f, vs = block_max(fabsf(vx), red) / 32767.f;
         size_t rb = kv_row_bytes(Nkv, Dh) * pos, so = (size_t)Nkv * Dh * 2 + (size_t)j * 4;
-        ((int16_t *)(kc + rb))[(size_t)j * Dh + d] = kv_code(x, ks);
-        ((int16_t *)(vc + rb))[(size_t)j * Dh + d] = kv_code(vx, vs);
+        ((uint16_t *)(kc + rb))[(size_t)j * Dh + d] = kv_code(x, ks);
+        ((uint16_t *)(vc + rb))[(size_t)j * Dh + d] = kv_code(vx, vs);
         if (d == 0) *(float *)(kc + rb + so) = ks, *(float *)(vc + rb + so) = vs;
     }
 }
@@ -100,15 +101,14 @@ __device__ __forceinline__ uint32_t bf16x2_rn(float x0, float x1) {
     return r;
 }
 
-/* Two int16 codes (low half first, as ldmatrix delivers them) -> bf16 hi parts, and with EX the
- * lo parts: c = hi + lo exactly (|c| <= 32767: hi has 8 significant bits, |lo| <= 64 is an
- * integer, exact in bf16). The fp32 value of c comes without a conversion instruction:
- * c ^ 0x8000 = c + 32768 as 16 unsigned bits, placed in the mantissa of 2^23, minus 2^23 + 2^15.
- * lo is packed by taking the upper halves (exact: a small integer's low 16 bits are zero).
- * 6 instructions for hi only, 11 with lo. */
+/* Two cache words u = c + 32768 (low half first, as ldmatrix delivers them) -> bf16 hi parts of
+ * the codes c, and with EX the lo parts: c = hi + lo exactly (|c| <= 32767: hi has 8 significant
+ * bits, |lo| <= 64 is an integer, exact in bf16). The fp32 value of c comes without a conversion
+ * instruction: u placed in the mantissa of 2^23, minus 2^23 + 2^15. lo is packed by taking the
+ * upper halves (exact: a small integer's low 16 bits are zero). 5 instructions for hi only, 10
+ * with lo. */
 template <bool EX>
-__device__ __forceinline__ void codes_bf16(uint32_t c, uint32_t *hi, uint32_t *lo) {
-    uint32_t u = c ^ 0x80008000u;
+__device__ __forceinline__ void codes_bf16(uint32_t u, uint32_t *hi, uint32_t *lo) {
     float f0 = __uint_as_float(__byte_perm(u, 0x4B000000u, 0x7410)) - 8421376.f;
     float f1 = __uint_as_float(__byte_perm(u, 0x4B000000u, 0x7432)) - 8421376.f;
     uint32_t h = bf16x2_rn(f0, f1);
@@ -175,14 +175,16 @@ __device__ __forceinline__ void split_f16x2(float x0, float x1, uint32_t *hi, ui
     *lo = *(uint32_t *)&l;
 }
 
-/* Two int16 codes c (low half first) as exact fp16 pairs of their bytes: c = 256 hi + 256 lo
- * with hi = c >> 8 (signed) and lo = (c & 255) / 256. A byte b goes into the mantissa of an fp16
- * constant with unit 1 (1024 + b) or 1/256 (4 + b/256), and one subtraction removes the
- * constant: 5 instructions for both parts of two codes (codes_bf16: 11). */
-__device__ __forceinline__ void codes_f16(uint32_t c, uint32_t *hi, uint32_t *lo) {
+/* Two cache words u = c + 32768 (low half first) as exact fp16 pairs of the codes' bytes: c =
+ * 256 hi + 256 lo with hi = c >> 8 (signed) and lo = (c & 255) / 256. A byte b goes into the
+ * mantissa of an fp16 constant with unit 1 (1024 + b) or 1/256 (4 + b/256), and one subtraction
+ * removes the constant; u's high byte is hi + 128 already (the offset binary of attn.h saves the
+ * flip of the sign bit: ncu had the ALU pipe the busiest in the exact prefill, at 56 %): 4
+ * instructions for both parts of two codes (codes_bf16: 10). */
+__device__ __forceinline__ void codes_f16(uint32_t u, uint32_t *hi, uint32_t *lo) {
     const uint32_t k1152 = 0x64806480u, k4 = 0x44004400u; /* fp16 1152 and 4 */
-    uint32_t h = __byte_perm(c ^ 0x80008000u, 0x64u, 0x4341); /* 1024 + (hi + 128) */
-    uint32_t l = __byte_perm(c, 0x44u, 0x4240);               /* 4 + lo */
+    uint32_t h = __byte_perm(u, 0x64u, 0x4341); /* 1024 + (hi + 128) */
+    uint32_t l = __byte_perm(u, 0x44u, 0x4240); /* 4 + lo */
     __half2 hh = __hsub2(*(const __half2 *)&h, *(const __half2 *)&k1152);
     __half2 ll = __hsub2(*(const __half2 *)&l, *(const __half2 *)&k4);
     *hi = *(uint32_t *)&hh;

@@ -9,8 +9,10 @@
  * KV cache format: a bf16 cache (8 significant bits) moved near-ties in the transformers fixtures
  * (bench/NOTES-cuda.md); int16 codes with one fp32 scale per (position, KV head) keep 16 bits in
  * the same bytes. Row of K (or V) for one position, lily_cuda_kv_bytes(1, Nkv, Dh) bytes:
- *   [Nkv][Dh] int16 codes | [Nkv] fp32 scales | zero to 16 padding bytes
- * value = code * scale, scale = max|row of the head| / 32767 (0 for an all-zero row). Rows are
+ *   [Nkv][Dh] codes as uint16 c + 32768 (offset binary) | [Nkv] fp32 scales | zero to 16 padding
+ * value = code * scale, scale = max|row of the head| / 32767 (0 for an all-zero row, and for the
+ * zeroed rows of a fresh cache, whose words read as c = -32768). Offset binary puts the code's
+ * high byte plus 128 straight into the byte the conversions need (attn.cu). Rows are
  * 16-byte aligned (Dh % 8 == 0) for the 16-byte copies, and position-major, so the first pos
  * positions are one contiguous prefix (lily_cuda_kv_prefix_bytes) for snapshots.
  *
