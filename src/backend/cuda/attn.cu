@@ -181,23 +181,32 @@ __device__ __forceinline__ void split_f16x2(float x0, float x1, uint32_t *hi, ui
  * removes the constant; u's high byte is hi + 128 already (the offset binary of attn.h saves the
  * flip of the sign bit: ncu had the ALU pipe the busiest in the exact prefill, at 56 %): 4
  * instructions for both parts of two codes (codes_bf16: 10). */
+/* LOB: lo is left as 4 + lo (one subtraction less); the caller removes 4 x (the sum of the A hi
+ * parts) from the products afterwards. */
+template <bool LOB = false>
 __device__ __forceinline__ void codes_f16(uint32_t u, uint32_t *hi, uint32_t *lo) {
     const uint32_t k1152 = 0x64806480u, k4 = 0x44004400u; /* fp16 1152 and 4 */
     uint32_t h = __byte_perm(u, 0x64u, 0x4341); /* 1024 + (hi + 128) */
     uint32_t l = __byte_perm(u, 0x44u, 0x4240); /* 4 + lo */
     __half2 hh = __hsub2(*(const __half2 *)&h, *(const __half2 *)&k1152);
-    __half2 ll = __hsub2(*(const __half2 *)&l, *(const __half2 *)&k4);
     *hi = *(uint32_t *)&hh;
-    *lo = *(uint32_t *)&ll;
+    if constexpr (LOB) {
+        *lo = l;
+    } else {
+        __half2 ll = __hsub2(*(const __half2 *)&l, *(const __half2 *)&k4);
+        *lo = *(uint32_t *)&ll;
+    }
 }
 
 /* The exact products of one 16 x 16 B tile of codes (two n8 halves into c0 and c1) against A =
- * hi (a) and lo (al) fp16 parts: (ahi (bhi + blo) + alo bhi) / 256 over the codes' bytes. */
+ * hi (a) and lo (al) fp16 parts: (ahi (bhi + blo) + alo bhi) / 256 over the codes' bytes; LOB:
+ * plus 4 x the sum of the A hi parts over the 16 k (codes_f16). */
+template <bool LOB = false>
 __device__ __forceinline__ void byte_products(float *c0, float *c1, const uint32_t *a,
                                               const uint32_t *al, const uint32_t *b) {
     uint32_t bh[4], bl[4];
 #pragma unroll
-    for (int x = 0; x < 4; x++) codes_f16(b[x], &bh[x], &bl[x]);
+    for (int x = 0; x < 4; x++) codes_f16<LOB>(b[x], &bh[x], &bl[x]);
     mma16816h(c0, a, bh);
     mma16816h(c1, a, bh + 2);
     mma16816h(c0, a, bl);
@@ -529,7 +538,7 @@ template <int DH, bool EX> struct fa_cfg {
     static constexpr size_t smem(int NG) { return (size_t)(QT * kFaRows * LD + NG * 2 * TILE) * 2; }
 };
 
-template <int DH, int G, int NG, bool EX>
+template <int DH, int G, int NG, bool EX, bool KB>
 __global__ void __launch_bounds__(128 * NG)
     attn_prefill_kernel(const float *__restrict__ q, int n, const uint8_t *__restrict__ kc,
                         const uint8_t *__restrict__ vc, const int32_t *d_pos, int Nkv,
@@ -617,8 +626,24 @@ __global__ void __launch_bounds__(128 * NG)
         if (EX) *(uint2 *)(Ql + r * LD + c4 * 4) = make_uint2(l0, l1);
     }
     __syncthreads();
+    /* KB: S's K lo parts keep their bias of 4 (codes_f16<true>), so the products carry 4 x the
+     * row's sum of q hi parts, removed from every score: one subtraction per score instead of one
+     * per two codes of every tile (the bias adds under a tenth of the hi products' magnitude to
+     * the fp32 sums, so their rounding stays where it was) */
+    __shared__ float s_qb[kFaRows];
+    if (KB) {
+        for (int r = warp; r < kFaRows; r += 4 * NG) {
+            float sm = 0.f;
+            for (int d = lane; d < DH; d += 32) sm += __half2float(((const __half *)Qs)[r * LD + d]);
+#pragma unroll
+            for (int o2 = 16; o2 > 0; o2 >>= 1) sm += __shfl_xor_sync(0xffffffffu, sm, o2);
+            if (lane == 0) s_qb[r] = 4.f * sm;
+        }
+        __syncthreads();
+    }
     /* rows of this thread's accumulators: r0 = 16 wr + g, r1 = r0 + 8 */
     const int r0 = wr * 16 + g, r1 = r0 + 8;
+    const float qb0 = KB ? s_qb[r0] : 0.f, qb1 = KB ? s_qb[r1] : 0.f;
     const int t0 = qt * P + r0 / G, t1 = qt * P + r1 / G;
     const int qp0 = p0 + t0, qp1 = p0 + t1; /* absolute query positions (rows past n: beyond) */
     const float sl2 = scale * kLog2e;
@@ -649,7 +674,7 @@ __global__ void __launch_bounds__(128 * NG)
                 ldsm_x4(b, Ks + (np * 16 + (lane >> 4) * 8 + (lane & 7)) * LD + kk * 16 +
                                ((lane >> 3) & 1) * 8);
                 if (EX) { /* S / 256 = qhi (khi + klo) + qlo khi over the code bytes */
-                    byte_products(sacc[2 * np], sacc[2 * np + 1], a, al, b);
+                    byte_products<KB>(sacc[2 * np], sacc[2 * np + 1], a, al, b);
                 } else {
 #pragma unroll
                     for (int x = 0; x < 4; x++) codes_bf16<false>(b[x], &bh[x], &bl[x]);
@@ -671,7 +696,8 @@ __global__ void __launch_bounds__(128 * NG)
 #pragma unroll
             for (int e = 0; e < 4; e++) {
                 int p = kv0 + nt * 8 + 2 * tq + (e & 1);
-                float v = sacc[nt][e] * ((e & 1 ? ks.y : ks.x) * (e < 2 ? sl2a : sl2b));
+                const float sv = KB ? sacc[nt][e] - (e < 2 ? qb0 : qb1) : sacc[nt][e];
+                float v = sv * ((e & 1 ? ks.y : ks.x) * (e < 2 ? sl2a : sl2b));
                 if (!full && p > (e < 2 ? qp0 : qp1)) v = -INFINITY;
                 sacc[nt][e] = v;
                 if (e < 2) mx0 = fmaxf(mx0, v);
@@ -818,19 +844,19 @@ __global__ void __launch_bounds__(128 * NG)
     }
 }
 
-template <int DH, int G, int NG, bool EX>
+template <int DH, int G, int NG, bool EX, bool KB>
 int launch_prefill_ng(const float *q, int n, const uint8_t *kc, const uint8_t *vc,
                       const int32_t *d_pos, int Nkv, float scale, const float *gate, float *out,
                       lily_cuda_stream st, lily_err *e) {
     constexpr int P = kFaRows / G;
     constexpr size_t smem = fa_cfg<DH, EX>::smem(NG);
     static_assert(smem <= 227 * 1024, "prefill tiles exceed the shared memory of an SM");
-    LILY_CU_TRY(cudaFuncSetAttribute(attn_prefill_kernel<DH, G, NG, EX>,
+    LILY_CU_TRY(cudaFuncSetAttribute(attn_prefill_kernel<DH, G, NG, EX, KB>,
                                      cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem),
                 e);
     dim3 grid((n + P - 1) / P, Nkv);
-    attn_prefill_kernel<DH, G, NG, EX><<<grid, 128 * NG, smem, st>>>(q, n, kc, vc, d_pos, Nkv,
-                                                                      scale, gate, out);
+    attn_prefill_kernel<DH, G, NG, EX, KB><<<grid, 128 * NG, smem, st>>>(q, n, kc, vc, d_pos, Nkv,
+                                                                          scale, gate, out);
     LILY_CU_LAUNCHED(e);
     return 0;
 }
@@ -839,11 +865,19 @@ template <int DH, int G>
 int launch_prefill(const float *q, int n, const uint8_t *kc, const uint8_t *vc,
                    const int32_t *d_pos, int Nkv, float scale, const float *gate, float *out,
                    lily_cuda_stream st, lily_err *e) {
+    static int kb = -1; /* LILY_CUDA_ATTN_KBIAS (default 1): KB in the exact kernel */
+    if (kb < 0) {
+        const char *v = getenv("LILY_CUDA_ATTN_KBIAS");
+        kb = !(v && v[0] == '0');
+    }
+    if (lily_cuda_tune_get()->attn_exact && kb)
+        return launch_prefill_ng<DH, G, kFaGroups, true, true>(q, n, kc, vc, d_pos, Nkv, scale,
+                                                               gate, out, st, e);
     if (lily_cuda_tune_get()->attn_exact)
-        return launch_prefill_ng<DH, G, kFaGroups, true>(q, n, kc, vc, d_pos, Nkv, scale, gate,
-                                                         out, st, e);
-    return launch_prefill_ng<DH, G, kFaGroups, false>(q, n, kc, vc, d_pos, Nkv, scale, gate, out,
-                                                      st, e);
+        return launch_prefill_ng<DH, G, kFaGroups, true, false>(q, n, kc, vc, d_pos, Nkv, scale,
+                                                                gate, out, st, e);
+    return launch_prefill_ng<DH, G, kFaGroups, false, false>(q, n, kc, vc, d_pos, Nkv, scale, gate,
+                                                             out, st, e);
 }
 
 bool shape_ok(int Nq, int Nkv, int Dh) {

@@ -24,7 +24,8 @@
  * keeps its free q/P lo rows, see attn.cu), as fast as the bf16 cache was, less the code
  * conversion. The exact prefill instead splits a code into its bytes as exact fp16 values
  * (c = 256 (c >> 8) + (c & 255), cheaper to extract than a bf16 split) against fp16 hi + lo of q
- * and P, with q rows and P tiles scaled by powers of two into fp16's range (attn.cu).
+ * and P, with q rows and P tiles scaled by powers of two into fp16's range (attn.cu); the K lo
+ * bytes enter as 4 + lo and the bias is taken off each score (4 x the row's sum of q hi parts).
  * An fp16 cache with one fp16 pass (11 bits) was tried and measured 2.5x faster at depth, but it
  * flipped near-ties of two fixtures on the GPU (bench/NOTES-cuda.md, session 6).
  *

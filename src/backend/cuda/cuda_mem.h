@@ -105,7 +105,9 @@ size_t lily_cuda_dmat_bytes(const lily_dmat *m);
  *     token.
  * Read once at first use by their kernels' files instead (not reloaded): LILY_GEMM_KERNEL,
  * LILY_GEMM_WG_MIN_BLOCKS and LILY_GEMM_WG_GROUPED (which prefill GEMMs run where: gemm.h),
- * LILY_GEMM_WG_PIPE (gemm_wg.h), LILY_CUDA_SKINNY_SUB, _CP and _PF (gemm_skinny.h).
+ * LILY_GEMM_WG_PIPE (gemm_wg.h), LILY_CUDA_SKINNY_SUB, _CP and _PF (gemm_skinny.h),
+ * LILY_CUDA_ATTN_KBIAS (0: the exact attention prefill subtracts the K lo parts' bias per code
+ * instead of per score, attn.cu).
  * gen changes on every reload, so a captured decode graph can tell it is stale. */
 typedef struct lily_cuda_tune {
     int pdl;
