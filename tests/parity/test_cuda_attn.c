@@ -9,12 +9,14 @@
  * (the exact split products: the result must agree to fp32 accumulation level) and 0 (one bf16
  * pass: a looser bound).
  *
- * LILY_CUDA_TIME=1 also times, in both modes, decode at the 35B-A3B shape (Nq 16, Nkv 2, Dh 256,
+ * Prefill also runs the exact kernel's other lo-byte bias forms (LILY_CUDA_ATTN_BIAS 0 and 2).
+ *
+ * LILY_CUDA_TIME=1 also times, in each mode, decode at the 35B-A3B shape (Nq 16, Nkv 2, Dh 256,
  * 128 splits as the backend sizes them) at contexts 4K to 128K, alone and as a CUDA graph of 10
  * calls (the 10 attention layers of a decode step), with a sweep of split targets, and prefill
  * chunks: 512 tokens at depth 130560, 4096 from 0 and at 28672 (cudaEvent, median of 20);
  * LILY_CUDA_TIME=1p the prefill chunks alone (no parity cases: for profilers, the exact 4096
- * at 28672 is the 47th prefill launch). */
+ * at 28672 is the 47th prefill launch, with bias 0 the 116th, with bias 2 the 185th). */
 #include <stdio.h>
 
 #ifndef LILY_HAVE_CUDA
@@ -74,6 +76,24 @@ static void ref_attention(const float *q, int n, int pos, const float *kc, const
 static void set_exact(int on) {
     setenv("LILY_CUDA_ATTN_EXACT", on ? "1" : "0", 1);
     lily_cuda_tune_reload();
+}
+
+/* The exact prefill's lo-byte bias (LILY_CUDA_ATTN_BIAS): 0 per code, 1 K per score (default), 2
+ * K and V. */
+static void set_bias(int b) {
+    char v[2] = {(char)('0' + b), 0};
+    setenv("LILY_CUDA_ATTN_BIAS", v, 1);
+    lily_cuda_tune_reload();
+}
+
+/* Prefill modes: exact with each bias form (1 first: the default), then fast. */
+static const int k_pre_modes = 4;
+static void set_pre_mode(int m) {
+    set_exact(m < 3);
+    set_bias(m == 0 ? 1 : m == 1 ? 0 : m == 2 ? 2 : 1);
+}
+static const char *pre_mode_name(int m) {
+    return m == 0 ? "" : m == 1 ? " (bias 0)" : m == 2 ? " (bias 2)" : " (fast)";
 }
 
 /* One cache row (all Nkv heads of a position) in the format of attn.h, from x [Nkv*Dh]; x is
@@ -183,18 +203,19 @@ static void prefill_case(int Nq, int Nkv, int Dh, int pos0, int n, int gated) {
     float *dq = pt_dup(q, nq), *dg = pt_dup(gate, nq), *dout = pt_dalloc(nq * 4);
     int32_t *dp = dev_pos(pos0);
     float *got = malloc(nq * 4);
-    for (int ex = 1; ex >= 0; ex--) {
-        set_exact(ex);
+    for (int m = 0; m < k_pre_modes; m++) {
+        const int ex = m < 3;
+        set_pre_mode(m);
         cudaMemset(dout, 0xff, nq * 4); /* NaN: every output must be written */
         int rc = lily_cuda_attn_prefill(dq, n, dk, dv, dp, Nq, Nkv, Dh, scale, gated ? dg : NULL,
                                         dout, NULL, &e);
         if (!pt_ok(rc, "prefill launch", &e)) break;
         pt_get(got, dout, nq);
         snprintf(name, sizeof name, "attn prefill%s Nq=%d Nkv=%d Dh=%d pos0=%d n=%d%s",
-                 ex ? "" : " (fast)", Nq, Nkv, Dh, pos0, n, gated ? " gated" : "");
+                 pre_mode_name(m), Nq, Nkv, Dh, pos0, n, gated ? " gated" : "");
         pt_check_scaled(name, got, ref, mag, nq, ex ? TOL_EXACT : TOL_FAST);
     }
-    set_exact(1);
+    set_pre_mode(0);
     lily_cuda_free(dk), lily_cuda_free(dv), lily_cuda_free(dq), lily_cuda_free(dg);
     lily_cuda_free(dout), lily_cuda_free(dp);
     free(kc), free(vc), free(q), free(gate), free(ref), free(mag), free(scr), free(got);
@@ -423,12 +444,13 @@ static void time_all(void) {
     c.scr = pt_dalloc(lily_cuda_attn_decode_scratch(16, 256, 128) * 4);
     c.pos = dev_pos(0);
     cudaStreamCreate(&c.st);
-    for (int ex = 1; ex >= 0; ex--) {
-        set_exact(ex);
-        printf("time: LILY_CUDA_ATTN_EXACT=%d\n", ex);
+    for (int m = 0; m < k_pre_modes; m++) {
+        set_pre_mode(m);
+        printf("time: LILY_CUDA_ATTN_EXACT=%d LILY_CUDA_ATTN_BIAS=%s\n", m < 3,
+               getenv("LILY_CUDA_ATTN_BIAS"));
         time_mode(&c, maxc, n);
     }
-    set_exact(1);
+    set_pre_mode(0);
     lily_cuda_free(c.k), lily_cuda_free(c.v), lily_cuda_free(c.q), lily_cuda_free(c.gate);
     lily_cuda_free(c.out), lily_cuda_free(c.scr), lily_cuda_free(c.pos);
     cudaStreamDestroy(c.st);

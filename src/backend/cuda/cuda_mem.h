@@ -103,16 +103,18 @@ size_t lily_cuda_dmat_bytes(const lily_dmat *m);
  *   LILY_CUDA_GDN_LAZY: 1 (default) = tiled4 keeps the state divided by its decay since the last
  *     fold (gdn.cu: no per-token scaling pass; -11 % per layer at 2048 tokens); 0 = scaled every
  *     token.
+ *   LILY_CUDA_ATTN_BIAS: the exact attention prefill's lo bytes (attn.cu): 1 (default) = the K
+ *     lo bytes keep their fp16 bias (4 + lo) in the products and the bias comes off each score
+ *     (H200: -7 % per chunk at depth, 16K prefill +1.6 %); 2 = the V lo bytes too, the bias
+ *     coming off O once per block (compiled, not yet run on a GPU); 0 = subtracted per code.
  * Read once at first use by their kernels' files instead (not reloaded): LILY_GEMM_KERNEL,
  * LILY_GEMM_WG_MIN_BLOCKS and LILY_GEMM_WG_GROUPED (which prefill GEMMs run where: gemm.h),
- * LILY_GEMM_WG_PIPE (gemm_wg.h), LILY_CUDA_SKINNY_SUB, _CP and _PF (gemm_skinny.h),
- * LILY_CUDA_ATTN_KBIAS (0: the exact attention prefill subtracts the K lo parts' bias per code
- * instead of per score, attn.cu).
+ * LILY_GEMM_WG_PIPE (gemm_wg.h), LILY_CUDA_SKINNY_SUB, _CP and _PF (gemm_skinny.h).
  * gen changes on every reload, so a captured decode graph can tell it is stale. */
 typedef struct lily_cuda_tune {
     int pdl;
     int fused_router, gemm_exact, attn_exact, group_bn, skinny, skinny_below, skinny_pair;
-    int norm_split, gdn_kernel, gdn_lazy, moe_stack, proj_stack;
+    int norm_split, gdn_kernel, gdn_lazy, moe_stack, proj_stack, attn_bias;
     unsigned gen;
 } lily_cuda_tune;
 const lily_cuda_tune *lily_cuda_tune_get(void);
