@@ -180,9 +180,8 @@ __device__ __forceinline__ void split_f16x2(float x0, float x1, uint32_t *hi, ui
  * mantissa of an fp16 constant with unit 1 (1024 + b) or 1/256 (4 + b/256), and one subtraction
  * removes the constant; u's high byte is hi + 128 already (the offset binary of attn.h saves the
  * flip of the sign bit: ncu had the ALU pipe the busiest in the exact prefill, at 56 %): 4
- * instructions for both parts of two codes (codes_bf16: 10). */
-/* LOB: lo is left as 4 + lo (one subtraction less); the caller removes 4 x (the sum of the A hi
- * parts) from the products afterwards. */
+ * instructions for both parts of two codes (codes_bf16: 10). LOB: lo is left as 4 + lo (one
+ * subtraction less); the caller removes 4 x (the sum of the A hi parts) from the products. */
 template <bool LOB = false>
 __device__ __forceinline__ void codes_f16(uint32_t u, uint32_t *hi, uint32_t *lo) {
     const uint32_t k1152 = 0x64806480u, k4 = 0x44004400u; /* fp16 1152 and 4 */
