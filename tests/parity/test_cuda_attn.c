@@ -9,14 +9,17 @@
  * (the exact split products: the result must agree to fp32 accumulation level) and 0 (one bf16
  * pass: a looser bound).
  *
- * Prefill also runs the exact kernel's other lo-byte bias forms (LILY_CUDA_ATTN_BIAS 0 and 2).
+ * Prefill runs the default kernels (at head dim 256 the wgmma kernel, attn_wg.h), the wgmma
+ * kernel with the ll products (LILY_CUDA_ATTN_WG=2), attn.cu's exact kernel (LILY_CUDA_ATTN_WG=0)
+ * with each lo-byte bias form (LILY_CUDA_ATTN_BIAS 1, 0, 2), all to the exact bound, and fast.
  *
  * LILY_CUDA_TIME=1 also times, in each mode, decode at the 35B-A3B shape (Nq 16, Nkv 2, Dh 256,
  * 128 splits as the backend sizes them) at contexts 4K to 128K, alone and as a CUDA graph of 10
  * calls (the 10 attention layers of a decode step), with a sweep of split targets, and prefill
  * chunks: 512 tokens at depth 130560, 4096 from 0 and at 28672 (cudaEvent, median of 20);
- * LILY_CUDA_TIME=1p the prefill chunks alone (no parity cases: for profilers, the exact 4096
- * at 28672 is the 47th prefill launch, with bias 0 the 116th, with bias 2 the 185th). */
+ * LILY_CUDA_TIME=1p the prefill chunks alone (no parity cases: for profilers, 23 launches per
+ * chunk and mode, 3 warm-ups and 20 timed, in the order above: the default 4096 at 28672 is the
+ * 47th, attn.cu's exact kernel's the 185th). */
 #include <stdio.h>
 
 #ifndef LILY_HAVE_CUDA
@@ -86,14 +89,29 @@ static void set_bias(int b) {
     lily_cuda_tune_reload();
 }
 
-/* Prefill modes: exact with each bias form (1 first: the default), then fast. */
-static const int k_pre_modes = 4;
+/* The exact prefill at head dim 256 on wgmma (LILY_CUDA_ATTN_WG): NULL = the default (1), "0"
+ * attn.cu's kernel, "2" with the ll products. */
+static void set_wg(const char *w) {
+    if (w) setenv("LILY_CUDA_ATTN_WG", w, 1);
+    else unsetenv("LILY_CUDA_ATTN_WG");
+    lily_cuda_tune_reload();
+}
+
+/* Prefill modes: the default (exact; the wgmma kernel at head dim 256), the wgmma kernel with the
+ * ll products, attn.cu's exact kernel with each lo-byte bias form (1, 0, 2), then fast. Modes 1
+ * and 2 only differ from mode 0 at head dim 256. */
+static const int k_pre_modes = 6;
+static int pre_mode_exact(int m) { return m != 5; }
+static int pre_mode_dh256_only(int m) { return m == 1 || m == 2; }
 static void set_pre_mode(int m) {
-    set_exact(m < 3);
-    set_bias(m == 0 ? 1 : m == 1 ? 0 : m == 2 ? 2 : 1);
+    set_exact(pre_mode_exact(m));
+    set_bias(m == 3 ? 0 : m == 4 ? 2 : 1);
+    set_wg(m == 0 ? NULL : m == 1 ? "2" : "0");
 }
 static const char *pre_mode_name(int m) {
-    return m == 0 ? "" : m == 1 ? " (bias 0)" : m == 2 ? " (bias 2)" : " (fast)";
+    static const char *nm[] = {"", " (wg ll)", " (mma)", " (mma bias 0)", " (mma bias 2)",
+                               " (fast)"};
+    return nm[m];
 }
 
 /* One cache row (all Nkv heads of a position) in the format of attn.h, from x [Nkv*Dh]; x is
@@ -104,11 +122,12 @@ static void kv_pack_row(float *x, int Nkv, int Dh, uint8_t *row) {
     for (int j = 0; j < Nkv; j++) {
         float *xj = x + (size_t)j * Dh, mx = 0.f;
         for (int d = 0; d < Dh; d++) mx = fmaxf(mx, fabsf(xj[d]));
-        float sc = mx / 32767.f;
+        const float cm = (float)LILY_CUDA_KV_CODE_MAX;
+        float sc = mx / cm;
         scales[j] = sc;
         for (int d = 0; d < Dh; d++) {
             float c = sc > 0.f ? rintf(xj[d] / sc) : 0.f;
-            c = fminf(fmaxf(c, -32767.f), 32767.f);
+            c = fminf(fmaxf(c, -cm), cm);
             codes[(size_t)j * Dh + d] = (uint16_t)(32768 + (int)c);
             xj[d] = c * sc;
         }
@@ -204,7 +223,8 @@ static void prefill_case(int Nq, int Nkv, int Dh, int pos0, int n, int gated) {
     int32_t *dp = dev_pos(pos0);
     float *got = malloc(nq * 4);
     for (int m = 0; m < k_pre_modes; m++) {
-        const int ex = m < 3;
+        const int ex = pre_mode_exact(m);
+        if (pre_mode_dh256_only(m) && Dh != 256) continue;
         set_pre_mode(m);
         cudaMemset(dout, 0xff, nq * 4); /* NaN: every output must be written */
         int rc = lily_cuda_attn_prefill(dq, n, dk, dv, dp, Nq, Nkv, Dh, scale, gated ? dg : NULL,
@@ -222,7 +242,7 @@ static void prefill_case(int Nq, int Nkv, int Dh, int pos0, int n, int gated) {
 }
 
 /* Rows of the GPU cache (positions pos0.., all heads) against fp32 reference rows ref [n][Nkv*Dh]:
- * each head's scale is max|ref row| / 32767 (to 1e-5) and each code * scale is within scale / 2
+ * each head's scale is max|ref row| / LILY_CUDA_KV_CODE_MAX (to 1e-5) and each code * scale is within scale / 2
  * of the reference (plus 1e-5 of the row's max for the fp32 differences of norm and RoPE). */
 static void check_rows(const char *what, const void *dcache, int pos0, int n, int Nkv, int Dh,
                        const float *ref) {
@@ -240,11 +260,12 @@ static void check_rows(const char *what, const void *dcache, int pos0, int n, in
         for (int j = 0; j < Nkv; j++) {
             const float *r = ref + (size_t)t * w + (size_t)j * Dh;
             float mx = 0.f, sc = scales[j];
+            const float cm = (float)LILY_CUDA_KV_CODE_MAX;
             for (int d = 0; d < Dh; d++) mx = fmaxf(mx, fabsf(r[d]));
-            if (fabsf(sc - mx / 32767.f) > 1e-5f * mx / 32767.f + 1e-30f) bad++;
+            if (fabsf(sc - mx / cm) > 1e-5f * mx / cm + 1e-30f) bad++;
             for (int d = 0; d < Dh; d++) {
                 const int c = (int)codes[(size_t)j * Dh + d] - 32768;
-                if (c < -32767) bad++; /* the writer clamps to +-32767 */
+                if (c < -LILY_CUDA_KV_CODE_MAX || c > LILY_CUDA_KV_CODE_MAX) bad++; /* clamped */
                 float x = c * sc;
                 dec[(size_t)t * w + (size_t)j * Dh + d] = x;
                 double err = fabs((double)x - r[d]), lim = 0.5 * sc + 1e-5 * mx;
@@ -446,8 +467,9 @@ static void time_all(void) {
     cudaStreamCreate(&c.st);
     for (int m = 0; m < k_pre_modes; m++) {
         set_pre_mode(m);
-        printf("time: LILY_CUDA_ATTN_EXACT=%d LILY_CUDA_ATTN_BIAS=%s\n", m < 3,
-               getenv("LILY_CUDA_ATTN_BIAS"));
+        printf("time: LILY_CUDA_ATTN_EXACT=%d LILY_CUDA_ATTN_BIAS=%s LILY_CUDA_ATTN_WG=%s\n",
+               pre_mode_exact(m), getenv("LILY_CUDA_ATTN_BIAS"),
+               getenv("LILY_CUDA_ATTN_WG") ? getenv("LILY_CUDA_ATTN_WG") : "1 (default)");
         time_mode(&c, maxc, n);
     }
     set_pre_mode(0);

@@ -5,16 +5,12 @@
 
 #include <math.h>
 
-#include "backend/cuda/common.cuh"
+#include "backend/cuda/attn_kv.cuh"
+#include "backend/cuda/attn_wg.h"
 
 namespace {
 
-/* ---- KV cache rows (format: attn.h) --------------------------------------------------------- */
-
-/* Bytes of one cache row (one position, all KV heads): codes, scales, padding to 16. */
-__host__ __device__ __forceinline__ size_t kv_row_bytes(int Nkv, int Dh) {
-    return (size_t)Nkv * Dh * 2 + (((size_t)Nkv * 4 + 15) & ~(size_t)15);
-}
+/* ---- KV cache rows (format: attn.h; kv_row_bytes: attn_kv.cuh) ------------------------------ */
 
 /* Max over the block (all threads get it). red: 32 floats of shared scratch. */
 __device__ __forceinline__ float block_max(float v, float *red) {
@@ -26,11 +22,12 @@ __device__ __forceinline__ float block_max(float v, float *red) {
     return warp_max(lane < nw ? red[lane] : 0.f);
 }
 
-/* Cache word of x for scale s = max|row| / 32767: the code c = rint(x / s) (|c| <= 32767 up to
- * rounding: clamped) stored offset binary, c + 32768 (attn.h). */
+/* Cache word of x for scale s = max|row| / kKvCodeMax: the code c = rint(x / s) (|c| <=
+ * kKvCodeMax up to rounding: clamped) stored offset binary, c + 32768 (attn.h). */
 __device__ __forceinline__ uint16_t kv_code(float x, float s) {
     if (!(s > 0.f)) return 32768u;
-    return (uint16_t)(32768 + (int)fminf(fmaxf(rintf(x / s), -32767.f), 32767.f));
+    const float cm = (float)kKvCodeMax;
+    return (uint16_t)(32768 + (int)fminf(fmaxf(rintf(x / s), -cm), cm));
 }
 
 /* ---- prep: norms, RoPE, cache append --------------------------------------------------------- */
@@ -71,7 +68,8 @@ __global__ void attn_prep_kernel(const float *__restrict__ qg, int ldqg,
     } else {
         int j = h - Nq;
         float vx = v[(size_t)t * ldkv + (size_t)j * Dh + d];
-        float ks = block_max(fabsf(x), red) / 32767.f, vs = block_max(fabsf(vx), red) / 32767.f;
+        const float cm = (float)kKvCodeMax;
+        float ks = block_max(fabsf(x), red) / cm, vs = block_max(fabsf(vx), red) / cm;
         size_t rb = kv_row_bytes(Nkv, Dh) * pos, so = (size_t)Nkv * Dh * 2 + (size_t)j * 4;
         ((uint16_t *)(kc + rb))[(size_t)j * Dh + d] = kv_code(x, ks);
         ((uint16_t *)(vc + rb))[(size_t)j * Dh + d] = kv_code(vx, vs);
@@ -982,6 +980,10 @@ extern "C" int lily_cuda_attn_prefill(const float *q, int n, const void *kc_, co
     if (!shape_ok(Nq, Nkv, Dh))
         return lily_fail(e, "attention: unsupported shape Nq=%d Nkv=%d Dh=%d", Nq, Nkv, Dh);
     if (n < 1) return 0;
+    const lily_cuda_tune *tu = lily_cuda_tune_get();
+    if (tu->attn_exact && tu->attn_wg && lily_cuda_attn_wg_ok(Nq, Nkv, Dh))
+        return lily_cuda_attn_prefill_wg(q, n, kc_, vc_, d_pos, Nq, Nkv, Dh, scale, gate, out,
+                                         tu->attn_wg == 2, st, e);
     const uint8_t *kc = (const uint8_t *)kc_, *vc = (const uint8_t *)vc_;
     int G_ = Nq / Nkv;
     LILY_PRE_CASE(64, 1) LILY_PRE_CASE(64, 2) LILY_PRE_CASE(64, 4) LILY_PRE_CASE(64, 8)

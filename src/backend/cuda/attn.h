@@ -10,7 +10,8 @@
  * (bench/NOTES-cuda.md); int16 codes with one fp32 scale per (position, KV head) keep 16 bits in
  * the same bytes. Row of K (or V) for one position, lily_cuda_kv_bytes(1, Nkv, Dh) bytes:
  *   [Nkv][Dh] codes as uint16 c + 32768 (offset binary) | [Nkv] fp32 scales | zero to 16 padding
- * value = code * scale, scale = max|row of the head| / 32767 (0 for an all-zero row, and for the
+ * value = code * scale, scale = max|row of the head| / LILY_CUDA_KV_CODE_MAX (32639, so that
+ * c + 128 < 2^15: codes split into balanced bytes, attn_wg.h; 0 for an all-zero row, and for the
  * zeroed rows of a fresh cache, whose words read as c = -32768). Offset binary puts the code's
  * high byte plus 128 straight into the byte the conversions need (attn.cu). Rows are
  * 16-byte aligned (Dh % 8 == 0) for the 16-byte copies, and position-major, so the first pos
@@ -42,6 +43,8 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+#define LILY_CUDA_KV_CODE_MAX 32639 /* largest |code| in the cache */
 
 /* Bytes of one K (or V) cache of max_ctx positions, and of its first pos positions (a contiguous
  * prefix: what a snapshot copies). */

@@ -107,6 +107,10 @@ size_t lily_cuda_dmat_bytes(const lily_dmat *m);
  *     lo bytes keep their fp16 bias (4 + lo) in the products and the bias comes off each score
  *     (H200: -7 % per chunk at depth, 16K prefill +1.6 %); 2 = the V lo bytes too, the bias
  *     coming off O once per block (compiled, not yet run on a GPU); 0 = subtracted per code.
+ *   LILY_CUDA_ATTN_WG: the exact attention prefill at head dim 256 on wgmma (attn_wg.h): 1
+ *     (default) = S from the hh, hl and lh digit products (H200, 4096 tokens at depth 28672:
+ *     10.6 ms against 20.3 for attn.cu's kernel; 64K prefill +34 %), 2 = with ll too (-6 %,
+ *     fixtures alike); 0 = attn.cu's mma.sync kernel (the only form for other head dims).
  * Read once at first use by their kernels' files instead (not reloaded): LILY_GEMM_KERNEL,
  * LILY_GEMM_WG_MIN_BLOCKS and LILY_GEMM_WG_GROUPED (which prefill GEMMs run where: gemm.h),
  * LILY_GEMM_WG_PIPE (gemm_wg.h), LILY_CUDA_SKINNY_SUB, _CP and _PF (gemm_skinny.h).
@@ -114,7 +118,7 @@ size_t lily_cuda_dmat_bytes(const lily_dmat *m);
 typedef struct lily_cuda_tune {
     int pdl;
     int fused_router, gemm_exact, attn_exact, group_bn, skinny, skinny_below, skinny_pair;
-    int norm_split, gdn_kernel, gdn_lazy, moe_stack, proj_stack, attn_bias;
+    int norm_split, gdn_kernel, gdn_lazy, moe_stack, proj_stack, attn_bias, attn_wg;
     unsigned gen;
 } lily_cuda_tune;
 const lily_cuda_tune *lily_cuda_tune_get(void);

@@ -1,0 +1,35 @@
+/* Exact attention prefill on wgmma (sm_90a) for head dim 256: the form attn.cu's prefill takes
+ * when lily_cuda_tune_get()->attn_wg is set (LILY_CUDA_ATTN_WG, cuda_mem.h) and the shape fits.
+ *
+ * A block takes 128 query rows ((position, head-in-group) pairs of one KV head: two warpgroups of
+ * 64) and walks the causal span in 64-position tiles. Its threads convert each tile's cache rows
+ * once into operand planes in shared memory: K as the codes' balanced s8 digits (c = 256 h + l),
+ * V transposed as exact fp16 digits (h, l / 256). S = Q K^T runs on s8 wgmma with q rows as
+ * 16-bit codes (per-row scale max|q| / LILY_CUDA_KV_CODE_MAX) split the same way: hh, hl + lh
+ * (and with ll the ll products) in s32, exact; O += P V on f16 wgmma with P split into fp16
+ * hi + lo against the two V planes (three products, as attn.cu's exact prefill). */
+#ifndef LILY_BACKEND_CUDA_ATTN_WG_H
+#define LILY_BACKEND_CUDA_ATTN_WG_H
+
+#include <stdint.h>
+
+#include "backend/cuda/cuda_mem.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* 1 when lily_cuda_attn_prefill_wg has a kernel for the shape (Dh 256, G in 1, 2, 4, 8, 16). */
+int lily_cuda_attn_wg_ok(int Nq, int Nkv, int Dh);
+
+/* As lily_cuda_attn_prefill (attn.h); ll != 0 adds the lo x lo digit products to S. */
+int lily_cuda_attn_prefill_wg(const float *q, int n, const void *kc, const void *vc,
+                              const int32_t *d_pos, int Nq, int Nkv, int Dh, float scale,
+                              const float *gate, float *out, int ll, lily_cuda_stream st,
+                              lily_err *e);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
