@@ -11,7 +11,7 @@
  *
  * Prefill runs the default kernels (at head dim 256 the wgmma kernel, attn_wg.h), the wgmma
  * kernel with the ll products (LILY_CUDA_ATTN_WG=2), attn.cu's exact kernel (LILY_CUDA_ATTN_WG=0)
- * with each lo-byte bias form (LILY_CUDA_ATTN_BIAS 1, 0, 2), all to the exact bound, and fast.
+ * with each lo-byte bias form (LILY_CUDA_ATTN_BIAS 1, 0), all to the exact bound, and fast.
  *
  * LILY_CUDA_TIME=1 also times, in each mode, decode at the 35B-A3B shape (Nq 16, Nkv 2, Dh 256,
  * 128 splits as the backend sizes them) at contexts 4K to 128K, alone and as a CUDA graph of 10
@@ -81,8 +81,8 @@ static void set_exact(int on) {
     lily_cuda_tune_reload();
 }
 
-/* The exact prefill's lo-byte bias (LILY_CUDA_ATTN_BIAS): 0 per code, 1 K per score (default), 2
- * K and V. */
+/* attn.cu's exact prefill's lo-byte bias (LILY_CUDA_ATTN_BIAS): 0 per code, 1 per score
+ * (default). */
 static void set_bias(int b) {
     char v[2] = {(char)('0' + b), 0};
     setenv("LILY_CUDA_ATTN_BIAS", v, 1);
@@ -98,19 +98,18 @@ static void set_wg(const char *w) {
 }
 
 /* Prefill modes: the default (exact; the wgmma kernel at head dim 256), the wgmma kernel with the
- * ll products, attn.cu's exact kernel with each lo-byte bias form (1, 0, 2), then fast. Modes 1
- * and 2 only differ from mode 0 at head dim 256. */
-static const int k_pre_modes = 6;
-static int pre_mode_exact(int m) { return m != 5; }
+ * ll products, attn.cu's exact kernel with each lo-byte bias form (1, 0), then fast. Modes 1 and 2
+ * only differ from mode 0 at head dim 256. */
+static const int k_pre_modes = 5;
+static int pre_mode_exact(int m) { return m != 4; }
 static int pre_mode_dh256_only(int m) { return m == 1 || m == 2; }
 static void set_pre_mode(int m) {
     set_exact(pre_mode_exact(m));
-    set_bias(m == 3 ? 0 : m == 4 ? 2 : 1);
+    set_bias(m == 3 ? 0 : 1);
     set_wg(m == 0 ? NULL : m == 1 ? "2" : "0");
 }
 static const char *pre_mode_name(int m) {
-    static const char *nm[] = {"", " (wg ll)", " (mma)", " (mma bias 0)", " (mma bias 2)",
-                               " (fast)"};
+    static const char *nm[] = {"", " (wg ll)", " (mma)", " (mma bias 0)", " (fast)"};
     return nm[m];
 }
 

@@ -626,9 +626,9 @@ __global__ void __launch_bounds__(128 * NG)
     /* KB >= 1: S's K lo parts keep their bias of 4 (codes_f16<true>), so the products carry 4 x
      * the row's sum of q hi parts, removed from every score: one subtraction per score instead of
      * one per two codes of every tile (the bias adds under a tenth of the hi products' magnitude
-     * to the fp32 sums, so their rounding stays where it was). KB == 2: likewise the V lo parts
-     * in P V; each tile then adds 4 x the row's sum of its P hi parts to every column of O, kept
-     * in ob (rescaled with O) and taken off O once at the end. */
+     * to the fp32 sums, so their rounding stays where it was). The same for the V lo parts in P V
+     * (taking 4 x the sum of P hi parts off O once per block) measured 8 % slower (H200, session
+     * 14): not kept. */
     __shared__ float s_qb[kFaRows];
     if (KB) {
         for (int r = warp; r < kFaRows; r += 4 * NG) {
@@ -650,7 +650,6 @@ __global__ void __launch_bounds__(128 * NG)
 #pragma unroll
     for (int i = 0; i < DH / 8; i++) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.f;
     float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.f, l1 = 0.f;
-    float ob0 = 0.f, ob1 = 0.f; /* KB == 2: the V lo bias in O's rows r0, r1 */
     float of_vf = 1.f; /* EX: the V-scale factor O is kept in (see the softmax step) */
     for (int it = 0; it < mine; it++) {
         load(it + 1);
@@ -755,10 +754,8 @@ __global__ void __launch_bounds__(128 * NG)
 #pragma unroll
             for (int i = 0; i < DH / 8; i++)
                 o[i][0] *= d0, o[i][1] *= d0, o[i][2] *= d1, o[i][3] *= d1;
-            ob0 *= d0, ob1 *= d1;
         }
         /* O += P V */
-        float ps0 = 0.f, ps1 = 0.f; /* KB == 2: this thread's P hi parts of rows r0, r1 */
 #pragma unroll
         for (int kk = 0; kk < 2; kk++) {
             uint32_t a[4], al[4];
@@ -767,14 +764,6 @@ __global__ void __launch_bounds__(128 * NG)
                 split_f16x2(sacc[2 * kk][2], sacc[2 * kk][3], &a[1], &al[1]);
                 split_f16x2(sacc[2 * kk + 1][0], sacc[2 * kk + 1][1], &a[2], &al[2]);
                 split_f16x2(sacc[2 * kk + 1][2], sacc[2 * kk + 1][3], &a[3], &al[3]);
-                if (KB == 2) { /* a[0], a[2]: row r0; a[1], a[3]: row r1 (fp16, exact in fp32) */
-                    const float2 f0 = __half22float2(*(const __half2 *)&a[0]);
-                    const float2 f1 = __half22float2(*(const __half2 *)&a[1]);
-                    const float2 f2 = __half22float2(*(const __half2 *)&a[2]);
-                    const float2 f3 = __half22float2(*(const __half2 *)&a[3]);
-                    ps0 += (f0.x + f0.y) + (f2.x + f2.y);
-                    ps1 += (f1.x + f1.y) + (f3.x + f3.y);
-                }
             } else {
                 split_bf16x2(sacc[2 * kk][0], sacc[2 * kk][1], &a[0], &al[0]);
                 split_bf16x2(sacc[2 * kk][2], sacc[2 * kk][3], &a[1], &al[1]);
@@ -787,7 +776,7 @@ __global__ void __launch_bounds__(128 * NG)
                 ldsm_x4_t(b, Vs + (kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * LD + dp * 16 +
                                  (lane >> 4) * 8);
                 if (EX) { /* O / 256 = phi (vhi + vlo) + plo vhi over the code bytes */
-                    byte_products<KB == 2>(o[2 * dp], o[2 * dp + 1], a, al, b);
+                    byte_products(o[2 * dp], o[2 * dp + 1], a, al, b);
                 } else {
 #pragma unroll
                     for (int x = 0; x < 4; x++) codes_bf16<false>(b[x], &bh[x], &bl[x]);
@@ -796,22 +785,9 @@ __global__ void __launch_bounds__(128 * NG)
                 }
             }
         }
-        if (KB == 2) { /* the rows' sums over the quad: the bias every column of O received */
-            ps0 += __shfl_xor_sync(0xffffffffu, ps0, 1);
-            ps0 += __shfl_xor_sync(0xffffffffu, ps0, 2);
-            ps1 += __shfl_xor_sync(0xffffffffu, ps1, 1);
-            ps1 += __shfl_xor_sync(0xffffffffu, ps1, 2);
-            ob0 += 4.f * ps0, ob1 += 4.f * ps1;
-        }
         group_bar(grp); /* stage it & 1 is reloaded next iteration */
     }
     cp_async_wait<0>();
-    if (KB == 2)
-#pragma unroll
-        for (int i = 0; i < DH / 8; i++) {
-            o[i][0] -= ob0, o[i][1] -= ob0;
-            o[i][2] -= ob1, o[i][3] -= ob1;
-        }
     if (EX) { /* undo the tile factor and the byte products' 1/256 */
         const float u = 256.f / of_vf;
 #pragma unroll
@@ -889,9 +865,6 @@ int launch_prefill(const float *q, int n, const uint8_t *kc, const uint8_t *vc,
                    const int32_t *d_pos, int Nkv, float scale, const float *gate, float *out,
                    lily_cuda_stream st, lily_err *e) {
     const lily_cuda_tune *tu = lily_cuda_tune_get();
-    if (tu->attn_exact && tu->attn_bias == 2)
-        return launch_prefill_ng<DH, G, kFaGroups, true, 2>(q, n, kc, vc, d_pos, Nkv, scale, gate,
-                                                            out, st, e);
     if (tu->attn_exact && tu->attn_bias == 1)
         return launch_prefill_ng<DH, G, kFaGroups, true, 1>(q, n, kc, vc, d_pos, Nkv, scale, gate,
                                                             out, st, e);

@@ -274,7 +274,7 @@ extern "C" void lily_cuda_tune_reload(void) {
     g_tune.proj_stack = env_int("LILY_CUDA_PROJ_STACK", 1) != 0;
     g_tune.norm_split = env_int("LILY_CUDA_NORM_SPLIT", 1) != 0;
     const int ab = env_int("LILY_CUDA_ATTN_BIAS", 1);
-    g_tune.attn_bias = ab < 0 || ab > 2 ? 1 : ab;
+    g_tune.attn_bias = ab < 0 || ab > 1 ? 1 : ab;
     const int aw = env_int("LILY_CUDA_ATTN_WG", 1);
     g_tune.attn_wg = aw < 0 || aw > 2 ? 1 : aw;
     static const struct {

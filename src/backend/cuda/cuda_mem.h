@@ -103,10 +103,9 @@ size_t lily_cuda_dmat_bytes(const lily_dmat *m);
  *   LILY_CUDA_GDN_LAZY: 1 (default) = tiled4 keeps the state divided by its decay since the last
  *     fold (gdn.cu: no per-token scaling pass; -11 % per layer at 2048 tokens); 0 = scaled every
  *     token.
- *   LILY_CUDA_ATTN_BIAS: the exact attention prefill's lo bytes (attn.cu): 1 (default) = the K
- *     lo bytes keep their fp16 bias (4 + lo) in the products and the bias comes off each score
- *     (H200: -7 % per chunk at depth, 16K prefill +1.6 %); 2 = the V lo bytes too, the bias
- *     coming off O once per block (compiled, not yet run on a GPU); 0 = subtracted per code.
+ *   LILY_CUDA_ATTN_BIAS: attn.cu's exact attention prefill (LILY_CUDA_ATTN_WG=0, or head dims
+ *     other than 256): 1 (default) = the K lo bytes keep their fp16 bias (4 + lo) in the products
+ *     and the bias comes off each score (H200: -7 % per chunk at depth); 0 = subtracted per code.
  *   LILY_CUDA_ATTN_WG: the exact attention prefill at head dim 256 on wgmma (attn_wg.h): 1
  *     (default) = S from the hh, hl and lh digit products (H200, 4096 tokens at depth 28672:
  *     10.6 ms against 20.3 for attn.cu's kernel; 64K prefill +34 %), 2 = with ll too (-6 %,
