@@ -6,6 +6,7 @@
 #include <math.h>
 
 #include "backend/cuda/attn_kv.cuh"
+#include "backend/cuda/attn_softmax.cuh"
 #include "backend/cuda/attn_wg.h"
 
 namespace {
@@ -688,7 +689,6 @@ __global__ void __launch_bounds__(128 * NG)
         /* EX: the products gave S / 256 of the scaled q rows */
         const float sl2a = EX ? sl2 * 256.f / s_qsc[r0] : sl2;
         const float sl2b = EX ? sl2 * 256.f / s_qsc[r1] : sl2;
-        float mx0 = -INFINITY, mx1 = -INFINITY;
 #pragma unroll
         for (int nt = 0; nt < 4; nt++) {
             const float2 ks = *(const float2 *)(Ss + nt * 8 + 2 * tq);
@@ -699,58 +699,18 @@ __global__ void __launch_bounds__(128 * NG)
                 float v = sv * ((e & 1 ? ks.y : ks.x) * (e < 2 ? sl2a : sl2b));
                 if (!full && p > (e < 2 ? qp0 : qp1)) v = -INFINITY;
                 sacc[nt][e] = v;
-                if (e < 2) mx0 = fmaxf(mx0, v);
-                else mx1 = fmaxf(mx1, v);
             }
         }
-        mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
-        mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
-        mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
-        mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
-        float mn0 = fmaxf(m0, mx0), mn1 = fmaxf(m1, mx1);
-        /* a row with nothing valid yet keeps m = -inf: use 0 as the base to avoid inf - inf */
-        float b0 = mn0 == -INFINITY ? 0.f : mn0, b1 = mn1 == -INFINITY ? 0.f : mn1;
-        float c0 = exp2f(m0 - b0), c1 = exp2f(m1 - b1);
-        float s0 = 0.f, s1 = 0.f;
-        /* EX: P's fp16 parts need it within fp16's range and its lo parts normal, so the V
-         * scales enter relative to a power of two vf of the tile (max scale * vf in [2^12,
-         * 2^13): P * scale * vf <= 2^13, and lo parts below 2^-14 only where P * scale * vf <
-         * 2^-3, negligible against the row's largest terms); O is kept times the vf of the last
-         * tile (of = vf_now / vf_before rescales it when that changes) */
+        /* EX: P's fp16 parts need the V scales relative to a power of two vf of the tile
+         * (vscale_factor); O is kept times the vf of the last tile (of = vf_now / vf_before
+         * rescales it when that changes) */
         float vf = 1.f;
-        if (EX) {
-            float mv = Ss[kFaKv + lane];
-#pragma unroll
-            for (int o2 = 16; o2 > 0; o2 >>= 1)
-                mv = fmaxf(mv, __shfl_xor_sync(0xffffffffu, mv, o2));
-            const uint32_t ex = (__float_as_uint(mv) >> 23) & 255u;
-            vf = ex >= 13u && ex <= 253u ? __uint_as_float((266u - ex) << 23) : 1.f;
-        }
+        if (EX) vf = vscale_factor(warp_max(Ss[kFaKv + lane]));
         const float of = vf / of_vf;
         of_vf = vf;
-#pragma unroll
-        for (int nt = 0; nt < 4; nt++) {
-            const float2 vs0 = *(const float2 *)(Ss + kFaKv + nt * 8 + 2 * tq);
-            const float2 vs = make_float2(vs0.x * vf, vs0.y * vf);
-            sacc[nt][0] = exp2f(sacc[nt][0] - b0);
-            sacc[nt][1] = exp2f(sacc[nt][1] - b0);
-            sacc[nt][2] = exp2f(sacc[nt][2] - b1);
-            sacc[nt][3] = exp2f(sacc[nt][3] - b1);
-            s0 += sacc[nt][0] + sacc[nt][1];
-            s1 += sacc[nt][2] + sacc[nt][3];
-            /* the V scales of the columns, folded into P once l has its terms */
-            sacc[nt][0] *= vs.x, sacc[nt][1] *= vs.y, sacc[nt][2] *= vs.x, sacc[nt][3] *= vs.y;
-        }
-        s0 += __shfl_xor_sync(0xffffffffu, s0, 1);
-        s0 += __shfl_xor_sync(0xffffffffu, s0, 2);
-        s1 += __shfl_xor_sync(0xffffffffu, s1, 1);
-        s1 += __shfl_xor_sync(0xffffffffu, s1, 2);
-        l0 = l0 * c0 + s0;
-        l1 = l1 * c1 + s1;
-        m0 = mn0;
-        m1 = mn1;
-        if (__any_sync(0xffffffffu, c0 != 1.f || c1 != 1.f || of != 1.f)) {
-            const float d0 = c0 * of, d1 = c1 * of;
+        float d0, d1;
+        softmax_tile<4>(&sacc[0][0], Ss + kFaKv, vf, of, tq, m0, m1, l0, l1, d0, d1);
+        if (__any_sync(0xffffffffu, d0 != 1.f || d1 != 1.f)) {
 #pragma unroll
             for (int i = 0; i < DH / 8; i++)
                 o[i][0] *= d0, o[i][1] *= d0, o[i][2] *= d1, o[i][3] *= d1;

@@ -6,6 +6,7 @@
 #include <math.h>
 
 #include "backend/cuda/attn_kv.cuh"
+#include "backend/cuda/attn_softmax.cuh"
 
 namespace {
 
@@ -347,7 +348,6 @@ __global__ void __launch_bounds__(kThreads, 1)
         /* scale, causal mask (only where the tile reaches a query position), online softmax */
         const bool full = kv0 + kKt - 1 <= qmin;
         float s[32];
-        float mx0 = -INFINITY, mx1 = -INFINITY;
 #pragma unroll
         for (int nb = 0; nb < 8; nb++) {
 #pragma unroll
@@ -358,49 +358,16 @@ __global__ void __launch_bounds__(kThreads, 1)
                 float v = si * (s_ks[jc] * (e < 2 ? f0 : f1));
                 if (!full && kv0 + jc > (e < 2 ? qp0 : qp1)) v = -INFINITY;
                 s[i] = v;
-                if (e < 2) mx0 = fmaxf(mx0, v);
-                else mx1 = fmaxf(mx1, v);
             }
         }
-        mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
-        mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
-        mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
-        mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
-        const float mn0 = fmaxf(m0, mx0), mn1 = fmaxf(m1, mx1);
-        /* a row with nothing valid yet keeps m = -inf: use 0 as the base to avoid inf - inf */
-        const float b0 = mn0 == -INFINITY ? 0.f : mn0, b1 = mn1 == -INFINITY ? 0.f : mn1;
-        const float c0 = exp2f(m0 - b0), c1 = exp2f(m1 - b1);
-        /* P's fp16 parts: the V scales enter relative to a power of two vf of the tile (max
-         * scale * vf in [2^12, 2^13)), O kept times the last tile's vf (as attn.cu) */
-        float mv = fmaxf(s_vs[lane], s_vs[lane + 32]);
-        mv = warp_max(mv);
-        const uint32_t ex = (__float_as_uint(mv) >> 23) & 255u;
-        const float vf = ex >= 13u && ex <= 253u ? __uint_as_float((266u - ex) << 23) : 1.f;
+        /* P's fp16 parts: the V scales enter relative to a power of two vf of the tile, O kept
+         * times the last tile's vf (attn_softmax.cuh) */
+        const float vf = vscale_factor(warp_max(fmaxf(s_vs[lane], s_vs[lane + 32])));
         const float of = vf / of_vf;
         of_vf = vf;
-        float s0 = 0.f, s1 = 0.f;
-#pragma unroll
-        for (int nb = 0; nb < 8; nb++) {
-            const float2 vs = *(const float2 *)(s_vs + nb * 8 + 2 * tq);
-            s[4 * nb + 0] = exp2f(s[4 * nb + 0] - b0);
-            s[4 * nb + 1] = exp2f(s[4 * nb + 1] - b0);
-            s[4 * nb + 2] = exp2f(s[4 * nb + 2] - b1);
-            s[4 * nb + 3] = exp2f(s[4 * nb + 3] - b1);
-            s0 += s[4 * nb + 0] + s[4 * nb + 1];
-            s1 += s[4 * nb + 2] + s[4 * nb + 3];
-            s[4 * nb + 0] *= vs.x * vf, s[4 * nb + 1] *= vs.y * vf;
-            s[4 * nb + 2] *= vs.x * vf, s[4 * nb + 3] *= vs.y * vf;
-        }
-        s0 += __shfl_xor_sync(0xffffffffu, s0, 1);
-        s0 += __shfl_xor_sync(0xffffffffu, s0, 2);
-        s1 += __shfl_xor_sync(0xffffffffu, s1, 1);
-        s1 += __shfl_xor_sync(0xffffffffu, s1, 2);
-        l0 = l0 * c0 + s0;
-        l1 = l1 * c1 + s1;
-        m0 = mn0;
-        m1 = mn1;
-        if (__any_sync(0xffffffffu, c0 != 1.f || c1 != 1.f || of != 1.f)) {
-            const float d0 = c0 * of, d1 = c1 * of;
+        float d0, d1;
+        softmax_tile<8>(s, s_vs, vf, of, tq, m0, m1, l0, l1, d0, d1);
+        if (__any_sync(0xffffffffu, d0 != 1.f || d1 != 1.f)) {
 #pragma unroll
             for (int nb = 0; nb < 32; nb++) {
                 o[4 * nb + 0] *= d0, o[4 * nb + 1] *= d0;
