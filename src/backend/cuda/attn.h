@@ -28,7 +28,9 @@
  * and P, with q rows and P tiles scaled by powers of two into fp16's range (attn.cu); the K lo
  * bytes enter as 4 + lo and the bias is taken off each score (4 x the row's sum of q hi parts).
  * An fp16 cache with one fp16 pass (11 bits) was tried and measured 2.5x faster at depth, but it
- * flipped near-ties of two fixtures on the GPU (bench/NOTES-cuda.md, session 6).
+ * flipped near-ties of two fixtures on the GPU (bench/NOTES-cuda.md, session 6). At head dim 256
+ * the exact prefill runs attn_wg.h's kernel instead (int8 wgmma over the codes' balanced bytes for
+ * S, f16 wgmma for P V; LILY_CUDA_ATTN_WG, cuda_mem.h).
  *
  * Positions come from device memory (*d_pos is the position of the first token of the call), so a
  * captured decode graph can be replayed at every position. Supported: Dh in {64, 128, 256},
