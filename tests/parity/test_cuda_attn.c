@@ -543,6 +543,10 @@ int main(void) {
     prefill_case(16, 1, 64, 7, 50, 1);
     prefill_case(8, 1, 256, 4000, 70, 0);
     if (!san) prefill_case(16, 2, 256, 0, 2048, 1); /* many tiles under the causal mask */
+    /* the wgmma kernel's other group sizes at head dim 256 (128 / G positions per block) */
+    prefill_case(16, 1, 256, 0, 45, 1);   /* G 16: 8 positions per block */
+    prefill_case(8, 2, 256, 130, 67, 0);  /* G 4 */
+    prefill_case(2, 2, 256, 999, 200, 1); /* G 1: 128 positions per block, two blocks */
     lily_err e;
     pt_check_true("attention rejects Dh=96", lily_cuda_attn_prefill(NULL, 1, NULL, NULL, NULL, 2,
                                                                     1, 96, 1, NULL, NULL, NULL,
