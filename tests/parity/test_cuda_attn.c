@@ -11,7 +11,8 @@
  *
  * Prefill runs the default kernels (at head dim 256 the wgmma kernel, attn_wg.h), the wgmma
  * kernel with the ll products (LILY_CUDA_ATTN_WG=2), attn.cu's exact kernel (LILY_CUDA_ATTN_WG=0)
- * with each lo-byte bias form (LILY_CUDA_ATTN_BIAS 1, 0), all to the exact bound, and fast.
+ * with each lo-byte bias form (LILY_CUDA_ATTN_BIAS 1, 0), all to the exact bound, fast, and the
+ * warp-specialised wgmma kernel (LILY_CUDA_ATTN_WG=3, attn_ws.cu) to the exact bound.
  *
  * LILY_CUDA_TIME=1 also times, in each mode, decode at the 35B-A3B shape (Nq 16, Nkv 2, Dh 256,
  * 128 splits as the backend sizes them) at contexts 4K to 128K, alone and as a CUDA graph of 10
@@ -90,7 +91,7 @@ static void set_bias(int b) {
 }
 
 /* The exact prefill at head dim 256 on wgmma (LILY_CUDA_ATTN_WG): NULL = the default (1), "0"
- * attn.cu's kernel, "2" with the ll products. */
+ * attn.cu's kernel, "2" with the ll products, "3" warp-specialised. */
 static void set_wg(const char *w) {
     if (w) setenv("LILY_CUDA_ATTN_WG", w, 1);
     else unsetenv("LILY_CUDA_ATTN_WG");
@@ -98,18 +99,18 @@ static void set_wg(const char *w) {
 }
 
 /* Prefill modes: the default (exact; the wgmma kernel at head dim 256), the wgmma kernel with the
- * ll products, attn.cu's exact kernel with each lo-byte bias form (1, 0), then fast. Modes 1 and 2
- * only differ from mode 0 at head dim 256. */
-static const int k_pre_modes = 5;
+ * ll products, attn.cu's exact kernel with each lo-byte bias form (1, 0), fast, then the
+ * warp-specialised wgmma kernel. Modes 1, 2 and 5 only differ from mode 0 at head dim 256. */
+static const int k_pre_modes = 6;
 static int pre_mode_exact(int m) { return m != 4; }
-static int pre_mode_dh256_only(int m) { return m == 1 || m == 2; }
+static int pre_mode_dh256_only(int m) { return m == 1 || m == 2 || m == 5; }
 static void set_pre_mode(int m) {
     set_exact(pre_mode_exact(m));
     set_bias(m == 3 ? 0 : 1);
-    set_wg(m == 0 ? NULL : m == 1 ? "2" : "0");
+    set_wg(m == 0 ? NULL : m == 1 ? "2" : m == 5 ? "3" : "0");
 }
 static const char *pre_mode_name(int m) {
-    static const char *nm[] = {"", " (wg ll)", " (mma)", " (mma bias 0)", " (fast)"};
+    static const char *nm[] = {"", " (wg ll)", " (mma)", " (mma bias 0)", " (fast)", " (ws)"};
     return nm[m];
 }
 

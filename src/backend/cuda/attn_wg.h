@@ -28,6 +28,12 @@ int lily_cuda_attn_prefill_wg(const float *q, int n, const void *kc, const void 
                               const float *gate, float *out, int ll, lily_cuda_stream st,
                               lily_err *e);
 
+/* The same products with a producer warpgroup converting the cache rows for two consumer
+ * warpgroups (attn_ws.cu; LILY_CUDA_ATTN_WG=3). */
+int lily_cuda_attn_prefill_ws(const float *q, int n, const void *kc, const void *vc,
+                              const int32_t *d_pos, int Nq, int Nkv, int Dh, float scale,
+                              const float *gate, float *out, lily_cuda_stream st, lily_err *e);
+
 #ifdef __cplusplus
 }
 #endif

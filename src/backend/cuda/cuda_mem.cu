@@ -276,7 +276,7 @@ extern "C" void lily_cuda_tune_reload(void) {
     const int ab = env_int("LILY_CUDA_ATTN_BIAS", 1);
     g_tune.attn_bias = ab < 0 || ab > 1 ? 1 : ab;
     const int aw = env_int("LILY_CUDA_ATTN_WG", 1);
-    g_tune.attn_wg = aw < 0 || aw > 2 ? 1 : aw;
+    g_tune.attn_wg = aw < 0 || aw > 3 ? 1 : aw;
     static const struct {
         const char *name;
         int kernel;

@@ -109,7 +109,9 @@ size_t lily_cuda_dmat_bytes(const lily_dmat *m);
  *   LILY_CUDA_ATTN_WG: the exact attention prefill at head dim 256 on wgmma (attn_wg.h): 1
  *     (default) = S from the hh, hl and lh digit products (H200, 4096 tokens at depth 28672:
  *     10.6 ms against 20.3 for attn.cu's kernel; 64K prefill +34 %), 2 = with ll too (-6 %,
- *     fixtures alike); 0 = attn.cu's mma.sync kernel (the only form for other head dims).
+ *     fixtures alike); 3 = 1's products with a producer warpgroup converting the cache rows for
+ *     two consumers (attn_ws.cu); 0 = attn.cu's mma.sync kernel (the only form for other head
+ *     dims).
  * Read once at first use by their kernels' files instead (not reloaded): LILY_GEMM_KERNEL,
  * LILY_GEMM_WG_MIN_BLOCKS and LILY_GEMM_WG_GROUPED (which prefill GEMMs run where: gemm.h),
  * LILY_GEMM_WG_PIPE (gemm_wg.h), LILY_CUDA_SKINNY_SUB, _CP and _PF (gemm_skinny.h).

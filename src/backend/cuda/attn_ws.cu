@@ -1,0 +1,229 @@
+/* Exact attention prefill on wgmma, warp-specialised (LILY_CUDA_ATTN_WG=3; attn_wg.h). The
+ * products are attn_wg.cu's (S on s8 wgmma over the codes' balanced digits, hh and hl + lh;
+ * P V on f16 wgmma with P hi + lo against the exact V digit planes), the work is split
+ * differently: a producer warpgroup loads each tile's cache rows (cp.async) and converts them
+ * into the K and V planes; two consumer warpgroups (64 query rows each) only run S, the softmax
+ * and P V. Named barriers stand in for the block barriers of attn_wg.cu, so the conversion runs
+ * under the consumers' products and the consumers take the tensor cores in turn (one's softmax
+ * under the other's products):
+ *   KFULL[c], VFULL[c]: the producer arrives when the K (V) planes of a tile are written,
+ *     consumer c waits (128 + 128 threads);
+ *   KEMPTY, VEMPTY: both consumers arrive when their products of a tile have read the planes,
+ *     the producer waits before it overwrites them (128 + 256);
+ *   TURN[c]: consumer c may issue its next products (S or P V) once the other has issued its
+ *     own (128 + 128; consumer 0 starts);
+ *   PROD: the producer's own (the landing area's copies and reads).
+ * Planes are single-buffered (shared memory: Q 64 KB, K 32, V 64, landing 64), the scales the
+ * consumers read after the products double-buffered by tile parity. setmaxnreg gives the
+ * consumers (O 128 registers, S's digit accumulators 64) the producer's registers. */
+#include "backend/cuda/attn_wg.h"
+
+#include "backend/cuda/attn_wg.cuh"
+
+namespace {
+
+using namespace attn_wg;
+
+constexpr int kThreads = 384;  /* producer warpgroup + two consumer warpgroups */
+constexpr int kProdRegs = 40;  /* setmaxnreg: 128 x 40 + 256 x 232 = 64 K registers */
+constexpr int kConsRegs = 232;
+
+enum { BAR_KFULL = 1, BAR_VFULL = 3, BAR_KEMPTY = 5, BAR_VEMPTY = 6, BAR_TURN = 7, BAR_PROD = 9 };
+
+__device__ __forceinline__ void bar_sync(int id, int n) {
+    asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(n) : "memory");
+}
+__device__ __forceinline__ void bar_arrive(int id, int n) {
+    asm volatile("bar.arrive %0, %1;" ::"r"(id), "r"(n) : "memory");
+}
+
+/* grid (ceil(n / P), Nkv) with P = 128 / G positions per block, 384 threads: warpgroup 0 the
+ * producer, warpgroup 1 + c consumer c (block rows 64 c .. 64 c + 63, attn_wg.cu's layout). */
+template <int G>
+__global__ void __launch_bounds__(kThreads, 1)
+    attn_ws_kernel(const float *__restrict__ q, int n, const uint8_t *__restrict__ kc,
+                   const uint8_t *__restrict__ vc, const int32_t *d_pos, int Nkv, float scale,
+                   const float *__restrict__ gate, float *__restrict__ out) {
+    constexpr int P = kRows / G;
+    extern __shared__ __align__(128) uint8_t smem[];
+    __shared__ float s_qs[kRows], s_ks[2][kKt], s_vs[2][kKt];
+    const uint32_t sb = (uint32_t)__cvta_generic_to_shared(smem);
+    /* the last query tiles (the longest causal spans) first, as attn.cu */
+    const int Nq = Nkv * G, j = blockIdx.y, qt = gridDim.x - 1 - blockIdx.x;
+    const int p0 = *d_pos, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int wgi = warp >> 2, wi = warp & 3;
+    const int last_t = min(n, (qt + 1) * P) - 1;
+    const int kv_end = p0 + last_t + 1; /* positions 0..kv_end-1 are needed */
+    const int qmin = p0 + qt * P;       /* the block's first query position */
+    const int ntile = (kv_end + kKt - 1) / kKt;
+
+    const size_t row = kv_row_bytes(Nkv, DH);
+    const uint8_t *kr = kc + (size_t)j * DH * 2, *vr = vc + (size_t)j * DH * 2;
+    const uint8_t *ksc = kc + (size_t)Nkv * DH * 2 + (size_t)j * 4;
+    const uint8_t *vsc = vc + (size_t)Nkv * DH * 2 + (size_t)j * 4;
+    /* (producer) tile i's K (with it both scales) or V rows into the landing area, one commit
+     * group */
+    auto load = [&](int i, int which) {
+            const int kv0 = i * kKt;
+            const uint8_t *src = which ? vr : kr;
+            const uint32_t dst = sb + OFF_RAW + which * 32768;
+#pragma unroll 4
+            for (int x = 0; x < 16; x++) {
+                const int c = tid + 128 * x, r = c >> 5, c16 = c & 31; /* 32 chunks per row */
+                const int p = kv0 + r;
+                const bool ok = p < kv_end;
+                cp_async16(dst + r * 512 + c16 * 16, src + (size_t)(ok ? p : 0) * row + c16 * 16,
+                           ok);
+            }
+            if (!which) {
+                const int p = kv0 + (tid & (kKt - 1));
+                const bool ok = p < kv_end;
+                cp_async4(sb + OFF_SC + tid * 4,
+                          (tid < kKt ? ksc : vsc) + (size_t)(ok ? p : 0) * row, ok);
+            }
+            cp_async_commit();
+    };
+    const int cw = wgi - 1, g = lane >> 2, tq = lane & 3;
+    if (wgi == 0) { /* the first tile's copies */
+        load(0, 0);
+        load(0, 1);
+    } else { /* each consumer's Q planes */
+        q_planes<G>(smem, s_qs, q, n, Nq, qt, j, cw, wi, lane);
+        proxy_fence();
+    }
+    __syncthreads();
+
+    if (wgi == 0) { /* the producer: the tiles' conversions */
+        asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(kProdRegs));
+        for (int it = 0; it < ntile; it++) {
+            const int b = it & 1;
+            cp_async_wait1(); /* K of tile it (V may still be in flight) */
+            bar_sync(BAR_PROD, 128);
+            if (it > 0) bar_sync(BAR_KEMPTY, 384); /* both consumers' S of tile it - 1 done */
+#pragma unroll 2
+            for (int x = 0; x < 8; x++) k_unit(smem, tid + 128 * x);
+            const float sc = *(const float *)(smem + OFF_SC + tid * 4);
+            if (tid < kKt) s_ks[b][tid] = sc;
+            else s_vs[b][tid - kKt] = sc;
+            proxy_fence();
+            bar_arrive(BAR_KFULL, 256);
+            bar_arrive(BAR_KFULL + 1, 256);
+            bar_sync(BAR_PROD, 128); /* the K landing area has been read */
+            if (it + 1 < ntile) {
+                load(it + 1, 0);
+                cp_async_wait1(); /* V of tile it */
+            } else {
+                cp_async_wait0();
+            }
+            bar_sync(BAR_PROD, 128);
+            if (it > 0) bar_sync(BAR_VEMPTY, 384); /* both consumers' P V of tile it - 1 done */
+#pragma unroll 2
+            for (int x = 0; x < 8; x++) v_unit(smem, tid + 128 * x);
+            proxy_fence();
+            bar_arrive(BAR_VFULL, 256);
+            bar_arrive(BAR_VFULL + 1, 256);
+            bar_sync(BAR_PROD, 128); /* the V landing area has been read */
+            if (it + 1 < ntile) load(it + 1, 1);
+        }
+        return;
+    }
+
+    /* the consumers */
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(kConsRegs));
+
+    const int r0 = cw * 64 + wi * 16 + g, r1 = r0 + 8;
+    const int t0 = qt * P + r0 / G, t1 = qt * P + r1 / G;
+    const int qp0 = p0 + t0, qp1 = p0 + t1; /* absolute query positions (rows past n: beyond) */
+    const float f0 = s_qs[r0] * scale * kLog2e, f1 = s_qs[r1] * scale * kLog2e;
+    const uint32_t qa = sb + OFF_Q + cw * 32768;
+    float o[128];
+#pragma unroll
+    for (int i = 0; i < 128; i++) o[i] = 0.f;
+    float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.f, l1 = 0.f;
+    float of_vf = 1.f; /* the V-scale factor O is kept in (attn.cu's exact prefill) */
+    if (cw == 1) bar_arrive(BAR_TURN, 256); /* consumer 0 takes the first turn */
+    for (int it = 0; it < ntile; it++) {
+        const int b = it & 1, kv0 = it * kKt;
+        bar_sync(BAR_KFULL + cw, 256);
+        int hh[32], md[32];
+        const uint32_t z = opaque_zero(), qz = qa + z, kz = sb + OFF_K + z;
+        bar_sync(BAR_TURN + cw, 256);
+        wg_fence();
+        issue_s<false>(qz, kz, hh, md, nullptr);
+        wg_commit();
+        bar_arrive(BAR_TURN + (cw ^ 1), 256);
+        wg_wait0();
+#pragma unroll
+        for (int i = 0; i < 32; i++) {
+            reg_fence(hh[i]);
+            reg_fence(md[i]);
+        }
+        if (it + 1 < ntile) bar_arrive(BAR_KEMPTY, 384);
+        const bool full = kv0 + kKt - 1 <= qmin;
+        float s[32];
+        s_scores<false>(hh, md, nullptr, s_ks[b], f0, f1, full, kv0, qp0, qp1, tq, s);
+        const float vf = vscale_factor(warp_max(fmaxf(s_vs[b][lane], s_vs[b][lane + 32])));
+        const float of = vf / of_vf;
+        of_vf = vf;
+        float d0, d1;
+        softmax_tile<8>(s, s_vs[b], vf, of, tq, m0, m1, l0, l1, d0, d1);
+        if (__any_sync(0xffffffffu, d0 != 1.f || d1 != 1.f)) {
+#pragma unroll
+            for (int nb = 0; nb < 32; nb++) {
+                o[4 * nb + 0] *= d0, o[4 * nb + 1] *= d0;
+                o[4 * nb + 2] *= d1, o[4 * nb + 3] *= d1;
+            }
+        }
+        uint32_t ph[4][4], pl[4][4];
+        p_split(s, ph, pl);
+        bar_sync(BAR_VFULL + cw, 256);
+        bar_sync(BAR_TURN + cw, 256);
+#pragma unroll
+        for (int i = 0; i < 128; i++) reg_fence(o[i]);
+        wg_fence();
+        issue_pv(sb + OFF_V + opaque_zero(), o, ph, pl);
+        wg_commit();
+        /* consumer 1's last turn is the block's last: nobody waits for it */
+        if (cw == 0 || it + 1 < ntile) bar_arrive(BAR_TURN + (cw ^ 1), 256);
+        wg_wait0();
+#pragma unroll
+        for (int i = 0; i < 128; i++) reg_fence(o[i]);
+        if (it + 1 < ntile) bar_arrive(BAR_VEMPTY, 384);
+    }
+    store_rows(o, l0, l1, of_vf, t0, t1, j * G + r0 % G, j * G + r1 % G, n, Nq, tq, gate, out);
+}
+
+template <int G>
+int launch(const float *q, int n, const uint8_t *kc, const uint8_t *vc, const int32_t *d_pos,
+           int Nkv, float scale, const float *gate, float *out, lily_cuda_stream st,
+           lily_err *e) {
+    constexpr int P = kRows / G;
+    LILY_CU_TRY(cudaFuncSetAttribute(attn_ws_kernel<G>,
+                                     cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem),
+                e);
+    dim3 grid((n + P - 1) / P, Nkv);
+    attn_ws_kernel<G><<<grid, kThreads, kSmem, st>>>(q, n, kc, vc, d_pos, Nkv, scale, gate, out);
+    LILY_CU_LAUNCHED(e);
+    return 0;
+}
+
+} // namespace
+
+extern "C" int lily_cuda_attn_prefill_ws(const float *q, int n, const void *kc, const void *vc,
+                                         const int32_t *d_pos, int Nq, int Nkv, int Dh,
+                                         float scale, const float *gate, float *out,
+                                         lily_cuda_stream st, lily_err *e) {
+    if (!lily_cuda_attn_wg_ok(Nq, Nkv, Dh))
+        return lily_fail(e, "attention (wgmma, specialised): unsupported shape Nq=%d Nkv=%d Dh=%d",
+                         Nq, Nkv, Dh);
+    if (n < 1) return 0;
+    const uint8_t *k = (const uint8_t *)kc, *v = (const uint8_t *)vc;
+    switch (Nq / Nkv) {
+    case 1: return launch<1>(q, n, k, v, d_pos, Nkv, scale, gate, out, st, e);
+    case 2: return launch<2>(q, n, k, v, d_pos, Nkv, scale, gate, out, st, e);
+    case 4: return launch<4>(q, n, k, v, d_pos, Nkv, scale, gate, out, st, e);
+    case 8: return launch<8>(q, n, k, v, d_pos, Nkv, scale, gate, out, st, e);
+    case 16: return launch<16>(q, n, k, v, d_pos, Nkv, scale, gate, out, st, e);
+    default: return lily_fail(e, "attention (wgmma, specialised): no kernel for G=%d", Nq / Nkv);
+    }
+}
