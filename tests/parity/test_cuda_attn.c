@@ -11,8 +11,10 @@
  *
  * Prefill runs the default kernels (at head dim 256 the wgmma kernel, attn_wg.h), the wgmma
  * kernel with the ll products (LILY_CUDA_ATTN_WG=2), attn.cu's exact kernel (LILY_CUDA_ATTN_WG=0)
- * with each lo-byte bias form (LILY_CUDA_ATTN_BIAS 1, 0), all to the exact bound, fast, and the
- * warp-specialised wgmma kernel (LILY_CUDA_ATTN_WG=3, attn_ws.cu) to the exact bound.
+ * with each lo-byte bias form (LILY_CUDA_ATTN_BIAS 1, 0), all to the exact bound, fast, the
+ * warp-specialised wgmma kernel (LILY_CUDA_ATTN_WG=3, attn_ws.cu), and the wgmma kernel split
+ * over the causal spans (LILY_CUDA_ATTN_SPLIT 1: as many splits as fill the SMs; 3: three, so
+ * some splits of short spans are empty), to the exact bound.
  *
  * LILY_CUDA_TIME=1 also times, in each mode, decode at the 35B-A3B shape (Nq 16, Nkv 2, Dh 256,
  * 128 splits as the backend sizes them) at contexts 4K to 128K, alone and as a CUDA graph of 10
@@ -99,18 +101,21 @@ static void set_wg(const char *w) {
 }
 
 /* Prefill modes: the default (exact; the wgmma kernel at head dim 256), the wgmma kernel with the
- * ll products, attn.cu's exact kernel with each lo-byte bias form (1, 0), fast, then the
- * warp-specialised wgmma kernel. Modes 1, 2 and 5 only differ from mode 0 at head dim 256. */
-static const int k_pre_modes = 6;
+ * ll products, attn.cu's exact kernel with each lo-byte bias form (1, 0), fast, the
+ * warp-specialised wgmma kernel, the wgmma kernel split (auto, 3). Modes 1, 2, 5, 6, 7 only
+ * differ from mode 0 at head dim 256. */
+static const int k_pre_modes = 8;
 static int pre_mode_exact(int m) { return m != 4; }
-static int pre_mode_dh256_only(int m) { return m == 1 || m == 2 || m == 5; }
+static int pre_mode_dh256_only(int m) { return m == 1 || m == 2 || m >= 5; }
 static void set_pre_mode(int m) {
+    setenv("LILY_CUDA_ATTN_SPLIT", m == 6 ? "1" : m == 7 ? "3" : "0", 1);
     set_exact(pre_mode_exact(m));
     set_bias(m == 3 ? 0 : 1);
-    set_wg(m == 0 ? NULL : m == 1 ? "2" : m == 5 ? "3" : "0");
+    set_wg(m == 0 || m >= 6 ? NULL : m == 1 ? "2" : m == 5 ? "3" : "0");
 }
 static const char *pre_mode_name(int m) {
-    static const char *nm[] = {"", " (wg ll)", " (mma)", " (mma bias 0)", " (fast)", " (ws)"};
+    static const char *nm[] = {"",       " (wg ll)", " (mma)",    " (mma bias 0)",
+                               " (fast)", " (ws)",    " (split)", " (split 3)"};
     return nm[m];
 }
 
@@ -220,6 +225,8 @@ static void prefill_case(int Nq, int Nkv, int Dh, int pos0, int n, int gated) {
     if (gated)
         for (size_t i = 0; i < nq; i++) ref[i] *= sig(gate[i]), mag[i] *= sig(gate[i]);
     float *dq = pt_dup(q, nq), *dg = pt_dup(gate, nq), *dout = pt_dalloc(nq * 4);
+    const size_t np = lily_cuda_attn_prefill_scratch(Nq, Nkv, Dh);
+    float *dpart = np ? pt_dalloc(np * 4) : NULL;
     int32_t *dp = dev_pos(pos0);
     float *got = malloc(nq * 4);
     for (int m = 0; m < k_pre_modes; m++) {
@@ -228,7 +235,7 @@ static void prefill_case(int Nq, int Nkv, int Dh, int pos0, int n, int gated) {
         set_pre_mode(m);
         cudaMemset(dout, 0xff, nq * 4); /* NaN: every output must be written */
         int rc = lily_cuda_attn_prefill(dq, n, dk, dv, dp, Nq, Nkv, Dh, scale, gated ? dg : NULL,
-                                        dout, NULL, &e);
+                                        dout, dpart, NULL, &e);
         if (!pt_ok(rc, "prefill launch", &e)) break;
         pt_get(got, dout, nq);
         snprintf(name, sizeof name, "attn prefill%s Nq=%d Nkv=%d Dh=%d pos0=%d n=%d%s",
@@ -237,7 +244,7 @@ static void prefill_case(int Nq, int Nkv, int Dh, int pos0, int n, int gated) {
     }
     set_pre_mode(0);
     lily_cuda_free(dk), lily_cuda_free(dv), lily_cuda_free(dq), lily_cuda_free(dg);
-    lily_cuda_free(dout), lily_cuda_free(dp);
+    lily_cuda_free(dout), lily_cuda_free(dp), lily_cuda_free(dpart);
     free(kc), free(vc), free(q), free(gate), free(ref), free(mag), free(scr), free(got);
 }
 
@@ -349,7 +356,7 @@ static void prep_case(int Nq, int Nkv, int Dh, int R, int pos0, int n, int gated
 /* ---- timing mode (LILY_CUDA_TIME=1) ---- */
 
 typedef struct {
-    float *q, *gate, *scr, *out;
+    float *q, *gate, *scr, *out, *part;
     void *k, *v;
     int32_t *pos;
     int n;
@@ -364,7 +371,7 @@ static int t_decode(const tctx *c) {
 static int t_prefill(const tctx *c) {
     lily_err e;
     return lily_cuda_attn_prefill(c->q, c->n, c->k, c->v, c->pos, 16, 2, 256, 0.0625f, c->gate,
-                                  c->out, (lily_cuda_stream)c->st, &e);
+                                  c->out, c->part, (lily_cuda_stream)c->st, &e);
 }
 
 /* Ten decode calls captured as one CUDA graph on c->st (re-captured per call, so the split
@@ -463,18 +470,21 @@ static void time_all(void) {
     free(hq);
     c.out = pt_dalloc((size_t)nq_max * 16 * 256 * 4);
     c.scr = pt_dalloc(lily_cuda_attn_decode_scratch(16, 256, 128) * 4);
+    c.part = pt_dalloc(lily_cuda_attn_prefill_scratch(16, 2, 256) * 4);
     c.pos = dev_pos(0);
     cudaStreamCreate(&c.st);
     for (int m = 0; m < k_pre_modes; m++) {
         set_pre_mode(m);
-        printf("time: LILY_CUDA_ATTN_EXACT=%d LILY_CUDA_ATTN_BIAS=%s LILY_CUDA_ATTN_WG=%s\n",
+        printf("time: LILY_CUDA_ATTN_EXACT=%d LILY_CUDA_ATTN_BIAS=%s LILY_CUDA_ATTN_WG=%s "
+               "LILY_CUDA_ATTN_SPLIT=%s\n",
                pre_mode_exact(m), getenv("LILY_CUDA_ATTN_BIAS"),
-               getenv("LILY_CUDA_ATTN_WG") ? getenv("LILY_CUDA_ATTN_WG") : "1 (default)");
+               getenv("LILY_CUDA_ATTN_WG") ? getenv("LILY_CUDA_ATTN_WG") : "1 (default)",
+               getenv("LILY_CUDA_ATTN_SPLIT"));
         time_mode(&c, maxc, n);
     }
     set_pre_mode(0);
     lily_cuda_free(c.k), lily_cuda_free(c.v), lily_cuda_free(c.q), lily_cuda_free(c.gate);
-    lily_cuda_free(c.out), lily_cuda_free(c.scr), lily_cuda_free(c.pos);
+    lily_cuda_free(c.out), lily_cuda_free(c.scr), lily_cuda_free(c.pos), lily_cuda_free(c.part);
     cudaStreamDestroy(c.st);
 }
 
@@ -551,7 +561,7 @@ int main(void) {
     lily_err e;
     pt_check_true("attention rejects Dh=96", lily_cuda_attn_prefill(NULL, 1, NULL, NULL, NULL, 2,
                                                                     1, 96, 1, NULL, NULL, NULL,
-                                                                    &e) == -1);
+                                                                    NULL, &e) == -1);
     if (getenv("LILY_CUDA_TIME") && getenv("LILY_CUDA_TIME")[0] == '1') time_all();
     return pt_finish();
 }

@@ -908,8 +908,8 @@ extern "C" int lily_cuda_attn_decode(const float *q, const void *kc_, const void
 
 extern "C" int lily_cuda_attn_prefill(const float *q, int n, const void *kc_, const void *vc_,
                                       const int32_t *d_pos, int Nq, int Nkv, int Dh, float scale,
-                                      const float *gate, float *out, lily_cuda_stream st,
-                                      lily_err *e) {
+                                      const float *gate, float *out, float *part,
+                                      lily_cuda_stream st, lily_err *e) {
     if (!shape_ok(Nq, Nkv, Dh))
         return lily_fail(e, "attention: unsupported shape Nq=%d Nkv=%d Dh=%d", Nq, Nkv, Dh);
     if (n < 1) return 0;
@@ -919,7 +919,7 @@ extern "C" int lily_cuda_attn_prefill(const float *q, int n, const void *kc_, co
                                          st, e);
     if (tu->attn_exact && tu->attn_wg && lily_cuda_attn_wg_ok(Nq, Nkv, Dh))
         return lily_cuda_attn_prefill_wg(q, n, kc_, vc_, d_pos, Nq, Nkv, Dh, scale, gate, out,
-                                         tu->attn_wg == 2, st, e);
+                                         part, tu->attn_wg == 2, st, e);
     const uint8_t *kc = (const uint8_t *)kc_, *vc = (const uint8_t *)vc_;
     int G_ = Nq / Nkv;
     LILY_PRE_CASE(64, 1) LILY_PRE_CASE(64, 2) LILY_PRE_CASE(64, 4) LILY_PRE_CASE(64, 8)

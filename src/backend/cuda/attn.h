@@ -75,11 +75,17 @@ int lily_cuda_attn_decode(const float *q, const void *kc, const void *vc,
                           const float *gate, float *scratch, int max_splits, float *out,
                           lily_cuda_stream st, lily_err *e);
 
+/* Floats of scratch lily_cuda_attn_prefill can split a chunk's causal spans with (any n; 0 when
+ * the shape has no split form: head dims other than 256). */
+size_t lily_cuda_attn_prefill_scratch(int Nq, int Nkv, int Dh);
+
 /* n queries q [n][Nq*Dh] at positions p0..p0+n-1 (p0 = *d_pos), causal over cache rows
- * 0..p0+t. out [n][Nq*Dh], times sigmoid(gate [n][Nq*Dh]) when gate != NULL. */
+ * 0..p0+t. out [n][Nq*Dh], times sigmoid(gate [n][Nq*Dh]) when gate != NULL. part: NULL or
+ * lily_cuda_attn_prefill_scratch floats, for the split form (attn_wg.h). */
 int lily_cuda_attn_prefill(const float *q, int n, const void *kc, const void *vc,
                            const int32_t *d_pos, int Nq, int Nkv, int Dh, float scale,
-                           const float *gate, float *out, lily_cuda_stream st, lily_err *e);
+                           const float *gate, float *out, float *part, lily_cuda_stream st,
+                           lily_err *e);
 
 #ifdef __cplusplus
 }

@@ -8,6 +8,79 @@ namespace {
 using namespace attn_wg;
 
 constexpr int kThreads = 256; /* two warpgroups, no producer warps */
+constexpr int kMaxSplits = 16;   /* of a chunk's causal spans (LILY_CUDA_ATTN_SPLIT) */
+constexpr int kMaxPartBlocks = 256; /* blocks x splits the partials' scratch holds */
+
+/* Partials of a split chunk (SPLIT kernels), in the scratch lily_cuda_attn_prefill_wg takes:
+ * for split s and query (t, h) the row i = (s n + t) Nq + h (< kMaxPartBlocks x kRows): O's
+ * unnormalised sum of p v at part + i DH (DH floats), its (m, l) pair at part + kPartMl + 2 i
+ * (the running max in the log2 domain and the sum of 2^(s - m); (-inf, 0) when the split had
+ * nothing of the row's span). */
+constexpr size_t kPartMl = (size_t)kMaxPartBlocks * kRows * DH;
+__device__ __forceinline__ size_t split_row(int sp, int n, int Nq, int t, int h) {
+    return ((size_t)sp * n + t) * Nq + h;
+}
+__device__ __forceinline__ size_t split_ml(int sp, int n, int Nq, int t, int h) {
+    return kPartMl + 2 * split_row(sp, n, Nq, t, h);
+}
+
+/* A thread's two rows (t0, head h0; t1, h1) of a split's partial, where they are < n; O was kept
+ * as sum P vf (vh + vl) = vf / 256 sum P v (store_rows). */
+__device__ __forceinline__ void store_partial(float *__restrict__ part, int sp, const float *o,
+                                              float m0, float m1, float l0, float l1,
+                                              float of_vf, int t0, int t1, int h0, int h1, int n,
+                                              int Nq, int tq) {
+    const float u = 256.f / of_vf;
+    float *p0 = part + split_row(sp, n, Nq, t0, h0) * DH + 2 * tq;
+    float *p1 = part + split_row(sp, n, Nq, t1, h1) * DH + 2 * tq;
+#pragma unroll
+    for (int nb = 0; nb < 32; nb++) {
+        if (t0 < n) *(float2 *)(p0 + nb * 8) = make_float2(o[4 * nb] * u, o[4 * nb + 1] * u);
+        if (t1 < n)
+            *(float2 *)(p1 + nb * 8) = make_float2(o[4 * nb + 2] * u, o[4 * nb + 3] * u);
+    }
+    if (tq == 0) {
+        if (t0 < n) *(float2 *)(part + split_ml(sp, n, Nq, t0, h0)) = make_float2(m0, l0);
+        if (t1 < n) *(float2 *)(part + split_ml(sp, n, Nq, t1, h1)) = make_float2(m1, l1);
+    }
+}
+
+/* The splits' partials of each query (t, h) (one warp per query, 8 per block) merged: sum_s
+ * 2^(m_s - M) o_s / sum_s 2^(m_s - M) l_s, times sigmoid(gate) when gate != NULL. */
+__global__ void __launch_bounds__(256)
+    attn_wg_merge_kernel(const float *__restrict__ part, int S, int n, int Nq,
+                         const float *__restrict__ gate, float *__restrict__ out) {
+    const int row = blockIdx.x * 8 + (threadIdx.x >> 5), lane = threadIdx.x & 31;
+    if (row >= n * Nq) return;
+    const int t = row / Nq, h = row % Nq;
+    float M = -INFINITY;
+    for (int sp = 0; sp < S; sp++) {
+        const float2 ml = *(const float2 *)(part + split_ml(sp, n, Nq, t, h));
+        if (ml.y > 0.f) M = fmaxf(M, ml.x);
+    }
+    float acc[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f}, L = 0.f;
+    for (int sp = 0; sp < S; sp++) {
+        const float2 ml = *(const float2 *)(part + split_ml(sp, n, Nq, t, h));
+        if (!(ml.y > 0.f)) continue;
+        const float w = exp2f(ml.x - M);
+        L += w * ml.y;
+        const float4 *src = (const float4 *)(part + split_row(sp, n, Nq, t, h) * DH) + lane * 2;
+        const float4 a = src[0], b = src[1];
+        acc[0] += w * a.x, acc[1] += w * a.y, acc[2] += w * a.z, acc[3] += w * a.w;
+        acc[4] += w * b.x, acc[5] += w * b.y, acc[6] += w * b.z, acc[7] += w * b.w;
+    }
+    const float il = L > 0.f ? 1.f / L : 0.f;
+    const size_t off = (size_t)row * DH + lane * 8;
+#pragma unroll
+    for (int i = 0; i < 8; i++) {
+        float x = acc[i] * il;
+        if (gate) x *= sigmoid_f(gate[off + i]);
+        acc[i] = x;
+    }
+    float4 *dst = (float4 *)(out + off);
+    dst[0] = make_float4(acc[0], acc[1], acc[2], acc[3]);
+    dst[1] = make_float4(acc[4], acc[5], acc[6], acc[7]);
+}
 
 /* grid (ceil(n / P), Nkv) with P = 128 / G positions per block; two warpgroups. Row r (0..127) of
  * a block is (position qt P + r / G, head j G + r % G); warpgroup w owns rows 64 w .. 64 w + 63,
@@ -17,11 +90,12 @@ constexpr int kThreads = 256; /* two warpgroups, no producer warps */
  * transposed), then each warpgroup runs S = Q K^T on s8 wgmma (hh, hl + lh and with LL ll
  * products, s32 accumulators), the online softmax, and O += P V on f16 wgmma from registers
  * (P hi and lo against the V digit planes: three products). */
-template <int G, bool LL>
+template <int G, bool LL, bool SPLIT>
 __global__ void __launch_bounds__(kThreads, 1)
     attn_wg_kernel(const float *__restrict__ q, int n, const uint8_t *__restrict__ kc,
                    const uint8_t *__restrict__ vc, const int32_t *d_pos, int Nkv, float scale,
-                   const float *__restrict__ gate, float *__restrict__ out) {
+                   const float *__restrict__ gate, float *__restrict__ out,
+                   float *__restrict__ part) {
     constexpr int P = kRows / G;
     extern __shared__ __align__(128) uint8_t smem[];
     __shared__ float s_qs[kRows], s_ks[kKt], s_vs[kKt];
@@ -34,6 +108,18 @@ __global__ void __launch_bounds__(kThreads, 1)
     const int kv_end = p0 + last_t + 1; /* positions 0..kv_end-1 are needed */
     const int qmin = p0 + qt * P;       /* the block's first query position */
     const int ntile = (kv_end + kKt - 1) / kKt;
+    /* SPLIT: split blockIdx.z of gridDim.z takes tiles it_beg .. it_end - 1 of the span */
+    const int it_beg = SPLIT ? (int)((long)blockIdx.z * ntile / gridDim.z) : 0;
+    const int it_end = SPLIT ? (int)((long)(blockIdx.z + 1) * ntile / gridDim.z) : ntile;
+    if (SPLIT && it_beg == it_end) { /* nothing of the span: an empty partial */
+        if (tid < kRows) {
+            const int t = qt * P + tid / G, h = j * G + tid % G;
+            if (t < n)
+                *(float2 *)(part + split_ml(blockIdx.z, n, Nq, t, h)) =
+                    make_float2(-INFINITY, 0.f);
+        }
+        return;
+    }
     const size_t row = kv_row_bytes(Nkv, DH);
     const uint8_t *kr = kc + (size_t)j * DH * 2, *vr = vc + (size_t)j * DH * 2;
     const uint8_t *ksc = kc + (size_t)Nkv * DH * 2 + (size_t)j * 4;
@@ -58,7 +144,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         }
         cp_async_commit();
     };
-    load(0);
+    load(it_beg);
 
     /* Q rows as 16-bit codes split into balanced s8 digits, in the warpgroup's planes */
     q_planes<G>(smem, s_qs, q, n, Nq, qt, j, wg, wi, lane);
@@ -76,7 +162,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     for (int i = 0; i < 128; i++) o[i] = 0.f;
     float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.f, l1 = 0.f;
     float of_vf = 1.f; /* the V-scale factor O is kept in (attn.cu's exact prefill) */
-    for (int it = 0; it < ntile; it++) {
+    for (int it = it_beg; it < it_end; it++) {
         const int kv0 = it * kKt;
         cp_async_wait0();
         __syncthreads(); /* tile it landed; every wgmma of tile it - 1 has completed */
@@ -89,7 +175,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         else if (tid < 2 * kKt) s_vs[tid - kKt] = *(const float *)(smem + OFF_SC + tid * 4);
         proxy_fence();
         __syncthreads(); /* planes written; the landing area is free */
-        if (it + 1 < ntile) load(it + 1);
+        if (it + 1 < it_end) load(it + 1);
 
         /* S = Q K^T over the digits: code products 65536 hh + 256 (hl + lh) (+ ll) */
         int hh[32], md[32], ll[LL ? 32 : 1];
@@ -137,36 +223,65 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
         for (int i = 0; i < 128; i++) reg_fence(o[i]);
     }
-    store_rows(o, l0, l1, of_vf, t0, t1, j * G + r0 % G, j * G + r1 % G, n, Nq, tq, gate, out);
+    if constexpr (SPLIT)
+        store_partial(part, blockIdx.z, o, m0, m1, l0, l1, of_vf, t0, t1, j * G + r0 % G,
+                      j * G + r1 % G, n, Nq, tq);
+    else
+        store_rows(o, l0, l1, of_vf, t0, t1, j * G + r0 % G, j * G + r1 % G, n, Nq, tq, gate,
+                   out);
 }
 
-template <int G, bool LL>
+template <int G, bool LL, bool SPLIT>
 int launch(const float *q, int n, const uint8_t *kc, const uint8_t *vc, const int32_t *d_pos,
-           int Nkv, float scale, const float *gate, float *out, lily_cuda_stream st,
-           lily_err *e) {
+           int Nkv, float scale, const float *gate, float *out, float *part, int S,
+           lily_cuda_stream st, lily_err *e) {
     constexpr int P = kRows / G;
-    LILY_CU_TRY(cudaFuncSetAttribute(attn_wg_kernel<G, LL>,
+    LILY_CU_TRY(cudaFuncSetAttribute(attn_wg_kernel<G, LL, SPLIT>,
                                      cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem),
                 e);
-    dim3 grid((n + P - 1) / P, Nkv);
-    attn_wg_kernel<G, LL><<<grid, kThreads, kSmem, st>>>(q, n, kc, vc, d_pos, Nkv, scale, gate,
-                                                          out);
+    dim3 grid((n + P - 1) / P, Nkv, SPLIT ? S : 1);
+    attn_wg_kernel<G, LL, SPLIT><<<grid, kThreads, kSmem, st>>>(q, n, kc, vc, d_pos, Nkv, scale,
+                                                                 gate, out, part);
     LILY_CU_LAUNCHED(e);
+    if (SPLIT) {
+        const int rows = n * Nkv * G;
+        attn_wg_merge_kernel<<<(rows + 7) / 8, 256, 0, st>>>(part, S, n, Nkv * G, gate, out);
+        LILY_CU_LAUNCHED(e);
+    }
     return 0;
 }
 
-template <bool LL>
-int launch_g(int G, const float *q, int n, const uint8_t *kc, const uint8_t *vc,
+template <int G>
+int launch_g(bool ll, int S, const float *q, int n, const uint8_t *kc, const uint8_t *vc,
              const int32_t *d_pos, int Nkv, float scale, const float *gate, float *out,
-             lily_cuda_stream st, lily_err *e) {
-    switch (G) {
-    case 1: return launch<1, LL>(q, n, kc, vc, d_pos, Nkv, scale, gate, out, st, e);
-    case 2: return launch<2, LL>(q, n, kc, vc, d_pos, Nkv, scale, gate, out, st, e);
-    case 4: return launch<4, LL>(q, n, kc, vc, d_pos, Nkv, scale, gate, out, st, e);
-    case 8: return launch<8, LL>(q, n, kc, vc, d_pos, Nkv, scale, gate, out, st, e);
-    case 16: return launch<16, LL>(q, n, kc, vc, d_pos, Nkv, scale, gate, out, st, e);
-    default: return lily_fail(e, "attention (wgmma): no kernel for G=%d", G);
+             float *part, lily_cuda_stream st, lily_err *e) {
+    if (ll) return launch<G, true, false>(q, n, kc, vc, d_pos, Nkv, scale, gate, out, part, 1, st, e);
+    if (S > 1) return launch<G, false, true>(q, n, kc, vc, d_pos, Nkv, scale, gate, out, part, S, st, e);
+    return launch<G, false, false>(q, n, kc, vc, d_pos, Nkv, scale, gate, out, part, 1, st, e);
+}
+
+/* Splits of the causal spans for a chunk of n tokens (1 = none): with the tune's attn_split 1,
+ * enough for one wave of blocks when the grid alone leaves SMs idle (a short chunk: an agent's
+ * turn deep in the cache); N >= 2 forces N; never more than the scratch holds. */
+int choose_splits(int n, int Nkv, int G, const float *part, int *S, lily_err *e) {
+    *S = 1;
+    const int mode = lily_cuda_tune_get()->attn_split;
+    if (!part || mode == 0) return 0;
+    const int blocks = (n + kRows / G - 1) / (kRows / G) * Nkv;
+    int want = mode;
+    if (mode == 1) {
+        static int nsm[64];
+        int dev = 0;
+        LILY_CU_TRY(cudaGetDevice(&dev), e);
+        if (dev < 0 || dev >= 64) return lily_fail(e, "attention: device %d out of range", dev);
+        if (!nsm[dev])
+            LILY_CU_TRY(cudaDeviceGetAttribute(&nsm[dev], cudaDevAttrMultiProcessorCount, dev), e);
+        want = nsm[dev] / blocks;
     }
+    want = want < kMaxSplits ? want : kMaxSplits;
+    want = want < kMaxPartBlocks / blocks ? want : kMaxPartBlocks / blocks;
+    *S = want > 1 ? want : 1;
+    return 0;
 }
 
 } // namespace
@@ -177,15 +292,28 @@ extern "C" int lily_cuda_attn_wg_ok(int Nq, int Nkv, int Dh) {
     return G == 1 || G == 2 || G == 4 || G == 8 || G == 16;
 }
 
+extern "C" size_t lily_cuda_attn_prefill_scratch(int Nq, int Nkv, int Dh) {
+    return lily_cuda_attn_wg_ok(Nq, Nkv, Dh) ? (size_t)kMaxPartBlocks * kRows * (DH + 2) : 0;
+}
+
 extern "C" int lily_cuda_attn_prefill_wg(const float *q, int n, const void *kc, const void *vc,
                                          const int32_t *d_pos, int Nq, int Nkv, int Dh,
-                                         float scale, const float *gate, float *out, int ll,
-                                         lily_cuda_stream st, lily_err *e) {
+                                         float scale, const float *gate, float *out, float *part,
+                                         int ll, lily_cuda_stream st, lily_err *e) {
     if (!lily_cuda_attn_wg_ok(Nq, Nkv, Dh))
         return lily_fail(e, "attention (wgmma): unsupported shape Nq=%d Nkv=%d Dh=%d", Nq, Nkv,
                          Dh);
     if (n < 1) return 0;
     const uint8_t *k = (const uint8_t *)kc, *v = (const uint8_t *)vc;
-    if (ll) return launch_g<true>(Nq / Nkv, q, n, k, v, d_pos, Nkv, scale, gate, out, st, e);
-    return launch_g<false>(Nq / Nkv, q, n, k, v, d_pos, Nkv, scale, gate, out, st, e);
+    const int G = Nq / Nkv;
+    int S = 1;
+    if (!ll && choose_splits(n, Nkv, G, part, &S, e)) return -1;
+    switch (G) {
+    case 1: return launch_g<1>(ll, S, q, n, k, v, d_pos, Nkv, scale, gate, out, part, st, e);
+    case 2: return launch_g<2>(ll, S, q, n, k, v, d_pos, Nkv, scale, gate, out, part, st, e);
+    case 4: return launch_g<4>(ll, S, q, n, k, v, d_pos, Nkv, scale, gate, out, part, st, e);
+    case 8: return launch_g<8>(ll, S, q, n, k, v, d_pos, Nkv, scale, gate, out, part, st, e);
+    case 16: return launch_g<16>(ll, S, q, n, k, v, d_pos, Nkv, scale, gate, out, part, st, e);
+    default: return lily_fail(e, "attention (wgmma): no kernel for G=%d", G);
+    }
 }

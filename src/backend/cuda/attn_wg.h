@@ -22,11 +22,14 @@ extern "C" {
 /* 1 when lily_cuda_attn_prefill_wg has a kernel for the shape (Dh 256, G in 1, 2, 4, 8, 16). */
 int lily_cuda_attn_wg_ok(int Nq, int Nkv, int Dh);
 
-/* As lily_cuda_attn_prefill (attn.h); ll != 0 adds the lo x lo digit products to S. */
+/* As lily_cuda_attn_prefill (attn.h, part included); ll != 0 adds the lo x lo digit products to
+ * S (never split). With part, the tune's attn_split (LILY_CUDA_ATTN_SPLIT, cuda_mem.h) may split
+ * the causal spans over blocks (a grid below the SM count: a short chunk) and merge the
+ * partials in a second kernel. */
 int lily_cuda_attn_prefill_wg(const float *q, int n, const void *kc, const void *vc,
                               const int32_t *d_pos, int Nq, int Nkv, int Dh, float scale,
-                              const float *gate, float *out, int ll, lily_cuda_stream st,
-                              lily_err *e);
+                              const float *gate, float *out, float *part, int ll,
+                              lily_cuda_stream st, lily_err *e);
 
 /* The same products with a producer warpgroup converting the cache rows for two consumer
  * warpgroups (attn_ws.cu; LILY_CUDA_ATTN_WG=3). */

@@ -68,7 +68,7 @@ struct lily_backend {
     float *final_norm, *inv_freq;
     cu_layer *L;
     /* scratch */
-    float *x, *a, *buf[5], *attn_part, *logits, *logits_all;
+    float *x, *a, *buf[5], *attn_part, *attn_pre, *logits, *logits_all;
     void *moe_dec, *moe_pre;
     int32_t *d_tok, *d_pos, *d_argmax;
     int32_t *d_ring, *d_step; /* greedy loop: tokens of consecutive graph replays */
@@ -276,7 +276,7 @@ void cu_close_impl(lily_backend *b) {
     lily_cuda_dmat_free(&b->embed);
     lily_cuda_dmat_free(&b->lm_head_own);
     float *fs[] = {b->final_norm, b->inv_freq, b->x, b->a, b->buf[0], b->buf[1], b->buf[2],
-                   b->buf[3], b->buf[4], b->attn_part, b->logits, b->logits_all};
+                   b->buf[3], b->buf[4], b->attn_part, b->attn_pre, b->logits, b->logits_all};
     for (float *f : fs) lily_cuda_free(f);
     lily_cuda_free(b->moe_dec);
     lily_cuda_free(b->moe_pre);
@@ -361,6 +361,9 @@ int cu_open(const lily_model *m, const lily_engine_opts *opts, lily_backend **ou
         if (!(b->attn_part = (float *)lily_cuda_alloc(
                   lily_cuda_attn_decode_scratch(c->n_q_heads, c->head_dim, kMaxSplits) * 4, e)))
             break;
+        /* the split form of the attention prefill (short chunks deep in the cache) */
+        const size_t pre = lily_cuda_attn_prefill_scratch(c->n_q_heads, c->n_kv_heads, c->head_dim);
+        if (pre && !(b->attn_pre = (float *)lily_cuda_alloc(pre * 4, e))) break;
         if (!(b->logits = (float *)lily_cuda_alloc((size_t)c->vocab * 4, e))) break;
         size_t md = 0, mp = 0;
         for (int j = 0; j < c->n_layers; j++) {
@@ -601,7 +604,8 @@ int prefill_layers(lily_backend *b, lily_bstate *s, int n, int all_logits, lily_
                                     c->rope_dim, b->inv_freq, ly->q_norm, ly->k_norm, eps, gated,
                                     q, gt, s->k[l], s->v[l], st, e) ||
                 lily_cuda_attn_prefill(q, n, s->k[l], s->v[l], b->d_pos, Nq, c->n_kv_heads, Dh,
-                                       1.0f / sqrtf((float)Dh), gated ? gt : nullptr, o, st, e) ||
+                                       1.0f / sqrtf((float)Dh), gated ? gt : nullptr, o,
+                                       b->attn_pre, st, e) ||
                 lily_cuda_gemm(&ly->o, o, Nq * Dh, n, X, H, 1, st, e))
                 return -1;
         } else {

@@ -250,7 +250,7 @@ extern "C" size_t lily_cuda_dmat_bytes(const lily_dmat *m) {
 }
 
 namespace {
-lily_cuda_tune g_tune = {0, 1, 1, 1, 0, 1, 64, 1, 1, LILY_GDN_AUTO, 1, 1, 1, 1, 1, 0};
+lily_cuda_tune g_tune = {0, 1, 1, 1, 0, 1, 64, 1, 1, LILY_GDN_AUTO, 1, 1, 1, 1, 1, 0, 0};
 
 int env_int(const char *name, int dflt) {
     const char *v = getenv(name);
@@ -277,6 +277,8 @@ extern "C" void lily_cuda_tune_reload(void) {
     g_tune.attn_bias = ab < 0 || ab > 1 ? 1 : ab;
     const int aw = env_int("LILY_CUDA_ATTN_WG", 1);
     g_tune.attn_wg = aw < 0 || aw > 3 ? 1 : aw;
+    const int sp = env_int("LILY_CUDA_ATTN_SPLIT", 0);
+    g_tune.attn_split = sp < 0 ? 0 : sp > 16 ? 16 : sp;
     static const struct {
         const char *name;
         int kernel;

@@ -112,6 +112,9 @@ size_t lily_cuda_dmat_bytes(const lily_dmat *m);
  *     fixtures alike); 3 = 1's products with a producer warpgroup converting the cache rows for
  *     two consumers (attn_ws.cu); 0 = attn.cu's mma.sync kernel (the only form for other head
  *     dims).
+ *   LILY_CUDA_ATTN_SPLIT: attn_wg.cu's kernel (LILY_CUDA_ATTN_WG=1) split over the causal spans: 0 (default)
+ *     = never; 1 = when a chunk's grid leaves SMs idle, as many splits as fill them (a short
+ *     chunk deep in the cache, an agent's turn); N in 2..16 = N splits (tests, measurements).
  * Read once at first use by their kernels' files instead (not reloaded): LILY_GEMM_KERNEL,
  * LILY_GEMM_WG_MIN_BLOCKS and LILY_GEMM_WG_GROUPED (which prefill GEMMs run where: gemm.h),
  * LILY_GEMM_WG_PIPE (gemm_wg.h), LILY_CUDA_SKINNY_SUB, _CP and _PF (gemm_skinny.h).
@@ -119,7 +122,7 @@ size_t lily_cuda_dmat_bytes(const lily_dmat *m);
 typedef struct lily_cuda_tune {
     int pdl;
     int fused_router, gemm_exact, attn_exact, group_bn, skinny, skinny_below, skinny_pair;
-    int norm_split, gdn_kernel, gdn_lazy, moe_stack, proj_stack, attn_bias, attn_wg;
+    int norm_split, gdn_kernel, gdn_lazy, moe_stack, proj_stack, attn_bias, attn_wg, attn_split;
     unsigned gen;
 } lily_cuda_tune;
 const lily_cuda_tune *lily_cuda_tune_get(void);
