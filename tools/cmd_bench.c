@@ -6,7 +6,11 @@
  * written, and the KV cache at that context). Rounds alternate over the lengths so drift in the
  * machine's speed spreads over all of them; the best round is reported. An untimed warm-up pass
  * (every length up to 8K once) comes first, so one-time costs (lazy kernel loading, the decode
- * graph's capture) stay out of the figures. */
+ * graph's capture) stay out of the figures.
+ *
+ * --turn N@D times what an agent loop pays per turn: N new tokens prefilled onto a session that
+ * already holds D (the D-token context is prefilled once, untimed, and snapshotted; each round
+ * restores it and times the N-token prefill). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,10 +25,12 @@ static void usage(FILE *f) {
     fprintf(f,
             "usage: lily bench --model DIR [--backend cpu|cuda] [--threads N] [--chunk N]\n"
             "                  [--prefill LIST] [--decode LIST] [--gen N] [--rounds N]\n"
-            "                  [--json FILE] [--csv FILE]\n"
+            "                  [--turn TURNS] [--json FILE] [--csv FILE]\n"
             "LIST is comma-separated lengths such as 256,512,1K,4K (default 128,512).\n"
             "--prefill times prefill at each length; --decode times --gen (default 32) decoded\n"
-            "tokens at each context length. Lengths in both lists share one prefill per round.\n");
+            "tokens at each context length. Lengths in both lists share one prefill per round.\n"
+            "--turn times prefill of N new tokens onto a context of D tokens, for each N@D in\n"
+            "TURNS (comma-separated, such as 512@32K,512@128K: an agent loop's turn).\n");
 }
 
 static int parse_list(const char *s, int *out, int *n) {
@@ -35,6 +41,24 @@ static int parse_list(const char *s, int *out, int *n) {
         long v;
         if (lily_cli_size(tok, &v) || v < 1 || v > (1 << 24) || *n >= MAX_LENS) return -1;
         out[(*n)++] = (int)v;
+    }
+    return *n ? 0 : -1;
+}
+
+/* "N@D,..." into new[] and depth[] (N >= 1, D >= 0). */
+static int parse_turns(const char *s, int *nw, int *depth, int *n) {
+    *n = 0;
+    char buf[512];
+    snprintf(buf, sizeof buf, "%s", s);
+    for (char *tok = strtok(buf, ","); tok; tok = strtok(NULL, ",")) {
+        char *at = strchr(tok, '@');
+        long a, b;
+        if (!at || *n >= MAX_LENS) return -1;
+        *at = 0;
+        if (lily_cli_size(tok, &a) || lily_cli_size(at + 1, &b) || a < 1 || b < 0 ||
+            a + b > (1 << 24))
+            return -1;
+        nw[*n] = (int)a, depth[*n] = (int)b, (*n)++;
     }
     return *n ? 0 : -1;
 }
@@ -54,6 +78,7 @@ static int argmax(const float *x, int n) {
 int lily_cmd_bench(int argc, char **argv) {
     const char *model = NULL, *json = NULL, *csv = NULL;
     int pl[MAX_LENS], dl[MAX_LENS], npl = 0, ndl = 0, gen = 32, rounds = 1;
+    int tn[MAX_LENS], td[MAX_LENS], nt = 0;
     lily_engine_opts opts = {0};
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i], *v = NULL;
@@ -75,6 +100,8 @@ int lily_cmd_bench(int argc, char **argv) {
             if (parse_list(v, pl, &npl)) goto badlist;
         } else if (!strcmp(a, "--decode")) {
             if (parse_list(v, dl, &ndl)) goto badlist;
+        } else if (!strcmp(a, "--turn")) {
+            if (parse_turns(v, tn, td, &nt)) goto badlist;
         } else {
             fprintf(stderr, "lily bench: unknown option '%s'\n", a);
             usage(stderr);
@@ -82,14 +109,14 @@ int lily_cmd_bench(int argc, char **argv) {
         }
         continue;
     badlist:
-        fprintf(stderr, "lily bench: bad length list '%s'\n", v);
+        fprintf(stderr, "lily bench: bad list '%s' for %s\n", v, a);
         return 2;
     }
     if (!model || gen < 1 || rounds < 1) {
         usage(stderr);
         return 2;
     }
-    if (!npl && !ndl) {
+    if (!npl && !ndl && !nt) {
         pl[0] = dl[0] = 128;
         pl[1] = dl[1] = 512;
         npl = ndl = 2;
@@ -108,6 +135,12 @@ int lily_cmd_bench(int argc, char **argv) {
             if (l[i] > maxlen) maxlen = l[i];
         }
     }
+    int maxctx = maxlen + gen; /* the session's room: the sweep's rows and the turns */
+    for (int i = 0; i < nt; i++) {
+        if (tn[i] + td[i] > maxctx) maxctx = tn[i] + td[i];
+        if (tn[i] > maxlen) maxlen = tn[i];
+        if (td[i] > maxlen) maxlen = td[i];
+    }
     lily_err e;
     lily_engine *eng = NULL;
     lily_session *s = NULL;
@@ -116,7 +149,7 @@ int lily_cmd_bench(int argc, char **argv) {
         return 1;
     }
     const lily_model_info *in = lily_engine_info(eng);
-    if (lily_session_create(eng, maxlen + gen, &s, &e) != 0) {
+    if (lily_session_create(eng, maxctx, &s, &e) != 0) {
         fprintf(stderr, "lily bench: %s\n", e.msg);
         lily_engine_close(eng);
         return 1;
@@ -165,6 +198,28 @@ int lily_cmd_bench(int argc, char **argv) {
             double t3 = lily_now();
             if (t3 - t2 < row->decode_s) row->decode_s = t3 - t2;
         }
+    /* turns: the context of each prefilled and snapshotted once (tokens 0..D-1), then per round
+     * restored and N tokens (D..D+N-1 of the same stream, wrapping) timed; the first restore's
+     * prefill is an untimed warm-up */
+    double turn_s[MAX_LENS];
+    for (int i = 0; i < nt && !rc; i++) {
+        lily_snapshot *snap = NULL;
+        int32_t *nt_tok = malloc((size_t)tn[i] * sizeof(int32_t));
+        for (int k = 0; k < tn[i]; k++) nt_tok[k] = tok[(td[i] + k) % maxlen];
+        lily_session_reset(s);
+        turn_s[i] = INFINITY;
+        rc = (td[i] > 0 && lily_session_prefill(s, tok, td[i], NULL, NULL, NULL, &e) != 0) ||
+             lily_session_snapshot(s, &snap, &e) != 0;
+        for (int r = -1; r < rounds && !rc; r++) {
+            rc = lily_session_restore(s, snap, &e) != 0;
+            double t0 = lily_now();
+            rc = rc || lily_session_prefill(s, nt_tok, tn[i], NULL, NULL, NULL, &e) != 0;
+            double t1 = lily_now();
+            if (r >= 0 && t1 - t0 < turn_s[i]) turn_s[i] = t1 - t0;
+        }
+        lily_snapshot_free(snap);
+        free(nt_tok);
+    }
     if (rc) fprintf(stderr, "lily bench: %s\n", e.msg);
     /* FLOPs per prefill token: 2 per active matrix weight (lm_head only for the last token), and
      * the causal attention term over the prompt. Decode bytes: active weights + GDN state read and
@@ -173,9 +228,10 @@ int lily_cmd_bench(int argc, char **argv) {
     if (jf) fprintf(jf, "{\"model\": \"%s\", \"backend\": \"%s\", \"quant\": \"%s\", "
                         "\"gen\": %d, \"rounds\": %d, \"rows\": [", model, in->backend,
                     in->quant, gen, rounds);
-    if (cf) fprintf(cf, "len,prefill_tok_s,prefill_tflops,decode_tok_s,decode_gb_s\n");
-    printf("%8s %14s %10s %13s %10s\n", "context", "prefill tok/s", "TFLOP/s", "decode tok/s",
-           "GB/s");
+    if (cf) fprintf(cf, "len,depth,prefill_tok_s,prefill_tflops,decode_tok_s,decode_gb_s\n");
+    if (nr)
+        printf("%8s %14s %10s %13s %10s\n", "context", "prefill tok/s", "TFLOP/s",
+               "decode tok/s", "GB/s");
     for (int i = 0; i < nr && !rc; i++) {
         bench_row *row = &rows[i];
         double pts = row->len / row->prefill_s;
@@ -198,8 +254,25 @@ int lily_cmd_bench(int argc, char **argv) {
                     i ? "," : "", row->len, row->do_prefill ? pts : 0.0,
                     row->do_prefill ? tflops : 0.0, dts, gbs);
         if (cf)
-            fprintf(cf, "%d,%.3f,%.4f,%.3f,%.2f\n", row->len, row->do_prefill ? pts : 0.0,
+            fprintf(cf, "%d,0,%.3f,%.4f,%.3f,%.2f\n", row->len, row->do_prefill ? pts : 0.0,
                     row->do_prefill ? tflops : 0.0, dts, gbs);
+    }
+    if (jf) fprintf(jf, "\n], \"turns\": [");
+    if (nt && !rc) printf("%8s %8s %14s %10s %10s\n", "turn", "depth", "prefill tok/s", "TFLOP/s",
+                          "ms");
+    for (int i = 0; i < nt && !rc; i++) {
+        /* the turn's FLOPs: its tokens' matrix work and attention over depth + its causal span */
+        const double n = tn[i], d = td[i];
+        double flops = (double)in->flops_per_token * n +
+                       (double)in->attn_flops_per_ctx * (n * d + n * (n + 1) / 2.0) +
+                       (double)in->lm_head_flops;
+        double pts = n / turn_s[i], tflops = flops / turn_s[i] / 1e12;
+        printf("%8d %8d %14.1f %10.3f %10.2f\n", tn[i], td[i], pts, tflops, turn_s[i] * 1e3);
+        if (jf)
+            fprintf(jf, "%s\n  {\"new\": %d, \"depth\": %d, \"prefill_tok_s\": %.3f, "
+                        "\"prefill_tflops\": %.4f, \"ms\": %.3f}",
+                    i ? "," : "", tn[i], td[i], pts, tflops, turn_s[i] * 1e3);
+        if (cf) fprintf(cf, "%d,%d,%.3f,%.4f,0.000,0.00\n", tn[i], td[i], pts, tflops);
     }
     if (jf) fprintf(jf, "\n]}\n"), fclose(jf);
     if (cf) fclose(cf);
