@@ -181,6 +181,7 @@ PY
             # A/B of environment settings through the engine, rounds interleaved:
             # GPU_CHECK_AB="LILY_GEMM_KERNEL=auto;LILY_GEMM_KERNEL=wg" (';' between variants,
             # ' ' between the settings of one), GPU_CHECK_AB_LIST (prefill lengths),
+            # GPU_CHECK_AB_TURN (agent turns, lily bench --turn: "512@32K,512@128K"),
             # GPU_CHECK_AB_ROUNDS (default 2)
             IFS=';' read -r -a abv <<<"$GPU_CHECK_AB"
             for r in $(seq 1 "${GPU_CHECK_AB_ROUNDS:-2}"); do
@@ -188,6 +189,7 @@ PY
                     echo "-- [$v] round $r"
                     env $v timeout 200 "$work/bin/lily" bench --model "$LILY_CUDA_BENCH_DIR" \
                         --backend cuda --prefill "${GPU_CHECK_AB_LIST:-256,512,1K,4K}" \
+                        ${GPU_CHECK_AB_TURN:+--turn "$GPU_CHECK_AB_TURN"} \
                         --decode 256 --gen 8 --rounds 1 2>&1 | grep -E '^ +[0-9]|rror'
                 done
             done
