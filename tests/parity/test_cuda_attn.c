@@ -14,7 +14,8 @@
  * with each lo-byte bias form (LILY_CUDA_ATTN_BIAS 1, 0), all to the exact bound, fast, the
  * warp-specialised wgmma kernel (LILY_CUDA_ATTN_WG=3, attn_ws.cu), and the wgmma kernel split
  * over the causal spans (LILY_CUDA_ATTN_SPLIT 1: as many splits as fill the SMs; 3: three, so
- * some splits of short spans are empty), to the exact bound.
+ * some splits of short spans are empty; and the warp-specialised kernel split in three), to the
+ * exact bound.
  *
  * LILY_CUDA_TIME=1 also times, in each mode, decode at the 35B-A3B shape (Nq 16, Nkv 2, Dh 256,
  * 128 splits as the backend sizes them) at contexts 4K to 128K, alone and as a CUDA graph of 10
@@ -102,20 +103,21 @@ static void set_wg(const char *w) {
 
 /* Prefill modes: the default (exact; the wgmma kernel at head dim 256), the wgmma kernel with the
  * ll products, attn.cu's exact kernel with each lo-byte bias form (1, 0), fast, the
- * warp-specialised wgmma kernel, the wgmma kernel split (auto, 3). Modes 1, 2, 5, 6, 7 only
- * differ from mode 0 at head dim 256. */
-static const int k_pre_modes = 8;
+ * warp-specialised wgmma kernel, the wgmma kernel split (auto, 3), the warp-specialised kernel
+ * split (3). Modes 1, 2 and 5-8 only differ from mode 0 at head dim 256. */
+static const int k_pre_modes = 9;
 static int pre_mode_exact(int m) { return m != 4; }
 static int pre_mode_dh256_only(int m) { return m == 1 || m == 2 || m >= 5; }
 static void set_pre_mode(int m) {
-    setenv("LILY_CUDA_ATTN_SPLIT", m == 6 ? "1" : m == 7 ? "3" : "0", 1);
+    setenv("LILY_CUDA_ATTN_SPLIT", m == 6 ? "1" : m == 7 || m == 8 ? "3" : "0", 1);
     set_exact(pre_mode_exact(m));
     set_bias(m == 3 ? 0 : 1);
-    set_wg(m == 0 || m >= 6 ? NULL : m == 1 ? "2" : m == 5 ? "3" : "0");
+    set_wg(m == 0 || m == 6 || m == 7 ? NULL : m == 1 ? "2" : m == 5 || m == 8 ? "3" : "0");
 }
 static const char *pre_mode_name(int m) {
     static const char *nm[] = {"",       " (wg ll)", " (mma)",    " (mma bias 0)",
-                               " (fast)", " (ws)",    " (split)", " (split 3)"};
+                               " (fast)", " (ws)",    " (split)", " (split 3)",
+                               " (ws split 3)"};
     return nm[m];
 }
 

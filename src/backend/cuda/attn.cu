@@ -916,7 +916,7 @@ extern "C" int lily_cuda_attn_prefill(const float *q, int n, const void *kc_, co
     const lily_cuda_tune *tu = lily_cuda_tune_get();
     if (tu->attn_exact && tu->attn_wg == 3 && lily_cuda_attn_wg_ok(Nq, Nkv, Dh))
         return lily_cuda_attn_prefill_ws(q, n, kc_, vc_, d_pos, Nq, Nkv, Dh, scale, gate, out,
-                                         st, e);
+                                         part, st, e);
     if (tu->attn_exact && tu->attn_wg && lily_cuda_attn_wg_ok(Nq, Nkv, Dh))
         return lily_cuda_attn_prefill_wg(q, n, kc_, vc_, d_pos, Nq, Nkv, Dh, scale, gate, out,
                                          part, tu->attn_wg == 2, st, e);

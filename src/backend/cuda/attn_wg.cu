@@ -8,42 +8,6 @@ namespace {
 using namespace attn_wg;
 
 constexpr int kThreads = 256; /* two warpgroups, no producer warps */
-constexpr int kMaxSplits = 16;   /* of a chunk's causal spans (LILY_CUDA_ATTN_SPLIT) */
-constexpr int kMaxPartBlocks = 256; /* blocks x splits the partials' scratch holds */
-
-/* Partials of a split chunk (SPLIT kernels), in the scratch lily_cuda_attn_prefill_wg takes:
- * for split s and query (t, h) the row i = (s n + t) Nq + h (< kMaxPartBlocks x kRows): O's
- * unnormalised sum of p v at part + i DH (DH floats), its (m, l) pair at part + kPartMl + 2 i
- * (the running max in the log2 domain and the sum of 2^(s - m); (-inf, 0) when the split had
- * nothing of the row's span). */
-constexpr size_t kPartMl = (size_t)kMaxPartBlocks * kRows * DH;
-__device__ __forceinline__ size_t split_row(int sp, int n, int Nq, int t, int h) {
-    return ((size_t)sp * n + t) * Nq + h;
-}
-__device__ __forceinline__ size_t split_ml(int sp, int n, int Nq, int t, int h) {
-    return kPartMl + 2 * split_row(sp, n, Nq, t, h);
-}
-
-/* A thread's two rows (t0, head h0; t1, h1) of a split's partial, where they are < n; O was kept
- * as sum P vf (vh + vl) = vf / 256 sum P v (store_rows). */
-__device__ __forceinline__ void store_partial(float *__restrict__ part, int sp, const float *o,
-                                              float m0, float m1, float l0, float l1,
-                                              float of_vf, int t0, int t1, int h0, int h1, int n,
-                                              int Nq, int tq) {
-    const float u = 256.f / of_vf;
-    float *p0 = part + split_row(sp, n, Nq, t0, h0) * DH + 2 * tq;
-    float *p1 = part + split_row(sp, n, Nq, t1, h1) * DH + 2 * tq;
-#pragma unroll
-    for (int nb = 0; nb < 32; nb++) {
-        if (t0 < n) *(float2 *)(p0 + nb * 8) = make_float2(o[4 * nb] * u, o[4 * nb + 1] * u);
-        if (t1 < n)
-            *(float2 *)(p1 + nb * 8) = make_float2(o[4 * nb + 2] * u, o[4 * nb + 3] * u);
-    }
-    if (tq == 0) {
-        if (t0 < n) *(float2 *)(part + split_ml(sp, n, Nq, t0, h0)) = make_float2(m0, l0);
-        if (t1 < n) *(float2 *)(part + split_ml(sp, n, Nq, t1, h1)) = make_float2(m1, l1);
-    }
-}
 
 /* The splits' partials of each query (t, h) (one warp per query, 8 per block) merged: sum_s
  * 2^(m_s - M) o_s / sum_s 2^(m_s - M) l_s, times sigmoid(gate) when gate != NULL. */
@@ -243,12 +207,7 @@ int launch(const float *q, int n, const uint8_t *kc, const uint8_t *vc, const in
     attn_wg_kernel<G, LL, SPLIT><<<grid, kThreads, kSmem, st>>>(q, n, kc, vc, d_pos, Nkv, scale,
                                                                  gate, out, part);
     LILY_CU_LAUNCHED(e);
-    if (SPLIT) {
-        const int rows = n * Nkv * G;
-        attn_wg_merge_kernel<<<(rows + 7) / 8, 256, 0, st>>>(part, S, n, Nkv * G, gate, out);
-        LILY_CU_LAUNCHED(e);
-    }
-    return 0;
+    return SPLIT ? merge_splits(part, S, n, Nkv * G, gate, out, st, e) : 0;
 }
 
 template <int G>
@@ -260,10 +219,12 @@ int launch_g(bool ll, int S, const float *q, int n, const uint8_t *kc, const uin
     return launch<G, false, false>(q, n, kc, vc, d_pos, Nkv, scale, gate, out, part, 1, st, e);
 }
 
+} // namespace
+
 /* Splits of the causal spans for a chunk of n tokens (1 = none): with the tune's attn_split 1,
  * enough for one wave of blocks when the grid alone leaves SMs idle (a short chunk: an agent's
  * turn deep in the cache); N >= 2 forces N; never more than the scratch holds. */
-int choose_splits(int n, int Nkv, int G, const float *part, int *S, lily_err *e) {
+int attn_wg::choose_splits(int n, int Nkv, int G, const float *part, int *S, lily_err *e) {
     *S = 1;
     const int mode = lily_cuda_tune_get()->attn_split;
     if (!part || mode == 0) return 0;
@@ -284,7 +245,12 @@ int choose_splits(int n, int Nkv, int G, const float *part, int *S, lily_err *e)
     return 0;
 }
 
-} // namespace
+int attn_wg::merge_splits(const float *part, int S, int n, int Nq, const float *gate, float *out,
+                          lily_cuda_stream st, lily_err *e) {
+    attn_wg_merge_kernel<<<(n * Nq + 7) / 8, 256, 0, st>>>(part, S, n, Nq, gate, out);
+    LILY_CU_LAUNCHED(e);
+    return 0;
+}
 
 extern "C" int lily_cuda_attn_wg_ok(int Nq, int Nkv, int Dh) {
     if (Nkv < 1 || Nq % Nkv || Dh != DH) return 0;

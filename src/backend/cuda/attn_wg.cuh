@@ -353,6 +353,49 @@ __device__ __forceinline__ void store_rows(const float *o, float l0, float l1, f
     }
 }
 
+constexpr int kMaxSplits = 16;      /* of a chunk's causal spans (LILY_CUDA_ATTN_SPLIT) */
+constexpr int kMaxPartBlocks = 256; /* blocks x splits the partials' scratch holds */
+
+/* Partials of a split chunk (SPLIT kernels), in the scratch lily_cuda_attn_prefill takes:
+ * for split s and query (t, h) the row i = (s n + t) Nq + h (< kMaxPartBlocks x kRows): O's
+ * unnormalised sum of p v at part + i DH (DH floats), its (m, l) pair at part + kPartMl + 2 i
+ * (the running max in the log2 domain and the sum of 2^(s - m); (-inf, 0) when the split had
+ * nothing of the row's span). */
+constexpr size_t kPartMl = (size_t)kMaxPartBlocks * kRows * DH;
+__device__ __forceinline__ size_t split_row(int sp, int n, int Nq, int t, int h) {
+    return ((size_t)sp * n + t) * Nq + h;
+}
+__device__ __forceinline__ size_t split_ml(int sp, int n, int Nq, int t, int h) {
+    return kPartMl + 2 * split_row(sp, n, Nq, t, h);
+}
+
+/* A thread's two rows (t0, head h0; t1, h1) of a split's partial, where they are < n; O was kept
+ * as sum P vf (vh + vl) = vf / 256 sum P v (store_rows). */
+__device__ __forceinline__ void store_partial(float *__restrict__ part, int sp, const float *o,
+                                              float m0, float m1, float l0, float l1,
+                                              float of_vf, int t0, int t1, int h0, int h1, int n,
+                                              int Nq, int tq) {
+    const float u = 256.f / of_vf;
+    float *p0 = part + split_row(sp, n, Nq, t0, h0) * DH + 2 * tq;
+    float *p1 = part + split_row(sp, n, Nq, t1, h1) * DH + 2 * tq;
+#pragma unroll
+    for (int nb = 0; nb < 32; nb++) {
+        if (t0 < n) *(float2 *)(p0 + nb * 8) = make_float2(o[4 * nb] * u, o[4 * nb + 1] * u);
+        if (t1 < n)
+            *(float2 *)(p1 + nb * 8) = make_float2(o[4 * nb + 2] * u, o[4 * nb + 3] * u);
+    }
+    if (tq == 0) {
+        if (t0 < n) *(float2 *)(part + split_ml(sp, n, Nq, t0, h0)) = make_float2(m0, l0);
+        if (t1 < n) *(float2 *)(part + split_ml(sp, n, Nq, t1, h1)) = make_float2(m1, l1);
+    }
+}
+
+/* How many splits a chunk of n tokens takes (*S = 1: none; attn_wg.cu). */
+int choose_splits(int n, int Nkv, int G, const float *part, int *S, lily_err *e);
+/* The splits' partials merged into out (times sigmoid(gate) when gate != NULL; attn_wg.cu). */
+int merge_splits(const float *part, int S, int n, int Nq, const float *gate, float *out,
+                 lily_cuda_stream st, lily_err *e);
+
 } // namespace attn_wg
 
 #endif

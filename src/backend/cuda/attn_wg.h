@@ -32,10 +32,11 @@ int lily_cuda_attn_prefill_wg(const float *q, int n, const void *kc, const void 
                               lily_cuda_stream st, lily_err *e);
 
 /* The same products with a producer warpgroup converting the cache rows for two consumer
- * warpgroups (attn_ws.cu; LILY_CUDA_ATTN_WG=3). */
+ * warpgroups (attn_ws.cu; LILY_CUDA_ATTN_WG=3); split as lily_cuda_attn_prefill_wg. */
 int lily_cuda_attn_prefill_ws(const float *q, int n, const void *kc, const void *vc,
                               const int32_t *d_pos, int Nq, int Nkv, int Dh, float scale,
-                              const float *gate, float *out, lily_cuda_stream st, lily_err *e);
+                              const float *gate, float *out, float *part, lily_cuda_stream st,
+                              lily_err *e);
 
 #ifdef __cplusplus
 }

@@ -39,11 +39,12 @@ __device__ __forceinline__ void bar_arrive(int id, int n) {
 
 /* grid (ceil(n / P), Nkv) with P = 128 / G positions per block, 384 threads: warpgroup 0 the
  * producer, warpgroup 1 + c consumer c (block rows 64 c .. 64 c + 63, attn_wg.cu's layout). */
-template <int G>
+template <int G, bool SPLIT>
 __global__ void __launch_bounds__(kThreads, 1)
     attn_ws_kernel(const float *__restrict__ q, int n, const uint8_t *__restrict__ kc,
                    const uint8_t *__restrict__ vc, const int32_t *d_pos, int Nkv, float scale,
-                   const float *__restrict__ gate, float *__restrict__ out) {
+                   const float *__restrict__ gate, float *__restrict__ out,
+                   float *__restrict__ part) {
     constexpr int P = kRows / G;
     extern __shared__ __align__(128) uint8_t smem[];
     __shared__ float s_qs[kRows], s_ks[2][kKt], s_vs[2][kKt];
@@ -56,6 +57,18 @@ __global__ void __launch_bounds__(kThreads, 1)
     const int kv_end = p0 + last_t + 1; /* positions 0..kv_end-1 are needed */
     const int qmin = p0 + qt * P;       /* the block's first query position */
     const int ntile = (kv_end + kKt - 1) / kKt;
+    /* SPLIT: split blockIdx.z of gridDim.z takes tiles it_beg .. it_end - 1 (attn_wg.cuh) */
+    const int it_beg = SPLIT ? (int)((long)blockIdx.z * ntile / gridDim.z) : 0;
+    const int it_end = SPLIT ? (int)((long)(blockIdx.z + 1) * ntile / gridDim.z) : ntile;
+    if (SPLIT && it_beg == it_end) { /* nothing of the span: an empty partial */
+        if (tid < kRows) {
+            const int t = qt * P + tid / G, h = j * G + tid % G;
+            if (t < n)
+                *(float2 *)(part + split_ml(blockIdx.z, n, Nq, t, h)) =
+                    make_float2(-INFINITY, 0.f);
+        }
+        return;
+    }
 
     const size_t row = kv_row_bytes(Nkv, DH);
     const uint8_t *kr = kc + (size_t)j * DH * 2, *vr = vc + (size_t)j * DH * 2;
@@ -85,8 +98,8 @@ __global__ void __launch_bounds__(kThreads, 1)
     };
     const int cw = wgi - 1, g = lane >> 2, tq = lane & 3;
     if (wgi == 0) { /* the first tile's copies */
-        load(0, 0);
-        load(0, 1);
+        load(it_beg, 0);
+        load(it_beg, 1);
     } else { /* each consumer's Q planes */
         q_planes<G>(smem, s_qs, q, n, Nq, qt, j, cw, wi, lane);
         proxy_fence();
@@ -95,11 +108,11 @@ __global__ void __launch_bounds__(kThreads, 1)
 
     if (wgi == 0) { /* the producer: the tiles' conversions */
         asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(kProdRegs));
-        for (int it = 0; it < ntile; it++) {
+        for (int it = it_beg; it < it_end; it++) {
             const int b = it & 1;
             cp_async_wait1(); /* K of tile it (V may still be in flight) */
             bar_sync(BAR_PROD, 128);
-            if (it > 0) bar_sync(BAR_KEMPTY, 384); /* both consumers' S of tile it - 1 done */
+            if (it > it_beg) bar_sync(BAR_KEMPTY, 384); /* both consumers' S of tile it - 1 done */
 #pragma unroll 2
             for (int x = 0; x < 8; x++) k_unit(smem, tid + 128 * x);
             const float sc = *(const float *)(smem + OFF_SC + tid * 4);
@@ -109,21 +122,21 @@ __global__ void __launch_bounds__(kThreads, 1)
             bar_arrive(BAR_KFULL, 256);
             bar_arrive(BAR_KFULL + 1, 256);
             bar_sync(BAR_PROD, 128); /* the K landing area has been read */
-            if (it + 1 < ntile) {
+            if (it + 1 < it_end) {
                 load(it + 1, 0);
                 cp_async_wait1(); /* V of tile it */
             } else {
                 cp_async_wait0();
             }
             bar_sync(BAR_PROD, 128);
-            if (it > 0) bar_sync(BAR_VEMPTY, 384); /* both consumers' P V of tile it - 1 done */
+            if (it > it_beg) bar_sync(BAR_VEMPTY, 384); /* both consumers' P V of tile it - 1 done */
 #pragma unroll 2
             for (int x = 0; x < 8; x++) v_unit(smem, tid + 128 * x);
             proxy_fence();
             bar_arrive(BAR_VFULL, 256);
             bar_arrive(BAR_VFULL + 1, 256);
             bar_sync(BAR_PROD, 128); /* the V landing area has been read */
-            if (it + 1 < ntile) load(it + 1, 1);
+            if (it + 1 < it_end) load(it + 1, 1);
         }
         return;
     }
@@ -142,7 +155,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.f, l1 = 0.f;
     float of_vf = 1.f; /* the V-scale factor O is kept in (attn.cu's exact prefill) */
     if (cw == 1) bar_arrive(BAR_TURN, 256); /* consumer 0 takes the first turn */
-    for (int it = 0; it < ntile; it++) {
+    for (int it = it_beg; it < it_end; it++) {
         const int b = it & 1, kv0 = it * kKt;
         bar_sync(BAR_KFULL + cw, 256);
         int hh[32], md[32];
@@ -158,7 +171,7 @@ __global__ void __launch_bounds__(kThreads, 1)
             reg_fence(hh[i]);
             reg_fence(md[i]);
         }
-        if (it + 1 < ntile) bar_arrive(BAR_KEMPTY, 384);
+        if (it + 1 < it_end) bar_arrive(BAR_KEMPTY, 384);
         const bool full = kv0 + kKt - 1 <= qmin;
         float s[32];
         s_scores<false>(hh, md, nullptr, s_ks[b], f0, f1, full, kv0, qp0, qp1, tq, s);
@@ -184,27 +197,41 @@ __global__ void __launch_bounds__(kThreads, 1)
         issue_pv(sb + OFF_V + opaque_zero(), o, ph, pl);
         wg_commit();
         /* consumer 1's last turn is the block's last: nobody waits for it */
-        if (cw == 0 || it + 1 < ntile) bar_arrive(BAR_TURN + (cw ^ 1), 256);
+        if (cw == 0 || it + 1 < it_end) bar_arrive(BAR_TURN + (cw ^ 1), 256);
         wg_wait0();
 #pragma unroll
         for (int i = 0; i < 128; i++) reg_fence(o[i]);
-        if (it + 1 < ntile) bar_arrive(BAR_VEMPTY, 384);
+        if (it + 1 < it_end) bar_arrive(BAR_VEMPTY, 384);
     }
-    store_rows(o, l0, l1, of_vf, t0, t1, j * G + r0 % G, j * G + r1 % G, n, Nq, tq, gate, out);
+    if constexpr (SPLIT)
+        store_partial(part, blockIdx.z, o, m0, m1, l0, l1, of_vf, t0, t1, j * G + r0 % G,
+                      j * G + r1 % G, n, Nq, tq);
+    else
+        store_rows(o, l0, l1, of_vf, t0, t1, j * G + r0 % G, j * G + r1 % G, n, Nq, tq, gate,
+                   out);
+}
+
+template <int G, bool SPLIT>
+int launch(const float *q, int n, const uint8_t *kc, const uint8_t *vc, const int32_t *d_pos,
+           int Nkv, float scale, const float *gate, float *out, float *part, int S,
+           lily_cuda_stream st, lily_err *e) {
+    constexpr int P = kRows / G;
+    LILY_CU_TRY(cudaFuncSetAttribute(attn_ws_kernel<G, SPLIT>,
+                                     cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem),
+                e);
+    dim3 grid((n + P - 1) / P, Nkv, SPLIT ? S : 1);
+    attn_ws_kernel<G, SPLIT><<<grid, kThreads, kSmem, st>>>(q, n, kc, vc, d_pos, Nkv, scale, gate,
+                                                             out, part);
+    LILY_CU_LAUNCHED(e);
+    return SPLIT ? merge_splits(part, S, n, Nkv * G, gate, out, st, e) : 0;
 }
 
 template <int G>
-int launch(const float *q, int n, const uint8_t *kc, const uint8_t *vc, const int32_t *d_pos,
-           int Nkv, float scale, const float *gate, float *out, lily_cuda_stream st,
-           lily_err *e) {
-    constexpr int P = kRows / G;
-    LILY_CU_TRY(cudaFuncSetAttribute(attn_ws_kernel<G>,
-                                     cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem),
-                e);
-    dim3 grid((n + P - 1) / P, Nkv);
-    attn_ws_kernel<G><<<grid, kThreads, kSmem, st>>>(q, n, kc, vc, d_pos, Nkv, scale, gate, out);
-    LILY_CU_LAUNCHED(e);
-    return 0;
+int launch_s(int S, const float *q, int n, const uint8_t *kc, const uint8_t *vc,
+             const int32_t *d_pos, int Nkv, float scale, const float *gate, float *out,
+             float *part, lily_cuda_stream st, lily_err *e) {
+    if (S > 1) return launch<G, true>(q, n, kc, vc, d_pos, Nkv, scale, gate, out, part, S, st, e);
+    return launch<G, false>(q, n, kc, vc, d_pos, Nkv, scale, gate, out, part, 1, st, e);
 }
 
 } // namespace
@@ -212,18 +239,21 @@ int launch(const float *q, int n, const uint8_t *kc, const uint8_t *vc, const in
 extern "C" int lily_cuda_attn_prefill_ws(const float *q, int n, const void *kc, const void *vc,
                                          const int32_t *d_pos, int Nq, int Nkv, int Dh,
                                          float scale, const float *gate, float *out,
-                                         lily_cuda_stream st, lily_err *e) {
+                                         float *part, lily_cuda_stream st, lily_err *e) {
     if (!lily_cuda_attn_wg_ok(Nq, Nkv, Dh))
         return lily_fail(e, "attention (wgmma, specialised): unsupported shape Nq=%d Nkv=%d Dh=%d",
                          Nq, Nkv, Dh);
     if (n < 1) return 0;
     const uint8_t *k = (const uint8_t *)kc, *v = (const uint8_t *)vc;
-    switch (Nq / Nkv) {
-    case 1: return launch<1>(q, n, k, v, d_pos, Nkv, scale, gate, out, st, e);
-    case 2: return launch<2>(q, n, k, v, d_pos, Nkv, scale, gate, out, st, e);
-    case 4: return launch<4>(q, n, k, v, d_pos, Nkv, scale, gate, out, st, e);
-    case 8: return launch<8>(q, n, k, v, d_pos, Nkv, scale, gate, out, st, e);
-    case 16: return launch<16>(q, n, k, v, d_pos, Nkv, scale, gate, out, st, e);
+    const int G = Nq / Nkv;
+    int S = 1;
+    if (choose_splits(n, Nkv, G, part, &S, e)) return -1;
+    switch (G) {
+    case 1: return launch_s<1>(S, q, n, k, v, d_pos, Nkv, scale, gate, out, part, st, e);
+    case 2: return launch_s<2>(S, q, n, k, v, d_pos, Nkv, scale, gate, out, part, st, e);
+    case 4: return launch_s<4>(S, q, n, k, v, d_pos, Nkv, scale, gate, out, part, st, e);
+    case 8: return launch_s<8>(S, q, n, k, v, d_pos, Nkv, scale, gate, out, part, st, e);
+    case 16: return launch_s<16>(S, q, n, k, v, d_pos, Nkv, scale, gate, out, part, st, e);
     default: return lily_fail(e, "attention (wgmma, specialised): no kernel for G=%d", Nq / Nkv);
     }
 }
