@@ -228,8 +228,10 @@ static inline void pt_need_gpu(void) {
         printf("skipped: %s\n", e.msg);
         exit(77);
     }
-    /* the reference is the exact fp32 CPU matmul: never an opt-in approximate (VNNI int16)
-     * kernel, whatever the machine or environment selects */
+    /* the reference is the exact fp32 CPU matmul: never the int16-activation Q4 prefill GEMM
+     * (matmul_i16.h) the CPU backend runs by default on AVX-512 VNNI, whatever the machine or
+     * environment selects */
+    setenv("LILY_CPU_GEMM", "f32", 1);
     lily_cpu_set_isa("avx512");
 }
 #endif

@@ -74,6 +74,17 @@ static double ref_elem(const lily_mat *W, int r, int c) {
     return NAN;
 }
 
+/* The middle of a Q4 element's group (q = 8): s 8 + b, what the int16 GEMM centres on. */
+static double ref_elem_mid(const lily_mat *W, int r, int c) {
+    int g = c / W->group, ng = W->cols / W->group;
+    uint32_t su = (uint32_t)W->scales[(size_t)r * ng + g] << 16;
+    uint32_t bu = (uint32_t)W->biases[(size_t)r * ng + g] << 16;
+    float s, b;
+    memcpy(&s, &su, 4);
+    memcpy(&b, &bu, 4);
+    return 8.0 * s + b;
+}
+
 static void make_mat(lily_mat *W, lily_dtype dt, int rows, int cols, void **mem) {
     memset(W, 0, sizeof *W);
     W->dt = dt;
@@ -133,18 +144,32 @@ static void test_matmul(lily_pool *pool) {
                 for (int i = 0; i < n * ldx; i++) X[i] = frand();
                 for (int i = 0; i < n * ldy; i++) Y[i] = NAN; /* poison */
                 lily_cpu_matmul(&W, X, n, ldx, Y, ldy, (ni & 1) ? pool : NULL);
+                const int qx = lily_cpu_matmul_quantizes_x(&W, n);
                 double worst = 0;
                 int bad = 0;
                 for (int t = 0; t < n; t++)
                     for (int r = 0; r < rows; r++) {
-                        double ref = 0, mag = 0;
+                        const float *x = X + (size_t)t * ldx;
+                        double ref = 0, mag = 0, qb = 0;
                         for (int c = 0; c < cols; c++) {
                             double w = ref_elem(&W, r, c);
-                            ref += w * X[(size_t)t * ldx + c];
-                            mag += fabs(w * X[(size_t)t * ldx + c]);
+                            ref += w * x[c];
+                            mag += fabs(w * x[c]);
+                        }
+                        /* 16-bit x codes per group of 64 (matmul_i16.h): each element off by at
+                         * most half a step (max|x of its group| / 32639 / 2), against the
+                         * centred weight s (q - 8): that bound on top of the fp32 one */
+                        for (int g = 0; qx && g < cols / 64; g++) {
+                            double mx = 0, sw = 0;
+                            for (int c = 64 * g; c < 64 * g + 64; c++) {
+                                mx = fmax(mx, fabs(x[c]));
+                                sw += fabs(ref_elem(&W, r, c) - ref_elem_mid(&W, r, c));
+                            }
+                            qb += sw * mx / 32639.0 / 2.0;
                         }
                         double err = fabs(Y[(size_t)t * ldy + r] - ref) / (mag + 1e-12);
-                        if (!(err <= 1e-5)) bad = 1;
+                        double lim = 1e-5 + qb / (mag + 1e-12);
+                        if (!(err <= lim)) bad = 1;
                         if (err > worst || err != err) worst = err;
                     }
                 char what[96];
@@ -397,12 +422,15 @@ static void test_misc(void) {
 
 int main(void) {
     lily_pool *pool = lily_pool_create(3);
-    const char *isas[] = {"avx512", "avx2", "scalar"};
-    for (int i = 0; i < 3; i++) {
-        printf("-- matmul kernels capped at %s\n", isas[i]);
+    /* avx512 twice: with the int16 Q4 prefill GEMM where the CPU has VNNI, and with fp32 only */
+    const char *isas[] = {"avx512", "avx512", "avx2", "scalar"};
+    for (int i = 0; i < 4; i++) {
+        if (i == 1) setenv("LILY_CPU_GEMM", "f32", 1);
+        printf("-- matmul kernels capped at %s%s\n", isas[i], i == 1 ? " (fp32 GEMM)" : "");
         lily_cpu_set_isa(isas[i]);
         test_matmul(pool);
     }
+    unsetenv("LILY_CPU_GEMM");
     lily_cpu_set_isa(NULL);
     test_matmul_many(pool);
     test_conv();

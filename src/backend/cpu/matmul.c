@@ -6,6 +6,8 @@
  *    64 into [even elements | odd elements], so the low and high nibbles of a byte line up with
  *    two contiguous halves of x and no shuffles are needed; the group's affine bias is applied
  *    as bias * sum(x over the group), computed once per call.
+ *  - prefill, Q4 with AVX-512 VNNI: matmul_i16.h (X quantised to 16-bit codes per group of 64
+ *    once per call, int16 products; one task per 16-row tile of W, all tokens).
  *  - prefill (and the other types): work is split into (token block, row tile) tasks. A task
  *    dequantizes a 16-row tile of W into per-thread fp32 scratch, then a 4x4 register-blocked
  *    micro-kernel multiplies it with a 32-token block of X that stays in L2.
@@ -15,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend/cpu/matmul_i16.h"
 #include "backend/cpu/ops.h"
 #include "base/err.h"
 
@@ -23,9 +26,10 @@
 
 /* Instruction set of the matmul kernels: 2 = AVX-512, 1 = AVX2+FMA, 0 = plain C. Detected once;
  * LILY_CPU_ISA=avx512|avx2|scalar in the environment caps it (tests use it to cover every path).
- * (An AVX-512 VNNI variant with int16 activations was tried and measured 20-30 % slower on this
- * 2-vCPU machine than the fp32 row-pair kernel; int8 activations drifted 0.2 of the max logit.) */
-static int cached = -1;
+ * The Q4 prefill GEMM takes int16 activations on AVX-512 VNNI (matmul_i16.h) unless
+ * LILY_CPU_GEMM=f32. (For one token, int16 activations measured 20-30 % slower than the fp32
+ * row-pair kernel on a Zen 4 VM; int8 activations drifted 0.2 of the max logit.) */
+static int cached = -1, cached_i16 = 0;
 static int isa_level(void) {
     if (cached < 0) {
         __builtin_cpu_init();
@@ -37,12 +41,15 @@ static int isa_level(void) {
         const char *cap = getenv("LILY_CPU_ISA");
         if (cap && !strcmp(cap, "scalar")) lvl = 0;
         else if (cap && !strcmp(cap, "avx2") && lvl > 1) lvl = 1;
+        const char *gm = getenv("LILY_CPU_GEMM");
+        cached_i16 = lvl == 2 && lily_cpu_i16_available() && !(gm && !strcmp(gm, "f32"));
         cached = lvl;
     }
     return cached;
 }
 static int have_avx512(void) { return isa_level() >= 2; }
 static int have_avx2(void) { return isa_level() >= 1; }
+static int have_i16(void) { return isa_level() >= 2 && cached_i16; }
 
 void lily_cpu_set_isa(const char *isa) {
     if (isa) setenv("LILY_CPU_ISA", isa, 1);
@@ -60,6 +67,7 @@ typedef struct {
     int ldy;
     int n_tiles;      /* row tiles of MM_TILE_ROWS */
     int n_tblocks;    /* token blocks of MM_TILE_TOKENS */
+    const void *xq;   /* int16 path: X quantised (matmul_i16.h) */
     int rows_per_task; /* decode: rows of W per task */
     const float *Xr;  /* decode: X reordered per group (even | odd), [n][cols] */
     const float *xs;  /* decode: per-group sums of X, [n][cols/group] */
@@ -423,6 +431,18 @@ static void mm_tile_task(void *ctx, int task, int thread) {
     else tile_mul_scalar(Wt, R, W->cols, X, j->ldx, T, Y, j->ldy);
 }
 
+/* int16 path: one 16-row tile of W times every token. */
+static void mm_i16_task(void *ctx, int task, int thread) {
+    mm_job *j = ctx;
+    const lily_mat *W = j->W;
+    int r0 = task * LILY_I16_ROWS;
+    int R = W->rows - r0 < LILY_I16_ROWS ? W->rows - r0 : LILY_I16_ROWS;
+    size_t need = lily_cpu_i16_tile_bytes(W->cols);
+    void *tile = j->pool ? lily_pool_scratch(j->pool, thread, need) : j->tile_buf;
+    lily_cpu_i16_rows(W, r0, R, j->xq, j->n, j->Y, j->ldy, tile,
+                      j->pool ? lily_pool_threads(j->pool) : 1);
+}
+
 #define MM_Q4_ROWS 8
 
 /* Whether one token times this matrix runs q4_rows1_avx512 (and so wants x_prep_dw's layout). */
@@ -476,6 +496,10 @@ static void mm_q4_task(void *ctx, int task, int thread) {
     else q4_rows_scalar(j->W, r0, r1, j->Xr, j->xs, j->n, j->Y, j->ldy);
 }
 
+int lily_cpu_matmul_quantizes_x(const lily_mat *W, int n) {
+    return n > 4 && W->dt == LILY_DT_Q4 && W->group == 64 && W->cols % 64 == 0 && have_i16();
+}
+
 void lily_cpu_matmul(const lily_mat *W, const float *X, int n, int ldx, float *Y, int ldy,
                      lily_pool *pool) {
     if (n <= 0) return;
@@ -515,6 +539,24 @@ void lily_cpu_matmul(const lily_mat *W, const float *X, int n, int ldx, float *Y
         else
             for (int t = 0; t < tasks; t++) mm_q4_task(&j, t, 0);
         if (!pool) free(buf);
+        return;
+    }
+    if (lily_cpu_matmul_quantizes_x(W, n)) {
+        size_t xb = lily_cpu_i16_x_bytes(n, W->cols);
+        void *xq = pool ? lily_pool_scratch(pool, threads, xb) : lily_xmalloc(xb);
+        lily_cpu_i16_quant(X, n, ldx, W->cols, xq);
+        j.xq = xq;
+        int tasks = (W->rows + LILY_I16_ROWS - 1) / LILY_I16_ROWS;
+        if (pool) {
+            lily_pool_run(pool, mm_i16_task, &j, tasks);
+        } else {
+            size_t tb = (lily_cpu_i16_tile_bytes(W->cols) + 63) & ~(size_t)63;
+            j.tile_buf = aligned_alloc(64, tb); /* the tile's vector loads are aligned */
+            if (!j.tile_buf) lily_abort(__FILE__, __LINE__, "out of memory allocating %zu bytes", tb);
+            for (int t = 0; t < tasks; t++) mm_i16_task(&j, t, 0);
+            free(j.tile_buf);
+            free(xq);
+        }
         return;
     }
     j.n_tiles = (W->rows + MM_TILE_ROWS - 1) / MM_TILE_ROWS;

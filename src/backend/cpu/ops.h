@@ -40,6 +40,11 @@ void lily_mat_row_f32(const lily_mat *W, int r, float *out);
 void lily_cpu_matmul(const lily_mat *W, const float *X, int n, int ldx, float *Y, int ldy,
                      lily_pool *pool);
 
+/* 1 when lily_cpu_matmul(W, .., n, ..) quantises X to 16-bit codes per group of 64 columns (the
+ * Q4 prefill GEMM on AVX-512 VNNI, matmul_i16.h: each element within 2^-16 of its group's
+ * largest; LILY_CPU_GEMM=f32 turns it off); 0 when it multiplies in fp32. */
+int lily_cpu_matmul_quantizes_x(const lily_mat *W, int n);
+
 /* One product y = W x of a single token (n = 1), for lily_cpu_matmul_many. */
 typedef struct lily_mm_op {
     const lily_mat *W;
