@@ -1,13 +1,15 @@
 /* The Q4 prefill GEMM on AVX-512 VNNI with 16-bit activations (matmul.c picks it).
  *
- * X is quantised once per call: per token and group of 64 columns a scale max|x| / 32767 and
- * int16 codes (round to nearest), so an element is off by at most 2^-16 of its group's largest
- * (relative 1.5e-5; llama.cpp's Q8 activations keep 8 bits per 32). The weights' nibbles q of a
- * 16-row tile are repacked per call into int16 pairs (q - 8, centred so the products' rounding
- * errors partly cancel) with rows across the vector lanes, and vpdpwssd accumulates 2 products
- * per lane per instruction in int32 (a group of 64 columns sums to at most 64 x 8 x 32767, exact).
- * Per group the int32 sums become fp32 with the weight scale times the x scale, and the affine
- * term (bias + 8 scale) times the group's exact fp32 sum of x. */
+ * X is quantised once per call: per token and group of 64 columns a scale max|x| / 32639 and
+ * codes c (round to nearest; |c| <= 32639, so c = 256 h + l with h, l signed bytes), so an
+ * element is off by at most 2^-16 of its group's largest (llama.cpp's Q8 activations keep 8 bits
+ * per 32). The nibbles q of a 16-row weight tile are transposed per call (permutes) into bytes
+ * with rows across the vector lanes, and vpdpbusd multiplies them (unsigned) with the broadcast
+ * h and l digits (signed), 4 columns per lane, into int32 (a group sums to at most 64 x 15 x 128
+ * per digit: exact). Per group sum q c = 256 sum q h + sum q l, minus 8 sum c (computed with X),
+ * gives sum (q - 8) c exactly (weights centred: the rounding errors partly cancel); that times
+ * the weight scale and the x scale, plus (bias + 8 scale) times the group's exact fp32 sum of x,
+ * is the group's term. */
 #ifndef LILY_BACKEND_CPU_MATMUL_I16_H
 #define LILY_BACKEND_CPU_MATMUL_I16_H
 
