@@ -181,6 +181,49 @@ static void test_matmul(lily_pool *pool) {
     }
 }
 
+/* lily_cpu_matmul_glu must give exactly silu(G x) * (U x) from two lily_cpu_matmul calls when it
+ * takes the product (the int16 path), and decline otherwise. */
+static void test_matmul_glu(lily_pool *pool) {
+    const int shapes[][3] = {{48, 128, 5}, {37, 192, 17}, {512, 2048, 21}, {16, 64, 70}};
+    for (int si = 0; si < 4; si++) {
+        int rows = shapes[si][0], cols = shapes[si][1], n = shapes[si][2];
+        void *mg[3] = {0}, *mu[3] = {0};
+        lily_mat G, U;
+        make_mat(&G, LILY_DT_Q4, rows, cols, mg);
+        make_mat(&U, LILY_DT_Q4, rows, cols, mu);
+        int ldx = cols + 1, ldy = rows + 3;
+        float *X = malloc((size_t)n * ldx * 4), *Y = malloc((size_t)n * ldy * 4);
+        float *g = malloc((size_t)n * rows * 4), *u = malloc((size_t)n * rows * 4);
+        for (int i = 0; i < n * ldx; i++) X[i] = frand();
+        for (int i = 0; i < n * ldy; i++) Y[i] = NAN;
+        int took = lily_cpu_matmul_glu(&G, &U, X, n, ldx, Y, ldy, (si & 1) ? pool : NULL);
+        char what[96];
+        snprintf(what, sizeof what, "matmul_glu %dx%d n=%d%s", rows, cols, n, (si & 1) ? " pool" : "");
+        if (!took) {
+            check(!lily_cpu_matmul_quantizes_x(&G, n), what, 0); /* declined: no int16 path */
+        } else {
+            lily_cpu_matmul(&G, X, n, ldx, g, rows, pool);
+            lily_cpu_matmul(&U, X, n, ldx, u, rows, pool);
+            int same = 1;
+            for (int t = 0; t < n; t++)
+                for (int r = 0; r < rows; r++) {
+                    float e = g[(size_t)t * rows + r];
+                    e = e / (1.0f + expf(-e)) * u[(size_t)t * rows + r];
+                    same &= memcmp(&e, &Y[(size_t)t * ldy + r], 4) == 0;
+                }
+            check(same, what, 0);
+        }
+        free(X), free(Y), free(g), free(u);
+        for (int i = 0; i < 3; i++) free(mg[i]), free(mu[i]);
+    }
+    lily_mat F;
+    void *mf[3] = {0};
+    make_mat(&F, LILY_DT_F32, 8, 64, mf);
+    float x[64 * 5] = {0}, y[8 * 5];
+    check(!lily_cpu_matmul_glu(&F, &F, x, 5, 64, y, 8, pool), "matmul_glu declines f32", 0);
+    free(mf[0]);
+}
+
 /* lily_cpu_matmul_many must give exactly what one lily_cpu_matmul per op gives. */
 static void test_matmul_many(lily_pool *pool) {
     int shapes[][2] = {{37, 192}, {512, 128}, {6, 64}, {129, 320}, {2, 64}};
@@ -433,6 +476,7 @@ int main(void) {
     unsetenv("LILY_CPU_GEMM");
     lily_cpu_set_isa(NULL);
     test_matmul_many(pool);
+    test_matmul_glu(pool);
     test_conv();
     test_gdn();
     test_gdn_chunked();

@@ -332,9 +332,11 @@ static void gdn_layer(lily_backend *b, lily_bstate *s, int l, int n) {
 static void swiglu(lily_backend *b, const lily_mat *gate, const lily_mat *up,
                    const lily_mat *down, const float *x, int n, float *g, float *u, float *out) {
     int H = b->m->cfg.hidden, I = gate->rows;
-    lily_cpu_matmul(gate, x, n, H, g, I, b->pool);
-    lily_cpu_matmul(up, x, n, H, u, I, b->pool);
-    for (size_t i = 0; i < (size_t)n * I; i++) g[i] = siluf(g[i]) * u[i];
+    if (!lily_cpu_matmul_glu(gate, up, x, n, H, g, I, b->pool)) {
+        lily_cpu_matmul(gate, x, n, H, g, I, b->pool);
+        lily_cpu_matmul(up, x, n, H, u, I, b->pool);
+        for (size_t i = 0; i < (size_t)n * I; i++) g[i] = siluf(g[i]) * u[i];
+    }
     lily_cpu_matmul(down, g, n, I, out, H, b->pool);
 }
 

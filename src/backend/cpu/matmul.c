@@ -68,11 +68,12 @@ typedef struct {
     int n_tiles;      /* row tiles of MM_TILE_ROWS */
     int n_tblocks;    /* token blocks of MM_TILE_TOKENS */
     const void *xq;   /* int16 path: X quantised (matmul_i16.h) */
+    const lily_mat *U; /* lily_cpu_matmul_glu: the up matrix (W is the gate) */
     int rows_per_task; /* decode: rows of W per task */
     const float *Xr;  /* decode: X reordered per group (even | odd), [n][cols] */
     const float *xs;  /* decode: per-group sums of X, [n][cols/group] */
     lily_pool *pool;
-    float *tile_buf;  /* serial path only */
+    void *tile_buf;   /* serial path only */
 } mm_job;
 
 /* ---- scalar reference kernels ---------------------------------------------------------------- */
@@ -439,8 +440,28 @@ static void mm_i16_task(void *ctx, int task, int thread) {
     int R = W->rows - r0 < LILY_I16_ROWS ? W->rows - r0 : LILY_I16_ROWS;
     size_t need = lily_cpu_i16_tile_bytes(W->cols);
     void *tile = j->pool ? lily_pool_scratch(j->pool, thread, need) : j->tile_buf;
-    lily_cpu_i16_rows(W, r0, R, j->xq, j->n, j->Y, j->ldy, tile,
+    lily_cpu_i16_rows(W, r0, R, j->xq, j->n, j->Y + r0, j->ldy, tile,
                       j->pool ? lily_pool_threads(j->pool) : 1);
+}
+
+/* lily_cpu_matmul_glu: one 16-row tile of the gate and of the up matrix times every token, then
+ * Y = silu(gate) * up on the tile. */
+static void mm_glu_task(void *ctx, int task, int thread) {
+    mm_job *j = ctx;
+    const lily_mat *G = j->W;
+    int r0 = task * LILY_I16_ROWS, n = j->n;
+    int R = G->rows - r0 < LILY_I16_ROWS ? G->rows - r0 : LILY_I16_ROWS;
+    size_t tb = (lily_cpu_i16_tile_bytes(G->cols) + 63) & ~(size_t)63;
+    int ahead = j->pool ? lily_pool_threads(j->pool) : 1;
+    uint8_t *buf = j->pool ? lily_pool_scratch(j->pool, thread, tb + (size_t)n * 64) : j->tile_buf;
+    float *up = (float *)(buf + tb); /* [n][16]: the up tile */
+    lily_cpu_i16_rows(G, r0, R, j->xq, n, j->Y + r0, j->ldy, buf, ahead);
+    lily_cpu_i16_rows(j->U, r0, R, j->xq, n, up, LILY_I16_ROWS, buf, ahead);
+    for (int t = 0; t < n; t++) {
+        float *y = j->Y + (size_t)t * j->ldy + r0;
+        const float *u = up + (size_t)t * LILY_I16_ROWS;
+        for (int r = 0; r < R; r++) y[r] = y[r] / (1.0f + expf(-y[r])) * u[r];
+    }
 }
 
 #define MM_Q4_ROWS 8
@@ -498,6 +519,37 @@ static void mm_q4_task(void *ctx, int task, int thread) {
 
 int lily_cpu_matmul_quantizes_x(const lily_mat *W, int n) {
     return n > 4 && W->dt == LILY_DT_Q4 && W->group == 64 && W->cols % 64 == 0 && have_i16();
+}
+
+int lily_cpu_matmul_glu(const lily_mat *G, const lily_mat *U, const float *X, int n, int ldx,
+                        float *Y, int ldy, lily_pool *pool) {
+    if (!lily_cpu_matmul_quantizes_x(G, n) || !lily_cpu_matmul_quantizes_x(U, n) ||
+        G->rows != U->rows || G->cols != U->cols)
+        return 0;
+    mm_job j = {0};
+    j.W = G;
+    j.U = U;
+    j.n = n;
+    j.Y = Y;
+    j.ldy = ldy;
+    j.pool = pool;
+    int threads = pool ? lily_pool_threads(pool) : 1;
+    size_t xb = lily_cpu_i16_x_bytes(n, G->cols);
+    void *xq = pool ? lily_pool_scratch(pool, threads, xb) : lily_xmalloc(xb);
+    lily_cpu_i16_quant(X, n, ldx, G->cols, xq);
+    j.xq = xq;
+    int tasks = (G->rows + LILY_I16_ROWS - 1) / LILY_I16_ROWS;
+    if (pool) {
+        lily_pool_run(pool, mm_glu_task, &j, tasks);
+    } else {
+        size_t tb = ((lily_cpu_i16_tile_bytes(G->cols) + 63) & ~(size_t)63) + (size_t)n * 64;
+        j.tile_buf = aligned_alloc(64, (tb + 63) & ~(size_t)63);
+        if (!j.tile_buf) lily_abort(__FILE__, __LINE__, "out of memory allocating %zu bytes", tb);
+        for (int t = 0; t < tasks; t++) mm_glu_task(&j, t, 0);
+        free(j.tile_buf);
+        free(xq);
+    }
+    return 1;
 }
 
 void lily_cpu_matmul(const lily_mat *W, const float *X, int n, int ldx, float *Y, int ldy,

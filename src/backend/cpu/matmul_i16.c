@@ -245,7 +245,6 @@ void lily_cpu_i16_rows(const lily_mat *W, int r0, int R, const void *xq, int n, 
     const int32_t *xd = (const int32_t *)xq, *cs8 = xd + (size_t)n * nw;
     const float *xs = (const float *)(cs8 + (size_t)n * ng), *xsum = xs + (size_t)n * ng;
     const __mmask16 rm = R >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << R) - 1u);
-    Y += r0;
     int t = 0;
 #define I16_CALL(NT)                                                                              \
     tile_nt##NT(Wt, s, b, ng, xd + (size_t)t * nw, nw, cs8 + (size_t)t * ng, xs + (size_t)t * ng, \

@@ -30,7 +30,8 @@ void lily_cpu_i16_quant(const float *X, int n, int ldx, int cols, void *xq);
 /* Bytes of one repacked tile of W (cols % 64 == 0). */
 size_t lily_cpu_i16_tile_bytes(int cols);
 /* Rows [r0, r0 + R) (R <= LILY_I16_ROWS) of the Q4 group-64 matrix W times all n tokens of xq:
- * Y[t][r0 + r] for t < n, r < R; tile: lily_cpu_i16_tile_bytes of 64-byte aligned scratch.
+ * Y[t][r] for t < n, r < R (Y points at the tile's first row); tile: lily_cpu_i16_tile_bytes of
+ * 64-byte aligned scratch.
  * ahead > 0: the weights of the tile ahead tiles further are prefetched into L2 (the pool hands
  * tiles out in order, one per thread: ahead = the thread count). */
 void lily_cpu_i16_rows(const lily_mat *W, int r0, int R, const void *xq, int n, float *Y,

@@ -45,6 +45,12 @@ void lily_cpu_matmul(const lily_mat *W, const float *X, int n, int ldx, float *Y
  * largest; LILY_CPU_GEMM=f32 turns it off); 0 when it multiplies in fp32. */
 int lily_cpu_matmul_quantizes_x(const lily_mat *W, int n);
 
+/* Y = silu(G X) * (U X) elementwise (the SwiGLU input), in one pool job with X quantised once,
+ * when both take the int16 path (lily_cpu_matmul_quantizes_x): returns 1; otherwise returns 0
+ * and does nothing. */
+int lily_cpu_matmul_glu(const lily_mat *G, const lily_mat *U, const float *X, int n, int ldx,
+                        float *Y, int ldy, lily_pool *pool);
+
 /* One product y = W x of a single token (n = 1), for lily_cpu_matmul_many. */
 typedef struct lily_mm_op {
     const lily_mat *W;
