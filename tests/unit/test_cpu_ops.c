@@ -40,6 +40,15 @@ static uint16_t f32_to_f16(float f) {
     return (uint16_t)h;
 }
 
+/* The bf16 scale and bias of the group of element (r, c) of a quantised W. */
+static void group_scale_bias(const lily_mat *W, int r, int c, float *s, float *b) {
+    int g = c / W->group, ng = W->cols / W->group;
+    uint32_t su = (uint32_t)W->scales[(size_t)r * ng + g] << 16;
+    uint32_t bu = (uint32_t)W->biases[(size_t)r * ng + g] << 16;
+    memcpy(s, &su, 4);
+    memcpy(b, &bu, 4);
+}
+
 /* Element (r, c) of W by the format's definition, independent of the library's dequant. */
 static double ref_elem(const lily_mat *W, int r, int c) {
     switch (W->dt) {
@@ -62,12 +71,8 @@ static double ref_elem(const lily_mat *W, int r, int c) {
         int bits = W->dt == LILY_DT_Q4 ? 4 : 8, per = 32 / bits;
         const uint32_t *words = (const uint32_t *)W->w + (size_t)r * W->cols / per;
         uint32_t q = (words[c / per] >> ((c % per) * bits)) & ((1u << bits) - 1);
-        int g = c / W->group, ng = W->cols / W->group;
-        uint32_t su = (uint32_t)W->scales[(size_t)r * ng + g] << 16;
-        uint32_t bu = (uint32_t)W->biases[(size_t)r * ng + g] << 16;
         float s, b;
-        memcpy(&s, &su, 4);
-        memcpy(&b, &bu, 4);
+        group_scale_bias(W, r, c, &s, &b);
         return (double)s * q + b;
     }
     }
@@ -76,12 +81,8 @@ static double ref_elem(const lily_mat *W, int r, int c) {
 
 /* The middle of a Q4 element's group (q = 8): s 8 + b, what the int16 GEMM centres on. */
 static double ref_elem_mid(const lily_mat *W, int r, int c) {
-    int g = c / W->group, ng = W->cols / W->group;
-    uint32_t su = (uint32_t)W->scales[(size_t)r * ng + g] << 16;
-    uint32_t bu = (uint32_t)W->biases[(size_t)r * ng + g] << 16;
     float s, b;
-    memcpy(&s, &su, 4);
-    memcpy(&b, &bu, 4);
+    group_scale_bias(W, r, c, &s, &b);
     return 8.0 * s + b;
 }
 

@@ -517,6 +517,28 @@ static void mm_q4_task(void *ctx, int task, int thread) {
     else q4_rows_scalar(j->W, r0, r1, j->Xr, j->xs, j->n, j->Y, j->ldy);
 }
 
+/* The int16 path's driver: X quantised once (the caller's scratch slot), then one task per
+ * 16-row tile of j->W; a task's scratch holds the repacked tile and extra bytes. */
+static void run_i16(mm_job *j, const float *X, int ldx, lily_task_fn fn, size_t extra) {
+    const lily_mat *W = j->W;
+    lily_pool *pool = j->pool;
+    size_t xb = lily_cpu_i16_x_bytes(j->n, W->cols);
+    void *xq = pool ? lily_pool_scratch(pool, lily_pool_threads(pool), xb) : lily_xmalloc(xb);
+    lily_cpu_i16_quant(X, j->n, ldx, W->cols, xq);
+    j->xq = xq;
+    int tasks = (W->rows + LILY_I16_ROWS - 1) / LILY_I16_ROWS;
+    if (pool) {
+        lily_pool_run(pool, fn, j, tasks);
+        return;
+    }
+    size_t tb = ((lily_cpu_i16_tile_bytes(W->cols) + 63) & ~(size_t)63) + ((extra + 63) & ~(size_t)63);
+    j->tile_buf = aligned_alloc(64, tb); /* the tile's vector loads are aligned */
+    if (!j->tile_buf) lily_abort(__FILE__, __LINE__, "out of memory allocating %zu bytes", tb);
+    for (int t = 0; t < tasks; t++) fn(j, t, 0);
+    free(j->tile_buf);
+    free(xq);
+}
+
 int lily_cpu_matmul_quantizes_x(const lily_mat *W, int n) {
     return n > 4 && W->dt == LILY_DT_Q4 && W->group == 64 && W->cols % 64 == 0 && have_i16();
 }
@@ -533,22 +555,7 @@ int lily_cpu_matmul_glu(const lily_mat *G, const lily_mat *U, const float *X, in
     j.Y = Y;
     j.ldy = ldy;
     j.pool = pool;
-    int threads = pool ? lily_pool_threads(pool) : 1;
-    size_t xb = lily_cpu_i16_x_bytes(n, G->cols);
-    void *xq = pool ? lily_pool_scratch(pool, threads, xb) : lily_xmalloc(xb);
-    lily_cpu_i16_quant(X, n, ldx, G->cols, xq);
-    j.xq = xq;
-    int tasks = (G->rows + LILY_I16_ROWS - 1) / LILY_I16_ROWS;
-    if (pool) {
-        lily_pool_run(pool, mm_glu_task, &j, tasks);
-    } else {
-        size_t tb = ((lily_cpu_i16_tile_bytes(G->cols) + 63) & ~(size_t)63) + (size_t)n * 64;
-        j.tile_buf = aligned_alloc(64, (tb + 63) & ~(size_t)63);
-        if (!j.tile_buf) lily_abort(__FILE__, __LINE__, "out of memory allocating %zu bytes", tb);
-        for (int t = 0; t < tasks; t++) mm_glu_task(&j, t, 0);
-        free(j.tile_buf);
-        free(xq);
-    }
+    run_i16(&j, X, ldx, mm_glu_task, (size_t)n * 64);
     return 1;
 }
 
@@ -594,21 +601,7 @@ void lily_cpu_matmul(const lily_mat *W, const float *X, int n, int ldx, float *Y
         return;
     }
     if (lily_cpu_matmul_quantizes_x(W, n)) {
-        size_t xb = lily_cpu_i16_x_bytes(n, W->cols);
-        void *xq = pool ? lily_pool_scratch(pool, threads, xb) : lily_xmalloc(xb);
-        lily_cpu_i16_quant(X, n, ldx, W->cols, xq);
-        j.xq = xq;
-        int tasks = (W->rows + LILY_I16_ROWS - 1) / LILY_I16_ROWS;
-        if (pool) {
-            lily_pool_run(pool, mm_i16_task, &j, tasks);
-        } else {
-            size_t tb = (lily_cpu_i16_tile_bytes(W->cols) + 63) & ~(size_t)63;
-            j.tile_buf = aligned_alloc(64, tb); /* the tile's vector loads are aligned */
-            if (!j.tile_buf) lily_abort(__FILE__, __LINE__, "out of memory allocating %zu bytes", tb);
-            for (int t = 0; t < tasks; t++) mm_i16_task(&j, t, 0);
-            free(j.tile_buf);
-            free(xq);
-        }
+        run_i16(&j, X, ldx, mm_i16_task, 0);
         return;
     }
     j.n_tiles = (W->rows + MM_TILE_ROWS - 1) / MM_TILE_ROWS;

@@ -64,24 +64,13 @@ __global__ void __launch_bounds__(kThreads, 1)
     extern __shared__ __align__(128) uint8_t smem[];
     __shared__ float s_qs[kRows], s_ks[kKt], s_vs[kKt];
     const uint32_t sb = (uint32_t)__cvta_generic_to_shared(smem);
-    /* the last query tiles (the longest causal spans) first, as attn.cu */
-    const int Nq = Nkv * G, j = blockIdx.y, qt = gridDim.x - 1 - blockIdx.x;
-    const int p0 = *d_pos, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const BlockSpan bs = block_span<G, SPLIT>(n, Nkv, d_pos);
+    const int Nq = bs.Nq, j = bs.j, qt = bs.qt, p0 = bs.p0, kv_end = bs.kv_end, qmin = bs.qmin;
+    const int it_beg = bs.it_beg, it_end = bs.it_end;
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int wg = warp >> 2, wi = warp & 3, g = lane >> 2, tq = lane & 3;
-    const int last_t = min(n, (qt + 1) * P) - 1;
-    const int kv_end = p0 + last_t + 1; /* positions 0..kv_end-1 are needed */
-    const int qmin = p0 + qt * P;       /* the block's first query position */
-    const int ntile = (kv_end + kKt - 1) / kKt;
-    /* SPLIT: split blockIdx.z of gridDim.z takes tiles it_beg .. it_end - 1 of the span */
-    const int it_beg = SPLIT ? (int)((long)blockIdx.z * ntile / gridDim.z) : 0;
-    const int it_end = SPLIT ? (int)((long)(blockIdx.z + 1) * ntile / gridDim.z) : ntile;
     if (SPLIT && it_beg == it_end) { /* nothing of the span: an empty partial */
-        if (tid < kRows) {
-            const int t = qt * P + tid / G, h = j * G + tid % G;
-            if (t < n)
-                *(float2 *)(part + split_ml(blockIdx.z, n, Nq, t, h)) =
-                    make_float2(-INFINITY, 0.f);
-        }
+        empty_partial<G>(part, bs, n, tid);
         return;
     }
     const size_t row = kv_row_bytes(Nkv, DH);
@@ -187,12 +176,8 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
         for (int i = 0; i < 128; i++) reg_fence(o[i]);
     }
-    if constexpr (SPLIT)
-        store_partial(part, blockIdx.z, o, m0, m1, l0, l1, of_vf, t0, t1, j * G + r0 % G,
-                      j * G + r1 % G, n, Nq, tq);
-    else
-        store_rows(o, l0, l1, of_vf, t0, t1, j * G + r0 % G, j * G + r1 % G, n, Nq, tq, gate,
-                   out);
+    finish_rows<SPLIT>(part, o, m0, m1, l0, l1, of_vf, t0, t1, j * G + r0 % G, j * G + r1 % G,
+                       n, Nq, tq, gate, out);
 }
 
 template <int G, bool LL, bool SPLIT>

@@ -29,6 +29,27 @@ constexpr int OFF_RAW = OFF_V + 65536; /* cp.async landing: 64 K rows then 64 V 
 constexpr int OFF_SC = OFF_RAW + 65536; /* landing: 64 K scales then 64 V scales (fp32) */
 constexpr int kSmem = OFF_SC + 512;     /* 229,888 of the 232,448 an SM gives a block */
 
+/* What a block of query tile qt (blockIdx.x counted from the last tile: the longest causal
+ * spans first, as attn.cu) and KV head j = blockIdx.y covers: positions 0 .. kv_end - 1 of the
+ * cache in ntile tiles, of which split blockIdx.z of gridDim.z (SPLIT) takes it_beg .. it_end - 1;
+ * qmin is its first query position. */
+struct BlockSpan {
+    int Nq, j, qt, p0, kv_end, qmin, ntile, it_beg, it_end;
+};
+template <int G, bool SPLIT>
+__device__ __forceinline__ BlockSpan block_span(int n, int Nkv, const int32_t *d_pos) {
+    constexpr int P = kRows / G;
+    BlockSpan b;
+    b.Nq = Nkv * G, b.j = blockIdx.y, b.qt = gridDim.x - 1 - blockIdx.x, b.p0 = *d_pos;
+    const int last_t = min(n, (b.qt + 1) * P) - 1;
+    b.kv_end = b.p0 + last_t + 1;
+    b.qmin = b.p0 + b.qt * P;
+    b.ntile = (b.kv_end + kKt - 1) / kKt;
+    b.it_beg = SPLIT ? (int)((long)blockIdx.z * b.ntile / gridDim.z) : 0;
+    b.it_end = SPLIT ? (int)((long)(blockIdx.z + 1) * b.ntile / gridDim.z) : b.ntile;
+    return b;
+}
+
 /* Shared-memory matrix descriptor, no swizzle: start, leading (k) and stride (row) offsets. */
 __device__ __forceinline__ uint64_t sdesc(uint32_t addr, uint32_t lbo, uint32_t sbo) {
     return (uint64_t)((addr & 0x3FFFF) >> 4) | ((uint64_t)((lbo >> 4) & 0x3FFF) << 16) |
@@ -369,6 +390,18 @@ __device__ __forceinline__ size_t split_ml(int sp, int n, int Nq, int t, int h) 
     return kPartMl + 2 * split_row(sp, n, Nq, t, h);
 }
 
+/* A split with nothing of its block's span: (-inf, 0) for the block's rows (threads 0..127). */
+template <int G>
+__device__ __forceinline__ void empty_partial(float *__restrict__ part, const BlockSpan &b, int n,
+                                              int tid) {
+    constexpr int P = kRows / G;
+    if (tid < kRows) {
+        const int t = b.qt * P + tid / G, h = b.j * G + tid % G;
+        if (t < n)
+            *(float2 *)(part + split_ml(blockIdx.z, n, b.Nq, t, h)) = make_float2(-INFINITY, 0.f);
+    }
+}
+
 /* A thread's two rows (t0, head h0; t1, h1) of a split's partial, where they are < n; O was kept
  * as sum P vf (vh + vl) = vf / 256 sum P v (store_rows). */
 __device__ __forceinline__ void store_partial(float *__restrict__ part, int sp, const float *o,
@@ -388,6 +421,19 @@ __device__ __forceinline__ void store_partial(float *__restrict__ part, int sp, 
         if (t0 < n) *(float2 *)(part + split_ml(sp, n, Nq, t0, h0)) = make_float2(m0, l0);
         if (t1 < n) *(float2 *)(part + split_ml(sp, n, Nq, t1, h1)) = make_float2(m1, l1);
     }
+}
+
+/* A thread's two rows at the end of the span: its split's partial (SPLIT) or the output. */
+template <bool SPLIT>
+__device__ __forceinline__ void finish_rows(float *__restrict__ part, const float *o, float m0,
+                                            float m1, float l0, float l1, float of_vf, int t0,
+                                            int t1, int h0, int h1, int n, int Nq, int tq,
+                                            const float *__restrict__ gate,
+                                            float *__restrict__ out) {
+    if constexpr (SPLIT)
+        store_partial(part, blockIdx.z, o, m0, m1, l0, l1, of_vf, t0, t1, h0, h1, n, Nq, tq);
+    else
+        store_rows(o, l0, l1, of_vf, t0, t1, h0, h1, n, Nq, tq, gate, out);
 }
 
 /* How many splits a chunk of n tokens takes (*S = 1: none; attn_wg.cu). */

@@ -49,27 +49,15 @@ __global__ void __launch_bounds__(kThreads, 1)
     extern __shared__ __align__(128) uint8_t smem[];
     __shared__ float s_qs[kRows], s_ks[2][kKt], s_vs[2][kKt];
     const uint32_t sb = (uint32_t)__cvta_generic_to_shared(smem);
-    /* the last query tiles (the longest causal spans) first, as attn.cu */
-    const int Nq = Nkv * G, j = blockIdx.y, qt = gridDim.x - 1 - blockIdx.x;
-    const int p0 = *d_pos, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const BlockSpan bs = block_span<G, SPLIT>(n, Nkv, d_pos);
+    const int Nq = bs.Nq, j = bs.j, qt = bs.qt, p0 = bs.p0, kv_end = bs.kv_end, qmin = bs.qmin;
+    const int it_beg = bs.it_beg, it_end = bs.it_end;
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int wgi = warp >> 2, wi = warp & 3;
-    const int last_t = min(n, (qt + 1) * P) - 1;
-    const int kv_end = p0 + last_t + 1; /* positions 0..kv_end-1 are needed */
-    const int qmin = p0 + qt * P;       /* the block's first query position */
-    const int ntile = (kv_end + kKt - 1) / kKt;
-    /* SPLIT: split blockIdx.z of gridDim.z takes tiles it_beg .. it_end - 1 (attn_wg.cuh) */
-    const int it_beg = SPLIT ? (int)((long)blockIdx.z * ntile / gridDim.z) : 0;
-    const int it_end = SPLIT ? (int)((long)(blockIdx.z + 1) * ntile / gridDim.z) : ntile;
     if (SPLIT && it_beg == it_end) { /* nothing of the span: an empty partial */
-        if (tid < kRows) {
-            const int t = qt * P + tid / G, h = j * G + tid % G;
-            if (t < n)
-                *(float2 *)(part + split_ml(blockIdx.z, n, Nq, t, h)) =
-                    make_float2(-INFINITY, 0.f);
-        }
+        empty_partial<G>(part, bs, n, tid);
         return;
     }
-
     const size_t row = kv_row_bytes(Nkv, DH);
     const uint8_t *kr = kc + (size_t)j * DH * 2, *vr = vc + (size_t)j * DH * 2;
     const uint8_t *ksc = kc + (size_t)Nkv * DH * 2 + (size_t)j * 4;
@@ -77,24 +65,24 @@ __global__ void __launch_bounds__(kThreads, 1)
     /* (producer) tile i's K (with it both scales) or V rows into the landing area, one commit
      * group */
     auto load = [&](int i, int which) {
-            const int kv0 = i * kKt;
-            const uint8_t *src = which ? vr : kr;
-            const uint32_t dst = sb + OFF_RAW + which * 32768;
+        const int kv0 = i * kKt;
+        const uint8_t *src = which ? vr : kr;
+        const uint32_t dst = sb + OFF_RAW + which * 32768;
 #pragma unroll 4
-            for (int x = 0; x < 16; x++) {
-                const int c = tid + 128 * x, r = c >> 5, c16 = c & 31; /* 32 chunks per row */
-                const int p = kv0 + r;
-                const bool ok = p < kv_end;
-                cp_async16(dst + r * 512 + c16 * 16, src + (size_t)(ok ? p : 0) * row + c16 * 16,
-                           ok);
-            }
-            if (!which) {
-                const int p = kv0 + (tid & (kKt - 1));
-                const bool ok = p < kv_end;
-                cp_async4(sb + OFF_SC + tid * 4,
-                          (tid < kKt ? ksc : vsc) + (size_t)(ok ? p : 0) * row, ok);
-            }
-            cp_async_commit();
+        for (int x = 0; x < 16; x++) {
+            const int c = tid + 128 * x, r = c >> 5, c16 = c & 31; /* 32 chunks per row */
+            const int p = kv0 + r;
+            const bool ok = p < kv_end;
+            cp_async16(dst + r * 512 + c16 * 16, src + (size_t)(ok ? p : 0) * row + c16 * 16,
+                       ok);
+        }
+        if (!which) {
+            const int p = kv0 + (tid & (kKt - 1));
+            const bool ok = p < kv_end;
+            cp_async4(sb + OFF_SC + tid * 4,
+                      (tid < kKt ? ksc : vsc) + (size_t)(ok ? p : 0) * row, ok);
+        }
+        cp_async_commit();
     };
     const int cw = wgi - 1, g = lane >> 2, tq = lane & 3;
     if (wgi == 0) { /* the first tile's copies */
@@ -203,12 +191,8 @@ __global__ void __launch_bounds__(kThreads, 1)
         for (int i = 0; i < 128; i++) reg_fence(o[i]);
         if (it + 1 < it_end) bar_arrive(BAR_VEMPTY, 384);
     }
-    if constexpr (SPLIT)
-        store_partial(part, blockIdx.z, o, m0, m1, l0, l1, of_vf, t0, t1, j * G + r0 % G,
-                      j * G + r1 % G, n, Nq, tq);
-    else
-        store_rows(o, l0, l1, of_vf, t0, t1, j * G + r0 % G, j * G + r1 % G, n, Nq, tq, gate,
-                   out);
+    finish_rows<SPLIT>(part, o, m0, m1, l0, l1, of_vf, t0, t1, j * G + r0 % G, j * G + r1 % G,
+                       n, Nq, tq, gate, out);
 }
 
 template <int G, bool SPLIT>
