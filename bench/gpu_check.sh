@@ -12,7 +12,8 @@
 # The GPU machine has nvcc and cmake but not the -dev packages lily_core links (cJSON, PCRE2,
 # utf8proc), so the binaries are built here (Debian 12, glibc 2.36: they run on newer glibcs)
 # and carried with copies of those libraries. Stages can be skipped: GPU_CHECK_SKIP="parity
-# fixtures sanitizer bench timing profile lily". GPU_CHECK_AB makes the lily stage an A/B of
+# fixtures sanitizer bench timing profile lily". GPU_CHECK_ATTN_TIME=1 adds the attention
+# prefill kernels' timing after the parity tests. GPU_CHECK_AB makes the lily stage an A/B of
 # environment settings (see there). GPU_CHECK_CARRY names the carry folder (default .devcarry), GPU_CHECK_TESTS the
 # parity binaries to build and pack (default: all). GPU_CHECK_SWEEP=1 makes the lily stage the
 # full prefill/decode sweep of issue 5 (256..128K, --json to $OUT/sweep.json). GPU_CHECK_BENCH_DIR picks where the synthetic 35B checkpoint is written (local
@@ -83,6 +84,11 @@ for t in "$work"/bin/test_*; do
     [ "$st" = PASS ] || grep -E '^FAIL' "$logs/$name.log" | head -20
 done
 echo "parity: $pass passed, $fail failed, $skipped skipped"
+if [ "${GPU_CHECK_ATTN_TIME:-0}" = 1 ] && [ -x "$work/bin/test_cuda_attn" ]; then
+    # the attention prefill kernels' timing alone, every mode (test_cuda_attn.c's header)
+    echo "== attention prefill timing (LILY_CUDA_TIME=1p test_cuda_attn)"
+    LILY_CUDA_TIME=1p timeout 300 "$work/bin/test_cuda_attn" 2>&1 | grep -E '^time' | grep -v decode
+fi
 
 if [[ $skip != *" fixtures "* ]] && [ -x "$work/bin/golden_test_logits" ] && [ -x "$work/bin/lily" ]; then
     # The transformers fixtures whose shapes the CUDA kernels run (gpu-*), through the engine in
