@@ -27,7 +27,9 @@
 /* Instruction set of the matmul kernels: 2 = AVX-512, 1 = AVX2+FMA, 0 = plain C. Detected once;
  * LILY_CPU_ISA=avx512|avx2|scalar in the environment caps it (tests use it to cover every path).
  * The Q4 prefill GEMM takes int16 activations on AVX-512 VNNI (matmul_i16.h) unless
- * LILY_CPU_GEMM=f32. (For one token, int16 activations measured 20-30 % slower than the fp32
+ * LILY_CPU_GEMM=f32 (measured 1.8x on Zen 5, whose VNNI products run at twice the rate of its
+ * fp32 FMAs; a CPU whose 512-bit FMAs issue as fast as its VNNI (two FMA ports) may gain less:
+ * not measured here). (For one token, int16 activations measured 20-30 % slower than the fp32
  * row-pair kernel on a Zen 4 VM; int8 activations drifted 0.2 of the max logit.) */
 static int cached = -1, cached_i16 = 0;
 static int isa_level(void) {
