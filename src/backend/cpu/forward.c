@@ -203,7 +203,6 @@ static int cpu_state_copy(lily_backend *b, lily_bstate *dst, const lily_bstate *
 /* ---- layers ----------------------------------------------------------------------------------- */
 
 static inline float sigmoidf(float x) { return 1.0f / (1.0f + expf(-x)); }
-static inline float siluf(float x) { return x / (1.0f + expf(-x)); }
 
 static void attn_layer(lily_backend *b, lily_bstate *s, int l, int n, int pos) {
     const lily_config *c = &b->m->cfg;
@@ -323,7 +322,7 @@ static void gdn_layer(lily_backend *b, lily_bstate *s, int l, int n) {
             float *oj = o + (size_t)t * Z + (size_t)j * Dv;
             const float *zj = z + (size_t)t * Z + (size_t)j * Dv;
             lily_cpu_rmsnorm(oj, ly->gdn_norm, Dv, c->rms_eps, oj);
-            for (int d = 0; d < Dv; d++) oj[d] *= siluf(zj[d]);
+            for (int d = 0; d < Dv; d++) oj[d] *= lily_silu(zj[d]);
         }
     lily_cpu_matmul(&ly->out_proj, o, n, Z, b->mix, H, b->pool);
 }
@@ -335,7 +334,7 @@ static void swiglu(lily_backend *b, const lily_mat *gate, const lily_mat *up,
     if (!lily_cpu_matmul_glu(gate, up, x, n, H, g, I, b->pool)) {
         lily_cpu_matmul(gate, x, n, H, g, I, b->pool);
         lily_cpu_matmul(up, x, n, H, u, I, b->pool);
-        for (size_t i = 0; i < (size_t)n * I; i++) g[i] = siluf(g[i]) * u[i];
+        for (size_t i = 0; i < (size_t)n * I; i++) g[i] = lily_silu(g[i]) * u[i];
     }
     lily_cpu_matmul(down, g, n, I, out, H, b->pool);
 }
@@ -364,7 +363,7 @@ static void moe_one_token(lily_backend *b, const lily_layer *ly, const int *idx,
     for (int j = 0; j < k + has_sh; j++) {
         int w = j < k ? I : Is;
         float *g = b->dec_g + (size_t)j * wi, *u = b->dec_u + (size_t)j * wi;
-        for (int i = 0; i < w; i++) g[i] = siluf(g[i]) * u[i];
+        for (int i = 0; i < w; i++) g[i] = lily_silu(g[i]) * u[i];
     }
     n_ops = 0;
     for (int j = 0; j < k; j++)

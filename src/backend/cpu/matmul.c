@@ -462,7 +462,7 @@ static void mm_glu_task(void *ctx, int task, int thread) {
     for (int t = 0; t < n; t++) {
         float *y = j->Y + (size_t)t * j->ldy + r0;
         const float *u = up + (size_t)t * LILY_I16_ROWS;
-        for (int r = 0; r < R; r++) y[r] = y[r] / (1.0f + expf(-y[r])) * u[r];
+        for (int r = 0; r < R; r++) y[r] = lily_silu(y[r]) * u[r];
     }
 }
 

@@ -95,7 +95,6 @@ void lily_cpu_rope(float *x, int rot, int pos, double theta) {
     }
 }
 
-static inline float silu(float x) { return x / (1.0f + expf(-x)); }
 
 LILY_SIMD_CLONES void lily_cpu_conv_silu(const float *in, int n, int C, int K, float *state, const float *w,
                         float *out) {
@@ -112,7 +111,7 @@ LILY_SIMD_CLONES void lily_cpu_conv_silu(const float *in, int n, int C, int K, f
                                    : state[(size_t)(K - 1 + src) * C + ch];
                 acc += wc[tau] * v;
             }
-            o[ch] = silu(acc);
+            o[ch] = lily_silu(acc);
         }
     }
     /* new state: the last K-1 inputs of (old state ++ in) */

@@ -7,6 +7,7 @@
 #ifndef LILY_BACKEND_CPU_OPS_H
 #define LILY_BACKEND_CPU_OPS_H
 
+#include <math.h>
 #include <stdint.h>
 
 #include "base/pool.h"
@@ -30,6 +31,10 @@ static inline uint16_t lily_f32_to_bf16(float f) {
     return (uint16_t)(v.u >> 16);
 }
 float lily_f16_to_f32(uint16_t h);
+
+/* SiLU, x sigmoid(x): the one form every CPU path uses (the SwiGLU products, the gated norm,
+ * the causal conv), so they agree bit for bit. */
+static inline float lily_silu(float x) { return x / (1.0f + expf(-x)); }
 
 /* Dequantizes row r of W (cols values) into out. */
 void lily_mat_row_f32(const lily_mat *W, int r, float *out);
