@@ -1,8 +1,9 @@
 /* Y = X W^T with W in its stored format (F32, BF16, F16, MLX Q4/Q8), dequantized on the fly.
  *
  * Two strategies, chosen by the number of token rows n:
- *  - decode (n <= 4), Q4 weights: a fused kernel reads each 4-bit group once, turns the nibbles
- *    into floats in registers and applies them to every token. X is first reordered per group of
+ *  - decode (n <= 4), Q4 weights on AVX-512 VNNI: gemv_i16.h (X quantised to 16-bit codes).
+ *  - decode (n <= 4), Q4 weights otherwise: a fused kernel reads each 4-bit group once, turns
+ *    the nibbles into floats in registers and applies them to every token. X is first reordered per group of
  *    64 into [even elements | odd elements], so the low and high nibbles of a byte line up with
  *    two contiguous halves of x and no shuffles are needed; the group's affine bias is applied
  *    as bias * sum(x over the group), computed once per call.
@@ -17,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend/cpu/gemv_i16.h"
 #include "backend/cpu/matmul_i16.h"
 #include "backend/cpu/ops.h"
 #include "base/err.h"
@@ -29,9 +31,13 @@
  * The Q4 prefill GEMM takes int16 activations on AVX-512 VNNI (matmul_i16.h) unless
  * LILY_CPU_GEMM=f32 (measured 1.8x on Zen 5, whose VNNI products run at twice the rate of its
  * fp32 FMAs; a CPU whose 512-bit FMAs issue as fast as its VNNI (two FMA ports) may gain less:
- * not measured here). (For one token, int16 activations measured 20-30 % slower than the fp32
- * row-pair kernel on a Zen 4 VM; int8 activations drifted 0.2 of the max logit.) */
-static int cached = -1, cached_i16 = 0;
+ * not measured here). The Q4 decode product (1-4 tokens) takes them too (gemv_i16.h) unless
+ * LILY_CPU_GEMV=f32 or LILY_CPU_GEMM=f32: with the digits laid out to match the weights as
+ * stored it needs under half the instructions per weight byte of the fp32 kernel and reaches the
+ * memory's pace on Zen 5 (decode +60 %). (A first int16 decode kernel, vpdpwssd on nibbles
+ * widened to 16 bits, measured 20-30 % slower than the fp32 one on a Zen 4 VM; int8 activations
+ * drifted 0.2 of the max logit.) */
+static int cached = -1, cached_i16 = 0, cached_gemv = 0;
 static int isa_level(void) {
     if (cached < 0) {
         __builtin_cpu_init();
@@ -45,6 +51,8 @@ static int isa_level(void) {
         else if (cap && !strcmp(cap, "avx2") && lvl > 1) lvl = 1;
         const char *gm = getenv("LILY_CPU_GEMM");
         cached_i16 = lvl == 2 && lily_cpu_i16_available() && !(gm && !strcmp(gm, "f32"));
+        const char *gv = getenv("LILY_CPU_GEMV");
+        cached_gemv = cached_i16 && !(gv && !strcmp(gv, "f32"));
         cached = lvl;
     }
     return cached;
@@ -52,6 +60,7 @@ static int isa_level(void) {
 static int have_avx512(void) { return isa_level() >= 2; }
 static int have_avx2(void) { return isa_level() >= 1; }
 static int have_i16(void) { return isa_level() >= 2 && cached_i16; }
+static int have_gemv_i16(void) { return isa_level() >= 2 && cached_gemv; }
 
 void lily_cpu_set_isa(const char *isa) {
     if (isa) setenv("LILY_CPU_ISA", isa, 1);
@@ -468,6 +477,12 @@ static void mm_glu_task(void *ctx, int task, int thread) {
 
 #define MM_Q4_ROWS 8
 
+/* Whether n <= 4 tokens times this matrix run the VNNI decode kernel (gemv_i16.h). */
+static int use_gemv_i16(const lily_mat *W, int n) {
+    return W->dt == LILY_DT_Q4 && W->group == 64 && n >= 1 && n <= LILY_GEMV_I16_MAX_N &&
+           W->cols % 64 == 0 && W->cols <= LILY_GEMV_I16_MAX_COLS && have_gemv_i16();
+}
+
 /* Whether one token times this matrix runs q4_rows1_avx512 (and so wants x_prep_dw's layout). */
 static int use_rows1(const lily_mat *W, int n) {
     return W->dt == LILY_DT_Q4 && n == 1 && have_avx512() && W->cols <= 64 * 256;
@@ -513,6 +528,7 @@ static void mm_q4_task(void *ctx, int task, int thread) {
     int r0 = task * j->rows_per_task, r1 = r0 + j->rows_per_task;
     if (r1 > j->W->rows) r1 = j->W->rows;
     if (j->W->dt == LILY_DT_Q8) q8_rows1_avx512(j->W, r0, r1, j->X, j->xs, j->Y);
+    else if (use_gemv_i16(j->W, j->n)) lily_cpu_gemv_i16_rows(j->W, r0, r1, j->xq, j->n, j->Y, j->ldy);
     else if (use_rows1(j->W, j->n)) q4_rows1_avx512(j->W, r0, r1, j->Xr, j->xs, j->Y);
     else if (have_avx512()) q4_rows_avx512(j->W, r0, r1, j->Xr, j->xs, j->n, j->Y, j->ldy);
     else if (have_avx2()) q4_rows_avx2(j->W, r0, r1, j->Xr, j->xs, j->n, j->Y, j->ldy);
@@ -541,13 +557,18 @@ static void run_i16(mm_job *j, const float *X, int ldx, lily_task_fn fn, size_t 
     free(xq);
 }
 
-int lily_cpu_matmul_quantizes_x(const lily_mat *W, int n) {
+/* The prefill GEMM with int16 activations (matmul_i16.h). */
+static int use_gemm_i16(const lily_mat *W, int n) {
     return n > 4 && W->dt == LILY_DT_Q4 && W->group == 64 && W->cols % 64 == 0 && have_i16();
+}
+
+int lily_cpu_matmul_quantizes_x(const lily_mat *W, int n) {
+    return use_gemm_i16(W, n) || use_gemv_i16(W, n);
 }
 
 int lily_cpu_matmul_glu(const lily_mat *G, const lily_mat *U, const float *X, int n, int ldx,
                         float *Y, int ldy, lily_pool *pool) {
-    if (!lily_cpu_matmul_quantizes_x(G, n) || !lily_cpu_matmul_quantizes_x(U, n) ||
+    if (!use_gemm_i16(G, n) || !use_gemm_i16(U, n) ||
         G->rows != U->rows || G->cols != U->cols)
         return 0;
     mm_job j = {0};
@@ -577,15 +598,23 @@ void lily_cpu_matmul(const lily_mat *W, const float *X, int n, int ldx, float *Y
     if (W->group == 64 && ((W->dt == LILY_DT_Q4 && n <= 4) ||
                            (W->dt == LILY_DT_Q8 && n == 1 && have_avx512()))) {
         int cols = W->cols, ng = cols / 64;
-        size_t xl = xr_len(W, n);
-        size_t need = (size_t)n * (xl + ng) * sizeof(float);
-        float *buf = pool ? lily_pool_scratch(pool, threads, need) : lily_xmalloc(need);
-        float *Xr = buf, *xs = buf + (size_t)n * xl;
-        for (int t = 0; t < n; t++)
-            x_prep(X + (size_t)t * ldx, cols, use_rows1(W, n), Xr + (size_t)t * xl,
-                   xs + (size_t)t * ng);
-        j.Xr = Xr;
-        j.xs = xs;
+        void *buf;
+        if (use_gemv_i16(W, n)) {
+            size_t need = lily_cpu_gemv_i16_x_bytes(n, cols);
+            buf = pool ? lily_pool_scratch(pool, threads, need) : lily_xaligned(need);
+            lily_cpu_gemv_i16_quant(X, n, ldx, cols, buf);
+            j.xq = buf;
+        } else {
+            size_t xl = xr_len(W, n);
+            size_t need = (size_t)n * (xl + ng) * sizeof(float);
+            buf = pool ? lily_pool_scratch(pool, threads, need) : lily_xmalloc(need);
+            float *Xr = buf, *xs = (float *)buf + (size_t)n * xl;
+            for (int t = 0; t < n; t++)
+                x_prep(X + (size_t)t * ldx, cols, use_rows1(W, n), Xr + (size_t)t * xl,
+                       xs + (size_t)t * ng);
+            j.Xr = Xr;
+            j.xs = xs;
+        }
         /* at most 4 tasks per thread and at least ~128 KiB of weights per task: enough to
          * balance, few enough that claiming them (contended atomics) costs nothing */
         long row_bytes = (long)cols * (W->dt == LILY_DT_Q8 ? 1 : 2) / 2 + (long)ng * 4;
@@ -602,7 +631,7 @@ void lily_cpu_matmul(const lily_mat *W, const float *X, int n, int ldx, float *Y
         if (!pool) free(buf);
         return;
     }
-    if (lily_cpu_matmul_quantizes_x(W, n)) {
+    if (use_gemm_i16(W, n)) {
         run_i16(&j, X, ldx, mm_i16_task, 0);
         return;
     }
@@ -622,40 +651,44 @@ void lily_cpu_matmul(const lily_mat *W, const float *X, int n, int ldx, float *Y
 
 typedef struct {
     const lily_mm_op *ops;
-    const float *Xr, *xs; /* per op, at offsets xoff[i] / soff[i] */
-    const size_t *xoff, *soff;
+    const char *buf;              /* prepared x of every op, at byte offsets xoff[i] / soff[i] */
+    const size_t *xoff, *soff;    /* soff: the fp32 kernels' group sums of x */
     const int *t_op, *t_r0, *t_r1; /* task table */
 } mm_many_job;
 
 static void mm_many_task(void *ctx, int task, int thread) {
     (void)thread;
     mm_many_job *j = ctx;
-    int i = j->t_op[task];
+    int i = j->t_op[task], r0 = j->t_r0[task], r1 = j->t_r1[task];
     const lily_mm_op *op = &j->ops[i];
-    if (op->W->dt == LILY_DT_Q8)
-        q8_rows1_avx512(op->W, j->t_r0[task], j->t_r1[task], op->X, j->xs + j->soff[i], op->Y);
-    else if (use_rows1(op->W, 1))
-        q4_rows1_avx512(op->W, j->t_r0[task], j->t_r1[task], j->Xr + j->xoff[i], j->xs + j->soff[i],
-                        op->Y);
-    else if (have_avx512())
-        q4_rows_avx512(op->W, j->t_r0[task], j->t_r1[task], j->Xr + j->xoff[i], j->xs + j->soff[i],
-                       1, op->Y, op->W->rows);
-    else if (have_avx2())
-        q4_rows_avx2(op->W, j->t_r0[task], j->t_r1[task], j->Xr + j->xoff[i], j->xs + j->soff[i],
-                     1, op->Y, op->W->rows);
-    else
-        q4_rows_scalar(op->W, j->t_r0[task], j->t_r1[task], j->Xr + j->xoff[i],
-                       j->xs + j->soff[i], 1, op->Y, op->W->rows);
+    const lily_mat *W = op->W;
+    const void *xp = j->buf + j->xoff[i];
+    const float *Xr = xp, *xs = (const float *)(j->buf + j->soff[i]);
+    if (W->dt == LILY_DT_Q8) q8_rows1_avx512(W, r0, r1, op->X, xs, op->Y);
+    else if (use_gemv_i16(W, 1)) lily_cpu_gemv_i16_rows(W, r0, r1, xp, 1, op->Y, W->rows);
+    else if (use_rows1(W, 1)) q4_rows1_avx512(W, r0, r1, Xr, xs, op->Y);
+    else if (have_avx512()) q4_rows_avx512(W, r0, r1, Xr, xs, 1, op->Y, W->rows);
+    else if (have_avx2()) q4_rows_avx2(W, r0, r1, Xr, xs, 1, op->Y, W->rows);
+    else q4_rows_scalar(W, r0, r1, Xr, xs, 1, op->Y, W->rows);
+}
+
+/* Which prepared form of x an op reads: 2 = gemv_i16's, 1 = q4_rows1's, 0 = even | odd. */
+static int x_form(const lily_mat *W) { return use_gemv_i16(W, 1) ? 2 : use_rows1(W, 1); }
+
+/* Bytes of an op's prepared x (64-byte multiples, so every region stays aligned). */
+static size_t x_form_bytes(const lily_mat *W) {
+    size_t b = x_form(W) == 2 ? lily_cpu_gemv_i16_x_bytes(1, W->cols)
+                              : (xr_len(W, 1) + (size_t)W->cols / 64) * sizeof(float);
+    return (b + 63) & ~(size_t)63;
 }
 
 void lily_cpu_matmul_many(const lily_mm_op *ops, int n_ops, lily_pool *pool) {
     int ok = pool != NULL && n_ops <= 64;
-    size_t xtot = 0, stot = 0, btot = 0;
+    size_t xtot = 0, btot = 0;
     for (int i = 0; ok && i < n_ops; i++) {
         const lily_mat *W = ops[i].W;
         ok = W->group == 64 && (W->dt == LILY_DT_Q4 || (W->dt == LILY_DT_Q8 && have_avx512()));
-        xtot += xr_len(W, 1);
-        stot += (size_t)W->cols / 64;
+        xtot += x_form_bytes(W);
         btot += (size_t)W->rows * (W->cols / (W->dt == LILY_DT_Q8 ? 1 : 2) + W->cols / 16);
     }
     if (!ok) {
@@ -666,33 +699,34 @@ void lily_cpu_matmul_many(const lily_mm_op *ops, int n_ops, lily_pool *pool) {
     int threads = lily_pool_threads(pool);
     size_t chunk = btot / ((size_t)threads * 4) + 1;
     int max_tasks = threads * 4 + n_ops * 2;
-    size_t need = 2 * 64 * sizeof(size_t) + (xtot + stot) * sizeof(float) +
-                  3 * (size_t)max_tasks * sizeof(int);
-    char *buf = lily_pool_scratch(pool, threads, need);
-    size_t *xoff = (size_t *)buf, *soff = xoff + 64; /* 8-byte fields first: aligned */
-    float *Xr = (float *)(soff + 64), *xs = Xr + xtot;
-    int *t_op = (int *)(xs + stot), *t_r0 = t_op + max_tasks, *t_r1 = t_r0 + max_tasks;
-    size_t xo = 0, so = 0;
+    size_t tbl = (2 * 64 * sizeof(size_t) + 3 * (size_t)max_tasks * sizeof(int) + 63) & ~(size_t)63;
+    char *buf = lily_pool_scratch(pool, threads, tbl + xtot);
+    size_t *xoff = (size_t *)buf, *soff = xoff + 64;
+    int *t_op = (int *)(soff + 64), *t_r0 = t_op + max_tasks, *t_r1 = t_r0 + max_tasks;
+    size_t xo = tbl;
     int nt = 0;
     for (int i = 0; i < n_ops; i++) {
         const lily_mat *W = ops[i].W;
-        int cols = W->cols, ng = cols / 64;
-        /* ops that read the same x in the same layout (the experts' gate and up products all
-         * read one x) share one reordered copy */
+        int cols = W->cols, form = x_form(W);
+        /* ops that read the same x in the same form (the experts' gate and up products all
+         * read one x) share one prepared copy */
         int same = -1;
         for (int k = 0; k < i && same < 0; k++)
-            if (ops[k].X == ops[i].X && ops[k].W->cols == cols &&
-                use_rows1(ops[k].W, 1) == use_rows1(W, 1))
+            if (ops[k].X == ops[i].X && ops[k].W->cols == cols && x_form(ops[k].W) == form)
                 same = k;
         if (same >= 0) {
             xoff[i] = xoff[same];
             soff[i] = soff[same];
         } else {
             xoff[i] = xo;
-            soff[i] = so;
-            x_prep(ops[i].X, cols, use_rows1(W, 1), Xr + xo, xs + so);
-            xo += xr_len(W, 1);
-            so += (size_t)ng;
+            if (form == 2) {
+                soff[i] = xo;
+                lily_cpu_gemv_i16_quant(ops[i].X, 1, cols, cols, buf + xo);
+            } else {
+                soff[i] = xo + xr_len(W, 1) * sizeof(float);
+                x_prep(ops[i].X, cols, form, (float *)(buf + xo), (float *)(buf + soff[i]));
+            }
+            xo += x_form_bytes(W);
         }
         /* split this op in parts of about `chunk` bytes, rows rounded to pairs */
         size_t bytes = (size_t)W->rows * (cols / (W->dt == LILY_DT_Q8 ? 1 : 2) + cols / 16);
@@ -708,6 +742,6 @@ void lily_cpu_matmul_many(const lily_mm_op *ops, int n_ops, lily_pool *pool) {
             nt++;
         }
     }
-    mm_many_job j = {ops, Xr, xs, xoff, soff, t_op, t_r0, t_r1};
+    mm_many_job j = {ops, buf, xoff, soff, t_op, t_r0, t_r1};
     lily_pool_run(pool, mm_many_task, &j, nt);
 }

@@ -45,14 +45,15 @@ void lily_mat_row_f32(const lily_mat *W, int r, float *out);
 void lily_cpu_matmul(const lily_mat *W, const float *X, int n, int ldx, float *Y, int ldy,
                      lily_pool *pool);
 
-/* 1 when lily_cpu_matmul(W, .., n, ..) quantises X to 16-bit codes per group of 64 columns (the
- * Q4 prefill GEMM on AVX-512 VNNI, matmul_i16.h: each element within 2^-16 of its group's
- * largest; LILY_CPU_GEMM=f32 turns it off); 0 when it multiplies in fp32. */
+/* 1 when lily_cpu_matmul(W, .., n, ..) quantises X to 16-bit codes per group of 64 columns (Q4
+ * on AVX-512 VNNI: the prefill GEMM, matmul_i16.h, and the decode product, gemv_i16.h; each
+ * element within 2^-16 of its group's largest; LILY_CPU_GEMM=f32 turns both off,
+ * LILY_CPU_GEMV=f32 the decode one); 0 when it multiplies in fp32. */
 int lily_cpu_matmul_quantizes_x(const lily_mat *W, int n);
 
 /* Y = silu(G X) * (U X) elementwise (the SwiGLU input), in one pool job with X quantised once,
- * when both take the int16 path (lily_cpu_matmul_quantizes_x): returns 1; otherwise returns 0
- * and does nothing. */
+ * when both take the prefill GEMM with int16 X (n > 4): returns 1; otherwise returns 0 and does
+ * nothing. */
 int lily_cpu_matmul_glu(const lily_mat *G, const lily_mat *U, const float *X, int n, int ldx,
                         float *Y, int ldy, lily_pool *pool);
 
