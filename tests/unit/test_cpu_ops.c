@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "backend/cpu/ops.h"
+#include "base/err.h"
 #include "base/pool.h"
 
 static int n_pass, n_fail;
@@ -388,35 +389,60 @@ static void test_gdn(void) {
     free(S), free(R), free(T), free(q), free(k), free(v), free(o);
 }
 
-static void test_attention(lily_pool *pool) {
-    int Nq = 6, Nkv = 2, Dh = 37, pos = 37, n = 9, ctx = pos + n;
-    int qd = Nq * Dh, kd = Nkv * Dh;
+/* One attention call against a double-precision reference: every (token, head) row. */
+static void attention_case(lily_pool *pool, int Nq, int Nkv, int Dh, int pos, int n) {
+    int ctx = pos + n, qd = Nq * Dh, kd = Nkv * Dh, threads = lily_pool_threads(pool);
     float *q = malloc((size_t)n * qd * 4), *kc = malloc((size_t)ctx * kd * 4);
     float *vc = malloc((size_t)ctx * kd * 4), *o = malloc((size_t)n * qd * 4);
-    float *scr = malloc((size_t)lily_pool_threads(pool) * (Nq / Nkv) * ctx * 4);
+    size_t per = lily_cpu_attention_scratch(Nq, Nkv, Dh, ctx);
+    float *scr = lily_xaligned((size_t)threads * per * 4);
+    double *sc = malloc((size_t)ctx * sizeof(double));
     for (int i = 0; i < n * qd; i++) q[i] = frand() * 2;
     for (int i = 0; i < ctx * kd; i++) kc[i] = frand() * 2, vc[i] = frand();
-    lily_cpu_attention(q, n, pos, kc, vc, Nq, Nkv, Dh, 0.3f, o, scr, pool);
+    for (int i = 0; i < n * qd; i++) o[i] = NAN; /* poison */
+    lily_cpu_attention(q, n, pos, kc, vc, Nq, Nkv, Dh, 0.3f, o, scr, (n & 1) ? pool : NULL);
     double worst = 0;
     for (int t = 0; t < n; t++)
         for (int h = 0; h < Nq; h++) {
             int g = h / (Nq / Nkv), len = pos + t + 1;
-            double s[64], mx = -1e30, sum = 0;
+            double mx = -1e30, sum = 0;
             for (int p = 0; p < len; p++) {
                 double d = 0;
-                for (int i = 0; i < Dh; i++) d += (double)q[t * qd + h * Dh + i] * kc[p * kd + g * Dh + i];
-                s[p] = d * 0.3;
-                mx = fmax(mx, s[p]);
+                for (int i = 0; i < Dh; i++)
+                    d += (double)q[(size_t)t * qd + h * Dh + i] * kc[(size_t)p * kd + g * Dh + i];
+                sc[p] = d * 0.3;
+                mx = fmax(mx, sc[p]);
             }
-            for (int p = 0; p < len; p++) sum += s[p] = exp(s[p] - mx);
+            for (int p = 0; p < len; p++) sum += sc[p] = exp(sc[p] - mx);
             for (int i = 0; i < Dh; i++) {
                 double acc = 0;
-                for (int p = 0; p < len; p++) acc += s[p] / sum * vc[p * kd + g * Dh + i];
-                worst = fmax(worst, fabs(acc - o[t * qd + h * Dh + i]));
+                for (int p = 0; p < len; p++) acc += sc[p] / sum * vc[(size_t)p * kd + g * Dh + i];
+                double e = fabs(acc - o[(size_t)t * qd + h * Dh + i]);
+                if (!(e <= worst)) worst = e != e ? INFINITY : e;
             }
         }
-    check(worst < 1e-5, "causal GQA attention vs reference", worst);
-    free(q), free(kc), free(vc), free(o), free(scr);
+    char what[96];
+    snprintf(what, sizeof what, "attention Nq=%d Nkv=%d Dh=%d pos=%d n=%d%s", Nq, Nkv, Dh, pos, n,
+             (n & 1) ? " pool" : "");
+    check(worst < 1e-5, what, worst);
+    free(q), free(kc), free(vc), free(o), free(scr), free(sc);
+}
+
+/* Causal GQA attention on random inputs: odd head sizes, group sizes 1 to 16 (task chunks of
+ * several tokens, of part of a token's heads), one token (decode), contexts across several
+ * 64-position blocks; on every kernel (AVX-512 and the plain one). */
+static void test_attention(lily_pool *pool) {
+    const int cases[][5] = {{6, 2, 37, 37, 9},   {16, 2, 256, 0, 5},  {16, 2, 256, 300, 1},
+                            {16, 2, 64, 131, 18}, {8, 8, 40, 70, 3},  {32, 1, 48, 5, 2},
+                            {4, 1, 16, 200, 7},   {16, 2, 256, 1000, 2}, {16, 2, 256, 4000, 1}, {16, 2, 256, 4000, 3}};
+    const char *isas[] = {"avx512", "scalar"};
+    for (int k = 0; k < 2; k++) {
+        lily_cpu_set_isa(isas[k]);
+        printf("-- attention capped at %s\n", isas[k]);
+        for (int c = 0; c < (int)(sizeof cases / sizeof cases[0]); c++)
+            attention_case(pool, cases[c][0], cases[c][1], cases[c][2], cases[c][3], cases[c][4]);
+    }
+    lily_cpu_set_isa(NULL);
 }
 
 static void test_misc(void) {

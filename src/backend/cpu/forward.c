@@ -171,9 +171,10 @@ static int cpu_state_create(lily_backend *b, int max_ctx, lily_bstate **out, lil
     int need = max_ctx + b->chunk;
     if (need > b->attn_cap) {
         free(b->attn_scratch);
-        size_t rep = (size_t)(c->n_kv_heads > 0 ? c->n_q_heads / c->n_kv_heads : 1);
-        b->attn_scratch =
-            lily_xaligned((size_t)lily_pool_threads(b->pool) * rep * need * sizeof(float));
+        b->attn_scratch = lily_xaligned(
+            (size_t)lily_pool_threads(b->pool) *
+            lily_cpu_attention_scratch(c->n_q_heads, c->n_kv_heads, c->head_dim, need) *
+            sizeof(float));
         b->attn_cap = need;
     }
     pthread_mutex_unlock(&b->mu);

@@ -58,6 +58,7 @@ static int isa_level(void) {
     return cached;
 }
 static int have_avx512(void) { return isa_level() >= 2; }
+int lily_cpu_have_avx512(void) { return have_avx512(); }
 static int have_avx2(void) { return isa_level() >= 1; }
 static int have_i16(void) { return isa_level() >= 2 && cached_i16; }
 static int have_gemv_i16(void) { return isa_level() >= 2 && cached_gemv; }

@@ -51,6 +51,9 @@ void lily_cpu_matmul(const lily_mat *W, const float *X, int n, int ldx, float *Y
  * LILY_CPU_GEMV=f32 the decode one); 0 when it multiplies in fp32. */
 int lily_cpu_matmul_quantizes_x(const lily_mat *W, int n);
 
+/* 1 when the CPU kernels run their AVX-512 forms (detected once; LILY_CPU_ISA caps it). */
+int lily_cpu_have_avx512(void);
+
 /* Y = silu(G X) * (U X) elementwise (the SwiGLU input), in one pool job with X quantised once,
  * when both take the prefill GEMM with int16 X (n > 4): returns 1; otherwise returns 0 and does
  * nothing. */
@@ -105,9 +108,11 @@ void lily_cpu_gdn_chunked(float *S, int Dk, int Dv, int n, const float *q, int l
                           void *scratch);
 
 /* Causal GQA attention for n new queries at positions pos..pos+n-1 over a cache holding
- * positions 0..pos+n-1. q: [n][Nq*Dh]; kc, vc: [ctx][Nkv*Dh] caches; out: [n][Nq*Dh].
- * scale multiplies q.k; softmax in fp32 with max subtraction. scratch: [threads][Nq/Nkv][pos+n]
- * floats (threads = pool's thread count, 1 without a pool), so nothing is allocated per call. */
+ * positions 0..pos+n-1 (attn.c). q: [n][Nq*Dh]; kc, vc: [ctx][Nkv*Dh] caches; out: [n][Nq*Dh].
+ * scale multiplies q.k; softmax in fp32 with max subtraction. scratch: threads x
+ * lily_cpu_attention_scratch(Nq, Nkv, Dh, pos + n) floats (threads = the pool's thread count, 1
+ * without a pool; 64-byte aligned), so nothing is allocated per call. */
+size_t lily_cpu_attention_scratch(int Nq, int Nkv, int Dh, int ctx);
 void lily_cpu_attention(const float *q, int n, int pos, const float *kc, const float *vc, int Nq,
                         int Nkv, int Dh, float scale, float *out, float *scratch,
                         lily_pool *pool);
