@@ -21,7 +21,6 @@
 #include "backend/cpu/ops.h"
 #include "base/err.h"
 
-#define LILY_SIMD_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
 #define AT_ISA "avx512f,avx512bw,avx512vl,avx512dq"
 #define AT_LANES 16 /* query rows per task (vector lanes) */
 #define AT_BLOCK 64 /* positions per softmax block */

@@ -10,7 +10,6 @@
 #include "base/err.h"
 
 /* Hot loops are compiled for AVX-512, AVX2 and the baseline; the loader picks one at run time. */
-#define LILY_SIMD_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
 
 float lily_f16_to_f32(uint16_t h) {
     uint32_t sign = (uint32_t)(h & 0x8000u) << 16;

@@ -51,6 +51,10 @@ void lily_cpu_matmul(const lily_mat *W, const float *X, int n, int ldx, float *Y
  * LILY_CPU_GEMV=f32 the decode one); 0 when it multiplies in fp32. */
 int lily_cpu_matmul_quantizes_x(const lily_mat *W, int n);
 
+/* A CPU kernel written in plain C, compiled for AVX-512, AVX2 and baseline x86-64 and picked at
+ * load time. */
+#define LILY_SIMD_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+
 /* 1 when the CPU kernels run their AVX-512 forms (detected once; LILY_CPU_ISA caps it). */
 int lily_cpu_have_avx512(void);
 
