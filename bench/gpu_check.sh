@@ -15,8 +15,8 @@
 # fixtures sanitizer bench timing profile lily". GPU_CHECK_ATTN_TIME=1 adds the attention
 # prefill kernels' timing after the parity tests. GPU_CHECK_AB makes the lily stage an A/B of
 # environment settings (see there). GPU_CHECK_CARRY names the carry folder (default .devcarry), GPU_CHECK_TESTS the
-# parity binaries to build and pack (default: all). GPU_CHECK_SWEEP=1 makes the lily stage the
-# full prefill/decode sweep of issue 5 (256..128K, --json to $OUT/sweep.json). GPU_CHECK_BENCH_DIR picks where the synthetic 35B checkpoint is written (local
+# parity binaries to build and pack (default: all). GPU_CHECK_SWEEP=1 adds the
+# full prefill/decode sweep of issue 5 (256..128K and two agent turns, --json to $OUT/sweep.json). GPU_CHECK_BENCH_DIR picks where the synthetic 35B checkpoint is written (local
 # disk, ~19.5 GB; default /tmp/lily35b).
 set -u
 mode=${1:-run}
@@ -199,11 +199,14 @@ PY
                         --decode 256 --gen 8 --rounds 1 2>&1 | grep -E '^ +[0-9]|rror'
                 done
             done
-        elif [ "${GPU_CHECK_SWEEP:-0}" = 1 ]; then # the issue's full sweep, JSON back in $OUT
+        fi
+        if [ "${GPU_CHECK_SWEEP:-0}" = 1 ]; then # the issue's full sweep (after the A/B, if any),
+            # with agent turns (512 new tokens on a held 32K / 128K context); JSON back in $OUT
             L=256,512,1K,2K,4K,8K,16K,32K,64K,128K
             timeout 400 "$work/bin/lily" bench --model "$LILY_CUDA_BENCH_DIR" --backend cuda \
-                --prefill $L --decode $L --gen 128 --rounds 1 --json "$out/sweep.json" 2>&1 | tail -20
-        else
+                --prefill $L --decode $L --turn 512@32K,512@128K --gen 128 --rounds 1 \
+                --json "$out/sweep.json" 2>&1 | tail -24
+        elif [ -z "${GPU_CHECK_AB:-}" ]; then
             timeout 200 "$work/bin/lily" bench --model "$LILY_CUDA_BENCH_DIR" --backend cuda \
                 --prefill 4K --decode 4K --gen 32 2>&1 | tail -20
         fi

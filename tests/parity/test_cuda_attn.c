@@ -9,20 +9,20 @@
  * (the exact split products: the result must agree to fp32 accumulation level) and 0 (one bf16
  * pass: a looser bound).
  *
- * Prefill runs the default kernels (at head dim 256 the wgmma kernel, attn_wg.h), the wgmma
+ * Prefill runs, at head dim 256, the wgmma kernel (LILY_CUDA_ATTN_WG=1, attn_wg.h), the wgmma
  * kernel with the ll products (LILY_CUDA_ATTN_WG=2), attn.cu's exact kernel (LILY_CUDA_ATTN_WG=0)
  * with each lo-byte bias form (LILY_CUDA_ATTN_BIAS 1, 0), all to the exact bound, fast, the
- * warp-specialised wgmma kernel (LILY_CUDA_ATTN_WG=3, attn_ws.cu), and the wgmma kernel split
- * over the causal spans (LILY_CUDA_ATTN_SPLIT 1: as many splits as fill the SMs; 3: three, so
- * some splits of short spans are empty; and the warp-specialised kernel split in three), to the
- * exact bound.
+ * warp-specialised wgmma kernel (LILY_CUDA_ATTN_WG=3, attn_ws.cu) unsplit, the default (ws split
+ * over the causal spans as the SMs call for: LILY_CUDA_ATTN_SPLIT=1), the wgmma kernel split in
+ * three (some splits of short spans are empty) and ws split in three, to the exact bound; at
+ * other head dims every exact mode runs attn.cu's kernel.
  *
  * LILY_CUDA_TIME=1 also times, in each mode, decode at the 35B-A3B shape (Nq 16, Nkv 2, Dh 256,
  * 128 splits as the backend sizes them) at contexts 4K to 128K, alone and as a CUDA graph of 10
  * calls (the 10 attention layers of a decode step), with a sweep of split targets, and prefill
  * chunks: 512 tokens at depth 130560, 4096 from 0 and at 28672 (cudaEvent, median of 20);
  * LILY_CUDA_TIME=1p the prefill chunks alone (no parity cases: for profilers, 23 launches per
- * chunk and mode, 3 warm-ups and 20 timed, in the order above: the default 4096 at 28672 is the
+ * chunk and mode, 3 warm-ups and 20 timed, in the order above: attn_wg.cu's 4096 at 28672 is the
  * 47th, attn.cu's exact kernel's the 185th). */
 #include <stdio.h>
 
@@ -93,7 +93,7 @@ static void set_bias(int b) {
     lily_cuda_tune_reload();
 }
 
-/* The exact prefill at head dim 256 on wgmma (LILY_CUDA_ATTN_WG): NULL = the default (1), "0"
+/* The exact prefill at head dim 256 on wgmma (LILY_CUDA_ATTN_WG): NULL = the default (3), "0"
  * attn.cu's kernel, "2" with the ll products, "3" warp-specialised. */
 static void set_wg(const char *w) {
     if (w) setenv("LILY_CUDA_ATTN_WG", w, 1);
@@ -101,22 +101,23 @@ static void set_wg(const char *w) {
     lily_cuda_tune_reload();
 }
 
-/* Prefill modes: the default (exact; the wgmma kernel at head dim 256), the wgmma kernel with the
- * ll products, attn.cu's exact kernel with each lo-byte bias form (1, 0), fast, the
- * warp-specialised wgmma kernel, the wgmma kernel split (auto, 3), the warp-specialised kernel
- * split (3). Modes 1, 2 and 5-8 only differ from mode 0 at head dim 256. */
+/* Prefill modes: the wgmma kernel unsplit, the wgmma kernel with the ll products, attn.cu's
+ * exact kernel with each lo-byte bias form (1, 0), fast, the warp-specialised wgmma kernel
+ * unsplit, the defaults (ws, split auto), the wgmma kernel split in 3, ws split in 3. Modes 1, 2
+ * and 5-8 only differ from mode 0 at head dim 256. */
 static const int k_pre_modes = 9;
 static int pre_mode_exact(int m) { return m != 4; }
 static int pre_mode_dh256_only(int m) { return m == 1 || m == 2 || m >= 5; }
 static void set_pre_mode(int m) {
-    setenv("LILY_CUDA_ATTN_SPLIT", m == 6 ? "1" : m == 7 || m == 8 ? "3" : "0", 1);
+    if (m == 6) unsetenv("LILY_CUDA_ATTN_SPLIT"); /* the default: 1 */
+    else setenv("LILY_CUDA_ATTN_SPLIT", m == 7 || m == 8 ? "3" : "0", 1);
     set_exact(pre_mode_exact(m));
     set_bias(m == 3 ? 0 : 1);
-    set_wg(m == 0 || m == 6 || m == 7 ? NULL : m == 1 ? "2" : m == 5 || m == 8 ? "3" : "0");
+    set_wg(m == 6 ? NULL : m == 0 || m == 7 ? "1" : m == 1 ? "2" : m == 5 || m == 8 ? "3" : "0");
 }
 static const char *pre_mode_name(int m) {
     static const char *nm[] = {"",       " (wg ll)", " (mma)",    " (mma bias 0)",
-                               " (fast)", " (ws)",    " (split)", " (split 3)",
+                               " (fast)", " (ws)",    " (default: ws split)", " (split 3)",
                                " (ws split 3)"};
     return nm[m];
 }
@@ -480,8 +481,8 @@ static void time_all(void) {
         printf("time: LILY_CUDA_ATTN_EXACT=%d LILY_CUDA_ATTN_BIAS=%s LILY_CUDA_ATTN_WG=%s "
                "LILY_CUDA_ATTN_SPLIT=%s\n",
                pre_mode_exact(m), getenv("LILY_CUDA_ATTN_BIAS"),
-               getenv("LILY_CUDA_ATTN_WG") ? getenv("LILY_CUDA_ATTN_WG") : "1 (default)",
-               getenv("LILY_CUDA_ATTN_SPLIT"));
+               getenv("LILY_CUDA_ATTN_WG") ? getenv("LILY_CUDA_ATTN_WG") : "3 (default)",
+               getenv("LILY_CUDA_ATTN_SPLIT") ? getenv("LILY_CUDA_ATTN_SPLIT") : "1 (default)");
         time_mode(&c, maxc, n);
     }
     set_pre_mode(0);

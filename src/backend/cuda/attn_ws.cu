@@ -18,6 +18,8 @@
  * consumers (O 128 registers, S's digit accumulators 64) the producer's registers. */
 #include "backend/cuda/attn_wg.h"
 
+#include <stdlib.h>
+
 #include "backend/cuda/attn_wg.cuh"
 
 namespace {
@@ -39,7 +41,7 @@ __device__ __forceinline__ void bar_arrive(int id, int n) {
 
 /* grid (ceil(n / P), Nkv) with P = 128 / G positions per block, 384 threads: warpgroup 0 the
  * producer, warpgroup 1 + c consumer c (block rows 64 c .. 64 c + 63, attn_wg.cu's layout). */
-template <int G, bool SPLIT>
+template <int G, bool SPLIT, bool TURN>
 __global__ void __launch_bounds__(kThreads, 1)
     attn_ws_kernel(const float *__restrict__ q, int n, const uint8_t *__restrict__ kc,
                    const uint8_t *__restrict__ vc, const int32_t *d_pos, int Nkv, float scale,
@@ -142,17 +144,17 @@ __global__ void __launch_bounds__(kThreads, 1)
     for (int i = 0; i < 128; i++) o[i] = 0.f;
     float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.f, l1 = 0.f;
     float of_vf = 1.f; /* the V-scale factor O is kept in (attn.cu's exact prefill) */
-    if (cw == 1) bar_arrive(BAR_TURN, 256); /* consumer 0 takes the first turn */
+    if (TURN && cw == 1) bar_arrive(BAR_TURN, 256); /* consumer 0 takes the first turn */
     for (int it = it_beg; it < it_end; it++) {
         const int b = it & 1, kv0 = it * kKt;
         bar_sync(BAR_KFULL + cw, 256);
         int hh[32], md[32];
         const uint32_t z = opaque_zero(), qz = qa + z, kz = sb + OFF_K + z;
-        bar_sync(BAR_TURN + cw, 256);
+        if (TURN) bar_sync(BAR_TURN + cw, 256);
         wg_fence();
         issue_s<false>(qz, kz, hh, md, nullptr);
         wg_commit();
-        bar_arrive(BAR_TURN + (cw ^ 1), 256);
+        if (TURN) bar_arrive(BAR_TURN + (cw ^ 1), 256);
         wg_wait0();
 #pragma unroll
         for (int i = 0; i < 32; i++) {
@@ -178,14 +180,14 @@ __global__ void __launch_bounds__(kThreads, 1)
         uint32_t ph[4][4], pl[4][4];
         p_split(s, ph, pl);
         bar_sync(BAR_VFULL + cw, 256);
-        bar_sync(BAR_TURN + cw, 256);
+        if (TURN) bar_sync(BAR_TURN + cw, 256);
 #pragma unroll
         for (int i = 0; i < 128; i++) reg_fence(o[i]);
         wg_fence();
         issue_pv(sb + OFF_V + opaque_zero(), o, ph, pl);
         wg_commit();
         /* consumer 1's last turn is the block's last: nobody waits for it */
-        if (cw == 0 || it + 1 < it_end) bar_arrive(BAR_TURN + (cw ^ 1), 256);
+        if (TURN && (cw == 0 || it + 1 < it_end)) bar_arrive(BAR_TURN + (cw ^ 1), 256);
         wg_wait0();
 #pragma unroll
         for (int i = 0; i < 128; i++) reg_fence(o[i]);
@@ -195,17 +197,27 @@ __global__ void __launch_bounds__(kThreads, 1)
                        n, Nq, tq, gate, out);
 }
 
+/* LILY_CUDA_ATTN_WS_TURN=0 (read at first use; a measurement switch): the consumers issue
+ * their products without taking turns (no TURN barriers). */
+bool turns_on() {
+    static int on = -1;
+    if (on < 0) {
+        const char *v = getenv("LILY_CUDA_ATTN_WS_TURN");
+        on = !(v && v[0] == '0');
+    }
+    return on != 0;
+}
+
 template <int G, bool SPLIT>
 int launch(const float *q, int n, const uint8_t *kc, const uint8_t *vc, const int32_t *d_pos,
            int Nkv, float scale, const float *gate, float *out, float *part, int S,
            lily_cuda_stream st, lily_err *e) {
     constexpr int P = kRows / G;
-    LILY_CU_TRY(cudaFuncSetAttribute(attn_ws_kernel<G, SPLIT>,
-                                     cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem),
+    auto kern = turns_on() ? attn_ws_kernel<G, SPLIT, true> : attn_ws_kernel<G, SPLIT, false>;
+    LILY_CU_TRY(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem),
                 e);
     dim3 grid((n + P - 1) / P, Nkv, SPLIT ? S : 1);
-    attn_ws_kernel<G, SPLIT><<<grid, kThreads, kSmem, st>>>(q, n, kc, vc, d_pos, Nkv, scale, gate,
-                                                             out, part);
+    kern<<<grid, kThreads, kSmem, st>>>(q, n, kc, vc, d_pos, Nkv, scale, gate, out, part);
     LILY_CU_LAUNCHED(e);
     return SPLIT ? merge_splits(part, S, n, Nkv * G, gate, out, st, e) : 0;
 }

@@ -106,18 +106,20 @@ size_t lily_cuda_dmat_bytes(const lily_dmat *m);
  *   LILY_CUDA_ATTN_BIAS: attn.cu's exact attention prefill (LILY_CUDA_ATTN_WG=0, or head dims
  *     other than 256): 1 (default) = the K lo bytes keep their fp16 bias (4 + lo) in the products
  *     and the bias comes off each score (H200: -7 % per chunk at depth); 0 = subtracted per code.
- *   LILY_CUDA_ATTN_WG: the exact attention prefill at head dim 256 on wgmma (attn_wg.h): 1
- *     (default) = S from the hh, hl and lh digit products (H200, 4096 tokens at depth 28672:
- *     10.6 ms against 20.3 for attn.cu's kernel; 64K prefill +34 %), 2 = with ll too (-6 %,
- *     fixtures alike); 3 = 1's products with a producer warpgroup converting the cache rows for
- *     two consumers (attn_ws.cu); 0 = attn.cu's mma.sync kernel (the only form for other head
- *     dims).
- *   LILY_CUDA_ATTN_SPLIT: attn_wg.cu's kernel (LILY_CUDA_ATTN_WG=1) split over the causal spans: 0 (default)
- *     = never; 1 = when a chunk's grid leaves SMs idle, as many splits as fill them (a short
- *     chunk deep in the cache, an agent's turn); N in 2..16 = N splits (tests, measurements).
+ *   LILY_CUDA_ATTN_WG: the exact attention prefill at head dim 256 on wgmma (attn_wg.h): 3
+ *     (default) = S from the hh, hl and lh digit products with a producer warpgroup converting
+ *     the cache rows for two consumers (attn_ws.cu; H200, 4096 tokens at depth 28672: 9.55 ms
+ *     against 10.73 for 1); 1 = the same products, every warpgroup converting (attn_wg.cu;
+ *     20.3 ms for attn.cu's kernel); 2 = 1 with ll too (-6 %, fixtures alike); 0 = attn.cu's
+ *     mma.sync kernel (the only form for other head dims).
+ *   LILY_CUDA_ATTN_SPLIT: the wgmma kernels split over the causal spans: 1 (default) = when a
+ *     chunk's grid leaves SMs idle, as many splits as fill them (a short chunk deep in the
+ *     cache, an agent's turn: 512 tokens at 128K 1.58x, at 32K 1.27x end to end); 0 = never;
+ *     N in 2..16 = N splits (tests, measurements).
  * Read once at first use by their kernels' files instead (not reloaded): LILY_GEMM_KERNEL,
  * LILY_GEMM_WG_MIN_BLOCKS and LILY_GEMM_WG_GROUPED (which prefill GEMMs run where: gemm.h),
- * LILY_GEMM_WG_PIPE (gemm_wg.h), LILY_CUDA_SKINNY_SUB, _CP and _PF (gemm_skinny.h).
+ * LILY_GEMM_WG_PIPE (gemm_wg.h), LILY_CUDA_SKINNY_SUB, _CP and _PF (gemm_skinny.h),
+ * LILY_CUDA_ATTN_WS_TURN (attn_ws.cu).
  * gen changes on every reload, so a captured decode graph can tell it is stale. */
 typedef struct lily_cuda_tune {
     int pdl;
