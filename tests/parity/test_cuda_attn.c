@@ -116,7 +116,7 @@ static void set_pre_mode(int m) {
     set_wg(m == 6 ? NULL : m == 0 || m == 7 ? "1" : m == 1 ? "2" : m == 5 || m == 8 ? "3" : "0");
 }
 static const char *pre_mode_name(int m) {
-    static const char *nm[] = {"",       " (wg ll)", " (mma)",    " (mma bias 0)",
+    static const char *nm[] = {" (wg)",   " (wg ll)", " (mma)",    " (mma bias 0)",
                                " (fast)", " (ws)",    " (default: ws split)", " (split 3)",
                                " (ws split 3)"};
     return nm[m];
@@ -245,7 +245,7 @@ static void prefill_case(int Nq, int Nkv, int Dh, int pos0, int n, int gated) {
                  pre_mode_name(m), Nq, Nkv, Dh, pos0, n, gated ? " gated" : "");
         pt_check_scaled(name, got, ref, mag, nq, ex ? TOL_EXACT : TOL_FAST);
     }
-    set_pre_mode(0);
+    set_pre_mode(6); /* back to the defaults */
     lily_cuda_free(dk), lily_cuda_free(dv), lily_cuda_free(dq), lily_cuda_free(dg);
     lily_cuda_free(dout), lily_cuda_free(dp), lily_cuda_free(dpart);
     free(kc), free(vc), free(q), free(gate), free(ref), free(mag), free(scr), free(got);
@@ -485,7 +485,7 @@ static void time_all(void) {
                getenv("LILY_CUDA_ATTN_SPLIT") ? getenv("LILY_CUDA_ATTN_SPLIT") : "1 (default)");
         time_mode(&c, maxc, n);
     }
-    set_pre_mode(0);
+    set_pre_mode(6); /* back to the defaults */
     lily_cuda_free(c.k), lily_cuda_free(c.v), lily_cuda_free(c.q), lily_cuda_free(c.gate);
     lily_cuda_free(c.out), lily_cuda_free(c.scr), lily_cuda_free(c.pos), lily_cuda_free(c.part);
     cudaStreamDestroy(c.st);
