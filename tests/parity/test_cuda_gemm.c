@@ -668,13 +668,15 @@ static void wg_probe(int M, int K, int n, int k0) {
 
 int main(void) {
     pt_need_gpu();
-    for (int pipe = 0; pipe < 2; pipe++) {
-        lily_cuda_gemm_wg_pipe(pipe);
+    for (int v = 0; v < 4; v++) { /* loop form x planes layout */
+        lily_cuda_gemm_wg_pipe(v & 1);
+        lily_cuda_gemm_wg_swizzle(v >> 1);
         wg_probe(64, 64, 8, 0);
         wg_probe(64, 64, 16, 0);
         wg_probe(64, 128, 8, 64);
         wg_probe(256, 64, 8, 0);
     }
+    lily_cuda_gemm_wg_swizzle(-1);
     g_san = getenv("LILY_CUDA_SAN") && getenv("LILY_CUDA_SAN")[0] == '1';
     for (int exact = 1; exact >= 0; exact--) {
         setenv("LILY_CUDA_GEMM_EXACT", exact ? "1" : "0", 1);
@@ -687,12 +689,15 @@ int main(void) {
     setenv("LILY_CUDA_GEMM_EXACT", "1", 1);
     lily_cuda_tune_reload();
     g_tol = 5e-4;
-    for (int pipe = 0; pipe < 2; pipe++) {
-        printf("== wgmma GEMM (exact, %s)\n", pipe ? "pipelined" : "simple");
-        lily_cuda_gemm_wg_pipe(pipe);
+    for (int v = 0; v < 4; v++) {
+        printf("== wgmma GEMM (exact, %s, %s planes)\n", v & 1 ? "pipelined" : "simple",
+               v >> 1 ? "swizzled" : "unswizzled");
+        lily_cuda_gemm_wg_pipe(v & 1);
+        lily_cuda_gemm_wg_swizzle(v >> 1);
         wg_shapes();
     }
     lily_cuda_gemm_wg_pipe(-1);
+    lily_cuda_gemm_wg_swizzle(-1);
     g_xscale_spread = 6.f;
     snprintf(g_tag, sizeof g_tag, " [rows 1e-6..1e6]");
     gemm_case(LILY_DT_Q4, 300, 1024, 133, 0);

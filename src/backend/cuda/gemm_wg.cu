@@ -22,16 +22,30 @@ constexpr int BM = 256, BK = 64, NS = 4, kThreads = 256;
 template <int NT> struct wshape {
     static constexpr int OFF_SB = BM * 32, OFF_HI = OFF_SB + BM * 4, PLANE = NT * BK * 2;
     static constexpr int OFF_LO = OFF_HI + PLANE, STAGE = OFF_LO + PLANE;
-    static constexpr int SMEM = NS * STAGE + NT * 8; /* + the tokens' multipliers and X rows */
+    /* + the tokens' multipliers and X rows, + 1 KB to align the stages to 1 KB (swizzle atoms) */
+    static constexpr int SMEM = NS * STAGE + NT * 8 + 1024;
     static constexpr int KCH = NT * 16;
-    static_assert(OFF_HI % 128 == 0 && STAGE % 128 == 0, "core matrices 128-byte aligned");
+    static_assert(OFF_HI % 1024 == 0 && STAGE % 1024 == 0 && PLANE % 1024 == 0,
+                  "planes on 1 KB boundaries (the 128-byte swizzle's 8-row atoms)");
 };
+
+/* SWZ (LILY_GEMM_WG_SWZ=1): the planes in the 128-byte swizzled K-major layout instead: token t's
+ * 64 k values (128 bytes) at (t / 8) * 1024 + (t % 8) * 128, its 16-byte chunk c at position
+ * c ^ (t % 8), so the 8 rows of an atom put a chunk index on 8 different bank groups; the
+ * descriptor of k slice s starts 32 s bytes into the plane (SBO 1 KB between 8-token atoms). */
+__device__ __forceinline__ int swz_off(int t, int c) {
+    return ((t >> 3) << 10) + ((t & 7) << 7) + (((c ^ t) & 7) << 4);
+}
 
 /* Shared-memory matrix descriptor, no swizzle: start, leading (k) and stride (token) offsets. */
 __device__ __forceinline__ uint64_t desc(const void *p, uint32_t lbo, uint32_t sbo) {
     const uint32_t a = (uint32_t)__cvta_generic_to_shared(p);
     return (uint64_t)((a & 0x3FFFF) >> 4) | ((uint64_t)((lbo >> 4) & 0x3FFF) << 16) |
            ((uint64_t)((sbo >> 4) & 0x3FFF) << 32);
+}
+/* The same with the 128-byte swizzle (layout type 1 in bits 62-63; LBO unused for K-major). */
+__device__ __forceinline__ uint64_t desc_sw128(const void *p, uint32_t sbo) {
+    return desc(p, 16, sbo) | (1ull << 62);
 }
 
 /* D (64 x 128, fp32, 64 registers) += A (64 x 16, registers) x B (16 x 128, descriptor). */
@@ -137,11 +151,13 @@ struct wg_args {
 
 /* Dense: grid (token blocks, row blocks, k splits). Grouped (a.tiles): grid (row blocks, tiles), tile y is
  * tiles[y] when y < *d_ntiles, its X rows through a.gather, its Y rows in tile order. */
-template <int NT, bool PIPE>
+template <int NT, bool PIPE, bool SWZ>
 __global__ void __launch_bounds__(kThreads, 1) wg_kernel(const wg_args a) {
     using S = wshape<NT>;
     constexpr int STAGE = S::STAGE, KCH = S::KCH, NJ = 4 * NT / kThreads; /* plane passes */
-    extern __shared__ __align__(128) uint8_t smem[];
+    extern __shared__ __align__(128) uint8_t smem_raw[];
+    uint8_t *smem =
+        smem_raw + ((1024 - ((uint32_t)__cvta_generic_to_shared(smem_raw) & 1023)) & 1023);
     float *s_mul = (float *)(smem + NS * STAGE);
     int *s_xrow = (int *)(s_mul + NT); /* X row of token t, -1: none */
     const int tid = threadIdx.x, lane = tid & 31, g = lane >> 2, q = lane & 3;
@@ -193,9 +209,15 @@ __global__ void __launch_bounds__(kThreads, 1) wg_kernel(const wg_args a) {
 #pragma unroll
             for (int pl = 0; pl < 2; pl++) {
                 const uint16_t *src = pl ? a.lo : a.hi;
-                uint8_t *d = st + (pl ? S::OFF_LO : S::OFF_HI) + (2 * cp) * KCH + t * 16;
-                cp_async16(d, ok ? src + off : src, ok);
-                cp_async16(d + KCH, ok ? src + off + 8 : src, ok);
+                uint8_t *pb = st + (pl ? S::OFF_LO : S::OFF_HI);
+                if constexpr (SWZ) {
+                    cp_async16(pb + swz_off(t, 2 * cp), ok ? src + off : src, ok);
+                    cp_async16(pb + swz_off(t, 2 * cp + 1), ok ? src + off + 8 : src, ok);
+                } else {
+                    uint8_t *d = pb + (2 * cp) * KCH + t * 16;
+                    cp_async16(d, ok ? src + off : src, ok);
+                    cp_async16(d + KCH, ok ? src + off + 8 : src, ok);
+                }
             }
         }
     };
@@ -243,8 +265,10 @@ __global__ void __launch_bounds__(kThreads, 1) wg_kernel(const wg_args a) {
         for (int i = 0; i < NA; i++) fence_operand(acc[0][i]), fence_operand(acc[1][i]);
 #pragma unroll
         for (int sl = 0; sl < 4; sl++) {
-            const uint64_t dh = desc(st + S::OFF_HI + 2 * sl * KCH, KCH, 128);
-            const uint64_t dl = desc(st + S::OFF_LO + 2 * sl * KCH, KCH, 128);
+            const uint64_t dh = SWZ ? desc_sw128(st + S::OFF_HI + 32 * sl, 1024)
+                                    : desc(st + S::OFF_HI + 2 * sl * KCH, KCH, 128);
+            const uint64_t dl = SWZ ? desc_sw128(st + S::OFF_LO + 32 * sl, 1024)
+                                    : desc(st + S::OFF_LO + 2 * sl * KCH, KCH, 128);
 #pragma unroll
             for (int u = 0; u < 2; u++) {
                 if constexpr (NT == 128) {
@@ -358,17 +382,17 @@ int make_planes(const float *X, int ldx, int nx, int K, const uint16_t **hi, con
     return 0;
 }
 
-template <int NT, bool PIPE>
+template <int NT, bool PIPE, bool SWZ>
 int launch_p(const wg_args &a, dim3 grid, lily_cuda_stream st, lily_err *e) {
     static bool attr = false; /* benign race: the call is idempotent */
     if (!attr) {
-        LILY_CU_TRY(cudaFuncSetAttribute(wg_kernel<NT, PIPE>,
+        LILY_CU_TRY(cudaFuncSetAttribute(wg_kernel<NT, PIPE, SWZ>,
                                          cudaFuncAttributeMaxDynamicSharedMemorySize,
                                          wshape<NT>::SMEM), e);
         attr = true;
     }
     if (grid.y > 65535) return lily_fail(e, "gemm_wg: grid of %u x %u blocks", grid.x, grid.y);
-    wg_kernel<NT, PIPE><<<grid, kThreads, wshape<NT>::SMEM, (cudaStream_t)st>>>(a);
+    wg_kernel<NT, PIPE, SWZ><<<grid, kThreads, wshape<NT>::SMEM, (cudaStream_t)st>>>(a);
     LILY_CU_LAUNCHED(e);
     return 0;
 }
@@ -387,8 +411,23 @@ bool pipe_on() {
     return g_pipe == 1;
 }
 
+/* The 128-byte swizzled planes (SWZ above) when LILY_GEMM_WG_SWZ=1; read once. */
+int g_swz = -1;
+
+bool swz_on() {
+    if (g_swz < 0) {
+        const char *s = getenv("LILY_GEMM_WG_SWZ");
+        g_swz = s && s[0] == '1';
+    }
+    return g_swz == 1;
+}
+
 template <int NT> int launch(const wg_args &a, dim3 grid, lily_cuda_stream st, lily_err *e) {
-    return pipe_on() ? launch_p<NT, true>(a, grid, st, e) : launch_p<NT, false>(a, grid, st, e);
+    if (swz_on())
+        return pipe_on() ? launch_p<NT, true, true>(a, grid, st, e)
+                         : launch_p<NT, false, true>(a, grid, st, e);
+    return pipe_on() ? launch_p<NT, true, false>(a, grid, st, e)
+                     : launch_p<NT, false, false>(a, grid, st, e);
 }
 
 int check(const lily_dmat *W, lily_err *e) {
@@ -401,6 +440,8 @@ int check(const lily_dmat *W, lily_err *e) {
 } // namespace
 
 extern "C" void lily_cuda_gemm_wg_pipe(int on) { g_pipe = on; }
+
+extern "C" void lily_cuda_gemm_wg_swizzle(int on) { g_swz = on; }
 
 extern "C" void lily_cuda_gemm_wg_force_split(int split) { g_force_split = split; }
 

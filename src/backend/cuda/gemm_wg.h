@@ -40,6 +40,11 @@ int lily_cuda_gemm_wg_grouped(const lily_dmat *W, const float *X, int ldx, int n
  * environment (LILY_GEMM_WG_PIPE=0: simple; the default is pipelined). Tests; not thread-safe. */
 void lily_cuda_gemm_wg_pipe(int on);
 
+/* The planes' shared-memory layout: 1 the 128-byte swizzled K-major layout, 0 the no-swizzle
+ * core-matrix layout (the default), -1 back to the environment (LILY_GEMM_WG_SWZ=1: swizzled).
+ * Tests and measurements; not thread-safe. */
+void lily_cuda_gemm_wg_swizzle(int on);
+
 /* Forces the dense kernel's split-K factor (> 0, at most one per k-step) or restores the
  * automatic choice (0). Tests; not thread-safe. */
 void lily_cuda_gemm_wg_force_split(int split);
