@@ -668,9 +668,9 @@ static void wg_probe(int M, int K, int n, int k0) {
 
 int main(void) {
     pt_need_gpu();
-    for (int v = 0; v < 4; v++) { /* loop form x planes layout */
-        lily_cuda_gemm_wg_pipe(v & 1);
-        lily_cuda_gemm_wg_swizzle(v >> 1);
+    for (int v = 0; v < 6; v++) { /* loop form (0, 1, 2) x planes layout */
+        lily_cuda_gemm_wg_pipe(v % 3);
+        lily_cuda_gemm_wg_swizzle(v / 3);
         wg_probe(64, 64, 8, 0);
         wg_probe(64, 64, 16, 0);
         wg_probe(64, 128, 8, 64);
@@ -689,11 +689,12 @@ int main(void) {
     setenv("LILY_CUDA_GEMM_EXACT", "1", 1);
     lily_cuda_tune_reload();
     g_tol = 5e-4;
-    for (int v = 0; v < 4; v++) {
-        printf("== wgmma GEMM (exact, %s, %s planes)\n", v & 1 ? "pipelined" : "simple",
-               v >> 1 ? "swizzled" : "unswizzled");
-        lily_cuda_gemm_wg_pipe(v & 1);
-        lily_cuda_gemm_wg_swizzle(v >> 1);
+    for (int v = 0; v < 6; v++) {
+        static const char *loop[3] = {"simple", "pipelined", "pipelined, one group in flight"};
+        printf("== wgmma GEMM (exact, %s, %s planes)\n", loop[v % 3],
+               v / 3 ? "swizzled" : "unswizzled");
+        lily_cuda_gemm_wg_pipe(v % 3);
+        lily_cuda_gemm_wg_swizzle(v / 3);
         wg_shapes();
     }
     lily_cuda_gemm_wg_pipe(-1);

@@ -94,6 +94,9 @@ __device__ __forceinline__ void wg_commit() {
 __device__ __forceinline__ void wg_wait0() {
     asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
 }
+__device__ __forceinline__ void wg_wait1() {
+    asm volatile("wgmma.wait_group.sync.aligned 1;" ::: "memory");
+}
 /* Keeps the compiler from moving uses of an accumulator across the wgmma that is still writing
  * it (no instruction is emitted). */
 __device__ __forceinline__ void fence_operand(float &x) { asm volatile("" : "+f"(x)::"memory"); }
@@ -151,7 +154,7 @@ struct wg_args {
 
 /* Dense: grid (token blocks, row blocks, k splits). Grouped (a.tiles): grid (row blocks, tiles), tile y is
  * tiles[y] when y < *d_ntiles, its X rows through a.gather, its Y rows in tile order. */
-template <int NT, bool PIPE, bool SWZ>
+template <int NT, int LOOP, bool SWZ>
 __global__ void __launch_bounds__(kThreads, 1) wg_kernel(const wg_args a) {
     using S = wshape<NT>;
     constexpr int STAGE = S::STAGE, KCH = S::KCH, NJ = 4 * NT / kThreads; /* plane passes */
@@ -287,7 +290,7 @@ __global__ void __launch_bounds__(kThreads, 1) wg_kernel(const wg_args a) {
 #pragma unroll
         for (int i = 0; i < NA; i++) fence_operand(acc[0][i]), fence_operand(acc[1][i]);
     };
-    if constexpr (!PIPE) {
+    if constexpr (LOOP == 0) {
 #pragma unroll
         for (int s = 0; s < NS - 1; s++) {
             if (s < NK) load(s, s);
@@ -304,6 +307,41 @@ __global__ void __launch_bounds__(kThreads, 1) wg_kernel(const wg_args a) {
             issue(kt, af);
             retire();
         }
+    } else if constexpr (LOOP == 2) {
+        /* Step kt's wgmma group stays in flight while the warpgroup waits for step kt - 1's
+         * (wait_group 1), so the tensor pipe never drains between steps; one barrier a step:
+         * after it, every wgmma of step kt - 1 has retired in both warpgroups (its slot takes
+         * stage kt + NS - 1, its A registers step kt + 1's dequantization) and stage kt + 1 has
+         * landed for all. cp.async groups: NS - 1 in the prologue, one per step, so stage kt + 1
+         * has landed when at most NS - 3 of them are pending. */
+        static_assert(NS >= 3, "two stages ahead of the one in flight");
+#pragma unroll
+        for (int s = 0; s < NS - 1; s++) {
+            if (s < NK) load(s, s);
+            cp_commit();
+        }
+        uint32_t a0[2][4][4], a1[2][4][4];
+        cp_wait<NS - 2>();
+        proxy_fence();
+        __syncthreads();
+        dequant(0, a0);
+        auto step = [&](int kt, const uint32_t (&cur)[2][4][4], uint32_t (&nxt)[2][4][4]) {
+            issue(kt, cur);
+            wg_wait1();
+#pragma unroll
+            for (int i = 0; i < NA; i++) fence_operand(acc[0][i]), fence_operand(acc[1][i]);
+            cp_wait<NS - 3>();
+            proxy_fence();
+            __syncthreads();
+            if (kt + NS - 1 < NK) load(kt + NS - 1, (kt + NS - 1) % NS);
+            cp_commit();
+            if (kt + 1 < NK) dequant(kt + 1, nxt);
+        };
+        for (int kt = 0; kt < NK; kt += 2) {
+            step(kt, a0, a1);
+            if (kt + 1 < NK) step(kt + 1, a1, a0);
+        }
+        retire();
     } else {
         /* the dequantization of step kt + 1 runs while step kt's wgmma do: two sets of A
          * registers, two barriers a step (B: stage kt + 1 landed for all; E: every wgmma of step
@@ -382,33 +420,35 @@ int make_planes(const float *X, int ldx, int nx, int K, const uint16_t **hi, con
     return 0;
 }
 
-template <int NT, bool PIPE, bool SWZ>
+template <int NT, int LOOP, bool SWZ>
 int launch_p(const wg_args &a, dim3 grid, lily_cuda_stream st, lily_err *e) {
     static bool attr = false; /* benign race: the call is idempotent */
     if (!attr) {
-        LILY_CU_TRY(cudaFuncSetAttribute(wg_kernel<NT, PIPE, SWZ>,
+        LILY_CU_TRY(cudaFuncSetAttribute(wg_kernel<NT, LOOP, SWZ>,
                                          cudaFuncAttributeMaxDynamicSharedMemorySize,
                                          wshape<NT>::SMEM), e);
         attr = true;
     }
     if (grid.y > 65535) return lily_fail(e, "gemm_wg: grid of %u x %u blocks", grid.x, grid.y);
-    wg_kernel<NT, PIPE, SWZ><<<grid, kThreads, wshape<NT>::SMEM, (cudaStream_t)st>>>(a);
+    wg_kernel<NT, LOOP, SWZ><<<grid, kThreads, wshape<NT>::SMEM, (cudaStream_t)st>>>(a);
     LILY_CU_LAUNCHED(e);
     return 0;
 }
 
 int g_force_split = 0; /* > 0: the dense kernel's split-K factor (tests) */
 
-/* The pipelined loop (the next step's dequantization under this step's wgmma) unless
- * LILY_GEMM_WG_PIPE=0 (H200, 35B prefill at 4K: 17.6K tok/s pipelined, 16.0K simple); read once */
+/* The k-loop form, LILY_GEMM_WG_PIPE: 1 (default) pipelined (the next step's dequantization
+ * under this step's wgmma; H200, 35B prefill at 4K: 17.6K tok/s, 16.0K with 0 = simple), 2 the
+ * same with one wgmma group kept in flight across steps (wait_group 1, one barrier a step);
+ * read once */
 int g_pipe = -1;
 
-bool pipe_on() {
+int pipe_mode() {
     if (g_pipe < 0) {
         const char *s = getenv("LILY_GEMM_WG_PIPE");
-        g_pipe = !(s && s[0] == '0');
+        g_pipe = s && (s[0] == '0' || s[0] == '2') ? s[0] - '0' : 1;
     }
-    return g_pipe == 1;
+    return g_pipe;
 }
 
 /* The 128-byte swizzled planes (SWZ above) when LILY_GEMM_WG_SWZ=1; read once. */
@@ -422,12 +462,17 @@ bool swz_on() {
     return g_swz == 1;
 }
 
+template <int NT, bool SWZ>
+int launch_s(const wg_args &a, dim3 grid, lily_cuda_stream st, lily_err *e) {
+    switch (pipe_mode()) {
+    case 0: return launch_p<NT, 0, SWZ>(a, grid, st, e);
+    case 2: return launch_p<NT, 2, SWZ>(a, grid, st, e);
+    default: return launch_p<NT, 1, SWZ>(a, grid, st, e);
+    }
+}
+
 template <int NT> int launch(const wg_args &a, dim3 grid, lily_cuda_stream st, lily_err *e) {
-    if (swz_on())
-        return pipe_on() ? launch_p<NT, true, true>(a, grid, st, e)
-                         : launch_p<NT, false, true>(a, grid, st, e);
-    return pipe_on() ? launch_p<NT, true, false>(a, grid, st, e)
-                     : launch_p<NT, false, false>(a, grid, st, e);
+    return swz_on() ? launch_s<NT, true>(a, grid, st, e) : launch_s<NT, false>(a, grid, st, e);
 }
 
 int check(const lily_dmat *W, lily_err *e) {
