@@ -39,6 +39,8 @@ static void apply_variant(const char *v) {
     unsetenv("LILY_CUDA_ATTN_EXACT");
     unsetenv("LILY_CUDA_SKINNY");
     unsetenv("LILY_CUDA_GROUP_BN");
+    unsetenv("LILY_CUDA_WG_LOOP");
+    unsetenv("LILY_CUDA_WG_SWZ");
     char buf[256];
     snprintf(buf, sizeof buf, "%s", v);
     for (char *t = strtok(buf, " ,"); t; t = strtok(NULL, " ,")) {

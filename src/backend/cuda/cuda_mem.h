@@ -116,15 +116,21 @@ size_t lily_cuda_dmat_bytes(const lily_dmat *m);
  *     chunk's grid leaves SMs idle, as many splits as fill them (a short chunk deep in the
  *     cache, an agent's turn: 512 tokens at 128K 1.58x, at 32K 1.27x end to end); 0 = never;
  *     N in 2..16 = N splits (tests, measurements).
+ *   LILY_CUDA_WG_LOOP: the k-loop of the wgmma GEMM (gemm_wg.h): 1 (default) = the next step's
+ *     dequantization under this step's wgmma, 2 = the same with one wgmma group kept in flight
+ *     across steps, 0 = simple.
+ *   LILY_CUDA_WG_SWZ: 1 = the wgmma GEMM's activation planes in the 128-byte swizzled layout;
+ *     0 (default) = the no-swizzle core-matrix layout.
  * Read once at first use by their kernels' files instead (not reloaded): LILY_GEMM_KERNEL,
  * LILY_GEMM_WG_MIN_BLOCKS and LILY_GEMM_WG_GROUPED (which prefill GEMMs run where: gemm.h),
- * LILY_GEMM_WG_PIPE (gemm_wg.h), LILY_CUDA_SKINNY_SUB, _CP and _PF (gemm_skinny.h),
+ * LILY_CUDA_SKINNY_SUB, _CP and _PF (gemm_skinny.h),
  * LILY_CUDA_ATTN_WS_TURN (attn_ws.cu).
  * gen changes on every reload, so a captured decode graph can tell it is stale. */
 typedef struct lily_cuda_tune {
     int pdl;
     int fused_router, gemm_exact, attn_exact, group_bn, skinny, skinny_below, skinny_pair;
     int norm_split, gdn_kernel, gdn_lazy, moe_stack, proj_stack, attn_bias, attn_wg, attn_split;
+    int wg_loop, wg_swz;
     unsigned gen;
 } lily_cuda_tune;
 const lily_cuda_tune *lily_cuda_tune_get(void);

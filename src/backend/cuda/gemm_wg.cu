@@ -29,7 +29,7 @@ template <int NT> struct wshape {
                   "planes on 1 KB boundaries (the 128-byte swizzle's 8-row atoms)");
 };
 
-/* SWZ (LILY_GEMM_WG_SWZ=1): the planes in the 128-byte swizzled K-major layout instead: token t's
+/* SWZ (LILY_CUDA_WG_SWZ=1): the planes in the 128-byte swizzled K-major layout instead: token t's
  * 64 k values (128 bytes) at (t / 8) * 1024 + (t % 8) * 128, its 16-byte chunk c at position
  * c ^ (t % 8), so the 8 rows of an atom put a chunk index on 8 different bank groups; the
  * descriptor of k slice s starts 32 s bytes into the plane (SBO 1 KB between 8-token atoms). */
@@ -437,30 +437,18 @@ int launch_p(const wg_args &a, dim3 grid, lily_cuda_stream st, lily_err *e) {
 
 int g_force_split = 0; /* > 0: the dense kernel's split-K factor (tests) */
 
-/* The k-loop form, LILY_GEMM_WG_PIPE: 1 (default) pipelined (the next step's dequantization
- * under this step's wgmma; H200, 35B prefill at 4K: 17.6K tok/s, 16.0K with 0 = simple), 2 the
- * same with one wgmma group kept in flight across steps (wait_group 1, one barrier a step);
- * read once */
+/* The k-loop form (LILY_CUDA_WG_LOOP, cuda_mem.h): 1 (default) pipelined (the next step's
+ * dequantization under this step's wgmma; H200, 35B prefill at 4K: 17.6K tok/s, 16.0K with 0 =
+ * simple), 2 the same with one wgmma group kept in flight across steps (wait_group 1, one
+ * barrier a step). g_pipe >= 0: forced by a test. */
 int g_pipe = -1;
 
-int pipe_mode() {
-    if (g_pipe < 0) {
-        const char *s = getenv("LILY_GEMM_WG_PIPE");
-        g_pipe = s && (s[0] == '0' || s[0] == '2') ? s[0] - '0' : 1;
-    }
-    return g_pipe;
-}
+int pipe_mode() { return g_pipe >= 0 ? g_pipe : lily_cuda_tune_get()->wg_loop; }
 
-/* The 128-byte swizzled planes (SWZ above) when LILY_GEMM_WG_SWZ=1; read once. */
+/* The 128-byte swizzled planes (SWZ above): LILY_CUDA_WG_SWZ=1, or forced by a test. */
 int g_swz = -1;
 
-bool swz_on() {
-    if (g_swz < 0) {
-        const char *s = getenv("LILY_GEMM_WG_SWZ");
-        g_swz = s && s[0] == '1';
-    }
-    return g_swz == 1;
-}
+bool swz_on() { return g_swz >= 0 ? g_swz == 1 : lily_cuda_tune_get()->wg_swz != 0; }
 
 template <int NT, bool SWZ>
 int launch_s(const wg_args &a, dim3 grid, lily_cuda_stream st, lily_err *e) {

@@ -38,12 +38,12 @@ int lily_cuda_gemm_wg_grouped(const lily_dmat *W, const float *X, int ldx, int n
 /* The k-loop form: 1 pipelined (step k + 1's dequantization while step k's wgmma run: two sets
  * of A registers, two barriers a step), 2 the same with step k's wgmma still in flight while the
  * warpgroup waits for step k - 1's (one barrier a step), 0 simple (dequantize, issue, wait), -1
- * from the environment (LILY_GEMM_WG_PIPE=0 / 1 / 2; the default is 1). Tests; not
+ * back to the tuning switch (LILY_CUDA_WG_LOOP, cuda_mem.h; default 1). Tests; not
  * thread-safe. */
 void lily_cuda_gemm_wg_pipe(int on);
 
 /* The planes' shared-memory layout: 1 the 128-byte swizzled K-major layout, 0 the no-swizzle
- * core-matrix layout (the default), -1 back to the environment (LILY_GEMM_WG_SWZ=1: swizzled).
+ * core-matrix layout (the default), -1 back to the tuning switch (LILY_CUDA_WG_SWZ).
  * Tests and measurements; not thread-safe. */
 void lily_cuda_gemm_wg_swizzle(int on);
 
