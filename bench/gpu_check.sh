@@ -16,7 +16,9 @@
 # prefill kernels' timing after the parity tests. GPU_CHECK_AB makes the lily stage an A/B of
 # environment settings (see there). GPU_CHECK_CARRY names the carry folder (default .devcarry), GPU_CHECK_TESTS the
 # parity binaries to build and pack (default: all). GPU_CHECK_SWEEP=1 adds the
-# full prefill/decode sweep of issue 5 (256..128K and two agent turns, --json to $OUT/sweep.json). GPU_CHECK_BENCH_DIR picks where the synthetic 35B checkpoint is written (local
+# full prefill/decode sweep of issue 5 (256..128K and two agent turns, --json to $OUT/sweep.json).
+# GPU_CHECK_VARIANTS compares tuning switches in one process, GPU_CHECK_NCU_KERNEL profiles one
+# kernel with every ncu section (both in the bench stage). GPU_CHECK_BENCH_DIR picks where the synthetic 35B checkpoint is written (local
 # disk, ~19.5 GB; default /tmp/lily35b).
 set -u
 mode=${1:-run}
@@ -148,6 +150,25 @@ if [[ $skip != *" bench "* ]]; then
     fi
     if [ ! -f "$LILY_CUDA_BENCH_DIR/config.json" ]; then
         LILY_CUDA_BENCH_PROFILE=decode "$work/bin/test_cuda_bench" | head -3 # writes the model
+    fi
+    if [ -n "${GPU_CHECK_VARIANTS:-}" ]; then
+        # tuning switches side by side in one process (one upload): GPU_CHECK_VARIANTS="WG_LOOP=1
+        # WG_SWZ=0;WG_LOOP=2 WG_SWZ=0" (names without LILY_CUDA_; name every switch a variant
+        # changes in each variant), prefill chunk GPU_CHECK_VARIANTS_CHUNK (default 4096), 2 rounds
+        echo "== tuning variants (test_cuda_bench, chunk ${GPU_CHECK_VARIANTS_CHUNK:-4096})"
+        LILY_CUDA_BENCH_CHUNK=${GPU_CHECK_VARIANTS_CHUNK:-4096} LILY_CUDA_BENCH_ROUNDS=2 \
+            LILY_CUDA_BENCH_VARIANTS="$GPU_CHECK_VARIANTS" timeout 300 \
+            "$work/bin/test_cuda_bench" 2>&1 | grep -E "^VARIANT|^FAIL"
+    fi
+    if [ -n "${GPU_CHECK_NCU_KERNEL:-}" ] && command -v ncu >/dev/null; then
+        # every ncu section for the first launch of one kernel (a regex of its name) in a prefill
+        # chunk of GPU_CHECK_VARIANTS_CHUNK tokens; the report goes back as ncu_kernel.txt
+        echo "== ncu --set full: $GPU_CHECK_NCU_KERNEL"
+        LILY_CUDA_BENCH_PROFILE=prefill LILY_CUDA_BENCH_CHUNK=${GPU_CHECK_VARIANTS_CHUNK:-4096} \
+            timeout 150 ncu --set full -k "regex:$GPU_CHECK_NCU_KERNEL" --launch-count 1 \
+            "$work/bin/test_cuda_bench" >"$out/ncu_kernel.txt" 2>&1
+        grep -E "Duration|Compute \(SM\) Th|Memory Th|L2 Cache Th|Executed Ipc A|Issue Slots Busy" \
+            "$out/ncu_kernel.txt"
     fi
     if [[ $skip != *" profile "* ]] && command -v ncu >/dev/null; then
         # per-kernel GPU time of one 35B prefill chunk and one (ungraphed) decode step
