@@ -290,12 +290,16 @@ __global__ void __launch_bounds__(kThreads, 1) wg_kernel(const wg_args a) {
 #pragma unroll
         for (int i = 0; i < NA; i++) fence_operand(acc[0][i]), fence_operand(acc[1][i]);
     };
-    if constexpr (LOOP == 0) {
+    /* the first nst stages in flight, one cp.async group each (empty past the last k-step) */
+    auto prime = [&](int nst) {
 #pragma unroll
-        for (int s = 0; s < NS - 1; s++) {
+        for (int s = 0; s < nst; s++) {
             if (s < NK) load(s, s);
             cp_commit();
         }
+    };
+    if constexpr (LOOP == 0) {
+        prime(NS - 1);
         for (int kt = 0; kt < NK; kt++) {
             cp_wait<NS - 2>();
             proxy_fence(); /* this thread's copies, before the barrier that publishes them */
@@ -315,11 +319,7 @@ __global__ void __launch_bounds__(kThreads, 1) wg_kernel(const wg_args a) {
          * landed for all. cp.async groups: NS - 1 in the prologue, one per step, so stage kt + 1
          * has landed when at most NS - 3 of them are pending. */
         static_assert(NS >= 3, "two stages ahead of the one in flight");
-#pragma unroll
-        for (int s = 0; s < NS - 1; s++) {
-            if (s < NK) load(s, s);
-            cp_commit();
-        }
+        prime(NS - 1);
         uint32_t a0[2][4][4], a1[2][4][4];
         cp_wait<NS - 2>();
         proxy_fence();
@@ -346,11 +346,7 @@ __global__ void __launch_bounds__(kThreads, 1) wg_kernel(const wg_args a) {
         /* the dequantization of step kt + 1 runs while step kt's wgmma do: two sets of A
          * registers, two barriers a step (B: stage kt + 1 landed for all; E: every wgmma of step
          * kt retired, so its slot takes stage kt + NS) */
-#pragma unroll
-        for (int s = 0; s < NS; s++) {
-            if (s < NK) load(s, s);
-            cp_commit();
-        }
+        prime(NS);
         uint32_t a0[2][4][4], a1[2][4][4];
         cp_wait<NS - 1>();
         proxy_fence();
