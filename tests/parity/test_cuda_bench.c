@@ -41,6 +41,7 @@ static void apply_variant(const char *v) {
     unsetenv("LILY_CUDA_GROUP_BN");
     unsetenv("LILY_CUDA_WG_LOOP");
     unsetenv("LILY_CUDA_WG_SWZ");
+    unsetenv("LILY_CUDA_WG_N64");
     char buf[256];
     snprintf(buf, sizeof buf, "%s", v);
     for (char *t = strtok(buf, " ,"); t; t = strtok(NULL, " ,")) {

@@ -689,16 +689,18 @@ int main(void) {
     setenv("LILY_CUDA_GEMM_EXACT", "1", 1);
     lily_cuda_tune_reload();
     g_tol = 5e-4;
-    for (int v = 0; v < 6; v++) {
+    for (int v = 0; v < 12; v++) {
         static const char *loop[3] = {"simple", "pipelined", "pipelined, one group in flight"};
-        printf("== wgmma GEMM (exact, %s, %s planes)\n", loop[v % 3],
-               v / 3 ? "swizzled" : "unswizzled");
+        printf("== wgmma GEMM (exact, %s, %s planes, %d-token tiles)\n", loop[v % 3],
+               v / 3 % 2 ? "swizzled" : "unswizzled", v / 6 ? 64 : 128);
         lily_cuda_gemm_wg_pipe(v % 3);
-        lily_cuda_gemm_wg_swizzle(v / 3);
+        lily_cuda_gemm_wg_swizzle(v / 3 % 2);
+        lily_cuda_gemm_wg_n64(v / 6);
         wg_shapes();
     }
     lily_cuda_gemm_wg_pipe(-1);
     lily_cuda_gemm_wg_swizzle(-1);
+    lily_cuda_gemm_wg_n64(-1);
     g_xscale_spread = 6.f;
     snprintf(g_tag, sizeof g_tag, " [rows 1e-6..1e6]");
     gemm_case(LILY_DT_Q4, 300, 1024, 133, 0);

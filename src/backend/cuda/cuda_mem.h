@@ -121,6 +121,10 @@ size_t lily_cuda_dmat_bytes(const lily_dmat *m);
  *     across steps, 0 = simple.
  *   LILY_CUDA_WG_SWZ: 1 = the wgmma GEMM's activation planes in the 128-byte swizzled layout;
  *     0 (default) = the no-swizzle core-matrix layout.
+ *   LILY_CUDA_WG_N64: 1 = a dense wgmma GEMM whose 128-token blocks would not fill one wave
+ *     runs 64-token blocks (twice the blocks; AUTO counts those against
+ *     LILY_GEMM_WG_MIN_BLOCKS, so e.g. the stacked GDN projection at 256 tokens, 98 -> 196
+ *     blocks, goes to it); 0 (default) = 128-token blocks only.
  * Read once at first use by their kernels' files instead (not reloaded): LILY_GEMM_KERNEL,
  * LILY_GEMM_WG_MIN_BLOCKS and LILY_GEMM_WG_GROUPED (which prefill GEMMs run where: gemm.h),
  * LILY_CUDA_SKINNY_SUB, _CP and _PF (gemm_skinny.h),
@@ -130,7 +134,7 @@ typedef struct lily_cuda_tune {
     int pdl;
     int fused_router, gemm_exact, attn_exact, group_bn, skinny, skinny_below, skinny_pair;
     int norm_split, gdn_kernel, gdn_lazy, moe_stack, proj_stack, attn_bias, attn_wg, attn_split;
-    int wg_loop, wg_swz;
+    int wg_loop, wg_swz, wg_n64;
     unsigned gen;
 } lily_cuda_tune;
 const lily_cuda_tune *lily_cuda_tune_get(void);

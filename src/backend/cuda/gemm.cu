@@ -595,7 +595,8 @@ bool use_wg(int dt, int M, int n, bool grouped) {
         g_wg_grouped = !(gv && gv[0] == '0');
     }
     if (grouped) return g_wg_grouped == 1;
-    return g_wg_min > 0 && (long)((n + 127) / 128) * ((M + 255) / 256) >= g_wg_min;
+    const int nt = lily_cuda_gemm_wg_dense_nt(M, n);
+    return g_wg_min > 0 && (long)((n + nt - 1) / nt) * ((M + 255) / 256) >= g_wg_min;
 }
 
 } // namespace

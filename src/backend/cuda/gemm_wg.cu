@@ -446,6 +446,10 @@ int g_swz = -1;
 
 bool swz_on() { return g_swz >= 0 ? g_swz == 1 : lily_cuda_tune_get()->wg_swz != 0; }
 
+/* Dense 64-token blocks (LILY_CUDA_WG_N64, cuda_mem.h) when the 128-token grid is under one
+ * wave; g_n64 >= 0: forced by a test (1: always 64, 0: never). */
+int g_n64 = -1;
+
 template <int NT, bool SWZ>
 int launch_s(const wg_args &a, dim3 grid, lily_cuda_stream st, lily_err *e) {
     switch (pipe_mode()) {
@@ -472,6 +476,14 @@ extern "C" void lily_cuda_gemm_wg_pipe(int on) { g_pipe = on; }
 
 extern "C" void lily_cuda_gemm_wg_swizzle(int on) { g_swz = on; }
 
+extern "C" void lily_cuda_gemm_wg_n64(int on) { g_n64 = on; }
+
+extern "C" int lily_cuda_gemm_wg_dense_nt(int M, int n) {
+    const long rb = (M + BM - 1) / BM, b128 = (long)((n + 127) / 128) * rb;
+    if (g_n64 >= 0) return g_n64 ? 64 : 128;
+    return lily_cuda_tune_get()->wg_n64 && b128 < 132 && n > 64 ? 64 : 128;
+}
+
 extern "C" void lily_cuda_gemm_wg_force_split(int split) { g_force_split = split; }
 
 extern "C" int lily_cuda_gemm_wg(const lily_dmat *W, const float *X, int ldx, int n, float *Y,
@@ -485,7 +497,8 @@ extern "C" int lily_cuda_gemm_wg(const lily_dmat *W, const float *X, int ldx, in
     a.gather = a.tiles = a.d_ntiles = nullptr;
     if (make_planes(X, ldx, n, W->cols, &a.hi, &a.lo, &a.mul, st, e)) return -1;
     a.Y = Y, a.ldy = ldy, a.accumulate = accumulate;
-    const int tb = (n + 127) / 128, rb = (W->rows + BM - 1) / BM, KG = W->cols / BK;
+    const int nt = lily_cuda_gemm_wg_dense_nt(W->rows, n);
+    const int tb = (n + nt - 1) / nt, rb = (W->rows + BM - 1) / BM, KG = W->cols / BK;
     /* split-K for grids of at most half a wave (one block per SM): enough splits for ~132
      * blocks, at most 8, each >= 4 k-steps, no k range left empty */
     int split = g_force_split > 0 ? g_force_split
@@ -496,7 +509,8 @@ extern "C" int lily_cuda_gemm_wg(const lily_dmat *W, const float *X, int ldx, in
     split = (KG + a.kper - 1) / a.kper;
     a.P = nullptr;
     if (split > 1 && !(a.P = lily_cuda_partials((size_t)split * n * W->rows, st, e))) return -1;
-    if (launch<128>(a, dim3((unsigned)tb, (unsigned)rb, (unsigned)split), st, e)) return -1;
+    const dim3 grid((unsigned)tb, (unsigned)rb, (unsigned)split);
+    if (nt == 64 ? launch<64>(a, grid, st, e) : launch<128>(a, grid, st, e)) return -1;
     if (split == 1) return 0;
     return lily_cuda_partials_reduce(a.P, split, n, W->rows, Y, ldy, accumulate, st, e);
 }

@@ -47,6 +47,12 @@ void lily_cuda_gemm_wg_pipe(int on);
  * Tests and measurements; not thread-safe. */
 void lily_cuda_gemm_wg_swizzle(int on);
 
+/* Token tile of a dense M-row, n-token product: 128, or 64 where LILY_CUDA_WG_N64 (cuda_mem.h)
+ * asks for it on grids under one wave. lily_cuda_gemm_wg_n64 forces it (1: 64, 0: 128) or gives
+ * it back to the switch (-1). Tests; not thread-safe. */
+int lily_cuda_gemm_wg_dense_nt(int M, int n);
+void lily_cuda_gemm_wg_n64(int on);
+
 /* Forces the dense kernel's split-K factor (> 0, at most one per k-step) or restores the
  * automatic choice (0). Tests; not thread-safe. */
 void lily_cuda_gemm_wg_force_split(int split);
