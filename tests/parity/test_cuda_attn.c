@@ -103,22 +103,28 @@ static void set_wg(const char *w) {
 
 /* Prefill modes: the wgmma kernel unsplit, the wgmma kernel with the ll products, attn.cu's
  * exact kernel with each lo-byte bias form (1, 0), fast, the warp-specialised wgmma kernel
- * unsplit, the defaults (ws, split auto), the wgmma kernel split in 3, ws split in 3. Modes 1, 2
- * and 5-8 only differ from mode 0 at head dim 256. */
-static const int k_pre_modes = 9;
+ * unsplit, the defaults (ws, split auto), the wgmma kernel split in 3, ws split in 3, ws with the
+ * swizzled planes (LILY_CUDA_ATTN_SWZ=1) unsplit and split in 3. Modes 1, 2 and 5-10 only differ
+ * from mode 0 at head dim 256. */
+static const int k_pre_modes = 11;
 static int pre_mode_exact(int m) { return m != 4; }
 static int pre_mode_dh256_only(int m) { return m == 1 || m == 2 || m >= 5; }
 static void set_pre_mode(int m) {
     if (m == 6) unsetenv("LILY_CUDA_ATTN_SPLIT"); /* the default: 1 */
-    else setenv("LILY_CUDA_ATTN_SPLIT", m == 7 || m == 8 ? "3" : "0", 1);
-    set_exact(pre_mode_exact(m));
+    else setenv("LILY_CUDA_ATTN_SPLIT", m == 7 || m == 8 || m == 10 ? "3" : "0", 1);
+    setenv("LILY_CUDA_ATTN_SWZ", m >= 9 ? "1" : "0", 1);
+    if (m == 6) unsetenv("LILY_CUDA_ATTN_SWZ");
     set_bias(m == 3 ? 0 : 1);
-    set_wg(m == 6 ? NULL : m == 0 || m == 7 ? "1" : m == 1 ? "2" : m == 5 || m == 8 ? "3" : "0");
+    set_wg(m == 6   ? NULL
+           : m == 0 || m == 7 ? "1"
+           : m == 1           ? "2"
+           : m == 5 || m >= 8 ? "3"
+                              : "0");
 }
 static const char *pre_mode_name(int m) {
     static const char *nm[] = {" (wg)",   " (wg ll)", " (mma)",    " (mma bias 0)",
                                " (fast)", " (ws)",    " (default: ws split)", " (split 3)",
-                               " (ws split 3)"};
+                               " (ws split 3)", " (ws swizzled)", " (ws swizzled split 3)"};
     return nm[m];
 }
 

@@ -42,6 +42,7 @@ static void apply_variant(const char *v) {
     unsetenv("LILY_CUDA_WG_LOOP");
     unsetenv("LILY_CUDA_WG_SWZ");
     unsetenv("LILY_CUDA_WG_N64");
+    unsetenv("LILY_CUDA_ATTN_SWZ");
     char buf[256];
     snprintf(buf, sizeof buf, "%s", v);
     for (char *t = strtok(buf, " ,"); t; t = strtok(NULL, " ,")) {

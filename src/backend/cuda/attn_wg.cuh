@@ -56,6 +56,19 @@ __device__ __forceinline__ uint64_t sdesc(uint32_t addr, uint32_t lbo, uint32_t 
            ((uint64_t)((sbo >> 4) & 0x3FFF) << 32);
 }
 
+/* SWZ (LILY_CUDA_ATTN_SWZ, the ws kernel only): the planes in the 128-byte swizzled K-major
+ * layout instead. A plane row's bytes in 128-byte blocks kb (Q / K: 2 blocks of 256-byte rows,
+ * 8 KB apart; V: one block, a dim's 64 positions); row r of a block at (r / 8) 1 KB + (r % 8)
+ * 128, its 16-byte chunk c at (c ^ r) % 8. Descriptors: 1 KB between 8-row atoms (SBO), layout
+ * type 1; a k step inside a block starts its byte offset into the row. The planes' offsets
+ * (OFF_Q / K / V) are multiples of 1 KB and the kernel aligns the base to 1 KB. */
+__device__ __forceinline__ uint32_t swz_row(int r, int c) {
+    return (uint32_t)(((r >> 3) << 10) + ((r & 7) << 7) + (((c ^ r) & 7) << 4));
+}
+__device__ __forceinline__ uint64_t sdesc_sw128(uint32_t addr) {
+    return sdesc(addr, 16, 1024) | (1ull << 62);
+}
+
 __device__ __forceinline__ void wg_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
 __device__ __forceinline__ void wg_commit() {
     asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
@@ -187,7 +200,7 @@ __device__ __forceinline__ uint32_t balance(uint32_t w) { return w + 0x00800080u
  * block as a 16-bit code row with scale max|q| / kKvCodeMax, split into balanced s8 digits qh, ql
  * (code = 256 qh + ql) in the warpgroup's planes at smem + OFF_Q + wg 32768; the scale goes to
  * qs[r]. A block row r is (position qt P + r / G, head j G + r % G). */
-template <int G>
+template <int G, bool SWZ = false>
 __device__ __forceinline__ void q_planes(uint8_t *smem, float *qs, const float *q, int n, int Nq,
                                          int qt, int j, int wg, int wi, int lane) {
     constexpr int P = kRows / G;
@@ -214,8 +227,9 @@ __device__ __forceinline__ void q_planes(uint8_t *smem, float *qs, const float *
             hi[i] = (c + 128) >> 8;
             lo[i] = c - 256 * hi[i];
         }
-        uint8_t *pl = smem + OFF_Q + wg * 32768 + (lane >> 1) * 1024 + (rl >> 3) * 128 +
-                      (rl & 7) * 16 + (lane & 1) * 8;
+        uint8_t *pl = smem + OFF_Q + wg * 32768 + (lane & 1) * 8 +
+                      (SWZ ? (lane >> 4) * 8192 + swz_row(rl, lane >> 1)
+                           : (lane >> 1) * 1024 + (rl >> 3) * 128 + (rl & 7) * 16);
         *(uint2 *)pl = make_uint2(pack_s8x4(hi[0], hi[1], hi[2], hi[3]),
                                   pack_s8x4(hi[4], hi[5], hi[6], hi[7]));
         *(uint2 *)(pl + 16384) = make_uint2(pack_s8x4(lo[0], lo[1], lo[2], lo[3]),
@@ -226,9 +240,12 @@ __device__ __forceinline__ void q_planes(uint8_t *smem, float *qs, const float *
 
 /* Unit u (0..1023) of a tile's K conversion: 16 dims (32 bytes) of one landed K row into the kh,
  * kl planes (balanced s8 digits). The chunk order is rotated by position, against bank
- * conflicts. */
-__device__ __forceinline__ void k_unit(uint8_t *smem, int u) {
-    const int p = u & 63, c = ((u >> 6) + p) & 15;
+ * conflicts: (u / 64 + p) % 16 reads the landing with 2-way conflicts; with SWZ the chunk of
+ * position p is u / 64 with its low 3 bits xor (p % 8) / 2, so 8 consecutive positions still read
+ * 2-way and write 8 distinct 16-byte bank groups ((c ^ p) % 8 over p, a permutation). */
+template <bool SWZ = false> __device__ __forceinline__ void k_unit(uint8_t *smem, int u) {
+    const int p = u & 63, k = u >> 6;
+    const int c = SWZ ? (k ^ ((p & 7) >> 1)) : (k + p) & 15;
     const uint4 *src = (const uint4 *)(smem + OFF_RAW + p * 512 + c * 32);
     const uint4 a = src[0], b = src[1];
     uint32_t w[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
@@ -239,7 +256,8 @@ __device__ __forceinline__ void k_unit(uint8_t *smem, int u) {
         hi[k] = __byte_perm(w0, w1, 0x7531) ^ 0x80808080u;
         lo[k] = __byte_perm(w0, w1, 0x6420) ^ 0x80808080u;
     }
-    const int off = c * 1024 + (p >> 3) * 128 + (p & 7) * 16;
+    const int off =
+        SWZ ? (c >> 3) * 8192 + swz_row(p, c) : c * 1024 + (p >> 3) * 128 + (p & 7) * 16;
     *(uint4 *)(smem + OFF_K + off) = make_uint4(hi[0], hi[1], hi[2], hi[3]);
     *(uint4 *)(smem + OFF_K + 16384 + off) = make_uint4(lo[0], lo[1], lo[2], lo[3]);
 }
@@ -247,7 +265,7 @@ __device__ __forceinline__ void k_unit(uint8_t *smem, int u) {
 /* Unit u (0..1023) of a tile's V conversion: two dims of 8 landed V rows into the vh, vl planes,
  * transposed (K-major for P V); digits as exact fp16, vh = h and vl = l / 256 (v = 256 (vh +
  * vl)). */
-__device__ __forceinline__ void v_unit(uint8_t *smem, int u) {
+template <bool SWZ = false> __device__ __forceinline__ void v_unit(uint8_t *smem, int u) {
     const int dp = u & 127, pc = u >> 7;
     uint32_t w[8];
 #pragma unroll
@@ -270,23 +288,27 @@ __device__ __forceinline__ void v_unit(uint8_t *smem, int u) {
         v = __hsub2(*(const __half2 *)&b0, k45), e0[m] = *(const uint32_t *)&v;
         v = __hsub2(*(const __half2 *)&b1, k45), e1[m] = *(const uint32_t *)&v;
     }
-    const int d0 = 2 * dp, off = pc * 4096 + (d0 >> 3) * 128 + (d0 & 7) * 16;
+    const int d0 = 2 * dp;
+    const int off = SWZ ? swz_row(d0, pc) : pc * 4096 + (d0 >> 3) * 128 + (d0 & 7) * 16;
+    const int off1 = SWZ ? swz_row(d0 + 1, pc) : off + 16; /* dim d0 + 1 */
     *(uint4 *)(smem + OFF_V + off) = make_uint4(h0[0], h0[1], h0[2], h0[3]);
-    *(uint4 *)(smem + OFF_V + off + 16) = make_uint4(h1[0], h1[1], h1[2], h1[3]);
+    *(uint4 *)(smem + OFF_V + off1) = make_uint4(h1[0], h1[1], h1[2], h1[3]);
     *(uint4 *)(smem + OFF_V + 32768 + off) = make_uint4(e0[0], e0[1], e0[2], e0[3]);
-    *(uint4 *)(smem + OFF_V + 32768 + off + 16) = make_uint4(e1[0], e1[1], e1[2], e1[3]);
+    *(uint4 *)(smem + OFF_V + 32768 + off1) = make_uint4(e1[0], e1[1], e1[2], e1[3]);
 }
 
 /* Issue (not wait for) S = Q K^T over the digits of one tile: hh gets the hh products, md hl +
  * lh, ll (with LL) the ll products; qz, kz: the warpgroup's Q planes and the K planes. */
-template <bool LL>
+template <bool LL, bool SWZ = false>
 __device__ __forceinline__ void issue_s(uint32_t qz, uint32_t kz, int *hh, int *md, int *ll) {
 #pragma unroll
     for (int ks = 0; ks < 8; ks++) {
-        const uint64_t ah = sdesc(qz + ks * 2048, 1024, 128);
-        const uint64_t al = sdesc(qz + 16384 + ks * 2048, 1024, 128);
-        const uint64_t bh = sdesc(kz + ks * 2048, 1024, 128);
-        const uint64_t bl = sdesc(kz + 16384 + ks * 2048, 1024, 128);
+        /* k step ks: 32 digits, at 2 KB steps (no swizzle) or in block ks / 4 at (ks % 4) 32 */
+        const uint32_t o = SWZ ? (ks >> 2) * 8192 + (ks & 3) * 32 : ks * 2048;
+        const uint64_t ah = SWZ ? sdesc_sw128(qz + o) : sdesc(qz + o, 1024, 128);
+        const uint64_t al = SWZ ? sdesc_sw128(qz + 16384 + o) : sdesc(qz + 16384 + o, 1024, 128);
+        const uint64_t bh = SWZ ? sdesc_sw128(kz + o) : sdesc(kz + o, 1024, 128);
+        const uint64_t bl = SWZ ? sdesc_sw128(kz + 16384 + o) : sdesc(kz + 16384 + o, 1024, 128);
         if (ks == 0) {
             wgmma_s8_64_first(hh, ah, bh);
             wgmma_s8_64_first(md, ah, bl);
@@ -336,12 +358,15 @@ __device__ __forceinline__ void p_split(const float *s, uint32_t (*ph)[4], uint3
 }
 
 /* Issue (not wait for) O += P V: P hi and lo against the vh, vl planes at vz (three products). */
+template <bool SWZ = false>
 __device__ __forceinline__ void issue_pv(uint32_t vz, float *o, const uint32_t (*ph)[4],
                                          const uint32_t (*pl)[4]) {
 #pragma unroll
     for (int kk = 0; kk < 4; kk++) {
-        const uint64_t vh = sdesc(vz + kk * 8192, 4096, 128);
-        const uint64_t vl = sdesc(vz + 32768 + kk * 8192, 4096, 128);
+        /* k step kk: 16 positions, 8 KB apart (no swizzle) or 32 bytes into each dim's row */
+        const uint64_t vh = SWZ ? sdesc_sw128(vz + kk * 32) : sdesc(vz + kk * 8192, 4096, 128);
+        const uint64_t vl =
+            SWZ ? sdesc_sw128(vz + 32768 + kk * 32) : sdesc(vz + 32768 + kk * 8192, 4096, 128);
         wgmma_f16_256(o, ph[kk], vh);
         wgmma_f16_256(o, ph[kk], vl);
         wgmma_f16_256(o, pl[kk], vh);

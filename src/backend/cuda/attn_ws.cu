@@ -41,15 +41,19 @@ __device__ __forceinline__ void bar_arrive(int id, int n) {
 
 /* grid (ceil(n / P), Nkv) with P = 128 / G positions per block, 384 threads: warpgroup 0 the
  * producer, warpgroup 1 + c consumer c (block rows 64 c .. 64 c + 63, attn_wg.cu's layout). */
-template <int G, bool SPLIT, bool TURN>
+template <int G, bool SPLIT, bool TURN, bool SWZ>
 __global__ void __launch_bounds__(kThreads, 1)
     attn_ws_kernel(const float *__restrict__ q, int n, const uint8_t *__restrict__ kc,
                    const uint8_t *__restrict__ vc, const int32_t *d_pos, int Nkv, float scale,
                    const float *__restrict__ gate, float *__restrict__ out,
                    float *__restrict__ part) {
     constexpr int P = kRows / G;
-    extern __shared__ __align__(128) uint8_t smem[];
+    extern __shared__ __align__(128) uint8_t smem_raw[];
     __shared__ float s_qs[kRows], s_ks[2][kKt], s_vs[2][kKt];
+    /* SWZ: the planes on 1 KB boundaries (the swizzle is a function of the address) */
+    const uint32_t pad = SWZ ? (1024 - ((uint32_t)__cvta_generic_to_shared(smem_raw) & 1023)) & 1023
+                             : 0;
+    uint8_t *smem = smem_raw + pad;
     const uint32_t sb = (uint32_t)__cvta_generic_to_shared(smem);
     const BlockSpan bs = block_span<G, SPLIT>(n, Nkv, d_pos);
     const int Nq = bs.Nq, j = bs.j, qt = bs.qt, p0 = bs.p0, kv_end = bs.kv_end, qmin = bs.qmin;
@@ -91,7 +95,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         load(it_beg, 0);
         load(it_beg, 1);
     } else { /* each consumer's Q planes */
-        q_planes<G>(smem, s_qs, q, n, Nq, qt, j, cw, wi, lane);
+        q_planes<G, SWZ>(smem, s_qs, q, n, Nq, qt, j, cw, wi, lane);
         proxy_fence();
     }
     __syncthreads();
@@ -104,7 +108,7 @@ __global__ void __launch_bounds__(kThreads, 1)
             bar_sync(BAR_PROD, 128);
             if (it > it_beg) bar_sync(BAR_KEMPTY, 384); /* both consumers' S of tile it - 1 done */
 #pragma unroll 2
-            for (int x = 0; x < 8; x++) k_unit(smem, tid + 128 * x);
+            for (int x = 0; x < 8; x++) k_unit<SWZ>(smem, tid + 128 * x);
             const float sc = *(const float *)(smem + OFF_SC + tid * 4);
             if (tid < kKt) s_ks[b][tid] = sc;
             else s_vs[b][tid - kKt] = sc;
@@ -121,7 +125,7 @@ __global__ void __launch_bounds__(kThreads, 1)
             bar_sync(BAR_PROD, 128);
             if (it > it_beg) bar_sync(BAR_VEMPTY, 384); /* both consumers' P V of tile it - 1 done */
 #pragma unroll 2
-            for (int x = 0; x < 8; x++) v_unit(smem, tid + 128 * x);
+            for (int x = 0; x < 8; x++) v_unit<SWZ>(smem, tid + 128 * x);
             proxy_fence();
             bar_arrive(BAR_VFULL, 256);
             bar_arrive(BAR_VFULL + 1, 256);
@@ -152,7 +156,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         const uint32_t z = opaque_zero(), qz = qa + z, kz = sb + OFF_K + z;
         if (TURN) bar_sync(BAR_TURN + cw, 256);
         wg_fence();
-        issue_s<false>(qz, kz, hh, md, nullptr);
+        issue_s<false, SWZ>(qz, kz, hh, md, nullptr);
         wg_commit();
         if (TURN) bar_arrive(BAR_TURN + (cw ^ 1), 256);
         wg_wait0();
@@ -184,7 +188,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
         for (int i = 0; i < 128; i++) reg_fence(o[i]);
         wg_fence();
-        issue_pv(sb + OFF_V + opaque_zero(), o, ph, pl);
+        issue_pv<SWZ>(sb + OFF_V + opaque_zero(), o, ph, pl);
         wg_commit();
         /* consumer 1's last turn is the block's last: nobody waits for it */
         if (TURN && (cw == 0 || it + 1 < it_end)) bar_arrive(BAR_TURN + (cw ^ 1), 256);
@@ -213,11 +217,15 @@ int launch(const float *q, int n, const uint8_t *kc, const uint8_t *vc, const in
            int Nkv, float scale, const float *gate, float *out, float *part, int S,
            lily_cuda_stream st, lily_err *e) {
     constexpr int P = kRows / G;
-    auto kern = turns_on() ? attn_ws_kernel<G, SPLIT, true> : attn_ws_kernel<G, SPLIT, false>;
-    LILY_CU_TRY(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem),
-                e);
+    /* LILY_CUDA_ATTN_SWZ=1: the swizzled planes (with the turns), 1 KB more for the alignment */
+    const bool swz = lily_cuda_tune_get()->attn_swz != 0;
+    auto kern = swz          ? attn_ws_kernel<G, SPLIT, true, true>
+                : turns_on() ? attn_ws_kernel<G, SPLIT, true, false>
+                             : attn_ws_kernel<G, SPLIT, false, false>;
+    const int smem = kSmem + (swz ? 1024 : 0);
+    LILY_CU_TRY(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, smem), e);
     dim3 grid((n + P - 1) / P, Nkv, SPLIT ? S : 1);
-    kern<<<grid, kThreads, kSmem, st>>>(q, n, kc, vc, d_pos, Nkv, scale, gate, out, part);
+    kern<<<grid, kThreads, smem, st>>>(q, n, kc, vc, d_pos, Nkv, scale, gate, out, part);
     LILY_CU_LAUNCHED(e);
     return SPLIT ? merge_splits(part, S, n, Nkv * G, gate, out, st, e) : 0;
 }

@@ -116,6 +116,8 @@ size_t lily_cuda_dmat_bytes(const lily_dmat *m);
  *     chunk's grid leaves SMs idle, as many splits as fill them (a short chunk deep in the
  *     cache, an agent's turn: 512 tokens at 128K 1.58x, at 32K 1.27x end to end); 0 = never;
  *     N in 2..16 = N splits (tests, measurements).
+ *   LILY_CUDA_ATTN_SWZ: 1 = the warp-specialised attention kernel's operand planes in the
+ *     128-byte swizzled layout (attn_wg.cuh); 0 (default) = the no-swizzle core-matrix layout.
  *   LILY_CUDA_WG_LOOP: the k-loop of the wgmma GEMM (gemm_wg.h): 1 (default) = the next step's
  *     dequantization under this step's wgmma, 2 = the same with one wgmma group kept in flight
  *     across steps, 0 = simple.
@@ -134,7 +136,7 @@ typedef struct lily_cuda_tune {
     int pdl;
     int fused_router, gemm_exact, attn_exact, group_bn, skinny, skinny_below, skinny_pair;
     int norm_split, gdn_kernel, gdn_lazy, moe_stack, proj_stack, attn_bias, attn_wg, attn_split;
-    int wg_loop, wg_swz, wg_n64;
+    int wg_loop, wg_swz, wg_n64, attn_swz;
     unsigned gen;
 } lily_cuda_tune;
 const lily_cuda_tune *lily_cuda_tune_get(void);
