@@ -13,6 +13,7 @@
 
 #include "backend/cuda/attn_kv.cuh"
 #include "backend/cuda/attn_softmax.cuh"
+#include "backend/cuda/swizzle.h"
 
 namespace attn_wg {
 
@@ -57,14 +58,12 @@ __device__ __forceinline__ uint64_t sdesc(uint32_t addr, uint32_t lbo, uint32_t 
 }
 
 /* SWZ (LILY_CUDA_ATTN_SWZ, the ws kernel only): the planes in the 128-byte swizzled K-major
- * layout instead. A plane row's bytes in 128-byte blocks kb (Q / K: 2 blocks of 256-byte rows,
- * 8 KB apart; V: one block, a dim's 64 positions); row r of a block at (r / 8) 1 KB + (r % 8)
- * 128, its 16-byte chunk c at (c ^ r) % 8. Descriptors: 1 KB between 8-row atoms (SBO), layout
- * type 1; a k step inside a block starts its byte offset into the row. The planes' offsets
- * (OFF_Q / K / V) are multiples of 1 KB and the kernel aligns the base to 1 KB. */
-__device__ __forceinline__ uint32_t swz_row(int r, int c) {
-    return (uint32_t)(((r >> 3) << 10) + ((r & 7) << 7) + (((c ^ r) & 7) << 4));
-}
+ * layout instead (swizzle.h). A plane row's bytes in 128-byte blocks kb (Q / K: 2 blocks of
+ * 256-byte rows, 8 KB apart; V: one block, a dim's 64 positions), each block a swizzled plane of
+ * 128-byte rows. Descriptors: 1 KB between 8-row atoms (SBO), layout type 1; a k step inside a
+ * block starts its byte offset into the row. The planes' offsets (OFF_Q / K / V) are multiples
+ * of 1 KB and the kernel aligns the base to 1 KB. */
+__device__ __forceinline__ uint32_t swz_row(int r, int c) { return lily_swz128(r, c); }
 __device__ __forceinline__ uint64_t sdesc_sw128(uint32_t addr) {
     return sdesc(addr, 16, 1024) | (1ull << 62);
 }
@@ -240,12 +239,11 @@ __device__ __forceinline__ void q_planes(uint8_t *smem, float *qs, const float *
 
 /* Unit u (0..1023) of a tile's K conversion: 16 dims (32 bytes) of one landed K row into the kh,
  * kl planes (balanced s8 digits). The chunk order is rotated by position, against bank
- * conflicts: (u / 64 + p) % 16 reads the landing with 2-way conflicts; with SWZ the chunk of
- * position p is u / 64 with its low 3 bits xor (p % 8) / 2, so 8 consecutive positions still read
- * 2-way and write 8 distinct 16-byte bank groups ((c ^ p) % 8 over p, a permutation). */
+ * conflicts: (u / 64 + p) % 16 reads the landing with 2-way conflicts; with SWZ the order of
+ * swizzle.h (lily_attn_k_piece), which keeps that and makes the swizzled writes conflict-free. */
 template <bool SWZ = false> __device__ __forceinline__ void k_unit(uint8_t *smem, int u) {
-    const int p = u & 63, k = u >> 6;
-    const int c = SWZ ? (k ^ ((p & 7) >> 1)) : (k + p) & 15;
+    const int p = u & 63;
+    const int c = SWZ ? lily_attn_k_piece(u) : ((u >> 6) + p) & 15;
     const uint4 *src = (const uint4 *)(smem + OFF_RAW + p * 512 + c * 32);
     const uint4 a = src[0], b = src[1];
     uint32_t w[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};

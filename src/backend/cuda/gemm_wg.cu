@@ -8,6 +8,7 @@
 #include "backend/cuda/gemm_common.cuh"
 #include "backend/cuda/gemm_partial.h"
 #include "backend/cuda/gemm_split.h"
+#include "backend/cuda/swizzle.h"
 
 namespace {
 
@@ -33,9 +34,7 @@ template <int NT> struct wshape {
  * 64 k values (128 bytes) at (t / 8) * 1024 + (t % 8) * 128, its 16-byte chunk c at position
  * c ^ (t % 8), so the 8 rows of an atom put a chunk index on 8 different bank groups; the
  * descriptor of k slice s starts 32 s bytes into the plane (SBO 1 KB between 8-token atoms). */
-__device__ __forceinline__ int swz_off(int t, int c) {
-    return ((t >> 3) << 10) + ((t & 7) << 7) + (((c ^ t) & 7) << 4);
-}
+__device__ __forceinline__ int swz_off(int t, int c) { return (int)lily_swz128(t, c); }
 
 /* Shared-memory matrix descriptor, no swizzle: start, leading (k) and stride (token) offsets. */
 __device__ __forceinline__ uint64_t desc(const void *p, uint32_t lbo, uint32_t sbo) {
