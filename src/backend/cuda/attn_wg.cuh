@@ -63,7 +63,6 @@ __device__ __forceinline__ uint64_t sdesc(uint32_t addr, uint32_t lbo, uint32_t 
  * 128-byte rows. Descriptors: 1 KB between 8-row atoms (SBO), layout type 1; a k step inside a
  * block starts its byte offset into the row. The planes' offsets (OFF_Q / K / V) are multiples
  * of 1 KB and the kernel aligns the base to 1 KB. */
-__device__ __forceinline__ uint32_t swz_row(int r, int c) { return lily_swz128(r, c); }
 __device__ __forceinline__ uint64_t sdesc_sw128(uint32_t addr) {
     return sdesc(addr, 16, 1024) | (1ull << 62);
 }
@@ -227,7 +226,7 @@ __device__ __forceinline__ void q_planes(uint8_t *smem, float *qs, const float *
             lo[i] = c - 256 * hi[i];
         }
         uint8_t *pl = smem + OFF_Q + wg * 32768 + (lane & 1) * 8 +
-                      (SWZ ? (lane >> 4) * 8192 + swz_row(rl, lane >> 1)
+                      (SWZ ? (lane >> 4) * 8192 + lily_swz128(rl, lane >> 1)
                            : (lane >> 1) * 1024 + (rl >> 3) * 128 + (rl & 7) * 16);
         *(uint2 *)pl = make_uint2(pack_s8x4(hi[0], hi[1], hi[2], hi[3]),
                                   pack_s8x4(hi[4], hi[5], hi[6], hi[7]));
@@ -255,7 +254,7 @@ template <bool SWZ = false> __device__ __forceinline__ void k_unit(uint8_t *smem
         lo[k] = __byte_perm(w0, w1, 0x6420) ^ 0x80808080u;
     }
     const int off =
-        SWZ ? (c >> 3) * 8192 + swz_row(p, c) : c * 1024 + (p >> 3) * 128 + (p & 7) * 16;
+        SWZ ? (c >> 3) * 8192 + lily_swz128(p, c) : c * 1024 + (p >> 3) * 128 + (p & 7) * 16;
     *(uint4 *)(smem + OFF_K + off) = make_uint4(hi[0], hi[1], hi[2], hi[3]);
     *(uint4 *)(smem + OFF_K + 16384 + off) = make_uint4(lo[0], lo[1], lo[2], lo[3]);
 }
@@ -287,8 +286,8 @@ template <bool SWZ = false> __device__ __forceinline__ void v_unit(uint8_t *smem
         v = __hsub2(*(const __half2 *)&b1, k45), e1[m] = *(const uint32_t *)&v;
     }
     const int d0 = 2 * dp;
-    const int off = SWZ ? swz_row(d0, pc) : pc * 4096 + (d0 >> 3) * 128 + (d0 & 7) * 16;
-    const int off1 = SWZ ? swz_row(d0 + 1, pc) : off + 16; /* dim d0 + 1 */
+    const int off = SWZ ? lily_swz128(d0, pc) : pc * 4096 + (d0 >> 3) * 128 + (d0 & 7) * 16;
+    const int off1 = SWZ ? lily_swz128(d0 + 1, pc) : off + 16; /* dim d0 + 1 */
     *(uint4 *)(smem + OFF_V + off) = make_uint4(h0[0], h0[1], h0[2], h0[3]);
     *(uint4 *)(smem + OFF_V + off1) = make_uint4(h1[0], h1[1], h1[2], h1[3]);
     *(uint4 *)(smem + OFF_V + 32768 + off) = make_uint4(e0[0], e0[1], e0[2], e0[3]);

@@ -51,9 +51,8 @@ __global__ void __launch_bounds__(kThreads, 1)
     extern __shared__ __align__(128) uint8_t smem_raw[];
     __shared__ float s_qs[kRows], s_ks[2][kKt], s_vs[2][kKt];
     /* SWZ: the planes on 1 KB boundaries (the swizzle is a function of the address) */
-    const uint32_t pad = SWZ ? (1024 - ((uint32_t)__cvta_generic_to_shared(smem_raw) & 1023)) & 1023
-                             : 0;
-    uint8_t *smem = smem_raw + pad;
+    uint8_t *smem =
+        smem_raw + (SWZ ? lily_swz128_pad((uint32_t)__cvta_generic_to_shared(smem_raw)) : 0);
     const uint32_t sb = (uint32_t)__cvta_generic_to_shared(smem);
     const BlockSpan bs = block_span<G, SPLIT>(n, Nkv, d_pos);
     const int Nq = bs.Nq, j = bs.j, qt = bs.qt, p0 = bs.p0, kv_end = bs.kv_end, qmin = bs.qmin;

@@ -23,18 +23,16 @@ constexpr int BM = 256, BK = 64, NS = 4, kThreads = 256;
 template <int NT> struct wshape {
     static constexpr int OFF_SB = BM * 32, OFF_HI = OFF_SB + BM * 4, PLANE = NT * BK * 2;
     static constexpr int OFF_LO = OFF_HI + PLANE, STAGE = OFF_LO + PLANE;
-    /* + the tokens' multipliers and X rows, + 1 KB to align the stages to 1 KB (swizzle atoms) */
-    static constexpr int SMEM = NS * STAGE + NT * 8 + 1024;
+    static constexpr int SMEM = NS * STAGE + NT * 8; /* + the tokens' multipliers and X rows */
     static constexpr int KCH = NT * 16;
     static_assert(OFF_HI % 1024 == 0 && STAGE % 1024 == 0 && PLANE % 1024 == 0,
                   "planes on 1 KB boundaries (the 128-byte swizzle's 8-row atoms)");
 };
 
-/* SWZ (LILY_CUDA_WG_SWZ=1): the planes in the 128-byte swizzled K-major layout instead: token t's
- * 64 k values (128 bytes) at (t / 8) * 1024 + (t % 8) * 128, its 16-byte chunk c at position
- * c ^ (t % 8), so the 8 rows of an atom put a chunk index on 8 different bank groups; the
- * descriptor of k slice s starts 32 s bytes into the plane (SBO 1 KB between 8-token atoms). */
-__device__ __forceinline__ int swz_off(int t, int c) { return (int)lily_swz128(t, c); }
+/* SWZ (LILY_CUDA_WG_SWZ=1): the planes in the 128-byte swizzled K-major layout instead
+ * (swizzle.h): token t's 64 k values (128 bytes) are row t, its 16-byte chunk c at
+ * lily_swz128(t, c); the descriptor of k slice s starts 32 s bytes into the plane (SBO 1 KB
+ * between 8-token atoms). The kernel then aligns the stages to 1 KB (1 KB more shared memory). */
 
 /* Shared-memory matrix descriptor, no swizzle: start, leading (k) and stride (token) offsets. */
 __device__ __forceinline__ uint64_t desc(const void *p, uint32_t lbo, uint32_t sbo) {
@@ -159,7 +157,7 @@ __global__ void __launch_bounds__(kThreads, 1) wg_kernel(const wg_args a) {
     constexpr int STAGE = S::STAGE, KCH = S::KCH, NJ = 4 * NT / kThreads; /* plane passes */
     extern __shared__ __align__(128) uint8_t smem_raw[];
     uint8_t *smem =
-        smem_raw + ((1024 - ((uint32_t)__cvta_generic_to_shared(smem_raw) & 1023)) & 1023);
+        smem_raw + (SWZ ? lily_swz128_pad((uint32_t)__cvta_generic_to_shared(smem_raw)) : 0);
     float *s_mul = (float *)(smem + NS * STAGE);
     int *s_xrow = (int *)(s_mul + NT); /* X row of token t, -1: none */
     const int tid = threadIdx.x, lane = tid & 31, g = lane >> 2, q = lane & 3;
@@ -213,8 +211,8 @@ __global__ void __launch_bounds__(kThreads, 1) wg_kernel(const wg_args a) {
                 const uint16_t *src = pl ? a.lo : a.hi;
                 uint8_t *pb = st + (pl ? S::OFF_LO : S::OFF_HI);
                 if constexpr (SWZ) {
-                    cp_async16(pb + swz_off(t, 2 * cp), ok ? src + off : src, ok);
-                    cp_async16(pb + swz_off(t, 2 * cp + 1), ok ? src + off + 8 : src, ok);
+                    cp_async16(pb + lily_swz128(t, 2 * cp), ok ? src + off : src, ok);
+                    cp_async16(pb + lily_swz128(t, 2 * cp + 1), ok ? src + off + 8 : src, ok);
                 } else {
                     uint8_t *d = pb + (2 * cp) * KCH + t * 16;
                     cp_async16(d, ok ? src + off : src, ok);
@@ -417,15 +415,15 @@ int make_planes(const float *X, int ldx, int nx, int K, const uint16_t **hi, con
 
 template <int NT, int LOOP, bool SWZ>
 int launch_p(const wg_args &a, dim3 grid, lily_cuda_stream st, lily_err *e) {
+    constexpr int smem = wshape<NT>::SMEM + (SWZ ? 1024 : 0); /* SWZ: room to align to 1 KB */
     static bool attr = false; /* benign race: the call is idempotent */
     if (!attr) {
         LILY_CU_TRY(cudaFuncSetAttribute(wg_kernel<NT, LOOP, SWZ>,
-                                         cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                         wshape<NT>::SMEM), e);
+                                         cudaFuncAttributeMaxDynamicSharedMemorySize, smem), e);
         attr = true;
     }
     if (grid.y > 65535) return lily_fail(e, "gemm_wg: grid of %u x %u blocks", grid.x, grid.y);
-    wg_kernel<NT, LOOP, SWZ><<<grid, kThreads, wshape<NT>::SMEM, (cudaStream_t)st>>>(a);
+    wg_kernel<NT, LOOP, SWZ><<<grid, kThreads, smem, (cudaStream_t)st>>>(a);
     LILY_CU_LAUNCHED(e);
     return 0;
 }

@@ -24,6 +24,12 @@ LILY_SWZ_FN uint32_t lily_swz128(int r, int c) {
     return (uint32_t)(((r >> 3) << 10) + ((r & 7) << 7) + (((c ^ r) & 7) << 4));
 }
 
+/* Bytes to skip from a shared-memory address to the next 1 KB boundary (the swizzle is a
+ * function of the absolute address, so a kernel aligns its planes' base with this). */
+LILY_SWZ_FN uint32_t lily_swz128_pad(uint32_t shared_addr) {
+    return (1024u - (shared_addr & 1023u)) & 1023u;
+}
+
 /* The byte the tensor core reads for row r, byte b (< 128 - the start's offset in the row) of a
  * k step whose descriptor starts at `start` (an offset from a 1 KB-aligned base). */
 LILY_SWZ_FN uint32_t lily_swz128_read(uint32_t start, int r, int b) {
