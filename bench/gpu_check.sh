@@ -162,11 +162,19 @@ if [[ $skip != *" bench "* ]]; then
     fi
     if [ -n "${GPU_CHECK_NCU_KERNEL:-}" ] && command -v ncu >/dev/null; then
         # every ncu section for the first launch of one kernel (a regex of its name) in a prefill
-        # chunk of GPU_CHECK_VARIANTS_CHUNK tokens; the report goes back as ncu_kernel.txt
+        # chunk of GPU_CHECK_VARIANTS_CHUNK tokens; the report goes back as ncu_kernel.txt,
+        # ncu_source.csv and ncu_raw.csv (every metric)
         echo "== ncu --set full: $GPU_CHECK_NCU_KERNEL"
         LILY_CUDA_BENCH_PROFILE=prefill LILY_CUDA_BENCH_CHUNK=${GPU_CHECK_VARIANTS_CHUNK:-4096} \
             timeout 150 ncu --set full -k "regex:$GPU_CHECK_NCU_KERNEL" --launch-count 1 \
-            "$work/bin/test_cuda_bench" >"$out/ncu_kernel.txt" 2>&1
+            --export "$work/ncu_kernel" "$work/bin/test_cuda_bench" >"$logs/ncu_kernel_run.log" 2>&1
+        # the report's every section with its tables (stall reasons included), and the SASS with
+        # per-instruction counters and stall samples (ncu_source.csv)
+        ncu --import "$work/ncu_kernel.ncu-rep" --page details --print-details all \
+            >"$out/ncu_kernel.txt" 2>&1
+        ncu --import "$work/ncu_kernel.ncu-rep" --page source --print-source sass --csv \
+            >"$out/ncu_source.csv" 2>&1
+        ncu --import "$work/ncu_kernel.ncu-rep" --page raw --csv >"$out/ncu_raw.csv" 2>&1
         grep -E "Duration|Compute \(SM\) Th|Memory Th|L2 Cache Th|Executed Ipc A|Issue Slots Busy" \
             "$out/ncu_kernel.txt"
     fi

@@ -60,13 +60,17 @@ static float silu(float x) {
 typedef int (*gemm_fn)(const lily_dmat *W, const float *X, int ldx, int n, float *Y, int ldy,
                        int accumulate, lily_cuda_stream st, lily_err *e);
 
+/* Y's row stride is M + g_ldy_pad: 3 leaves Y's rows unaligned (the kernels' scalar stores), a
+ * pad that makes it a multiple of 4 lets gemm_wg's 16-byte stores run. */
+static int g_ldy_pad = 3;
+
 /* One dense GEMM through fn (lily_cuda_gemm, or a kernel's own entry point) against the CPU
  * matmul; Y's columns past M must come back untouched. */
 static void gemm_case_fn(gemm_fn fn, const char *label, lily_dtype dt, int M, int K, int n,
                          int accumulate) {
     lily_err e;
     char name[160];
-    int ldx = K + 4, ldy = M + 3;
+    int ldx = K + 4, ldy = M + g_ldy_pad;
     lily_mat W = pt_mat(dt, M, K);
     lily_dmat dW;
     if (!pt_ok(lily_cuda_dmat_upload(&W, 1, &dW, &e), "upload", &e)) return;
@@ -516,6 +520,12 @@ static void wg_shapes(void) {
     wg_case(130, 192, 129, 1); /* 2 row blocks, 2 token blocks, 3 k-steps, accumulate */
     wg_case(300, 1024, 133, 0);
     wg_case(1, 320, 300, 0);
+    /* 16-byte aligned rows of Y (ldy 304): the vector stores, and the last row block's edge
+     * (rows 300, 301) in scalar stores */
+    g_ldy_pad = 2;
+    wg_case(302, 192, 129, 1);
+    wg_case(302, 1024, 133, 0);
+    g_ldy_pad = 3;
     /* split-K forced (the automatic choice splits the small grids above already): 3 splits of
      * one k-step each, uneven ranges, 8 splits with accumulate */
     static const int fs[3] = {3, 5, 8};

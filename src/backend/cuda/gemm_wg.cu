@@ -154,7 +154,7 @@ struct wg_args {
 template <int NT, int LOOP, bool SWZ>
 __global__ void __launch_bounds__(kThreads, 1) wg_kernel(const wg_args a) {
     using S = wshape<NT>;
-    constexpr int STAGE = S::STAGE, KCH = S::KCH, NJ = 4 * NT / kThreads; /* plane passes */
+    constexpr int STAGE = S::STAGE, KCH = S::KCH;
     extern __shared__ __align__(128) uint8_t smem_raw[];
     uint8_t *smem =
         smem_raw + (SWZ ? lily_swz128_pad((uint32_t)__cvta_generic_to_shared(smem_raw)) : 0);
@@ -184,6 +184,21 @@ __global__ void __launch_bounds__(kThreads, 1) wg_kernel(const wg_args a) {
         s_mul[tid] = xr >= 0 ? a.mul[xr] : 0.f;
     }
     __syncthreads();
+    /* The planes' copies: a warp's 32 pieces are k chunks c, c + 1 (c even: one 32-byte sector
+     * of each token) of 16 consecutive tokens, so every global sector a copy touches is used
+     * whole and each quarter warp writes 128 distinct bytes of shared memory (8 tokens of one
+     * chunk, or 8 swizzled chunks). Piece j's source offset (without the k-step) and whether its
+     * token exists are set once. */
+    constexpr int PP = 8 * NT / kThreads, TW = NT / 16; /* pieces a thread, warps a chunk pair */
+    auto pt = [&](int j) { return ((tid + kThreads * j) >> 5) % TW * 16 + (lane & 15); };
+    auto pc = [&](int j) { return ((tid + kThreads * j) >> 5) / TW * 2 + (lane >> 4); };
+    uint32_t xoff[PP], okm = 0;
+#pragma unroll
+    for (int j = 0; j < PP; j++) {
+        const int xr = s_xrow[pt(j)];
+        xoff[j] = xr >= 0 ? (uint32_t)xr * (uint32_t)K + (uint32_t)pc(j) * 8u : 0u;
+        okm |= (xr >= 0 ? 1u : 0u) << j;
+    }
 
     auto load = [&](int kr, int sl) {
         uint8_t *st = smem + sl * STAGE;
@@ -199,26 +214,15 @@ __global__ void __launch_bounds__(kThreads, 1) wg_kernel(const wg_args a) {
             const bool ok = m0 + tid < M;
             cp_async4(st + S::OFF_SB + tid * 4, ok ? SB + (size_t)(m0 + tid) * KG + kt : SB, ok);
         }
-        /* planes: 32 contiguous bytes (k chunks 2c, 2c + 1) of one token per thread and pass */
+        /* planes: piece j of this thread is 16-byte k chunk pc(j) of token pt(j) (above) */
 #pragma unroll
-        for (int j = 0; j < NJ; j++) {
-            const int i = tid + kThreads * j, t = i & (NT - 1), cp = i / NT;
-            const int xr = s_xrow[t];
-            const bool ok = xr >= 0;
-            const size_t off = (size_t)(ok ? xr : 0) * K + (size_t)kt * BK + cp * 16;
-#pragma unroll
-            for (int pl = 0; pl < 2; pl++) {
-                const uint16_t *src = pl ? a.lo : a.hi;
-                uint8_t *pb = st + (pl ? S::OFF_LO : S::OFF_HI);
-                if constexpr (SWZ) {
-                    cp_async16(pb + lily_swz128(t, 2 * cp), ok ? src + off : src, ok);
-                    cp_async16(pb + lily_swz128(t, 2 * cp + 1), ok ? src + off + 8 : src, ok);
-                } else {
-                    uint8_t *d = pb + (2 * cp) * KCH + t * 16;
-                    cp_async16(d, ok ? src + off : src, ok);
-                    cp_async16(d + KCH, ok ? src + off + 8 : src, ok);
-                }
-            }
+        for (int j = 0; j < PP; j++) {
+            const bool ok = (okm >> j) & 1;
+            const int t = pt(j), c = pc(j);
+            const size_t off = (size_t)xoff[j] + (size_t)kt * BK;
+            uint8_t *d = st + (SWZ ? lily_swz128(t, c) : c * KCH + t * 16);
+            cp_async16(d + S::OFF_HI, ok ? a.hi + off : a.hi, ok);
+            cp_async16(d + S::OFF_LO, ok ? a.lo + off : a.lo, ok);
         }
     };
 
@@ -368,24 +372,43 @@ __global__ void __launch_bounds__(kThreads, 1) wg_kernel(const wg_args a) {
         }
     }
     cp_wait<0>();
-    /* D of tile u: register 4j + e is row rb + 64u + 8 (e / 2), token 8j + 2q + (e % 2) */
+    /* The output tile goes through shared memory (the stages are free once every warp is past
+     * its last wgmma) so that each token's 256 outputs leave as 16-byte stores. D of tile u:
+     * register 4j + e is row rb + 64u + 8 (e / 2), token 8j + 2q + (e % 2); a row of LDT floats
+     * a token (LDT = 4 mod 32: the lanes' 8 rows x 4 tokens hit 32 banks). */
+    constexpr int LDT = BM + 4;
+    static_assert(NT * LDT * 4 <= NS * STAGE, "the output tile fits in the stages");
+    float *sy = (float *)smem;
+    __syncthreads();
 #pragma unroll
     for (int u = 0; u < 2; u++)
 #pragma unroll
         for (int j = 0; j < NT / 8; j++)
 #pragma unroll
             for (int e = 0; e < 4; e++) {
-                const int o = m0 + rb + 64 * u + 8 * (e >> 1), t = 8 * j + 2 * q + (e & 1);
-                if (o < M && t < rows) {
-                    const float v = acc[u][4 * j + e] * s_mul[t];
-                    if (a.P) {
-                        a.P[((size_t)blockIdx.z * a.n + row0 + t) * M + o] = v;
-                    } else {
-                        float *y = a.Y + (size_t)(row0 + t) * a.ldy + o;
-                        *y = a.accumulate ? *y + v : v;
-                    }
-                }
+                const int t = 8 * j + 2 * q + (e & 1);
+                sy[t * LDT + rb + 64 * u + 8 * (e >> 1)] = acc[u][4 * j + e] * s_mul[t];
             }
+    __syncthreads();
+    float *out = a.P ? a.P + ((size_t)blockIdx.z * a.n + row0) * M : a.Y + (size_t)row0 * a.ldy;
+    const size_t ld = a.P ? (size_t)M : (size_t)a.ldy;
+    const bool add = !a.P && a.accumulate;
+    const bool vec = ((uintptr_t)out % 16 == 0) && ld % 4 == 0;
+    const int o = m0 + 4 * (tid & 63);
+    for (int t = tid >> 6; t < rows; t += kThreads / 64) {
+        const float *v = sy + t * LDT + 4 * (tid & 63);
+        float *y = out + (size_t)t * ld + o;
+        if (vec && o + 3 < M) {
+            float4 r = *(const float4 *)v;
+            if (add) {
+                const float4 w = *(const float4 *)y;
+                r.x = w.x + r.x, r.y = w.y + r.y, r.z = w.z + r.z, r.w = w.w + r.w;
+            }
+            *(float4 *)y = r;
+        } else {
+            for (int i = 0; i < 4 && o + i < M; i++) y[i] = add ? y[i] + v[i] : v[i];
+        }
+    }
 }
 
 uint16_t *g_planes = nullptr;
@@ -460,8 +483,10 @@ template <int NT> int launch(const wg_args &a, dim3 grid, lily_cuda_stream st, l
     return swz_on() ? launch_s<NT, true>(a, grid, st, e) : launch_s<NT, false>(a, grid, st, e);
 }
 
-int check(const lily_dmat *W, lily_err *e) {
+int check(const lily_dmat *W, int nx, lily_err *e) {
     if (W->dt != LILY_CW_Q4) return lily_fail(e, "gemm_wg: Q4 weights only (type %d)", W->dt);
+    if ((size_t)nx * (size_t)W->cols > UINT32_MAX) /* the kernel's 32-bit plane offsets */
+        return lily_fail(e, "gemm_wg: %d rows of %d columns", nx, W->cols);
     if (W->cols % BK || W->cols < BK)
         return lily_fail(e, "gemm_wg: %d columns (a multiple of 64)", W->cols);
     return 0;
@@ -486,7 +511,7 @@ extern "C" void lily_cuda_gemm_wg_force_split(int split) { g_force_split = split
 extern "C" int lily_cuda_gemm_wg(const lily_dmat *W, const float *X, int ldx, int n, float *Y,
                                  int ldy, int accumulate, lily_cuda_stream st, lily_err *e) {
     if (W->n_mats != 1) return lily_fail(e, "gemm_wg: a stack of %d matrices", W->n_mats);
-    if (check(W, e)) return -1;
+    if (check(W, n, e)) return -1;
     if (n < 1 || W->rows < 1) return 0;
     wg_args a;
     a.w = W->w, a.sb = W->sb, a.w_stride = 0, a.sb_stride = 0;
@@ -516,7 +541,7 @@ extern "C" int lily_cuda_gemm_wg_grouped(const lily_dmat *W, const float *X, int
                                          const int32_t *gather, const int32_t *tiles,
                                          const int32_t *d_ntiles, int max_tiles, float *Y,
                                          int ldy, lily_cuda_stream st, lily_err *e) {
-    if (check(W, e)) return -1;
+    if (check(W, nx, e)) return -1;
     if (max_tiles < 1 || W->rows < 1 || nx < 1) return 0;
     wg_args a;
     a.w = W->w, a.sb = W->sb, a.w_stride = W->w_stride, a.sb_stride = W->sb_stride;
