@@ -700,7 +700,7 @@ int main(void) {
     lily_cuda_tune_reload();
     g_tol = 5e-4;
     for (int v = 0; v < 12; v++) {
-        static const char *loop[3] = {"simple", "pipelined", "pipelined, one group in flight"};
+        static const char *loop[3] = {"simple", "pipelined", "pipelined, one barrier"};
         printf("== wgmma GEMM (exact, %s, %s planes, %d-token tiles)\n", loop[v % 3],
                v / 3 % 2 ? "swizzled" : "unswizzled", v / 6 ? 64 : 128);
         lily_cuda_gemm_wg_pipe(v % 3);

@@ -119,8 +119,7 @@ size_t lily_cuda_dmat_bytes(const lily_dmat *m);
  *   LILY_CUDA_ATTN_SWZ: 1 = the warp-specialised attention kernel's operand planes in the
  *     128-byte swizzled layout (attn_wg.cuh); 0 (default) = the no-swizzle core-matrix layout.
  *   LILY_CUDA_WG_LOOP: the k-loop of the wgmma GEMM (gemm_wg.h): 1 (default) = the next step's
- *     dequantization under this step's wgmma, 2 = the same with one wgmma group kept in flight
- *     across steps, 0 = simple.
+ *     dequantization under this step's wgmma, 2 = the same with one barrier a step, 0 = simple.
  *   LILY_CUDA_WG_SWZ: 1 = the wgmma GEMM's activation planes in the 128-byte swizzled layout;
  *     0 (default) = the no-swizzle core-matrix layout.
  *   LILY_CUDA_WG_N64: 1 = a dense wgmma GEMM whose 128-token blocks would not fill one wave

@@ -91,9 +91,6 @@ __device__ __forceinline__ void wg_commit() {
 __device__ __forceinline__ void wg_wait0() {
     asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
 }
-__device__ __forceinline__ void wg_wait1() {
-    asm volatile("wgmma.wait_group.sync.aligned 1;" ::: "memory");
-}
 /* Keeps the compiler from moving uses of an accumulator across the wgmma that is still writing
  * it (no instruction is emitted). */
 __device__ __forceinline__ void fence_operand(float &x) { asm volatile("" : "+f"(x)::"memory"); }
@@ -313,14 +310,13 @@ __global__ void __launch_bounds__(kThreads, 1) wg_kernel(const wg_args a) {
             retire();
         }
     } else if constexpr (LOOP == 2) {
-        /* Step kt's wgmma group stays in flight while the warpgroup waits for step kt - 1's
-         * (wait_group 1), so the tensor pipe never drains between steps; one barrier a step:
-         * after it, every wgmma of step kt - 1 has retired in both warpgroups (its slot takes
-         * stage kt + NS - 1, its A registers step kt + 1's dequantization) and stage kt + 1 has
-         * landed for all. cp.async groups: NS - 1 in the prologue, one per step, so stage kt + 1
-         * has landed when at most NS - 3 of them are pending. */
-        static_assert(NS >= 3, "two stages ahead of the one in flight");
-        prime(NS - 1);
+        /* As 1 with one barrier a step: a warp dequantizes step kt + 1 right after issuing step
+         * kt's wgmma (that stage was published two steps ahead), retires step kt, then the
+         * barrier: every wgmma of step kt retired in both warpgroups (its slot takes stage
+         * kt + NS) and stage kt + 2 landed for all. cp.async groups: NS in the prologue and one
+         * a step, so stage kt + 2 has landed when at most NS - 3 are pending. */
+        static_assert(NS >= 3, "a stage landed two steps ahead");
+        prime(NS);
         uint32_t a0[2][4][4], a1[2][4][4];
         cp_wait<NS - 2>();
         proxy_fence();
@@ -328,21 +324,18 @@ __global__ void __launch_bounds__(kThreads, 1) wg_kernel(const wg_args a) {
         dequant(0, a0);
         auto step = [&](int kt, const uint32_t (&cur)[2][4][4], uint32_t (&nxt)[2][4][4]) {
             issue(kt, cur);
-            wg_wait1();
-#pragma unroll
-            for (int i = 0; i < NA; i++) fence_operand(acc[0][i]), fence_operand(acc[1][i]);
+            if (kt + 1 < NK) dequant(kt + 1, nxt);
+            retire();
             cp_wait<NS - 3>();
             proxy_fence();
             __syncthreads();
-            if (kt + NS - 1 < NK) load(kt + NS - 1, (kt + NS - 1) % NS);
+            if (kt + NS < NK) load(kt + NS, kt % NS);
             cp_commit();
-            if (kt + 1 < NK) dequant(kt + 1, nxt);
         };
         for (int kt = 0; kt < NK; kt += 2) {
             step(kt, a0, a1);
             if (kt + 1 < NK) step(kt + 1, a1, a0);
         }
-        retire();
     } else {
         /* the dequantization of step kt + 1 runs while step kt's wgmma do: two sets of A
          * registers, two barriers a step (B: stage kt + 1 landed for all; E: every wgmma of step
@@ -455,8 +448,7 @@ int g_force_split = 0; /* > 0: the dense kernel's split-K factor (tests) */
 
 /* The k-loop form (LILY_CUDA_WG_LOOP, cuda_mem.h): 1 (default) pipelined (the next step's
  * dequantization under this step's wgmma; H200, 35B prefill at 4K: 17.6K tok/s, 16.0K with 0 =
- * simple), 2 the same with one wgmma group kept in flight across steps (wait_group 1, one
- * barrier a step). g_pipe >= 0: forced by a test. */
+ * simple), 2 the same with one barrier a step. g_pipe >= 0: forced by a test. */
 int g_pipe = -1;
 
 int pipe_mode() { return g_pipe >= 0 ? g_pipe : lily_cuda_tune_get()->wg_loop; }

@@ -36,8 +36,8 @@ int lily_cuda_gemm_wg_grouped(const lily_dmat *W, const float *X, int ldx, int n
                               lily_cuda_stream st, lily_err *e);
 
 /* The k-loop form: 1 pipelined (step k + 1's dequantization while step k's wgmma run: two sets
- * of A registers, two barriers a step), 2 the same with step k's wgmma still in flight while the
- * warpgroup waits for step k - 1's (one barrier a step), 0 simple (dequantize, issue, wait), -1
+ * of A registers, two barriers a step), 2 the same with one barrier a step (stages published
+ * two steps ahead), 0 simple (dequantize, issue, wait), -1
  * back to the tuning switch (LILY_CUDA_WG_LOOP, cuda_mem.h; default 1). Tests; not
  * thread-safe. */
 void lily_cuda_gemm_wg_pipe(int on);
