@@ -29,7 +29,7 @@ template <int NT> struct wshape {
                   "planes on 1 KB boundaries (the 128-byte swizzle's 8-row atoms)");
 };
 
-/* SWZ (LILY_CUDA_WG_SWZ=1): the planes in the 128-byte swizzled K-major layout instead
+/* SWZ (LILY_CUDA_WG_SWZ, default 1): the planes in the 128-byte swizzled K-major layout instead
  * (swizzle.h): token t's 64 k values (128 bytes) are row t, its 16-byte chunk c at
  * lily_swz128(t, c); the descriptor of k slice s starts 32 s bytes into the plane (SBO 1 KB
  * between 8-token atoms). The kernel then aligns the stages to 1 KB (1 KB more shared memory). */
@@ -446,9 +446,9 @@ int launch_p(const wg_args &a, dim3 grid, lily_cuda_stream st, lily_err *e) {
 
 int g_force_split = 0; /* > 0: the dense kernel's split-K factor (tests) */
 
-/* The k-loop form (LILY_CUDA_WG_LOOP, cuda_mem.h): 1 (default) pipelined (the next step's
- * dequantization under this step's wgmma; H200, 35B prefill at 4K: 17.6K tok/s, 16.0K with 0 =
- * simple), 2 the same with one barrier a step. g_pipe >= 0: forced by a test. */
+/* The k-loop form (LILY_CUDA_WG_LOOP, cuda_mem.h): 2 (default) pipelined with one barrier a
+ * step, 1 with two (the next step's dequantization under this step's wgmma; H200, 35B prefill
+ * at 4K: 17.6K tok/s, 16.0K with 0 = simple). g_pipe >= 0: forced by a test. */
 int g_pipe = -1;
 
 int pipe_mode() { return g_pipe >= 0 ? g_pipe : lily_cuda_tune_get()->wg_loop; }

@@ -7,8 +7,10 @@
  * per k-step. Each warpgroup dequantizes its 128 rows' codes (staged by cp.async) into wgmma
  * A registers (the fp16 weights scale * q + bias, rounded once, as gemm_q4.cu's exact path), and
  * issues m64n128k16 wgmma against the activations' fp16 hi and lo planes (gemm_split.h: x 2^-e =
- * hi + lo), which sit in shared memory in the canonical no-swizzle K-major layout: 8 x 16-byte
- * core matrices, token groups 128 bytes apart, k chunks 2 KB apart. The k order inside each
+ * hi + lo), which sit in shared memory in the 128-byte swizzled K-major layout (token t's 64
+ * k values one 128-byte row, 16-byte chunk c at c ^ t % 8; or, LILY_CUDA_WG_SWZ=0, the
+ * no-swizzle layout: 8 x 16-byte core matrices, token groups 128 bytes apart, k chunks 2 KB
+ * apart). The k order inside each
  * 16-wide slice is the register permutation of gemm_q4.cu (a Q4 word gives the pair of columns
  * 8w + j, 8w + j + 4 with one shift and one mask); the planes are written in that order by a
  * small kernel from the split words, so A and B agree. fp32 accumulation, each output times the
@@ -38,12 +40,12 @@ int lily_cuda_gemm_wg_grouped(const lily_dmat *W, const float *X, int ldx, int n
 /* The k-loop form: 1 pipelined (step k + 1's dequantization while step k's wgmma run: two sets
  * of A registers, two barriers a step), 2 the same with one barrier a step (stages published
  * two steps ahead), 0 simple (dequantize, issue, wait), -1
- * back to the tuning switch (LILY_CUDA_WG_LOOP, cuda_mem.h; default 1). Tests; not
+ * back to the tuning switch (LILY_CUDA_WG_LOOP, cuda_mem.h; default 2). Tests; not
  * thread-safe. */
 void lily_cuda_gemm_wg_pipe(int on);
 
-/* The planes' shared-memory layout: 1 the 128-byte swizzled K-major layout, 0 the no-swizzle
- * core-matrix layout (the default), -1 back to the tuning switch (LILY_CUDA_WG_SWZ).
+/* The planes' shared-memory layout: 1 the 128-byte swizzled K-major layout (the default), 0 the
+ * no-swizzle core-matrix layout, -1 back to the tuning switch (LILY_CUDA_WG_SWZ).
  * Tests and measurements; not thread-safe. */
 void lily_cuda_gemm_wg_swizzle(int on);
 
