@@ -678,9 +678,9 @@ static void wg_probe(int M, int K, int n, int k0) {
 
 int main(void) {
     pt_need_gpu();
-    for (int v = 0; v < 6; v++) { /* loop form (0, 1, 2) x planes layout */
-        lily_cuda_gemm_wg_pipe(v % 3);
-        lily_cuda_gemm_wg_swizzle(v / 3);
+    for (int v = 0; v < 8; v++) { /* loop form (0 .. 3) x planes layout */
+        lily_cuda_gemm_wg_pipe(v % 4);
+        lily_cuda_gemm_wg_swizzle(v / 4);
         wg_probe(64, 64, 8, 0);
         wg_probe(64, 64, 16, 0);
         wg_probe(64, 128, 8, 64);
@@ -699,13 +699,14 @@ int main(void) {
     setenv("LILY_CUDA_GEMM_EXACT", "1", 1);
     lily_cuda_tune_reload();
     g_tol = 5e-4;
-    for (int v = 0; v < 12; v++) {
-        static const char *loop[3] = {"simple", "pipelined", "pipelined, one barrier"};
-        printf("== wgmma GEMM (exact, %s, %s planes, %d-token tiles)\n", loop[v % 3],
-               v / 3 % 2 ? "swizzled" : "unswizzled", v / 6 ? 64 : 128);
-        lily_cuda_gemm_wg_pipe(v % 3);
-        lily_cuda_gemm_wg_swizzle(v / 3 % 2);
-        lily_cuda_gemm_wg_n64(v / 6);
+    for (int v = 0; v < 16; v++) {
+        static const char *loop[4] = {"simple", "pipelined", "pipelined, one barrier",
+                                      "pipelined, one barrier, copies after the wgmma"};
+        printf("== wgmma GEMM (exact, %s, %s planes, %d-token tiles)\n", loop[v % 4],
+               v / 4 % 2 ? "swizzled" : "unswizzled", v / 8 ? 64 : 128);
+        lily_cuda_gemm_wg_pipe(v % 4);
+        lily_cuda_gemm_wg_swizzle(v / 4 % 2);
+        lily_cuda_gemm_wg_n64(v / 8);
         wg_shapes();
     }
     lily_cuda_gemm_wg_pipe(-1);

@@ -120,7 +120,8 @@ size_t lily_cuda_dmat_bytes(const lily_dmat *m);
  *     128-byte swizzled layout (attn_wg.cuh); 0 (default) = the no-swizzle core-matrix layout.
  *   LILY_CUDA_WG_LOOP: the k-loop of the wgmma GEMM (gemm_wg.h): 2 (default) = the next step's
  *     dequantization under this step's wgmma with one barrier a step, 1 = the same with two
- *     (H100, 35B 4K chunk: 20.3K against 20.1K tok/s), 0 = simple.
+ *     (H100, 35B 4K chunk: 20.3K against 20.1K tok/s), 3 = 2 with each step's copies issued
+ *     after its wgmma instead of before (not yet measured), 0 = simple.
  *   LILY_CUDA_WG_SWZ: 1 (default) = the wgmma GEMM's activation planes in the 128-byte
  *     swizzled layout; 0 = the no-swizzle core-matrix layout (20.1K against 18.8K tok/s there).
  *   LILY_CUDA_WG_N64: 1 = a dense wgmma GEMM whose 128-token blocks would not fill one wave

@@ -336,6 +336,34 @@ __global__ void __launch_bounds__(kThreads, 1) wg_kernel(const wg_args a) {
             step(kt, a0, a1);
             if (kt + 1 < NK) step(kt + 1, a1, a0);
         }
+    } else if constexpr (LOOP == 3) {
+        /* As 2 with the copies moved off the path between two steps' wgmma: after the barrier
+         * that ends step kt - 1 a warp issues step kt's wgmma first, then refills the slot step
+         * kt - 1 freed (stage kt + NS - 1), then dequantizes step kt + 1; so the tensor pipe
+         * waits only for the barrier between retiring step kt - 1 and starting step kt. Stage
+         * kt + 2 must still land by the barrier that ends step kt: cp.async groups are NS - 1 in
+         * the prologue and one a step, at most NS - 3 pending there. */
+        static_assert(NS >= 4, "three stages ahead of the one in use");
+        prime(NS - 1);
+        uint32_t a0[2][4][4], a1[2][4][4];
+        cp_wait<NS - 3>();
+        proxy_fence();
+        __syncthreads();
+        dequant(0, a0);
+        auto step = [&](int kt, const uint32_t (&cur)[2][4][4], uint32_t (&nxt)[2][4][4]) {
+            issue(kt, cur);
+            if (kt + NS - 1 < NK) load(kt + NS - 1, (kt + NS - 1) % NS);
+            cp_commit();
+            if (kt + 1 < NK) dequant(kt + 1, nxt);
+            retire();
+            cp_wait<NS - 3>();
+            proxy_fence();
+            __syncthreads();
+        };
+        for (int kt = 0; kt < NK; kt += 2) {
+            step(kt, a0, a1);
+            if (kt + 1 < NK) step(kt + 1, a1, a0);
+        }
     } else {
         /* the dequantization of step kt + 1 runs while step kt's wgmma do: two sets of A
          * registers, two barriers a step (B: stage kt + 1 landed for all; E: every wgmma of step
@@ -448,7 +476,8 @@ int g_force_split = 0; /* > 0: the dense kernel's split-K factor (tests) */
 
 /* The k-loop form (LILY_CUDA_WG_LOOP, cuda_mem.h): 2 (default) pipelined with one barrier a
  * step, 1 with two (the next step's dequantization under this step's wgmma; H200, 35B prefill
- * at 4K: 17.6K tok/s, 16.0K with 0 = simple). g_pipe >= 0: forced by a test. */
+ * at 4K: 17.6K tok/s, 16.0K with 0 = simple), 3 = 2 with each step's copies after its wgmma
+ * (not yet measured). g_pipe >= 0: forced by a test. */
 int g_pipe = -1;
 
 int pipe_mode() { return g_pipe >= 0 ? g_pipe : lily_cuda_tune_get()->wg_loop; }
@@ -467,6 +496,7 @@ int launch_s(const wg_args &a, dim3 grid, lily_cuda_stream st, lily_err *e) {
     switch (pipe_mode()) {
     case 0: return launch_p<NT, 0, SWZ>(a, grid, st, e);
     case 2: return launch_p<NT, 2, SWZ>(a, grid, st, e);
+    case 3: return launch_p<NT, 3, SWZ>(a, grid, st, e);
     default: return launch_p<NT, 1, SWZ>(a, grid, st, e);
     }
 }
