@@ -100,6 +100,14 @@ __device__ __forceinline__ void proxy_fence() {
     asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
 }
 
+/* Waits until at most N of this thread's cp.async groups are pending, fences its landed copies
+ * for the async proxy, and publishes every thread's with a block barrier. */
+template <int N> __device__ __forceinline__ void publish() {
+    cp_wait<N>();
+    proxy_fence();
+    __syncthreads();
+}
+
 /* Physical column (0..63) of a group that the planes put at slice s, position p (0..15): the
  * order of gemm_q4.cu's exact A fragments. Slice s = 2h + m; lane q = (p % 8) / 2 holds code word
  * w = q + 4h; positions 2q, 2q + 1 are columns 8w + 2m, 8w + 2m + 4 and 2q + 8, 2q + 9 are
@@ -299,9 +307,7 @@ __global__ void __launch_bounds__(kThreads, 1) wg_kernel(const wg_args a) {
     if constexpr (LOOP == 0) {
         prime(NS - 1);
         for (int kt = 0; kt < NK; kt++) {
-            cp_wait<NS - 2>();
-            proxy_fence(); /* this thread's copies, before the barrier that publishes them */
-            __syncthreads(); /* stage kt landed for all; every wgmma of step kt - 1 completed */
+            publish<NS - 2>(); /* stage kt landed for all; every wgmma of step kt - 1 completed */
             if (kt + NS - 1 < NK) load(kt + NS - 1, (kt + NS - 1) % NS);
             cp_commit();
             uint32_t af[2][4][4];
@@ -309,87 +315,60 @@ __global__ void __launch_bounds__(kThreads, 1) wg_kernel(const wg_args a) {
             issue(kt, af);
             retire();
         }
-    } else if constexpr (LOOP == 2) {
-        /* As 1 with one barrier a step: a warp dequantizes step kt + 1 right after issuing step
-         * kt's wgmma (that stage was published two steps ahead), retires step kt, then the
-         * barrier: every wgmma of step kt retired in both warpgroups (its slot takes stage
-         * kt + NS) and stage kt + 2 landed for all. cp.async groups: NS in the prologue and one
-         * a step, so stage kt + 2 has landed when at most NS - 3 are pending. */
-        static_assert(NS >= 3, "a stage landed two steps ahead");
-        prime(NS);
-        uint32_t a0[2][4][4], a1[2][4][4];
-        cp_wait<NS - 2>();
-        proxy_fence();
-        __syncthreads();
-        dequant(0, a0);
-        auto step = [&](int kt, const uint32_t (&cur)[2][4][4], uint32_t (&nxt)[2][4][4]) {
-            issue(kt, cur);
-            if (kt + 1 < NK) dequant(kt + 1, nxt);
-            retire();
-            cp_wait<NS - 3>();
-            proxy_fence();
-            __syncthreads();
-            if (kt + NS < NK) load(kt + NS, kt % NS);
-            cp_commit();
-        };
-        for (int kt = 0; kt < NK; kt += 2) {
-            step(kt, a0, a1);
-            if (kt + 1 < NK) step(kt + 1, a1, a0);
-        }
-    } else if constexpr (LOOP == 3) {
-        /* As 2 with the copies moved off the path between two steps' wgmma: after the barrier
-         * that ends step kt - 1 a warp issues step kt's wgmma first, then refills the slot step
-         * kt - 1 freed (stage kt + NS - 1), then dequantizes step kt + 1; so the tensor pipe
-         * waits only for the barrier between retiring step kt - 1 and starting step kt. Stage
-         * kt + 2 must still land by the barrier that ends step kt: cp.async groups are NS - 1 in
-         * the prologue and one a step, at most NS - 3 pending there. */
-        static_assert(NS >= 4, "three stages ahead of the one in use");
-        prime(NS - 1);
-        uint32_t a0[2][4][4], a1[2][4][4];
-        cp_wait<NS - 3>();
-        proxy_fence();
-        __syncthreads();
-        dequant(0, a0);
-        auto step = [&](int kt, const uint32_t (&cur)[2][4][4], uint32_t (&nxt)[2][4][4]) {
-            issue(kt, cur);
-            if (kt + NS - 1 < NK) load(kt + NS - 1, (kt + NS - 1) % NS);
-            cp_commit();
-            if (kt + 1 < NK) dequant(kt + 1, nxt);
-            retire();
-            cp_wait<NS - 3>();
-            proxy_fence();
-            __syncthreads();
-        };
-        for (int kt = 0; kt < NK; kt += 2) {
-            step(kt, a0, a1);
-            if (kt + 1 < NK) step(kt + 1, a1, a0);
-        }
     } else {
-        /* the dequantization of step kt + 1 runs while step kt's wgmma do: two sets of A
-         * registers, two barriers a step (B: stage kt + 1 landed for all; E: every wgmma of step
-         * kt retired, so its slot takes stage kt + NS) */
-        prime(NS);
-        uint32_t a0[2][4][4], a1[2][4][4];
-        cp_wait<NS - 1>();
-        proxy_fence();
-        __syncthreads();
-        dequant(0, a0);
-        auto step = [&](int kt, const uint32_t (&cur)[2][4][4], uint32_t (&nxt)[2][4][4]) {
-            issue(kt, cur);
-            if (kt + 1 < NK) {
-                cp_wait<NS - 2>();
-                proxy_fence();
-                __syncthreads(); /* B */
-                dequant(kt + 1, nxt);
+        /* step kt + 1's dequantization runs while step kt's wgmma do, the two sets of A
+         * registers alternating between steps */
+        auto pipelined = [&](auto step) {
+            uint32_t a0[2][4][4], a1[2][4][4];
+            dequant(0, a0);
+            for (int kt = 0; kt < NK; kt += 2) {
+                step(kt, a0, a1);
+                if (kt + 1 < NK) step(kt + 1, a1, a0);
             }
-            retire();
-            __syncthreads(); /* E */
-            if (kt + NS < NK) load(kt + NS, kt % NS);
-            cp_commit();
         };
-        for (int kt = 0; kt < NK; kt += 2) {
-            step(kt, a0, a1);
-            if (kt + 1 < NK) step(kt + 1, a1, a0);
+        using areg = uint32_t[2][4][4];
+        if constexpr (LOOP >= 2) {
+            /* One barrier a step: after retiring step kt, every wgmma of step kt has retired in
+             * both warpgroups (its slot takes stage kt + NS) and stage kt + 2 has landed for all
+             * (so step kt + 1 dequantizes without waiting). 2: the slot is refilled right after
+             * that barrier; 3 (late): after the next step's wgmma are issued, so only the
+             * barrier sits between retiring one step and starting the next. cp.async groups:
+             * NS (late: NS - 1) in the prologue and one a step, so stage kt + 2 has landed when
+             * at most NS - 3 are pending. */
+            constexpr bool late = LOOP == 3;
+            static_assert(NS >= 4, "three stages ahead of the one in use");
+            prime(late ? NS - 1 : NS);
+            publish<late ? NS - 3 : NS - 2>();
+            pipelined([&](int kt, const areg &cur, areg &nxt) {
+                issue(kt, cur);
+                if (late) {
+                    if (kt + NS - 1 < NK) load(kt + NS - 1, (kt + NS - 1) % NS);
+                    cp_commit();
+                }
+                if (kt + 1 < NK) dequant(kt + 1, nxt);
+                retire();
+                publish<NS - 3>();
+                if (!late) {
+                    if (kt + NS < NK) load(kt + NS, kt % NS);
+                    cp_commit();
+                }
+            });
+        } else {
+            /* two barriers a step (B: stage kt + 1 landed for all; E: every wgmma of step kt
+             * retired, so its slot takes stage kt + NS) */
+            prime(NS);
+            publish<NS - 1>();
+            pipelined([&](int kt, const areg &cur, areg &nxt) {
+                issue(kt, cur);
+                if (kt + 1 < NK) {
+                    publish<NS - 2>(); /* B */
+                    dequant(kt + 1, nxt);
+                }
+                retire();
+                __syncthreads(); /* E */
+                if (kt + NS < NK) load(kt + NS, kt % NS);
+                cp_commit();
+            });
         }
     }
     cp_wait<0>();
