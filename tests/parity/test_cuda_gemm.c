@@ -678,13 +678,15 @@ static void wg_probe(int M, int K, int n, int k0) {
 
 int main(void) {
     pt_need_gpu();
-    for (int v = 0; v < 8; v++) { /* loop form (0 .. 3) x planes layout */
-        lily_cuda_gemm_wg_pipe(v % 4);
-        lily_cuda_gemm_wg_swizzle(v / 4);
+    for (int v = 0; v < 10; v++) { /* loop form (0 .. 4) x planes layout */
+        lily_cuda_gemm_wg_pipe(v % 5);
+        lily_cuda_gemm_wg_swizzle(v / 5);
         wg_probe(64, 64, 8, 0);
         wg_probe(64, 64, 16, 0);
         wg_probe(64, 128, 8, 64);
         wg_probe(256, 64, 8, 0);
+        wg_probe(256, 256, 8, 0); /* K a multiple of 256: form 4's TMA copies */
+        wg_probe(64, 512, 16, 100);
     }
     lily_cuda_gemm_wg_swizzle(-1);
     g_san = getenv("LILY_CUDA_SAN") && getenv("LILY_CUDA_SAN")[0] == '1';
@@ -699,14 +701,15 @@ int main(void) {
     setenv("LILY_CUDA_GEMM_EXACT", "1", 1);
     lily_cuda_tune_reload();
     g_tol = 5e-4;
-    for (int v = 0; v < 16; v++) {
-        static const char *loop[4] = {"simple", "pipelined", "pipelined, one barrier",
-                                      "pipelined, one barrier, copies after the wgmma"};
-        printf("== wgmma GEMM (exact, %s, %s planes, %d-token tiles)\n", loop[v % 4],
-               v / 4 % 2 ? "swizzled" : "unswizzled", v / 8 ? 64 : 128);
-        lily_cuda_gemm_wg_pipe(v % 4);
-        lily_cuda_gemm_wg_swizzle(v / 4 % 2);
-        lily_cuda_gemm_wg_n64(v / 8);
+    for (int v = 0; v < 20; v++) {
+        static const char *loop[5] = {"simple", "pipelined", "pipelined, one barrier",
+                                      "pipelined, one barrier, copies after the wgmma",
+                                      "pipelined, one barrier, TMA where it applies"};
+        printf("== wgmma GEMM (exact, %s, %s planes, %d-token tiles)\n", loop[v % 5],
+               v / 5 % 2 ? "swizzled" : "unswizzled", v / 10 ? 64 : 128);
+        lily_cuda_gemm_wg_pipe(v % 5);
+        lily_cuda_gemm_wg_swizzle(v / 5 % 2);
+        lily_cuda_gemm_wg_n64(v / 10);
         wg_shapes();
     }
     lily_cuda_gemm_wg_pipe(-1);

@@ -121,7 +121,9 @@ size_t lily_cuda_dmat_bytes(const lily_dmat *m);
  *   LILY_CUDA_WG_LOOP: the k-loop of the wgmma GEMM (gemm_wg.h): 2 (default) = the next step's
  *     dequantization under this step's wgmma with one barrier a step, 1 = the same with two
  *     (H100, 35B 4K chunk: 20.3K against 20.1K tok/s), 3 = 2 with each step's copies issued
- *     after its wgmma instead of before (not yet measured), 0 = simple.
+ *     after its wgmma instead of before, 4 = 2 with the stages copied by TMA on mbarriers
+ *     (dense products with K a multiple of 256 and the swizzled planes; the rest run 2), 0 =
+ *     simple. 3 and 4 are not yet measured.
  *   LILY_CUDA_WG_SWZ: 1 (default) = the wgmma GEMM's activation planes in the 128-byte
  *     swizzled layout; 0 = the no-swizzle core-matrix layout (20.1K against 18.8K tok/s there).
  *   LILY_CUDA_WG_N64: 1 = a dense wgmma GEMM whose 128-token blocks would not fill one wave

@@ -9,6 +9,7 @@
 #include "backend/cuda/gemm_partial.h"
 #include "backend/cuda/gemm_split.h"
 #include "backend/cuda/swizzle.h"
+#include "backend/cuda/tma.cuh"
 
 namespace {
 
@@ -18,12 +19,14 @@ namespace {
  * per SM. 128-row blocks would need twice that for the same math. */
 constexpr int BM = 256, BK = 64, NS = 4, kThreads = 256;
 /* stage for NT tokens: codes [BM][32 B] (16-byte halves swapped when bit 2 of the row is set),
- * scale words [BM], then the hi and lo planes of NT tokens x 64 k in core-matrix order: token
- * groups of 8 at 128 bytes (SBO), k chunks of 8 at NT x 16 bytes (LBO) */
-template <int NT> struct wshape {
-    static constexpr int OFF_SB = BM * 32, OFF_HI = OFF_SB + BM * 4, PLANE = NT * BK * 2;
+ * scale words [BM][SBW] (SBW 4 with TMA: the row's words of k-steps 4j .. 4j + 3), then the hi
+ * and lo planes of NT tokens x 64 k in core-matrix order: token groups of 8 at 128 bytes (SBO),
+ * k chunks of 8 at NT x 16 bytes (LBO) */
+template <int NT, int SBW = 1> struct wshape {
+    static constexpr int OFF_SB = BM * 32, OFF_HI = OFF_SB + BM * 4 * SBW, PLANE = NT * BK * 2;
     static constexpr int OFF_LO = OFF_HI + PLANE, STAGE = OFF_LO + PLANE;
-    static constexpr int SMEM = NS * STAGE + NT * 8; /* + the tokens' multipliers and X rows */
+    /* + the tokens' multipliers and X rows, and the stages' mbarriers (TMA) */
+    static constexpr int SMEM = NS * STAGE + NT * 8 + NS * 8;
     static constexpr int KCH = NT * 16;
     static_assert(OFF_HI % 1024 == 0 && STAGE % 1024 == 0 && PLANE % 1024 == 0,
                   "planes on 1 KB boundaries (the 128-byte swizzle's 8-row atoms)");
@@ -154,17 +157,28 @@ struct wg_args {
     float *P;  /* split > 1: partial sums [split][n][M] (gemm_partial.h), else nullptr */
 };
 
+/* LOOP 4 (TMA): a stage's codes [M][K / 2] bytes (box 32 x 256, the 32-byte swizzle: exactly
+ * the half swap on bit 2 of the row), scale words [M][KG] (box 4 x 256) and planes [2][n][K]
+ * (box 64 x NT x 2, the 128-byte swizzle: the SWZ layout, lo one PLANE after hi) */
+struct wg_maps {
+    CUtensorMap codes, sb, planes;
+};
+
 /* Dense: grid (token blocks, row blocks, k splits). Grouped (a.tiles): grid (row blocks, tiles), tile y is
  * tiles[y] when y < *d_ntiles, its X rows through a.gather, its Y rows in tile order. */
 template <int NT, int LOOP, bool SWZ>
-__global__ void __launch_bounds__(kThreads, 1) wg_kernel(const wg_args a) {
-    using S = wshape<NT>;
+__global__ void __launch_bounds__(kThreads, 1)
+    wg_kernel(const wg_args a, const __grid_constant__ wg_maps mp) {
+    constexpr bool TMA = LOOP == 4;
+    static_assert(!TMA || SWZ, "the TMA copies land in the swizzled layout");
+    using S = wshape<NT, TMA ? 4 : 1>;
     constexpr int STAGE = S::STAGE, KCH = S::KCH;
     extern __shared__ __align__(128) uint8_t smem_raw[];
     uint8_t *smem =
         smem_raw + (SWZ ? lily_swz128_pad((uint32_t)__cvta_generic_to_shared(smem_raw)) : 0);
     float *s_mul = (float *)(smem + NS * STAGE);
     int *s_xrow = (int *)(s_mul + NT); /* X row of token t, -1: none */
+    uint64_t *s_bar = (uint64_t *)(s_xrow + NT); /* TMA: stage s landed */
     const int tid = threadIdx.x, lane = tid & 31, g = lane >> 2, q = lane & 3;
     const int wg = tid >> 7, wi = (tid >> 5) & 3;
     const uint8_t *W = a.w;
@@ -188,6 +202,10 @@ __global__ void __launch_bounds__(kThreads, 1) wg_kernel(const wg_args a) {
         s_xrow[tid] = xr;
         s_mul[tid] = xr >= 0 ? a.mul[xr] : 0.f;
     }
+    if (TMA && tid == 0) {
+        for (int i = 0; i < NS; i++) lily_mbar_init(s_bar + i, 1);
+        lily_mbar_init_fence();
+    }
     __syncthreads();
     /* The planes' copies: a warp's 32 pieces are k chunks c, c + 1 (c even: one 32-byte sector
      * of each token) of 16 consecutive tokens, so every global sector a copy touches is used
@@ -208,26 +226,38 @@ __global__ void __launch_bounds__(kThreads, 1) wg_kernel(const wg_args a) {
     auto load = [&](int kr, int sl) {
         uint8_t *st = smem + sl * STAGE;
         const int kt = kt0 + kr;
+        if constexpr (TMA) { /* one thread, three copies, counted in bytes on the barrier */
+            if (tid == 0) {
+                uint64_t *bar = s_bar + sl;
+                lily_mbar_expect(bar, STAGE);
+                lily_tma_2d(st, &mp.codes, kt * 32, m0, bar);
+                lily_tma_2d(st + S::OFF_SB, &mp.sb, kt & ~3, m0, bar);
+                lily_tma_3d(st + S::OFF_HI, &mp.planes, kt * BK, row0, 0, bar);
+            }
+        } else {
 #pragma unroll
-        for (int j = 0; j < 2; j++) { /* codes: two 16-byte halves per thread */
-            const int c = tid + kThreads * j, r = c >> 1, part = c & 1;
-            const bool ok = m0 + r < M;
-            cp_async16(st + r * 32 + ((part ^ ((r >> 2) & 1)) << 4),
-                       ok ? W + (size_t)(m0 + r) * rbytes + (size_t)kt * 32 + part * 16 : W, ok);
-        }
-        { /* scale words: one row per thread */
-            const bool ok = m0 + tid < M;
-            cp_async4(st + S::OFF_SB + tid * 4, ok ? SB + (size_t)(m0 + tid) * KG + kt : SB, ok);
-        }
-        /* planes: piece j of this thread is 16-byte k chunk pc(j) of token pt(j) (above) */
+            for (int j = 0; j < 2; j++) { /* codes: two 16-byte halves per thread */
+                const int c = tid + kThreads * j, r = c >> 1, part = c & 1;
+                const bool ok = m0 + r < M;
+                cp_async16(st + r * 32 + ((part ^ ((r >> 2) & 1)) << 4),
+                           ok ? W + (size_t)(m0 + r) * rbytes + (size_t)kt * 32 + part * 16 : W,
+                           ok);
+            }
+            { /* scale words: one row per thread */
+                const bool ok = m0 + tid < M;
+                cp_async4(st + S::OFF_SB + tid * 4, ok ? SB + (size_t)(m0 + tid) * KG + kt : SB,
+                          ok);
+            }
+            /* planes: piece j of this thread is 16-byte k chunk pc(j) of token pt(j) (above) */
 #pragma unroll
-        for (int j = 0; j < PP; j++) {
-            const bool ok = (okm >> j) & 1;
-            const int t = pt(j), c = pc(j);
-            const size_t off = (size_t)xoff[j] + (size_t)kt * BK;
-            uint8_t *d = st + (SWZ ? lily_swz128(t, c) : c * KCH + t * 16);
-            cp_async16(d + S::OFF_HI, ok ? a.hi + off : a.hi, ok);
-            cp_async16(d + S::OFF_LO, ok ? a.lo + off : a.lo, ok);
+            for (int j = 0; j < PP; j++) {
+                const bool ok = (okm >> j) & 1;
+                const int t = pt(j), c = pc(j);
+                const size_t off = (size_t)xoff[j] + (size_t)kt * BK;
+                uint8_t *d = st + (SWZ ? lily_swz128(t, c) : c * KCH + t * 16);
+                cp_async16(d + S::OFF_HI, ok ? a.hi + off : a.hi, ok);
+                cp_async16(d + S::OFF_LO, ok ? a.lo + off : a.lo, ok);
+            }
         }
     };
 
@@ -246,8 +276,9 @@ __global__ void __launch_bounds__(kThreads, 1) wg_kernel(const wg_args a) {
         for (int u = 0; u < 2; u++) {
             const int r0 = rb + 64 * u;
             uint32_t sc[2], bi[2];
-            sb_f16(sSB[r0], &sc[0], &bi[0]);
-            sb_f16(sSB[r0 + 8], &sc[1], &bi[1]);
+            const int w = TMA ? (kt0 + kt) & 3 : 0, SBW = TMA ? 4 : 1;
+            sb_f16(sSB[r0 * SBW + w], &sc[0], &bi[0]);
+            sb_f16(sSB[(r0 + 8) * SBW + w], &sc[1], &bi[1]);
 #pragma unroll
             for (int h = 0; h < 2; h++) {
                 uint32_t v[2];
@@ -327,7 +358,24 @@ __global__ void __launch_bounds__(kThreads, 1) wg_kernel(const wg_args a) {
             }
         };
         using areg = uint32_t[2][4][4];
-        if constexpr (LOOP >= 2) {
+        if constexpr (TMA) {
+            /* As 2 with the stages copied by TMA: thread 0 fills a slot after the barrier that
+             * ends the step which freed it, and each warp waits on the stage's mbarrier (phase
+             * parity: the slot's use count) instead of a block barrier before dequantizing */
+            if (tid == 0)
+                for (int i = 0; i < NS && i < NK; i++) load(i, i);
+            lily_mbar_wait(s_bar, 0);
+            pipelined([&](int kt, const areg &cur, areg &nxt) {
+                issue(kt, cur);
+                if (kt + 1 < NK) {
+                    lily_mbar_wait(s_bar + (kt + 1) % NS, ((kt + 1) / NS) & 1);
+                    dequant(kt + 1, nxt);
+                }
+                retire();
+                __syncthreads();
+                if (kt + NS < NK) load(kt + NS, kt % NS);
+            });
+        } else if constexpr (LOOP >= 2) {
             /* One barrier a step: after retiring step kt, every wgmma of step kt has retired in
              * both warpgroups (its slot takes stage kt + NS) and stage kt + 2 has landed for all
              * (so step kt + 1 dequantizes without waiting). 2: the slot is refilled right after
@@ -437,8 +485,9 @@ int make_planes(const float *X, int ldx, int nx, int K, const uint16_t **hi, con
 }
 
 template <int NT, int LOOP, bool SWZ>
-int launch_p(const wg_args &a, dim3 grid, lily_cuda_stream st, lily_err *e) {
-    constexpr int smem = wshape<NT>::SMEM + (SWZ ? 1024 : 0); /* SWZ: room to align to 1 KB */
+int launch_p(const wg_args &a, const wg_maps &mp, dim3 grid, lily_cuda_stream st, lily_err *e) {
+    /* SWZ: room to align to 1 KB */
+    constexpr int smem = wshape<NT, LOOP == 4 ? 4 : 1>::SMEM + (SWZ ? 1024 : 0);
     static bool attr = false; /* benign race: the call is idempotent */
     if (!attr) {
         LILY_CU_TRY(cudaFuncSetAttribute(wg_kernel<NT, LOOP, SWZ>,
@@ -446,7 +495,7 @@ int launch_p(const wg_args &a, dim3 grid, lily_cuda_stream st, lily_err *e) {
         attr = true;
     }
     if (grid.y > 65535) return lily_fail(e, "gemm_wg: grid of %u x %u blocks", grid.x, grid.y);
-    wg_kernel<NT, LOOP, SWZ><<<grid, kThreads, smem, (cudaStream_t)st>>>(a);
+    wg_kernel<NT, LOOP, SWZ><<<grid, kThreads, smem, (cudaStream_t)st>>>(a, mp);
     LILY_CU_LAUNCHED(e);
     return 0;
 }
@@ -455,8 +504,10 @@ int g_force_split = 0; /* > 0: the dense kernel's split-K factor (tests) */
 
 /* The k-loop form (LILY_CUDA_WG_LOOP, cuda_mem.h): 2 (default) pipelined with one barrier a
  * step, 1 with two (the next step's dequantization under this step's wgmma; H200, 35B prefill
- * at 4K: 17.6K tok/s, 16.0K with 0 = simple), 3 = 2 with each step's copies after its wgmma
- * (not yet measured). g_pipe >= 0: forced by a test. */
+ * at 4K: 17.6K tok/s, 16.0K with 0 = simple), 3 = 2 with each step's copies after its wgmma,
+ * 4 = 2 with the stages copied by TMA (dense launches with the swizzled planes, K a multiple
+ * of 256, 16-byte aligned weights; others run 2); 3 and 4 not yet measured. g_pipe >= 0:
+ * forced by a test. */
 int g_pipe = -1;
 
 int pipe_mode() { return g_pipe >= 0 ? g_pipe : lily_cuda_tune_get()->wg_loop; }
@@ -470,18 +521,50 @@ bool swz_on() { return g_swz >= 0 ? g_swz == 1 : lily_cuda_tune_get()->wg_swz !=
  * wave; g_n64 >= 0: forced by a test (1: always 64, 0: never). */
 int g_n64 = -1;
 
+/* mode: the loop form, 4 only with maps made (tma_maps) */
 template <int NT, bool SWZ>
-int launch_s(const wg_args &a, dim3 grid, lily_cuda_stream st, lily_err *e) {
-    switch (pipe_mode()) {
-    case 0: return launch_p<NT, 0, SWZ>(a, grid, st, e);
-    case 2: return launch_p<NT, 2, SWZ>(a, grid, st, e);
-    case 3: return launch_p<NT, 3, SWZ>(a, grid, st, e);
-    default: return launch_p<NT, 1, SWZ>(a, grid, st, e);
+int launch_s(const wg_args &a, const wg_maps &mp, int mode, dim3 grid, lily_cuda_stream st,
+             lily_err *e) {
+    switch (mode) {
+    case 0: return launch_p<NT, 0, SWZ>(a, mp, grid, st, e);
+    case 2: return launch_p<NT, 2, SWZ>(a, mp, grid, st, e);
+    case 3: return launch_p<NT, 3, SWZ>(a, mp, grid, st, e);
+    case 4:
+        if constexpr (SWZ) return launch_p<NT, 4, true>(a, mp, grid, st, e);
+        return launch_p<NT, 2, SWZ>(a, mp, grid, st, e);
+    default: return launch_p<NT, 1, SWZ>(a, mp, grid, st, e);
     }
 }
 
-template <int NT> int launch(const wg_args &a, dim3 grid, lily_cuda_stream st, lily_err *e) {
-    return swz_on() ? launch_s<NT, true>(a, grid, st, e) : launch_s<NT, false>(a, grid, st, e);
+template <int NT>
+int launch(const wg_args &a, const wg_maps &mp, int mode, dim3 grid, lily_cuda_stream st,
+           lily_err *e) {
+    return swz_on() ? launch_s<NT, true>(a, mp, mode, grid, st, e)
+                    : launch_s<NT, false>(a, mp, mode, grid, st, e);
+}
+
+/* The TMA maps of a dense launch (wg_maps): 0, 1 = this launch cannot use them (it runs form
+ * 2), -1 = error. */
+int tma_maps(const lily_dmat *W, const wg_args &a, int nt, wg_maps *mp, lily_err *e) {
+    const int K = W->cols, M = W->rows, KG = K / BK;
+    if (K % 256 || ((uintptr_t)W->w | (uintptr_t)W->sb | (uintptr_t)a.hi) % 16 ||
+        (size_t)(a.lo - a.hi) % 8)
+        return 1;
+    const uint64_t cd[2] = {(uint64_t)K / 2, (uint64_t)M}, cs[1] = {(uint64_t)K / 2};
+    const uint32_t cb[2] = {32, BM};
+    const uint64_t sd[2] = {(uint64_t)KG, (uint64_t)M}, ss[1] = {(uint64_t)KG * 4};
+    const uint32_t sbx[2] = {4, BM};
+    const uint64_t pd[3] = {(uint64_t)K, (uint64_t)a.n, 2};
+    const uint64_t ps[2] = {(uint64_t)K * 2, (uint64_t)(a.lo - a.hi) * 2};
+    const uint32_t pb[3] = {BK, (uint32_t)nt, 2};
+    if (lily_tma_map(&mp->codes, CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, W->w, cd, cs, cb,
+                     CU_TENSOR_MAP_SWIZZLE_32B, e) ||
+        lily_tma_map(&mp->sb, CU_TENSOR_MAP_DATA_TYPE_UINT32, 2, W->sb, sd, ss, sbx,
+                     CU_TENSOR_MAP_SWIZZLE_NONE, e) ||
+        lily_tma_map(&mp->planes, CU_TENSOR_MAP_DATA_TYPE_UINT16, 3, a.hi, pd, ps, pb,
+                     CU_TENSOR_MAP_SWIZZLE_128B, e))
+        return -1;
+    return 0;
 }
 
 int check(const lily_dmat *W, int nx, lily_err *e) {
@@ -533,7 +616,15 @@ extern "C" int lily_cuda_gemm_wg(const lily_dmat *W, const float *X, int ldx, in
     a.P = nullptr;
     if (split > 1 && !(a.P = lily_cuda_partials((size_t)split * n * W->rows, st, e))) return -1;
     const dim3 grid((unsigned)tb, (unsigned)rb, (unsigned)split);
-    if (nt == 64 ? launch<64>(a, grid, st, e) : launch<128>(a, grid, st, e)) return -1;
+    wg_maps mp = {};
+    int mode = pipe_mode();
+    if (mode == 4) {
+        const int r = swz_on() ? tma_maps(W, a, nt, &mp, e) : 1;
+        if (r < 0) return -1;
+        if (r > 0) mode = 2;
+    }
+    if (nt == 64 ? launch<64>(a, mp, mode, grid, st, e) : launch<128>(a, mp, mode, grid, st, e))
+        return -1;
     if (split == 1) return 0;
     return lily_cuda_partials_reduce(a.P, split, n, W->rows, Y, ldy, accumulate, st, e);
 }
@@ -550,5 +641,8 @@ extern "C" int lily_cuda_gemm_wg_grouped(const lily_dmat *W, const float *X, int
     a.gather = gather, a.tiles = tiles, a.d_ntiles = d_ntiles;
     if (make_planes(X, ldx, nx, W->cols, &a.hi, &a.lo, &a.mul, st, e)) return -1;
     a.Y = Y, a.ldy = ldy, a.accumulate = 0, a.kper = 0, a.P = nullptr;
-    return launch<64>(a, dim3((unsigned)((W->rows + BM - 1) / BM), (unsigned)max_tiles), st, e);
+    const wg_maps mp = {}; /* the gathered X rows are not a tile TMA can copy: form 2 for 4 */
+    const int mode = pipe_mode() == 4 ? 2 : pipe_mode();
+    return launch<64>(a, mp, mode, dim3((unsigned)((W->rows + BM - 1) / BM), (unsigned)max_tiles),
+                      st, e);
 }
