@@ -61,7 +61,9 @@ __device__ __forceinline__ void lily_mbar_expect(uint64_t *bar, uint32_t bytes) 
 }
 
 /* Waits for the barrier's phase of the given parity to complete. A phase that never completes
- * (a copy that never lands) traps after ~2^28 polls instead of hanging the device. */
+ * (a copy that never lands) traps after 2^22 polls (each try_wait may suspend for a while: some
+ * milliseconds to seconds in all, where a real stage takes microseconds) instead of hanging the
+ * device. */
 __device__ __forceinline__ void lily_mbar_wait(uint64_t *bar, uint32_t parity) {
     const uint32_t a = lily_smem_u32(bar);
     for (uint32_t i = 0;; i++) {
@@ -73,7 +75,7 @@ __device__ __forceinline__ void lily_mbar_wait(uint64_t *bar, uint32_t parity) {
                      : "r"(a), "r"(parity)
                      : "memory");
         if (done) return;
-        if (i == (1u << 28)) __trap();
+        if (i == (1u << 22)) __trap();
     }
 }
 
