@@ -50,6 +50,45 @@ static void gemm_planes(int NT) {
     free(owner);
 }
 
+/* gemm_wg.cu's code tiles (256 rows of 32 bytes) and form 4's TMA copies: the tile is a
+ * bijection, the dequantization's reads (row r = 8 j + g, 32-bit word q of half h) of a warp's 8
+ * rows x 4 lanes hit 32 distinct banks, and the 32-byte swizzled TMA box lands every byte where
+ * lily_swz32 puts it; the 128-byte swizzled box of both planes ([2][NT][128 bytes]) lands where
+ * lily_swz128 puts it, the lo plane NT x 128 bytes after hi. */
+static void gemm_tma(void) {
+    const int size = 256 * 32;
+    int *owner = malloc(sizeof(int) * size);
+    memset(owner, 0xff, sizeof(int) * size);
+    int ok = 1, conflicts = 0, bad32 = 0, bad128 = 0;
+    for (int r = 0; r < 256; r++)
+        for (int p = 0; p < 2; p++) ok &= mark(owner, size, lily_swz32(r, p), 16, 2 * r + p);
+    for (int r0 = 0; r0 < 256; r0 += 8)
+        for (int h = 0; h < 2; h++) {
+            uint32_t banks = 0;
+            for (int g = 0; g < 8; g++)
+                for (int q = 0; q < 4; q++) banks |= 1u << ((lily_swz32(r0 + g, h) / 4 + q) % 32);
+            conflicts += banks != 0xffffffffu;
+        }
+    for (int r = 0; r < 256; r++)
+        for (int b = 0; b < 32; b++)
+            bad32 += lily_tma_swz32(r, b) != lily_swz32(r, b / 16) + (uint32_t)(b % 16);
+    for (int NT = 64; NT <= 128; NT += 64)
+        for (int pl = 0; pl < 2; pl++)
+            for (int t = 0; t < NT; t++)
+                for (int b = 0; b < 128; b++) {
+                    const uint32_t want = (uint32_t)(pl * NT * 128) + lily_swz128(t, b / 16);
+                    bad128 += lily_tma_swz128(pl * NT + t, b) != want + (uint32_t)(b % 16);
+                }
+    check(ok, "gemm_wg code tiles: a bijection", NULL);
+    check(conflicts == 0, "gemm_wg code tiles: the dequantization's reads are conflict-free",
+          "%d warps with conflicts", conflicts);
+    check(bad32 == 0, "gemm_wg code tiles: TMA's 32-byte swizzle lands as lily_swz32",
+          "%d bytes elsewhere", bad32);
+    check(bad128 == 0, "gemm_wg planes: TMA's 128-byte swizzle lands as lily_swz128",
+          "%d bytes elsewhere", bad128);
+    free(owner);
+}
+
 /* attn_wg.cuh, SWZ: Q and K planes of 64 rows x 256 s8 digits as two 128-byte blocks 8 KB
  * apart (byte col x of row r at (x / 128) 8 KB + lily_swz128(r, (x % 128) / 16) + x % 16), k
  * step ks (32 digits) read from (ks / 4) 8 KB + (ks % 4) 32; V planes of 256 dims x 64
@@ -128,6 +167,7 @@ static void attn_k_order(void) {
 int main(void) {
     gemm_planes(128);
     gemm_planes(64);
+    gemm_tma();
     attn_planes();
     attn_k_order();
     printf("%d passed, %d failed\n", n_pass, n_fail);

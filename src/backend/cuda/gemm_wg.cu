@@ -239,7 +239,7 @@ __global__ void __launch_bounds__(kThreads, 1)
             for (int j = 0; j < 2; j++) { /* codes: two 16-byte halves per thread */
                 const int c = tid + kThreads * j, r = c >> 1, part = c & 1;
                 const bool ok = m0 + r < M;
-                cp_async16(st + r * 32 + ((part ^ ((r >> 2) & 1)) << 4),
+                cp_async16(st + lily_swz32(r, part),
                            ok ? W + (size_t)(m0 + r) * rbytes + (size_t)kt * 32 + part * 16 : W,
                            ok);
             }
@@ -285,7 +285,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
                 for (int hr = 0; hr < 2; hr++) {
                     const int r = r0 + 8 * hr;
-                    v[hr] = ((const uint32_t *)(st + r * 32))[((h ^ ((r >> 2) & 1)) << 2) + q];
+                    v[hr] = *(const uint32_t *)(st + lily_swz32(r, h) + 4 * q);
                 }
 #pragma unroll
                 for (int m = 0; m < 2; m++) {

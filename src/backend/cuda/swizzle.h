@@ -37,6 +37,26 @@ LILY_SWZ_FN uint32_t lily_swz128_read(uint32_t start, int r, int b) {
     return x ^ (((x >> 7) & 7u) << 4);
 }
 
+/* gemm_wg.cu's Q4 code tiles: rows of 32 bytes (64 codes), 16-byte half `part` of row r at
+ * this offset; the halves swap where bit 2 of the row is set, so the dequantization's 32-bit
+ * reads of 8 consecutive rows (4 lanes a row) hit 32 distinct banks. */
+LILY_SWZ_FN uint32_t lily_swz32(int r, int part) {
+    return (uint32_t)(r * 32 + ((part ^ ((r >> 2) & 1)) << 4));
+}
+
+/* Where a TMA copy with the 32-byte / 128-byte swizzle puts byte b of row r of its box (rows of
+ * 32 / 128 bytes from a base aligned to 256 bytes / 1 KB): address bit 4 xor bit 7, bits [4, 7)
+ * xor [7, 10) (CUDA's CU_TENSOR_MAP_SWIZZLE_32B / _128B; gemm_wg.cu's form 4 relies on them
+ * landing as lily_swz32 and lily_swz128). */
+LILY_SWZ_FN uint32_t lily_tma_swz32(int r, int b) {
+    const uint32_t x = (uint32_t)(r * 32 + b);
+    return x ^ (((x >> 7) & 1u) << 4);
+}
+LILY_SWZ_FN uint32_t lily_tma_swz128(int r, int b) {
+    const uint32_t x = (uint32_t)(r * 128 + b);
+    return x ^ (((x >> 7) & 7u) << 4);
+}
+
 /* The attention's K conversion with swizzled planes (attn_wg.cuh k_unit): unit u (0..1023) of
  * a tile converts the 32-byte piece (16 dims) lily_attn_k_piece(u) of landed position u % 64.
  * The piece is u / 64 with its low 3 bits xor (p % 8) / 2: per position a permutation of the 16
