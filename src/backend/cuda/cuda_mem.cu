@@ -279,8 +279,8 @@ extern "C" void lily_cuda_tune_reload(void) {
     g_tune.attn_wg = aw < 0 || aw > 3 ? 3 : aw;
     const int sp = env_int("LILY_CUDA_ATTN_SPLIT", 1);
     g_tune.attn_split = sp < 0 ? 0 : sp > 16 ? 16 : sp;
-    const int wl = env_int("LILY_CUDA_WG_LOOP", 2);
-    g_tune.wg_loop = wl < 0 || wl > 4 ? 2 : wl;
+    const int wl = env_int("LILY_CUDA_WG_LOOP", 4);
+    g_tune.wg_loop = wl < 0 || wl > 4 ? 4 : wl;
     g_tune.wg_swz = env_int("LILY_CUDA_WG_SWZ", 1) != 0;
     g_tune.wg_n64 = env_int("LILY_CUDA_WG_N64", 0) == 1;
     g_tune.attn_swz = env_int("LILY_CUDA_ATTN_SWZ", 0) == 1;

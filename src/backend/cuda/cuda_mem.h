@@ -118,12 +118,12 @@ size_t lily_cuda_dmat_bytes(const lily_dmat *m);
  *     N in 2..16 = N splits (tests, measurements).
  *   LILY_CUDA_ATTN_SWZ: 1 = the warp-specialised attention kernel's operand planes in the
  *     128-byte swizzled layout (attn_wg.cuh); 0 (default) = the no-swizzle core-matrix layout.
- *   LILY_CUDA_WG_LOOP: the k-loop of the wgmma GEMM (gemm_wg.h): 2 (default) = the next step's
- *     dequantization under this step's wgmma with one barrier a step, 1 = the same with two
- *     (H100, 35B 4K chunk: 20.3K against 20.1K tok/s), 3 = 2 with each step's copies issued
- *     after its wgmma instead of before, 4 = 2 with the stages copied by TMA on mbarriers
- *     (dense products with K a multiple of 256 and the swizzled planes; the rest run 2), 0 =
- *     simple. 3 and 4 are not yet measured.
+ *   LILY_CUDA_WG_LOOP: the k-loop of the wgmma GEMM (gemm_wg.h): 4 (default) = the stages
+ *     copied by TMA on mbarriers, the next step's dequantization under this step's wgmma (dense
+ *     products with K a multiple of 256 and the swizzled planes; the rest, the grouped expert
+ *     launches included, run 2; H100, 35B 4K chunk: 21.5K against 20.3K tok/s for 2), 2 = the
+ *     same with cp.async copies and one barrier a step, 1 = 2 with two barriers a step, 3 = 2
+ *     with each step's copies issued after its wgmma (+0.5 %, noise), 0 = simple.
  *   LILY_CUDA_WG_SWZ: 1 (default) = the wgmma GEMM's activation planes in the 128-byte
  *     swizzled layout; 0 = the no-swizzle core-matrix layout (20.1K against 18.8K tok/s there).
  *   LILY_CUDA_WG_N64: 1 = a dense wgmma GEMM whose 128-token blocks would not fill one wave

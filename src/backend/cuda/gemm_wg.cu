@@ -502,12 +502,11 @@ int launch_p(const wg_args &a, const wg_maps &mp, dim3 grid, lily_cuda_stream st
 
 int g_force_split = 0; /* > 0: the dense kernel's split-K factor (tests) */
 
-/* The k-loop form (LILY_CUDA_WG_LOOP, cuda_mem.h): 2 (default) pipelined with one barrier a
- * step, 1 with two (the next step's dequantization under this step's wgmma; H200, 35B prefill
- * at 4K: 17.6K tok/s, 16.0K with 0 = simple), 3 = 2 with each step's copies after its wgmma,
- * 4 = 2 with the stages copied by TMA (dense launches with the swizzled planes, K a multiple
- * of 256, 16-byte aligned weights; others run 2); 3 and 4 not yet measured. g_pipe >= 0:
- * forced by a test. */
+/* The k-loop form (LILY_CUDA_WG_LOOP, cuda_mem.h): 4 (default) the stages copied by TMA (dense
+ * launches with the swizzled planes, K a multiple of 256, 16-byte aligned weights; others run
+ * 2; H100, 35B prefill at 4K: 21.5K tok/s against 20.3K for 2), 2 pipelined with cp.async
+ * copies and one barrier a step, 1 with two, 3 = 2 with each step's copies after its wgmma,
+ * 0 = simple. g_pipe >= 0: forced by a test. */
 int g_pipe = -1;
 
 int pipe_mode() { return g_pipe >= 0 ? g_pipe : lily_cuda_tune_get()->wg_loop; }

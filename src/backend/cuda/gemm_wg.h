@@ -42,7 +42,7 @@ int lily_cuda_gemm_wg_grouped(const lily_dmat *W, const float *X, int ldx, int n
  * two steps ahead), 3 as 2 with a step's copies after its wgmma, 4 as 2 with the stages copied
  * by TMA (one thread, three tensor copies a stage, an mbarrier per stage; dense products with K a
  * multiple of 256 and the swizzled planes, the others run 2), 0 simple (dequantize, issue,
- * wait), -1 back to the tuning switch (LILY_CUDA_WG_LOOP, cuda_mem.h; default 2). Tests; not
+ * wait), -1 back to the tuning switch (LILY_CUDA_WG_LOOP, cuda_mem.h; default 4). Tests; not
  * thread-safe. */
 void lily_cuda_gemm_wg_pipe(int on);
 
