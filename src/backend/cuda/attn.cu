@@ -914,7 +914,7 @@ extern "C" int lily_cuda_attn_prefill(const float *q, int n, const void *kc_, co
         return lily_fail(e, "attention: unsupported shape Nq=%d Nkv=%d Dh=%d", Nq, Nkv, Dh);
     if (n < 1) return 0;
     const lily_cuda_tune *tu = lily_cuda_tune_get();
-    if (tu->attn_exact && tu->attn_wg == 3 && lily_cuda_attn_wg_ok(Nq, Nkv, Dh))
+    if (tu->attn_exact && tu->attn_wg >= 3 && lily_cuda_attn_wg_ok(Nq, Nkv, Dh))
         return lily_cuda_attn_prefill_ws(q, n, kc_, vc_, d_pos, Nq, Nkv, Dh, scale, gate, out,
                                          part, st, e);
     if (tu->attn_exact && tu->attn_wg && lily_cuda_attn_wg_ok(Nq, Nkv, Dh))

@@ -237,10 +237,11 @@ __device__ __forceinline__ void q_planes(uint8_t *smem, float *qs, const float *
 }
 
 /* Unit u (0..1023) of a tile's K conversion: 16 dims (32 bytes) of one landed K row into the kh,
- * kl planes (balanced s8 digits). The chunk order is rotated by position, against bank
- * conflicts: (u / 64 + p) % 16 reads the landing with 2-way conflicts; with SWZ the order of
+ * kl planes at smem + koff (balanced s8 digits). The chunk order is rotated by position, against
+ * bank conflicts: (u / 64 + p) % 16 reads the landing with 2-way conflicts; with SWZ the order of
  * swizzle.h (lily_attn_k_piece), which keeps that and makes the swizzled writes conflict-free. */
-template <bool SWZ = false> __device__ __forceinline__ void k_unit(uint8_t *smem, int u) {
+template <bool SWZ = false>
+__device__ __forceinline__ void k_unit(uint8_t *smem, int u, int koff = OFF_K) {
     const int p = u & 63;
     const int c = SWZ ? lily_attn_k_piece(u) : ((u >> 6) + p) & 15;
     const uint4 *src = (const uint4 *)(smem + OFF_RAW + p * 512 + c * 32);
@@ -255,8 +256,8 @@ template <bool SWZ = false> __device__ __forceinline__ void k_unit(uint8_t *smem
     }
     const int off =
         SWZ ? (c >> 3) * 8192 + lily_swz128(p, c) : c * 1024 + (p >> 3) * 128 + (p & 7) * 16;
-    *(uint4 *)(smem + OFF_K + off) = make_uint4(hi[0], hi[1], hi[2], hi[3]);
-    *(uint4 *)(smem + OFF_K + 16384 + off) = make_uint4(lo[0], lo[1], lo[2], lo[3]);
+    *(uint4 *)(smem + koff + off) = make_uint4(hi[0], hi[1], hi[2], hi[3]);
+    *(uint4 *)(smem + koff + 16384 + off) = make_uint4(lo[0], lo[1], lo[2], lo[3]);
 }
 
 /* Unit u (0..1023) of a tile's V conversion: two dims of 8 landed V rows into the vh, vl planes,

@@ -14,13 +14,16 @@
  *     own (128 + 128; consumer 0 starts);
  *   PROD: the producer's own (the landing area's copies and reads).
  * Planes are single-buffered (shared memory: Q 64 KB, K 32, V 64, landing 64), the scales the
- * consumers read after the products double-buffered by tile parity. setmaxnreg gives the
+ * consumers read after the products double-buffered by tile parity. With PV8 (LILY_CUDA_ATTN_WG=4:
+ * P V on 8-bit wgmma, attn_pv8.cuh) the V planes take 32 KB and K has two buffers (tile it in
+ * it % 2; KFULL and KEMPTY one per buffer, the consumers release a K buffer after the softmax,
+ * which reads the tile's scales). setmaxnreg gives the
  * consumers (O 128 registers, S's digit accumulators 64) the producer's registers. */
 #include "backend/cuda/attn_wg.h"
 
 #include <stdlib.h>
 
-#include "backend/cuda/attn_wg.cuh"
+#include "backend/cuda/attn_pv8.cuh"
 
 namespace {
 
@@ -30,7 +33,8 @@ constexpr int kThreads = 384;  /* producer warpgroup + two consumer warpgroups *
 constexpr int kProdRegs = 40;  /* setmaxnreg: 128 x 40 + 256 x 232 = 64 K registers */
 constexpr int kConsRegs = 232;
 
-enum { BAR_KFULL = 1, BAR_VFULL = 3, BAR_KEMPTY = 5, BAR_VEMPTY = 6, BAR_TURN = 7, BAR_PROD = 9 };
+/* KFULL: [consumer][K buffer], KEMPTY: [K buffer] */
+enum { BAR_KFULL = 1, BAR_VFULL = 5, BAR_KEMPTY = 7, BAR_VEMPTY = 9, BAR_TURN = 10, BAR_PROD = 12 };
 
 __device__ __forceinline__ void bar_sync(int id, int n) {
     asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(n) : "memory");
@@ -41,13 +45,18 @@ __device__ __forceinline__ void bar_arrive(int id, int n) {
 
 /* grid (ceil(n / P), Nkv) with P = 128 / G positions per block, 384 threads: warpgroup 0 the
  * producer, warpgroup 1 + c consumer c (block rows 64 c .. 64 c + 63, attn_wg.cu's layout). */
-template <int G, bool SPLIT, bool TURN, bool SWZ>
+template <int G, bool SPLIT, bool TURN, bool SWZ, bool PV8>
 __global__ void __launch_bounds__(kThreads, 1)
     attn_ws_kernel(const float *__restrict__ q, int n, const uint8_t *__restrict__ kc,
                    const uint8_t *__restrict__ vc, const int32_t *d_pos, int Nkv, float scale,
                    const float *__restrict__ gate, float *__restrict__ out,
                    float *__restrict__ part) {
     constexpr int P = kRows / G;
+    /* PV8: the V planes take half of their region, the other half is a second K buffer (tile it
+     * in buffer it % 2), so the producer converts tile it + 1's K under the consumers' tile it */
+    constexpr int NKB = PV8 ? 2 : 1;
+    auto kb = [](int it) { return NKB == 2 ? it & 1 : 0; };
+    auto koff = [&](int it) { return kb(it) ? OFF_V + 32768 : OFF_K; };
     extern __shared__ __align__(128) uint8_t smem_raw[];
     __shared__ float s_qs[kRows], s_ks[2][kKt], s_vs[2][kKt];
     /* SWZ: the planes on 1 KB boundaries (the swizzle is a function of the address) */
@@ -105,15 +114,16 @@ __global__ void __launch_bounds__(kThreads, 1)
             const int b = it & 1;
             cp_async_wait1(); /* K of tile it (V may still be in flight) */
             bar_sync(BAR_PROD, 128);
-            if (it > it_beg) bar_sync(BAR_KEMPTY, 384); /* both consumers' S of tile it - 1 done */
+            /* both consumers done with the K buffer's last tile (it - NKB: S, scales) */
+            if (it - it_beg >= NKB) bar_sync(BAR_KEMPTY + kb(it), 384);
 #pragma unroll 2
-            for (int x = 0; x < 8; x++) k_unit<SWZ>(smem, tid + 128 * x);
+            for (int x = 0; x < 8; x++) k_unit<SWZ>(smem, tid + 128 * x, koff(it));
             const float sc = *(const float *)(smem + OFF_SC + tid * 4);
             if (tid < kKt) s_ks[b][tid] = sc;
             else s_vs[b][tid - kKt] = sc;
             proxy_fence();
-            bar_arrive(BAR_KFULL, 256);
-            bar_arrive(BAR_KFULL + 1, 256);
+            bar_arrive(BAR_KFULL + kb(it), 256);
+            bar_arrive(BAR_KFULL + 2 + kb(it), 256);
             bar_sync(BAR_PROD, 128); /* the K landing area has been read */
             if (it + 1 < it_end) {
                 load(it + 1, 0);
@@ -123,8 +133,13 @@ __global__ void __launch_bounds__(kThreads, 1)
             }
             bar_sync(BAR_PROD, 128);
             if (it > it_beg) bar_sync(BAR_VEMPTY, 384); /* both consumers' P V of tile it - 1 done */
+            if constexpr (PV8) {
 #pragma unroll 2
-            for (int x = 0; x < 8; x++) v_unit<SWZ>(smem, tid + 128 * x);
+                for (int x = 0; x < 4; x++) v_unit8(smem, tid + 128 * x);
+            } else {
+#pragma unroll 2
+                for (int x = 0; x < 8; x++) v_unit<SWZ>(smem, tid + 128 * x);
+            }
             proxy_fence();
             bar_arrive(BAR_VFULL, 256);
             bar_arrive(BAR_VFULL + 1, 256);
@@ -150,9 +165,9 @@ __global__ void __launch_bounds__(kThreads, 1)
     if (TURN && cw == 1) bar_arrive(BAR_TURN, 256); /* consumer 0 takes the first turn */
     for (int it = it_beg; it < it_end; it++) {
         const int b = it & 1, kv0 = it * kKt;
-        bar_sync(BAR_KFULL + cw, 256);
+        bar_sync(BAR_KFULL + 2 * cw + kb(it), 256);
         int hh[32], md[32];
-        const uint32_t z = opaque_zero(), qz = qa + z, kz = sb + OFF_K + z;
+        const uint32_t z = opaque_zero(), qz = qa + z, kz = sb + koff(it) + z;
         if (TURN) bar_sync(BAR_TURN + cw, 256);
         wg_fence();
         issue_s<false, SWZ>(qz, kz, hh, md, nullptr);
@@ -164,7 +179,7 @@ __global__ void __launch_bounds__(kThreads, 1)
             reg_fence(hh[i]);
             reg_fence(md[i]);
         }
-        if (it + 1 < it_end) bar_arrive(BAR_KEMPTY, 384);
+        if (NKB == 1 && it + 1 < it_end) bar_arrive(BAR_KEMPTY, 384);
         const bool full = kv0 + kKt - 1 <= qmin;
         float s[32];
         s_scores<false>(hh, md, nullptr, s_ks[b], f0, f1, full, kv0, qp0, qp1, tq, s);
@@ -173,6 +188,8 @@ __global__ void __launch_bounds__(kThreads, 1)
         of_vf = vf;
         float d0, d1;
         softmax_tile<8>(s, s_vs[b], vf, of, tq, m0, m1, l0, l1, d0, d1);
+        /* two K buffers: the producer writes tile it + 2's scales over these */
+        if (NKB == 2 && it + 2 < it_end) bar_arrive(BAR_KEMPTY + kb(it), 384);
         if (__any_sync(0xffffffffu, d0 != 1.f || d1 != 1.f)) {
 #pragma unroll
             for (int nb = 0; nb < 32; nb++) {
@@ -180,20 +197,32 @@ __global__ void __launch_bounds__(kThreads, 1)
                 o[4 * nb + 2] *= d1, o[4 * nb + 3] *= d1;
             }
         }
-        uint32_t ph[4][4], pl[4][4];
-        p_split(s, ph, pl);
-        bar_sync(BAR_VFULL + cw, 256);
-        if (TURN) bar_sync(BAR_TURN + cw, 256);
-#pragma unroll
-        for (int i = 0; i < 128; i++) reg_fence(o[i]);
-        wg_fence();
-        issue_pv<SWZ>(sb + OFF_V + opaque_zero(), o, ph, pl);
-        wg_commit();
         /* consumer 1's last turn is the block's last: nobody waits for it */
-        if (TURN && (cw == 0 || it + 1 < it_end)) bar_arrive(BAR_TURN + (cw ^ 1), 256);
-        wg_wait0();
+        auto pass_turn = [&] {
+            if (TURN && (cw == 0 || it + 1 < it_end)) bar_arrive(BAR_TURN + (cw ^ 1), 256);
+        };
+        if constexpr (PV8) {
+            uint32_t uh[2][4], ul[2][4];
+            float w0, w1;
+            p_quant8(s, uh, ul, w0, w1);
+            bar_sync(BAR_VFULL + cw, 256);
+            if (TURN) bar_sync(BAR_TURN + cw, 256);
+            pv8(sb + OFF_V + opaque_zero(), o, uh, ul, w0, w1, pass_turn);
+        } else {
+            uint32_t ph[4][4], pl[4][4];
+            p_split(s, ph, pl);
+            bar_sync(BAR_VFULL + cw, 256);
+            if (TURN) bar_sync(BAR_TURN + cw, 256);
 #pragma unroll
-        for (int i = 0; i < 128; i++) reg_fence(o[i]);
+            for (int i = 0; i < 128; i++) reg_fence(o[i]);
+            wg_fence();
+            issue_pv<SWZ>(sb + OFF_V + opaque_zero(), o, ph, pl);
+            wg_commit();
+            pass_turn();
+            wg_wait0();
+#pragma unroll
+            for (int i = 0; i < 128; i++) reg_fence(o[i]);
+        }
         if (it + 1 < it_end) bar_arrive(BAR_VEMPTY, 384);
     }
     finish_rows<SPLIT>(part, o, m0, m1, l0, l1, of_vf, t0, t1, j * G + r0 % G, j * G + r1 % G,
@@ -218,10 +247,13 @@ int launch(const float *q, int n, const uint8_t *kc, const uint8_t *vc, const in
     constexpr int P = kRows / G;
     /* LILY_CUDA_ATTN_SWZ=1: the swizzled planes (with the turns), 1 KB more for the alignment */
     const bool swz = lily_cuda_tune_get()->attn_swz != 0;
-    auto kern = swz          ? attn_ws_kernel<G, SPLIT, true, true>
-                : turns_on() ? attn_ws_kernel<G, SPLIT, true, false>
-                             : attn_ws_kernel<G, SPLIT, false, false>;
-    const int smem = kSmem + (swz ? 1024 : 0);
+    /* LILY_CUDA_ATTN_WG=4: P V on 8-bit wgmma (attn_pv8.cuh; the V planes unswizzled) */
+    const bool pv8 = lily_cuda_tune_get()->attn_wg == 4;
+    auto kern = pv8          ? attn_ws_kernel<G, SPLIT, true, false, true>
+                : swz        ? attn_ws_kernel<G, SPLIT, true, true, false>
+                : turns_on() ? attn_ws_kernel<G, SPLIT, true, false, false>
+                             : attn_ws_kernel<G, SPLIT, false, false, false>;
+    const int smem = kSmem + (swz && !pv8 ? 1024 : 0);
     LILY_CU_TRY(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, smem), e);
     dim3 grid((n + P - 1) / P, Nkv, SPLIT ? S : 1);
     kern<<<grid, kThreads, smem, st>>>(q, n, kc, vc, d_pos, Nkv, scale, gate, out, part);

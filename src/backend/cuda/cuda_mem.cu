@@ -276,7 +276,7 @@ extern "C" void lily_cuda_tune_reload(void) {
     const int ab = env_int("LILY_CUDA_ATTN_BIAS", 1);
     g_tune.attn_bias = ab < 0 || ab > 1 ? 1 : ab;
     const int aw = env_int("LILY_CUDA_ATTN_WG", 3);
-    g_tune.attn_wg = aw < 0 || aw > 3 ? 3 : aw;
+    g_tune.attn_wg = aw < 0 || aw > 4 ? 3 : aw;
     const int sp = env_int("LILY_CUDA_ATTN_SPLIT", 1);
     g_tune.attn_split = sp < 0 ? 0 : sp > 16 ? 16 : sp;
     const int wl = env_int("LILY_CUDA_WG_LOOP", 4);
