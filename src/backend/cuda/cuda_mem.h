@@ -112,7 +112,8 @@ size_t lily_cuda_dmat_bytes(const lily_dmat *m);
  *     against 10.73 for 1); 1 = the same products, every warpgroup converting (attn_wg.cu;
  *     20.3 ms for attn.cu's kernel); 2 = 1 with ll too (-6 %, fixtures alike); 0 = attn.cu's
  *     mma.sync kernel (the only form for other head dims); 4 = 3 with P V on 8-bit wgmma (P as
- *     16-bit fixed point per row and tile against the V codes' s8 digits: attn_pv8.cuh).
+ *     16-bit fixed point per row and tile against the V codes' s8 digits: attn_pv8.cuh) and two K
+ *     buffers (H100, 4096 at 28672: 9.75 ms against 9.68; the consumers' turns hold it).
  *   LILY_CUDA_ATTN_SPLIT: the wgmma kernels split over the causal spans: 1 (default) = when a
  *     chunk's grid leaves SMs idle, as many splits as fill them (a short chunk deep in the
  *     cache, an agent's turn: 512 tokens at 128K 1.58x, at 32K 1.27x end to end); 0 = never;
