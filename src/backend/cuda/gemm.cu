@@ -578,10 +578,12 @@ bool use_q4(int dt, int M, int K, int n, bool grouped) {
 }
 
 /* AUTO sends an exact dense Q4 GEMM to the wgmma kernel (gemm_wg.h: 256 x 128 blocks, one per
- * SM) when it has at least LILY_GEMM_WG_MIN_BLOCKS blocks (default 128: about one wave; 0 turns
- * it off), and a grouped one with 64-row tiles unless LILY_GEMM_WG_GROUPED=0. H200, 35B-A3B
- * prefill with every eligible GEMM on it, pipelined: 4K 16.7K -> 17.6K tok/s, 16K 14.7K ->
- * 15.3K; on small grids it lost to the split-K tile kernel (256 tokens 8.3K -> 7.9K). */
+ * SM) when it has at least LILY_GEMM_WG_MIN_BLOCKS blocks (default 16; 0 turns it off), and a
+ * grouped one with 64-row tiles unless LILY_GEMM_WG_GROUPED=0. H200, 35B-A3B prefill with every
+ * eligible GEMM on it, pipelined: 4K 16.7K -> 17.6K tok/s, 16K 14.7K -> 15.3K. On small grids it
+ * lost to the split-K tile kernel until its TMA k-loop (session 8, 256 tokens: 8.3K -> 7.9K from
+ * 16 blocks); with it (H100, lily bench, 2 rounds), 128 -> 16 blocks: 256 tokens 9.35K -> 10.46K
+ * tok/s (+12 %), 512 13.56K -> 13.92K, 1K 16.26K -> 16.81K, 2K unchanged; 8 blocks no better. */
 int g_wg_min = -1, g_wg_grouped = -1;
 
 bool use_wg(int dt, int M, int n, bool grouped) {
@@ -591,7 +593,7 @@ bool use_wg(int dt, int M, int n, bool grouped) {
     if (sel != LILY_GEMM_AUTO) return false;
     if (g_wg_min < 0) {
         const char *v = getenv("LILY_GEMM_WG_MIN_BLOCKS"), *gv = getenv("LILY_GEMM_WG_GROUPED");
-        g_wg_min = v ? atoi(v) : 128;
+        g_wg_min = v ? atoi(v) : 16;
         g_wg_grouped = !(gv && gv[0] == '0');
     }
     if (grouped) return g_wg_grouped == 1;

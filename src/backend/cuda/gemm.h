@@ -50,8 +50,9 @@ int lily_cuda_gemm_grouped(const lily_dmat *W, const float *X, int ldx, int nx,
                            int tile_rows, float *Y, int ldy, lily_cuda_stream st, lily_err *e);
 
 /* Which kernel runs Q4 weights. AUTO (the default): in exact mode, the wgmma kernel (gemm_wg.h)
- * for dense GEMMs of at least 128 of its 256 x 128 blocks and for grouped ones with 64-row
- * tiles (measured +4 to +8 % on 35B prefill from 1K to 16K tokens, H200); else the gemm_q4.h
+ * for dense GEMMs of at least 16 of its 256 x 128 blocks (LILY_GEMM_WG_MIN_BLOCKS; H100, 35B:
+ * +12 % at 256 tokens against 128) and for grouped ones with 64-row tiles (measured +4 to +8 %
+ * on 35B prefill from 1K to 16K tokens, H200); else the gemm_q4.h
  * kernel (128-row tiles, split-K) when K >= 1024 and this file's 256 x 64 tiles would give fewer
  * than 120 blocks (at a 512-token chunk: GDN out / attn o, router, GDN b/a, shared gate/up),
  * where it was measured faster (NOTES-cuda-gemm.md); this file's 256-row kernel otherwise (its
