@@ -14,11 +14,11 @@
  *     own (128 + 128; consumer 0 starts);
  *   PROD: the producer's own (the landing area's copies and reads).
  * Planes are single-buffered (shared memory: Q 64 KB, K 32, V 64, landing 64), the scales the
- * consumers read after the products double-buffered by tile parity. With PV8 (LILY_CUDA_ATTN_WG=4:
- * P V on 8-bit wgmma, attn_pv8.cuh) the V planes take 32 KB and K has two buffers (tile it in
- * it % 2; KFULL and KEMPTY one per buffer, the consumers release a K buffer after the softmax,
- * which reads the tile's scales). setmaxnreg gives the
- * consumers (O 128 registers, S's digit accumulators 64) the producer's registers. */
+ * consumers read after the products double-buffered by tile parity. With PV8
+ * (LILY_CUDA_ATTN_WG=4: P V on 8-bit wgmma, attn_pv8.cuh) the V planes take 32 KB and K has two
+ * buffers (tile it in it % 2; KFULL and KEMPTY one per buffer, the consumers release a K buffer
+ * after the softmax, which reads the tile's scales). setmaxnreg gives the consumers (O 128
+ * registers, S's digit accumulators 64) the producer's registers. */
 #include "backend/cuda/attn_wg.h"
 
 #include <stdlib.h>

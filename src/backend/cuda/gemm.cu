@@ -581,8 +581,8 @@ bool use_q4(int dt, int M, int K, int n, bool grouped) {
  * SM) when it has at least LILY_GEMM_WG_MIN_BLOCKS blocks (default 16; 0 turns it off), and a
  * grouped one with 64-row tiles unless LILY_GEMM_WG_GROUPED=0. H200, 35B-A3B prefill with every
  * eligible GEMM on it, pipelined: 4K 16.7K -> 17.6K tok/s, 16K 14.7K -> 15.3K. On small grids it
- * lost to the split-K tile kernel until its TMA k-loop (session 8, 256 tokens: 8.3K -> 7.9K from
- * 16 blocks); with it (H100, lily bench, 2 rounds), 128 -> 16 blocks: 256 tokens 9.35K -> 10.46K
+ * lost to the split-K tile kernel until its TMA k-loop (session 8, 256 tokens: 8.75K -> 8.52K
+ * from 16 blocks, NOTES-cuda.md); with it (H100, lily bench, 2 rounds), 128 -> 16 blocks: 256 tokens 9.35K -> 10.46K
  * tok/s (+12 %), 512 13.56K -> 13.92K, 1K 16.26K -> 16.81K, 2K unchanged; 8 blocks no better. */
 int g_wg_min = -1, g_wg_grouped = -1;
 
