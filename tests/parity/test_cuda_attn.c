@@ -111,24 +111,30 @@ static void set_wg(const char *w) {
  * exact kernel with each lo-byte bias form (1, 0), fast, the warp-specialised wgmma kernel
  * unsplit, the defaults (ws, split auto), the wgmma kernel split in 3, ws split in 3, ws with the
  * swizzled planes (LILY_CUDA_ATTN_SWZ=1) unsplit and split in 3, ws with P V on 8-bit wgmma
- * (LILY_CUDA_ATTN_WG=4) unsplit and split in 3. Modes 1, 2 and 5-12 only differ from mode 0 at
- * head dim 256. */
-static const int k_pre_modes = 13;
+ * (LILY_CUDA_ATTN_WG=4) unsplit and split in 3, ws with the bulk-copied landings
+ * (LILY_CUDA_ATTN_BULK=1) unsplit and split in 3, and ws pv8 with them. Modes 1, 2 and 5-15 only
+ * differ from mode 0 at head dim 256. */
+static const int k_pre_modes = 16;
 static int pre_mode_exact(int m) { return m != 4; }
 static int pre_mode_dh256_only(int m) { return m == 1 || m == 2 || m >= 5; }
+static int pre_mode_pv8(int m) { return m == 11 || m == 12 || m == 15; }
 static double pre_mode_tol(int m, int dh) {
-    return !pre_mode_exact(m) ? TOL_FAST : m >= 11 && dh == 256 ? TOL_PV8 : TOL_EXACT;
+    return !pre_mode_exact(m) ? TOL_FAST : pre_mode_pv8(m) && dh == 256 ? TOL_PV8 : TOL_EXACT;
 }
 static void set_pre_mode(int m) {
+    if (m == 6) unsetenv("LILY_CUDA_ATTN_BULK");
+    else setenv("LILY_CUDA_ATTN_BULK", m >= 13 ? "1" : "0", 1);
     if (m == 6) unsetenv("LILY_CUDA_ATTN_SPLIT"); /* the default: 1 */
-    else setenv("LILY_CUDA_ATTN_SPLIT", m == 7 || m == 8 || m == 10 || m == 12 ? "3" : "0", 1);
+    else
+        setenv("LILY_CUDA_ATTN_SPLIT",
+               m == 7 || m == 8 || m == 10 || m == 12 || m == 14 ? "3" : "0", 1);
     setenv("LILY_CUDA_ATTN_SWZ", m == 9 || m == 10 ? "1" : "0", 1);
     if (m == 6) unsetenv("LILY_CUDA_ATTN_SWZ");
     set_bias(m == 3 ? 0 : 1);
     set_wg(m == 6   ? NULL
            : m == 0 || m == 7 ? "1"
            : m == 1           ? "2"
-           : m >= 11          ? "4"
+           : pre_mode_pv8(m)  ? "4"
            : m == 5 || m >= 8 ? "3"
                               : "0");
 }
@@ -136,7 +142,8 @@ static const char *pre_mode_name(int m) {
     static const char *nm[] = {" (wg)",   " (wg ll)", " (mma)",    " (mma bias 0)",
                                " (fast)", " (ws)",    " (default: ws split)", " (split 3)",
                                " (ws split 3)", " (ws swizzled)", " (ws swizzled split 3)",
-                               " (ws pv8)", " (ws pv8 split 3)"};
+                               " (ws pv8)", " (ws pv8 split 3)", " (ws bulk)",
+                               " (ws bulk split 3)", " (ws pv8 bulk)"};
     return nm[m];
 }
 
@@ -496,10 +503,11 @@ static void time_all(void) {
     for (int m = 0; m < k_pre_modes; m++) {
         set_pre_mode(m);
         printf("time: LILY_CUDA_ATTN_EXACT=%d LILY_CUDA_ATTN_BIAS=%s LILY_CUDA_ATTN_WG=%s "
-               "LILY_CUDA_ATTN_SPLIT=%s\n",
+               "LILY_CUDA_ATTN_SPLIT=%s LILY_CUDA_ATTN_BULK=%s\n",
                pre_mode_exact(m), getenv("LILY_CUDA_ATTN_BIAS"),
                getenv("LILY_CUDA_ATTN_WG") ? getenv("LILY_CUDA_ATTN_WG") : "3 (default)",
-               getenv("LILY_CUDA_ATTN_SPLIT") ? getenv("LILY_CUDA_ATTN_SPLIT") : "1 (default)");
+               getenv("LILY_CUDA_ATTN_SPLIT") ? getenv("LILY_CUDA_ATTN_SPLIT") : "1 (default)",
+               getenv("LILY_CUDA_ATTN_BULK") ? getenv("LILY_CUDA_ATTN_BULK") : "(default)");
         time_mode(&c, maxc, n);
     }
     set_pre_mode(6); /* back to the defaults */

@@ -18,12 +18,16 @@
  * (LILY_CUDA_ATTN_WG=4: P V on 8-bit wgmma, attn_pv8.cuh) the V planes take 32 KB and K has two
  * buffers (tile it in it % 2; KFULL and KEMPTY one per buffer, the consumers release a K buffer
  * after the softmax, which reads the tile's scales). setmaxnreg gives the consumers (O 128
- * registers, S's digit accumulators 64) the producer's registers. */
+ * registers, S's digit accumulators 64) the producer's registers. With BULK
+ * (LILY_CUDA_ATTN_BULK=1) the producer lands a tile's rows with one bulk copy (TMA) a row on an
+ * mbarrier per landing instead of 16 cp.async a thread, whose issue took half of its time (ncu,
+ * session 21). */
 #include "backend/cuda/attn_wg.h"
 
 #include <stdlib.h>
 
 #include "backend/cuda/attn_pv8.cuh"
+#include "backend/cuda/tma.cuh"
 
 namespace {
 
@@ -45,7 +49,7 @@ __device__ __forceinline__ void bar_arrive(int id, int n) {
 
 /* grid (ceil(n / P), Nkv) with P = 128 / G positions per block, 384 threads: warpgroup 0 the
  * producer, warpgroup 1 + c consumer c (block rows 64 c .. 64 c + 63, attn_wg.cu's layout). */
-template <int G, bool SPLIT, bool TURN, bool SWZ, bool PV8>
+template <int G, bool SPLIT, bool TURN, bool SWZ, bool PV8, bool BULK>
 __global__ void __launch_bounds__(kThreads, 1)
     attn_ws_kernel(const float *__restrict__ q, int n, const uint8_t *__restrict__ kc,
                    const uint8_t *__restrict__ vc, const int32_t *d_pos, int Nkv, float scale,
@@ -59,6 +63,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     auto koff = [&](int it) { return kb(it) ? OFF_V + 32768 : OFF_K; };
     extern __shared__ __align__(128) uint8_t smem_raw[];
     __shared__ float s_qs[kRows], s_ks[2][kKt], s_vs[2][kKt];
+    __shared__ __align__(8) uint64_t s_land[2]; /* BULK: the K and V landings' mbarriers */
     /* SWZ: the planes on 1 KB boundaries (the swizzle is a function of the address) */
     uint8_t *smem =
         smem_raw + (SWZ ? lily_swz128_pad((uint32_t)__cvta_generic_to_shared(smem_raw)) : 0);
@@ -76,30 +81,56 @@ __global__ void __launch_bounds__(kThreads, 1)
     const uint8_t *kr = kc + (size_t)j * DH * 2, *vr = vc + (size_t)j * DH * 2;
     const uint8_t *ksc = kc + (size_t)Nkv * DH * 2 + (size_t)j * 4;
     const uint8_t *vsc = vc + (size_t)Nkv * DH * 2 + (size_t)j * 4;
-    /* (producer) tile i's K (with it both scales) or V rows into the landing area, one commit
-     * group */
+    /* BULK: tile i's K and V scales of position kv0 + tid % 64 (0 past kv_end), loaded with its K
+     * rows and written to s_ks / s_vs with its K planes */
+    float sc_next = 0.f;
+    /* (producer) tile i's K (with it both scales) or V rows into the landing area: one commit
+     * group, or (BULK) a bulk copy per row by threads 0..63 on the landing's mbarrier (rows past
+     * kv_end repeat the last row: masked, as the zeros were) */
     auto load = [&](int i, int which) {
         const int kv0 = i * kKt;
         const uint8_t *src = which ? vr : kr;
         const uint32_t dst = sb + OFF_RAW + which * 32768;
+        if constexpr (BULK) {
+            if (tid < kKt) {
+                if (tid == 0) lily_mbar_expect(&s_land[which], kKt * 512);
+                const int p = min(kv0 + tid, kv_end - 1);
+                lily_bulk_copy(dst + tid * 512, src + (size_t)p * row, 512, &s_land[which]);
+            }
+            if (!which) {
+                const int p = kv0 + (tid & (kKt - 1));
+                sc_next = p < kv_end ? __ldg((const float *)((tid < kKt ? ksc : vsc) +
+                                                             (size_t)p * row))
+                                     : 0.f;
+            }
+        } else {
 #pragma unroll 4
-        for (int x = 0; x < 16; x++) {
-            const int c = tid + 128 * x, r = c >> 5, c16 = c & 31; /* 32 chunks per row */
-            const int p = kv0 + r;
-            const bool ok = p < kv_end;
-            cp_async16(dst + r * 512 + c16 * 16, src + (size_t)(ok ? p : 0) * row + c16 * 16,
-                       ok);
+            for (int x = 0; x < 16; x++) {
+                const int c = tid + 128 * x, r = c >> 5, c16 = c & 31; /* 32 chunks per row */
+                const int p = kv0 + r;
+                const bool ok = p < kv_end;
+                cp_async16(dst + r * 512 + c16 * 16, src + (size_t)(ok ? p : 0) * row + c16 * 16,
+                           ok);
+            }
+            if (!which) {
+                const int p = kv0 + (tid & (kKt - 1));
+                const bool ok = p < kv_end;
+                cp_async4(sb + OFF_SC + tid * 4,
+                          (tid < kKt ? ksc : vsc) + (size_t)(ok ? p : 0) * row, ok);
+            }
+            cp_async_commit();
         }
-        if (!which) {
-            const int p = kv0 + (tid & (kKt - 1));
-            const bool ok = p < kv_end;
-            cp_async4(sb + OFF_SC + tid * 4,
-                      (tid < kKt ? ksc : vsc) + (size_t)(ok ? p : 0) * row, ok);
-        }
-        cp_async_commit();
     };
     const int cw = wgi - 1, g = lane >> 2, tq = lane & 3;
     if (wgi == 0) { /* the first tile's copies */
+        if constexpr (BULK) {
+            if (tid == 0) {
+                lily_mbar_init(&s_land[0], 1);
+                lily_mbar_init(&s_land[1], 1);
+                lily_mbar_init_fence();
+            }
+            bar_sync(BAR_PROD, 128);
+        }
         load(it_beg, 0);
         load(it_beg, 1);
     } else { /* each consumer's Q planes */
@@ -112,26 +143,40 @@ __global__ void __launch_bounds__(kThreads, 1)
         asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(kProdRegs));
         for (int it = it_beg; it < it_end; it++) {
             const int b = it & 1;
-            cp_async_wait1(); /* K of tile it (V may still be in flight) */
-            bar_sync(BAR_PROD, 128);
+            const uint32_t ph = (it - it_beg) & 1; /* BULK: the landings' phase */
+            (void)ph;
+            if constexpr (BULK) {
+                lily_mbar_wait(&s_land[0], ph); /* K of tile it */
+            } else {
+                cp_async_wait1(); /* K of tile it (V may still be in flight) */
+                bar_sync(BAR_PROD, 128);
+            }
             /* both consumers done with the K buffer's last tile (it - NKB: S, scales) */
             if (it - it_beg >= NKB) bar_sync(BAR_KEMPTY + kb(it), 384);
 #pragma unroll 2
             for (int x = 0; x < 8; x++) k_unit<SWZ>(smem, tid + 128 * x, koff(it));
-            const float sc = *(const float *)(smem + OFF_SC + tid * 4);
+            const float sc = BULK ? sc_next : *(const float *)(smem + OFF_SC + tid * 4);
             if (tid < kKt) s_ks[b][tid] = sc;
             else s_vs[b][tid - kKt] = sc;
             proxy_fence();
             bar_arrive(BAR_KFULL + kb(it), 256);
             bar_arrive(BAR_KFULL + 2 + kb(it), 256);
             bar_sync(BAR_PROD, 128); /* the K landing area has been read */
-            if (it + 1 < it_end) {
-                load(it + 1, 0);
-                cp_async_wait1(); /* V of tile it */
+            if constexpr (BULK) {
+                if (it + 1 < it_end) {
+                    proxy_fence(); /* the generic reads before the async proxy's writes */
+                    load(it + 1, 0);
+                }
+                lily_mbar_wait(&s_land[1], ph); /* V of tile it */
             } else {
-                cp_async_wait0();
+                if (it + 1 < it_end) {
+                    load(it + 1, 0);
+                    cp_async_wait1(); /* V of tile it */
+                } else {
+                    cp_async_wait0();
+                }
+                bar_sync(BAR_PROD, 128);
             }
-            bar_sync(BAR_PROD, 128);
             if (it > it_beg) bar_sync(BAR_VEMPTY, 384); /* both consumers' P V of tile it - 1 done */
             if constexpr (PV8) {
 #pragma unroll 2
@@ -144,7 +189,10 @@ __global__ void __launch_bounds__(kThreads, 1)
             bar_arrive(BAR_VFULL, 256);
             bar_arrive(BAR_VFULL + 1, 256);
             bar_sync(BAR_PROD, 128); /* the V landing area has been read */
-            if (it + 1 < it_end) load(it + 1, 1);
+            if (it + 1 < it_end) {
+                if (BULK) proxy_fence();
+                load(it + 1, 1);
+            }
         }
         return;
     }
@@ -249,10 +297,14 @@ int launch(const float *q, int n, const uint8_t *kc, const uint8_t *vc, const in
     const bool swz = lily_cuda_tune_get()->attn_swz != 0;
     /* LILY_CUDA_ATTN_WG=4: P V on 8-bit wgmma (attn_pv8.cuh; the V planes unswizzled) */
     const bool pv8 = lily_cuda_tune_get()->attn_wg == 4;
-    auto kern = pv8          ? attn_ws_kernel<G, SPLIT, true, false, true>
-                : swz        ? attn_ws_kernel<G, SPLIT, true, true, false>
-                : turns_on() ? attn_ws_kernel<G, SPLIT, true, false, false>
-                             : attn_ws_kernel<G, SPLIT, false, false, false>;
+    /* LILY_CUDA_ATTN_BULK: the landings by bulk copies (not with the swizzled planes) */
+    const bool bulk = lily_cuda_tune_get()->attn_bulk != 0 && !swz;
+    auto kern = pv8 ? (bulk ? attn_ws_kernel<G, SPLIT, true, false, true, true>
+                            : attn_ws_kernel<G, SPLIT, true, false, true, false>)
+                : swz ? attn_ws_kernel<G, SPLIT, true, true, false, false>
+                : turns_on() ? (bulk ? attn_ws_kernel<G, SPLIT, true, false, false, true>
+                                     : attn_ws_kernel<G, SPLIT, true, false, false, false>)
+                             : attn_ws_kernel<G, SPLIT, false, false, false, false>;
     const int smem = kSmem + (swz && !pv8 ? 1024 : 0);
     LILY_CU_TRY(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, smem), e);
     dim3 grid((n + P - 1) / P, Nkv, SPLIT ? S : 1);

@@ -120,6 +120,9 @@ size_t lily_cuda_dmat_bytes(const lily_dmat *m);
  *     N in 2..16 = N splits (tests, measurements).
  *   LILY_CUDA_ATTN_SWZ: 1 = the warp-specialised attention kernel's operand planes in the
  *     128-byte swizzled layout (attn_wg.cuh); 0 (default) = the no-swizzle core-matrix layout.
+ *   LILY_CUDA_ATTN_BULK: 1 = the warp-specialised attention kernel's producer lands each tile's
+ *     cache rows with one bulk copy (TMA, no tensor map) a row on an mbarrier instead of 16
+ *     cp.async a thread (not with ATTN_SWZ); 0 = cp.async.
  *   LILY_CUDA_WG_LOOP: the k-loop of the wgmma GEMM (gemm_wg.h): 4 (default) = the stages
  *     copied by TMA on mbarriers, the next step's dequantization under this step's wgmma (dense
  *     products with K a multiple of 256 and the swizzled planes; the rest, the grouped expert
@@ -142,7 +145,7 @@ typedef struct lily_cuda_tune {
     int pdl;
     int fused_router, gemm_exact, attn_exact, group_bn, skinny, skinny_below, skinny_pair;
     int norm_split, gdn_kernel, gdn_lazy, moe_stack, proj_stack, attn_bias, attn_wg, attn_split;
-    int wg_loop, wg_swz, wg_n64, attn_swz;
+    int wg_loop, wg_swz, wg_n64, attn_swz, attn_bulk;
     unsigned gen;
 } lily_cuda_tune;
 const lily_cuda_tune *lily_cuda_tune_get(void);

@@ -79,6 +79,16 @@ __device__ __forceinline__ void lily_mbar_wait(uint64_t *bar, uint32_t parity) {
     }
 }
 
+/* bytes (a multiple of 16, both addresses 16-byte aligned) from global src into shared memory
+ * at dst, completing on bar (no tensor map). */
+__device__ __forceinline__ void lily_bulk_copy(uint32_t dst, const void *src, uint32_t bytes,
+                                               uint64_t *bar) {
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes"
+                 " [%0], [%1], %2, [%3];" ::"r"(dst),
+                 "l"(src), "r"(bytes), "r"(lily_smem_u32(bar))
+                 : "memory");
+}
+
 /* The box of map at (x, y[, z]) into shared memory at dst, completing on bar. */
 __device__ __forceinline__ void lily_tma_2d(void *dst, const CUtensorMap *map, int x, int y,
                                             uint64_t *bar) {
