@@ -112,9 +112,10 @@ static void set_wg(const char *w) {
  * unsplit, the defaults (ws, split auto), the wgmma kernel split in 3, ws split in 3, ws with the
  * swizzled planes (LILY_CUDA_ATTN_SWZ=1) unsplit and split in 3, ws with P V on 8-bit wgmma
  * (LILY_CUDA_ATTN_WG=4) unsplit and split in 3, ws with the bulk-copied landings
- * (LILY_CUDA_ATTN_BULK=1) unsplit and split in 3, and ws pv8 with them. Modes 1, 2 and 5-15 only
- * differ from mode 0 at head dim 256. */
-static const int k_pre_modes = 16;
+ * (LILY_CUDA_ATTN_BULK=1) unsplit and split in 3, ws pv8 with them, and ws with the tiles landed
+ * by tensor maps (LILY_CUDA_ATTN_BULK=2) unsplit and split in 3. Modes 1, 2 and 5-17 only differ
+ * from mode 0 at head dim 256. */
+static const int k_pre_modes = 18;
 static int pre_mode_exact(int m) { return m != 4; }
 static int pre_mode_dh256_only(int m) { return m == 1 || m == 2 || m >= 5; }
 static int pre_mode_pv8(int m) { return m == 11 || m == 12 || m == 15; }
@@ -123,11 +124,11 @@ static double pre_mode_tol(int m, int dh) {
 }
 static void set_pre_mode(int m) {
     if (m == 6) unsetenv("LILY_CUDA_ATTN_BULK");
-    else setenv("LILY_CUDA_ATTN_BULK", m >= 13 ? "1" : "0", 1);
+    else setenv("LILY_CUDA_ATTN_BULK", m >= 16 ? "2" : m >= 13 ? "1" : "0", 1);
     if (m == 6) unsetenv("LILY_CUDA_ATTN_SPLIT"); /* the default: 1 */
     else
         setenv("LILY_CUDA_ATTN_SPLIT",
-               m == 7 || m == 8 || m == 10 || m == 12 || m == 14 ? "3" : "0", 1);
+               m == 7 || m == 8 || m == 10 || m == 12 || m == 14 || m == 17 ? "3" : "0", 1);
     setenv("LILY_CUDA_ATTN_SWZ", m == 9 || m == 10 ? "1" : "0", 1);
     if (m == 6) unsetenv("LILY_CUDA_ATTN_SWZ");
     set_bias(m == 3 ? 0 : 1);
@@ -143,7 +144,8 @@ static const char *pre_mode_name(int m) {
                                " (fast)", " (ws)",    " (default: ws split)", " (split 3)",
                                " (ws split 3)", " (ws swizzled)", " (ws swizzled split 3)",
                                " (ws pv8)", " (ws pv8 split 3)", " (ws bulk)",
-                               " (ws bulk split 3)", " (ws pv8 bulk)"};
+                               " (ws bulk split 3)", " (ws pv8 bulk)", " (ws bulk tensor)",
+                               " (ws bulk tensor split 3)"};
     return nm[m];
 }
 

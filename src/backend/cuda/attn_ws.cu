@@ -21,10 +21,11 @@
  * registers, S's digit accumulators 64) the producer's registers. With BULK
  * (LILY_CUDA_ATTN_BULK=1) the producer lands a tile's rows with one bulk copy (TMA) a row on an
  * mbarrier per landing instead of 16 cp.async a thread, whose issue took half of its time (ncu,
- * session 21). */
+ * session 21); with BULK 2 one tensor-map copy a tile. */
 #include "backend/cuda/attn_wg.h"
 
 #include <stdlib.h>
+#include <string.h>
 
 #include "backend/cuda/attn_pv8.cuh"
 #include "backend/cuda/tma.cuh"
@@ -47,14 +48,20 @@ __device__ __forceinline__ void bar_arrive(int id, int n) {
     asm volatile("bar.arrive %0, %1;" ::"r"(id), "r"(n) : "memory");
 }
 
+/* BULK 2: tensor maps of the K and V caches as [rows][row bytes / 2] u16, box 256 x 64 (a tile's
+ * rows of one head); rows past the allocation arrive as zeros */
+struct kv_maps {
+    CUtensorMap k, v;
+};
+
 /* grid (ceil(n / P), Nkv) with P = 128 / G positions per block, 384 threads: warpgroup 0 the
  * producer, warpgroup 1 + c consumer c (block rows 64 c .. 64 c + 63, attn_wg.cu's layout). */
-template <int G, bool SPLIT, bool TURN, bool SWZ, bool PV8, bool BULK>
+template <int G, bool SPLIT, bool TURN, bool SWZ, bool PV8, int BULK>
 __global__ void __launch_bounds__(kThreads, 1)
     attn_ws_kernel(const float *__restrict__ q, int n, const uint8_t *__restrict__ kc,
                    const uint8_t *__restrict__ vc, const int32_t *d_pos, int Nkv, float scale,
                    const float *__restrict__ gate, float *__restrict__ out,
-                   float *__restrict__ part) {
+                   float *__restrict__ part, const __grid_constant__ kv_maps mp) {
     constexpr int P = kRows / G;
     /* PV8: the V planes take half of their region, the other half is a second K buffer (tile it
      * in buffer it % 2), so the producer converts tile it + 1's K under the consumers' tile it */
@@ -85,14 +92,21 @@ __global__ void __launch_bounds__(kThreads, 1)
      * rows and written to s_ks / s_vs with its K planes */
     float sc_next = 0.f;
     /* (producer) tile i's K (with it both scales) or V rows into the landing area: one commit
-     * group, or (BULK) a bulk copy per row by threads 0..63 on the landing's mbarrier (rows past
-     * kv_end repeat the last row: masked, as the zeros were) */
+     * group; BULK 1: a bulk copy per row by threads 0..63 on the landing's mbarrier (rows past
+     * kv_end repeat the last row: masked, as the zeros were); BULK 2: one tensor copy of the
+     * tile's rows by thread 0 (rows past kv_end are whatever the cache holds there, finite
+     * codes: masked as well) */
     auto load = [&](int i, int which) {
         const int kv0 = i * kKt;
         const uint8_t *src = which ? vr : kr;
         const uint32_t dst = sb + OFF_RAW + which * 32768;
-        if constexpr (BULK) {
-            if (tid < kKt) {
+        if constexpr (BULK != 0) {
+            if (BULK == 2 && tid == 0) {
+                lily_mbar_expect(&s_land[which], kKt * 512);
+                lily_tma_2d(smem + OFF_RAW + which * 32768, which ? &mp.v : &mp.k, j * DH, kv0,
+                            &s_land[which]);
+            }
+            if (BULK == 1 && tid < kKt) {
                 if (tid == 0) lily_mbar_expect(&s_land[which], kKt * 512);
                 const int p = min(kv0 + tid, kv_end - 1);
                 lily_bulk_copy(dst + tid * 512, src + (size_t)p * row, 512, &s_land[which]);
@@ -288,6 +302,21 @@ bool turns_on() {
     return on != 0;
 }
 
+/* The tensor map (BULK 2) of a K or V cache at c: every row its allocation holds. */
+int kv_map(CUtensorMap *m, const uint8_t *c, int Nkv, lily_err *e) {
+    uintptr_t end = 0;
+    if (lily_alloc_end(c, &end, e)) return -1;
+    const size_t row = kv_row_bytes(Nkv, DH);
+    const uint64_t rows = (uint64_t)(end - (uintptr_t)c) / row;
+    if (rows < 1 || row % 16 || (uintptr_t)c % 16)
+        return lily_fail(e, "attention (bulk 2): a cache of %llu rows of %zu bytes at %p",
+                         (unsigned long long)rows, row, (const void *)c);
+    const uint64_t dims[2] = {row / 2, rows}, strides[1] = {row};
+    const uint32_t box[2] = {DH, kKt};
+    return lily_tma_map(m, CU_TENSOR_MAP_DATA_TYPE_UINT16, 2, c, dims, strides, box,
+                        CU_TENSOR_MAP_SWIZZLE_NONE, e);
+}
+
 template <int G, bool SPLIT>
 int launch(const float *q, int n, const uint8_t *kc, const uint8_t *vc, const int32_t *d_pos,
            int Nkv, float scale, const float *gate, float *out, float *part, int S,
@@ -297,18 +326,24 @@ int launch(const float *q, int n, const uint8_t *kc, const uint8_t *vc, const in
     const bool swz = lily_cuda_tune_get()->attn_swz != 0;
     /* LILY_CUDA_ATTN_WG=4: P V on 8-bit wgmma (attn_pv8.cuh; the V planes unswizzled) */
     const bool pv8 = lily_cuda_tune_get()->attn_wg == 4;
-    /* LILY_CUDA_ATTN_BULK: the landings by bulk copies (not with the swizzled planes) */
-    const bool bulk = lily_cuda_tune_get()->attn_bulk != 0 && !swz;
-    auto kern = pv8 ? (bulk ? attn_ws_kernel<G, SPLIT, true, false, true, true>
-                            : attn_ws_kernel<G, SPLIT, true, false, true, false>)
-                : swz ? attn_ws_kernel<G, SPLIT, true, true, false, false>
-                : turns_on() ? (bulk ? attn_ws_kernel<G, SPLIT, true, false, false, true>
-                                     : attn_ws_kernel<G, SPLIT, true, false, false, false>)
-                             : attn_ws_kernel<G, SPLIT, false, false, false, false>;
+    /* LILY_CUDA_ATTN_BULK: the landings by bulk copies, 1 a row, 2 a tile by tensor maps (not
+     * with the swizzled planes; P V on s8 takes 1 for 2) */
+    int bulk = swz ? 0 : lily_cuda_tune_get()->attn_bulk;
+    if (pv8 && bulk == 2) bulk = 1;
+    kv_maps mp;
+    memset(&mp, 0, sizeof mp);
+    if (bulk == 2 && (kv_map(&mp.k, kc, Nkv, e) || kv_map(&mp.v, vc, Nkv, e))) return -1;
+    auto kern = pv8 ? (bulk ? attn_ws_kernel<G, SPLIT, true, false, true, 1>
+                            : attn_ws_kernel<G, SPLIT, true, false, true, 0>)
+                : swz ? attn_ws_kernel<G, SPLIT, true, true, false, 0>
+                : turns_on() ? (bulk == 2   ? attn_ws_kernel<G, SPLIT, true, false, false, 2>
+                                : bulk == 1 ? attn_ws_kernel<G, SPLIT, true, false, false, 1>
+                                            : attn_ws_kernel<G, SPLIT, true, false, false, 0>)
+                             : attn_ws_kernel<G, SPLIT, false, false, false, 0>;
     const int smem = kSmem + (swz && !pv8 ? 1024 : 0);
     LILY_CU_TRY(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, smem), e);
     dim3 grid((n + P - 1) / P, Nkv, SPLIT ? S : 1);
-    kern<<<grid, kThreads, smem, st>>>(q, n, kc, vc, d_pos, Nkv, scale, gate, out, part);
+    kern<<<grid, kThreads, smem, st>>>(q, n, kc, vc, d_pos, Nkv, scale, gate, out, part, mp);
     LILY_CU_LAUNCHED(e);
     return SPLIT ? merge_splits(part, S, n, Nkv * G, gate, out, st, e) : 0;
 }

@@ -284,7 +284,8 @@ extern "C" void lily_cuda_tune_reload(void) {
     g_tune.wg_swz = env_int("LILY_CUDA_WG_SWZ", 1) != 0;
     g_tune.wg_n64 = env_int("LILY_CUDA_WG_N64", 0) == 1;
     g_tune.attn_swz = env_int("LILY_CUDA_ATTN_SWZ", 0) == 1;
-    g_tune.attn_bulk = env_int("LILY_CUDA_ATTN_BULK", 0) == 1;
+    const int bk = env_int("LILY_CUDA_ATTN_BULK", 0);
+    g_tune.attn_bulk = bk < 0 || bk > 2 ? 0 : bk;
     static const struct {
         const char *name;
         int kernel;

@@ -122,7 +122,8 @@ size_t lily_cuda_dmat_bytes(const lily_dmat *m);
  *     128-byte swizzled layout (attn_wg.cuh); 0 (default) = the no-swizzle core-matrix layout.
  *   LILY_CUDA_ATTN_BULK: 1 = the warp-specialised attention kernel's producer lands each tile's
  *     cache rows with one bulk copy (TMA, no tensor map) a row on an mbarrier instead of 16
- *     cp.async a thread (not with ATTN_SWZ); 0 = cp.async.
+ *     cp.async a thread (not with ATTN_SWZ); 2 = one tensor-map copy a tile (P V on s8 takes
+ *     1 instead); 0 = cp.async.
  *   LILY_CUDA_WG_LOOP: the k-loop of the wgmma GEMM (gemm_wg.h): 4 (default) = the stages
  *     copied by TMA on mbarriers, the next step's dequantization under this step's wgmma (dense
  *     products with K a multiple of 256 and the swizzled planes; the rest, the grouped expert

@@ -39,6 +39,29 @@ static inline int lily_tma_map(CUtensorMap *map, CUtensorMapDataType type, int r
     return r == CUDA_SUCCESS ? 0 : lily_fail(e, "tma: cuTensorMapEncodeTiled failed (%d)", (int)r);
 }
 
+/* The end (one past the last byte) of the device allocation that holds p: what a tensor map
+ * over p may read without faulting. 0 = success. */
+static inline int lily_alloc_end(const void *p, uintptr_t *end, lily_err *e) {
+    static PFN_cuMemGetAddressRange_v3020 range = nullptr;
+    if (!range) {
+        void *fn = nullptr;
+        cudaDriverEntryPointQueryResult q;
+        if (cudaGetDriverEntryPointByVersion("cuMemGetAddressRange", &fn, 3020,
+                                             cudaEnableDefault, &q) != cudaSuccess ||
+            q != cudaDriverEntryPointSuccess || !fn)
+            return lily_fail(e, "tma: the driver has no cuMemGetAddressRange");
+        range = (PFN_cuMemGetAddressRange_v3020)fn;
+    }
+    CUdeviceptr base = 0;
+    size_t size = 0;
+    const CUresult r = range(&base, &size, (CUdeviceptr)(uintptr_t)p);
+    if (r != CUDA_SUCCESS)
+        return lily_fail(e, "tma: cuMemGetAddressRange failed (%d): not a device allocation",
+                         (int)r);
+    *end = (uintptr_t)base + size;
+    return 0;
+}
+
 __device__ __forceinline__ uint32_t lily_smem_u32(const void *p) {
     return (uint32_t)__cvta_generic_to_shared(p);
 }
