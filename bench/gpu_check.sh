@@ -17,6 +17,7 @@
 # environment settings (see there). GPU_CHECK_CARRY names the carry folder (default .devcarry), GPU_CHECK_TESTS the
 # parity binaries to build and pack (default: all). GPU_CHECK_SWEEP=1 adds the
 # full prefill/decode sweep of issue 5 (256..128K and two agent turns, --json to $OUT/sweep.json).
+# GPU_CHECK_AB_CARRIES compares whole builds (lily bench from each carry folder, alternated).
 # GPU_CHECK_VARIANTS compares tuning switches in one process, GPU_CHECK_NCU_KERNEL profiles one
 # kernel with every ncu section (both in the bench stage). GPU_CHECK_BENCH_DIR picks where the synthetic 35B checkpoint is written (local
 # disk, ~19.5 GB; default /tmp/lily35b).
@@ -34,13 +35,18 @@ if [ "$mode" = prepare ]; then
     cmake -S . -B "$bd" -G Ninja -DLILY_CUDA=ON -DLILY_SERVER=OFF \
         -DCMAKE_CUDA_ARCHITECTURES=90a >/dev/null
     targets=${GPU_CHECK_TESTS:-$(cd tests/parity && ls test_*.c | sed 's/\.c$//')}
-    ninja -C "$bd" $targets
+    # GPU_CHECK_TESTS=none: the lily binary alone (a second build for GPU_CHECK_AB_CARRIES)
+    [ "$targets" = none ] && targets=
+    [ -n "$targets" ] && ninja -C "$bd" $targets
     ninja -C "$bd" lily || echo "note: the lily binary did not build; the benchmark will use test_cuda_bench only"
-    ninja -C "$bd" test_logits || echo "note: test_logits did not build; no fixtures stage"
+    if [ -n "$targets" ]; then
+        ninja -C "$bd" test_logits || echo "note: test_logits did not build; no fixtures stage"
+    fi
     rm -rf "$carry/pack" && mkdir -p "$carry/pack/bin" "$carry/pack/lib"
     for t in $targets; do cp "$bd/$t" "$carry/pack/bin/"; done
     [ -x "$bd/lily" ] && cp "$bd/lily" "$carry/pack/bin/"
-    [ -x "$bd/test_logits" ] && cp "$bd/test_logits" "$carry/pack/bin/golden_test_logits"
+    [ -n "$targets" ] && [ -x "$bd/test_logits" ] &&
+        cp "$bd/test_logits" "$carry/pack/bin/golden_test_logits"
     strip "$carry"/pack/bin/*
     # the non-system shared libraries the binaries need
     for b in "$carry"/pack/bin/*; do
@@ -229,13 +235,37 @@ PY
                 done
             done
         fi
+        if [ -n "${GPU_CHECK_AB_CARRIES:-}" ]; then
+            # A/B of builds (e.g. main against a branch) through the engine, rounds interleaved:
+            # GPU_CHECK_AB_CARRIES=".devcarry-lead .devcarry-wip" (carry folders, each prepared
+            # from its own checkout; GPU_CHECK_TESTS=none packs lily alone, ~1/3 of the size),
+            # GPU_CHECK_AB_LIST (prefill lengths), GPU_CHECK_AB_DECODE (decode contexts, default
+            # 256), GPU_CHECK_AB_ROUNDS (default 2); the builds' own commits are printed
+            i=0
+            for c in $GPU_CHECK_AB_CARRIES; do
+                i=$((i + 1))
+                rm -rf "$work/ab$i" && mkdir -p "$work/ab$i" && tar -C "$work/ab$i" -xJf "$c/cuda.tar.xz"
+                echo "-- build $i: $c, $(head -1 "$work/ab$i/commit")"
+            done
+            for r in $(seq 1 "${GPU_CHECK_AB_ROUNDS:-2}"); do
+                for b in $(seq 1 $i); do
+                    echo "-- build $b round $r"
+                    LD_LIBRARY_PATH="$work/ab$b/lib" timeout 300 "$work/ab$b/bin/lily" bench \
+                        --model "$LILY_CUDA_BENCH_DIR" --backend cuda \
+                        --prefill "${GPU_CHECK_AB_LIST:-256,512,1K,4K}" \
+                        ${GPU_CHECK_AB_TURN:+--turn "$GPU_CHECK_AB_TURN"} \
+                        --decode "${GPU_CHECK_AB_DECODE:-256}" --gen 32 --rounds 1 2>&1 |
+                        grep -E '^ +[0-9]|rror'
+                done
+            done
+        fi
         if [ "${GPU_CHECK_SWEEP:-0}" = 1 ]; then # the issue's full sweep (after the A/B, if any),
             # with agent turns (512 new tokens on a held 32K / 128K context); JSON back in $OUT
             L=256,512,1K,2K,4K,8K,16K,32K,64K,128K
             timeout 400 "$work/bin/lily" bench --model "$LILY_CUDA_BENCH_DIR" --backend cuda \
                 --prefill $L --decode $L --turn 512@32K,512@128K --gen 128 --rounds 1 \
                 --json "$out/sweep.json" 2>&1 | tail -24
-        elif [ -z "${GPU_CHECK_AB:-}" ]; then
+        elif [ -z "${GPU_CHECK_AB:-}" ] && [ -z "${GPU_CHECK_AB_CARRIES:-}" ]; then
             timeout 200 "$work/bin/lily" bench --model "$LILY_CUDA_BENCH_DIR" --backend cuda \
                 --prefill 4K --decode 4K --gen 32 2>&1 | tail -20
         fi
