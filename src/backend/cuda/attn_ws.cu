@@ -70,11 +70,13 @@ __global__ void __launch_bounds__(kThreads, 1)
     auto koff = [&](int it) { return kb(it) ? OFF_V + 32768 : OFF_K; };
     extern __shared__ __align__(128) uint8_t smem_raw[];
     __shared__ float s_qs[kRows], s_ks[2][kKt], s_vs[2][kKt];
-    __shared__ __align__(8) uint64_t s_land[2]; /* BULK: the K and V landings' mbarriers */
     /* SWZ: the planes on 1 KB boundaries (the swizzle is a function of the address) */
     uint8_t *smem =
         smem_raw + (SWZ ? lily_swz128_pad((uint32_t)__cvta_generic_to_shared(smem_raw)) : 0);
     const uint32_t sb = (uint32_t)__cvta_generic_to_shared(smem);
+    /* BULK: the K and V landings' mbarriers, where cp.async lands the scales otherwise (a static
+     * __shared__ would push the swizzled variant, at the 227 KB limit, over it) */
+    uint64_t *const s_land = (uint64_t *)(smem + OFF_SC);
     const BlockSpan bs = block_span<G, SPLIT>(n, Nkv, d_pos);
     const int Nq = bs.Nq, j = bs.j, qt = bs.qt, p0 = bs.p0, kv_end = bs.kv_end, qmin = bs.qmin;
     const int it_beg = bs.it_beg, it_end = bs.it_end;
