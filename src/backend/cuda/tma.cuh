@@ -11,6 +11,20 @@
 
 #include "base/err.h"
 
+/* A driver API function (name, ABI version) through the runtime's entry point, so nothing links
+ * libcuda; NULL (with the error) when the driver has none. */
+static inline void *lily_driver_fn(const char *name, unsigned version, lily_err *e) {
+    void *fn = nullptr;
+    cudaDriverEntryPointQueryResult q;
+    if (cudaGetDriverEntryPointByVersion(name, &fn, version, cudaEnableDefault, &q) !=
+            cudaSuccess ||
+        q != cudaDriverEntryPointSuccess || !fn) {
+        lily_fail(e, "tma: the driver has no %s", name);
+        return nullptr;
+    }
+    return fn;
+}
+
 /* A tiled map of a rank-dimensional tensor at base (dims[0] the contiguous one, strides[i] the
  * bytes between steps of dimension i + 1), copied in boxes of box[] elements; out-of-range
  * elements of a box arrive as zeros. 0 = success. */
@@ -18,15 +32,10 @@ static inline int lily_tma_map(CUtensorMap *map, CUtensorMapDataType type, int r
                                const void *base, const uint64_t *dims, const uint64_t *strides,
                                const uint32_t *box, CUtensorMapSwizzle swizzle, lily_err *e) {
     static PFN_cuTensorMapEncodeTiled_v12000 encode = nullptr;
-    if (!encode) {
-        void *fn = nullptr;
-        cudaDriverEntryPointQueryResult q;
-        if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000,
-                                             cudaEnableDefault, &q) != cudaSuccess ||
-            q != cudaDriverEntryPointSuccess || !fn)
-            return lily_fail(e, "tma: the driver has no cuTensorMapEncodeTiled");
-        encode = (PFN_cuTensorMapEncodeTiled_v12000)fn;
-    }
+    if (!encode &&
+        !(encode = (PFN_cuTensorMapEncodeTiled_v12000)lily_driver_fn("cuTensorMapEncodeTiled",
+                                                                    12000, e)))
+        return -1;
     cuuint64_t d[5], s[4];
     cuuint32_t b[5], one[5];
     for (int i = 0; i < rank; i++) {
@@ -43,15 +52,10 @@ static inline int lily_tma_map(CUtensorMap *map, CUtensorMapDataType type, int r
  * over p may read without faulting. 0 = success. */
 static inline int lily_alloc_end(const void *p, uintptr_t *end, lily_err *e) {
     static PFN_cuMemGetAddressRange_v3020 range = nullptr;
-    if (!range) {
-        void *fn = nullptr;
-        cudaDriverEntryPointQueryResult q;
-        if (cudaGetDriverEntryPointByVersion("cuMemGetAddressRange", &fn, 3020,
-                                             cudaEnableDefault, &q) != cudaSuccess ||
-            q != cudaDriverEntryPointSuccess || !fn)
-            return lily_fail(e, "tma: the driver has no cuMemGetAddressRange");
-        range = (PFN_cuMemGetAddressRange_v3020)fn;
-    }
+    if (!range &&
+        !(range = (PFN_cuMemGetAddressRange_v3020)lily_driver_fn("cuMemGetAddressRange", 3020,
+                                                                e)))
+        return -1;
     CUdeviceptr base = 0;
     size_t size = 0;
     const CUresult r = range(&base, &size, (CUdeviceptr)(uintptr_t)p);
