@@ -21,7 +21,7 @@
  * registers, S's digit accumulators 64) the producer's registers. With BULK
  * (LILY_CUDA_ATTN_BULK=1) the producer lands a tile's rows with one bulk copy (TMA) a row on an
  * mbarrier per landing instead of 16 cp.async a thread, whose issue took half of its time (ncu,
- * session 21); with BULK 2 one tensor-map copy a tile. */
+ * session 21); with BULK 2 (the default) one tensor-map copy a tile. */
 #include "backend/cuda/attn_wg.h"
 
 #include <stdlib.h>

@@ -250,7 +250,8 @@ extern "C" size_t lily_cuda_dmat_bytes(const lily_dmat *m) {
 }
 
 namespace {
-lily_cuda_tune g_tune = {0, 1, 1, 1, 0, 1, 64, 1, 1, LILY_GDN_AUTO, 1, 1, 1, 1, 1, 0, 2, 1, 0, 0, 0, 0};
+/* the defaults of lily_cuda_tune_reload (which the first lily_cuda_tune_get runs) */
+lily_cuda_tune g_tune = {0, 1, 1, 1, 0, 1, 64, 1, 1, LILY_GDN_AUTO, 1, 1, 1, 1, 3, 1, 4, 1, 0, 0, 2, 0};
 
 int env_int(const char *name, int dflt) {
     const char *v = getenv(name);
@@ -284,8 +285,8 @@ extern "C" void lily_cuda_tune_reload(void) {
     g_tune.wg_swz = env_int("LILY_CUDA_WG_SWZ", 1) != 0;
     g_tune.wg_n64 = env_int("LILY_CUDA_WG_N64", 0) == 1;
     g_tune.attn_swz = env_int("LILY_CUDA_ATTN_SWZ", 0) == 1;
-    const int bk = env_int("LILY_CUDA_ATTN_BULK", 0);
-    g_tune.attn_bulk = bk < 0 || bk > 2 ? 0 : bk;
+    const int bk = env_int("LILY_CUDA_ATTN_BULK", 2);
+    g_tune.attn_bulk = bk < 0 || bk > 2 ? 2 : bk;
     static const struct {
         const char *name;
         int kernel;
