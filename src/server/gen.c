@@ -283,7 +283,7 @@ int lily_gen_run(lily_gen *g, const lily_gen_req *r, lily_gen_result *res) {
                 break;
             }
         }
-        t.logprob = lily_logprob(lg, g->vocab, t.id);
+        t.logprob = r->logprobs ? lily_logprob(lg, g->vocab, t.id) : 0.0f;
         if (r->top_logprobs > 0)
             t.n_top = lily_logprobs_top(lg, g->vocab,
                                         r->top_logprobs < LILY_GEN_MAX_TOP ? r->top_logprobs

@@ -33,7 +33,8 @@ typedef struct lily_gen_opts {
 typedef struct lily_gen_token {
     int32_t id;
     int forced;    /* inserted by the force callback, not sampled */
-    float logprob; /* log-softmax of the raw logits (after logit_bias) */
+    float logprob; /* log-softmax of the raw logits (after logit_bias); 0 unless the request
+                      asked for logprobs */
     int n_top;     /* entries in top_* (the request's top_logprobs) */
     int32_t top_ids[LILY_GEN_MAX_TOP];
     float top_lp[LILY_GEN_MAX_TOP];
@@ -49,6 +50,8 @@ typedef struct lily_gen_req {
     int max_new;    /* generated-token budget (clamped to the context) */
     char **stop;    /* borrowed */
     int n_stop;
+    int logprobs;     /* non-zero: fill each token's logprob (a log-softmax over the whole
+                       vocabulary, ~1-2 ms a token on the host: skipped when not asked) */
     int top_logprobs; /* 0..LILY_GEN_MAX_TOP */
     void *ud;
     /* Polled between prefill chunks and decode steps; non-zero cancels. May be NULL. */

@@ -406,6 +406,7 @@ void lily_job_run(lily_srv *s, lily_job *j) {
         .max_new = j->max_new,
         .stop = r->stop,
         .n_stop = r->n_stop,
+        .logprobs = r->logprobs,
         .top_logprobs = r->logprobs ? r->top_logprobs : 0,
         .ud = &u,
         .cancelled = cb_cancelled,

@@ -65,6 +65,7 @@ static int run(lily_gen *g, const int32_t *p, int n, collect *c, lily_gen_result
                       .n_prompt = n,
                       .ban_id = -1,
                       .max_new = MAX_NEW,
+                      .logprobs = 1, /* the log-probabilities are compared too */
                       .ud = c,
                       .on_text = on_text,
                       .on_prefill = on_prefill,
