@@ -1,0 +1,59 @@
+/* Token sampling on the device: the next token chosen from the logits without copying them to
+ * the host, so a decode step (or a captured graph of one) can feed its own draw into the next.
+ *
+ * The chain is sampler.h's without the penalties, on the same total order (larger logit first,
+ * then lower id): NaN logits are never drawn and +inf counts as FLT_MAX; temperature <= 0 is the
+ * argmax (lowest id on ties); otherwise top-k (the k best in the order), weights
+ * w = expf((l - max) * (float)(1 / T)), min-p (keep w >= min_p, and always the best logit), top-p
+ * (the shortest prefix of the order whose weight reaches top_p times the weight of the top-k set,
+ * sampler.h's target) and a draw proportional to w among the survivors. The selections are exact
+ * in the order: radix selects over 64-bit keys (the logit's order bits, then the id), so ties at a
+ * boundary are cut by id as the CPU sampler cuts them. Weights are summed in 2^-40 fixed point
+ * (deterministic, whatever the block order). The draw is a Gumbel race: the survivor with the
+ * largest (l - max) / T - log(-log u_i), u_i uniform from a counter hash of (seed, step, i), which
+ * picks i with probability w_i / sum(w) in one pass. The sampler's CPU draw walks its candidates
+ * in an order of its own, so the two agree in distribution, not token for token.
+ *
+ * Everything the kernels read lives in device memory: the settings (lily_cuda_sampling) and the
+ * step counter that the draw increments, so a graph that captured a call draws a fresh token on
+ * every replay and follows settings rewritten between replays.
+ *
+ * Status (session 22): written and compiled; tests/parity/test_cuda_sample.c has not yet run on a
+ * GPU (no device time was left), and nothing in the engine calls it yet. */
+#ifndef LILY_BACKEND_CUDA_SAMPLE_H
+#define LILY_BACKEND_CUDA_SAMPLE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "backend/cuda/cuda_mem.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct lily_cuda_sampling {
+    float temperature; /* <= 0: argmax */
+    int top_k;         /* <= 0: off */
+    float top_p;       /* off unless 0 < top_p < 1 */
+    float min_p;       /* off unless > 0; >= 1 keeps only the best logit(s) */
+    int n_ids;         /* ids >= n_ids are never drawn (padding rows); <= 0: none excluded */
+    int ban_id;        /* an id never drawn, or -1 */
+    uint64_t seed;
+} lily_cuda_sampling;
+
+/* Bytes of device scratch one call needs (a fixed size, whatever the vocabulary). */
+size_t lily_cuda_sample_scratch_bytes(void);
+
+/* *d_out = the token drawn from logits[0..V) under *d_cfg (device memory) with the random numbers
+ * of (d_cfg->seed, *d_step); then *d_step += 1. *d_out = -1 when no logit can be drawn (all NaN,
+ * -inf, excluded or banned). scratch: lily_cuda_sample_scratch_bytes() of device memory. */
+int lily_cuda_sample(const float *logits, int V, const lily_cuda_sampling *d_cfg,
+                     uint64_t *d_step, void *scratch, int32_t *d_out, lily_cuda_stream st,
+                     lily_err *e);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
