@@ -66,8 +66,7 @@ static int ref_set(const float *l, int V, const lily_cuda_sampling *c, int32_t *
         uint64_t acc = 0;
         int kept = 0;
         for (int i = 0; i < keep; i++) {
-            if (c->min_p > 0.0f && !((double)w[i] >= (double)c->min_p || cs[i].x == maxl))
-                continue;
+            if (c->min_p > 0.0f && !((double)w[i] >= (double)c->min_p || cs[i].x == maxl)) continue;
             if (w[i] > 0.0f) {
                 ids[kept] = cs[i].id;
                 p[kept++] = w[i];
@@ -76,8 +75,10 @@ static int ref_set(const float *l, int V, const lily_cuda_sampling *c, int32_t *
             if (top_p && acc >= target) break;
         }
         double s = 0;
-        for (int i = 0; i < kept; i++) s += p[i];
-        for (int i = 0; i < kept; i++) p[i] /= s;
+        for (int i = 0; i < kept; i++)
+            s += p[i];
+        for (int i = 0; i < kept; i++)
+            p[i] /= s;
         m = kept;
     }
     free(cs);
@@ -97,19 +98,22 @@ static void make_logits(float *l, int V, float scale, int nan_pm, int ninf_pm, i
         float u1 = 0.5f * (pt_frand() + 1.0f) + 1e-7f, u2 = pt_frand();
         l[i] = scale * sqrtf(-2.0f * logf(u1)) * cosf(3.14159265f * u2);
         int r = (int)(pt_rnd() % 1000);
-        if (r < nan_pm) l[i] = NAN;
-        else if (r < nan_pm + ninf_pm) l[i] = -INFINITY;
-        else if (r < nan_pm + ninf_pm + inf_pm) l[i] = INFINITY;
+        if (r < nan_pm)
+            l[i] = NAN;
+        else if (r < nan_pm + ninf_pm)
+            l[i] = -INFINITY;
+        else if (r < nan_pm + ninf_pm + inf_pm)
+            l[i] = INFINITY;
     }
 }
 
 static const lily_cuda_sampling k_cfgs[] = {
     /* T, top_k, top_p, min_p, n_ids, ban, seed (n_ids / ban filled per vocabulary) */
-    {0.0f, 0, 1.0f, 0.0f, 0, -1, 1},    {1.0f, 0, 1.0f, 0.0f, 0, -1, 2},
-    {0.7f, 0, 0.8f, 0.0f, 0, -1, 3},    {0.6f, 20, 0.95f, 0.0f, 0, -1, 4},
-    {1.0f, 0, 1.0f, 0.05f, 0, -1, 5},   {1.3f, 50, 1.0f, 0.0f, 0, -1, 6},
-    {0.8f, 40, 0.9f, 0.02f, 0, -1, 7},  {1.0f, 0, 1.0f, 1.5f, 0, -1, 8},
-    {1.0f, 1, 1.0f, 0.0f, 0, -1, 9},    {2.0f, 0, 0.3f, 0.0f, 0, -1, 10},
+    {0.0f, 0, 1.0f, 0.0f, 0, -1, 1},   {1.0f, 0, 1.0f, 0.0f, 0, -1, 2},
+    {0.7f, 0, 0.8f, 0.0f, 0, -1, 3},   {0.6f, 20, 0.95f, 0.0f, 0, -1, 4},
+    {1.0f, 0, 1.0f, 0.05f, 0, -1, 5},  {1.3f, 50, 1.0f, 0.0f, 0, -1, 6},
+    {0.8f, 40, 0.9f, 0.02f, 0, -1, 7}, {1.0f, 0, 1.0f, 1.5f, 0, -1, 8},
+    {1.0f, 1, 1.0f, 0.0f, 0, -1, 9},   {2.0f, 0, 0.3f, 0.0f, 0, -1, 10},
     {0.2f, 7, 0.5f, 0.3f, 0, -1, 11},
 };
 enum { NCFG = sizeof k_cfgs / sizeof k_cfgs[0] };
@@ -119,7 +123,8 @@ static void cfg_str(const lily_cuda_sampling *c, char *b, size_t n) {
              c->top_k, (double)c->top_p, (double)c->min_p, c->n_ids, c->ban_id);
 }
 
-/* ---- host: the reference against the CPU sampler ---------------------------------------------- */
+/* ---- host: the reference against the CPU sampler ----------------------------------------------
+ */
 
 static void check_reference(void) {
     const int V = 5003;
@@ -136,8 +141,10 @@ static void check_reference(void) {
         lily_sampler *s;
         lily_err e;
         int ok = m > 0 && lily_sampler_create(&sp, V, &s, &e) == 0;
-        for (int d = 0; ok && d < 300; d++) ok = in_set(ids, m, lily_sampler_sample(s, l, NULL, 0, &e));
-        if (m > 0 && !(c.temperature > 0.0f)) ok = ok && lily_sampler_sample(s, l, NULL, 0, &e) == ids[0];
+        for (int d = 0; ok && d < 300; d++)
+            ok = in_set(ids, m, lily_sampler_sample(s, l, NULL, 0, &e));
+        if (m > 0 && !(c.temperature > 0.0f))
+            ok = ok && lily_sampler_sample(s, l, NULL, 0, &e) == ids[0];
         if (m > 0) lily_sampler_free(s);
         char b[160], w[256];
         cfg_str(&c, b, sizeof b);
@@ -147,7 +154,8 @@ static void check_reference(void) {
     free(l), free(ids), free(p);
 }
 
-/* ---- device ------------------------------------------------------------------------------------ */
+/* ---- device ------------------------------------------------------------------------------------
+ */
 
 typedef struct {
     float *l;
@@ -175,7 +183,9 @@ static int draw(dev *d, int32_t *tok) {
 static void set_cfg(dev *d, const lily_cuda_sampling *c) {
     cudaMemcpy(d->cfg, c, sizeof *c, cudaMemcpyHostToDevice);
 }
-static void set_step(dev *d, uint64_t s) { cudaMemcpy(d->step, &s, 8, cudaMemcpyHostToDevice); }
+static void set_step(dev *d, uint64_t s) {
+    cudaMemcpy(d->step, &s, 8, cudaMemcpyHostToDevice);
+}
 static void set_logits(dev *d, const float *l, int V) {
     d->V = V;
     cudaMemcpy(d->l, l, (size_t)V * 4, cudaMemcpyHostToDevice);
@@ -194,14 +204,17 @@ static void draws_in_set(dev *d, const float *l, const lily_cuda_sampling *c, in
         int32_t t;
         if (draw(d, &t)) ok = 0;
         int j = 0;
-        while (ok && j < m && ids[j] != t) j++;
-        if (ok && j == m) ok = 0, bad_tok = t;
-        else if (ok) cnt[j]++;
+        while (ok && j < m && ids[j] != t)
+            j++;
+        if (ok && j == m)
+            ok = 0, bad_tok = t;
+        else if (ok)
+            cnt[j]++;
     }
     char b[160], w[400];
     cfg_str(c, b, sizeof b);
-    snprintf(w, sizeof w, "%s V=%d %s: %d draws in the reference set of %d%s", what, d->V, b, n,
-             m, ok ? "" : " (a token outside it)");
+    snprintf(w, sizeof w, "%s V=%d %s: %d draws in the reference set of %d%s", what, d->V, b, n, m,
+             ok ? "" : " (a token outside it)");
     if (!ok) printf("     first token outside: %d\n", bad_tok);
     pt_check_true(w, ok);
     if (chi && ok && m > 1) { /* the draws against the reference probabilities */
@@ -276,7 +289,8 @@ int main(void) {
         lily_cuda_sampling c = {1.0f, 2, 1.0f, 0.0f, 0, -1, 50}; /* top-k 2 of three equal */
         draws_in_set(&d, a, &c, 400, "tied top-k", 1);
         float b[10];
-        for (int i = 0; i < 10; i++) b[i] = 0.5f;
+        for (int i = 0; i < 10; i++)
+            b[i] = 0.5f;
         set_logits(&d, b, 10);
         lily_cuda_sampling c2 = {1.0f, 0, 0.35f, 0.0f, 0, -1, 51}; /* top-p: 4 of 10 equal */
         int32_t ids[10];
@@ -320,10 +334,13 @@ int main(void) {
         int32_t a[8], b[8];
         int ok = 1, differ = 0;
         set_step(&d, 100);
-        for (int i = 0; i < 8; i++) ok = ok && draw(&d, &a[i]) == 0;
+        for (int i = 0; i < 8; i++)
+            ok = ok && draw(&d, &a[i]) == 0;
         set_step(&d, 100);
-        for (int i = 0; i < 8; i++) ok = ok && draw(&d, &b[i]) == 0;
-        for (int i = 0; i < 8; i++) ok = ok && a[i] == b[i], differ += i && a[i] != a[0];
+        for (int i = 0; i < 8; i++)
+            ok = ok && draw(&d, &b[i]) == 0;
+        for (int i = 0; i < 8; i++)
+            ok = ok && a[i] == b[i], differ += i && a[i] != a[0];
         uint64_t st = 0;
         cudaMemcpy(&st, d.step, 8, cudaMemcpyDeviceToHost);
         pt_check_true("same seed and step, same tokens; the step counter advances per draw",
@@ -346,13 +363,14 @@ int main(void) {
         pt_check_true("a captured graph replays the draws of steps 100..107", gok);
         if (getenv("LILY_CUDA_TIME")) {
             float us = pt_time_median(t_call, &d, d.st);
-            printf("time sample V=%d (T=1 top_p=0.9): %.1f us a call (19 launches + memset)\n",
-                   V, us);
+            printf("time sample V=%d (T=1 top_p=0.9): %.1f us a call (19 launches + memset)\n", V,
+                   us);
             cudaEvent_t x, y;
             cudaEventCreate(&x), cudaEventCreate(&y);
             float ms = 0;
             cudaEventRecord(x, d.st);
-            for (int i = 0; i < 100 && gok; i++) cudaGraphLaunch(ge, d.st);
+            for (int i = 0; i < 100 && gok; i++)
+                cudaGraphLaunch(ge, d.st);
             cudaEventRecord(y, d.st);
             cudaEventSynchronize(y);
             cudaEventElapsedTime(&ms, x, y);

@@ -17,18 +17,18 @@ constexpr double kFix = 1099511627776.0; /* 2^40: a weight in [0, 1] in fixed po
 typedef unsigned long long u64;
 
 struct smp_state {
-    u64 maxkey;     /* the best usable key (atomicMax); 0: none */
-    u64 n_usable;   /* usable logits */
+    u64 maxkey;      /* the best usable key (atomicMax); 0: none */
+    u64 n_usable;    /* usable logits */
     unsigned ticket; /* blocks done with the running pass; the last one resets it */
-    int k_on, p_on; /* top-k / top-p selection in effect */
-    u64 k_prefix;   /* top-k: the bits of the k-th key fixed so far */
-    u64 k_need;     /* how many keys under the current prefix are still needed */
-    u64 p_prefix;   /* top-p: the bits of the boundary key fixed so far */
-    u64 p_acc;      /* weight of the kept keys above the current prefix (fixed point) */
-    u64 p_target;   /* ceil(top_p * p_total) */
-    u64 p_total;    /* weight of the top-k set */
-    u64 race;       /* the best race key (atomicMax) */
-    u64 hist[256];  /* the running round's counts or weights per digit */
+    int k_on, p_on;  /* top-k / top-p selection in effect */
+    u64 k_prefix;    /* top-k: the bits of the k-th key fixed so far */
+    u64 k_need;      /* how many keys under the current prefix are still needed */
+    u64 p_prefix;    /* top-p: the bits of the boundary key fixed so far */
+    u64 p_acc;       /* weight of the kept keys above the current prefix (fixed point) */
+    u64 p_target;    /* ceil(top_p * p_total) */
+    u64 p_total;     /* weight of the top-k set */
+    u64 race;        /* the best race key (atomicMax) */
+    u64 hist[256];   /* the running round's counts or weights per digit */
 };
 
 /* float -> unsigned with the same order (finite values and infinities) */
@@ -43,7 +43,9 @@ __device__ __forceinline__ float order_float(uint32_t k) {
 __device__ __forceinline__ u64 key_of(float x, int i) {
     return ((u64)order_bits(x) << 32) | (0xffffffffu - (uint32_t)i);
 }
-__device__ __forceinline__ int32_t id_of(u64 k) { return (int32_t)(0xffffffffu - (uint32_t)k); }
+__device__ __forceinline__ int32_t id_of(u64 k) {
+    return (int32_t)(0xffffffffu - (uint32_t)k);
+}
 
 /* logits[i] as the sampler sees it, false when it cannot be drawn */
 __device__ __forceinline__ bool usable(const float *__restrict__ l, int i,
@@ -57,12 +59,14 @@ __device__ __forceinline__ bool usable(const float *__restrict__ l, int i,
 
 __device__ u64 block_sum(u64 v) {
     __shared__ u64 w[kThreads / 32];
-    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    for (int o = 16; o > 0; o >>= 1)
+        v += __shfl_xor_sync(0xffffffffu, v, o);
     __syncthreads();
     if ((threadIdx.x & 31) == 0) w[threadIdx.x >> 5] = v;
     __syncthreads();
     u64 s = 0;
-    for (int i = 0; i < kThreads / 32; i++) s += w[i];
+    for (int i = 0; i < kThreads / 32; i++)
+        s += w[i];
     return s;
 }
 __device__ u64 block_max(u64 v) {
@@ -75,7 +79,8 @@ __device__ u64 block_max(u64 v) {
     if ((threadIdx.x & 31) == 0) w[threadIdx.x >> 5] = v;
     __syncthreads();
     u64 m = 0;
-    for (int i = 0; i < kThreads / 32; i++) m = w[i] > m ? w[i] : m;
+    for (int i = 0; i < kThreads / 32; i++)
+        m = w[i] > m ? w[i] : m;
     return m;
 }
 
@@ -106,7 +111,8 @@ __device__ int pick_digit(const u64 *hist, u64 need, u64 *above_out) {
     if (lane == 31) w[t >> 5] = x;
     if (t == 0) res = -1, res_above = 0;
     __syncthreads();
-    for (int i = 0; i < (t >> 5); i++) x += w[i];
+    for (int i = 0; i < (t >> 5); i++)
+        x += w[i];
     const u64 above = x - v;
     if (above < need && x >= need) res = 255 - t, res_above = above;
     __syncthreads();
@@ -124,13 +130,13 @@ __device__ void push_hist(u64 *sh, smp_state *s) {
 /* in the last block, after pick_digit has read the histogram: zero it and the ticket */
 __device__ void reset_pass(smp_state *s) {
     __syncthreads();
-    for (int j = threadIdx.x; j < 256; j += kThreads) s->hist[j] = 0;
+    for (int j = threadIdx.x; j < 256; j += kThreads)
+        s->hist[j] = 0;
     if (threadIdx.x == 0) s->ticket = 0;
 }
 
 __global__ void __launch_bounds__(kThreads)
-    stats_kernel(const float *__restrict__ l, int V, const lily_cuda_sampling *cfg,
-                 smp_state *s) {
+    stats_kernel(const float *__restrict__ l, int V, const lily_cuda_sampling *cfg, smp_state *s) {
     const lily_cuda_sampling c = *cfg;
     u64 best = 0, n = 0;
     for (int i = blockIdx.x * kThreads + threadIdx.x; i < V; i += gridDim.x * kThreads) {
@@ -160,7 +166,8 @@ __global__ void __launch_bounds__(kThreads)
                  int r) {
     if (!s->k_on) return;
     __shared__ u64 h[256];
-    for (int j = threadIdx.x; j < 256; j += kThreads) h[j] = 0;
+    for (int j = threadIdx.x; j < 256; j += kThreads)
+        h[j] = 0;
     __syncthreads();
     const lily_cuda_sampling c = *cfg;
     const u64 pre = s->k_prefix;
@@ -212,7 +219,8 @@ __global__ void __launch_bounds__(kThreads)
     if (!(c.temperature > 0.0f) || !(c.top_p > 0.0f && c.top_p < 1.0f) || !s->maxkey) return;
     if (r > 0 && !s->p_on) return;
     __shared__ u64 h[256];
-    for (int j = threadIdx.x; j < 256; j += kThreads) h[j] = 0;
+    for (int j = threadIdx.x; j < 256; j += kThreads)
+        h[j] = 0;
     __syncthreads();
     const weights wt = weights_of(s, c);
     const u64 pre = s->p_prefix;
@@ -286,8 +294,8 @@ __global__ void __launch_bounds__(kThreads)
             const float w = expf(lw);
             if (w == 0.0f) continue; /* weight 0: the CPU sampler never draws it either */
             if (c.min_p > 0.0f && !((double)w >= (double)c.min_p || x == wt.maxl)) continue;
-            const u64 rk = ((u64)order_bits(lw + gumbel(c.seed, step, i)) << 32) |
-                           (0xffffffffu - (uint32_t)i);
+            const u64 rk =
+                ((u64)order_bits(lw + gumbel(c.seed, step, i)) << 32) | (0xffffffffu - (uint32_t)i);
             best = rk > best ? rk : best;
         }
         best = block_max(best);
@@ -302,7 +310,9 @@ __global__ void __launch_bounds__(kThreads)
 
 } // namespace
 
-extern "C" size_t lily_cuda_sample_scratch_bytes(void) { return sizeof(smp_state); }
+extern "C" size_t lily_cuda_sample_scratch_bytes(void) {
+    return sizeof(smp_state);
+}
 
 extern "C" int lily_cuda_sample(const float *logits, int V, const lily_cuda_sampling *d_cfg,
                                 uint64_t *d_step, void *scratch, int32_t *d_out,

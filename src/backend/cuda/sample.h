@@ -48,9 +48,8 @@ size_t lily_cuda_sample_scratch_bytes(void);
 /* *d_out = the token drawn from logits[0..V) under *d_cfg (device memory) with the random numbers
  * of (d_cfg->seed, *d_step); then *d_step += 1. *d_out = -1 when no logit can be drawn (all NaN,
  * -inf, excluded or banned). scratch: lily_cuda_sample_scratch_bytes() of device memory. */
-int lily_cuda_sample(const float *logits, int V, const lily_cuda_sampling *d_cfg,
-                     uint64_t *d_step, void *scratch, int32_t *d_out, lily_cuda_stream st,
-                     lily_err *e);
+int lily_cuda_sample(const float *logits, int V, const lily_cuda_sampling *d_cfg, uint64_t *d_step,
+                     void *scratch, int32_t *d_out, lily_cuda_stream st, lily_err *e);
 
 #ifdef __cplusplus
 }
