@@ -232,10 +232,35 @@ static void apply_penalties(lily_sampler *s, const int32_t *history, int n_histo
     }
 }
 
+/* Whether the penalties would change any logit of this call. */
+static int penalties_act(const lily_sampler *s, const int32_t *history, int n_history) {
+    const lily_sampler_params *p = &s->p;
+    return (p->repeat_penalty > 0.0f && p->repeat_penalty != 1.0f && history && n_history > 0) ||
+           ((p->presence_penalty != 0.0f || p->frequency_penalty != 0.0f) && s->n_seen > 0);
+}
+
+/* Greedy without penalties, straight from the caller's logits (no working copy): the largest
+ * usable logit, +inf counting as FLT_MAX, the lowest id on ties; -1 when none is usable. */
+static int32_t greedy_pick(const float *logits, int V) {
+    float m = -INFINITY;
+    for (int i = 0; i < V; i++) /* NaN compares false: never the maximum */
+        if (logits[i] > m) m = logits[i];
+    if (m == -INFINITY) return -1;
+    const float want = m == INFINITY ? FLT_MAX : m; /* FLT_MAX ties with +inf */
+    for (int i = 0; i < V; i++)
+        if (logits[i] == want || (want == FLT_MAX && logits[i] == INFINITY)) return i;
+    return -1; /* not reached */
+}
+
 int32_t lily_sampler_sample(lily_sampler *s, const float *logits, const int32_t *history,
                             int n_history, lily_err *err) {
     const lily_sampler_params *p = &s->p;
     int V = s->vocab;
+    if (p->temperature <= 0.0f && !penalties_act(s, history, n_history)) {
+        int32_t t = greedy_pick(logits, V);
+        if (t < 0) return lily_fail(err, "sampler: no usable logit (all NaN or -inf)");
+        return t;
+    }
     float *w = s->w;
     int n_usable = 0;
     for (int i = 0; i < V; i++) {

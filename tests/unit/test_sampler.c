@@ -67,6 +67,18 @@ static void test_greedy(void) {
     lily_sampler_sample(s, l, hist, 3, NULL);
     CHECK(memcmp(copy, l, sizeof l) == 0, "sample modified the caller's logits");
     lily_sampler_free(s);
+    /* the penalty-free greedy pick reads the caller's logits directly: NaN never wins, +inf
+     * counts as FLT_MAX (so it ties with FLT_MAX: lowest id), nothing usable is an error */
+    float g[5] = {NAN, 1.0f, FLT_MAX, INFINITY, NAN};
+    lily_sampler *s5 = make(zero, 5);
+    lily_err err;
+    CHECK(lily_sampler_sample(s5, g, NULL, 0, NULL) == 2, "greedy: FLT_MAX before +inf");
+    g[2] = 0.0f;
+    CHECK(lily_sampler_sample(s5, g, NULL, 0, NULL) == 3, "greedy: +inf wins");
+    for (int i = 0; i < 5; i++) g[i] = i % 2 ? -INFINITY : NAN;
+    CHECK(lily_sampler_sample(s5, g, NULL, 0, &err) == -1 && strstr(err.msg, "no usable logit"),
+          "greedy: all NaN / -inf must fail with a message");
+    lily_sampler_free(s5);
     printf("greedy: argmax over 20 random vocabularies of %d, ties -> lowest id\n", V);
 }
 
