@@ -273,12 +273,7 @@ int32_t lily_sampler_sample(lily_sampler *s, const float *logits, const int32_t 
     if (n_usable == 0) return lily_fail(err, "sampler: no usable logit (all NaN or -inf)");
     apply_penalties(s, history, n_history);
 
-    if (p->temperature <= 0.0f) {
-        int best = -1;
-        for (int i = 0; i < V; i++)
-            if (w[i] != -INFINITY && (best < 0 || w[i] > w[best])) best = i;
-        return best;
-    }
+    if (p->temperature <= 0.0f) return greedy_pick(w, V); /* the penalised logits */
 
     /* Candidates: every usable token. */
     cand *c = s->c;
