@@ -100,7 +100,29 @@ int lily_session_decode(lily_session *s, int32_t token, lily_err *err);
  * back to back on the device (the graph of a step feeds its argmax into the next). */
 int lily_session_decode_greedy(lily_session *s, int32_t token, int n, int32_t *out,
                                lily_err *err);
-/* Logits after the last consumed token, [vocab]. Borrowed, valid until the next call on s. */
+/* Drawing a token on the backend (lily_session_decode_sample): sampler.h's chain without the
+ * penalties (temperature <= 0: argmax; top_k <= 0, top_p outside (0, 1), min_p <= 0: off), ids a
+ * draw must never return, and which random numbers to use. */
+typedef struct lily_draw {
+    float temperature;
+    int top_k;
+    float top_p;
+    float min_p;
+    int n_ids;     /* ids >= n_ids are never drawn (padding rows); <= 0: none excluded */
+    int ban_id;    /* an id never drawn, or -1 */
+    uint64_t seed; /* with step: the random numbers of the draw */
+    uint64_t step; /* the caller counts its draws (the same seed and step draw the same token) */
+} lily_draw;
+/* Non-zero when the backend draws tokens itself (CUDA); otherwise decode and sample on the host
+ * from lily_session_logits. */
+int lily_session_can_decode_sample(const lily_session *s);
+/* Consumes token, then draws the next token from that step's logits on the backend under d,
+ * without bringing the logits to the host: lily_session_logits returns NULL until a call that
+ * brings them (prefill, decode). Fails when the backend cannot draw, or nothing is drawable. */
+int lily_session_decode_sample(lily_session *s, int32_t token, const lily_draw *d, int32_t *next,
+                               lily_err *err);
+/* Logits after the last consumed token, [vocab] (NULL when none are on the host: an empty
+ * session, or after lily_session_decode_sample). Borrowed, valid until the next call on s. */
 const float *lily_session_logits(lily_session *s);
 
 /* Snapshots hold a session's full state (KV up to pos, conv and recurrent states, logits). */

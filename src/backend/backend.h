@@ -52,6 +52,12 @@ typedef struct lily_backend_ops {
      * [V] logits of the last step. */
     int (*decode_greedy)(lily_backend *b, lily_bstate *s, int32_t token, int pos, int n,
                          int32_t *out, float *logits, lily_err *e);
+
+    /* Optional (NULL: the engine samples on the host): one decode step of token at pos, as
+     * forward with n = 1 but leaving the logits on the device, then the next token drawn from
+     * them there under d (lily.h) into *out. */
+    int (*decode_sample)(lily_backend *b, lily_bstate *s, int32_t token, int pos,
+                         const lily_draw *d, int32_t *out, lily_err *e);
 } lily_backend_ops;
 
 extern const lily_backend_ops lily_backend_cpu;

@@ -4,6 +4,7 @@
  * the logits of its last position; prefill splits the input into chunks of at most
  * opts.prefill_chunk tokens so working memory does not grow with the prompt. Snapshots are
  * backend states holding exactly the positions consumed so far, plus the logits. */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -201,6 +202,27 @@ int lily_session_decode(lily_session *s, int32_t token, lily_err *err) {
         return -1;
     s->pos++;
     s->has_logits = 1;
+    return 0;
+}
+
+int lily_session_can_decode_sample(const lily_session *s) {
+    return s->eng->ops->decode_sample != NULL;
+}
+
+int lily_session_decode_sample(lily_session *s, int32_t token, const lily_draw *d, int32_t *next,
+                               lily_err *err) {
+    if (!s->eng->ops->decode_sample)
+        return lily_fail(err, "the %s backend does not draw tokens itself", s->eng->ops->name);
+    if (!d || !next) return lily_fail(err, "decode_sample: no draw settings or output");
+    if (isnan(d->temperature) || isinf(d->temperature) || isnan(d->top_p) || isnan(d->min_p))
+        return lily_fail(err, "decode_sample: temperature, top_p and min_p must be numbers");
+    if (s->pos + 1 > s->max_ctx)
+        return lily_fail(err, "context overflow: the session holds its maximum of %d tokens",
+                         s->max_ctx);
+    if (s->eng->ops->decode_sample(s->eng->be, s->st, token, s->pos, d, next, err) != 0)
+        return -1;
+    s->pos++;
+    s->has_logits = 0; /* they stayed on the device */
     return 0;
 }
 

@@ -249,6 +249,18 @@ int lily_gen_run(lily_gen *g, const lily_gen_req *r, lily_gen_result *res) {
     int32_t forced[64];
     int n_forced = 0, i_forced = 0;
     int max_new = r->max_new > 0 ? r->max_new : g->max_ctx;
+    /* Draws on the backend when it can (CUDA: 4 bytes a token come back instead of the logits and
+     * a host pass over them), unless the request needs the logits on the host: logprobs,
+     * logit_bias, penalties. The first token (the prompt's logits are on the host) and forced
+     * tokens come as before. */
+    const lily_sampler_params *sp = &r->sp;
+    const int dev = lily_session_can_decode_sample(g->sess) && !r->logprobs &&
+                    r->top_logprobs == 0 && r->n_bias == 0 &&
+                    (sp->repeat_penalty == 0.0f || sp->repeat_penalty == 1.0f) &&
+                    sp->presence_penalty == 0.0f && sp->frequency_penalty == 0.0f;
+    lily_draw dr = {sp->temperature, sp->top_k, sp->top_p, sp->min_p,
+                    g->tok_vocab,    r->ban_id, sp->seed,  0};
+    int32_t drawn = -1; /* the token the backend drew after the last decode (dev) */
     double t0 = lily_now();
     res->finish = NULL;
     while (!res->finish) {
@@ -260,21 +272,26 @@ int lily_gen_run(lily_gen *g, const lily_gen_req *r, lily_gen_result *res) {
             res->finish = "length";
             break;
         }
-        const float *logits = lily_session_logits(g->sess);
-        if (!logits) {
-            snprintf(res->error, sizeof res->error, "session has no logits");
-            res->finish = "error";
-            break;
+        const float *lg = NULL; /* the masked logits on the host (none after a device draw) */
+        if (drawn < 0) {
+            const float *logits = lily_session_logits(g->sess);
+            if (!logits) {
+                snprintf(res->error, sizeof res->error, "session has no logits");
+                res->finish = "error";
+                break;
+            }
+            lg = masked_logits(g, r, logits);
         }
         if (i_forced == n_forced && r->force) {
             n_forced = r->force(r->ud, forced, 64);
             i_forced = 0;
         }
-        const float *lg = masked_logits(g, r, logits);
         lily_gen_token t = {0};
         if (i_forced < n_forced) {
             t.id = forced[i_forced++];
             t.forced = 1;
+        } else if (!lg) {
+            t.id = drawn;
         } else {
             t.id = lily_sampler_sample(smp, lg, g->hist, g->n_hist, &e);
             if (t.id < 0) {
@@ -283,12 +300,14 @@ int lily_gen_run(lily_gen *g, const lily_gen_req *r, lily_gen_result *res) {
                 break;
             }
         }
-        t.logprob = r->logprobs ? lily_logprob(lg, g->vocab, t.id) : 0.0f;
-        if (r->top_logprobs > 0)
-            t.n_top = lily_logprobs_top(lg, g->vocab,
-                                        r->top_logprobs < LILY_GEN_MAX_TOP ? r->top_logprobs
-                                                                           : LILY_GEN_MAX_TOP,
-                                        t.top_ids, t.top_lp);
+        if (lg) { /* (dev excludes logprobs: the host always has the logits when they are asked) */
+            t.logprob = r->logprobs ? lily_logprob(lg, g->vocab, t.id) : 0.0f;
+            if (r->top_logprobs > 0)
+                t.n_top = lily_logprobs_top(lg, g->vocab,
+                                            r->top_logprobs < LILY_GEN_MAX_TOP ? r->top_logprobs
+                                                                               : LILY_GEN_MAX_TOP,
+                                            t.top_ids, t.top_lp);
+        }
         if (lily_gen_is_eos(g, t.id)) {
             res->finish = "stop";
             res->eos = 1;
@@ -310,7 +329,9 @@ int lily_gen_run(lily_gen *g, const lily_gen_req *r, lily_gen_result *res) {
             res->finish = "length";
             break;
         }
-        if (lily_session_decode(g->sess, t.id, &e)) {
+        dr.step = (uint64_t)res->n_gen;
+        if (dev ? lily_session_decode_sample(g->sess, t.id, &dr, &drawn, &e)
+                : lily_session_decode(g->sess, t.id, &e)) {
             snprintf(res->error, sizeof res->error, "%s", e.msg);
             res->finish = "error";
             lily_gen_reset(g);

@@ -152,6 +152,45 @@ static void run_model(const char *dir, const char *label) {
                  label, NG);
         pt_check_true(what, same && rel_err(lg2, lg, V) == 0.0);
     }
+    /* device draws (decode_sample): at T = 0 the host's argmax loop; at T > 0 the same tokens
+     * from two identical states with the same (seed, step), inside n_ids, never the banned id */
+    {
+        enum { NS = 10 };
+        int p2 = pos + 1 + 12, sok = !gpu->state_copy(bg, sg2, sg, p2, &e);
+        lily_draw g0 = {0.0f, 0, 1.0f, 0.0f, 0, -1, 1, 0};
+        int32_t a = 13 % V, h = a, da[NS], hb[NS];
+        for (int i = 0; i < NS && sok; i++) {
+            sok = !gpu->decode_sample(bg, sg2, a, p2 + i, &g0, &da[i], &e) &&
+                  !gpu->forward(bg, sg, &h, 1, p2 + i, lg, 0, &e);
+            a = da[i];
+            hb[i] = h = argmax_h(lg, V);
+        }
+        int same = sok;
+        for (int i = 0; i < NS && same; i++) same = da[i] == hb[i];
+        if (!sok) printf("  decode_sample failed: %s\n", e.msg);
+        snprintf(what, sizeof what, "%s decode_sample at T=0 = the host argmax loop (%d tokens)",
+                 label, NS);
+        pt_check_true(what, same);
+        p2 += NS;
+        sok = !gpu->state_copy(bg, sg2, sg, p2, &e);
+        lily_draw g1 = {0.8f, 50, 0.9f, 0.0f, V - 2, hb[NS - 1], 99, 0};
+        int32_t x = 5 % V, y = x, dx, dy;
+        int match = 1, inside = 1;
+        for (int i = 0; i < NS && sok; i++, p2++) {
+            g1.step = (uint64_t)i;
+            sok = !gpu->decode_sample(bg, sg, x, p2, &g1, &dx, &e) &&
+                  !gpu->decode_sample(bg, sg2, y, p2, &g1, &dy, &e);
+            match = match && dx == dy;
+            inside = inside && dx >= 0 && dx < V - 2 && dx != g1.ban_id;
+            x = dx, y = dy;
+        }
+        if (!sok) printf("  decode_sample failed: %s\n", e.msg);
+        snprintf(what, sizeof what,
+                 "%s decode_sample at T=0.8 top_k=50 top_p=0.9: identical states draw alike, "
+                 "inside n_ids, never the banned id",
+                 label);
+        pt_check_true(what, sok && match && inside);
+    }
     /* reset, then all-rows prefill of 37 tokens */
     cpu->state_reset(bc, sc);
     gpu->state_reset(bg, sg);

@@ -15,6 +15,7 @@
  * prompt. Calls on one backend are serialised by a mutex. */
 #include <math.h>
 #include <pthread.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,6 +28,7 @@
 #include "backend/cuda/gemv.h"
 #include "backend/cuda/misc.h"
 #include "backend/cuda/moe.h"
+#include "backend/cuda/sample.h"
 
 extern "C" {
 #include "backend/backend.h"
@@ -58,6 +60,13 @@ struct cu_layer {
 
 } // namespace
 
+/* what a device draw reads and writes (sample.h) */
+struct smp_io {
+    lily_cuda_sampling cfg;
+    uint64_t step;
+    int32_t out;
+};
+
 struct lily_backend {
     const lily_model *m;
     int chunk, C, qw, kvw, Zw, maxw;
@@ -73,6 +82,11 @@ struct lily_backend {
     int32_t *d_tok, *d_pos, *d_argmax;
     int32_t *d_ring, *d_step; /* greedy loop: tokens of consecutive graph replays */
     int32_t *h_tok, *h_pos; /* pinned */
+    /* decode_sample: the draw's settings, step and token (device, and a pinned copy), the
+     * sampler's scratch, and the sampler's launches captured once as a graph */
+    smp_io *smp_d, *smp_h;
+    void *smp_scr;
+    cudaGraphExec_t smp_graph;
     int logits_all_rows;
     size_t weight_bytes;
 };
@@ -287,6 +301,10 @@ void cu_close_impl(lily_backend *b) {
     lily_cuda_free(b->d_step);
     if (b->h_tok) cudaFreeHost(b->h_tok);
     if (b->h_pos) cudaFreeHost(b->h_pos);
+    if (b->smp_graph) cudaGraphExecDestroy(b->smp_graph);
+    lily_cuda_free(b->smp_d);
+    lily_cuda_free(b->smp_scr);
+    if (b->smp_h) cudaFreeHost(b->smp_h);
     if (b->st) cudaStreamDestroy(b->st);
     pthread_mutex_destroy(&b->mu);
     free(b);
@@ -384,8 +402,12 @@ int cu_open(const lily_model *m, const lily_engine_opts *opts, lily_backend **ou
             lily_cuda_memset(b->d_step, 0, 4, b->st, e) ||
             lily_cuda_memset(b->d_ring, 0, kRing * 4, b->st, e))
             break;
+        if (!(b->smp_d = (smp_io *)lily_cuda_alloc(sizeof(smp_io), e)) ||
+            !(b->smp_scr = lily_cuda_alloc(lily_cuda_sample_scratch_bytes(), e)))
+            break;
         if (cudaMallocHost((void **)&b->h_tok, fn * 4) != cudaSuccess ||
-            cudaMallocHost((void **)&b->h_pos, 4) != cudaSuccess) {
+            cudaMallocHost((void **)&b->h_pos, 4) != cudaSuccess ||
+            cudaMallocHost((void **)&b->smp_h, sizeof(smp_io)) != cudaSuccess) {
             lily_fail(e, "cudaMallocHost failed");
             break;
         }
@@ -789,9 +811,75 @@ int cu_decode_greedy(lily_backend *b, lily_bstate *s, int32_t token, int pos, in
     return rc;
 }
 
+/* The sampler's launches on b->logits (its settings and step in b->smp_d), captured once. */
+int capture_sample(lily_backend *b, lily_err *e) {
+    cudaGraph_t g = nullptr;
+    LILY_CU_TRY(cudaStreamBeginCapture(b->st, cudaStreamCaptureModeRelaxed), e);
+    int rc = lily_cuda_sample(b->logits, b->m->cfg.vocab, &b->smp_d->cfg, &b->smp_d->step,
+                              b->smp_scr, &b->smp_d->out, b->st, e);
+    cudaError_t ce = cudaStreamEndCapture(b->st, &g);
+    if (rc || ce != cudaSuccess) {
+        if (g) cudaGraphDestroy(g);
+        (void)cudaGetLastError();
+        return rc ? -1 : lily_fail(e, "sampler graph capture: %s", cudaGetErrorString(ce));
+    }
+    ce = cudaGraphInstantiate(&b->smp_graph, g, 0);
+    cudaGraphDestroy(g);
+    if (ce != cudaSuccess) {
+        b->smp_graph = nullptr;
+        return lily_fail(e, "sampler graph instantiate: %s", cudaGetErrorString(ce));
+    }
+    return 0;
+}
+
+/* A decode step whose logits stay on the device, then the draw there: 4 bytes come back instead
+ * of the 1 MB of logits and the host's pass over them. */
+int cu_decode_sample(lily_backend *b, lily_bstate *s, int32_t token, int pos, const lily_draw *d,
+                     int32_t *out, lily_err *e) {
+    const lily_config *c = &b->m->cfg;
+    if (pos < 0 || pos + 1 > s->max_ctx)
+        return lily_fail(e, "context overflow: %d + 1 tokens exceed the context of %d", pos,
+                         s->max_ctx);
+    if (token < 0 || token >= c->vocab)
+        return lily_fail(e, "token id %d out of range [0, %d)", token, c->vocab);
+    pthread_mutex_lock(&b->mu);
+    int rc = -1;
+    do {
+        if (forward_locked(b, s, &token, 1, pos, nullptr, 0, e)) break;
+        smp_io *h = b->smp_h;
+        h->cfg.temperature = d->temperature;
+        h->cfg.top_k = d->top_k;
+        h->cfg.top_p = d->top_p;
+        h->cfg.min_p = d->min_p;
+        h->cfg.n_ids = d->n_ids;
+        h->cfg.ban_id = d->ban_id;
+        h->cfg.seed = d->seed;
+        h->step = d->step;
+        if (!b->smp_graph && capture_sample(b, e)) break;
+        if (cudaMemcpyAsync(b->smp_d, h, offsetof(smp_io, out), cudaMemcpyHostToDevice,
+                            b->st) != cudaSuccess ||
+            cudaGraphLaunch(b->smp_graph, b->st) != cudaSuccess ||
+            cudaMemcpyAsync(&h->out, &b->smp_d->out, 4, cudaMemcpyDeviceToHost, b->st) !=
+                cudaSuccess ||
+            cudaStreamSynchronize(b->st) != cudaSuccess) {
+            lily_fail(e, "decode_sample: %s", cudaGetErrorString(cudaGetLastError()));
+            break;
+        }
+        if (h->out < 0) {
+            lily_fail(e, "decode_sample: no drawable logit (all NaN, -inf, excluded or banned)");
+            break;
+        }
+        *out = h->out;
+        rc = 0;
+    } while (0);
+    pthread_mutex_unlock(&b->mu);
+    return rc;
+}
+
 } // namespace
 
 extern "C" const lily_backend_ops lily_backend_cuda = {
     "cuda",          cu_open,        cu_close,       cu_state_create, cu_state_free,
     cu_state_reset,  cu_state_copy,  cu_state_bytes, cu_forward,      cu_decode_greedy,
+    cu_decode_sample,
 };
