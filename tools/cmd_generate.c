@@ -11,13 +11,16 @@ static void usage(FILE *f) {
     fprintf(f, "usage: lily generate --model DIR --tokens \"ID ID ...\" [-n N] [--temp T]\n"
                "                     [--top-k K] [--top-p P] [--min-p P] [--seed S]\n"
                "                     [--backend cpu|cuda] [--threads N] [--ctx N]\n"
+               "                     [--sample-on device|host]\n"
                "Prints the generated ids on one line; stops at an end-of-sequence id or after N\n"
-               "tokens (default 32). Speed goes to stderr.\n");
+               "tokens (default 32). Speed goes to stderr. Tokens are drawn on the backend when\n"
+               "it can (CUDA: the logits stay on the GPU), on the host otherwise or with\n"
+               "--sample-on host (the CPU sampler: other random numbers, same distribution).\n");
 }
 
 int lily_cmd_generate(int argc, char **argv) {
     const char *model = NULL, *tokstr = NULL;
-    int n_gen = 32, ctx = 0;
+    int n_gen = 32, ctx = 0, on_host = 0;
     lily_engine_opts opts = {0};
     lily_sampler_params sp = {0}; /* greedy unless --temp is given */
     sp.top_p = 1.0f;
@@ -38,6 +41,13 @@ int lily_cmd_generate(int argc, char **argv) {
         else if (!strcmp(a, "--seed")) sp.seed = strtoull(v, NULL, 10);
         else if (!strcmp(a, "--threads")) opts.n_threads = atoi(v);
         else if (!strcmp(a, "--ctx")) ctx = atoi(v);
+        else if (!strcmp(a, "--sample-on")) {
+            if (strcmp(v, "host") && strcmp(v, "device")) {
+                fprintf(stderr, "lily generate: --sample-on takes device or host, not '%s'\n", v);
+                return 2;
+            }
+            on_host = !strcmp(v, "host");
+        }
         else if (!strcmp(a, "--backend")) {
             if (lily_cli_backend(v, &opts.backend)) return 2;
         } else {
@@ -85,9 +95,16 @@ int lily_cmd_generate(int argc, char **argv) {
     double t0 = lily_now();
     if (lily_session_prefill(s, tok, n, NULL, NULL, NULL, &e) != 0) goto fail;
     double t1 = lily_now();
+    /* the first token from the prompt's logits on the host, the rest drawn on the backend
+     * (lily_session_decode_sample) unless asked otherwise */
+    const int dev = !on_host && lily_session_can_decode_sample(s);
+    lily_draw dr = {sp.temperature, sp.top_k, sp.top_p, sp.min_p, 0, -1, sp.seed, 0};
+    int32_t drawn = -1;
     int made = 0;
     for (; made < n_gen; made++) {
-        int32_t next = lily_sampler_sample(smp, lily_session_logits(s), tok, n + made, &e);
+        int32_t next = drawn >= 0 ? drawn
+                                  : lily_sampler_sample(smp, lily_session_logits(s), tok,
+                                                        n + made, &e);
         if (next < 0) goto fail;
         lily_sampler_accept(smp, next);
         tok[n + made] = next;
@@ -99,12 +116,17 @@ int lily_cmd_generate(int argc, char **argv) {
             made++;
             break;
         }
-        if (made + 1 < n_gen && lily_session_decode(s, next, &e) != 0) goto fail;
+        dr.step = (uint64_t)made;
+        if (made + 1 < n_gen && (dev ? lily_session_decode_sample(s, next, &dr, &drawn, &e)
+                                     : lily_session_decode(s, next, &e)) != 0)
+            goto fail;
     }
     double t2 = lily_now();
     printf("\n");
-    fprintf(stderr, "prefill %d tokens: %.1f tok/s; generated %d tokens: %.2f tok/s\n", n,
-            n / (t1 - t0), made, made > 1 ? (made - 1) / (t2 - t1) : 0.0);
+    fprintf(stderr,
+            "prefill %d tokens: %.1f tok/s; generated %d tokens: %.2f tok/s (drawn on the %s)\n",
+            n, n / (t1 - t0), made, made > 1 ? (made - 1) / (t2 - t1) : 0.0,
+            dev ? "backend" : "host");
     rc = 0;
     goto done;
 fail:
