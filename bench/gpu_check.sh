@@ -17,7 +17,8 @@
 # environment settings (see there). GPU_CHECK_CARRY names the carry folder (default .devcarry), GPU_CHECK_TESTS the
 # parity binaries to build and pack (default: all). GPU_CHECK_SWEEP=1 adds the
 # full prefill/decode sweep of issue 5 (256..128K and two agent turns, --json to $OUT/sweep.json).
-# GPU_CHECK_AB_CARRIES compares whole builds (lily bench from each carry folder, alternated).
+# GPU_CHECK_GENERATE=1 times lily generate with the next token drawn on the GPU against the host
+# sampler (lily stage). GPU_CHECK_AB_CARRIES compares whole builds (lily bench from each carry folder, alternated).
 # GPU_CHECK_VARIANTS compares tuning switches in one process, GPU_CHECK_NCU_KERNEL profiles one
 # kernel with every ncu section (both in the bench stage). GPU_CHECK_BENCH_DIR picks where the synthetic 35B checkpoint is written (local
 # disk, ~19.5 GB; default /tmp/lily35b).
@@ -123,14 +124,16 @@ if [[ $skip != *" sanitizer "* ]] && command -v compute-sanitizer >/dev/null; th
     echo "== compute-sanitizer"
     # bounded: a sanitizer slows kernels 10-100x; errors print as they are found. LILY_CUDA_SAN=1
     # makes the tests that have one run their sanitizer-sized case list (all paths, smaller shapes)
-    for run in ${GPU_CHECK_SAN:-memcheck:gemv memcheck:gdn memcheck:gemm memcheck:attn memcheck:moe
-        racecheck:gemm racecheck:attn}; do
+    for run in ${GPU_CHECK_SAN:-memcheck:gemv memcheck:gdn memcheck:gemm memcheck:attn memcheck:moe memcheck:sample
+        racecheck:gemm racecheck:attn racecheck:sample}; do
         tool=${run%:*} t=${run#*:}
         {
-            # racecheck on attention: its own, smaller case list (test_cuda_attn.c)
+            # racecheck on attention and the sampler: their own, smaller case lists
             lvl=1
-            [ "$run" = racecheck:attn ] && lvl=2
-            LILY_CUDA_SAN=$lvl timeout ${GPU_CHECK_SAN_S:-20} compute-sanitizer --tool $tool --error-exitcode 3 \
+            [ "$run" = racecheck:attn ] || [ "$run" = racecheck:sample ] && lvl=2
+            lim=${GPU_CHECK_SAN_S:-20}
+            [ "$t" = sample ] && lim=${GPU_CHECK_SAN_S:-60} # racecheck: 24 s on an H100
+            LILY_CUDA_SAN=$lvl timeout $lim compute-sanitizer --tool $tool --error-exitcode 3 \
                 "$work/bin/test_cuda_$t" >"$logs/san_${tool}_$t.log" 2>&1
             rc=$?
             printf '%-10s %-6s rc=%d  %s\n' $tool $t $rc \
@@ -261,13 +264,31 @@ PY
                 done
             done
         fi
+        if [ "${GPU_CHECK_GENERATE:-0}" = 1 ]; then
+            # tokens drawn on the GPU (lily_session_decode_sample) against the host sampler
+            # (1 MB of logits copied back per token), one generated stream each, alternated;
+            # with lily bench's decode (greedy, on the GPU) as the floor
+            for r in $(seq 1 "${GPU_CHECK_GENERATE_ROUNDS:-1}"); do
+                for smp in "--temp 0" "--temp 0.7 --top-p 0.9" "--temp 0.8 --top-k 40 --top-p 0.95 --min-p 0.05"; do
+                    for on in device host; do
+                        printf -- '-- round %d, %-48s on %-6s ' $r "$smp" $on
+                        timeout 120 "$work/bin/lily" generate --model "$LILY_CUDA_BENCH_DIR" \
+                            --backend cuda --tokens "1 2 3 4 5 6 7 8" -n 512 --seed 7 $smp \
+                            --sample-on $on 2>&1 >/dev/null | tail -1
+                    done
+                done
+            done
+            timeout 200 "$work/bin/lily" bench --model "$LILY_CUDA_BENCH_DIR" --backend cuda \
+                --prefill 256 --decode 256 --gen 512 --rounds 1 2>&1 | grep -E '^ +[0-9]|rror'
+        fi
         if [ "${GPU_CHECK_SWEEP:-0}" = 1 ]; then # the issue's full sweep (after the A/B, if any),
             # with agent turns (512 new tokens on a held 32K / 128K context); JSON back in $OUT
             L=256,512,1K,2K,4K,8K,16K,32K,64K,128K
             timeout 400 "$work/bin/lily" bench --model "$LILY_CUDA_BENCH_DIR" --backend cuda \
                 --prefill $L --decode $L --turn 512@32K,512@128K --gen 128 --rounds 1 \
                 --json "$out/sweep.json" 2>&1 | tail -24
-        elif [ -z "${GPU_CHECK_AB:-}" ] && [ -z "${GPU_CHECK_AB_CARRIES:-}" ]; then
+        elif [ -z "${GPU_CHECK_AB:-}" ] && [ -z "${GPU_CHECK_AB_CARRIES:-}" ] &&
+            [ "${GPU_CHECK_GENERATE:-0}" != 1 ]; then
             timeout 200 "$work/bin/lily" bench --model "$LILY_CUDA_BENCH_DIR" --backend cuda \
                 --prefill 4K --decode 4K --gen 32 2>&1 | tail -20
         fi
