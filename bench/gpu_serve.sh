@@ -83,7 +83,9 @@ try:
     c = r["choices"][0]; u = r["usage"]; t = r["timings"]
     lp = c.get("logprobs")
     n_lp = len(lp["content"]) if lp and lp.get("content") else 0
-    ok = u["completion_tokens"] > 0 and isinstance(c["message"]["content"], str)
+    ok = u["completion_tokens"] > 0 and c["finish_reason"] in ("stop", "length", "tool_calls")
+    open(path + "." + "".join(ch for ch in label if ch.isalnum()), "w").write(
+        json.dumps([c["message"].get("content"), c["message"].get("tool_calls")]))
     print(f"{label:<34} {u['completion_tokens']:4d} tokens ({c['finish_reason']}), "
           f"prompt {u['prompt_tokens']} (cached {u.get('prompt_tokens_details', {}).get('cached_tokens', 0)}), "
           f"decode {t['predicted_per_second']:7.2f} tok/s, prefill {t['prompt_per_second']:8.1f} tok/s"
@@ -102,6 +104,23 @@ for r in 1 2; do
     ask "greedy" ',"temperature":0'
     ask "T=0.8 top_k=40 min_p=0.05" ',"temperature":0.8,"top_k":40,"min_p":0.05'
 done
+
+# the paths against each other: greedy drawn on the GPU, twice (the second from the prefix
+# cache, after other requests) and greedy on the host (logprobs) must give the same text; a stop
+# string and a forced tool call (tool_choice required: forced tokens between GPU draws) complete
+N=200 ask "greedy again (after the others)" ',"temperature":0'
+N=200 ask "greedy +logprobs [host]" ',"temperature":0,"logprobs":true'
+N=200 ask "greedy 200" ',"temperature":0'
+for a in greedyagainaftertheothers greedylogprobshost; do
+    if cmp -s "$w/resp.json.greedy200" "$w/resp.json.$a"; then
+        echo "same text: greedy (GPU draws) and $a"
+    else
+        echo "FAIL the text differs: greedy (GPU draws) and $a"
+        fails=$((fails + 1))
+    fi
+done
+ask "stop string" ',"temperature":0.7,"stop":["e"]'
+ask "tool_choice required (forced)" ',"temperature":0.7,"tool_choice":"required","tools":[{"type":"function","function":{"name":"get_time","description":"the time","parameters":{"type":"object","properties":{"tz":{"type":"string"}}}}}]'
 
 # streamed: chunks arrive, the last one says why it stopped, then [DONE]
 curl -sN -m 120 "$url" -H 'content-type: application/json' -d '{"model":"m","stream":true,
