@@ -18,8 +18,10 @@
  * step counter that the draw increments, so a graph that captured a call draws a fresh token on
  * every replay and follows settings rewritten between replays.
  *
- * Status (session 22): written and compiled; tests/parity/test_cuda_sample.c has not yet run on a
- * GPU (no device time was left), and nothing in the engine calls it yet. */
+ * Status (session 23, H100): test_cuda_sample passes (draws inside the reference set, chi-square,
+ * ties, graph replays), memcheck / racecheck / synccheck clean; the CUDA backend's decode_sample
+ * runs it as a graph after the decode step's graph (lily_session_decode_sample, the server).
+ */
 #ifndef LILY_BACKEND_CUDA_SAMPLE_H
 #define LILY_BACKEND_CUDA_SAMPLE_H
 
