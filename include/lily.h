@@ -118,9 +118,21 @@ typedef struct lily_draw {
 int lily_session_can_decode_sample(const lily_session *s);
 /* Consumes token, then draws the next token from that step's logits on the backend under d,
  * without bringing the logits to the host: lily_session_logits returns NULL until a call that
- * brings them (prefill, decode). Fails when the backend cannot draw, or nothing is drawable. */
+ * brings them (prefill, decode). Fails when the backend cannot draw, or nothing is drawable.
+ * Drops the session's unread pipelined draws first. */
 int lily_session_decode_sample(lily_session *s, int32_t token, const lily_draw *d, int32_t *next,
                                lily_err *err);
+/* Pipelined draws (a streaming loop): lily_session_draw_enqueue consumes token, or when token < 0
+ * the token the previous call drew (it stays on the device: it becomes the step's input there),
+ * and draws the next one under d, without waiting; the position advances at once.
+ * lily_session_draw_next waits for the oldest draw not yet read. So the host can enqueue the
+ * step that consumes draw n before it has read draw n, and handle it (detokenize, stream) while
+ * that step runs; a token it then rejects has been consumed all the same. At most
+ * LILY_DRAW_AHEAD draws may be unread. token < 0 requires that the previous call on the session
+ * was lily_session_draw_enqueue; any other call on the session drops the unread draws. */
+#define LILY_DRAW_AHEAD 2
+int lily_session_draw_enqueue(lily_session *s, int32_t token, const lily_draw *d, lily_err *err);
+int lily_session_draw_next(lily_session *s, int32_t *next, lily_err *err);
 /* Logits after the last consumed token, [vocab] (NULL when none are on the host: an empty
  * session, or after lily_session_decode_sample). Borrowed, valid until the next call on s. */
 const float *lily_session_logits(lily_session *s);
@@ -130,6 +142,8 @@ int lily_session_snapshot(lily_session *s, lily_snapshot **out, lily_err *err);
 /* Restores s to the snapshot's state; s must belong to the same engine with max_ctx >= the
  * snapshot's position. */
 int lily_session_restore(lily_session *s, const lily_snapshot *snap, lily_err *err);
+/* Non-zero when the snapshot holds the logits after its last token (not after a device draw). */
+int lily_snapshot_has_logits(const lily_snapshot *snap);
 int lily_snapshot_pos(const lily_snapshot *snap);
 size_t lily_snapshot_bytes(const lily_snapshot *snap);
 void lily_snapshot_free(lily_snapshot *snap);

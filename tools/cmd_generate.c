@@ -95,18 +95,23 @@ int lily_cmd_generate(int argc, char **argv) {
     double t0 = lily_now();
     if (lily_session_prefill(s, tok, n, NULL, NULL, NULL, &e) != 0) goto fail;
     double t1 = lily_now();
-    /* the first token from the prompt's logits on the host, the rest drawn on the backend
-     * (lily_session_decode_sample) unless asked otherwise */
+    /* the first token from the prompt's logits on the host; then, unless asked otherwise, the
+     * rest drawn on the backend, pipelined: the step that consumes the coming draw is enqueued
+     * before the draw is read (lily_session_draw_enqueue), so printing overlaps the next step */
     const int dev = !on_host && lily_session_can_decode_sample(s);
     lily_draw dr = {sp.temperature, sp.top_k, sp.top_p, sp.min_p, 0, -1, sp.seed, 0};
-    int32_t drawn = -1;
     int made = 0;
     for (; made < n_gen; made++) {
-        int32_t next = drawn >= 0 ? drawn
-                                  : lily_sampler_sample(smp, lily_session_logits(s), tok,
-                                                        n + made, &e);
-        if (next < 0) goto fail;
-        lily_sampler_accept(smp, next);
+        int32_t next;
+        if (made == 0 || !dev) {
+            next = lily_sampler_sample(smp, lily_session_logits(s), tok, n + made, &e);
+            if (next < 0) goto fail;
+            lily_sampler_accept(smp, next);
+        } else {
+            if (made + 1 < n_gen && lily_session_draw_enqueue(s, -1, &dr, &e) != 0) goto fail;
+            dr.step += made + 1 < n_gen;
+            if (lily_session_draw_next(s, &next, &e) != 0) goto fail;
+        }
         tok[n + made] = next;
         printf("%s%d", made ? " " : "", next);
         fflush(stdout);
@@ -116,10 +121,13 @@ int lily_cmd_generate(int argc, char **argv) {
             made++;
             break;
         }
-        dr.step = (uint64_t)made;
-        if (made + 1 < n_gen && (dev ? lily_session_decode_sample(s, next, &dr, &drawn, &e)
-                                     : lily_session_decode(s, next, &e)) != 0)
+        if (made + 1 >= n_gen) continue;
+        if (dev && made == 0) {
+            if (lily_session_draw_enqueue(s, next, &dr, &e) != 0) goto fail;
+            dr.step++;
+        } else if (!dev && lily_session_decode(s, next, &e) != 0) {
             goto fail;
+        }
     }
     double t2 = lily_now();
     printf("\n");

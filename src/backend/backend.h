@@ -53,11 +53,17 @@ typedef struct lily_backend_ops {
     int (*decode_greedy)(lily_backend *b, lily_bstate *s, int32_t token, int pos, int n,
                          int32_t *out, float *logits, lily_err *e);
 
-    /* Optional (NULL: the engine samples on the host): one decode step of token at pos, as
-     * forward with n = 1 but leaving the logits on the device, then the next token drawn from
-     * them there under d (lily.h) into *out. */
-    int (*decode_sample)(lily_backend *b, lily_bstate *s, int32_t token, int pos,
-                         const lily_draw *d, int32_t *out, lily_err *e);
+    /* Optional, all three or none (NULL: the engine samples on the host). draw_enqueue enqueues
+     * one decode step at pos that consumes token, or when token < 0 the token s's previous
+     * draw_enqueue drew (still on the device), leaves its logits on the device and draws the next
+     * token from them under d (lily.h), without waiting for any of it. draw_next waits for the
+     * oldest draw of s not yet read and gives it (-1: nothing was drawable). At most
+     * LILY_DRAW_AHEAD draws of s are unread at a time. draw_discard waits for s's enqueued steps
+     * and drops their unread draws. */
+    int (*draw_enqueue)(lily_backend *b, lily_bstate *s, int32_t token, int pos,
+                        const lily_draw *d, lily_err *e);
+    int (*draw_next)(lily_backend *b, lily_bstate *s, int32_t *out, lily_err *e);
+    void (*draw_discard)(lily_backend *b, lily_bstate *s);
 } lily_backend_ops;
 
 extern const lily_backend_ops lily_backend_cpu;

@@ -26,7 +26,16 @@ struct lily_session {
     int pos, max_ctx;
     float *logits; /* [V] */
     int has_logits;
+    int unread; /* pipelined draws enqueued and not yet read (lily_session_draw_enqueue) */
+    int chain;  /* the last call was lily_session_draw_enqueue: token < 0 may follow */
 };
+
+/* Before any call other than the pipelined draws: their unread tokens are dropped. */
+static void settle(lily_session *s) {
+    if (s->unread) s->eng->ops->draw_discard(s->eng->be, s->st);
+    s->unread = 0;
+    s->chain = 0;
+}
 
 struct lily_snapshot {
     lily_engine *eng;
@@ -155,6 +164,7 @@ int lily_session_create(lily_engine *eng, int max_ctx, lily_session **out, lily_
 
 void lily_session_free(lily_session *s) {
     if (!s) return;
+    settle(s);
     s->eng->ops->state_free(s->eng->be, s->st);
     free(s->logits);
     free(s);
@@ -164,6 +174,7 @@ int lily_session_pos(const lily_session *s) { return s->pos; }
 int lily_session_max_ctx(const lily_session *s) { return s->max_ctx; }
 
 void lily_session_reset(lily_session *s) {
+    settle(s);
     s->eng->ops->state_reset(s->eng->be, s->st);
     s->pos = 0;
     s->has_logits = 0;
@@ -174,6 +185,7 @@ int lily_session_prefill(lily_session *s, const int32_t *tokens, int n, float *a
     lily_engine *eng = s->eng;
     int V = eng->model->cfg.vocab, chunk = eng->opts.prefill_chunk;
     if (n <= 0) return lily_fail(err, "prefill of %d tokens", n);
+    settle(s);
     if (s->pos + n > s->max_ctx)
         return lily_fail(err, "context overflow: %d tokens in the session + %d new exceed %d",
                          s->pos, n, s->max_ctx);
@@ -195,6 +207,7 @@ int lily_session_prefill(lily_session *s, const int32_t *tokens, int n, float *a
 }
 
 int lily_session_decode(lily_session *s, int32_t token, lily_err *err) {
+    settle(s);
     if (s->pos + 1 > s->max_ctx)
         return lily_fail(err, "context overflow: the session holds its maximum of %d tokens",
                          s->max_ctx);
@@ -206,24 +219,58 @@ int lily_session_decode(lily_session *s, int32_t token, lily_err *err) {
 }
 
 int lily_session_can_decode_sample(const lily_session *s) {
-    return s->eng->ops->decode_sample != NULL;
+    return s->eng->ops->draw_enqueue != NULL;
+}
+
+static int draw_check(lily_session *s, const lily_draw *d, lily_err *err) {
+    if (!s->eng->ops->draw_enqueue)
+        return lily_fail(err, "the %s backend does not draw tokens itself", s->eng->ops->name);
+    if (!d) return lily_fail(err, "draw: no settings");
+    if (isnan(d->temperature) || isinf(d->temperature) || isnan(d->top_p) || isnan(d->min_p))
+        return lily_fail(err, "draw: temperature, top_p and min_p must be numbers");
+    if (s->pos + 1 > s->max_ctx)
+        return lily_fail(err, "context overflow: the session holds its maximum of %d tokens",
+                         s->max_ctx);
+    return 0;
+}
+
+int lily_session_draw_enqueue(lily_session *s, int32_t token, const lily_draw *d, lily_err *err) {
+    if (draw_check(s, d, err)) return -1;
+    if (token < 0 && !s->chain)
+        return lily_fail(err, "draw: token < 0 needs a draw enqueued by the previous call");
+    if (s->unread >= LILY_DRAW_AHEAD)
+        return lily_fail(err, "draw: %d draws are enqueued and unread", LILY_DRAW_AHEAD);
+    if (s->eng->ops->draw_enqueue(s->eng->be, s->st, token, s->pos, d, err) != 0) {
+        settle(s); /* whatever got enqueued: its position is not counted, its draws dropped */
+        return -1;
+    }
+    s->pos++;
+    s->unread++;
+    s->chain = 1;
+    s->has_logits = 0; /* they stay on the device */
+    return 0;
+}
+
+int lily_session_draw_next(lily_session *s, int32_t *next, lily_err *err) {
+    if (!next) return lily_fail(err, "draw: no output");
+    if (!s->unread) return lily_fail(err, "draw: nothing enqueued to read");
+    if (s->eng->ops->draw_next(s->eng->be, s->st, next, err) != 0) return -1;
+    s->unread--;
+    if (*next < 0)
+        return lily_fail(err, "draw: no drawable logit (all NaN, -inf, excluded or banned)");
+    return 0;
 }
 
 int lily_session_decode_sample(lily_session *s, int32_t token, const lily_draw *d, int32_t *next,
                                lily_err *err) {
-    if (!s->eng->ops->decode_sample)
-        return lily_fail(err, "the %s backend does not draw tokens itself", s->eng->ops->name);
-    if (!d || !next) return lily_fail(err, "decode_sample: no draw settings or output");
-    if (isnan(d->temperature) || isinf(d->temperature) || isnan(d->top_p) || isnan(d->min_p))
-        return lily_fail(err, "decode_sample: temperature, top_p and min_p must be numbers");
-    if (s->pos + 1 > s->max_ctx)
-        return lily_fail(err, "context overflow: the session holds its maximum of %d tokens",
-                         s->max_ctx);
-    if (s->eng->ops->decode_sample(s->eng->be, s->st, token, s->pos, d, next, err) != 0)
-        return -1;
-    s->pos++;
-    s->has_logits = 0; /* they stayed on the device */
-    return 0;
+    if (!next) return lily_fail(err, "decode_sample: no output");
+    if (token < 0) return lily_fail(err, "decode_sample: token id %d", token);
+    if (draw_check(s, d, err)) return -1;
+    settle(s);
+    if (lily_session_draw_enqueue(s, token, d, err)) return -1;
+    int rc = lily_session_draw_next(s, next, err);
+    s->chain = 0;
+    return rc;
 }
 
 static int32_t argmax_f(const float *x, int n) {
@@ -236,6 +283,7 @@ static int32_t argmax_f(const float *x, int n) {
 int lily_session_decode_greedy(lily_session *s, int32_t token, int n, int32_t *out,
                                lily_err *err) {
     if (n < 1) return lily_fail(err, "greedy decode of %d tokens", n);
+    settle(s);
     if (s->pos + n > s->max_ctx)
         return lily_fail(err, "context overflow: %d + %d tokens exceed the session's %d", s->pos,
                          n, s->max_ctx);
@@ -260,6 +308,7 @@ const float *lily_session_logits(lily_session *s) { return s->has_logits ? s->lo
 int lily_session_snapshot(lily_session *s, lily_snapshot **out, lily_err *err) {
     lily_engine *eng = s->eng;
     *out = NULL;
+    settle(s);
     lily_snapshot *snap = lily_xcalloc(1, sizeof *snap);
     int cap = s->pos > 0 ? s->pos : 1;
     if (eng->ops->state_create(eng->be, cap, &snap->st, err) != 0) {
@@ -287,6 +336,7 @@ int lily_session_restore(lily_session *s, const lily_snapshot *snap, lily_err *e
     if (snap->pos > s->max_ctx)
         return lily_fail(err, "snapshot of %d positions does not fit a context of %d", snap->pos,
                          s->max_ctx);
+    settle(s);
     if (s->eng->ops->state_copy(s->eng->be, s->st, snap->st, snap->pos, err) != 0) return -1;
     s->pos = snap->pos;
     s->has_logits = snap->has_logits;
@@ -295,6 +345,7 @@ int lily_session_restore(lily_session *s, const lily_snapshot *snap, lily_err *e
 }
 
 int lily_snapshot_pos(const lily_snapshot *snap) { return snap->pos; }
+int lily_snapshot_has_logits(const lily_snapshot *snap) { return snap->has_logits; }
 size_t lily_snapshot_bytes(const lily_snapshot *snap) { return snap->bytes; }
 
 void lily_snapshot_free(lily_snapshot *snap) {

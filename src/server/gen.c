@@ -27,6 +27,7 @@ struct lily_gen {
     int32_t im_start;
     float *scratch;      /* [vocab] logits after masking and bias */
     int32_t pending_eos; /* end-of-turn token of the last run, not yet consumed (-1: none) */
+    int snap_pending;    /* the last run's end-of-turn token was consumed: snapshot at its end */
 };
 
 int lily_gen_create(lily_engine *eng, lily_tokenizer *tok, const lily_gen_opts *o, lily_gen **out,
@@ -83,6 +84,7 @@ void lily_gen_reset(lily_gen *g) {
     lily_session_reset(g->sess);
     g->n_hist = 0;
     g->pending_eos = -1;
+    g->snap_pending = 0;
 }
 
 void lily_gen_cache_stats(const lily_gen *g, int *entries, size_t *bytes) {
@@ -155,6 +157,8 @@ static int prefill(lily_gen *g, const lily_gen_req *r, lily_gen_result *res) {
     if (live == n && !lily_session_logits(g->sess)) live = -1;
     int snap_len = 0;
     const lily_snapshot *snap = lily_pcache_lookup(g->cache, p, n, n, &snap_len);
+    if (snap && snap_len == n && !lily_snapshot_has_logits(snap)) /* taken after a device draw */
+        snap = lily_pcache_lookup(g->cache, p, n, n - 1, &snap_len);
     lily_err e;
     int start;
     if (live >= snap_len && live > 0) {
@@ -219,11 +223,201 @@ static const float *masked_logits(lily_gen *g, const lily_gen_req *r, const floa
     return g->scratch;
 }
 
+/* What a generated token does after it is chosen: the end of the turn (1, res->eos), or text for
+ * the detokenizer, the stop strings and the caller (1 when they end the run), else 0. */
+static int emit(lily_gen *g, const lily_gen_req *r, lily_gen_result *res, lily_sampler *smp,
+                lily_stopstr *stop, lily_sb *text, const lily_gen_token *t) {
+    if (lily_gen_is_eos(g, t->id)) {
+        res->finish = "stop";
+        res->eos = 1;
+        return 1;
+    }
+    res->n_gen++;
+    lily_sampler_accept(smp, t->id);
+    const char *piece;
+    size_t plen = 0;
+    lily_err e;
+    if (lily_detok_push(g->detok, t->id, &piece, &plen, &e)) piece = "", plen = 0;
+    lily_sb_clear(text);
+    int hit = lily_stopstr_push(stop, piece, plen, text);
+    if (r->on_text(r->ud, t, lily_sb_str(text), text->len) || hit) {
+        res->finish = "stop";
+        return 1;
+    }
+    return 0;
+}
+
+/* The next token from the logits on the host (forced tokens aside): sampled with penalties,
+ * bias and logprobs as the request asks. 0, or -1 with res->finish = "error". */
+static int host_choose(lily_gen *g, const lily_gen_req *r, lily_gen_result *res,
+                       lily_sampler *smp, lily_gen_token *t) {
+    const float *logits = lily_session_logits(g->sess);
+    if (!logits) {
+        snprintf(res->error, sizeof res->error, "session has no logits");
+        res->finish = "error";
+        return -1;
+    }
+    const float *lg = masked_logits(g, r, logits);
+    lily_err e;
+    if (!t->forced) {
+        t->id = lily_sampler_sample(smp, lg, g->hist, g->n_hist, &e);
+        if (t->id < 0) {
+            snprintf(res->error, sizeof res->error, "%s", e.msg);
+            res->finish = "error";
+            return -1;
+        }
+    }
+    t->logprob = r->logprobs ? lily_logprob(lg, g->vocab, t->id) : 0.0f;
+    if (r->top_logprobs > 0)
+        t->n_top = lily_logprobs_top(lg, g->vocab,
+                                     r->top_logprobs < LILY_GEN_MAX_TOP ? r->top_logprobs
+                                                                        : LILY_GEN_MAX_TOP,
+                                     t->top_ids, t->top_lp);
+    return 0;
+}
+
+typedef struct {
+    int32_t ids[64];
+    int n, i;
+} forced_q;
+
+/* A forced token for the next position, when the request's force callback has one (it is asked
+ * when the queue is empty, after the text so far has been emitted). */
+static int next_forced(const lily_gen_req *r, forced_q *q, int32_t *id) {
+    if (q->i == q->n && r->force) {
+        q->n = r->force(r->ud, q->ids, 64);
+        q->i = 0;
+    }
+    if (q->i >= q->n) return 0;
+    *id = q->ids[q->i++];
+    return 1;
+}
+
+static void gen_fail(lily_gen *g, lily_gen_result *res, const lily_err *e) {
+    snprintf(res->error, sizeof res->error, "%s", e->msg);
+    res->finish = "error";
+    lily_gen_reset(g);
+}
+
+/* Host sampling: each step's logits come to the host. */
+static void run_host(lily_gen *g, const lily_gen_req *r, lily_gen_result *res, lily_sampler *smp,
+                     lily_stopstr *stop, lily_sb *text, int max_new) {
+    forced_q fq = {{0}, 0, 0};
+    lily_err e;
+    while (!res->finish) {
+        if (r->cancelled && r->cancelled(r->ud)) {
+            res->finish = "cancelled";
+            break;
+        }
+        if (res->n_gen >= max_new || g->n_hist >= g->max_ctx) {
+            res->finish = "length";
+            break;
+        }
+        lily_gen_token t = {0};
+        t.forced = next_forced(r, &fq, &t.id);
+        if (host_choose(g, r, res, smp, &t)) break;
+        if (emit(g, r, res, smp, stop, text, &t)) {
+            if (res->eos) g->pending_eos = t.id;
+            break;
+        }
+        if (res->n_gen >= max_new || g->n_hist + 1 >= g->max_ctx) {
+            res->finish = "length";
+            break;
+        }
+        if (lily_session_decode(g->sess, t.id, &e)) {
+            gen_fail(g, res, &e);
+            break;
+        }
+        g->hist[g->n_hist++] = t.id;
+    }
+}
+
+/* Drawing on the backend, pipelined (lily_session_draw_enqueue): the step that consumes a token
+ * is enqueued before the host emits that token, and the step that consumes the next draw is
+ * enqueued before the host reads it, so the GPU runs step n + 1 while the host detokenizes and
+ * streams token n. The price: a token that ends the run by its text (a stop string, the caller)
+ * or the end-of-turn token may already be consumed; they join the history, as a finished turn's
+ * end-of-turn token does anyway. Forced tokens need the text before them, so the force callback
+ * is asked after each emit and before the next step is enqueued. */
+static void run_device(lily_gen *g, const lily_gen_req *r, lily_gen_result *res,
+                       lily_sampler *smp, lily_stopstr *stop, lily_sb *text, int max_new) {
+    const lily_sampler_params *sp = &r->sp;
+    lily_draw dr = {sp->temperature, sp->top_k, sp->top_p, sp->min_p,
+                    g->tok_vocab,    r->ban_id, sp->seed,  0};
+    forced_q fq = {{0}, 0, 0};
+    lily_err e;
+    if (r->cancelled && r->cancelled(r->ud)) {
+        res->finish = "cancelled";
+        return;
+    }
+    if (max_new < 1 || g->n_hist >= g->max_ctx) {
+        res->finish = "length";
+        return;
+    }
+    /* the first token: from the prompt's logits on the host */
+    lily_gen_token t = {0};
+    t.forced = next_forced(r, &fq, &t.id);
+    if (host_choose(g, r, res, smp, &t)) return;
+    int consumed = 0; /* an enqueued step consumes t */
+    for (;;) {
+        /* room to consume t and emit one more: the host loop's length rule */
+        const int room = res->n_gen + 1 < max_new && g->n_hist + 1 < g->max_ctx;
+        if (!consumed && room && !lily_gen_is_eos(g, t.id)) {
+            if (lily_session_draw_enqueue(g->sess, t.id, &dr, &e)) {
+                gen_fail(g, res, &e);
+                return;
+            }
+            dr.step++;
+            g->hist[g->n_hist++] = t.id;
+            consumed = 1;
+        }
+        if (emit(g, r, res, smp, stop, text, &t)) {
+            if (res->eos && consumed)
+                g->snap_pending = 1;
+            else if (res->eos)
+                g->pending_eos = t.id;
+            return;
+        }
+        if (!consumed) {
+            res->finish = "length";
+            return;
+        }
+        if (r->cancelled && r->cancelled(r->ud)) {
+            res->finish = "cancelled";
+            return;
+        }
+        memset(&t, 0, sizeof t);
+        if (next_forced(r, &fq, &t.id)) { /* the draw after the last token is not used */
+            int32_t unused;
+            t.forced = 1;
+            if (lily_session_draw_next(g->sess, &unused, &e)) {
+                gen_fail(g, res, &e);
+                return;
+            }
+            consumed = 0;
+            continue;
+        }
+        /* the step that consumes the coming draw, enqueued before the host reads it */
+        consumed = res->n_gen + 1 < max_new && g->n_hist + 1 < g->max_ctx;
+        if (consumed && lily_session_draw_enqueue(g->sess, -1, &dr, &e)) {
+            gen_fail(g, res, &e);
+            return;
+        }
+        dr.step += consumed;
+        if (lily_session_draw_next(g->sess, &t.id, &e)) {
+            gen_fail(g, res, &e);
+            return;
+        }
+        if (consumed) g->hist[g->n_hist++] = t.id;
+    }
+}
+
 int lily_gen_run(lily_gen *g, const lily_gen_req *r, lily_gen_result *res) {
     memset(res, 0, sizeof *res);
     res->n_prompt = r->n_prompt;
     res->finish = "error";
     g->pending_eos = -1;
+    g->snap_pending = 0;
     if (r->n_prompt < 1 || r->n_prompt >= g->max_ctx) {
         snprintf(res->error, sizeof res->error,
                  "prompt of %d tokens does not fit a context of "
@@ -246,99 +440,21 @@ int lily_gen_run(lily_gen *g, const lily_gen_req *r, lily_gen_result *res) {
     lily_stopstr_init(&stop, r->stop, r->n_stop);
     lily_sb text = {0};
     lily_detok_reset(g->detok);
-    int32_t forced[64];
-    int n_forced = 0, i_forced = 0;
     int max_new = r->max_new > 0 ? r->max_new : g->max_ctx;
     /* Draws on the backend when it can (CUDA: 4 bytes a token come back instead of the logits and
      * a host pass over them), unless the request needs the logits on the host: logprobs,
-     * logit_bias, penalties. The first token (the prompt's logits are on the host) and forced
-     * tokens come as before. */
+     * logit_bias, penalties. */
     const lily_sampler_params *sp = &r->sp;
     const int dev = lily_session_can_decode_sample(g->sess) && !r->logprobs &&
                     r->top_logprobs == 0 && r->n_bias == 0 &&
                     (sp->repeat_penalty == 0.0f || sp->repeat_penalty == 1.0f) &&
                     sp->presence_penalty == 0.0f && sp->frequency_penalty == 0.0f;
-    lily_draw dr = {sp->temperature, sp->top_k, sp->top_p, sp->min_p,
-                    g->tok_vocab,    r->ban_id, sp->seed,  0};
-    int32_t drawn = -1; /* the token the backend drew after the last decode (dev) */
     double t0 = lily_now();
     res->finish = NULL;
-    while (!res->finish) {
-        if (r->cancelled && r->cancelled(r->ud)) {
-            res->finish = "cancelled";
-            break;
-        }
-        if (res->n_gen >= max_new || g->n_hist >= g->max_ctx) {
-            res->finish = "length";
-            break;
-        }
-        const float *lg = NULL; /* the masked logits on the host (none after a device draw) */
-        if (drawn < 0) {
-            const float *logits = lily_session_logits(g->sess);
-            if (!logits) {
-                snprintf(res->error, sizeof res->error, "session has no logits");
-                res->finish = "error";
-                break;
-            }
-            lg = masked_logits(g, r, logits);
-        }
-        if (i_forced == n_forced && r->force) {
-            n_forced = r->force(r->ud, forced, 64);
-            i_forced = 0;
-        }
-        lily_gen_token t = {0};
-        if (i_forced < n_forced) {
-            t.id = forced[i_forced++];
-            t.forced = 1;
-        } else if (!lg) {
-            t.id = drawn;
-        } else {
-            t.id = lily_sampler_sample(smp, lg, g->hist, g->n_hist, &e);
-            if (t.id < 0) {
-                snprintf(res->error, sizeof res->error, "%s", e.msg);
-                res->finish = "error";
-                break;
-            }
-        }
-        if (lg) { /* (dev excludes logprobs: the host always has the logits when they are asked) */
-            t.logprob = r->logprobs ? lily_logprob(lg, g->vocab, t.id) : 0.0f;
-            if (r->top_logprobs > 0)
-                t.n_top = lily_logprobs_top(lg, g->vocab,
-                                            r->top_logprobs < LILY_GEN_MAX_TOP ? r->top_logprobs
-                                                                               : LILY_GEN_MAX_TOP,
-                                            t.top_ids, t.top_lp);
-        }
-        if (lily_gen_is_eos(g, t.id)) {
-            res->finish = "stop";
-            res->eos = 1;
-            g->pending_eos = t.id;
-            break;
-        }
-        res->n_gen++;
-        lily_sampler_accept(smp, t.id);
-        const char *piece;
-        size_t plen = 0;
-        if (lily_detok_push(g->detok, t.id, &piece, &plen, &e)) piece = "", plen = 0;
-        lily_sb_clear(&text);
-        int hit = lily_stopstr_push(&stop, piece, plen, &text);
-        if (r->on_text(r->ud, &t, lily_sb_str(&text), text.len) || hit) {
-            res->finish = "stop";
-            break;
-        }
-        if (res->n_gen >= max_new || g->n_hist + 1 >= g->max_ctx) {
-            res->finish = "length";
-            break;
-        }
-        dr.step = (uint64_t)res->n_gen;
-        if (dev ? lily_session_decode_sample(g->sess, t.id, &dr, &drawn, &e)
-                : lily_session_decode(g->sess, t.id, &e)) {
-            snprintf(res->error, sizeof res->error, "%s", e.msg);
-            res->finish = "error";
-            lily_gen_reset(g);
-            break;
-        }
-        g->hist[g->n_hist++] = t.id;
-    }
+    if (dev)
+        run_device(g, r, res, smp, &stop, &text, max_new);
+    else
+        run_host(g, r, res, smp, &stop, &text, max_new);
     res->decode_s = lily_now() - t0;
     /* release what the detokenizer and the stop matcher still hold */
     const char *tail;
@@ -357,6 +473,11 @@ int lily_gen_run(lily_gen *g, const lily_gen_req *r, lily_gen_result *res) {
 }
 
 void lily_gen_finish_turn(lily_gen *g) {
+    if (g->snap_pending) { /* the end-of-turn token was consumed while it was drawn */
+        g->snap_pending = 0;
+        snapshot_here(g);
+        return;
+    }
     if (g->pending_eos < 0 || g->n_hist + 1 >= g->max_ctx) return;
     lily_err e;
     int32_t id = g->pending_eos;

@@ -21,6 +21,12 @@ int main(void) {
 #include "model/mkmodel.h"
 #include "parity_util.h"
 
+/* one draw at a time through the pipelined ops: enqueue, then read */
+static int dsample(const lily_backend_ops *o, lily_backend *b, lily_bstate *s, int32_t tok,
+                   int pos, const lily_draw *d, int32_t *out, lily_err *e) {
+    return o->draw_enqueue(b, s, tok, pos, d, e) || o->draw_next(b, s, out, e) ? -1 : 0;
+}
+
 static int argmax_h(const float *x, int n) {
     int b = 0;
     for (int i = 1; i < n; i++)
@@ -160,7 +166,7 @@ static void run_model(const char *dir, const char *label) {
         lily_draw g0 = {0.0f, 0, 1.0f, 0.0f, 0, -1, 1, 0};
         int32_t a = 13 % V, h = a, da[NS], hb[NS];
         for (int i = 0; i < NS && sok; i++) {
-            sok = !gpu->decode_sample(bg, sg2, a, p2 + i, &g0, &da[i], &e) &&
+            sok = !dsample(gpu, bg, sg2, a, p2 + i, &g0, &da[i], &e) &&
                   !gpu->forward(bg, sg, &h, 1, p2 + i, lg, 0, &e);
             a = da[i];
             hb[i] = h = argmax_h(lg, V);
@@ -178,8 +184,8 @@ static void run_model(const char *dir, const char *label) {
         int match = 1, inside = 1;
         for (int i = 0; i < NS && sok; i++, p2++) {
             g1.step = (uint64_t)i;
-            sok = !gpu->decode_sample(bg, sg, x, p2, &g1, &dx, &e) &&
-                  !gpu->decode_sample(bg, sg2, y, p2, &g1, &dy, &e);
+            sok = !dsample(gpu, bg, sg, x, p2, &g1, &dx, &e) &&
+                  !dsample(gpu, bg, sg2, y, p2, &g1, &dy, &e);
             match = match && dx == dy;
             inside = inside && dx >= 0 && dx < V - 2 && dx != g1.ban_id;
             x = dx, y = dy;
@@ -190,6 +196,44 @@ static void run_model(const char *dir, const char *label) {
                  "inside n_ids, never the banned id",
                  label);
         pt_check_true(what, sok && match && inside);
+        /* pipelined draws (the serving loop's order: the step that consumes a draw enqueued
+         * before the draw is read, a forced token once) = one draw at a time, same steps */
+        enum { NP = 12, FORCED = 6 };
+        sok = sok && !gpu->state_copy(bg, sg2, sg, p2, &e);
+        int32_t sync[NP], pipe[NP], cur = 3 % V, f = 9 % V;
+        for (int i = 0; i < NP && sok; i++) {
+            g1.step = (uint64_t)i;
+            sok = !dsample(gpu, bg, sg, i == FORCED ? f : cur, p2 + i, &g1, &sync[i], &e);
+            cur = sync[i];
+        }
+        g1.step = 0;
+        int pok = sok && !gpu->draw_enqueue(bg, sg2, 3 % V, p2, &g1, &e);
+        for (int i = 1; i < NP && pok; i++) {
+            g1.step = (uint64_t)i;
+            if (i == FORCED) /* the draw is read first, then a step consumes the forced token */
+                pok = !gpu->draw_next(bg, sg2, &pipe[i - 1], &e) &&
+                      !gpu->draw_enqueue(bg, sg2, f, p2 + i, &g1, &e);
+            else
+                pok = !gpu->draw_enqueue(bg, sg2, -1, p2 + i, &g1, &e) &&
+                      !gpu->draw_next(bg, sg2, &pipe[i - 1], &e);
+        }
+        pok = pok && !gpu->draw_next(bg, sg2, &pipe[NP - 1], &e);
+        int32_t extra;
+        int over = pok && gpu->draw_next(bg, sg2, &extra, &e) != 0; /* nothing left: refused */
+        for (int i = 0; i < NP && pok; i++) pok = pipe[i] == sync[i];
+        if (!sok || !pok) printf("  pipelined draws: %s\n", e.msg);
+        snprintf(what, sizeof what,
+                 "%s pipelined draws (one ahead, a forced token) = one at a time (%d tokens)",
+                 label, NP);
+        pt_check_true(what, sok && pok && over);
+        /* the enqueued steps moved the state as the one-at-a-time steps did */
+        int32_t z = 21 % V;
+        float *lz = malloc((size_t)V * 4);
+        int zok = !gpu->forward(bg, sg, &z, 1, p2 + NP, lg, 0, &e) &&
+                  !gpu->forward(bg, sg2, &z, 1, p2 + NP, lz, 0, &e);
+        snprintf(what, sizeof what, "%s state after pipelined draws = after single draws", label);
+        pt_check_true(what, zok && rel_err(lz, lg, V) == 0.0);
+        free(lz);
     }
     /* reset, then all-rows prefill of 37 tokens */
     cpu->state_reset(bc, sc);

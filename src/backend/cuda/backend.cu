@@ -82,8 +82,9 @@ struct lily_backend {
     int32_t *d_tok, *d_pos, *d_argmax;
     int32_t *d_ring, *d_step; /* greedy loop: tokens of consecutive graph replays */
     int32_t *h_tok, *h_pos; /* pinned */
-    /* decode_sample: the draw's settings, step and token (device, and a pinned copy), the
-     * sampler's scratch, and the sampler's launches captured once as a graph */
+    /* draws: the settings, step and token the sampler reads and writes (device; smp_h, a pinned
+     * copy, is no longer written per step: draw_setup passes them by value), the sampler's
+     * scratch, and the sampler's launches captured once as a graph */
     smp_io *smp_d, *smp_h;
     void *smp_scr;
     cudaGraphExec_t smp_graph;
@@ -97,6 +98,12 @@ struct lily_bstate {
     float **conv, **S;
     cudaGraphExec_t graph;
     unsigned graph_gen; /* lily_cuda_tune generation the graph was captured under */
+    /* pipelined draws (draw_enqueue / draw_next), made on the first draw: the last token drawn
+     * (device), a ring of drawn tokens for the host (pinned) with an event per slot, and the
+     * counts of draws enqueued and read */
+    int32_t *d_last, *h_draw;
+    cudaEvent_t draw_ev[LILY_DRAW_AHEAD];
+    unsigned n_enq, n_read;
 };
 
 namespace {
@@ -447,6 +454,12 @@ void cu_state_free(lily_backend *b, lily_bstate *s) {
     }
     free(s->k), free(s->v), free(s->conv), free(s->S);
     if (s->graph) cudaGraphExecDestroy(s->graph);
+    if (s->h_draw) {
+        cudaStreamSynchronize(b->st); /* no enqueued step may still write them */
+        for (int i = 0; i < LILY_DRAW_AHEAD; i++) cudaEventDestroy(s->draw_ev[i]);
+        cudaFreeHost(s->h_draw);
+    }
+    lily_cuda_free(s->d_last);
     free(s);
 }
 
@@ -832,48 +845,94 @@ int capture_sample(lily_backend *b, lily_err *e) {
     return 0;
 }
 
-/* A decode step whose logits stay on the device, then the draw there: 4 bytes come back instead
- * of the 1 MB of logits and the host's pass over them. */
-int cu_decode_sample(lily_backend *b, lily_bstate *s, int32_t token, int pos, const lily_draw *d,
-                     int32_t *out, lily_err *e) {
+/* The draw resources of s, made once (not per token). */
+int draw_init(lily_bstate *s, lily_err *e) {
+    if (s->h_draw) return 0;
+    if (!(s->d_last = (int32_t *)lily_cuda_alloc(4, e))) return -1;
+    int n = 0;
+    while (n < LILY_DRAW_AHEAD &&
+           cudaEventCreateWithFlags(&s->draw_ev[n], cudaEventDisableTiming) == cudaSuccess)
+        n++;
+    if (n < LILY_DRAW_AHEAD ||
+        cudaMallocHost((void **)&s->h_draw, LILY_DRAW_AHEAD * sizeof(int32_t)) != cudaSuccess) {
+        while (n-- > 0) cudaEventDestroy(s->draw_ev[n]);
+        s->h_draw = nullptr;
+        lily_cuda_free(s->d_last);
+        s->d_last = nullptr;
+        return lily_fail(e, "draw: %s", cudaGetErrorString(cudaGetLastError()));
+    }
+    s->n_enq = s->n_read = 0;
+    return 0;
+}
+
+/* One decode step whose logits stay on the device, then the draw there, enqueued without a
+ * wait: a launch sets the step's token (given, or the last draw, still on the device), position
+ * and draw settings by value; the step's graph; the sampler's graph; the drawn token copied to
+ * s->d_last (the next step's input when it is enqueued with token < 0) and into the pinned ring
+ * slot the host reads when the slot's event has fired. The host enqueues step n + 1 while step n
+ * runs and reads its tokens as they finish. */
+int cu_draw_enqueue(lily_backend *b, lily_bstate *s, int32_t token, int pos, const lily_draw *d,
+                    lily_err *e) {
     const lily_config *c = &b->m->cfg;
     if (pos < 0 || pos + 1 > s->max_ctx)
         return lily_fail(e, "context overflow: %d + 1 tokens exceed the context of %d", pos,
                          s->max_ctx);
-    if (token < 0 || token >= c->vocab)
-        return lily_fail(e, "token id %d out of range [0, %d)", token, c->vocab);
+    if (token >= c->vocab) return lily_fail(e, "token id %d out of range [0, %d)", token, c->vocab);
     pthread_mutex_lock(&b->mu);
     int rc = -1;
     do {
-        if (forward_locked(b, s, &token, 1, pos, nullptr, 0, e)) break;
-        smp_io *h = b->smp_h;
-        h->cfg.temperature = d->temperature;
-        h->cfg.top_k = d->top_k;
-        h->cfg.top_p = d->top_p;
-        h->cfg.min_p = d->min_p;
-        h->cfg.n_ids = d->n_ids;
-        h->cfg.ban_id = d->ban_id;
-        h->cfg.seed = d->seed;
-        h->step = d->step;
+        if (draw_init(s, e)) break;
+        if (s->n_enq - s->n_read >= LILY_DRAW_AHEAD) {
+            lily_fail(e, "draw: %d draws are enqueued and unread", LILY_DRAW_AHEAD);
+            break;
+        }
+        if (token < 0 && s->n_enq == 0) {
+            lily_fail(e, "draw: no earlier draw to consume");
+            break;
+        }
+        drop_stale_graph(s);
+        if (!s->graph && capture_decode(b, s, e)) break;
         if (!b->smp_graph && capture_sample(b, e)) break;
-        if (cudaMemcpyAsync(b->smp_d, h, offsetof(smp_io, out), cudaMemcpyHostToDevice,
-                            b->st) != cudaSuccess ||
+        lily_cuda_sampling cfg = {d->temperature, d->top_k, d->top_p, d->min_p,
+                                  d->n_ids,       d->ban_id, d->seed};
+        const unsigned slot = s->n_enq % LILY_DRAW_AHEAD;
+        if (lily_cuda_draw_setup(b->d_tok, b->d_pos, s->d_last, token, pos, &b->smp_d->cfg, &cfg,
+                                 &b->smp_d->step, d->step, b->st, e))
+            break;
+        if (cudaGraphLaunch(s->graph, b->st) != cudaSuccess ||
             cudaGraphLaunch(b->smp_graph, b->st) != cudaSuccess ||
-            cudaMemcpyAsync(&h->out, &b->smp_d->out, 4, cudaMemcpyDeviceToHost, b->st) !=
+            cudaMemcpyAsync(s->d_last, &b->smp_d->out, 4, cudaMemcpyDeviceToDevice, b->st) !=
                 cudaSuccess ||
-            cudaStreamSynchronize(b->st) != cudaSuccess) {
-            lily_fail(e, "decode_sample: %s", cudaGetErrorString(cudaGetLastError()));
+            cudaMemcpyAsync(&s->h_draw[slot], s->d_last, 4, cudaMemcpyDeviceToHost, b->st) !=
+                cudaSuccess ||
+            cudaEventRecord(s->draw_ev[slot], b->st) != cudaSuccess) {
+            lily_fail(e, "draw: %s", cudaGetErrorString(cudaGetLastError()));
             break;
         }
-        if (h->out < 0) {
-            lily_fail(e, "decode_sample: no drawable logit (all NaN, -inf, excluded or banned)");
-            break;
-        }
-        *out = h->out;
+        s->n_enq++;
         rc = 0;
     } while (0);
     pthread_mutex_unlock(&b->mu);
     return rc;
+}
+
+/* The oldest unread draw of s, when its step has finished (no lock: only s's event and slot). */
+int cu_draw_next(lily_backend *b, lily_bstate *s, int32_t *out, lily_err *e) {
+    (void)b;
+    if (!s->h_draw || s->n_read == s->n_enq) return lily_fail(e, "draw: nothing enqueued to read");
+    const unsigned slot = s->n_read % LILY_DRAW_AHEAD;
+    cudaError_t ce = cudaEventSynchronize(s->draw_ev[slot]);
+    if (ce != cudaSuccess) return lily_fail(e, "draw: %s", cudaGetErrorString(ce));
+    *out = s->h_draw[slot];
+    s->n_read++;
+    return 0;
+}
+
+void cu_draw_discard(lily_backend *b, lily_bstate *s) {
+    if (!s->h_draw || s->n_read == s->n_enq) return;
+    cudaEventSynchronize(s->draw_ev[(s->n_enq - 1) % LILY_DRAW_AHEAD]);
+    (void)b;
+    s->n_read = s->n_enq;
 }
 
 } // namespace
@@ -881,5 +940,5 @@ int cu_decode_sample(lily_backend *b, lily_bstate *s, int32_t token, int pos, co
 extern "C" const lily_backend_ops lily_backend_cuda = {
     "cuda",          cu_open,        cu_close,       cu_state_create, cu_state_free,
     cu_state_reset,  cu_state_copy,  cu_state_bytes, cu_forward,      cu_decode_greedy,
-    cu_decode_sample,
+    cu_draw_enqueue, cu_draw_next,    cu_draw_discard,
 };

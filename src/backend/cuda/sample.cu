@@ -308,7 +308,27 @@ __global__ void __launch_bounds__(kThreads)
     s->ticket = 0;
 }
 
+/* one thread: a pipelined step's input token, position, and its draw's settings and step */
+__global__ void draw_setup_kernel(int32_t *d_tok, int32_t *d_pos, const int32_t *d_last,
+                                  int32_t tok, int pos, lily_cuda_sampling *d_cfg,
+                                  lily_cuda_sampling cfg, uint64_t *d_step, uint64_t step) {
+    const int32_t last = d_last ? *d_last : 0;
+    *d_tok = tok >= 0 ? tok : last >= 0 ? last : 0;
+    *d_pos = pos;
+    *d_cfg = cfg;
+    *d_step = step;
+}
+
 } // namespace
+
+extern "C" int lily_cuda_draw_setup(int32_t *d_tok, int32_t *d_pos, const int32_t *d_last,
+                                    int32_t tok, int pos, lily_cuda_sampling *d_cfg,
+                                    const lily_cuda_sampling *cfg, uint64_t *d_step,
+                                    uint64_t step, lily_cuda_stream st, lily_err *e) {
+    draw_setup_kernel<<<1, 1, 0, st>>>(d_tok, d_pos, d_last, tok, pos, d_cfg, *cfg, d_step, step);
+    LILY_CU_LAUNCHED(e);
+    return 0;
+}
 
 extern "C" size_t lily_cuda_sample_scratch_bytes(void) {
     return sizeof(smp_state);

@@ -18,9 +18,8 @@
  * step counter that the draw increments, so a graph that captured a call draws a fresh token on
  * every replay and follows settings rewritten between replays.
  *
- * Status (session 23, H100): test_cuda_sample passes (draws inside the reference set, chi-square,
- * ties, graph replays), memcheck / racecheck / synccheck clean; the CUDA backend's decode_sample
- * runs it as a graph after the decode step's graph (lily_session_decode_sample, the server).
+ * The engine's draws (lily_session_decode_sample, lily_session_draw_enqueue) run it as a graph
+ * after the decode step's graph, the drawn token copied into the next step's input slot.
  */
 #ifndef LILY_BACKEND_CUDA_SAMPLE_H
 #define LILY_BACKEND_CUDA_SAMPLE_H
@@ -52,6 +51,15 @@ size_t lily_cuda_sample_scratch_bytes(void);
  * -inf, excluded or banned). scratch: lily_cuda_sample_scratch_bytes() of device memory. */
 int lily_cuda_sample(const float *logits, int V, const lily_cuda_sampling *d_cfg, uint64_t *d_step,
                      void *scratch, int32_t *d_out, lily_cuda_stream st, lily_err *e);
+
+/* Before a pipelined decode step (one thread, stream-ordered): *d_tok = tok, or when tok < 0 the
+ * token *d_last holds (a previous draw still on the device; clamped to >= 0 so that a failed draw
+ * never indexes outside the embeddings: the host reports the failure when it reads it), *d_pos =
+ * pos, *d_cfg = *cfg, *d_step = step. Everything goes by value in the launch, so nothing the host
+ * rewrites for the next step can race with this one. */
+int lily_cuda_draw_setup(int32_t *d_tok, int32_t *d_pos, const int32_t *d_last, int32_t tok,
+                         int pos, lily_cuda_sampling *d_cfg, const lily_cuda_sampling *cfg,
+                         uint64_t *d_step, uint64_t step, lily_cuda_stream st, lily_err *e);
 
 #ifdef __cplusplus
 }
