@@ -67,6 +67,8 @@ typedef struct lily_backend_ops {
 } lily_backend_ops;
 
 extern const lily_backend_ops lily_backend_cpu;
+/* The CPU backend with the draw ops (cpu/draw.h), chosen by LILY_CPU_DRAWS=1 (registry.c) */
+extern const lily_backend_ops lily_backend_cpu_draws;
 #ifdef LILY_HAVE_CUDA
 extern const lily_backend_ops lily_backend_cuda;
 #endif

@@ -8,7 +8,10 @@
  * setting's draws must lie in the reference set; tie-cut boundaries must keep exactly the
  * reference's ids; the draws' histogram must match the reference probabilities (chi-square);
  * the same (seed, step) must draw the same token; nothing drawable must give -1; and a captured
- * graph must draw afresh on every replay. The host checks run in every build (a CPU-only build
+ * graph must draw afresh on every replay; and the GPU must draw what lily_cpu_draw (the CPU
+ * backend's draw, cpu/draw.h) draws at the same step, token for token (their expf may round a
+ * weight differently at a boundary: at most 1 draw in 200 may differ). lily_cpu_draw itself is
+ * checked on the host against the reference set and its probabilities. The host checks run in every build (a CPU-only build
  * then skips the GPU part with 77, unless they fail). LILY_CUDA_TIME=1 times one call at 248320
  * logits; LILY_CUDA_SAN=1 (compute-sanitizer) stops the vocabularies at 4099 and draws 10x fewer,
  * LILY_CUDA_SAN=2 (racecheck, ~100x slower a launch) draws 4 tokens a setting, no chi-square.
@@ -16,6 +19,7 @@
 #include <float.h>
 #include <stdio.h>
 
+#include "backend/cpu/draw.h"
 #include "backend/cuda/sample.h"
 #include "parity_util.h"
 #include "sampler/sampler.h"
@@ -118,7 +122,93 @@ static void cfg_str(const lily_cuda_sampling *c, char *b, size_t n) {
              c->top_k, (double)c->top_p, (double)c->min_p, c->n_ids, c->ban_id);
 }
 
-/* ---- host: the reference against the CPU sampler ------------------------------------------- */
+/* ---- host: the reference against the CPU sampler and the CPU draw ---------------------------- */
+
+static lily_draw as_draw(const lily_cuda_sampling *c, uint64_t step) {
+    return (lily_draw){c->temperature, c->top_k, c->top_p, c->min_p, c->n_ids, c->ban_id,
+                       c->seed,        step};
+}
+
+/* lily_cpu_draw (the CPU backend's draw, the device's reference) at steps 0..n-1: every token in
+ * the reference set, the histogram against its probabilities when chi, the same step the same
+ * token */
+static void cpu_draws_in_set(const float *l, int V, const lily_cuda_sampling *c, int n,
+                             const char *what, int chi) {
+    int32_t *ids = malloc((size_t)V * sizeof *ids);
+    double *p = malloc((size_t)V * sizeof *p);
+    uint64_t *keys = malloc((size_t)V * sizeof *keys);
+    int m = ref_set(l, V, c, ids, p);
+    int *cnt = calloc((size_t)(m > 0 ? m : 1), sizeof *cnt);
+    int ok = m > 0, same = 1;
+    for (int i = 0; i < n && ok; i++) {
+        lily_draw d = as_draw(c, (uint64_t)i);
+        const int32_t t = lily_cpu_draw(l, V, &d, keys);
+        int j = 0;
+        while (j < m && ids[j] != t)
+            j++;
+        if (j == m) ok = 0;
+        else cnt[j]++;
+        if (i < 8) same = same && lily_cpu_draw(l, V, &d, keys) == t;
+    }
+    char b[160], w[400];
+    cfg_str(c, b, sizeof b);
+    snprintf(w, sizeof w, "cpu draw %s V=%d %s: %d draws in the reference set of %d, repeatable",
+             what, V, b, n, m);
+    pt_check_true(w, ok && same);
+    if (chi && ok && m > 1) {
+        double x2 = 0;
+        int df = 0;
+        for (int j = 0; j < m; j++) {
+            double ex = n * p[j];
+            if (ex < 5) continue;
+            x2 += (cnt[j] - ex) * (cnt[j] - ex) / ex, df++;
+        }
+        df = df > 1 ? df - 1 : 1;
+        double lim = df + 6.0 * sqrt(2.0 * df);
+        snprintf(w, sizeof w, "cpu draw %s V=%d %s: chi-square %.1f over %d dof (limit %.1f)", what,
+                 V, b, x2, df, lim);
+        pt_check_true(w, x2 < lim);
+    }
+    free(ids), free(p), free(keys), free(cnt);
+}
+
+static void check_cpu_draw(void) {
+    const int V = 5003;
+    float *l = malloc(V * sizeof *l);
+    make_logits(l, V, 3.0f, 2, 2, 1);
+    for (int k = 0; k < NCFG; k++) {
+        lily_cuda_sampling c = k_cfgs[k];
+        c.ban_id = k == 3 ? 17 : -1, c.n_ids = k == 4 ? V - 2 : 0;
+        cpu_draws_in_set(l, V, &c, 300, "draws", 0);
+    }
+    make_logits(l, 1000, 1.5f, 0, 0, 0);
+    lily_cuda_sampling c1 = {1.0f, 30, 1.0f, 0.0f, 0, -1, 42};
+    cpu_draws_in_set(l, 1000, &c1, 8000, "distribution", 1);
+    lily_cuda_sampling c2 = {0.7f, 0, 0.6f, 0.0f, 0, -1, 43};
+    cpu_draws_in_set(l, 1000, &c2, 8000, "distribution", 1);
+    lily_cuda_sampling c3 = {1.5f, 0, 1.0f, 0.1f, 0, 5, 44};
+    cpu_draws_in_set(l, 1000, &c3, 8000, "distribution", 1);
+    const float a[7] = {2, 2, 2, 1, 1, 0, -1};
+    lily_cuda_sampling ck = {1.0f, 2, 1.0f, 0.0f, 0, -1, 50}; /* top-k 2 of three equal */
+    cpu_draws_in_set(a, 7, &ck, 400, "tied top-k", 1);
+    float b[10];
+    for (int i = 0; i < 10; i++)
+        b[i] = 0.5f;
+    lily_cuda_sampling cp = {1.0f, 0, 0.35f, 0.0f, 0, -1, 51}; /* top-p: 4 of 10 equal */
+    cpu_draws_in_set(b, 10, &cp, 800, "tied top-p", 1);
+    /* nothing drawable: -1 */
+    float z[5] = {NAN, -INFINITY, NAN, -INFINITY, NAN};
+    uint64_t keys[5];
+    int ok = 1;
+    for (int k = 0; k < 3; k++) {
+        lily_draw d = as_draw(&k_cfgs[k], 0);
+        ok = ok && lily_cpu_draw(z, 5, &d, keys) == -1;
+    }
+    lily_draw d1 = {1.0f, 0, 1.0f, 0.0f, 0, 0, 1, 0};
+    ok = ok && lily_cpu_draw(b, 1, &d1, keys) == -1;
+    pt_check_true("cpu draw: all NaN / -inf, or the only id banned: -1", ok);
+    free(l);
+}
 
 static void check_reference(void) {
     const int V = 5003;
@@ -196,10 +286,17 @@ static void draws_in_set(dev *d, const float *l, const lily_cuda_sampling *c, in
     int m = ref_set(l, d->V, c, ids, p);
     int *cnt = calloc((size_t)(m > 0 ? m : 1), sizeof *cnt);
     set_cfg(d, c);
-    int ok = m > 0, bad_tok = 0;
+    int ok = m > 0, bad_tok = 0, n_same = 0, n_cmp = 0;
+    uint64_t *keys = malloc((size_t)d->V * sizeof *keys);
     for (int i = 0; i < n && ok; i++) {
         int32_t t;
+        uint64_t step = 0;
+        cudaMemcpy(&step, d->step, 8, cudaMemcpyDeviceToHost);
         if (draw(d, &t)) ok = 0;
+        if (ok) { /* the CPU backend's draw at the same step */
+            lily_draw cd = as_draw(c, step);
+            n_same += lily_cpu_draw(l, d->V, &cd, keys) == t, n_cmp++;
+        }
         int j = 0;
         while (ok && j < m && ids[j] != t)
             j++;
@@ -214,6 +311,10 @@ static void draws_in_set(dev *d, const float *l, const lily_cuda_sampling *c, in
              ok ? "" : " (a token outside it)");
     if (!ok) printf("     first token outside: %d\n", bad_tok);
     pt_check_true(w, ok);
+    snprintf(w, sizeof w, "%s V=%d %s: lily_cpu_draw draws the same token in %d of %d", what, d->V,
+             b, n_same, n_cmp);
+    pt_check_true(w, ok && n_same * 200 >= n_cmp * 199);
+    free(keys);
     if (chi && ok && m > 1) { /* the draws against the reference probabilities */
         double x2 = 0;
         int df = 0;
@@ -241,6 +342,7 @@ static int t_call(void *ctx) {
 
 int main(void) {
     check_reference();
+    check_cpu_draw();
     if (pt_fail) return pt_finish(); /* the reference itself is wrong: fail without a GPU too */
 #ifndef LILY_HAVE_CUDA
     printf("skipped: built without CUDA (the host reference checks passed)\n");

@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "backend/backend.h"
+#include "backend/cpu/draw.h"
 #include "backend/cpu/ops.h"
 #include "base/err.h"
 #include "base/file.h"
@@ -42,6 +43,7 @@ struct lily_bstate {
     float **k, **v;   /* [L] of [max_ctx][Nkv*Dh] (attention layers) */
     float **conv;     /* [L] of [conv_k-1][C_qkv] (GDN layers) */
     float **S;        /* [L] of [Nv][Dk][Dv] (GDN layers) */
+    lily_cpu_drawq *dq; /* pipelined draws (lily_backend_cpu_draws), made by the first one */
 };
 
 static int imax(int a, int b) { return a > b ? a : b; }
@@ -132,6 +134,7 @@ static void cpu_state_free(lily_backend *b, lily_bstate *s) {
         free(s->k[l]), free(s->v[l]), free(s->conv[l]), free(s->S[l]);
     }
     free(s->k), free(s->v), free(s->conv), free(s->S);
+    lily_cpu_drawq_free(s->dq);
     free(s);
 }
 
@@ -488,6 +491,40 @@ static int cpu_forward(lily_backend *b, lily_bstate *s, const int32_t *tokens, i
     return 0;
 }
 
+/* The draw ops (backend.h) on the CPU: a step runs at once and its draw (lily_cpu_draw, the
+ * device sampler's reference) waits in the state's ring until draw_next reads it. */
+static int cpu_draw_enqueue(lily_backend *b, lily_bstate *s, int32_t token, int pos,
+                            const lily_draw *d, lily_err *e) {
+    const int V = b->m->cfg.vocab;
+    if (!s->dq) s->dq = lily_cpu_drawq_create(V);
+    lily_cpu_drawq *q = s->dq;
+    if (q->unread >= LILY_DRAW_AHEAD)
+        return lily_fail(e, "%d draws are already waiting to be read", q->unread);
+    /* token < 0: the previous draw, clamped as the device clamps a failed one (reported when it
+     * is read) */
+    const int32_t t = token >= 0 ? token : q->last >= 0 ? q->last : 0;
+    if (cpu_forward(b, s, &t, 1, pos, q->logits, 0, e)) return -1;
+    q->last = lily_cpu_draw(q->logits, V, d, q->keys);
+    q->ring[(q->head + q->unread) % LILY_DRAW_AHEAD] = q->last;
+    q->unread++;
+    return 0;
+}
+
+static int cpu_draw_next(lily_backend *b, lily_bstate *s, int32_t *out, lily_err *e) {
+    (void)b;
+    lily_cpu_drawq *q = s->dq;
+    if (!q || q->unread == 0) return lily_fail(e, "no draw is waiting to be read");
+    *out = q->ring[q->head];
+    q->head = (q->head + 1) % LILY_DRAW_AHEAD;
+    q->unread--;
+    return 0;
+}
+
+static void cpu_draw_discard(lily_backend *b, lily_bstate *s) {
+    (void)b;
+    if (s->dq) s->dq->unread = 0;
+}
+
 const lily_backend_ops lily_backend_cpu = {
     .name = "cpu",
     .open = cpu_open,
@@ -498,4 +535,19 @@ const lily_backend_ops lily_backend_cpu = {
     .state_copy = cpu_state_copy,
     .state_bytes = cpu_state_bytes,
     .forward = cpu_forward,
+};
+
+const lily_backend_ops lily_backend_cpu_draws = {
+    .name = "cpu",
+    .open = cpu_open,
+    .close = cpu_close,
+    .state_create = cpu_state_create,
+    .state_free = cpu_state_free,
+    .state_reset = cpu_state_reset,
+    .state_copy = cpu_state_copy,
+    .state_bytes = cpu_state_bytes,
+    .forward = cpu_forward,
+    .draw_enqueue = cpu_draw_enqueue,
+    .draw_next = cpu_draw_next,
+    .draw_discard = cpu_draw_discard,
 };

@@ -7,6 +7,7 @@
 #include <float.h>
 
 #include "backend/cuda/common.cuh"
+#include "backend/draw_rng.h"
 
 namespace {
 
@@ -262,15 +263,9 @@ __global__ void __launch_bounds__(kThreads)
     reset_pass(s);
 }
 
-/* u_i in (0, 1) from (seed, step, i) (a splitmix64 finaliser), as a Gumbel variate */
+/* u_i in (0, 1) from (seed, step, i) (draw_rng.h), as a Gumbel variate */
 __device__ __forceinline__ float gumbel(uint64_t seed, uint64_t step, int i) {
-    uint64_t z = seed ^ (step * 0xd1b54a32d192ed03ull);
-    z += ((uint64_t)i + 1) * 0x9e3779b97f4a7c15ull;
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    z ^= z >> 31;
-    const double u = ((double)(z >> 11) + 0.5) * 0x1p-53;
-    return (float)-log(-log(u));
+    return (float)-log(-log(lily_draw_uniform(seed, step, i)));
 }
 
 /* the draw: the survivor with the largest (x - max) / T + Gumbel; argmax when T <= 0 */
