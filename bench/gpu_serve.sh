@@ -12,7 +12,9 @@
 # backend; the server's decode speed (timings.predicted_per_second) with the next token drawn on
 # the GPU (plain sampling settings) against the same request with logprobs, which needs the
 # logits on the host and so samples there; a second turn reuses the first turn's state
-# (usage.prompt_tokens_details.cached_tokens). Needs curl and python3 there. A dry run here:
+# (usage.prompt_tokens_details.cached_tokens). Then test_gen_draw on the CUDA backend: lily_gen's
+# pipelined draws against its host path (greedy, every way a run ends, follow-ups from the cache)
+# and against one-at-a-time draws (sampled). Needs curl and python3 there. A dry run here:
 # GPU_SERVE_BACKEND=cpu GPU_SERVE_PRESET=tiny GPU_SERVE_MODEL=/tmp/tiny-tok (after prepare).
 set -u
 mode=${1:-run}
@@ -28,10 +30,10 @@ if [ "$mode" = prepare ]; then
     [ -f "$tok/tokenizer.json" ] || (cd tests/js && npm ci --silent)
     cmake -S . -B "$bd" -G Ninja -DLILY_CUDA=ON -DLILY_SERVER=ON \
         -DCMAKE_CUDA_ARCHITECTURES=90a >/dev/null
-    ninja -C "$bd" lily
+    ninja -C "$bd" lily test_gen_draw
     p=$(mktemp -d)
     mkdir -p "$p/bin" "$p/lib" "$p/tok"
-    cp "$bd/lily" "$p/bin/" && strip "$p/bin/lily"
+    cp "$bd/lily" "$bd/test_gen_draw" "$p/bin/" && strip "$p/bin/lily" "$p/bin/test_gen_draw"
     # every shared library but the C runtime's (the GPU machine has no libmicrohttpd)
     ldd "$bd/lily" | awk '/=> \//{print $3}' |
         grep -vE '/(libc|libm|libstdc\+\+|libgcc_s|libdl|librt|libpthread|ld-linux)[.-]' |
@@ -154,5 +156,19 @@ kill $pid 2>/dev/null
 wait $pid 2>/dev/null
 echo "server log (tail):"
 tail -5 "$w/serve.log"
+
+if [ -x "$w/bin/test_gen_draw" ]; then
+    # a small model in shapes the CUDA kernels run (the gpu-mlx fixture's) with the real vocabulary
+    echo "== test_gen_draw on ${GPU_SERVE_BACKEND:-cuda}"
+    LILY_BIN="$w/bin/lily" LILY_TEST_BACKEND=${GPU_SERVE_BACKEND:-cuda} LILY_TEST_TOKDIR="$w/tok" \
+        LILY_TEST_MKMODEL="--preset small --layout mlx4 --seed 8 --hidden 256 --layers 5 \
+--attn-interval 2 --heads 4 --kv-heads 4 --head-dim 256 --lin-k-heads 2 --lin-v-heads 4 \
+--lin-k-dim 128 --lin-v-dim 128 --experts 32 --top-k 5 --moe-inter 256 --shared-inter 256" \
+        timeout 300 "$w/bin/test_gen_draw" >"$w/gen_draw.log" 2>&1
+    rc=$?
+    grep -E 'FAIL|passed|backend' "$w/gen_draw.log"
+    cp "$w/gen_draw.log" "$out/" 2>/dev/null
+    [ $rc -eq 0 ] || fails=$((fails + 1))
+fi
 echo "== gpu_serve done: $fails failed"
 [ $fails -eq 0 ]

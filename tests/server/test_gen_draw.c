@@ -13,7 +13,10 @@
  * time with the same seed and steps.
  *
  * The model is a random-weight tiny checkpoint made by `lily mkmodel` with the real Qwen
- * tokenizer (tests/js/node_modules); the test is skipped (77) when either is missing. */
+ * tokenizer (tests/js/node_modules); the test is skipped (77) when either is missing. On the GPU
+ * machine (bench/gpu_serve.sh) the same checks run on the CUDA backend, its asynchronous draws
+ * against its logits on the host: LILY_TEST_BACKEND=cuda, LILY_TEST_TOKDIR (the tokenizer
+ * files), LILY_TEST_MKMODEL (mkmodel arguments for shapes the CUDA kernels run). */
 #include <cjson/cJSON.h>
 #include <math.h>
 #include <stdio.h>
@@ -174,9 +177,11 @@ typedef struct {
     lily_gen *gd, *gh, *fresh;
 } rig;
 
+static lily_backend_kind g_backend = LILY_BACKEND_CPU;
+
 static int rig_open(rig *r, const char *dir, lily_tokenizer *tok, int max_ctx) {
     lily_err e;
-    lily_engine_opts eo = {0};
+    lily_engine_opts eo = {.backend = g_backend};
     lily_gen_opts go = {.max_ctx = max_ctx, .cache_bytes = 64u << 20};
     lily_gen_opts fo = {.max_ctx = max_ctx, .cache_bytes = 0};
     if (lily_engine_open(dir, &eo, &r->eng, &e) || lily_gen_create(r->eng, tok, &go, &r->gd, &e) ||
@@ -240,17 +245,22 @@ static void sampled(rig *r, lily_tokenizer *tok, const int32_t *p, int n) {
 }
 
 int main(void) {
-    const char *bin = getenv("LILY_BIN");
-    if (!bin || access(bin, X_OK) || access(TOKDIR "/tokenizer.json", R_OK)) {
-        printf("skipped: needs LILY_BIN and %s (npm ci in tests/js)\n", TOKDIR);
+    const char *bin = getenv("LILY_BIN"), *tokdir = getenv("LILY_TEST_TOKDIR");
+    const char *mk = getenv("LILY_TEST_MKMODEL"), *be = getenv("LILY_TEST_BACKEND");
+    if (!tokdir) tokdir = TOKDIR;
+    char tj[512];
+    snprintf(tj, sizeof tj, "%s/tokenizer.json", tokdir);
+    if (!bin || access(bin, X_OK) || access(tj, R_OK)) {
+        printf("skipped: needs LILY_BIN and %s (npm ci in tests/js)\n", tj);
         return 77;
     }
+    if (be && !strcmp(be, "cuda")) g_backend = LILY_BACKEND_CUDA;
     setenv("LILY_CPU_DRAWS", "1", 1);
     char dir[] = "/tmp/lily_gendraw_XXXXXX";
     if (!mkdtemp(dir)) return 1;
     char cmd[1024];
-    snprintf(cmd, sizeof cmd, "%s mkmodel --out %s --preset tiny --seed 5 --tokenizer %s --quiet",
-             bin, dir, TOKDIR);
+    snprintf(cmd, sizeof cmd, "%s mkmodel --out %s %s --tokenizer %s --quiet", bin, dir,
+             mk ? mk : "--preset tiny --seed 5", tokdir);
     if (system(cmd)) {
         printf("mkmodel failed\n");
         return 1;
@@ -261,6 +271,7 @@ int main(void) {
         printf("tokenizer: %s\n", e.msg);
         return 1;
     }
+    printf("backend %s\n", g_backend == LILY_BACKEND_CUDA ? "cuda" : "cpu (LILY_CPU_DRAWS=1)");
     static const char prompt[] = "Write a long story about a lighthouse keeper and the sea.";
     static const char forced_text[] = "<tool_call>\n{\"name\": \"get_time\"";
     int32_t *p, *f;
@@ -275,7 +286,7 @@ int main(void) {
     {
         lily_session *s;
         int ok = lily_session_create(r.eng, 16, &s, &e) == 0;
-        check(ok && lily_session_can_decode_sample(s), "LILY_CPU_DRAWS=1: the CPU backend draws");
+        check(ok && lily_session_can_decode_sample(s), "the backend draws tokens itself");
         if (ok) lily_session_free(s);
     }
     const io plain = {.force_at = -1};
