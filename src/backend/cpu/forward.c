@@ -525,28 +525,16 @@ static void cpu_draw_discard(lily_backend *b, lily_bstate *s) {
     if (s->dq) s->dq->unread = 0;
 }
 
-const lily_backend_ops lily_backend_cpu = {
-    .name = "cpu",
-    .open = cpu_open,
-    .close = cpu_close,
-    .state_create = cpu_state_create,
-    .state_free = cpu_state_free,
-    .state_reset = cpu_state_reset,
-    .state_copy = cpu_state_copy,
-    .state_bytes = cpu_state_bytes,
-    .forward = cpu_forward,
-};
+/* the contract's required ops (both tables) */
+#define LILY_CPU_OPS                                                                               \
+    .name = "cpu", .open = cpu_open, .close = cpu_close, .state_create = cpu_state_create,         \
+    .state_free = cpu_state_free, .state_reset = cpu_state_reset, .state_copy = cpu_state_copy,    \
+    .state_bytes = cpu_state_bytes, .forward = cpu_forward
+
+const lily_backend_ops lily_backend_cpu = {LILY_CPU_OPS};
 
 const lily_backend_ops lily_backend_cpu_draws = {
-    .name = "cpu",
-    .open = cpu_open,
-    .close = cpu_close,
-    .state_create = cpu_state_create,
-    .state_free = cpu_state_free,
-    .state_reset = cpu_state_reset,
-    .state_copy = cpu_state_copy,
-    .state_bytes = cpu_state_bytes,
-    .forward = cpu_forward,
+    LILY_CPU_OPS,
     .draw_enqueue = cpu_draw_enqueue,
     .draw_next = cpu_draw_next,
     .draw_discard = cpu_draw_discard,
