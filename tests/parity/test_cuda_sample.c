@@ -18,8 +18,10 @@
  */
 #include <float.h>
 #include <stdio.h>
+#include <string.h>
 
 #include "backend/cpu/draw.h"
+#include "backend/draw_rng.h"
 #include "backend/cuda/sample.h"
 #include "parity_util.h"
 #include "sampler/sampler.h"
@@ -129,20 +131,48 @@ static lily_draw as_draw(const lily_cuda_sampling *c, uint64_t step) {
                        c->seed,        step};
 }
 
+/* The race of sample.h over the reference set, plainly: every survivor's Gumbel computed */
+static int32_t full_race(const float *l, int V, const lily_cuda_sampling *c, uint64_t step,
+                         const int32_t *ids, int m) {
+    if (m == 0) return -1;
+    if (!(c->temperature > 0.0f)) return ids[0];
+    float maxl = -INFINITY;
+    for (int i = 0; i < V; i++) {
+        float x = l[i] == INFINITY ? FLT_MAX : l[i];
+        if (!isnan(x) && (c->n_ids <= 0 || i < c->n_ids) && i != c->ban_id && x > maxl) maxl = x;
+    }
+    const float inv_t = (float)(1.0 / (double)c->temperature);
+    uint64_t best = 0;
+    for (int j = 0; j < m; j++) {
+        const int32_t i = ids[j];
+        const float x = l[i] == INFINITY ? FLT_MAX : l[i];
+        const float lw = x == maxl ? 0.0f : (x - maxl) * inv_t;
+        const float v = lw + (float)-log(-log(lily_draw_uniform(c->seed, step, i)));
+        uint32_t u;
+        memcpy(&u, &v, 4);
+        u = (u & 0x80000000u) ? ~u : u | 0x80000000u;
+        const uint64_t k = ((uint64_t)u << 32) | (0xffffffffu - (uint32_t)i);
+        best = k > best ? k : best;
+    }
+    return (int32_t)(0xffffffffu - (uint32_t)best);
+}
+
 /* lily_cpu_draw (the CPU backend's draw, the device's reference) at steps 0..n-1: every token in
- * the reference set, the histogram against its probabilities when chi, the same step the same
+ * the reference set and the one full_race draws (lily_cpu_draw skips the Gumbel of candidates
+ * that cannot win), the histogram against its probabilities when chi, the same step the same
  * token */
 static void cpu_draws_in_set(const float *l, int V, const lily_cuda_sampling *c, int n,
                              const char *what, int chi) {
     int32_t *ids = malloc((size_t)V * sizeof *ids);
     double *p = malloc((size_t)V * sizeof *p);
-    uint64_t *keys = malloc((size_t)V * sizeof *keys);
+    lily_draw_cand *keys = malloc((size_t)V * sizeof *keys);
     int m = ref_set(l, V, c, ids, p);
     int *cnt = calloc((size_t)(m > 0 ? m : 1), sizeof *cnt);
-    int ok = m > 0, same = 1;
+    int ok = m > 0, same = 1, n_race = 0;
     for (int i = 0; i < n && ok; i++) {
         lily_draw d = as_draw(c, (uint64_t)i);
         const int32_t t = lily_cpu_draw(l, V, &d, keys);
+        n_race += t == full_race(l, V, c, (uint64_t)i, ids, m);
         int j = 0;
         while (j < m && ids[j] != t)
             j++;
@@ -152,9 +182,9 @@ static void cpu_draws_in_set(const float *l, int V, const lily_cuda_sampling *c,
     }
     char b[160], w[400];
     cfg_str(c, b, sizeof b);
-    snprintf(w, sizeof w, "cpu draw %s V=%d %s: %d draws in the reference set of %d, repeatable",
-             what, V, b, n, m);
-    pt_check_true(w, ok && same);
+    snprintf(w, sizeof w, "cpu draw %s V=%d %s: %d draws in the reference set of %d, repeatable, "
+             "%d = the full race", what, V, b, n, m, n_race);
+    pt_check_true(w, ok && same && n_race == n);
     if (chi && ok && m > 1) {
         double x2 = 0;
         int df = 0;
@@ -175,11 +205,21 @@ static void cpu_draws_in_set(const float *l, int V, const lily_cuda_sampling *c,
 static void check_cpu_draw(void) {
     const int V = 5003;
     float *l = malloc(V * sizeof *l);
-    make_logits(l, V, 3.0f, 2, 2, 1);
+    make_logits(l, V, 3.0f, 2, 2, 0);
     for (int k = 0; k < NCFG; k++) {
         lily_cuda_sampling c = k_cfgs[k];
         c.ban_id = k == 3 ? 17 : -1, c.n_ids = k == 4 ? V - 2 : 0;
         cpu_draws_in_set(l, V, &c, 300, "draws", 0);
+    }
+    { /* the whole vocabulary in the race */
+        const int VL = 248320;
+        float *ll = malloc((size_t)VL * sizeof *ll);
+        make_logits(ll, VL, 4.0f, 1, 1, 0);
+        lily_cuda_sampling cl = {1.0f, 0, 1.0f, 0.0f, VL - 3, 17, 41};
+        cpu_draws_in_set(ll, VL, &cl, 20, "draws", 0);
+        cl.temperature = 0.8f, cl.top_p = 0.95f;
+        cpu_draws_in_set(ll, VL, &cl, 20, "draws", 0);
+        free(ll);
     }
     make_logits(l, 1000, 1.5f, 0, 0, 0);
     lily_cuda_sampling c1 = {1.0f, 30, 1.0f, 0.0f, 0, -1, 42};
@@ -196,9 +236,12 @@ static void check_cpu_draw(void) {
         b[i] = 0.5f;
     lily_cuda_sampling cp = {1.0f, 0, 0.35f, 0.0f, 0, -1, 51}; /* top-p: 4 of 10 equal */
     cpu_draws_in_set(b, 10, &cp, 800, "tied top-p", 1);
+    lily_cuda_sampling ci = {1.0f, 0, 1.0f, 0.0f, 0, -1, 52}; /* +inf: only the infinities */
+    float f[9] = {1, INFINITY, 3, NAN, INFINITY, -INFINITY, 2, 0, 5};
+    cpu_draws_in_set(f, 9, &ci, 400, "+inf logits", 1);
     /* nothing drawable: -1 */
     float z[5] = {NAN, -INFINITY, NAN, -INFINITY, NAN};
-    uint64_t keys[5];
+    lily_draw_cand keys[5];
     int ok = 1;
     for (int k = 0; k < 3; k++) {
         lily_draw d = as_draw(&k_cfgs[k], 0);
@@ -287,7 +330,7 @@ static void draws_in_set(dev *d, const float *l, const lily_cuda_sampling *c, in
     int *cnt = calloc((size_t)(m > 0 ? m : 1), sizeof *cnt);
     set_cfg(d, c);
     int ok = m > 0, bad_tok = 0, n_same = 0, n_cmp = 0;
-    uint64_t *keys = malloc((size_t)d->V * sizeof *keys);
+    lily_draw_cand *keys = malloc((size_t)d->V * sizeof *keys);
     for (int i = 0; i < n && ok; i++) {
         int32_t t;
         uint64_t step = 0;

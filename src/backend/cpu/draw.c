@@ -1,6 +1,7 @@
-/* The CPU reference of the device sampler (draw.h): every usable logit becomes a 64-bit key of
- * the total order (larger logit first, then lower id), sorted when top-k or top-p needs the
- * order; the filters and the Gumbel race then follow sample.cu step by step. */
+/* The CPU reference of the device sampler (draw.h). Every usable logit becomes a 64-bit key of
+ * the total order (larger logit first, then lower id); top-k and the top-p boundary are found by
+ * quickselects on the keys (exact: the keys are distinct and the top-p mass is an integer sum),
+ * so nothing is sorted; the filters and the Gumbel race follow sample.cu step by step. */
 #include "backend/cpu/draw.h"
 
 #include <float.h>
@@ -26,13 +27,71 @@ static uint64_t key_of(float x, int i) {
     return ((uint64_t)order_bits(x) << 32) | (0xffffffffu - (uint32_t)i);
 }
 static int32_t id_of(uint64_t k) { return (int32_t)(0xffffffffu - (uint32_t)k); }
+static float logit_of(uint64_t k) { return order_float((uint32_t)(k >> 32)); }
 
-static int key_desc(const void *a, const void *b) {
-    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-    return x < y ? 1 : x > y ? -1 : 0;
+#define EXCL (1ull << 63) /* in wf: out of the race (min-p, or a weight of 0) */
+#define WF(c) ((c).wf & ~EXCL)
+
+static void swap_c(lily_draw_cand *a, lily_draw_cand *b) {
+    lily_draw_cand t = *a;
+    *a = *b;
+    *b = t;
 }
 
-int32_t lily_cpu_draw(const float *l, int V, const lily_draw *d, uint64_t *keys) {
+/* Partitions c[lo..hi] around a median-of-three pivot: returns m with c[lo..m) above the pivot,
+ * c[m] the pivot, c(m..hi] below; *above = the sum of wf over c[lo..m) */
+static int partition(lily_draw_cand *c, int lo, int hi, uint64_t *above) {
+    const int mid = lo + (hi - lo) / 2;
+    if (c[mid].key > c[lo].key) swap_c(&c[mid], &c[lo]);
+    if (c[hi].key > c[lo].key) swap_c(&c[hi], &c[lo]);
+    if (c[hi].key > c[mid].key) swap_c(&c[hi], &c[mid]);
+    swap_c(&c[mid], &c[hi]); /* the median, parked at hi */
+    const uint64_t pivot = c[hi].key;
+    int m = lo;
+    uint64_t s = 0;
+    for (int i = lo; i < hi; i++)
+        if (c[i].key > pivot) {
+            s += WF(c[i]);
+            swap_c(&c[i], &c[m++]);
+        }
+    swap_c(&c[m], &c[hi]);
+    *above = s;
+    return m;
+}
+
+/* c[0..k) becomes the k largest keys (in no order) */
+static void select_top(lily_draw_cand *c, int n, int k) {
+    int lo = 0, hi = n - 1;
+    while (lo < hi) {
+        uint64_t unused;
+        const int m = partition(c, lo, hi, &unused);
+        if (m == k - 1 || m == k) return;
+        if (m > k) hi = m - 1;
+        else lo = m + 1;
+    }
+}
+
+/* The shortest prefix of c[0..n) in key order whose wf reaches target: c[0..r) becomes it (in no
+ * order) and r is returned; n when the whole set stays below target. */
+static int select_mass(lily_draw_cand *c, int n, uint64_t target) {
+    int lo = 0, hi = n - 1;
+    uint64_t acc = 0; /* wf of c[0..lo), all above the boundary */
+    while (lo <= hi) {
+        uint64_t above;
+        const int m = partition(c, lo, hi, &above);
+        if (acc + above >= target) {
+            hi = m - 1;
+        } else if (acc + above + WF(c[m]) >= target) {
+            return m + 1;
+        } else {
+            acc += above + WF(c[m]);
+            lo = m + 1;
+        }
+    }
+    return n;
+}
+
+int32_t lily_cpu_draw(const float *l, int V, const lily_draw *d, lily_draw_cand *c) {
     int n = 0;
     uint64_t best = 0;
     for (int i = 0; i < V; i++) {
@@ -40,57 +99,65 @@ int32_t lily_cpu_draw(const float *l, int V, const lily_draw *d, uint64_t *keys)
         if (isnan(x) || x == -INFINITY) continue; /* NaN counts as -inf */
         if ((d->n_ids > 0 && i >= d->n_ids) || i == d->ban_id) continue;
         if (x == INFINITY) x = FLT_MAX;
-        keys[n] = key_of(x, i);
-        best = keys[n] > best ? keys[n] : best;
+        c[n].key = key_of(x, i);
+        best = c[n].key > best ? c[n].key : best;
         n++;
     }
     if (n == 0) return -1;
     if (!(d->temperature > 0.0f)) return id_of(best); /* argmax, lowest id on ties */
-    const int k_on = d->top_k > 0 && d->top_k < n;
-    const int p_on = d->top_p > 0.0f && d->top_p < 1.0f;
-    if (k_on || p_on) qsort(keys, (size_t)n, sizeof *keys, key_desc);
-    const int m = k_on ? d->top_k : n; /* the top-k set: keys[0..m) */
-    const float maxl = order_float((uint32_t)(best >> 32));
+    int m = n; /* the top-k set: c[0..m) */
+    if (d->top_k > 0 && d->top_k < n) {
+        select_top(c, n, d->top_k);
+        m = d->top_k;
+    }
+    const float maxl = logit_of(best);
     const float inv_t = (float)(1.0 / (double)d->temperature);
+    const double fix = 1099511627776.0; /* 2^40 fixed point, as sample.cu sums */
 #define LW(x) ((x) == maxl ? 0.0f : ((x) - maxl) * inv_t)
-#define MINP_OK(w, x) (!(d->min_p > 0.0f) || (double)(w) >= (double)d->min_p || (x) == maxl)
+    /* weights: the total over the top-k set; min-p's failures then weigh nothing toward top-p,
+     * and they and weights of 0 stay out of the race */
+    uint64_t total = 0;
+    for (int j = 0; j < m; j++) {
+        const float x = logit_of(c[j].key), w = expf(LW(x));
+        c[j].wf = (uint64_t)((double)w * fix);
+        total += c[j].wf;
+        if (d->min_p > 0.0f && !((double)w >= (double)d->min_p || x == maxl)) c[j].wf = EXCL;
+        else if (w == 0.0f) c[j].wf |= EXCL;
+    }
     int limit = m;
-    if (p_on) { /* the shortest prefix whose min-p weight reaches top_p of the top-k set's */
-        const double fix = 1099511627776.0; /* 2^40 fixed point, as sample.cu sums */
-        uint64_t total = 0, acc = 0;
-        for (int j = 0; j < m; j++)
-            total += (uint64_t)((double)expf(LW(order_float((uint32_t)(keys[j] >> 32)))) * fix);
-        const uint64_t target = (uint64_t)ceil((double)d->top_p * (double)total);
-        for (int j = 0; j < m; j++) {
-            const float x = order_float((uint32_t)(keys[j] >> 32));
-            const float w = expf(LW(x));
-            if (!MINP_OK(w, x)) continue;
-            acc += (uint64_t)((double)w * fix);
-            if (acc >= target) {
-                limit = j + 1;
-                break;
-            }
-        }
-    }
-    uint64_t race = 0;
-    for (int j = 0; j < limit; j++) {
-        const float x = order_float((uint32_t)(keys[j] >> 32));
-        const int32_t i = id_of(keys[j]);
-        const float lw = LW(x), w = expf(lw);
-        if (w == 0.0f || !MINP_OK(w, x)) continue;
-        const float g = (float)-log(-log(lily_draw_uniform(d->seed, d->step, i)));
-        const uint64_t rk = ((uint64_t)order_bits(lw + g) << 32) | (0xffffffffu - (uint32_t)i);
-        race = rk > race ? rk : race;
-    }
+    if (d->top_p > 0.0f && d->top_p < 1.0f)
+        limit = select_mass(c, m, (uint64_t)ceil((double)d->top_p * (double)total));
 #undef LW
-#undef MINP_OK
+    /* The race: the survivor with the largest float lw + g, g = -log(-log u) (u from draw_rng.h),
+     * lower id on ties. g(u) > t needs 1 - u < 1 - exp(-exp(-t)) <= exp(-t), so a candidate whose
+     * 1 - u is at least exp(-(best - lw - slack)) cannot reach the best so far; the slack covers
+     * the float rounding of g and of the sum. The best logit goes first. */
+    uint64_t race = 0;
+    float rbest = -INFINITY;
+    for (int pass = 0; pass < 2; pass++)
+        for (int j = 0; j < limit; j++) {
+            if (c[j].wf & EXCL) continue;
+            const float x = logit_of(c[j].key);
+            if ((pass == 0) != (x == maxl)) continue;
+            const int32_t i = id_of(c[j].key);
+            const float lw = x == maxl ? 0.0f : (x - maxl) * inv_t;
+            const double u = lily_draw_uniform(d->seed, d->step, i);
+            if (race) {
+                const double t = (double)rbest - (double)lw;
+                const double slack = (fabs((double)rbest) + fabs((double)lw) + 64.0) * 0x1p-20;
+                if (1.0 - u >= exp(-(t - slack))) continue;
+            }
+            const float v = lw + (float)-log(-log(u));
+            const uint64_t rk = ((uint64_t)order_bits(v) << 32) | (0xffffffffu - (uint32_t)i);
+            if (rk > race) race = rk, rbest = v;
+        }
     return race ? id_of(race) : -1;
 }
 
 lily_cpu_drawq *lily_cpu_drawq_create(int V) {
     lily_cpu_drawq *q = lily_xcalloc(1, sizeof *q);
     q->logits = lily_xcalloc((size_t)V, sizeof *q->logits);
-    q->keys = lily_xcalloc((size_t)V, sizeof *q->keys);
+    q->scr = lily_xcalloc((size_t)V, sizeof *q->scr);
     q->last = -1;
     return q;
 }
@@ -98,6 +165,6 @@ lily_cpu_drawq *lily_cpu_drawq_create(int V) {
 void lily_cpu_drawq_free(lily_cpu_drawq *q) {
     if (!q) return;
     free(q->logits);
-    free(q->keys);
+    free(q->scr);
     free(q);
 }

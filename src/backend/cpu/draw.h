@@ -10,14 +10,21 @@
 
 #include "lily.h"
 
+/* A candidate: its key in the total order and its weight in 2^-40 fixed point. */
+typedef struct lily_draw_cand {
+    uint64_t key, wf;
+} lily_draw_cand;
+
 /* The token drawn from logits[0..V) under d at d->step (sample.h's chain); -1 when no logit can
- * be drawn (all NaN, -inf, excluded or banned). keys: scratch of V entries. */
-int32_t lily_cpu_draw(const float *logits, int V, const lily_draw *d, uint64_t *keys);
+ * be drawn (all NaN, -inf, excluded or banned). scratch: V entries. Expected O(V): quickselects
+ * for top-k and the top-p boundary, and a race that computes the Gumbel variate only for the
+ * candidates whose uniform could beat the best so far. */
+int32_t lily_cpu_draw(const float *logits, int V, const lily_draw *d, lily_draw_cand *scratch);
 
 /* Pipelined draws of one CPU state: steps run at once, their draws wait in a ring for draw_next. */
 typedef struct lily_cpu_drawq {
     float *logits;  /* [V] the last step's logits */
-    uint64_t *keys; /* [V] lily_cpu_draw's scratch */
+    lily_draw_cand *scr; /* [V] lily_cpu_draw's scratch */
     int32_t ring[LILY_DRAW_AHEAD];
     int head, unread;
     int32_t last; /* the last draw (the input of a step enqueued with token < 0) */
