@@ -8,9 +8,9 @@
  * setting's draws must lie in the reference set; tie-cut boundaries must keep exactly the
  * reference's ids; the draws' histogram must match the reference probabilities (chi-square);
  * the same (seed, step) must draw the same token; nothing drawable must give -1; and a captured
- * graph must draw afresh on every replay; and the GPU must draw what lily_cpu_draw (the CPU
+ * graph must draw afresh on every replay; and the GPU must draw what lily_draw_pick (the CPU
  * backend's draw, cpu/draw.h) draws at the same step, token for token (their expf may round a
- * weight differently at a boundary: at most 1 draw in 200 may differ). lily_cpu_draw itself is
+ * weight differently at a boundary: at most 1 draw in 200 may differ). lily_draw_pick itself is
  * checked on the host against the reference set and its probabilities. The host checks run in every build (a CPU-only build
  * then skips the GPU part with 77, unless they fail). LILY_CUDA_TIME=1 times one call at 248320
  * logits; LILY_CUDA_SAN=1 (compute-sanitizer) stops the vocabularies at 4099 and draws 10x fewer,
@@ -20,7 +20,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "backend/cpu/draw.h"
+#include "sampler/draw.h"
 #include "backend/draw_rng.h"
 #include "backend/cuda/sample.h"
 #include "parity_util.h"
@@ -157,8 +157,8 @@ static int32_t full_race(const float *l, int V, const lily_cuda_sampling *c, uin
     return (int32_t)(0xffffffffu - (uint32_t)best);
 }
 
-/* lily_cpu_draw (the CPU backend's draw, the device's reference) at steps 0..n-1: every token in
- * the reference set and the one full_race draws (lily_cpu_draw skips the Gumbel of candidates
+/* lily_draw_pick (the CPU backend's draw, the device's reference) at steps 0..n-1: every token in
+ * the reference set and the one full_race draws (lily_draw_pick skips the Gumbel of candidates
  * that cannot win), the histogram against its probabilities when chi, the same step the same
  * token */
 static void cpu_draws_in_set(const float *l, int V, const lily_cuda_sampling *c, int n,
@@ -171,14 +171,14 @@ static void cpu_draws_in_set(const float *l, int V, const lily_cuda_sampling *c,
     int ok = m > 0, same = 1, n_race = 0;
     for (int i = 0; i < n && ok; i++) {
         lily_draw d = as_draw(c, (uint64_t)i);
-        const int32_t t = lily_cpu_draw(l, V, &d, keys);
+        const int32_t t = lily_draw_pick(l, V, &d, keys);
         n_race += t == full_race(l, V, c, (uint64_t)i, ids, m);
         int j = 0;
         while (j < m && ids[j] != t)
             j++;
         if (j == m) ok = 0;
         else cnt[j]++;
-        if (i < 8) same = same && lily_cpu_draw(l, V, &d, keys) == t;
+        if (i < 8) same = same && lily_draw_pick(l, V, &d, keys) == t;
     }
     char b[160], w[400];
     cfg_str(c, b, sizeof b);
@@ -245,10 +245,10 @@ static void check_cpu_draw(void) {
     int ok = 1;
     for (int k = 0; k < 3; k++) {
         lily_draw d = as_draw(&k_cfgs[k], 0);
-        ok = ok && lily_cpu_draw(z, 5, &d, keys) == -1;
+        ok = ok && lily_draw_pick(z, 5, &d, keys) == -1;
     }
     lily_draw d1 = {1.0f, 0, 1.0f, 0.0f, 0, 0, 1, 0};
-    ok = ok && lily_cpu_draw(b, 1, &d1, keys) == -1;
+    ok = ok && lily_draw_pick(b, 1, &d1, keys) == -1;
     pt_check_true("cpu draw: all NaN / -inf, or the only id banned: -1", ok);
     free(l);
 }
@@ -338,7 +338,7 @@ static void draws_in_set(dev *d, const float *l, const lily_cuda_sampling *c, in
         if (draw(d, &t)) ok = 0;
         if (ok) { /* the CPU backend's draw at the same step */
             lily_draw cd = as_draw(c, step);
-            n_same += lily_cpu_draw(l, d->V, &cd, keys) == t, n_cmp++;
+            n_same += lily_draw_pick(l, d->V, &cd, keys) == t, n_cmp++;
         }
         int j = 0;
         while (ok && j < m && ids[j] != t)
@@ -354,7 +354,7 @@ static void draws_in_set(dev *d, const float *l, const lily_cuda_sampling *c, in
              ok ? "" : " (a token outside it)");
     if (!ok) printf("     first token outside: %d\n", bad_tok);
     pt_check_true(w, ok);
-    snprintf(w, sizeof w, "%s V=%d %s: lily_cpu_draw draws the same token in %d of %d", what, d->V,
+    snprintf(w, sizeof w, "%s V=%d %s: lily_draw_pick draws the same token in %d of %d", what, d->V,
              b, n_same, n_cmp);
     pt_check_true(w, ok && n_same * 200 >= n_cmp * 199);
     free(keys);

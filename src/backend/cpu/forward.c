@@ -491,7 +491,7 @@ static int cpu_forward(lily_backend *b, lily_bstate *s, const int32_t *tokens, i
     return 0;
 }
 
-/* The draw ops (backend.h) on the CPU: a step runs at once and its draw (lily_cpu_draw, the
+/* The draw ops (backend.h) on the CPU: a step runs at once and its draw (lily_draw_pick, the
  * device sampler's reference) waits in the state's ring until draw_next reads it. */
 static int cpu_draw_enqueue(lily_backend *b, lily_bstate *s, int32_t token, int pos,
                             const lily_draw *d, lily_err *e) {
@@ -504,7 +504,7 @@ static int cpu_draw_enqueue(lily_backend *b, lily_bstate *s, int32_t token, int 
      * is read) */
     const int32_t t = token >= 0 ? token : q->last >= 0 ? q->last : 0;
     if (cpu_forward(b, s, &t, 1, pos, q->logits, 0, e)) return -1;
-    q->last = lily_cpu_draw(q->logits, V, d, q->scr);
+    q->last = lily_draw_pick(q->logits, V, d, q->scr);
     q->ring[(q->head + q->unread) % LILY_DRAW_AHEAD] = q->last;
     q->unread++;
     return 0;
