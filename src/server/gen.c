@@ -8,6 +8,7 @@
 
 #include "base/err.h"
 #include "base/timer.h"
+#include "sampler/draw.h"
 #include "server/pcache.h"
 #include "server/stopstr.h"
 
@@ -26,6 +27,8 @@ struct lily_gen {
     int n_eos;
     int32_t im_start;
     float *scratch;      /* [vocab] logits after masking and bias */
+    lily_draw_cand *dscr; /* [vocab] lily_draw_pick's scratch (a session that draws) */
+    int chain;            /* this run samples with the device's chain (lily_draw_pick) */
     int32_t pending_eos; /* end-of-turn token of the last run, not yet consumed (-1: none) */
     int snap_pending;    /* the last run's end-of-turn token was consumed: snapshot at its end */
 };
@@ -46,6 +49,8 @@ int lily_gen_create(lily_engine *eng, lily_tokenizer *tok, const lily_gen_opts *
     g->max_ctx = lily_session_max_ctx(g->sess);
     g->hist = lily_xmalloc((size_t)g->max_ctx * sizeof *g->hist);
     g->scratch = lily_xmalloc((size_t)g->vocab * sizeof *g->scratch);
+    if (lily_session_can_decode_sample(g->sess))
+        g->dscr = lily_xmalloc((size_t)g->vocab * sizeof *g->dscr);
     g->cache = lily_pcache_create(o->cache_bytes);
     for (int i = 0; i < 4 && info->eos_ids[i] >= 0; i++)
         g->eos[g->n_eos++] = info->eos_ids[i];
@@ -67,6 +72,7 @@ void lily_gen_free(lily_gen *g) {
     lily_pcache_free(g->cache);
     free(g->hist);
     free(g->scratch);
+    free(g->dscr);
     free(g);
 }
 
@@ -260,7 +266,13 @@ static int host_choose(lily_gen *g, const lily_gen_req *r, lily_gen_result *res,
     const float *lg = masked_logits(g, r, logits);
     lily_err e;
     if (!t->forced) {
-        t->id = lily_sampler_sample(smp, lg, g->hist, g->n_hist, &e);
+        /* the device's chain at the token's index as its step, as run_device draws */
+        const lily_sampler_params *sp = &r->sp;
+        const lily_draw d = {sp->temperature, sp->top_k, sp->top_p, sp->min_p, 0, -1, sp->seed,
+                             (uint64_t)res->n_gen};
+        t->id = g->chain ? lily_draw_pick(lg, g->vocab, &d, g->dscr)
+                         : lily_sampler_sample(smp, lg, g->hist, g->n_hist, &e);
+        if (t->id < 0 && g->chain) lily_fail(&e, "no logit can be drawn");
         if (t->id < 0) {
             snprintf(res->error, sizeof res->error, "%s", e.msg);
             res->finish = "error";
@@ -343,7 +355,7 @@ static void run_device(lily_gen *g, const lily_gen_req *r, lily_gen_result *res,
                        lily_sampler *smp, lily_stopstr *stop, lily_sb *text, int max_new) {
     const lily_sampler_params *sp = &r->sp;
     lily_draw dr = {sp->temperature, sp->top_k, sp->top_p, sp->min_p,
-                    g->tok_vocab,    r->ban_id, sp->seed,  0};
+                    g->tok_vocab,    r->ban_id, sp->seed,  1}; /* the first token is step 0 */
     forced_q fq = {{0}, 0, 0};
     lily_err e;
     if (r->cancelled && r->cancelled(r->ud)) {
@@ -445,10 +457,12 @@ int lily_gen_run(lily_gen *g, const lily_gen_req *r, lily_gen_result *res) {
      * a host pass over them), unless the request needs the logits on the host: logprobs,
      * logit_bias, penalties. */
     const lily_sampler_params *sp = &r->sp;
-    const int dev = lily_session_can_decode_sample(g->sess) && !r->logprobs &&
-                    r->top_logprobs == 0 && r->n_bias == 0 &&
-                    (sp->repeat_penalty == 0.0f || sp->repeat_penalty == 1.0f) &&
-                    sp->presence_penalty == 0.0f && sp->frequency_penalty == 0.0f;
+    /* Without penalties, a session that draws samples with the device's chain on the host too
+     * (lily_draw_pick, the same random numbers): the same seed gives the same tokens whether the
+     * logits come to the host or not. Penalties need the CPU sampler. */
+    g->chain = g->dscr && (sp->repeat_penalty == 0.0f || sp->repeat_penalty == 1.0f) &&
+               sp->presence_penalty == 0.0f && sp->frequency_penalty == 0.0f;
+    const int dev = g->chain && !r->logprobs && r->top_logprobs == 0 && r->n_bias == 0;
     double t0 = lily_now();
     res->finish = NULL;
     if (dev)

