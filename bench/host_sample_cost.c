@@ -1,6 +1,8 @@
 /* What the server pays on the host per generated token when it samples there (src/server/gen.c):
  * lily_sampler_sample over the 35B's 248320 logits under common settings, and lily_logprob (a
- * log-softmax over the vocabulary, which the server computes only when logprobs are asked).
+ * log-softmax over the vocabulary, which the server computes only when logprobs are asked), and
+ * lily_draw_pick (sampler/draw.h: the device's chain, which the server draws with on the host when
+ * the backend draws, CUDA).
  * Logits are N(0, 3); the mean of N calls per setting.
  *
  *   cmake -S . -B build -G Ninja && ninja -C build lily_core
@@ -13,6 +15,7 @@
 #include <stdlib.h>
 #include <time.h>
 
+#include "sampler/draw.h"
 #include "sampler/sampler.h"
 
 static double now(void) {
@@ -39,6 +42,7 @@ int main(int argc, char **argv) {
               {"T=0.6 top_k=20 top_p=0.95", 0.6f, 0.95f, 0, 20},
               {"T=1 min_p=0.05", 1, 1, 0.05f, 0}};
     long sink = 0;
+    lily_draw_cand *scr = malloc((size_t)V * sizeof *scr);
     for (size_t c = 0; c < sizeof cf / sizeof cf[0]; c++) {
         lily_sampler_params p = lily_sampler_params_default();
         p.temperature = cf[c].t, p.top_p = cf[c].p, p.min_p = cf[c].mp, p.top_k = cf[c].k;
@@ -54,10 +58,17 @@ int main(int argc, char **argv) {
         double t1 = now();
         for (int i = 0; i < N; i++) sink += lily_logprob(l, V, i) < 0;
         double t2 = now();
-        printf("%-28s sample %7.3f ms   logprob %7.3f ms\n", cf[c].name, (t1 - t0) / N * 1e3,
-               (t2 - t1) / N * 1e3);
+        lily_draw d = {cf[c].t, cf[c].k, cf[c].p, cf[c].mp, 0, -1, 7, 0};
+        for (int i = 0; i < N; i++) {
+            d.step = (uint64_t)i;
+            sink += lily_draw_pick(l, V, &d, scr);
+        }
+        double t3 = now();
+        printf("%-28s sample %7.3f ms   logprob %7.3f ms   draw_pick %7.3f ms\n", cf[c].name,
+               (t1 - t0) / N * 1e3, (t2 - t1) / N * 1e3, (t3 - t2) / N * 1e3);
         lily_sampler_free(s);
     }
     free(l);
+    free(scr);
     return sink == 42; /* keeps the calls */
 }
