@@ -1,7 +1,7 @@
 /* What the server pays on the host per generated token when it samples there (src/server/gen.c):
  * lily_sampler_sample over the 35B's 248320 logits under common settings, and lily_logprob (a
  * log-softmax over the vocabulary, which the server computes only when logprobs are asked), and
- * lily_draw_pick (sampler/draw.h: the device's chain, which the server draws with on the host when
+ * lily_draw_pick (backend/draw.h: the device's chain, which the server draws with on the host when
  * the backend draws, CUDA).
  * Logits are N(0, 3); the mean of N calls per setting.
  *
@@ -15,7 +15,7 @@
 #include <stdlib.h>
 #include <time.h>
 
-#include "sampler/draw.h"
+#include "backend/draw.h"
 #include "sampler/sampler.h"
 
 static double now(void) {

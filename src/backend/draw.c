@@ -2,7 +2,7 @@
  * the total order (larger logit first, then lower id); top-k and the top-p boundary are found by
  * quickselects on the keys (exact: the keys are distinct and the top-p mass is an integer sum),
  * so nothing is sorted; the filters and the Gumbel race follow sample.cu step by step. */
-#include "sampler/draw.h"
+#include "backend/draw.h"
 
 #include <float.h>
 #include <math.h>
