@@ -1,8 +1,9 @@
-/* What the server pays on the host per generated token when it samples there (src/server/gen.c):
- * lily_sampler_sample over the 35B's 248320 logits under common settings, and lily_logprob (a
- * log-softmax over the vocabulary, which the server computes only when logprobs are asked), and
- * lily_draw_pick (backend/draw.h: the device's chain, which the server draws with on the host when
- * the backend draws, CUDA).
+/* What the server pays on the host per generated token when it samples there (src/gen/gen.c):
+ * lily_sampler_sample over the 35B's 248320 logits under common settings (with a repetition
+ * penalty of 1.1 over 64 tokens of history: the copy and the penalties, then the draw chain),
+ * lily_logprob (a log-softmax over the vocabulary, which the server computes only when logprobs
+ * are asked), and lily_draw_pick alone (backend/draw.h: the chain the sampler ends with, which
+ * reads the caller's logits when no bias or penalty applies).
  * Logits are N(0, 3); the mean of N calls per setting.
  *
  *   cmake -S . -B build -G Ninja && ninja -C build lily_core
@@ -46,15 +47,17 @@ int main(int argc, char **argv) {
     for (size_t c = 0; c < sizeof cf / sizeof cf[0]; c++) {
         lily_sampler_params p = lily_sampler_params_default();
         p.temperature = cf[c].t, p.top_p = cf[c].p, p.min_p = cf[c].mp, p.top_k = cf[c].k;
+        p.repeat_penalty = 1.1f;
         lily_sampler *s;
         lily_err e;
         if (lily_sampler_create(&p, V, &s, &e)) {
             fprintf(stderr, "%s\n", e.msg);
             return 1;
         }
-        int32_t hist[64] = {0};
+        int32_t hist[64];
+        for (int i = 0; i < 64; i++) hist[i] = i * 97;
         double t0 = now();
-        for (int i = 0; i < N; i++) sink += lily_sampler_sample(s, l, hist, 64, &e);
+        for (int i = 0; i < N; i++) sink += lily_sampler_sample(s, l, hist, 64, (uint64_t)i, &e);
         double t1 = now();
         for (int i = 0; i < N; i++) sink += lily_logprob(l, V, i) < 0;
         double t2 = now();

@@ -1,5 +1,4 @@
 /* Option parsing shared by `lily run` and `lily chat`. */
-#ifdef LILY_HAVE_SERVER
 #include "cli_chat.h"
 
 #include <stdio.h>
@@ -38,6 +37,3 @@ int lily_chat_arg(const char *a, const char *v, lily_clichat_opts *co, lily_chat
     }
     return 1;
 }
-#else
-typedef int lily_cli_chat_unused; /* an empty translation unit is not ISO C */
-#endif

@@ -1,8 +1,8 @@
-/* Options that `lily run` and `lily chat` share (tools/cli_chat.c); server builds only. */
+/* Options that `lily run` and `lily chat` share (tools/cli_chat.c). */
 #ifndef LILY_TOOLS_CLI_CHAT_H
 #define LILY_TOOLS_CLI_CHAT_H
 
-#include "server/cli.h"
+#include "clichat.h"
 
 typedef struct lily_chat_args {
     int n_new;              /* -n: tokens to generate per turn */

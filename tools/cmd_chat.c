@@ -12,10 +12,9 @@
 
 #include "cli.h"
 
-#ifdef LILY_HAVE_SERVER
 #include "cli_chat.h"
-#include "server/outparse.h"
-#include "server/sb.h"
+#include "gen/outparse.h"
+#include "gen/sb.h"
 
 static volatile sig_atomic_t g_interrupt;
 
@@ -238,11 +237,3 @@ int lily_cmd_chat(int argc, char **argv) {
     lily_clichat_close(&c);
     return 0;
 }
-
-#else
-int lily_cmd_chat(int argc, char **argv) {
-    (void)argc, (void)argv;
-    fprintf(stderr, "lily chat: this build has no server module (-DLILY_SERVER=OFF)\n");
-    return 2;
-}
-#endif

@@ -15,7 +15,7 @@ static void usage(FILE *f) {
                "Prints the generated ids on one line; stops at an end-of-sequence id or after N\n"
                "tokens (default 32). Speed goes to stderr. Tokens are drawn on the backend when\n"
                "it can (CUDA: the logits stay on the GPU), on the host otherwise or with\n"
-               "--sample-on host (the CPU sampler: other random numbers, same distribution).\n");
+               "--sample-on host (the same chain and random numbers: the same tokens).\n");
 }
 
 int lily_cmd_generate(int argc, char **argv) {
@@ -98,13 +98,16 @@ int lily_cmd_generate(int argc, char **argv) {
     /* the first token from the prompt's logits on the host; then, unless asked otherwise, the
      * rest drawn on the backend, pipelined: the step that consumes the coming draw is enqueued
      * before the draw is read (lily_session_draw_enqueue), so printing overlaps the next step */
-    const int dev = !on_host && lily_session_can_decode_sample(s);
-    lily_draw dr = {sp.temperature, sp.top_k, sp.top_p, sp.min_p, 0, -1, sp.seed, 0};
+    lily_draw dr = {0};
+    const int dev = !on_host && lily_session_can_decode_sample(s) &&
+                    lily_sampler_as_draw(smp, &dr) == 0;
+    dr.step = 1; /* the index of the token a draw makes: the first token is step 0 */
     int made = 0;
     for (; made < n_gen; made++) {
         int32_t next;
         if (made == 0 || !dev) {
-            next = lily_sampler_sample(smp, lily_session_logits(s), tok, n + made, &e);
+            next = lily_sampler_sample(smp, lily_session_logits(s), tok, n + made,
+                                       (uint64_t)made, &e);
             if (next < 0) goto fail;
             lily_sampler_accept(smp, next);
         } else {

@@ -7,7 +7,6 @@
 
 #include "cli.h"
 
-#ifdef LILY_HAVE_SERVER
 #include "cli_chat.h"
 
 static void usage(FILE *f) {
@@ -131,11 +130,3 @@ fail:
     lily_clichat_close(&c);
     return 1;
 }
-
-#else
-int lily_cmd_run(int argc, char **argv) {
-    (void)argc, (void)argv;
-    fprintf(stderr, "lily run: this build has no server module (-DLILY_SERVER=OFF)\n");
-    return 2;
-}
-#endif

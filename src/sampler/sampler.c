@@ -1,5 +1,5 @@
-/* Token sampling: penalties, top-k, temperature, top-p, min-p and a seeded draw; plus the raw
- * log-probabilities the API reports. See sampler.h for the exact chain and its conventions. */
+/* Token sampling: logit_bias and penalties on a copy of the logits, then the device's draw chain
+ * (backend/draw.h); plus the log-probabilities the API reports. See sampler.h. */
 #include "sampler/sampler.h"
 
 #include <float.h>
@@ -7,133 +7,22 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend/draw.h"
 #include "base/err.h"
 
-/* A candidate token: its working logit, id and unnormalised probability exp((l - max) / T). */
-typedef struct cand {
-    float logit;
-    int32_t id;
-    float w;
-} cand;
-
 struct lily_sampler {
-    lily_sampler_params p;
+    lily_sampler_params p; /* p.bias points at bias */
     int vocab;
-    uint64_t rng[4];
-    float *w;        /* [vocab] working logits */
-    cand *c;         /* [vocab] candidates */
-    uint8_t *mark;   /* [vocab] scratch marks for distinct-token passes, kept all zero */
-    int32_t *count;  /* [vocab] accepted-token counts */
-    int32_t *seen;   /* distinct accepted tokens, in first-seen order */
+    lily_logit_bias *bias; /* the create-time bias list, ids in range */
+    int n_bias;
+    int32_t ban_id;        /* the bias list is this one id at -inf (-1: it is not) */
+    float *w;              /* [vocab] working logits */
+    lily_draw_cand *c;     /* [vocab] the draw's scratch */
+    uint8_t *mark;         /* [vocab] scratch marks for distinct-token passes, kept all zero */
+    int32_t *count;        /* [vocab] accepted-token counts */
+    int32_t *seen;         /* distinct accepted tokens, in first-seen order */
     int n_seen;
 };
-
-/* ---- random numbers: splitmix64 to seed xoshiro256** ------------------------------------------ */
-
-static uint64_t splitmix64(uint64_t *x) {
-    uint64_t z = (*x += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
-static uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
-
-static uint64_t xoshiro_next(uint64_t s[4]) {
-    uint64_t result = rotl(s[1] * 5, 7) * 9;
-    uint64_t t = s[1] << 17;
-    s[2] ^= s[0];
-    s[3] ^= s[1];
-    s[1] ^= s[2];
-    s[0] ^= s[3];
-    s[2] ^= t;
-    s[3] = rotl(s[3], 45);
-    return result;
-}
-
-static void seed_rng(lily_sampler *s) {
-    uint64_t x = s->p.seed;
-    for (int i = 0; i < 4; i++) s->rng[i] = splitmix64(&x);
-}
-
-/* Uniform in [0, 1) with 53 random bits. */
-static double uniform01(lily_sampler *s) { return (double)(xoshiro_next(s->rng) >> 11) * 0x1p-53; }
-
-/* ---- ordering --------------------------------------------------------------------------------- */
-
-/* The total order used everywhere: larger logit first, then lower id. */
-static int better(const cand *a, const cand *b) {
-    return a->logit > b->logit || (a->logit == b->logit && a->id < b->id);
-}
-
-static void swap_cand(cand *a, cand *b) {
-    cand t = *a;
-    *a = *b;
-    *b = t;
-}
-
-/* Rearranges c[0..n) so that its k best elements come first (in no particular order).
- * Quickselect with a median-of-three pivot; deterministic because the order is total. */
-static void select_top(cand *c, int n, int k) {
-    int lo = 0, hi = n - 1;
-    if (k <= 0 || k >= n) return;
-    while (hi > lo) {
-        int mid = lo + (hi - lo) / 2;
-        if (better(&c[mid], &c[lo])) swap_cand(&c[mid], &c[lo]);
-        if (better(&c[hi], &c[lo])) swap_cand(&c[hi], &c[lo]);
-        if (better(&c[hi], &c[mid])) swap_cand(&c[hi], &c[mid]);
-        /* now c[lo] >= c[mid] >= c[hi]; use c[mid] as pivot, parked at hi-1 */
-        cand pivot = c[mid];
-        int i = lo, j = hi;
-        while (i <= j) {
-            while (better(&c[i], &pivot)) i++;
-            while (better(&pivot, &c[j])) j--;
-            if (i <= j) {
-                swap_cand(&c[i], &c[j]);
-                i++;
-                j--;
-            }
-        }
-        /* [lo, j] >= pivot >= [i, hi] */
-        if (k - 1 <= j) hi = j;
-        else if (k - 1 >= i) lo = i;
-        else return;
-    }
-}
-
-/* Top-p without sorting: rearranges c[0..n) so that its first k elements are the k best (in
- * the total order) and k is the smallest count whose weight reaches target. Expected O(n):
- * a quickselect that recurses only into the side holding the boundary. */
-static int select_mass(cand *c, int n, double target) {
-    int lo = 0, hi = n - 1;
-    double acc = 0.0; /* weight of c[0..lo), all known to be kept */
-    while (lo <= hi) {
-        int mid = lo + (hi - lo) / 2;
-        if (better(&c[mid], &c[lo])) swap_cand(&c[mid], &c[lo]);
-        if (better(&c[hi], &c[lo])) swap_cand(&c[hi], &c[lo]);
-        if (better(&c[hi], &c[mid])) swap_cand(&c[hi], &c[mid]);
-        swap_cand(&c[mid], &c[hi]); /* median pivot parked at hi */
-        cand pivot = c[hi];
-        int m = lo;
-        double above = 0.0;
-        for (int i = lo; i < hi; i++)
-            if (better(&c[i], &pivot)) {
-                above += c[i].w;
-                swap_cand(&c[i], &c[m++]);
-            }
-        swap_cand(&c[m], &c[hi]); /* c[lo..m) better than the pivot, c[m] the pivot */
-        if (acc + above >= target) {
-            hi = m - 1;
-        } else if (acc + above + pivot.w >= target) {
-            return m + 1;
-        } else {
-            acc += above + pivot.w;
-            lo = m + 1;
-        }
-    }
-    /* target not reached (rounding) or reached exactly at lo: keep what is known to be needed */
-    return lo > 0 ? (lo < n ? lo : n) : 1;
-}
 
 /* ---- lifecycle -------------------------------------------------------------------------------- */
 
@@ -162,21 +51,34 @@ int lily_sampler_create(const lily_sampler_params *p, int vocab, lily_sampler **
                          (double)p->repeat_penalty);
     if (!isfinite(p->presence_penalty) || !isfinite(p->frequency_penalty))
         return lily_fail(err, "sampler: presence/frequency penalties must be finite");
+    if (p->n_bias < 0 || (p->n_bias > 0 && !p->bias))
+        return lily_fail(err, "sampler: %d logit_bias entries without a list", p->n_bias);
+    for (int i = 0; i < p->n_bias; i++)
+        if (isnan(p->bias[i].bias) || p->bias[i].bias == INFINITY)
+            return lily_fail(err, "sampler: logit_bias of token %d must be finite or -inf",
+                             (int)p->bias[i].id);
     lily_sampler *s = lily_xcalloc(1, sizeof *s);
     s->p = *p;
     s->vocab = vocab;
+    const int lim = p->n_ids > 0 && p->n_ids < vocab ? p->n_ids : vocab;
+    s->bias = lily_xmalloc(((size_t)p->n_bias + 1) * sizeof *s->bias);
+    for (int i = 0; i < p->n_bias; i++)
+        if (p->bias[i].id >= 0 && p->bias[i].id < lim) s->bias[s->n_bias++] = p->bias[i];
+    s->p.bias = s->bias;
+    s->p.n_bias = s->n_bias;
+    s->ban_id = s->n_bias == 1 && s->bias[0].bias == -INFINITY ? s->bias[0].id : -1;
     s->w = lily_xmalloc((size_t)vocab * sizeof *s->w);
     s->c = lily_xmalloc((size_t)vocab * sizeof *s->c);
     s->mark = lily_xcalloc((size_t)vocab, 1);
     s->count = lily_xcalloc((size_t)vocab, sizeof *s->count);
     s->seen = lily_xmalloc((size_t)vocab * sizeof *s->seen);
-    seed_rng(s);
     *out = s;
     return 0;
 }
 
 void lily_sampler_free(lily_sampler *s) {
     if (!s) return;
+    free(s->bias);
     free(s->w);
     free(s->c);
     free(s->mark);
@@ -193,7 +95,6 @@ void lily_sampler_accept(lily_sampler *s, int32_t token) {
 void lily_sampler_reset(lily_sampler *s) {
     for (int i = 0; i < s->n_seen; i++) s->count[s->seen[i]] = 0;
     s->n_seen = 0;
-    seed_rng(s);
 }
 
 const lily_sampler_params *lily_sampler_get_params(const lily_sampler *s) { return &s->p; }
@@ -232,6 +133,12 @@ static void apply_penalties(lily_sampler *s, const int32_t *history, int n_histo
     }
 }
 
+/* Whether the penalties could change a logit of some call (the backend cannot apply them). */
+static int penalties_on(const lily_sampler_params *p) {
+    return (p->repeat_penalty > 0.0f && p->repeat_penalty != 1.0f) ||
+           p->presence_penalty != 0.0f || p->frequency_penalty != 0.0f;
+}
+
 /* Whether the penalties would change any logit of this call. */
 static int penalties_act(const lily_sampler *s, const int32_t *history, int n_history) {
     const lily_sampler_params *p = &s->p;
@@ -239,89 +146,50 @@ static int penalties_act(const lily_sampler *s, const int32_t *history, int n_hi
            ((p->presence_penalty != 0.0f || p->frequency_penalty != 0.0f) && s->n_seen > 0);
 }
 
-/* Greedy without penalties, straight from the caller's logits (no working copy): the largest
- * usable logit, +inf counting as FLT_MAX, the lowest id on ties; -1 when none is usable. */
-static int32_t greedy_pick(const float *logits, int V) {
-    float m = -INFINITY;
-    for (int i = 0; i < V; i++) /* NaN compares false: never the maximum */
-        if (logits[i] > m) m = logits[i];
-    if (m == -INFINITY) return -1;
-    const float want = m == INFINITY ? FLT_MAX : m; /* FLT_MAX ties with +inf */
-    for (int i = 0; i < V; i++)
-        if (logits[i] == want || (want == FLT_MAX && logits[i] == INFINITY)) return i;
-    return -1; /* not reached */
+static lily_draw draw_of(const lily_sampler_params *p, int32_t ban_id, uint64_t step) {
+    return (lily_draw){p->temperature, p->top_k, p->top_p, p->min_p,
+                       p->n_ids,       ban_id,   p->seed,  step};
+}
+
+int lily_sampler_as_draw(const lily_sampler *s, lily_draw *d) {
+    if (penalties_on(&s->p) || (s->n_bias > 0 && s->ban_id < 0)) return -1;
+    *d = draw_of(&s->p, s->ban_id, 0);
+    return 0;
+}
+
+/* logits with the bias added into s->w */
+static float *biased(lily_sampler *s, const float *logits) {
+    memcpy(s->w, logits, (size_t)s->vocab * sizeof *s->w);
+    for (int i = 0; i < s->n_bias; i++)
+        s->w[s->bias[i].id] += s->bias[i].bias;
+    return s->w;
 }
 
 int32_t lily_sampler_sample(lily_sampler *s, const float *logits, const int32_t *history,
-                            int n_history, lily_err *err) {
-    const lily_sampler_params *p = &s->p;
-    int V = s->vocab;
-    if (p->temperature <= 0.0f && !penalties_act(s, history, n_history)) {
-        int32_t t = greedy_pick(logits, V);
-        if (t < 0) return lily_fail(err, "sampler: no usable logit (all NaN or -inf)");
-        return t;
+                            int n_history, uint64_t step, lily_err *err) {
+    const float *l = logits;
+    if (s->n_bias > 0 || penalties_act(s, history, n_history)) {
+        l = biased(s, logits);
+        apply_penalties(s, history, n_history);
     }
-    float *w = s->w;
-    int n_usable = 0;
-    for (int i = 0; i < V; i++) {
-        float x = logits[i];
-        if (isnan(x)) x = -INFINITY;
-        else if (x == INFINITY) x = FLT_MAX;
-        if (x != -INFINITY) n_usable++;
-        w[i] = x;
-    }
-    if (n_usable == 0) return lily_fail(err, "sampler: no usable logit (all NaN or -inf)");
-    apply_penalties(s, history, n_history);
+    const lily_draw d = draw_of(&s->p, -1, step);
+    const int32_t t = lily_draw_pick(l, s->vocab, &d, s->c);
+    if (t < 0)
+        return lily_fail(err, "sampler: no usable logit (all NaN, -inf, banned or excluded)");
+    return t;
+}
 
-    if (p->temperature <= 0.0f) return greedy_pick(w, V); /* the penalised logits */
-
-    /* Candidates: every usable token. */
-    cand *c = s->c;
-    int n = 0;
-    for (int i = 0; i < V; i++)
-        if (w[i] != -INFINITY) c[n++] = (cand){w[i], i, 0.0f};
-
-    /* top-k */
-    if (p->top_k > 0 && p->top_k < n) {
-        select_top(c, n, p->top_k);
-        n = p->top_k;
+float lily_sampler_logprobs(lily_sampler *s, const float *logits, int32_t token, int n,
+                            int32_t *ids, float *lp, int *n_top) {
+    const float *l = logits;
+    if (s->n_bias > 0 || (s->p.n_ids > 0 && s->p.n_ids < s->vocab)) {
+        float *w = biased(s, logits);
+        for (int i = s->p.n_ids > 0 ? s->p.n_ids : s->vocab; i < s->vocab; i++)
+            w[i] = -INFINITY;
+        l = w;
     }
-
-    /* Weights relative to the best candidate: the difference first, so that a logit of FLT_MAX
-     * cannot overflow when divided by T < 1. */
-    double inv_t = 1.0 / (double)p->temperature;
-    float maxl = c[0].logit;
-    for (int i = 1; i < n; i++)
-        if (c[i].logit > maxl) maxl = c[i].logit;
-    double total = 0.0;
-    for (int i = 0; i < n; i++) {
-        c[i].w = expf((c[i].logit - maxl) * (float)inv_t);
-        total += c[i].w;
-    }
-    /* min-p and top-p each keep a prefix of the candidates in descending order, so applying
-     * min-p first (a cheap linear pass) and then top-p with the mass target of the full
-     * distribution gives the same set as top-p followed by min-p. */
-    if (p->min_p > 0.0f) {
-        int m = 0;
-        for (int i = 0; i < n; i++)
-            if ((double)c[i].w >= (double)p->min_p) c[m++] = c[i];
-        if (m == 0) /* min_p > 1: keep the best token(s) */
-            for (int i = 0; i < n; i++)
-                if (c[i].logit == maxl) c[m++] = c[i];
-        n = m;
-    }
-    if (p->top_p > 0.0f && p->top_p < 1.0f) n = select_mass(c, n, (double)p->top_p * total);
-    double sum = 0.0;
-    for (int i = 0; i < n; i++) sum += c[i].w;
-    double r = uniform01(s) * sum, cum = 0.0;
-    for (int i = 0; i < n; i++) {
-        cum += c[i].w;
-        if (r < cum) return c[i].id;
-    }
-    /* rounding left r just above the sum: take the last candidate with weight */
-    for (int i = n - 1; i >= 0; i--)
-        if (c[i].w > 0.0f) return c[i].id;
-    return c[0].id;
+    *n_top = n > 0 ? lily_logprobs_top(l, s->vocab, n, ids, lp) : 0;
+    return lily_logprob(l, s->vocab, token);
 }
 
 /* ---- raw log-probabilities -------------------------------------------------------------------- */

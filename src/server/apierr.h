@@ -3,7 +3,7 @@
 #ifndef LILY_SERVER_APIERR_H
 #define LILY_SERVER_APIERR_H
 
-#include "server/sb.h"
+#include "gen/sb.h"
 
 typedef struct lily_api_error {
     int status;       /* HTTP status */

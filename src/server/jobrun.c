@@ -7,7 +7,7 @@
 
 #include "base/err.h"
 #include "base/timer.h"
-#include "server/outparse.h"
+#include "gen/outparse.h"
 #include "server/srv.h"
 
 typedef struct run {

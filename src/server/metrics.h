@@ -5,7 +5,7 @@
 #include <pthread.h>
 #include <stdint.h>
 
-#include "server/sb.h"
+#include "gen/sb.h"
 
 typedef struct lily_metrics {
     pthread_mutex_t mu;

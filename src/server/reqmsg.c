@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "server/sb.h"
+#include "gen/sb.h"
 
 /* Null equals absent. */
 static const cJSON *field(const cJSON *o, const char *name) {

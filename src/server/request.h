@@ -17,6 +17,7 @@
 
 #include <cjson/cJSON.h>
 
+#include "sampler/sampler.h"
 #include "server/apierr.h"
 
 typedef enum lily_req_kind { LILY_REQ_CHAT, LILY_REQ_COMPLETION } lily_req_kind;
@@ -39,11 +40,6 @@ enum {
     LILY_GIVEN_FREQUENCY = 32,
     LILY_GIVEN_REPEAT = 64,
 };
-
-typedef struct lily_logit_bias {
-    int32_t id;
-    float bias;
-} lily_logit_bias;
 
 typedef struct lily_request_limits {
     size_t max_body;  /* bytes; 0 = no limit */

@@ -17,10 +17,10 @@
 #include "lily.h"
 #include "sampler/sampler.h"
 #include "server/apierr.h"
-#include "server/gen.h"
+#include "gen/gen.h"
 #include "server/metrics.h"
 #include "server/request.h"
-#include "server/sb.h"
+#include "gen/sb.h"
 #include "server/server.h"
 #include "tokenizer/tokenizer.h"
 

@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "server/outparse.h"
+#include "gen/outparse.h"
 #include "server/request.h"
 
 static void assemble(const uint8_t *data, size_t size, size_t cut, const cJSON *tools, int thinking,

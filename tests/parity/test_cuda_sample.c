@@ -269,9 +269,9 @@ static void check_reference(void) {
         lily_err e;
         int ok = m > 0 && lily_sampler_create(&sp, V, &s, &e) == 0;
         for (int d = 0; ok && d < 300; d++)
-            ok = in_set(ids, m, lily_sampler_sample(s, l, NULL, 0, &e));
+            ok = in_set(ids, m, lily_sampler_sample(s, l, NULL, 0, (uint64_t)d, &e));
         if (m > 0 && !(c.temperature > 0.0f))
-            ok = ok && lily_sampler_sample(s, l, NULL, 0, &e) == ids[0];
+            ok = ok && lily_sampler_sample(s, l, NULL, 0, 0, &e) == ids[0];
         if (m > 0) lily_sampler_free(s);
         char b[160], w[256];
         cfg_str(&c, b, sizeof b);

@@ -4,7 +4,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "server/stopstr.h"
+#include "gen/stopstr.h"
 
 static int n_pass, n_fail;
 

@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "server/outparse.h"
+#include "gen/outparse.h"
 
 static int n_pass, n_fail;
 

@@ -16,15 +16,15 @@
  * values stream as they arrive, other values are emitted converted when they close. The parser
  * never fails: malformed calls come back as text (§2.5.5), and calls cut off by the end of output
  * are closed so that every call's arguments are valid JSON. */
-#ifndef LILY_SERVER_OUTPARSE_H
-#define LILY_SERVER_OUTPARSE_H
+#ifndef LILY_GEN_OUTPARSE_H
+#define LILY_GEN_OUTPARSE_H
 
 #include <stddef.h>
 #include <stdint.h>
 
 #include <cjson/cJSON.h>
 
-#include "server/sb.h"
+#include "gen/sb.h"
 
 typedef enum lily_delta_kind {
     LILY_DELTA_REASONING, /* text: reasoning text */

@@ -1,5 +1,5 @@
 /* Growable byte strings (see sb.h). */
-#include "server/sb.h"
+#include "gen/sb.h"
 
 #include <stdio.h>
 #include <stdlib.h>

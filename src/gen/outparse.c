@@ -7,14 +7,14 @@
  * trimming (reasoning and content are trimmed at both ends) is done with "pending whitespace"
  * buffers: trailing whitespace is held and released only when more text of the same kind
  * follows. */
-#include "server/outparse.h"
+#include "gen/outparse.h"
 
 #include <stdlib.h>
 #include <string.h>
 
 #include "base/err.h"
-#include "server/jsonnorm.h"
-#include "server/toolschema.h"
+#include "gen/jsonnorm.h"
+#include "gen/toolschema.h"
 
 typedef enum {
     S_REASONING,

@@ -3,8 +3,8 @@
  * The buffer is always NUL-terminated (data may be NULL only while cap is 0, and lily_sb_str
  * returns "" then), so it can be handed to C string functions at any time. Allocation failure
  * aborts (lily_x* allocators), so appends cannot fail. */
-#ifndef LILY_SERVER_SB_H
-#define LILY_SERVER_SB_H
+#ifndef LILY_GEN_SB_H
+#define LILY_GEN_SB_H
 
 #include <stdarg.h>
 #include <stddef.h>

@@ -1,13 +1,13 @@
 /* Tool parameter types from the request's JSON Schemas, and conversion of a raw parameter value
  * (the text between <parameter=P> and </parameter>) into a JSON value (api.md §2.5.4). */
-#ifndef LILY_SERVER_TOOLSCHEMA_H
-#define LILY_SERVER_TOOLSCHEMA_H
+#ifndef LILY_GEN_TOOLSCHEMA_H
+#define LILY_GEN_TOOLSCHEMA_H
 
 #include <stddef.h>
 
 #include <cjson/cJSON.h>
 
-#include "server/sb.h"
+#include "gen/sb.h"
 
 typedef enum lily_param_kind {
     LILY_PARAM_ANY,    /* no schema: JSON if it parses, else a string */

@@ -1,5 +1,5 @@
 /* Stop-string matching with holdback (see stopstr.h). */
-#include "server/stopstr.h"
+#include "gen/stopstr.h"
 
 #include <string.h>
 

@@ -4,8 +4,8 @@
  * (the recurrent state has absorbed every token), so only entries that are whole prefixes count.
  * Entries are evicted least-recently-used first to keep the total snapshot bytes under a budget.
  * Not thread-safe: owned by the one inference thread. */
-#ifndef LILY_SERVER_PCACHE_H
-#define LILY_SERVER_PCACHE_H
+#ifndef LILY_GEN_PCACHE_H
+#define LILY_GEN_PCACHE_H
 
 #include <stddef.h>
 #include <stdint.h>

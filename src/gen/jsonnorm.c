@@ -1,6 +1,6 @@
 /* JSON / Python-literal normaliser (see jsonnorm.h): a small recursive-descent parser that
  * writes as it reads. */
-#include "server/jsonnorm.h"
+#include "gen/jsonnorm.h"
 
 #include <string.h>
 

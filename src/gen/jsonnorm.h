@@ -3,12 +3,12 @@
  * escapes (UTF-8 left unescaped), numbers kept verbatim (no float round trip, so large integers
  * survive). The streaming and non-streaming paths of the output parser both produce arguments
  * through these functions, so their bytes agree. */
-#ifndef LILY_SERVER_JSONNORM_H
-#define LILY_SERVER_JSONNORM_H
+#ifndef LILY_GEN_JSONNORM_H
+#define LILY_GEN_JSONNORM_H
 
 #include <stddef.h>
 
-#include "server/sb.h"
+#include "gen/sb.h"
 
 /* Parses s[0..n) as exactly one JSON value (surrounding whitespace allowed) and appends its
  * normalised form to out. With python != 0 also accepts Python literals: single-quoted strings,

@@ -1,12 +1,12 @@
 /* Stop strings matched on decoded output text across token boundaries (api.md §2.1.4): text that
  * could be the beginning of a stop string is held back until the next piece decides it; the
  * matched stop string itself is never returned. */
-#ifndef LILY_SERVER_STOPSTR_H
-#define LILY_SERVER_STOPSTR_H
+#ifndef LILY_GEN_STOPSTR_H
+#define LILY_GEN_STOPSTR_H
 
 #include <stddef.h>
 
-#include "server/sb.h"
+#include "gen/sb.h"
 
 typedef struct lily_stopstr {
     char **stop; /* borrowed */

@@ -9,15 +9,14 @@
  * until an end-of-turn token, a stop string, the token budget, the callback, or cancellation.
  * Decoded text is passed through the streaming detokenizer (no broken UTF-8) and the stop-string
  * holdback before it reaches the caller. Not thread-safe: one thread drives a lily_gen. */
-#ifndef LILY_SERVER_GEN_H
-#define LILY_SERVER_GEN_H
+#ifndef LILY_GEN_GEN_H
+#define LILY_GEN_GEN_H
 
 #include <stddef.h>
 #include <stdint.h>
 
 #include "lily.h"
 #include "sampler/sampler.h"
-#include "server/request.h"
 #include "tokenizer/tokenizer.h"
 
 #define LILY_GEN_MAX_TOP 20

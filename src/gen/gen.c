@@ -1,5 +1,5 @@
 /* Generation with prefix reuse (see gen.h). */
-#include "server/gen.h"
+#include "gen/gen.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -8,9 +8,8 @@
 
 #include "base/err.h"
 #include "base/timer.h"
-#include "backend/draw.h"
-#include "server/pcache.h"
-#include "server/stopstr.h"
+#include "gen/pcache.h"
+#include "gen/stopstr.h"
 
 struct lily_gen {
     lily_engine *eng;
@@ -26,9 +25,8 @@ struct lily_gen {
     int32_t eos[8];
     int n_eos;
     int32_t im_start;
-    float *scratch;      /* [vocab] logits after masking and bias */
-    lily_draw_cand *dscr; /* [vocab] lily_draw_pick's scratch (a session that draws) */
-    int chain;            /* this run samples with the device's chain (lily_draw_pick) */
+    lily_logit_bias *bias; /* a request's bias list with its banned id, grown as needed */
+    int bias_cap;
     int32_t pending_eos; /* end-of-turn token of the last run, not yet consumed (-1: none) */
     int snap_pending;    /* the last run's end-of-turn token was consumed: snapshot at its end */
 };
@@ -48,9 +46,6 @@ int lily_gen_create(lily_engine *eng, lily_tokenizer *tok, const lily_gen_opts *
     }
     g->max_ctx = lily_session_max_ctx(g->sess);
     g->hist = lily_xmalloc((size_t)g->max_ctx * sizeof *g->hist);
-    g->scratch = lily_xmalloc((size_t)g->vocab * sizeof *g->scratch);
-    if (lily_session_can_decode_sample(g->sess))
-        g->dscr = lily_xmalloc((size_t)g->vocab * sizeof *g->dscr);
     g->cache = lily_pcache_create(o->cache_bytes);
     for (int i = 0; i < 4 && info->eos_ids[i] >= 0; i++)
         g->eos[g->n_eos++] = info->eos_ids[i];
@@ -71,8 +66,7 @@ void lily_gen_free(lily_gen *g) {
     lily_detok_free(g->detok);
     lily_pcache_free(g->cache);
     free(g->hist);
-    free(g->scratch);
-    free(g->dscr);
+    free(g->bias);
     free(g);
 }
 
@@ -218,17 +212,6 @@ static int prefill(lily_gen *g, const lily_gen_req *r, lily_gen_result *res) {
 
 /* ---- decode -------------------------------------------------------------------------------- */
 
-static const float *masked_logits(lily_gen *g, const lily_gen_req *r, const float *logits) {
-    memcpy(g->scratch, logits, (size_t)g->vocab * sizeof *logits);
-    for (int i = g->tok_vocab; i < g->vocab; i++)
-        g->scratch[i] = -INFINITY;
-    for (int i = 0; i < r->n_bias; i++)
-        if (r->bias[i].id >= 0 && r->bias[i].id < g->tok_vocab)
-            g->scratch[r->bias[i].id] += r->bias[i].bias;
-    if (r->ban_id >= 0 && r->ban_id < g->vocab) g->scratch[r->ban_id] = -INFINITY;
-    return g->scratch;
-}
-
 /* What a generated token does after it is chosen: the end of the turn (1, res->eos), or text for
  * the detokenizer, the stop strings and the caller (1 when they end the run), else 0. */
 static int emit(lily_gen *g, const lily_gen_req *r, lily_gen_result *res, lily_sampler *smp,
@@ -253,8 +236,9 @@ static int emit(lily_gen *g, const lily_gen_req *r, lily_gen_result *res, lily_s
     return 0;
 }
 
-/* The next token from the logits on the host (forced tokens aside): sampled with penalties,
- * bias and logprobs as the request asks. 0, or -1 with res->finish = "error". */
+/* The next token from the logits on the host (forced tokens aside), drawn by the sampler at the
+ * token's index as its step (as run_device's draws), with logprobs as the request asks. 0, or -1
+ * with res->finish = "error". */
 static int host_choose(lily_gen *g, const lily_gen_req *r, lily_gen_result *res,
                        lily_sampler *smp, lily_gen_token *t) {
     const float *logits = lily_session_logits(g->sess);
@@ -263,28 +247,21 @@ static int host_choose(lily_gen *g, const lily_gen_req *r, lily_gen_result *res,
         res->finish = "error";
         return -1;
     }
-    const float *lg = masked_logits(g, r, logits);
     lily_err e;
     if (!t->forced) {
-        /* the device's chain at the token's index as its step, as run_device draws */
-        const lily_sampler_params *sp = &r->sp;
-        const lily_draw d = {sp->temperature, sp->top_k, sp->top_p, sp->min_p, 0, -1, sp->seed,
-                             (uint64_t)res->n_gen};
-        t->id = g->chain ? lily_draw_pick(lg, g->vocab, &d, g->dscr)
-                         : lily_sampler_sample(smp, lg, g->hist, g->n_hist, &e);
-        if (t->id < 0 && g->chain) lily_fail(&e, "no logit can be drawn");
+        t->id = lily_sampler_sample(smp, logits, g->hist, g->n_hist, (uint64_t)res->n_gen, &e);
         if (t->id < 0) {
             snprintf(res->error, sizeof res->error, "%s", e.msg);
             res->finish = "error";
             return -1;
         }
     }
-    t->logprob = r->logprobs ? lily_logprob(lg, g->vocab, t->id) : 0.0f;
-    if (r->top_logprobs > 0)
-        t->n_top = lily_logprobs_top(lg, g->vocab,
-                                     r->top_logprobs < LILY_GEN_MAX_TOP ? r->top_logprobs
-                                                                        : LILY_GEN_MAX_TOP,
-                                     t->top_ids, t->top_lp);
+    if (r->logprobs || r->top_logprobs > 0) {
+        const int n = r->top_logprobs < LILY_GEN_MAX_TOP ? r->top_logprobs : LILY_GEN_MAX_TOP;
+        const float lp =
+            lily_sampler_logprobs(smp, logits, t->id, n, t->top_ids, t->top_lp, &t->n_top);
+        t->logprob = r->logprobs ? lp : 0.0f;
+    }
     return 0;
 }
 
@@ -352,10 +329,10 @@ static void run_host(lily_gen *g, const lily_gen_req *r, lily_gen_result *res, l
  * end-of-turn token does anyway. Forced tokens need the text before them, so the force callback
  * is asked after each emit and before the next step is enqueued. */
 static void run_device(lily_gen *g, const lily_gen_req *r, lily_gen_result *res,
-                       lily_sampler *smp, lily_stopstr *stop, lily_sb *text, int max_new) {
-    const lily_sampler_params *sp = &r->sp;
-    lily_draw dr = {sp->temperature, sp->top_k, sp->top_p, sp->min_p,
-                    g->tok_vocab,    r->ban_id, sp->seed,  1}; /* the first token is step 0 */
+                       lily_sampler *smp, const lily_draw *d, lily_stopstr *stop, lily_sb *text,
+                       int max_new) {
+    lily_draw dr = *d;
+    dr.step = 1; /* the first token is step 0 */
     forced_q fq = {{0}, 0, 0};
     lily_err e;
     if (r->cancelled && r->cancelled(r->ud)) {
@@ -424,6 +401,24 @@ static void run_device(lily_gen *g, const lily_gen_req *r, lily_gen_result *res,
     }
 }
 
+/* The request's sampler: its parameters, ids the tokenizer lacks never drawn, its logit_bias and
+ * its banned id (a bias of -inf). */
+static int sampler_for(lily_gen *g, const lily_gen_req *r, lily_sampler **out, lily_err *e) {
+    if (r->n_bias + 1 > g->bias_cap) {
+        g->bias_cap = r->n_bias + 1;
+        g->bias = lily_xrealloc(g->bias, (size_t)g->bias_cap * sizeof *g->bias);
+    }
+    int n = 0;
+    for (int i = 0; i < r->n_bias; i++)
+        g->bias[n++] = r->bias[i];
+    if (r->ban_id >= 0) g->bias[n++] = (lily_logit_bias){r->ban_id, -INFINITY};
+    lily_sampler_params sp = r->sp;
+    sp.n_ids = g->tok_vocab;
+    sp.bias = g->bias;
+    sp.n_bias = n;
+    return lily_sampler_create(&sp, g->vocab, out, e);
+}
+
 int lily_gen_run(lily_gen *g, const lily_gen_req *r, lily_gen_result *res) {
     memset(res, 0, sizeof *res);
     res->n_prompt = r->n_prompt;
@@ -444,7 +439,7 @@ int lily_gen_run(lily_gen *g, const lily_gen_req *r, lily_gen_result *res) {
     }
     lily_sampler *smp;
     lily_err e;
-    if (lily_sampler_create(&r->sp, g->vocab, &smp, &e)) {
+    if (sampler_for(g, r, &smp, &e)) {
         snprintf(res->error, sizeof res->error, "%s", e.msg);
         return 0;
     }
@@ -454,19 +449,16 @@ int lily_gen_run(lily_gen *g, const lily_gen_req *r, lily_gen_result *res) {
     lily_detok_reset(g->detok);
     int max_new = r->max_new > 0 ? r->max_new : g->max_ctx;
     /* Draws on the backend when it can (CUDA: 4 bytes a token come back instead of the logits and
-     * a host pass over them), unless the request needs the logits on the host: logprobs,
-     * logit_bias, penalties. */
-    const lily_sampler_params *sp = &r->sp;
-    /* Without penalties, a session that draws samples with the device's chain on the host too
-     * (lily_draw_pick, the same random numbers): the same seed gives the same tokens whether the
-     * logits come to the host or not. Penalties need the CPU sampler. */
-    g->chain = g->dscr && (sp->repeat_penalty == 0.0f || sp->repeat_penalty == 1.0f) &&
-               sp->presence_penalty == 0.0f && sp->frequency_penalty == 0.0f;
-    const int dev = g->chain && !r->logprobs && r->top_logprobs == 0 && r->n_bias == 0;
+     * a host pass over them), unless the request needs the logits on the host: logprobs, or a
+     * sampler the backend's chain cannot be (penalties, logit_bias). The host draws with the same
+     * random numbers, so the same seed gives the same tokens either way. */
+    lily_draw dr;
+    const int dev = lily_session_can_decode_sample(g->sess) && !r->logprobs &&
+                    r->top_logprobs == 0 && lily_sampler_as_draw(smp, &dr) == 0;
     double t0 = lily_now();
     res->finish = NULL;
     if (dev)
-        run_device(g, r, res, smp, &stop, &text, max_new);
+        run_device(g, r, res, smp, &dr, &stop, &text, max_new);
     else
         run_host(g, r, res, smp, &stop, &text, max_new);
     res->decode_s = lily_now() - t0;

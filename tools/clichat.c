@@ -1,5 +1,5 @@
-/* Shared pieces of `lily run` and `lily chat` (see cli.h). */
-#include "server/cli.h"
+/* Shared pieces of `lily run` and `lily chat` (see clichat.h). */
+#include "clichat.h"
 
 #include <stdio.h>
 #include <stdlib.h>

