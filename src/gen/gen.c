@@ -22,7 +22,7 @@ struct lily_gen {
     int max_ctx;
     int32_t *hist; /* tokens the session has consumed; [max_ctx] */
     int n_hist;
-    int32_t eos[8];
+    int32_t eos[5]; /* end-of-turn ids: the config's (4 at most) and the tokenizer's */
     int n_eos;
     int32_t im_start;
     lily_logit_bias *bias; /* a request's bias list with its banned id, grown as needed */
@@ -47,13 +47,12 @@ int lily_gen_create(lily_engine *eng, lily_tokenizer *tok, const lily_gen_opts *
     g->max_ctx = lily_session_max_ctx(g->sess);
     g->hist = lily_xmalloc((size_t)g->max_ctx * sizeof *g->hist);
     g->cache = lily_pcache_create(o->cache_bytes);
+    /* the end of a turn: the model config's eos ids (config.json, generation_config.json) and
+     * the tokenizer's eos_token (tokenizer_config.json) */
     for (int i = 0; i < 4 && info->eos_ids[i] >= 0; i++)
         g->eos[g->n_eos++] = info->eos_ids[i];
-    static const char *const names[] = {"<|im_end|>", "<|endoftext|>"};
-    for (int i = 0; i < 2; i++) {
-        int32_t id = lily_tokenizer_token_to_id(tok, names[i]);
-        if (id >= 0 && !lily_gen_is_eos(g, id)) g->eos[g->n_eos++] = id;
-    }
+    const int32_t tok_eos = lily_tokenizer_eos_id(tok);
+    if (tok_eos >= 0 && !lily_gen_is_eos(g, tok_eos)) g->eos[g->n_eos++] = tok_eos;
     g->im_start = lily_tokenizer_token_to_id(tok, "<|im_start|>");
     g->pending_eos = -1;
     *out = g;
@@ -77,6 +76,15 @@ int lily_gen_max_ctx(const lily_gen *g) {
 int lily_gen_is_eos(const lily_gen *g, int32_t id) {
     for (int i = 0; i < g->n_eos; i++)
         if (g->eos[i] == id) return 1;
+    return 0;
+}
+
+size_t lily_gen_eos_suffix(const lily_gen *g, const char *text, size_t len) {
+    for (int i = 0; i < g->n_eos; i++) {
+        size_t n;
+        const char *t = lily_tokenizer_token_bytes(g->tok, g->eos[i], &n);
+        if (t && n && n <= len && !memcmp(text + len - n, t, n)) return n;
+    }
     return 0;
 }
 

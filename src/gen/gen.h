@@ -96,7 +96,12 @@ void lily_gen_reset(lily_gen *g);
 /* Prefix-cache occupancy for metrics. */
 void lily_gen_cache_stats(const lily_gen *g, int *entries, size_t *bytes);
 
-/* Is id an end-of-turn token (from the config's eos ids, <|im_end|>, <|endoftext|>)? */
+/* Is id an end-of-turn token? They are the model config's eos ids (config.json and
+ * generation_config.json) and the tokenizer's eos_token (tokenizer_config.json). */
 int lily_gen_is_eos(const lily_gen *g, int32_t id);
+
+/* The length of the end-of-turn token's text that text[0..len) ends with (a rendered turn's
+ * closing marker, "<|im_end|>" for Qwen), or 0 when it ends with none. Thread-safe. */
+size_t lily_gen_eos_suffix(const lily_gen *g, const char *text, size_t len);
 
 #endif

@@ -75,7 +75,7 @@ static char *render_chat(lily_srv *s, lily_request *r, size_t *len, int *open, l
          * block when it has reasoning but no content yet */
         while (*len && out[*len - 1] == '\n')
             (*len)--;
-        if (ends_with(out, *len, "<|im_end|>")) *len -= strlen("<|im_end|>");
+        *len -= lily_gen_eos_suffix(s->gen, out, *len);
         const cJSON *last = cJSON_GetArrayItem(r->messages, cJSON_GetArraySize(r->messages) - 1);
         const cJSON *c = cJSON_GetObjectItemCaseSensitive(last, "content");
         size_t n = *len;

@@ -18,6 +18,7 @@ struct lily_tokenizer {
     lily_bpe bpe;
     lily_pretok pre;
     lily_added_set added;
+    int32_t eos_id;       /* tokenizer_config.json's eos_token, or -1 */
     pthread_mutex_t lock; /* serializes encode (the BPE cache and regex match data) */
 };
 

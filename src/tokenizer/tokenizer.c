@@ -30,6 +30,13 @@ static int parse_json(const char *buf, size_t len, const char *name, cJSON **out
     return 0;
 }
 
+/* tokenizer_config.json's eos_token ("<|im_end|>" or {"content": ...}) as an id, or -1 */
+static int32_t config_eos(const lily_tokenizer *t, const cJSON *cfg) {
+    const cJSON *eos = cJSON_GetObjectItemCaseSensitive(cfg, "eos_token");
+    if (cJSON_IsObject(eos)) eos = cJSON_GetObjectItemCaseSensitive(eos, "content");
+    return cJSON_IsString(eos) ? lily_tokenizer_token_to_id(t, eos->valuestring) : -1;
+}
+
 int lily_tokenizer_open_mem(const char *json, size_t json_len, const char *config,
                             size_t config_len, lily_tokenizer **out, lily_err *e) {
     *out = NULL;
@@ -41,6 +48,7 @@ int lily_tokenizer_open_mem(const char *json, size_t json_len, const char *confi
     }
     lily_tokenizer *t = lily_xcalloc(1, sizeof *t);
     int rc = lily_tokenizer_load(t, root, cfg, e);
+    t->eos_id = rc ? -1 : config_eos(t, cfg);
     cJSON_Delete(root);
     cJSON_Delete(cfg);
 #ifdef __GLIBC__
@@ -194,4 +202,8 @@ const char *lily_tokenizer_token_bytes(const lily_tokenizer *t, int32_t id, size
 
 int lily_tokenizer_is_special(const lily_tokenizer *t, int32_t id) {
     return id >= 0 && id < t->vocab.n && (t->vocab.flags[id] & LILY_VOCAB_SPECIAL) != 0;
+}
+
+int32_t lily_tokenizer_eos_id(const lily_tokenizer *t) {
+    return t->eos_id;
 }

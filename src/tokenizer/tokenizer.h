@@ -54,6 +54,10 @@ int32_t lily_tokenizer_token_to_id(const lily_tokenizer *tok, const char *token)
  * borrowed from the tokenizer; NULL if id has no token. */
 const char *lily_tokenizer_token_bytes(const lily_tokenizer *tok, int32_t id, size_t *len);
 
+/* The end-of-sequence token tokenizer_config.json names (eos_token: "<|im_end|>" in the Qwen chat
+ * models), or -1 when it names none the vocabulary has. */
+int32_t lily_tokenizer_eos_id(const lily_tokenizer *tok);
+
 /* 1 if id is an added token flagged special (<|im_start|>, <|endoftext|>, ...), else 0. */
 int lily_tokenizer_is_special(const lily_tokenizer *tok, int32_t id);
 

@@ -368,6 +368,16 @@ int main(void) {
         check(ok && lily_session_can_decode_sample(s), "the backend draws tokens itself", NULL);
         if (ok) lily_session_free(s);
     }
+    { /* the end of a turn: the config's and the tokenizer's eos ids, and their text */
+        const int32_t im_end = lily_tokenizer_token_to_id(tok, "<|im_end|>");
+        const int32_t eos = lily_tokenizer_eos_id(tok);
+        static const char a[] = "Hi.<|im_end|>", b[] = "Hi.<|im_end|>\n";
+        check(eos == im_end && lily_gen_is_eos(r.gd, eos) && !lily_gen_is_eos(r.gd, p[0]) &&
+                  lily_gen_eos_suffix(r.gd, a, sizeof a - 1) == 10 &&
+                  lily_gen_eos_suffix(r.gd, b, sizeof b - 1) == 0 &&
+                  lily_gen_eos_suffix(r.gd, "", 0) == 0,
+              "end of turn: the tokenizer's eos_token, and its text at the end of a turn", NULL);
+    }
     const io plain = {.force_at = -1};
     io out;
     for (int k = 1; k <= 4; k++) { /* the budget: 1, 2, 3 (the pipeline's edges) and more */

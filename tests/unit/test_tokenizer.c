@@ -222,6 +222,19 @@ static void test_added(void) {
         EXPECT(t, "split_special_tokens: special <s> is plain text", "<s><x>", '<', 's', '>', 301);
         EXPECT(t, "config added token", "a<new>", 'a', 310);
         CHECK(lily_tokenizer_vocab_size(t) == 311, "vocab_size with config token");
+        CHECK(lily_tokenizer_eos_id(t) == -1, "no eos_token: eos id -1");
+        lily_tokenizer_free(t);
+    }
+    /* eos_token as a string, as an object with content, and naming no token */
+    static const char *const eos_cfg[3] = {"{\"eos_token\": \"<new>\", \"added_tokens_decoder\": "
+                                           "{\"310\": {\"content\": \"<new>\"}}}",
+                                           "{\"eos_token\": {\"content\": \"<xy>\"}}",
+                                           "{\"eos_token\": \"<none>\"}"};
+    static const int32_t eos_want[3] = {310, 302, -1};
+    for (int i = 0; i < 3; i++) {
+        t = open_json(j, eos_cfg[i], &e);
+        CHECK(t && lily_tokenizer_eos_id(t) == eos_want[i], "eos_token %d: id %d, want %d", i,
+              t ? lily_tokenizer_eos_id(t) : -2, eos_want[i]);
         lily_tokenizer_free(t);
     }
     const char *clash = "{\"added_tokens_decoder\": {\"300\": {\"content\": \"<other>\"}}}";

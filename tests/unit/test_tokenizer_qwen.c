@@ -256,6 +256,7 @@ static void test_api(lily_tokenizer *t) {
               !lily_tokenizer_is_special(t, 279),
           "is_special: <|im_end|> yes, <think> and 'the' no");
     CHECK(b && k == 10 && !memcmp(b, "<|im_end|>", 10), "token_bytes(<|im_end|>)");
+    CHECK(lily_tokenizer_eos_id(t) == 151645, "eos_token of tokenizer_config.json: <|im_end|>");
     b = lily_tokenizer_token_bytes(t, 220, &k);
     CHECK(b && k == 1 && b[0] == ' ', "token_bytes(220) is a space");
 }
