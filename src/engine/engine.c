@@ -11,6 +11,7 @@
 #include "backend/backend.h"
 #include "base/err.h"
 #include "model/model.h"
+#include "model/stats.h"
 
 struct lily_engine {
     lily_model *model;
@@ -92,13 +93,11 @@ static void fill_info(lily_engine *eng) {
     in->bytes_per_token = b;
     in->flops_per_token = 2 * w;
     in->lm_head_flops = 2 * mat_elems(&m->lm_head);
-    in->kv_bytes_per_token = (uint64_t)in->n_attn_layers * 2 * c->n_kv_heads * c->head_dim * 2;
     in->attn_flops_per_ctx = (uint64_t)in->n_attn_layers * 4 * c->n_q_heads * c->head_dim;
-    int C = 2 * c->lin_nk * c->lin_dk + c->lin_nv * c->lin_dv;
-    int n_gdn = c->n_layers - in->n_attn_layers;
-    in->recurrent_state_bytes =
-        (uint64_t)n_gdn * ((uint64_t)c->lin_nv * c->lin_dk * c->lin_dv * 4 +
-                           (uint64_t)(c->conv_k - 1) * C * 2);
+    lily_model_stats st; /* the state sizes, as lily info reports them */
+    lily_model_stats_get(m, &st);
+    in->kv_bytes_per_token = st.kv_bytes_per_token;
+    in->recurrent_state_bytes = st.recurrent_state_bytes;
 }
 
 int lily_engine_open(const char *dir, const lily_engine_opts *opts, lily_engine **out,
