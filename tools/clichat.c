@@ -61,9 +61,7 @@ int lily_clichat_open(const lily_clichat_opts *o, lily_clichat *c, lily_err *e) 
         lily_clichat_close(c);
         return -1;
     }
-    int maxp = lily_engine_info(c->eng)->max_position;
-    int ctx = o->ctx > 0 && o->ctx < maxp ? o->ctx : (maxp < 32768 ? maxp : 32768);
-    lily_gen_opts go = {.max_ctx = ctx, .cache_bytes = o->cache_bytes};
+    lily_gen_opts go = {.max_ctx = o->ctx, .cache_bytes = o->cache_bytes};
     if (lily_gen_create(c->eng, c->tok, &go, &c->gen, e)) {
         lily_clichat_close(c);
         return -1;

@@ -22,7 +22,7 @@ typedef struct lily_clichat_opts {
     const char *model_dir;
     lily_backend_kind backend;
     int threads;
-    int ctx;            /* 0 = min(model, 32768) */
+    int ctx;            /* 0: lily_gen's default (LILY_GEN_DEFAULT_CTX); at most the model's */
     size_t cache_bytes; /* prefix-cache budget */
 } lily_clichat_opts;
 

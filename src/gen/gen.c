@@ -40,7 +40,9 @@ int lily_gen_create(lily_engine *eng, lily_tokenizer *tok, const lily_gen_opts *
     g->vocab = info->vocab_size;
     g->tok_vocab = lily_tokenizer_vocab_size(tok);
     if (g->tok_vocab > g->vocab) g->tok_vocab = g->vocab;
-    if (lily_session_create(eng, o->max_ctx, &g->sess, e) || lily_detok_create(tok, &g->detok, e)) {
+    int ctx = o->max_ctx > 0 ? o->max_ctx : LILY_GEN_DEFAULT_CTX;
+    if (ctx > info->max_position) ctx = info->max_position;
+    if (lily_session_create(eng, ctx, &g->sess, e) || lily_detok_create(tok, &g->detok, e)) {
         lily_gen_free(g);
         return -1;
     }

@@ -23,8 +23,12 @@
 
 typedef struct lily_gen lily_gen;
 
+/* The context of a lily_gen whose options leave it 0: a chat's working size, far below the 262,144
+ * positions of the Qwen3.5/3.6 models (a session's K/V cache is sized to its context). */
+#define LILY_GEN_DEFAULT_CTX 32768
+
 typedef struct lily_gen_opts {
-    int max_ctx;        /* session context (0 = the model's maximum) */
+    int max_ctx;        /* session context (0: LILY_GEN_DEFAULT_CTX); at most the model's */
     size_t cache_bytes; /* snapshot budget of the prefix cache (0 = no cache) */
 } lily_gen_opts;
 

@@ -77,7 +77,7 @@ int lily_server_main(const lily_server_opts *o) {
         goto out;
     }
     const lily_model_info *mi = lily_engine_info(s->eng);
-    s->ctx = o->ctx > 0 ? o->ctx : (mi->max_position < 32768 ? mi->max_position : 32768);
+    s->ctx = o->ctx > 0 ? o->ctx : LILY_GEN_DEFAULT_CTX;
     if (s->ctx > mi->max_position) s->ctx = mi->max_position;
     if (o->model_id) {
         snprintf(s->model_id, sizeof s->model_id, "%s", o->model_id);
