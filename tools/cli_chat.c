@@ -1,4 +1,4 @@
-/* Option parsing shared by `lily run` and `lily chat`. */
+/* Option parsing shared by `lily run`, `lily chat` and `lily generate`. */
 #include "cli_chat.h"
 
 #include <stdio.h>

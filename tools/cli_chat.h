@@ -1,4 +1,4 @@
-/* Options that `lily run` and `lily chat` share (tools/cli_chat.c). */
+/* Options that `lily run`, `lily chat` and `lily generate` share (tools/cli_chat.c). */
 #ifndef LILY_TOOLS_CLI_CHAT_H
 #define LILY_TOOLS_CLI_CHAT_H
 

@@ -5,6 +5,7 @@
 
 #include "base/timer.h"
 #include "cli.h"
+#include "cli_chat.h"
 #include "sampler/sampler.h"
 
 static void usage(FILE *f) {
@@ -19,11 +20,12 @@ static void usage(FILE *f) {
 }
 
 int lily_cmd_generate(int argc, char **argv) {
-    const char *model = NULL, *tokstr = NULL;
-    int n_gen = 32, ctx = 0, on_host = 0;
-    lily_engine_opts opts = {0};
-    lily_sampler_params sp = {0}; /* greedy unless --temp is given */
-    sp.top_p = 1.0f;
+    const char *tokstr = NULL;
+    int on_host = 0;
+    /* the options `lily run` and `chat` share, checked by the same code (cli_chat.c) */
+    lily_clichat_opts co = {0};
+    lily_chat_args ga = {.n_new = 32, .think = -1, .temp = -1, .top_p = -1, .min_p = -1,
+                         .top_k = -1};
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i], *v;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
@@ -31,31 +33,33 @@ int lily_cmd_generate(int argc, char **argv) {
             return 0;
         }
         if (!(v = lily_cli_value(argc, argv, &i))) return 2;
-        if (!strcmp(a, "--model")) model = v;
-        else if (!strcmp(a, "--tokens")) tokstr = v;
-        else if (!strcmp(a, "-n")) n_gen = atoi(v);
-        else if (!strcmp(a, "--temp")) sp.temperature = strtof(v, NULL);
-        else if (!strcmp(a, "--top-k")) sp.top_k = atoi(v);
-        else if (!strcmp(a, "--top-p")) sp.top_p = strtof(v, NULL);
-        else if (!strcmp(a, "--min-p")) sp.min_p = strtof(v, NULL);
-        else if (!strcmp(a, "--seed")) sp.seed = strtoull(v, NULL, 10);
-        else if (!strcmp(a, "--threads")) opts.n_threads = atoi(v);
-        else if (!strcmp(a, "--ctx")) ctx = atoi(v);
-        else if (!strcmp(a, "--sample-on")) {
+        if (!strcmp(a, "--tokens")) {
+            tokstr = v;
+        } else if (!strcmp(a, "--sample-on")) {
             if (strcmp(v, "host") && strcmp(v, "device")) {
                 fprintf(stderr, "lily generate: --sample-on takes device or host, not '%s'\n", v);
                 return 2;
             }
             on_host = !strcmp(v, "host");
-        }
-        else if (!strcmp(a, "--backend")) {
-            if (lily_cli_backend(v, &opts.backend)) return 2;
         } else {
-            fprintf(stderr, "lily generate: unknown option '%s'\n", a);
-            return 2;
+            const int r = strcmp(a, "--think") ? lily_chat_arg(a, v, &co, &ga) : 0;
+            if (r < 0) return 2;
+            if (!r) {
+                fprintf(stderr, "lily generate: unknown option '%s'\n", a);
+                return 2;
+            }
         }
     }
-    if (!model || !tokstr || n_gen < 0) {
+    const char *model = co.model_dir;
+    const int n_gen = ga.n_new, ctx = co.ctx;
+    lily_engine_opts opts = {.backend = co.backend, .n_threads = co.threads};
+    lily_sampler_params sp = {0}; /* greedy unless --temp is given */
+    sp.temperature = ga.temp >= 0 ? (float)ga.temp : 0.0f;
+    sp.top_k = ga.top_k >= 0 ? (int)ga.top_k : 0;
+    sp.top_p = ga.top_p >= 0 ? (float)ga.top_p : 1.0f;
+    sp.min_p = ga.min_p >= 0 ? (float)ga.min_p : 0.0f;
+    sp.seed = ga.seed_set ? (uint64_t)ga.seed : 0;
+    if (!model || !tokstr) {
         usage(stderr);
         return 2;
     }
