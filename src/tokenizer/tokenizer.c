@@ -195,3 +195,7 @@ const char *lily_tokenizer_token_bytes(const lily_tokenizer *t, int32_t id, size
 int lily_tokenizer_is_special(const lily_tokenizer *t, int32_t id) {
     return id >= 0 && id < t->vocab.n && (t->vocab.flags[id] & LILY_VOCAB_SPECIAL) != 0;
 }
+
+int lily_tokenizer_is_added(const lily_tokenizer *t, int32_t id) {
+    return id >= 0 && id < t->vocab.n && (t->vocab.flags[id] & LILY_VOCAB_ADDED) != 0;
+}

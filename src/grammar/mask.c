@@ -1,0 +1,119 @@
+/* The mask of allowed tokens: a depth-first walk of the vocabulary trie that steps the matcher
+ * one byte per trie node and skips a node's whole subtree when its prefix is dead, with the
+ * results remembered per state (inside a JSON string, or between digits, the state repeats
+ * token after token). */
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/err.h"
+#include "grammar/match_impl.h"
+#include "grammar/matcher.h"
+
+/* Keys longer than this (very deep stacks) are not cached. */
+#define KEY_MAX (1 << 16)
+
+/* The state as a key: the accept flag, then each configuration's (element, DFA state) and its
+ * stack's return elements up to the root. Returns the length, or -1 if too long. */
+static int32_t make_key(lily_gmatch *m) {
+    int32_t n = 0;
+    const gm_pos *p = &m->cur;
+#define PUT(v)                                                                                     \
+    do {                                                                                           \
+        if (n == m->key_cap) {                                                                     \
+            if (n >= KEY_MAX) return -1;                                                           \
+            m->key_cap *= 2;                                                                       \
+            m->key = lily_xrealloc(m->key, (size_t)m->key_cap * sizeof *m->key);                 \
+        }                                                                                          \
+        m->key[n++] = (uint32_t)(v);                                                               \
+    } while (0)
+    PUT(p->accept);
+    for (int32_t i = 0; i < p->cfg_n; i++) {
+        int32_t id = m->cfg[p->cfg_off + i];
+        PUT(m->pool[id].dstate);
+        for (; id >= 0; id = m->pool[id].parent) PUT(m->pool[id].elem);
+        PUT(0xFFFFFFFFu);
+    }
+#undef PUT
+    return n;
+}
+
+static uint64_t key_hash(const uint32_t *k, int32_t n) {
+    uint64_t h = 1469598103934665603ull;
+    for (int32_t i = 0; i < n; i++) {
+        h ^= k[i];
+        h *= 1099511628211ull;
+    }
+    return h;
+}
+
+static gm_cache_entry *cache_find(lily_gmatch *m, uint64_t h, int32_t n) {
+    for (int i = 0; i < m->n_cache; i++) {
+        gm_cache_entry *c = &m->cache[i];
+        if (c->used && c->hash == h && c->key_n == n &&
+            !memcmp(c->key, m->key, (size_t)n * sizeof *m->key))
+            return c;
+    }
+    return NULL;
+}
+
+static gm_cache_entry *cache_slot(lily_gmatch *m) {
+    gm_cache_entry *best = &m->cache[0];
+    for (int i = 1; i < m->n_cache; i++)
+        if (m->cache[i].used < best->used) best = &m->cache[i];
+    return best;
+}
+
+static inline void set_bit(uint32_t *mask, int32_t id) { mask[id >> 5] |= 1u << (id & 31); }
+
+static void walk(lily_gmatch *m, uint32_t *mask) {
+    const lily_token_trie *t = m->t;
+    gm_pos *st = m->walk;
+    st[0] = m->cur;
+    uint64_t visited = 0;
+    for (int32_t i = 0; i < t->n_nodes;) {
+        int32_t d = t->depth[i];
+        visited++;
+        if (!lily_gm_step(m, &st[d - 1], t->byte[i], &st[d])) {
+            i = t->end[i];
+            continue;
+        }
+        for (int32_t k = 0; k < t->tok_n[i]; k++) set_bit(mask, t->ids[t->tok_lo[i] + k]);
+        i = st[d].cfg_n ? i + 1 : t->end[i];
+    }
+    lily_gm_restore(m, &m->cur);
+    m->stats.nodes_walked += visited;
+}
+
+void lily_gmatch_mask(lily_gmatch *m, uint32_t *mask) {
+    const lily_token_trie *t = m->t;
+    size_t words = lily_token_trie_mask_words(t);
+    m->stats.masks++;
+    memset(mask, 0, words * sizeof *mask);
+    if (m->cur.finished) {
+        for (size_t i = 0; i < t->n_ends; i++) set_bit(mask, t->ends[i]);
+        return;
+    }
+    int32_t kn = m->n_cache ? make_key(m) : -1;
+    uint64_t h = kn >= 0 ? key_hash(m->key, kn) : 0;
+    gm_cache_entry *c = kn >= 0 ? cache_find(m, h, kn) : NULL;
+    if (c) {
+        memcpy(mask, c->mask, words * sizeof *mask);
+        c->used = ++m->clock;
+        m->stats.cache_hits++;
+        return;
+    }
+    walk(m, mask);
+    if (m->cur.accept)
+        for (size_t i = 0; i < t->n_ends; i++) set_bit(mask, t->ends[i]);
+    if (kn < 0) return;
+    c = cache_slot(m);
+    if (kn > c->key_cap) {
+        c->key_cap = kn;
+        c->key = lily_xrealloc(c->key, (size_t)kn * sizeof *c->key);
+    }
+    memcpy(c->key, m->key, (size_t)kn * sizeof *m->key);
+    c->key_n = kn;
+    c->hash = h;
+    c->used = ++m->clock;
+    memcpy(c->mask, mask, words * sizeof *mask);
+}
