@@ -65,10 +65,11 @@ static gm_cache_entry *cache_slot(lily_gmatch *m) {
 
 static inline void set_bit(uint32_t *mask, int32_t id) { mask[id >> 5] |= 1u << (id & 31); }
 
-static void walk(lily_gmatch *m, uint32_t *mask) {
+/* The trie walk from state `from`: sets the bit of every token whose bytes it can take. */
+static void walk(lily_gmatch *m, const gm_pos *from, uint32_t *mask) {
     const lily_token_trie *t = m->t;
     gm_pos *st = m->walk;
-    st[0] = m->cur;
+    st[0] = *from;
     uint64_t visited = 0;
     for (int32_t i = 0; i < t->n_nodes;) {
         int32_t d = t->depth[i];
@@ -80,8 +81,132 @@ static void walk(lily_gmatch *m, uint32_t *mask) {
         for (int32_t k = 0; k < t->tok_n[i]; k++) set_bit(mask, t->ids[t->tok_lo[i] + k]);
         i = st[d].cfg_n ? i + 1 : t->end[i];
     }
-    lily_gm_restore(m, &m->cur);
     m->stats.nodes_walked += visited;
+}
+
+/* ---- per-DFA-state tables ------------------------------------------------------------------ */
+
+/* Boundary tokens above this make a DFA state "big" (walked instead). */
+#define BND_MAX 16384
+
+/* Adds the tokens of trie nodes [i, end) to x's boundary list; 1 once it is too long. */
+static int bnd_add(const lily_token_trie *t, gm_dfa_entry *x, int32_t i, int32_t end) {
+    for (; i < end; i++) {
+        for (int32_t k = 0; k < t->tok_n[i]; k++) {
+            if (x->n_bnd == BND_MAX) {
+                x->big = 1;
+                return 1;
+            }
+            if (x->n_bnd == x->cap_bnd) {
+                x->cap_bnd = x->cap_bnd ? 2 * x->cap_bnd : 1024;
+                x->bnd = lily_xrealloc(x->bnd, (size_t)x->cap_bnd * sizeof *x->bnd);
+            }
+            x->bnd[x->n_bnd++] = t->ids[t->tok_lo[i] + k];
+        }
+    }
+    return 0;
+}
+
+/* The DFA alone over the trie from state s: a token that stays live is inner; one that dies or
+ * ends in a final (accepting, edgeless) state after passing an accepting state leaves the
+ * terminal (boundary); one that dies before any accepting state is refused. The accepting
+ * state s itself does not count: the step that reached s also made the configurations past
+ * the terminal. */
+static void dfa_fill(lily_gmatch *m, gm_dfa_entry *x, int32_t s) {
+    const lily_token_trie *t = m->t;
+    const lily_grammar *g = m->g;
+    memset(x->inner, 0, lily_token_trie_mask_words(t) * sizeof *x->inner);
+    x->n_bnd = 0;
+    x->big = 0;
+    int32_t *ds = m->dfa_ds;
+    uint8_t *acc = m->dfa_acc;
+    ds[0] = s;
+    acc[0] = 0;
+    for (int32_t i = 0; i < t->n_nodes;) {
+        int32_t d = t->depth[i];
+        int32_t ns = lily_grammar_next(g, ds[d - 1], t->byte[i]);
+        if (!ns) {
+            if (acc[d - 1] && bnd_add(t, x, i, t->end[i])) return;
+            i = t->end[i];
+            continue;
+        }
+        const lily_gstate *st = &g->states[ns];
+        if (!st->live) {
+            if (bnd_add(t, x, i, t->end[i])) return;
+            i = t->end[i];
+            continue;
+        }
+        for (int32_t k = 0; k < t->tok_n[i]; k++) set_bit(x->inner, t->ids[t->tok_lo[i] + k]);
+        ds[d] = ns;
+        acc[d] = acc[d - 1] | st->accept;
+        i++;
+    }
+}
+
+static gm_dfa_entry *dfa_get(lily_gmatch *m, int32_t s) {
+    gm_dfa_entry *best = &m->dfa[0];
+    for (int i = 0; i < m->n_dfa; i++) {
+        gm_dfa_entry *x = &m->dfa[i];
+        if (x->used && x->dstate == s) {
+            x->used = ++m->clock;
+            return x;
+        }
+        if (x->used < best->used) best = x;
+    }
+    if (!best->inner)
+        best->inner = lily_xmalloc(lily_token_trie_mask_words(m->t) * sizeof *best->inner);
+    dfa_fill(m, best, s);
+    best->dstate = s;
+    best->used = ++m->clock;
+    return best;
+}
+
+/* 1 if the single configuration at *one takes all of token tok's bytes. */
+static int check_token(lily_gmatch *m, const gm_pos *one, int32_t tok) {
+    const uint8_t *b = m->t->data + m->t->off[tok];
+    uint32_t n = m->t->len[tok];
+    gm_pos a = *one, nx;
+    for (uint32_t k = 0; k < n; k++) {
+        if (!lily_gm_step(m, &a, b[k], &nx)) return 0;
+        a = nx;
+    }
+    return 1;
+}
+
+/* The union over the current configurations (each one alone decides what it allows): tables
+ * and boundary checks for those in small DFA states, one trie walk for the others. */
+static void compute(lily_gmatch *m, uint32_t *mask) {
+    size_t words = lily_token_trie_mask_words(m->t);
+    const gm_pos cur = m->cur;
+    lily_gm_restore(m, &cur);
+    if (!m->n_dfa) {
+        walk(m, &cur, mask);
+        lily_gm_restore(m, &cur);
+        return;
+    }
+    int32_t wbase = m->cfg_top;
+    for (int32_t i = 0; i < cur.cfg_n; i++) {
+        int32_t id = m->cfg[cur.cfg_off + i];
+        if (dfa_get(m, m->pool[id].dstate)->big) lily_gm_push_cfg(m, id);
+    }
+    gm_pos rest = {wbase, m->cfg_top - wbase, m->top, 0, 0};
+    for (int32_t i = 0; i < cur.cfg_n; i++) {
+        int32_t id = m->cfg[cur.cfg_off + i];
+        gm_dfa_entry *x = dfa_get(m, m->pool[id].dstate);
+        if (x->big) continue;
+        for (size_t w = 0; w < words; w++) mask[w] |= x->inner[w];
+        lily_gm_restore(m, &rest);
+        lily_gm_push_cfg(m, id);
+        gm_pos one = {rest.cfg_off + rest.cfg_n, 1, m->top, 0, 0};
+        for (int32_t k = 0; k < x->n_bnd; k++) {
+            int32_t tok = x->bnd[k];
+            if (!(mask[tok >> 5] >> (tok & 31) & 1) && check_token(m, &one, tok))
+                set_bit(mask, tok);
+        }
+        m->stats.nodes_walked += (uint64_t)x->n_bnd;
+    }
+    if (rest.cfg_n) walk(m, &rest, mask);
+    lily_gm_restore(m, &cur);
 }
 
 void lily_gmatch_mask(lily_gmatch *m, uint32_t *mask) {
@@ -102,7 +227,7 @@ void lily_gmatch_mask(lily_gmatch *m, uint32_t *mask) {
         m->stats.cache_hits++;
         return;
     }
-    walk(m, mask);
+    compute(m, mask);
     if (m->cur.accept)
         for (size_t i = 0; i < t->n_ends; i++) set_bit(mask, t->ends[i]);
     if (kn < 0) return;

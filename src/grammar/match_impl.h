@@ -25,6 +25,20 @@ typedef struct gm_cache_entry {
     uint32_t *mask;      /* [mask words] */
 } gm_cache_entry;
 
+/* What a configuration inside DFA state `dstate` allows, whatever its stack: `inner` holds the
+ * tokens that keep it inside its terminal (allowed), `bnd` the tokens that leave the terminal
+ * (allowed or not depending on what the stack lets follow: checked one by one). When leaving
+ * takes too many tokens (`big`: whitespace before anything), the configuration goes through the
+ * trie walk instead. */
+typedef struct gm_dfa_entry {
+    int32_t dstate;
+    uint64_t used;   /* LRU clock, 0 = empty */
+    int big;
+    uint32_t *inner; /* [mask words] */
+    int32_t *bnd;    /* [n_bnd] */
+    int32_t n_bnd, cap_bnd;
+} gm_dfa_entry;
+
 struct lily_gmatch {
     const lily_grammar *g;
     const lily_token_trie *t;
@@ -49,8 +63,15 @@ struct lily_gmatch {
     uint64_t clock;
     uint32_t *key;
     int32_t key_cap;
+    gm_dfa_entry *dfa;  /* [n_dfa] */
+    int n_dfa;
+    int32_t *dfa_ds;    /* [t->max_depth + 1] the DFA-only walk's state per depth */
+    uint8_t *dfa_acc;   /* [t->max_depth + 1] whether it passed an accepting state */
     lily_gmatch_stats stats;
 };
+
+/* Appends node id to the configuration buffer (growing it). */
+void lily_gm_push_cfg(lily_gmatch *m, int32_t id);
 
 /* One byte from state *from into *to (pool and buffer tops reset to from's first). Returns 1
  * if *to is alive (some configuration, or accepting). */

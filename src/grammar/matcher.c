@@ -46,6 +46,11 @@ static int32_t node_get(lily_gmatch *m, int32_t elem, int32_t dstate, int32_t pa
     return m->top++;
 }
 
+void lily_gm_push_cfg(lily_gmatch *m, int32_t id) {
+    grow_cfg(m, m->cfg_top + 1);
+    m->cfg[m->cfg_top++] = id;
+}
+
 static void add_config(lily_gmatch *m, int32_t elem, int32_t dstate, int32_t parent) {
     int fresh;
     int32_t id = node_get(m, elem, dstate, parent, &fresh);
@@ -142,6 +147,10 @@ int lily_gmatch_create(const lily_grammar *g, const lily_token_trie *t,
         m->cache[i].key_cap = 256;
         m->cache[i].key = lily_xmalloc(256 * sizeof(uint32_t));
     }
+    m->n_dfa = m->n_cache ? 32 : 0;
+    m->dfa = lily_xcalloc((size_t)m->n_dfa + 1, sizeof *m->dfa);
+    m->dfa_ds = lily_xmalloc(((size_t)t->max_depth + 2) * sizeof *m->dfa_ds);
+    m->dfa_acc = lily_xmalloc((size_t)t->max_depth + 2);
     lily_gmatch_reset(m);
     *out = m;
     return 0;
@@ -154,6 +163,13 @@ void lily_gmatch_free(lily_gmatch *m) {
         free(m->cache[i].key);
     }
     free(m->cache);
+    for (int i = 0; i < m->n_dfa; i++) {
+        free(m->dfa[i].inner);
+        free(m->dfa[i].bnd);
+    }
+    free(m->dfa);
+    free(m->dfa_ds);
+    free(m->dfa_acc);
     free(m->key);
     free(m->pool);
     free(m->remap);

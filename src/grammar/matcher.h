@@ -29,7 +29,8 @@
 typedef struct lily_gmatch lily_gmatch;
 
 typedef struct lily_gmatch_opts {
-    int cache_entries; /* masks remembered by state (LRU); 0 = 64, < 0 = none */
+    int cache_entries; /* masks remembered by state (LRU); 0 = 64; < 0 = none, and no per-DFA-
+                        * state tables either: every mask is a full trie walk (for tests) */
     int max_depth;     /* nesting limit of the stack; 0 = 512 */
 } lily_gmatch_opts;
 

@@ -241,11 +241,12 @@ typedef struct walk_result {
 /* One random generation of at most max_steps tokens; brute-force checks the mask at the first
  * check_steps steps. The text is validated against schema (NULL: must be a JSON object). */
 static walk_result random_walk(const lily_grammar *g, const lily_token_trie *t,
-                               const cJSON *schema, int max_steps, int check_steps) {
+                               const cJSON *schema, int max_steps, int check_steps,
+                               const lily_gmatch_opts *o) {
     walk_result r = {0};
     lily_gmatch *m, *tmp;
     lily_err e;
-    LILY_ASSERT(lily_gmatch_create(g, t, NULL, &m, &e) == 0);
+    LILY_ASSERT(lily_gmatch_create(g, t, o, &m, &e) == 0);
     LILY_ASSERT(lily_gmatch_create(g, t, NULL, &tmp, &e) == 0);
     size_t words = lily_token_trie_mask_words(t);
     uint32_t *mask = malloc(words * 4), *want = malloc(words * 4);
@@ -331,8 +332,11 @@ static const char *const g_schemas[] = {
     "\"minItems\":2,\"maxItems\":4}",
 };
 
+/* Walks with the default matcher (mask cache and per-DFA-state tables) and, every other walk,
+ * with neither (every mask a full trie walk). */
 static void run_walks(const char *label, const lily_token_trie *t, int walks, int max_steps,
                       int check_steps) {
+    const lily_gmatch_opts plain = {.cache_entries = -1};
     for (size_t s = 0; s < sizeof g_schemas / sizeof *g_schemas; s++) {
         lily_grammar *g;
         lily_err e;
@@ -342,7 +346,7 @@ static void run_walks(const char *label, const lily_token_trie *t, int walks, in
         if (rc) continue;
         int fin = 0, valid = 0, mism = 0;
         for (int w = 0; w < walks; w++) {
-            walk_result r = random_walk(g, t, schema, max_steps, check_steps);
+            walk_result r = random_walk(g, t, schema, max_steps, check_steps, w % 2 ? &plain : NULL);
             fin += r.finished;
             valid += r.valid;
             mism += r.mask_mismatch;
