@@ -84,81 +84,26 @@ static void walk(lily_gmatch *m, const gm_pos *from, uint32_t *mask) {
     m->stats.nodes_walked += visited;
 }
 
-/* ---- per-DFA-state tables ------------------------------------------------------------------ */
+/* ---- terminal tables ---------------------------------------------------------------------- */
 
-/* Boundary tokens above this make a DFA state "big" (walked instead). */
-#define BND_MAX 16384
-
-/* Adds the tokens of trie nodes [i, end) to x's boundary list; 1 once it is too long. */
-static int bnd_add(const lily_token_trie *t, gm_dfa_entry *x, int32_t i, int32_t end) {
-    for (; i < end; i++) {
-        for (int32_t k = 0; k < t->tok_n[i]; k++) {
-            if (x->n_bnd == BND_MAX) {
-                x->big = 1;
-                return 1;
-            }
-            if (x->n_bnd == x->cap_bnd) {
-                x->cap_bnd = x->cap_bnd ? 2 * x->cap_bnd : 1024;
-                x->bnd = lily_xrealloc(x->bnd, (size_t)x->cap_bnd * sizeof *x->bnd);
-            }
-            x->bnd[x->n_bnd++] = t->ids[t->tok_lo[i] + k];
-        }
-    }
-    return 0;
-}
-
-/* The DFA alone over the trie from state s: a token that stays live is inner; one that dies or
- * ends in a final (accepting, edgeless) state after passing an accepting state leaves the
- * terminal (boundary); one that dies before any accepting state is refused. The accepting
- * state s itself does not count: the step that reached s also made the configurations past
- * the terminal. */
-static void dfa_fill(lily_gmatch *m, gm_dfa_entry *x, int32_t s) {
-    const lily_token_trie *t = m->t;
-    const lily_grammar *g = m->g;
-    memset(x->inner, 0, lily_token_trie_mask_words(t) * sizeof *x->inner);
-    x->n_bnd = 0;
-    x->big = 0;
-    int32_t *ds = m->dfa_ds;
-    uint8_t *acc = m->dfa_acc;
-    ds[0] = s;
-    acc[0] = 0;
-    for (int32_t i = 0; i < t->n_nodes;) {
-        int32_t d = t->depth[i];
-        int32_t ns = lily_grammar_next(g, ds[d - 1], t->byte[i]);
-        if (!ns) {
-            if (acc[d - 1] && bnd_add(t, x, i, t->end[i])) return;
-            i = t->end[i];
-            continue;
-        }
-        const lily_gstate *st = &g->states[ns];
-        if (!st->live) {
-            if (bnd_add(t, x, i, t->end[i])) return;
-            i = t->end[i];
-            continue;
-        }
-        for (int32_t k = 0; k < t->tok_n[i]; k++) set_bit(x->inner, t->ids[t->tok_lo[i] + k]);
-        ds[d] = ns;
-        acc[d] = acc[d - 1] | st->accept;
-        i++;
-    }
-}
-
-static gm_dfa_entry *dfa_get(lily_gmatch *m, int32_t s) {
+static const lily_term_tab *dfa_get(lily_gmatch *m, int32_t s) {
     gm_dfa_entry *best = &m->dfa[0];
     for (int i = 0; i < m->n_dfa; i++) {
         gm_dfa_entry *x = &m->dfa[i];
         if (x->used && x->dstate == s) {
             x->used = ++m->clock;
-            return x;
+            return x->tab;
         }
         if (x->used < best->used) best = x;
     }
-    if (!best->inner)
-        best->inner = lily_xmalloc(lily_token_trie_mask_words(m->t) * sizeof *best->inner);
-    dfa_fill(m, best, s);
+    best->tab = lily_term_store_get(m->t->store, m->g, m->t, s);
+    if (!best->tab) {
+        lily_term_tab_fill(&best->own, m->g, m->t, s, m->dfa_ds, m->dfa_acc);
+        best->tab = &best->own;
+    }
     best->dstate = s;
     best->used = ++m->clock;
-    return best;
+    return best->tab;
 }
 
 /* 1 if the single configuration at *one takes all of token tok's bytes. */
@@ -192,7 +137,7 @@ static void compute(lily_gmatch *m, uint32_t *mask) {
     gm_pos rest = {wbase, m->cfg_top - wbase, m->top, 0, 0};
     for (int32_t i = 0; i < cur.cfg_n; i++) {
         int32_t id = m->cfg[cur.cfg_off + i];
-        gm_dfa_entry *x = dfa_get(m, m->pool[id].dstate);
+        const lily_term_tab *x = dfa_get(m, m->pool[id].dstate);
         if (x->big) continue;
         for (size_t w = 0; w < words; w++) mask[w] |= x->inner[w];
         lily_gm_restore(m, &rest);

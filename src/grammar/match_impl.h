@@ -4,6 +4,7 @@
 #define LILY_GRAMMAR_MATCH_IMPL_H
 
 #include "grammar/matcher.h"
+#include "grammar/termtab.h"
 
 /* A node of the persistent stacks: a configuration (dstate >= 0: inside the terminal at elem)
  * or a return frame (dstate < 0: continue at elem when the rule entered above it ends). */
@@ -25,18 +26,13 @@ typedef struct gm_cache_entry {
     uint32_t *mask;      /* [mask words] */
 } gm_cache_entry;
 
-/* What a configuration inside DFA state `dstate` allows, whatever its stack: `inner` holds the
- * tokens that keep it inside its terminal (allowed), `bnd` the tokens that leave the terminal
- * (allowed or not depending on what the stack lets follow: checked one by one). When leaving
- * takes too many tokens (`big`: whitespace before anything), the configuration goes through the
- * trie walk instead. */
+/* A matcher's first-level cache of terminal tables (termtab.h) by DFA state id: the shared
+ * table from the trie's store, or its own when the store has none. */
 typedef struct gm_dfa_entry {
     int32_t dstate;
-    uint64_t used;   /* LRU clock, 0 = empty */
-    int big;
-    uint32_t *inner; /* [mask words] */
-    int32_t *bnd;    /* [n_bnd] */
-    int32_t n_bnd, cap_bnd;
+    uint64_t used; /* LRU clock, 0 = empty */
+    const lily_term_tab *tab;
+    lily_term_tab own;
 } gm_dfa_entry;
 
 struct lily_gmatch {

@@ -163,10 +163,7 @@ void lily_gmatch_free(lily_gmatch *m) {
         free(m->cache[i].key);
     }
     free(m->cache);
-    for (int i = 0; i < m->n_dfa; i++) {
-        free(m->dfa[i].inner);
-        free(m->dfa[i].bnd);
-    }
+    for (int i = 0; i < m->n_dfa; i++) lily_term_tab_release(&m->dfa[i].own);
     free(m->dfa);
     free(m->dfa_ds);
     free(m->dfa_acc);

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "base/err.h"
+#include "grammar/termtab.h"
 
 typedef struct sorted_tok {
     const uint8_t *p;
@@ -35,6 +36,7 @@ void lily_token_trie_free(lily_token_trie *t) {
     free(t->len);
     free(t->data);
     free(t->ends);
+    lily_term_store_free(t->store);
     free(t);
 }
 
@@ -119,6 +121,7 @@ int lily_token_trie_create(int32_t n, const char *const *bytes, const size_t *le
         if (t->kind[v[k].id] == LILY_TOK_TEXT) v[w++] = v[k];
     layout(t, v, w, total);
     free(v);
+    t->store = lily_term_store_new();
     *out = t;
     return 0;
 }

@@ -16,6 +16,8 @@
 #include "lily.h"
 #include "tokenizer/tokenizer.h"
 
+typedef struct lily_term_store lily_term_store; /* termtab.h */
+
 enum { LILY_TOK_NONE = 0, LILY_TOK_TEXT = 1, LILY_TOK_END = 2 };
 
 typedef struct lily_token_trie {
@@ -33,6 +35,8 @@ typedef struct lily_token_trie {
     uint8_t *data;
     int32_t *ends;     /* [n_ends] the end tokens */
     size_t n_ends;
+    lily_term_store *store; /* token tables per terminal shape (termtab.h): the one part that
+                             * fills as matchers use it (thread-safe) */
 } lily_token_trie;
 
 /* Tokens longer than this are left out of the trie (none in the Qwen vocabularies comes near). */
