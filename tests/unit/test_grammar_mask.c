@@ -6,7 +6,10 @@
  *   - random walks (a random allowed token each step) end in text that parses as JSON
  *     (cJSON) and validates against the schema (a small validator below, written from the
  *     JSON Schema spec for the supported subset).
- * The real-vocabulary part prints SKIP when the tokenizer is absent; the rest always runs. */
+ * The real-vocabulary part prints SKIP when the tokenizer is absent; the rest always runs.
+ * With --emit FILE it only runs walks (no brute force) and writes one JSON line per finished
+ * walk, {"schema": ..., "output": "..."}, for tests/scripts/grammar_ajv.sh to validate with an
+ * independent validator (ajv). */
 #include <cjson/cJSON.h>
 #include <math.h>
 #include <stdio.h>
@@ -22,6 +25,7 @@
 #include "../check.h"
 
 static uint64_t g_rng = 0x9E3779B97F4A7C15ull;
+static FILE *g_emit;
 static uint32_t rnd(void) {
     g_rng ^= g_rng << 13;
     g_rng ^= g_rng >> 7;
@@ -298,6 +302,15 @@ static walk_result random_walk(const lily_grammar *g, const lily_token_trie *t,
     }
     out[out_n] = 0;
     r.finished = lily_gmatch_is_finished(m);
+    if (r.finished && g_emit) {
+        cJSON *line = cJSON_CreateObject();
+        cJSON_AddItemToObject(line, "schema", schema ? cJSON_Duplicate(schema, 1) : cJSON_CreateNull());
+        cJSON_AddStringToObject(line, "output", out);
+        char *text = cJSON_PrintUnformatted(line);
+        fprintf(g_emit, "%s\n", text);
+        free(text);
+        cJSON_Delete(line);
+    }
     if (r.finished) {
         cJSON *v = cJSON_ParseWithLength(out, out_n);
         r.valid = v && (schema ? validate(v, schema, schema) : cJSON_IsObject(v));
@@ -383,9 +396,18 @@ static void test_real_vocab(void) {
     lily_tokenizer_free(tok);
 }
 
-int main(void) {
+int main(int argc, char **argv) {
     int32_t end;
     lily_token_trie *t = synthetic_trie(&end);
+    if (argc == 3 && !strcmp(argv[1], "--emit")) {
+        g_emit = fopen(argv[2], "w");
+        LILY_ASSERT(g_emit);
+        run_walks("synthetic", t, 24, 3000, 0);
+        fclose(g_emit);
+        lily_token_trie_free(t);
+        printf("%d passed, %d failed\n", n_pass, n_fail);
+        return n_fail ? 1 : 0;
+    }
     run_walks("synthetic", t, 40, 3000, 3000);
     lily_token_trie_free(t);
     test_real_vocab();
