@@ -170,6 +170,7 @@ static void freeze_rules(lily_gbuild *b, lily_grammar *g) {
 /* ---- checks -------------------------------------------------------------------------------- */
 
 static int elem_nullable(const lily_grammar *g, const lily_gelem *x, const uint8_t *nullable) {
+    if (x->kind == LILY_GE_TOKEN) return 0;
     return x->kind == LILY_GE_TERM ? g->states[x->arg].accept : nullable[x->arg];
 }
 

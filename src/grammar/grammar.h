@@ -20,11 +20,13 @@
 
 #include "lily.h"
 
-enum { LILY_GE_END = 0, LILY_GE_TERM = 1, LILY_GE_REF = 2 };
+enum { LILY_GE_END = 0, LILY_GE_TERM = 1, LILY_GE_REF = 2, LILY_GE_TOKEN = 3 };
 
+/* TOKEN places one token by id (an added token such as <tool_call>, which has no bytes the
+ * grammar could spell): the matcher allows it exactly there. */
 typedef struct lily_gelem {
     int32_t kind; /* LILY_GE_* */
-    int32_t arg;  /* TERM: DFA start state; REF: rule id; END: unused */
+    int32_t arg;  /* TERM: DFA start state; REF: rule id; TOKEN: token id; END: unused */
 } lily_gelem;
 
 /* One DFA state. State 0 is the dead state (no edges); lily_grammar_next returns 0 for a byte
@@ -101,5 +103,6 @@ int lily_gbuild_finish(lily_gbuild *b, int32_t root, lily_grammar **out, lily_er
 
 static inline lily_gelem lily_gterm(int32_t start) { return (lily_gelem){LILY_GE_TERM, start}; }
 static inline lily_gelem lily_gref(int32_t rule) { return (lily_gelem){LILY_GE_REF, rule}; }
+static inline lily_gelem lily_gtoken(int32_t id) { return (lily_gelem){LILY_GE_TOKEN, id}; }
 
 #endif

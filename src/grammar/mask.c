@@ -132,11 +132,12 @@ static void compute(lily_gmatch *m, uint32_t *mask) {
     int32_t wbase = m->cfg_top;
     for (int32_t i = 0; i < cur.cfg_n; i++) {
         int32_t id = m->cfg[cur.cfg_off + i];
-        if (dfa_get(m, m->pool[id].dstate)->big) lily_gm_push_cfg(m, id);
+        if (m->pool[id].dstate && dfa_get(m, m->pool[id].dstate)->big) lily_gm_push_cfg(m, id);
     }
     gm_pos rest = {wbase, m->cfg_top - wbase, m->top, 0, 0};
     for (int32_t i = 0; i < cur.cfg_n; i++) {
         int32_t id = m->cfg[cur.cfg_off + i];
+        if (!m->pool[id].dstate) continue; /* a placed token: see lily_gmatch_mask */
         const lily_term_tab *x = dfa_get(m, m->pool[id].dstate);
         if (x->big) continue;
         for (size_t w = 0; w < words; w++) mask[w] |= x->inner[w];
@@ -173,6 +174,10 @@ void lily_gmatch_mask(lily_gmatch *m, uint32_t *mask) {
         return;
     }
     compute(m, mask);
+    for (int32_t i = 0; i < m->cur.cfg_n; i++) { /* tokens the grammar places here */
+        const gm_node *n = &m->pool[m->cfg[m->cur.cfg_off + i]];
+        if (!n->dstate) set_bit(mask, m->g->elems[n->elem].arg);
+    }
     if (m->cur.accept)
         for (size_t i = 0; i < t->n_ends; i++) set_bit(mask, t->ends[i]);
     if (kn < 0) return;

@@ -72,6 +72,8 @@ static void expand(lily_gmatch *m, int32_t e, int32_t parent) {
         }
         gm_node p = m->pool[parent];
         expand(m, p.elem, p.parent);
+    } else if (x->kind == LILY_GE_TOKEN) {
+        add_config(m, e, 0, parent); /* DFA state 0: waits for the token, dies on any byte */
     } else if (x->kind == LILY_GE_TERM) {
         const lily_gstate *st = &g->states[x->arg];
         if (st->live) add_config(m, e, x->arg, parent);
@@ -123,6 +125,11 @@ int lily_gmatch_create(const lily_grammar *g, const lily_token_trie *t,
                        const lily_gmatch_opts *opts, lily_gmatch **out, lily_err *e) {
     *out = NULL;
     if (!g || !t) return lily_fail(e, "grammar matcher: no grammar or no vocabulary");
+    for (int32_t i = 0; i < g->n_elems; i++)
+        if (g->elems[i].kind == LILY_GE_TOKEN &&
+            (g->elems[i].arg < 0 || g->elems[i].arg >= t->n_vocab))
+            return lily_fail(e, "grammar matcher: the grammar places token %d, outside the "
+                             "vocabulary (%d)", (int)g->elems[i].arg, (int)t->n_vocab);
     lily_gmatch *m = lily_xcalloc(1, sizeof *m);
     m->g = g;
     m->t = t;
@@ -260,9 +267,38 @@ static void hist_push(lily_gmatch *m) {
     m->hist[m->n_hist++] = m->cur;
 }
 
+/* The token tok where the grammar places it (TOKEN elements): 1 if some configuration waits
+ * for it, with the state after it in *to. */
+static int step_token(lily_gmatch *m, int32_t tok, gm_pos *to) {
+    const gm_pos cur = m->cur;
+    lily_gm_restore(m, &cur);
+    m->step_start = m->top;
+    m->step_accept = 0;
+    int32_t c0 = m->cfg_top;
+    int matched = 0;
+    for (int32_t i = 0; i < cur.cfg_n; i++) {
+        gm_node n = m->pool[m->cfg[cur.cfg_off + i]];
+        if (n.dstate != 0 || m->g->elems[n.elem].arg != tok) continue;
+        matched = 1;
+        expand(m, n.elem + 1, n.parent);
+    }
+    *to = (gm_pos){c0, m->cfg_top - c0, m->top, (uint8_t)m->step_accept, 0};
+    if (!matched || !(to->cfg_n || to->accept)) {
+        lily_gm_restore(m, &cur);
+        return 0;
+    }
+    return 1;
+}
+
 int lily_gmatch_accept_token(lily_gmatch *m, int32_t tok) {
     const lily_token_trie *t = m->t;
     if (tok < 0 || tok >= t->n_vocab || m->cur.finished) return -1;
+    gm_pos nx;
+    if (t->kind[tok] != LILY_TOK_TEXT && step_token(m, tok, &nx)) {
+        hist_push(m);
+        m->cur = nx;
+        return 0;
+    }
     if (t->kind[tok] == LILY_TOK_END) {
         if (!m->cur.accept) return -1;
         hist_push(m);

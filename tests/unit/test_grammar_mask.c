@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "base/err.h"
+#include "grammar/dfa.h"
 #include "grammar/json_gram.h"
 #include "grammar/json_schema.h"
 #include "grammar/matcher.h"
@@ -178,7 +179,7 @@ static int validate(const cJSON *v, const cJSON *s, const cJSON *root) {
 
 /* 256 byte tokens, then JSON-ish pieces and random strings over a JSON alphabet, an added
  * token that must never be allowed as text, and an end token. */
-static lily_token_trie *synthetic_trie(int32_t *end_id) {
+static lily_token_trie *synthetic_trie(int32_t *end_id, int32_t *think_id) {
     static const char *const pieces[] = {
         "{", "}", "{\"", "\":", "\": ", "\",", "\", \"", "},", "}}", "]}", "[{", "\"}", "true",
         "false", "null", "nul", "tr", "12", "0.", "e+", "-1", "\\n", "\\u00", "\xC3\xA9",
@@ -203,6 +204,7 @@ static lily_token_trie *synthetic_trie(int32_t *end_id) {
         lens[n] = strlen(pieces[i]);
         text[n++] = 1;
     }
+    *think_id = n;
     bytes[n] = "<think>";
     lens[n] = 7;
     text[n++] = 0;
@@ -396,9 +398,53 @@ static void test_real_vocab(void) {
     lily_tokenizer_free(tok);
 }
 
+/* A grammar that places an added token: root ::= <think> object "\n" | object. The token is
+ * allowed exactly at the start, and the masks still equal brute force. */
+static void test_placed_token(const lily_token_trie *t, int32_t think) {
+    lily_gbuild *b = lily_gbuild_new();
+    lily_jgram j;
+    lily_jgram_init(&j, b);
+    int32_t root = lily_gbuild_rule(b), obj = lily_jgram_object(&j);
+    const lily_gelem a1[] = {lily_gtoken(think), lily_gref(obj), lily_gterm(lily_dfa_literal(b, "\n", 1))};
+    const lily_gelem a2[] = {lily_gref(obj)};
+    lily_gbuild_alt(b, root, a1, 3);
+    lily_gbuild_alt(b, root, a2, 1);
+    lily_grammar *g;
+    lily_err e;
+    LILY_ASSERT(lily_gbuild_finish(b, root, &g, &e) == 0);
+    lily_gmatch *m;
+    LILY_ASSERT(lily_gmatch_create(g, t, NULL, &m, &e) == 0);
+    uint32_t *mask = malloc(lily_token_trie_mask_words(t) * 4);
+    lily_gmatch_mask(m, mask);
+    CHECK((mask[think >> 5] >> (think & 31) & 1) && (mask['{' >> 5] >> ('{' & 31) & 1),
+          "placed token and '{' allowed at the start");
+    CHECK(lily_gmatch_accept_token(m, think) == 0, "placed token accepted");
+    lily_gmatch_mask(m, mask);
+    CHECK(!(mask[think >> 5] >> (think & 31) & 1) && (mask['{' >> 5] >> ('{' & 31) & 1),
+          "after it: '{', not the token again");
+    CHECK(lily_gmatch_accept_bytes(m, "{}", 2) == 0 && !lily_gmatch_is_accepting(m),
+          "after <think>{}: the newline is still due");
+    CHECK(lily_gmatch_accept_bytes(m, "\n", 1) == 0 && lily_gmatch_is_accepting(m), "then accepting");
+    CHECK(lily_gmatch_rollback(m, 1) == 1 && lily_gmatch_accept_token(m, think) == 0,
+          "rollback undoes the placed token");
+    lily_gmatch_free(m);
+    free(mask);
+    int mism = 0, fin = 0, valid = 0;
+    const lily_gmatch_opts plain = {.cache_entries = -1};
+    for (int w = 0; w < 20; w++) {
+        walk_result r = random_walk(g, t, NULL, 3000, 3000, w % 2 ? &plain : NULL);
+        mism += r.mask_mismatch;
+        fin += r.finished;
+        valid += r.valid;
+    }
+    CHECK(mism == 0 && valid == fin && fin >= 10, "placed token walks: %d mismatches, %d/%d valid",
+          mism, valid, fin);
+    lily_grammar_free(g);
+}
+
 int main(int argc, char **argv) {
-    int32_t end;
-    lily_token_trie *t = synthetic_trie(&end);
+    int32_t end, think;
+    lily_token_trie *t = synthetic_trie(&end, &think);
     if (argc == 3 && !strcmp(argv[1], "--emit")) {
         g_emit = fopen(argv[2], "w");
         LILY_ASSERT(g_emit);
@@ -409,6 +455,7 @@ int main(int argc, char **argv) {
         return n_fail ? 1 : 0;
     }
     run_walks("synthetic", t, 40, 3000, 3000);
+    test_placed_token(t, think);
     lily_token_trie_free(t);
     test_real_vocab();
     printf("%d passed, %d failed\n", n_pass, n_fail);
