@@ -104,7 +104,8 @@ static lily_token_trie *make_vocab(const char **what) {
         lens[n++] = 10;
         while (n < VOCAB) {
             size_t len = 2 + rnd() % 8;
-            for (size_t k = 0; k < len; k++) store[pos + k] = (char)(32 + rnd() % 95);
+            for (size_t k = 0; k < len; k++)
+                store[pos + k] = (char)(32 + rnd() % 95);
             bytes[n] = store + pos;
             lens[n] = len;
             text[n++] = 1;
@@ -160,12 +161,14 @@ int main(int argc, char **argv) {
                 allowed[n++] = id;
                 const char *s = (const char *)t->data + t->off[id];
                 uint32_t l = t->len[id];
-                int closing = l <= 4 && (memchr(s, '}', l) || memchr(s, ']', l) || memchr(s, '"', l));
+                int closing =
+                    l <= 4 && (memchr(s, '}', l) || memchr(s, ']', l) || memchr(s, '"', l));
                 if (t->kind[id] == LILY_TOK_END || (step < max_tokens / 2 ? l <= 3 : closing))
                     pref[np++] = id;
             }
             if (!n) lily_abort(__FILE__, __LINE__, "empty mask at step %d", step);
-            int32_t tok = np && rnd() % 4 ? pref[rnd() % (uint32_t)np] : allowed[rnd() % (uint32_t)n];
+            int32_t tok =
+                np && rnd() % 4 ? pref[rnd() % (uint32_t)np] : allowed[rnd() % (uint32_t)n];
             a = now();
             if (lily_gmatch_accept_token(m, tok))
                 lily_abort(__FILE__, __LINE__, "allowed token %d refused", (int)tok);
@@ -183,7 +186,8 @@ int main(int argc, char **argv) {
     printf("vocabulary: %d ids, %s; trie: %d nodes, built in %.0f ms\n", (int)t->n_vocab, what,
            (int)t->n_nodes, t_trie * 1e3);
     printf("schema: nested (recursive $ref, enum, anyOf, date, arrays), compiled in %.2f ms: %d "
-           "rules, %d DFA states\n", t_compile * 1e3, (int)g->n_rules, (int)g->n_states);
+           "rules, %d DFA states\n",
+           t_compile * 1e3, (int)g->n_rules, (int)g->n_states);
     printf("generations: %d (max %d tokens, %d finished), %zu tokens, cache %d entries\n", gens,
            max_tokens, finished, n_ms, cache);
     printf("mask per token: mean %.3f ms, p50 %.3f, p90 %.3f, p99 %.3f, max %.3f\n",

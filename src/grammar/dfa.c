@@ -9,14 +9,18 @@
 #include "base/err.h"
 
 static void set_add(uint8_t *set, unsigned lo, unsigned hi) {
-    for (unsigned c = lo; c <= hi; c++) set[c >> 3] |= (uint8_t)(1u << (c & 7));
+    for (unsigned c = lo; c <= hi; c++)
+        set[c >> 3] |= (uint8_t)(1u << (c & 7));
 }
 
-static int set_has(const uint8_t *set, unsigned c) { return set[c >> 3] >> (c & 7) & 1; }
+static int set_has(const uint8_t *set, unsigned c) {
+    return set[c >> 3] >> (c & 7) & 1;
+}
 
 lily_dfa_item lily_dfa_bytes(const char *bytes, int min, int max) {
     lily_dfa_item it = {.min = min, .max = max};
-    for (const unsigned char *p = (const unsigned char *)bytes; *p; p++) set_add(it.set, *p, *p);
+    for (const unsigned char *p = (const unsigned char *)bytes; *p; p++)
+        set_add(it.set, *p, *p);
     return it;
 }
 
@@ -79,10 +83,12 @@ int32_t lily_dfa_seq(lily_gbuild *b, const lily_dfa_item *items, size_t n) {
         }
         for (unsigned lo = 0; lo < 256;) {
             unsigned hi = lo;
-            while (hi + 1 < 256 && tgt[hi + 1] == tgt[lo]) hi++;
+            while (hi + 1 < 256 && tgt[hi + 1] == tgt[lo])
+                hi++;
             if (tgt[lo]) {
                 int k = 0;
-                while (k < ns && masks[k] != tgt[lo]) k++;
+                while (k < ns && masks[k] != tgt[lo])
+                    k++;
                 if (k == ns) {
                     LILY_ASSERT(ns < MAXS);
                     masks[ns] = tgt[lo];
@@ -119,13 +125,16 @@ static int lit_cmp(const void *pa, const void *pb) {
 /* Emits the edges below `state` for the sorted strings v[lo..hi), which share their first d
  * bytes. Strings of length exactly d come first (sorted) and are already accounted for. */
 static void lit_emit(lily_gbuild *b, int32_t state, const lit *v, size_t lo, size_t hi, size_t d) {
-    while (lo < hi && v[lo].n == d) lo++;
+    while (lo < hi && v[lo].n == d)
+        lo++;
     while (lo < hi) {
         unsigned c = v[lo].p[d];
         size_t end = lo;
-        while (end < hi && v[end].p[d] == c) end++;
+        while (end < hi && v[end].p[d] == c)
+            end++;
         int acc = 0;
-        for (size_t i = lo; i < end && v[i].n <= d + 1; i++) acc |= v[i].n == d + 1;
+        for (size_t i = lo; i < end && v[i].n <= d + 1; i++)
+            acc |= v[i].n == d + 1;
         int32_t child = lily_gbuild_state(b, acc);
         if (lily_gbuild_too_big(b)) return;
         lily_gbuild_edge(b, state, c, c, child);
@@ -174,8 +183,8 @@ static void string_level(lily_gbuild *b, const int32_t *s, int32_t m_next) {
     lily_gbuild_edge(b, s[S_M], 0xF1, 0xF3, s[S_C3]);
     lily_gbuild_edge(b, s[S_M], 0xF4, 0xF4, s[S_F4]);
     static const char esc[] = "\"\\/bfnrt";
-    for (const char *p = esc; *p; p++) lily_gbuild_edge(b, s[S_ESC], (unsigned char)*p,
-                                                        (unsigned char)*p, m_next);
+    for (const char *p = esc; *p; p++)
+        lily_gbuild_edge(b, s[S_ESC], (unsigned char)*p, (unsigned char)*p, m_next);
     lily_gbuild_edge(b, s[S_ESC], 'u', 'u', s[S_U1]);
     hex_edges(b, s[S_U1], s[S_U2]);
     hex_edges(b, s[S_U2], s[S_U3]);
@@ -198,15 +207,18 @@ int32_t lily_dfa_json_string(lily_gbuild *b, int min_chars, int max_chars) {
     for (int c = 0; c < levels && !lily_gbuild_too_big(b); c++) {
         int has_next = c + 1 < levels || max_chars < 0;
         st[c * S_COUNT + S_M] = lily_gbuild_state(b, 0);
-        for (int k = 1; k < S_COUNT; k++) st[c * S_COUNT + k] = has_next ? lily_gbuild_state(b, 0) : 0;
+        for (int k = 1; k < S_COUNT; k++)
+            st[c * S_COUNT + k] = has_next ? lily_gbuild_state(b, 0) : 0;
     }
     if (!lily_gbuild_too_big(b)) {
         lily_gbuild_edge(b, start, '"', '"', st[S_M]);
         for (int c = 0; c < levels; c++) {
             const int32_t *s = st + c * S_COUNT;
             if (c >= min_chars) lily_gbuild_edge(b, s[S_M], '"', '"', quote);
-            if (c + 1 < levels) string_level(b, s, st[(c + 1) * S_COUNT + S_M]);
-            else if (max_chars < 0) string_level(b, s, s[S_M]);
+            if (c + 1 < levels)
+                string_level(b, s, st[(c + 1) * S_COUNT + S_M]);
+            else if (max_chars < 0)
+                string_level(b, s, s[S_M]);
         }
     }
     free(st);

@@ -31,8 +31,9 @@ struct lily_gbuild {
 #define GROW(p, n, cap, want)                                                                      \
     do {                                                                                           \
         if ((want) > (cap)) {                                                                      \
-            size_t nc_ = (cap) ? (size_t)(cap) * 2 : 64;                                           \
-            while (nc_ < (size_t)(want)) nc_ *= 2;                                                 \
+            size_t nc_ = (cap) ? (size_t)(cap)*2 : 64;                                             \
+            while (nc_ < (size_t)(want))                                                           \
+                nc_ *= 2;                                                                          \
             (p) = lily_xrealloc((p), nc_ * sizeof *(p));                                           \
             (cap) = nc_;                                                                           \
         }                                                                                          \
@@ -56,9 +57,13 @@ void lily_gbuild_free(lily_gbuild *b) {
     free(b);
 }
 
-int lily_gbuild_too_big(const lily_gbuild *b) { return b->too_big; }
+int lily_gbuild_too_big(const lily_gbuild *b) {
+    return b->too_big;
+}
 
-int32_t lily_gbuild_rule(lily_gbuild *b) { return b->n_rules++; }
+int32_t lily_gbuild_rule(lily_gbuild *b) {
+    return b->n_rules++;
+}
 
 void lily_gbuild_alt(lily_gbuild *b, int32_t r, const lily_gelem *seq, size_t n) {
     if (b->n_tmp + n + b->n_alts > LILY_GRAMMAR_MAX_ELEMS) {
@@ -141,7 +146,8 @@ static void freeze_states(lily_gbuild *b, lily_grammar *g) {
         int32_t *t = g->dense_tab + (size_t)st->dense * 256;
         for (int32_t i = 0; i < st->r_n; i++) {
             const lily_grange *r = &g->ranges[st->r_off + i];
-            for (unsigned c = r->lo; c <= r->hi; c++) t[c] = r->to;
+            for (unsigned c = r->lo; c <= r->hi; c++)
+                t[c] = r->to;
         }
     }
 }
@@ -149,8 +155,10 @@ static void freeze_states(lily_gbuild *b, lily_grammar *g) {
 static void freeze_rules(lily_gbuild *b, lily_grammar *g) {
     g->n_rules = b->n_rules;
     g->rule_alt = lily_xcalloc((size_t)b->n_rules + 1, sizeof *g->rule_alt);
-    for (size_t i = 0; i < b->n_alts; i++) g->rule_alt[b->alts[i].rule + 1]++;
-    for (int32_t r = 0; r < b->n_rules; r++) g->rule_alt[r + 1] += g->rule_alt[r];
+    for (size_t i = 0; i < b->n_alts; i++)
+        g->rule_alt[b->alts[i].rule + 1]++;
+    for (int32_t r = 0; r < b->n_rules; r++)
+        g->rule_alt[r + 1] += g->rule_alt[r];
     int32_t *fill = lily_xmalloc(((size_t)b->n_rules + 1) * sizeof *fill);
     memcpy(fill, g->rule_alt, ((size_t)b->n_rules + 1) * sizeof *fill);
     g->alt_start = lily_xmalloc((b->n_alts + 1) * sizeof *g->alt_start);
@@ -211,7 +219,8 @@ static int32_t left_cycle(const lily_grammar *g, const uint8_t *nullable) {
     }
     off[n] = m;
     uint8_t *color = lily_xcalloc(n + 1, 1); /* 0 new, 1 on the DFS stack, 2 done */
-    int32_t *st_r = lily_xmalloc((n + 1) * sizeof *st_r), *st_i = lily_xmalloc((n + 1) * sizeof *st_i);
+    int32_t *st_r = lily_xmalloc((n + 1) * sizeof *st_r),
+            *st_i = lily_xmalloc((n + 1) * sizeof *st_i);
     int32_t bad = -1;
     for (int32_t r0 = 0; r0 < g->n_rules && bad < 0; r0++) {
         if (color[r0]) continue;
@@ -226,7 +235,8 @@ static int32_t left_cycle(const lily_grammar *g, const uint8_t *nullable) {
                 continue;
             }
             int32_t s = adj[st_i[sp - 1]++];
-            if (color[s] == 1) bad = s;
+            if (color[s] == 1)
+                bad = s;
             else if (color[s] == 0) {
                 color[s] = 1;
                 st_r[sp] = s, st_i[sp++] = off[s];

@@ -32,7 +32,7 @@ typedef struct lily_gelem {
 /* One DFA state. State 0 is the dead state (no edges); lily_grammar_next returns 0 for a byte
  * with no edge. */
 typedef struct lily_gstate {
-    int32_t r_off;  /* its edges: ranges[r_off .. r_off + r_n), sorted, disjoint */
+    int32_t r_off; /* its edges: ranges[r_off .. r_off + r_n), sorted, disjoint */
     int32_t r_n;
     int32_t dense;  /* >= 0: next state for every byte in dense_tab[dense * 256 ..]; else -1 */
     uint8_t accept; /* the terminal may end here */
@@ -45,10 +45,10 @@ typedef struct lily_grange {
 } lily_grange;
 
 typedef struct lily_grammar {
-    lily_gelem *elems;   /* [n_elems] every alternative's elements, each alternative ended by END */
+    lily_gelem *elems; /* [n_elems] every alternative's elements, each alternative ended by END */
     int32_t n_elems;
-    int32_t *alt_start;  /* [n_alts] index in elems of each alternative's first element */
-    int32_t *rule_alt;   /* [n_rules + 1] alternatives of rule r: alt_start[rule_alt[r] .. r+1] */
+    int32_t *alt_start; /* [n_alts] index in elems of each alternative's first element */
+    int32_t *rule_alt;  /* [n_rules + 1] alternatives of rule r: alt_start[rule_alt[r] .. r+1] */
     int32_t n_rules;
     int32_t root;
     lily_gstate *states; /* [n_states] */
@@ -101,8 +101,14 @@ int lily_gbuild_too_big(const lily_gbuild *b);
  * string, too large. Free *out with lily_grammar_free. */
 int lily_gbuild_finish(lily_gbuild *b, int32_t root, lily_grammar **out, lily_err *e);
 
-static inline lily_gelem lily_gterm(int32_t start) { return (lily_gelem){LILY_GE_TERM, start}; }
-static inline lily_gelem lily_gref(int32_t rule) { return (lily_gelem){LILY_GE_REF, rule}; }
-static inline lily_gelem lily_gtoken(int32_t id) { return (lily_gelem){LILY_GE_TOKEN, id}; }
+static inline lily_gelem lily_gterm(int32_t start) {
+    return (lily_gelem){LILY_GE_TERM, start};
+}
+static inline lily_gelem lily_gref(int32_t rule) {
+    return (lily_gelem){LILY_GE_REF, rule};
+}
+static inline lily_gelem lily_gtoken(int32_t id) {
+    return (lily_gelem){LILY_GE_TOKEN, id};
+}
 
 #endif

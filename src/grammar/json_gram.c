@@ -27,16 +27,36 @@ static int32_t punct(lily_jgram *j, const char *c, int before, int after) {
         return j->field;                                                                           \
     } while (0)
 
-int32_t lily_jgram_obj_open(lily_jgram *j) { LAZY(t_obj_open, punct(j, "{", 0, 1)); }
-int32_t lily_jgram_obj_close(lily_jgram *j) { LAZY(t_obj_close, punct(j, "}", 1, 0)); }
-int32_t lily_jgram_obj_empty(lily_jgram *j) { LAZY(t_obj_empty, punct(j, "}", 0, 0)); }
-int32_t lily_jgram_arr_open(lily_jgram *j) { LAZY(t_arr_open, punct(j, "[", 0, 1)); }
-int32_t lily_jgram_arr_close(lily_jgram *j) { LAZY(t_arr_close, punct(j, "]", 1, 0)); }
-int32_t lily_jgram_arr_empty(lily_jgram *j) { LAZY(t_arr_empty, punct(j, "]", 0, 0)); }
-int32_t lily_jgram_comma(lily_jgram *j) { LAZY(t_comma, punct(j, ",", 1, 1)); }
-int32_t lily_jgram_colon(lily_jgram *j) { LAZY(t_colon, punct(j, ":", 1, 1)); }
-int32_t lily_jgram_string(lily_jgram *j) { LAZY(t_string, lily_dfa_json_string(j->b, 0, -1)); }
-int32_t lily_jgram_null(lily_jgram *j) { LAZY(t_null, lily_dfa_literal(j->b, "null", 4)); }
+int32_t lily_jgram_obj_open(lily_jgram *j) {
+    LAZY(t_obj_open, punct(j, "{", 0, 1));
+}
+int32_t lily_jgram_obj_close(lily_jgram *j) {
+    LAZY(t_obj_close, punct(j, "}", 1, 0));
+}
+int32_t lily_jgram_obj_empty(lily_jgram *j) {
+    LAZY(t_obj_empty, punct(j, "}", 0, 0));
+}
+int32_t lily_jgram_arr_open(lily_jgram *j) {
+    LAZY(t_arr_open, punct(j, "[", 0, 1));
+}
+int32_t lily_jgram_arr_close(lily_jgram *j) {
+    LAZY(t_arr_close, punct(j, "]", 1, 0));
+}
+int32_t lily_jgram_arr_empty(lily_jgram *j) {
+    LAZY(t_arr_empty, punct(j, "]", 0, 0));
+}
+int32_t lily_jgram_comma(lily_jgram *j) {
+    LAZY(t_comma, punct(j, ",", 1, 1));
+}
+int32_t lily_jgram_colon(lily_jgram *j) {
+    LAZY(t_colon, punct(j, ":", 1, 1));
+}
+int32_t lily_jgram_string(lily_jgram *j) {
+    LAZY(t_string, lily_dfa_json_string(j->b, 0, -1));
+}
+int32_t lily_jgram_null(lily_jgram *j) {
+    LAZY(t_null, lily_dfa_literal(j->b, "null", 4));
+}
 
 int32_t lily_jgram_bool(lily_jgram *j) {
     static const char *const s[] = {"true", "false"};
@@ -92,8 +112,8 @@ static void any_rules(lily_jgram *j) {
     int32_t members = lily_gbuild_rule(b), more = lily_gbuild_rule(b);
     ALT(o, lily_gterm(lily_jgram_obj_open(j)), lily_gterm(lily_jgram_obj_empty(j)));
     ALT(o, lily_gterm(lily_jgram_obj_open(j)), lily_gref(members));
-    ALT(members, lily_gterm(lily_jgram_string(j)), lily_gterm(lily_jgram_colon(j)),
-        lily_gref(v), lily_gref(more));
+    ALT(members, lily_gterm(lily_jgram_string(j)), lily_gterm(lily_jgram_colon(j)), lily_gref(v),
+        lily_gref(more));
     ALT(more, lily_gterm(lily_jgram_obj_close(j)));
     ALT(more, lily_gterm(lily_jgram_comma(j)), lily_gref(members));
     int32_t items = lily_gbuild_rule(b), rest = lily_gbuild_rule(b);

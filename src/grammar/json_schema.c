@@ -46,14 +46,13 @@ static int32_t fail(jsc *c, const char *fmt, const char *what) {
 
 /* ---- keywords ------------------------------------------------------------------------------ */
 
-static const char *const ignored_kw[] = {"title",   "description", "default",    "examples",
-                                         "$schema", "$id",         "$comment",   "deprecated",
-                                         "readOnly", "writeOnly",  "$defs",      "definitions",
-                                         NULL};
-static const char *const known_kw[] = {"type",     "properties", "required", "additionalProperties",
-                                       "items",    "minItems",   "maxItems", "enum",
-                                       "const",    "anyOf",      "allOf",    "$ref",
-                                       "format",   "minLength",  "maxLength", NULL};
+static const char *const ignored_kw[] = {
+    "title",      "description", "default",   "examples", "$schema",     "$id", "$comment",
+    "deprecated", "readOnly",    "writeOnly", "$defs",    "definitions", NULL};
+static const char *const known_kw[] = {"type",   "properties", "required",  "additionalProperties",
+                                       "items",  "minItems",   "maxItems",  "enum",
+                                       "const",  "anyOf",      "allOf",     "$ref",
+                                       "format", "minLength",  "maxLength", NULL};
 
 static int in_list(const char *const *l, const char *k) {
     for (; *l; l++)
@@ -115,10 +114,14 @@ static int32_t literals(jsc *c, const cJSON *values, int n, const char *kw) {
         c->lit_bytes += len[i];
     }
     int32_t r = -1;
-    if (bad) lily_fail(c->e, "'%s': a value cannot be printed as JSON", kw);
-    else if (c->lit_bytes > MAX_LITERALS) fail(c, "'%s' values too large", kw);
-    else r = single(c, lily_gterm(lily_dfa_literals(c->b, (const char *const *)s, len, (size_t)n)));
-    for (int k = 0; k < n; k++) free(s[k]);
+    if (bad)
+        lily_fail(c->e, "'%s': a value cannot be printed as JSON", kw);
+    else if (c->lit_bytes > MAX_LITERALS)
+        fail(c, "'%s' values too large", kw);
+    else
+        r = single(c, lily_gterm(lily_dfa_literals(c->b, (const char *const *)s, len, (size_t)n)));
+    for (int k = 0; k < n; k++)
+        free(s[k]);
     free(s);
     free(len);
     return r;
@@ -140,7 +143,9 @@ static int32_t two_digits(jsc *c, int lo, int hi) {
     return r;
 }
 
-static int32_t lit_term(jsc *c, const char *s) { return lily_dfa_literal(c->b, s, strlen(s)); }
+static int32_t lit_term(jsc *c, const char *s) {
+    return lily_dfa_literal(c->b, s, strlen(s));
+}
 
 static int32_t date_core(jsc *c) {
     int32_t r = lily_gbuild_rule(c->b);
@@ -158,8 +163,9 @@ static int32_t time_core(jsc *c) {
     ALT(frac, lily_gterm(seq_term(c, f, 2)));
     ALT(tz, lily_gterm(lily_dfa_literals(c->b, (const char *const[]){"Z", "z"},
                                          (const size_t[]){1, 1}, 2)));
-    ALT(tz, lily_gterm(lily_dfa_literals(c->b, (const char *const[]){"+", "-"},
-                                         (const size_t[]){1, 1}, 2)),
+    ALT(tz,
+        lily_gterm(
+            lily_dfa_literals(c->b, (const char *const[]){"+", "-"}, (const size_t[]){1, 1}, 2)),
         lily_gref(hour), lily_gterm(lit_term(c, ":")), lily_gref(min));
     int32_t colon = lit_term(c, ":");
     ALT(r, lily_gref(hour), lily_gterm(colon), lily_gref(min), lily_gterm(colon),
@@ -200,8 +206,8 @@ static int32_t compile_string(jsc *c, const cJSON *s) {
         if (!cJSON_IsString(f)) return fail(c, "'%s' must be a string", "format");
         return string_format(c, f->valuestring);
     }
-    int lo = int_kw(c, s, "minLength", 0, MAX_LENGTH), hi = int_kw(c, s, "maxLength", -1,
-                                                                    MAX_LENGTH);
+    int lo = int_kw(c, s, "minLength", 0, MAX_LENGTH),
+        hi = int_kw(c, s, "maxLength", -1, MAX_LENGTH);
     if (lo == -2 || hi == -2) return -1;
     if (hi >= 0 && hi < lo) return fail(c, "%s: maxLength below minLength", "string");
     if (lo == 0 && hi < 0) return single(c, lily_gterm(lily_jgram_string(&c->j)));
@@ -248,11 +254,12 @@ static int32_t compile_object(jsc *c, const cJSON *s) {
     }
     /* seq[i][e]: the members from property i on, e = whether one was written before (a comma
      * is then due). Built from the last property back. */
-    int32_t (*seq)[2] = lily_xmalloc(((size_t)n + 1) * sizeof *seq);
+    int32_t(*seq)[2] = lily_xmalloc(((size_t)n + 1) * sizeof *seq);
     int32_t *kv = lily_xmalloc(((size_t)n + 1) * sizeof *kv);
     const cJSON **pr = lily_xmalloc(((size_t)n + 1) * sizeof *pr);
     int i = 0, rc = 0;
-    for (const cJSON *p = props->child; p && i < n; p = p->next) pr[i++] = p;
+    for (const cJSON *p = props->child; p && i < n; p = p->next)
+        pr[i++] = p;
     for (i = 0; i < n && !rc; i++) { /* in schema order, so errors name the first bad one */
         int32_t v = compile(c, pr[i]);
         if (v < 0) {
@@ -274,8 +281,10 @@ static int32_t compile_object(jsc *c, const cJSON *s) {
             int opt = !is_required(req, pr[i]->string);
             for (int e = 0; e < 2; e++) {
                 int32_t x = seq[i][e] = lily_gbuild_rule(c->b);
-                if (e) ALT(x, lily_gterm(comma), lily_gref(kv[i]), lily_gref(seq[i + 1][1]));
-                else ALT(x, lily_gref(kv[i]), lily_gref(seq[i + 1][1]));
+                if (e)
+                    ALT(x, lily_gterm(comma), lily_gref(kv[i]), lily_gref(seq[i + 1][1]));
+                else
+                    ALT(x, lily_gref(kv[i]), lily_gref(seq[i + 1][1]));
                 if (opt) ALT(x, lily_gref(seq[i + 1][e]));
             }
         }
@@ -305,11 +314,14 @@ static int32_t compile_array(jsc *c, const cJSON *s) {
     /* rest[i]: what follows the i-th item (1-based); the last one loops when unbounded */
     int k = hi >= 0 ? hi : (lo > 1 ? lo : 1);
     int32_t *rest = lily_xmalloc(((size_t)k + 1) * sizeof *rest);
-    for (int i = 1; i <= k; i++) rest[i] = lily_gbuild_rule(c->b);
+    for (int i = 1; i <= k; i++)
+        rest[i] = lily_gbuild_rule(c->b);
     for (int i = 1; i <= k; i++) {
         if (i >= lo) ALT(rest[i], lily_gterm(close));
-        if (i < k) ALT(rest[i], lily_gterm(comma), lily_gref(item), lily_gref(rest[i + 1]));
-        else if (hi < 0) ALT(rest[i], lily_gterm(comma), lily_gref(item), lily_gref(rest[i]));
+        if (i < k)
+            ALT(rest[i], lily_gterm(comma), lily_gref(item), lily_gref(rest[i + 1]));
+        else if (hi < 0)
+            ALT(rest[i], lily_gterm(comma), lily_gref(item), lily_gref(rest[i]));
     }
     if (lo == 0) ALT(r, lily_gterm(open), lily_gterm(lily_jgram_arr_empty(&c->j)));
     ALT(r, lily_gterm(open), lily_gref(item), lily_gref(rest[1]));
@@ -359,8 +371,11 @@ static const cJSON *resolve(jsc *c, const char *ref) {
 static int32_t compile_ref(jsc *c, const cJSON *ref) {
     if (!cJSON_IsString(ref)) return fail(c, "'%s' must be a string", "$ref");
     const cJSON *target = resolve(c, ref->valuestring);
-    if (!target) return fail(c, "unsupported or unresolved $ref '%s' (only refs into this "
-                                "document: \"#\", \"#/$defs/...\")", ref->valuestring);
+    if (!target)
+        return fail(c,
+                    "unsupported or unresolved $ref '%s' (only refs into this "
+                    "document: \"#\", \"#/$defs/...\")",
+                    ref->valuestring);
     for (size_t i = 0; i < c->n_memo; i++)
         if (c->memo[i].node == target) return c->memo[i].rule;
     int32_t r = lily_gbuild_rule(c->b);
@@ -449,8 +464,7 @@ int lily_grammar_from_schema(const cJSON *schema, lily_grammar **out, lily_err *
         lily_gbuild_free(c.b);
         return -1;
     }
-    if (lily_gbuild_finish(c.b, root, out, e))
-        return lily_fail_prefix(e, "%s", "JSON Schema");
+    if (lily_gbuild_finish(c.b, root, out, e)) return lily_fail_prefix(e, "%s", "JSON Schema");
     return 0;
 }
 

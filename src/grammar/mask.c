@@ -2,6 +2,7 @@
  * one byte per trie node and skips a node's whole subtree when its prefix is dead, with the
  * results remembered per state (inside a JSON string, or between digits, the state repeats
  * token after token). */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -22,7 +23,7 @@ static int32_t make_key(lily_gmatch *m) {
         if (n == m->key_cap) {                                                                     \
             if (n >= KEY_MAX) return -1;                                                           \
             m->key_cap *= 2;                                                                       \
-            m->key = lily_xrealloc(m->key, (size_t)m->key_cap * sizeof *m->key);                 \
+            m->key = lily_xrealloc(m->key, (size_t)m->key_cap * sizeof *m->key);                   \
         }                                                                                          \
         m->key[n++] = (uint32_t)(v);                                                               \
     } while (0)
@@ -30,7 +31,8 @@ static int32_t make_key(lily_gmatch *m) {
     for (int32_t i = 0; i < p->cfg_n; i++) {
         int32_t id = m->cfg[p->cfg_off + i];
         PUT(m->pool[id].dstate);
-        for (; id >= 0; id = m->pool[id].parent) PUT(m->pool[id].elem);
+        for (; id >= 0; id = m->pool[id].parent)
+            PUT(m->pool[id].elem);
         PUT(0xFFFFFFFFu);
     }
 #undef PUT
@@ -63,7 +65,9 @@ static gm_cache_entry *cache_slot(lily_gmatch *m) {
     return best;
 }
 
-static inline void set_bit(uint32_t *mask, int32_t id) { mask[id >> 5] |= 1u << (id & 31); }
+static inline void set_bit(uint32_t *mask, int32_t id) {
+    mask[id >> 5] |= 1u << (id & 31);
+}
 
 /* The trie walk from state `from`: sets the bit of every token whose bytes it can take. */
 static void walk(lily_gmatch *m, const gm_pos *from, uint32_t *mask) {
@@ -78,7 +82,8 @@ static void walk(lily_gmatch *m, const gm_pos *from, uint32_t *mask) {
             i = t->end[i];
             continue;
         }
-        for (int32_t k = 0; k < t->tok_n[i]; k++) set_bit(mask, t->ids[t->tok_lo[i] + k]);
+        for (int32_t k = 0; k < t->tok_n[i]; k++)
+            set_bit(mask, t->ids[t->tok_lo[i] + k]);
         i = st[d].cfg_n ? i + 1 : t->end[i];
     }
     m->stats.nodes_walked += visited;
@@ -140,7 +145,8 @@ static void compute(lily_gmatch *m, uint32_t *mask) {
         if (!m->pool[id].dstate) continue; /* a placed token: see lily_gmatch_mask */
         const lily_term_tab *x = dfa_get(m, m->pool[id].dstate);
         if (x->big) continue;
-        for (size_t w = 0; w < words; w++) mask[w] |= x->inner[w];
+        for (size_t w = 0; w < words; w++)
+            mask[w] |= x->inner[w];
         lily_gm_restore(m, &rest);
         lily_gm_push_cfg(m, id);
         gm_pos one = {rest.cfg_off + rest.cfg_n, 1, m->top, 0, 0};
@@ -161,7 +167,8 @@ void lily_gmatch_mask(lily_gmatch *m, uint32_t *mask) {
     m->stats.masks++;
     memset(mask, 0, words * sizeof *mask);
     if (m->cur.finished) {
-        for (size_t i = 0; i < t->n_ends; i++) set_bit(mask, t->ends[i]);
+        for (size_t i = 0; i < t->n_ends; i++)
+            set_bit(mask, t->ends[i]);
         return;
     }
     int32_t kn = m->n_cache ? make_key(m) : -1;
@@ -179,7 +186,8 @@ void lily_gmatch_mask(lily_gmatch *m, uint32_t *mask) {
         if (!n->dstate) set_bit(mask, m->g->elems[n->elem].arg);
     }
     if (m->cur.accept)
-        for (size_t i = 0; i < t->n_ends; i++) set_bit(mask, t->ends[i]);
+        for (size_t i = 0; i < t->n_ends; i++)
+            set_bit(mask, t->ends[i]);
     if (kn < 0) return;
     c = cache_slot(m);
     if (kn > c->key_cap) {
@@ -191,4 +199,17 @@ void lily_gmatch_mask(lily_gmatch *m, uint32_t *mask) {
     c->hash = h;
     c->used = ++m->clock;
     memcpy(c->mask, mask, words * sizeof *mask);
+}
+
+void lily_gmatch_apply(const uint32_t *mask, int32_t n_vocab, float *logits, size_t n_logits) {
+    size_t n = (size_t)n_vocab < n_logits ? (size_t)n_vocab : n_logits;
+    for (size_t w = 0; w * 32 < n; w++) {
+        uint32_t bits = mask[w];
+        if (bits == 0xFFFFFFFFu) continue;
+        size_t end = w * 32 + 32 < n ? w * 32 + 32 : n;
+        for (size_t i = w * 32; i < end; i++)
+            if (!(bits >> (i & 31) & 1)) logits[i] = -INFINITY;
+    }
+    for (size_t i = n; i < n_logits; i++)
+        logits[i] = -INFINITY;
 }

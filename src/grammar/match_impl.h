@@ -23,7 +23,7 @@ typedef struct gm_cache_entry {
     uint64_t hash, used; /* used: LRU clock, 0 = empty */
     uint32_t *key;       /* [key_n] */
     int32_t key_n, key_cap;
-    uint32_t *mask;      /* [mask words] */
+    uint32_t *mask; /* [mask words] */
 } gm_cache_entry;
 
 /* A matcher's first-level cache of terminal tables (termtab.h) by DFA state id: the shared
@@ -39,30 +39,30 @@ struct lily_gmatch {
     const lily_grammar *g;
     const lily_token_trie *t;
     int max_depth;
-    gm_node *pool;      /* [cap] */
+    gm_node *pool; /* [cap] */
     int32_t top, cap;
-    int32_t *cfg;       /* [cfg_cap] node ids */
+    int32_t *cfg; /* [cfg_cap] node ids */
     int32_t cfg_top, cfg_cap;
     gm_pos cur;
-    gm_pos *hist;       /* [cap_hist] the state before each accepted token */
+    gm_pos *hist; /* [cap_hist] the state before each accepted token */
     int32_t n_hist, cap_hist;
     gm_pos *walk;       /* [t->max_depth + 1] the trie walk's state per depth */
     int32_t step_start; /* first node made by the current step (duplicates are looked up there) */
     int32_t compact_at; /* compact the pool when top passes this */
     int step_accept;
     /* compaction scratch, grown with the pool and the configuration buffer */
-    int32_t *remap;     /* [cap] */
-    int32_t *cfg2;      /* [cfg_cap] */
+    int32_t *remap; /* [cap] */
+    int32_t *cfg2;  /* [cfg_cap] */
     /* the mask cache */
     gm_cache_entry *cache;
     int n_cache;
     uint64_t clock;
     uint32_t *key;
     int32_t key_cap;
-    gm_dfa_entry *dfa;  /* [n_dfa] */
+    gm_dfa_entry *dfa; /* [n_dfa] */
     int n_dfa;
-    int32_t *dfa_ds;    /* [t->max_depth + 1] the DFA-only walk's state per depth */
-    uint8_t *dfa_acc;   /* [t->max_depth + 1] whether it passed an accepting state */
+    int32_t *dfa_ds;  /* [t->max_depth + 1] the DFA-only walk's state per depth */
+    uint8_t *dfa_acc; /* [t->max_depth + 1] whether it passed an accepting state */
     lily_gmatch_stats stats;
 };
 

@@ -13,7 +13,8 @@
 static void grow_pool(lily_gmatch *m, int32_t want) {
     if (want <= m->cap) return;
     int32_t c = m->cap;
-    while (c < want) c *= 2;
+    while (c < want)
+        c *= 2;
     m->pool = lily_xrealloc(m->pool, (size_t)c * sizeof *m->pool);
     m->remap = lily_xrealloc(m->remap, (size_t)c * sizeof *m->remap);
     m->cap = c;
@@ -22,7 +23,8 @@ static void grow_pool(lily_gmatch *m, int32_t want) {
 static void grow_cfg(lily_gmatch *m, int32_t want) {
     if (want <= m->cfg_cap) return;
     int32_t c = m->cfg_cap;
-    while (c < want) c *= 2;
+    while (c < want)
+        c *= 2;
     m->cfg = lily_xrealloc(m->cfg, (size_t)c * sizeof *m->cfg);
     m->cfg2 = lily_xrealloc(m->cfg2, (size_t)c * sizeof *m->cfg2);
     m->cfg_cap = c;
@@ -128,8 +130,10 @@ int lily_gmatch_create(const lily_grammar *g, const lily_token_trie *t,
     for (int32_t i = 0; i < g->n_elems; i++)
         if (g->elems[i].kind == LILY_GE_TOKEN &&
             (g->elems[i].arg < 0 || g->elems[i].arg >= t->n_vocab))
-            return lily_fail(e, "grammar matcher: the grammar places token %d, outside the "
-                             "vocabulary (%d)", (int)g->elems[i].arg, (int)t->n_vocab);
+            return lily_fail(e,
+                             "grammar matcher: the grammar places token %d, outside the "
+                             "vocabulary (%d)",
+                             (int)g->elems[i].arg, (int)t->n_vocab);
     lily_gmatch *m = lily_xcalloc(1, sizeof *m);
     m->g = g;
     m->t = t;
@@ -170,7 +174,8 @@ void lily_gmatch_free(lily_gmatch *m) {
         free(m->cache[i].key);
     }
     free(m->cache);
-    for (int i = 0; i < m->n_dfa; i++) lily_term_tab_release(&m->dfa[i].own);
+    for (int i = 0; i < m->n_dfa; i++)
+        lily_term_tab_release(&m->dfa[i].own);
     free(m->dfa);
     free(m->dfa_ds);
     free(m->dfa_acc);
@@ -232,7 +237,8 @@ static void compact(lily_gmatch *m) {
     for (int32_t k = 0; k <= m->n_hist; k++) {
         gm_pos *p = k < m->n_hist ? &m->hist[k] : &m->cur;
         int32_t off = c;
-        for (int32_t i = 0; i < p->cfg_n; i++) m->cfg2[c++] = mark[m->cfg[p->cfg_off + i]];
+        for (int32_t i = 0; i < p->cfg_n; i++)
+            m->cfg2[c++] = mark[m->cfg[p->cfg_off + i]];
         p->cfg_off = off;
         p->pool_top = p->pool_top < m->top ? mark[p->pool_top] : w;
     }
@@ -327,10 +333,18 @@ int lily_gmatch_rollback(lily_gmatch *m, int n) {
     return k;
 }
 
-int lily_gmatch_is_accepting(const lily_gmatch *m) { return m->cur.accept && !m->cur.finished; }
+int lily_gmatch_is_accepting(const lily_gmatch *m) {
+    return m->cur.accept && !m->cur.finished;
+}
 
-int lily_gmatch_is_finished(const lily_gmatch *m) { return m->cur.finished; }
+int lily_gmatch_is_finished(const lily_gmatch *m) {
+    return m->cur.finished;
+}
 
-int lily_gmatch_is_done(const lily_gmatch *m) { return m->cur.finished || m->cur.cfg_n == 0; }
+int lily_gmatch_is_done(const lily_gmatch *m) {
+    return m->cur.finished || m->cur.cfg_n == 0;
+}
 
-void lily_gmatch_get_stats(const lily_gmatch *m, lily_gmatch_stats *s) { *s = m->stats; }
+void lily_gmatch_get_stats(const lily_gmatch *m, lily_gmatch_stats *s) {
+    *s = m->stats;
+}

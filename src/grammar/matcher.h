@@ -54,6 +54,11 @@ void lily_gmatch_copy(lily_gmatch *dst, const lily_gmatch *src);
  * finished, only the end tokens). */
 void lily_gmatch_mask(lily_gmatch *m, uint32_t *mask);
 
+/* The host sampler's side of a mask: sets logits[i] to -INFINITY for every token the mask
+ * (over n_vocab tokens) disallows, and for ids from n_vocab to n_logits (the model's padding
+ * rows past the tokenizer's vocabulary). */
+void lily_gmatch_apply(const uint32_t *mask, int32_t n_vocab, float *logits, size_t n_logits);
+
 /* Advances by token id: 0 if it was allowed, -1 if not (the state is then unchanged). */
 int lily_gmatch_accept_token(lily_gmatch *m, int32_t tok);
 

@@ -7,7 +7,9 @@
 
 #include "base/err.h"
 
-static inline void set_bit(uint32_t *mask, int32_t id) { mask[id >> 5] |= 1u << (id & 31); }
+static inline void set_bit(uint32_t *mask, int32_t id) {
+    mask[id >> 5] |= 1u << (id & 31);
+}
 
 /* Adds the tokens of trie nodes [i, end) to the boundary list; 1 once it is too long. */
 static int bnd_add(const lily_token_trie *t, lily_term_tab *x, int32_t i, int32_t end) {
@@ -55,7 +57,8 @@ void lily_term_tab_fill(lily_term_tab *x, const lily_grammar *g, const lily_toke
             i = t->end[i];
             continue;
         }
-        for (int32_t k = 0; k < t->tok_n[i]; k++) set_bit(x->inner, t->ids[t->tok_lo[i] + k]);
+        for (int32_t k = 0; k < t->tok_n[i]; k++)
+            set_bit(x->inner, t->ids[t->tok_lo[i] + k]);
         ds[d] = ns;
         acc[d] = acc[d - 1] | st->accept;
         i++;
@@ -87,7 +90,8 @@ static int32_t shape(const lily_grammar *g, int32_t s, uint32_t *sig) {
         for (int32_t i = 0; i < st->r_n; i++) {
             const lily_grange *r = &g->ranges[st->r_off + i];
             int32_t j = 0;
-            while (j < n && order[j] != r->to) j++;
+            while (j < n && order[j] != r->to)
+                j++;
             if (j == n) {
                 if (n == SHAPE_MAX_STATES) return -1;
                 order[n++] = r->to;
@@ -138,7 +142,8 @@ const lily_term_tab *lily_term_store_get(lily_term_store *st, const lily_grammar
     int32_t n = shape(g, s, st->sig);
     if (n >= 0) {
         uint64_t h = 1469598103934665603ull;
-        for (int32_t i = 0; i < n; i++) h = (h ^ st->sig[i]) * 1099511628211ull;
+        for (int32_t i = 0; i < n; i++)
+            h = (h ^ st->sig[i]) * 1099511628211ull;
         for (int i = 0; i < st->n && !found; i++)
             if (st->e[i].hash == h && st->e[i].n_sig == n &&
                 !memcmp(st->e[i].sig, st->sig, (size_t)n * sizeof *st->sig))

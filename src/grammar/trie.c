@@ -55,9 +55,11 @@ static void layout(lily_token_trie *t, const sorted_tok *v, size_t nv, size_t to
         uint32_t l = 0;
         if (prev) {
             uint32_t m = prev->n < s->n ? prev->n : s->n;
-            while (l < m && prev->p[l] == s->p[l]) l++;
+            while (l < m && prev->p[l] == s->p[l])
+                l++;
         }
-        for (uint32_t d = open; d > l; d--) t->end[path[d]] = n;
+        for (uint32_t d = open; d > l; d--)
+            t->end[path[d]] = n;
         for (uint32_t d = l + 1; d <= s->n; d++) {
             t->byte[n] = s->p[d - 1];
             t->depth[n] = (uint16_t)d;
@@ -73,7 +75,8 @@ static void layout(lily_token_trie *t, const sorted_tok *v, size_t nv, size_t to
         if ((int32_t)s->n > t->max_depth) t->max_depth = (int32_t)s->n;
         prev = s;
     }
-    for (uint32_t d = open; d > 0; d--) t->end[path[d]] = n;
+    for (uint32_t d = open; d > 0; d--)
+        t->end[path[d]] = n;
     t->n_nodes = n;
 }
 

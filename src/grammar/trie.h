@@ -21,19 +21,19 @@ typedef struct lily_term_store lily_term_store; /* termtab.h */
 enum { LILY_TOK_NONE = 0, LILY_TOK_TEXT = 1, LILY_TOK_END = 2 };
 
 typedef struct lily_token_trie {
-    int32_t n_vocab;   /* ids 0 .. n_vocab - 1; a mask has (n_vocab + 31) / 32 words */
+    int32_t n_vocab; /* ids 0 .. n_vocab - 1; a mask has (n_vocab + 31) / 32 words */
     int32_t n_nodes;
-    uint8_t *byte;     /* [n_nodes] */
-    uint16_t *depth;   /* [n_nodes] */
-    int32_t *end;      /* [n_nodes] */
-    int32_t *tok_lo;   /* [n_nodes] */
-    int32_t *tok_n;    /* [n_nodes] */
-    int32_t *ids;      /* [n_vocab] text tokens in trie order */
-    int32_t max_depth; /* longest text token, in bytes */
-    uint8_t *kind;     /* [n_vocab] LILY_TOK_* */
+    uint8_t *byte;       /* [n_nodes] */
+    uint16_t *depth;     /* [n_nodes] */
+    int32_t *end;        /* [n_nodes] */
+    int32_t *tok_lo;     /* [n_nodes] */
+    int32_t *tok_n;      /* [n_nodes] */
+    int32_t *ids;        /* [n_vocab] text tokens in trie order */
+    int32_t max_depth;   /* longest text token, in bytes */
+    uint8_t *kind;       /* [n_vocab] LILY_TOK_* */
     uint32_t *off, *len; /* [n_vocab] each token's bytes in data */
     uint8_t *data;
-    int32_t *ends;     /* [n_ends] the end tokens */
+    int32_t *ends; /* [n_ends] the end tokens */
     size_t n_ends;
     lily_term_store *store; /* token tables per terminal shape (termtab.h): the one part that
                              * fills as matchers use it (thread-safe) */

@@ -40,10 +40,9 @@ int lily_respfmt_parse(const cJSON *rf, lily_grammar **out, lily_api_error *e) {
                             "'response_format.json_schema.strict' must be a boolean");
     const cJSON *schema = member(js, "schema");
     if (!schema) /* OpenAI: a missing schema means any JSON */
-        return lily_grammar_json_object(out, &err) ? lily_api_fail(e, 500, "server_error", NULL,
-                                                                   "response_format", "%s",
-                                                                   err.msg)
-                                                   : 0;
+        return lily_grammar_json_object(out, &err)
+                   ? lily_api_fail(e, 500, "server_error", NULL, "response_format", "%s", err.msg)
+                   : 0;
     if (!cJSON_IsObject(schema) && !cJSON_IsBool(schema))
         return lily_api_bad(e, "invalid_type", "response_format.json_schema.schema",
                             "'response_format.json_schema.schema' must be an object");

@@ -18,8 +18,8 @@ static lily_token_trie *g_trie;
 
 static void init(void) {
     if (g_trie) return;
-    static const char *const pieces[] = {"{\"", "\":", "\",", "}", "]", "true", "null", "12",
-                                         "\"a\"", "\xC3\xA9", " ", "\n  ", "<|end|>"};
+    static const char *const pieces[] = {"{\"", "\":",   "\",",      "}", "]",    "true",   "null",
+                                         "12",  "\"a\"", "\xC3\xA9", " ", "\n  ", "<|end|>"};
     enum { NP = sizeof pieces / sizeof *pieces, N = 256 + NP };
     static char bytes_store[256];
     const char *bytes[N];
@@ -58,7 +58,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     uint32_t mask[16];
     LILY_ASSERT(words <= 16);
     uint64_t h = 1469598103934665603ull;
-    for (size_t i = 0; i < size; i++) h = (h ^ data[i]) * 1099511628211ull;
+    for (size_t i = 0; i < size; i++)
+        h = (h ^ data[i]) * 1099511628211ull;
     for (int step = 0; step < 64 && !lily_gmatch_is_finished(m); step++) {
         lily_gmatch_mask(m, mask);
         int32_t allowed[16 * 32], n = 0;

@@ -2,6 +2,7 @@
  * they should and reject the rest (byte by byte through lily_gmatch_accept_bytes), unsupported
  * schemas fail with a message naming the construct, and the matcher's rollback and copy give
  * back the same state. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -63,8 +64,10 @@ static lily_grammar *schema(const char *text) {
 static void run_case(const char *label, lily_grammar *g, const char *const *good,
                      const char *const *bad) {
     if (!g) return;
-    for (; *good; good++) CHECK(accepts(g, *good), "%s: should accept %s", label, *good);
-    for (; *bad; bad++) CHECK(!accepts(g, *bad), "%s: should reject %s", label, *bad);
+    for (; *good; good++)
+        CHECK(accepts(g, *good), "%s: should accept %s", label, *good);
+    for (; *bad; bad++)
+        CHECK(!accepts(g, *bad), "%s: should reject %s", label, *bad);
     lily_grammar_free(g);
 }
 
@@ -82,8 +85,7 @@ static void test_json_object(void) {
                "{\"a\":01}", "{\"a\":1.}", "{\"a\":.5}", "{\"a\":tru}", "{\"a\":\"\x01\"}",
                "{\"a\":\"\\x\"}", "{\"a\":\"\xC0\xAF\"}", "{\"a\":\"\xED\xA0\x80\"}",
                "{\"a\":\"\xF5\x80\x80\x80\"}", "{}{}", " {}", "{} ",
-               "{                                          }",
-               "{\"a\":12345678901234567}"));
+               "{                                          }", "{\"a\":12345678901234567}"));
 }
 
 static void test_schemas(void) {
@@ -112,8 +114,7 @@ static void test_schemas(void) {
              L("{\"b\":1,\"a\":2}", "{\"a\":1,}", "{,}"));
     run_case("empty object", schema("{\"type\":\"object\",\"additionalProperties\":false}"),
              L("{}", "{ }"), L("{\"a\":1}"));
-    run_case("enum",
-             schema("{\"enum\":[\"red\",\"green\",\"gr\",1,null,{\"a\":[1]}]}"),
+    run_case("enum", schema("{\"enum\":[\"red\",\"green\",\"gr\",1,null,{\"a\":[1]}]}"),
              L("\"red\"", "\"green\"", "\"gr\"", "1", "null", "{\"a\":[1]}"),
              L("\"blue\"", "\"gre\"", "red", "2", "{\"a\": [1]}", "\"red\"\"red\""));
     run_case("const", schema("{\"const\":\"v1\"}"), L("\"v1\""), L("\"v2\"", "\"v1"));
@@ -133,8 +134,7 @@ static void test_schemas(void) {
              L("[1]", "[1,2,3,4,5,6,7]"), L("[]"));
     run_case("array any", schema("{\"type\":\"array\"}"), L("[]", "[1,\"a\",{},[null]]"),
              L("[", "{}"));
-    run_case("string lengths",
-             schema("{\"type\":\"string\",\"minLength\":2,\"maxLength\":3}"),
+    run_case("string lengths", schema("{\"type\":\"string\",\"minLength\":2,\"maxLength\":3}"),
              L("\"ab\"", "\"abc\"", "\"\\n\\u0041\"", "\"\xC3\xA9\xC3\xA9\""),
              L("\"a\"", "\"abcd\"", "\"\xC3\xA9\""));
     run_case("formats",
@@ -213,9 +213,11 @@ static void test_errors(void) {
     /* nesting deeper than the compiler allows */
     char deep[4096];
     size_t n = 0;
-    for (int i = 0; i < 200; i++) n += (size_t)sprintf(deep + n, "{\"items\":");
+    for (int i = 0; i < 200; i++)
+        n += (size_t)sprintf(deep + n, "{\"items\":");
     n += (size_t)sprintf(deep + n, "true");
-    for (int i = 0; i < 200; i++) deep[n++] = '}';
+    for (int i = 0; i < 200; i++)
+        deep[n++] = '}';
     deep[n] = 0;
     expect_error(deep, "deeper");
 }
@@ -228,8 +230,8 @@ static void test_rollback_copy(void) {
     LILY_ASSERT(lily_gmatch_create(g, g_trie, NULL, &m, &e) == 0);
     LILY_ASSERT(lily_gmatch_create(g, g_trie, NULL, &m2, &e) == 0);
     const char *s = "{\"a\":[1,2]}";
-    for (const char *p = s; *p; p++) CHECK(lily_gmatch_accept_token(m, (unsigned char)*p) == 0,
-                                           "token %c", *p);
+    for (const char *p = s; *p; p++)
+        CHECK(lily_gmatch_accept_token(m, (unsigned char)*p) == 0, "token %c", *p);
     CHECK(lily_gmatch_is_accepting(m), "accepting after %s", s);
     CHECK(lily_gmatch_accept_token(m, 'x') == -1 && lily_gmatch_is_accepting(m),
           "a rejected token leaves the state");
@@ -248,7 +250,8 @@ static void test_rollback_copy(void) {
     lily_gmatch_reset(m);
     CHECK(lily_gmatch_accept_bytes(m, "{\"a\":[", 6) == 0, "prefix");
     int ok = 1;
-    for (int i = 0; i < 20000 && ok; i++) ok = lily_gmatch_accept_token(m, i % 2 ? ',' : '7') == 0;
+    for (int i = 0; i < 20000 && ok; i++)
+        ok = lily_gmatch_accept_token(m, i % 2 ? ',' : '7') == 0;
     CHECK(ok, "20000 tokens of an array");
     CHECK(lily_gmatch_rollback(m, 63) == 63, "63 tokens undone after compaction");
     CHECK(lily_gmatch_accept_bytes(m, "]}", 2) == 0 && lily_gmatch_is_accepting(m),
@@ -258,8 +261,23 @@ static void test_rollback_copy(void) {
     lily_grammar_free(g);
 }
 
+static void test_apply(void) {
+    uint32_t mask[2] = {0x80000001u, 0x2u}; /* tokens 0, 31 and 33 of 40 */
+    float l[48];
+    for (int i = 0; i < 48; i++)
+        l[i] = (float)i;
+    lily_gmatch_apply(mask, 40, l, 48);
+    int ok = 1;
+    for (int i = 0; i < 48; i++) {
+        int allowed = i == 0 || i == 31 || i == 33;
+        ok &= allowed ? l[i] == (float)i : isinf(l[i]) && l[i] < 0;
+    }
+    CHECK(ok, "lily_gmatch_apply masks disallowed tokens and the padding past the vocabulary");
+}
+
 int main(void) {
     g_trie = byte_trie();
+    test_apply();
     test_json_object();
     test_schemas();
     test_errors();

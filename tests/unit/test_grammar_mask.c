@@ -43,7 +43,8 @@ static const cJSON *resolve(const cJSON *root, const char *ref) {
     while (*p == '/' && n) {
         char tok[256];
         size_t k = 0;
-        for (p++; *p && *p != '/' && k < 255; p++) tok[k++] = *p;
+        for (p++; *p && *p != '/' && k < 255; p++)
+            tok[k++] = *p;
         tok[k] = 0;
         n = cJSON_GetObjectItemCaseSensitive(n, tok);
     }
@@ -52,7 +53,8 @@ static const cJSON *resolve(const cJSON *root, const char *ref) {
 
 static size_t utf8_chars(const char *s) {
     size_t n = 0;
-    for (; *s; s++) n += ((unsigned char)*s & 0xC0) != 0x80;
+    for (; *s; s++)
+        n += ((unsigned char)*s & 0xC0) != 0x80;
     return n;
 }
 
@@ -62,7 +64,9 @@ static int digits(const char *s, int n) {
     return 1;
 }
 
-static int num2(const char *s) { return (s[0] - '0') * 10 + s[1] - '0'; }
+static int num2(const char *s) {
+    return (s[0] - '0') * 10 + s[1] - '0';
+}
 
 static int valid_date(const char *s) {
     return digits(s, 4) && s[4] == '-' && digits(s + 5, 2) && s[7] == '-' && digits(s + 8, 2) &&
@@ -77,7 +81,8 @@ static size_t valid_time(const char *s) {
     size_t i = 8;
     if (s[i] == '.') {
         size_t j = i + 1;
-        while (s[j] >= '0' && s[j] <= '9') j++;
+        while (s[j] >= '0' && s[j] <= '9')
+            j++;
         if (j == i + 1) return 0;
         i = j;
     }
@@ -131,7 +136,8 @@ static int validate(const cJSON *v, const cJSON *s, const cJSON *root) {
             if (!validate(v, a, root)) return 0;
     if ((x = cJSON_GetObjectItemCaseSensitive(s, "enum"))) {
         int any = 0;
-        for (const cJSON *a = x->child; a; a = a->next) any |= cJSON_Compare(a, v, 1);
+        for (const cJSON *a = x->child; a; a = a->next)
+            any |= cJSON_Compare(a, v, 1);
         if (!any) return 0;
     }
     if ((x = cJSON_GetObjectItemCaseSensitive(s, "const")) && !cJSON_Compare(x, v, 1)) return 0;
@@ -181,10 +187,11 @@ static int validate(const cJSON *v, const cJSON *s, const cJSON *root) {
  * token that must never be allowed as text, and an end token. */
 static lily_token_trie *synthetic_trie(int32_t *end_id, int32_t *think_id) {
     static const char *const pieces[] = {
-        "{", "}", "{\"", "\":", "\": ", "\",", "\", \"", "},", "}}", "]}", "[{", "\"}", "true",
-        "false", "null", "nul", "tr", "12", "0.", "e+", "-1", "\\n", "\\u00", "\xC3\xA9",
-        "\xE2\x82", "\xAC", "\xF0\x9F\x98\x80", "  ", "\n  ", "\n", "name", "age", "tags", "id",
-        "\"name", "2024-", "01", "T12:", "00Z", "-0", "abc", "\"a\"", "]", "[]", ", "};
+        "{",  "}",    "{\"", "\":",  "\": ",  "\",",      "\", \"",   "},",     "}}",
+        "]}", "[{",   "\"}", "true", "false", "null",     "nul",      "tr",     "12",
+        "0.", "e+",   "-1",  "\\n",  "\\u00", "\xC3\xA9", "\xE2\x82", "\xAC",   "\xF0\x9F\x98\x80",
+        "  ", "\n  ", "\n",  "name", "age",   "tags",     "id",       "\"name", "2024-",
+        "01", "T12:", "00Z", "-0",   "abc",   "\"a\"",    "]",        "[]",     ", "};
     const char *alpha = "{}[]\":,0123456789.-+eE truefalsnu abcdxyz\\/\n";
     enum { N = 1500 };
     static char store[N * 10];
@@ -217,7 +224,8 @@ static lily_token_trie *synthetic_trie(int32_t *end_id, int32_t *think_id) {
     text[n++] = 0;
     while (n < N) {
         size_t len = 2 + rnd() % 6;
-        for (size_t k = 0; k < len; k++) store[pos + k] = alpha[rnd() % strlen(alpha)];
+        for (size_t k = 0; k < len; k++)
+            store[pos + k] = alpha[rnd() % strlen(alpha)];
         bytes[n] = store + pos;
         lens[n] = len;
         text[n++] = 1;
@@ -246,9 +254,8 @@ typedef struct walk_result {
 
 /* One random generation of at most max_steps tokens; brute-force checks the mask at the first
  * check_steps steps. The text is validated against schema (NULL: must be a JSON object). */
-static walk_result random_walk(const lily_grammar *g, const lily_token_trie *t,
-                               const cJSON *schema, int max_steps, int check_steps,
-                               const lily_gmatch_opts *o) {
+static walk_result random_walk(const lily_grammar *g, const lily_token_trie *t, const cJSON *schema,
+                               int max_steps, int check_steps, const lily_gmatch_opts *o) {
     walk_result r = {0};
     lily_gmatch *m, *tmp;
     lily_err e;
@@ -270,8 +277,9 @@ static walk_result random_walk(const lily_grammar *g, const lily_token_trie *t,
                     int a = mask[id >> 5] >> (id & 31) & 1, b = want[id >> 5] >> (id & 31) & 1;
                     if (a != b) {
                         printf("  mask differs at step %d, token %d (%.*s): trie %d, brute %d "
-                               "after '%.*s'\n", step, (int)id, (int)t->len[id],
-                               (const char *)t->data + t->off[id], a, b, (int)out_n, out);
+                               "after '%.*s'\n",
+                               step, (int)id, (int)t->len[id], (const char *)t->data + t->off[id],
+                               a, b, (int)out_n, out);
                         break;
                     }
                 }
@@ -284,14 +292,15 @@ static walk_result random_walk(const lily_grammar *g, const lily_token_trie *t,
             /* favour short tokens and the end, so that walks end; in the second half of the
              * budget, tokens that close something */
             const char *b = (const char *)t->data + t->off[id];
-            int closing = t->len[id] <= 4 && (memchr(b, '}', t->len[id]) ||
-                                              memchr(b, ']', t->len[id]) ||
-                                              memchr(b, '"', t->len[id]));
+            int closing =
+                t->len[id] <= 4 && (memchr(b, '}', t->len[id]) || memchr(b, ']', t->len[id]) ||
+                                    memchr(b, '"', t->len[id]));
             if (t->kind[id] == LILY_TOK_END || (step < max_steps / 2 ? t->len[id] <= 2 : closing))
                 short_ok[ns++] = id;
         }
         if (n == 0) break;
-        int32_t tok = ns && rnd() % 4 ? short_ok[rnd() % (uint32_t)ns] : allowed[rnd() % (uint32_t)n];
+        int32_t tok =
+            ns && rnd() % 4 ? short_ok[rnd() % (uint32_t)ns] : allowed[rnd() % (uint32_t)n];
         if (lily_gmatch_accept_token(m, tok)) {
             printf("  allowed token %d rejected by accept_token\n", (int)tok);
             r.mask_mismatch++;
@@ -306,7 +315,8 @@ static walk_result random_walk(const lily_grammar *g, const lily_token_trie *t,
     r.finished = lily_gmatch_is_finished(m);
     if (r.finished && g_emit) {
         cJSON *line = cJSON_CreateObject();
-        cJSON_AddItemToObject(line, "schema", schema ? cJSON_Duplicate(schema, 1) : cJSON_CreateNull());
+        cJSON_AddItemToObject(line, "schema",
+                              schema ? cJSON_Duplicate(schema, 1) : cJSON_CreateNull());
         cJSON_AddStringToObject(line, "output", out);
         char *text = cJSON_PrintUnformatted(line);
         fprintf(g_emit, "%s\n", text);
@@ -356,12 +366,14 @@ static void run_walks(const char *label, const lily_token_trie *t, int walks, in
         lily_grammar *g;
         lily_err e;
         cJSON *schema = g_schemas[s] ? cJSON_Parse(g_schemas[s]) : NULL;
-        int rc = schema ? lily_grammar_from_schema(schema, &g, &e) : lily_grammar_json_object(&g, &e);
+        int rc =
+            schema ? lily_grammar_from_schema(schema, &g, &e) : lily_grammar_json_object(&g, &e);
         CHECK(rc == 0, "%s schema %zu compiles: %s", label, s, rc ? e.msg : "");
         if (rc) continue;
         int fin = 0, valid = 0, mism = 0;
         for (int w = 0; w < walks; w++) {
-            walk_result r = random_walk(g, t, schema, max_steps, check_steps, w % 2 ? &plain : NULL);
+            walk_result r =
+                random_walk(g, t, schema, max_steps, check_steps, w % 2 ? &plain : NULL);
             fin += r.finished;
             valid += r.valid;
             mism += r.mask_mismatch;
@@ -369,8 +381,8 @@ static void run_walks(const char *label, const lily_token_trie *t, int walks, in
         CHECK(mism == 0, "%s schema %zu: %d trie masks differ from brute force", label, s, mism);
         CHECK(valid == fin, "%s schema %zu: %d of %d finished walks validate", label, s, valid,
               fin);
-        CHECK(fin * 2 >= walks, "%s schema %zu: only %d of %d walks finished in %d steps", label,
-              s, fin, walks, max_steps);
+        CHECK(fin * 2 >= walks, "%s schema %zu: only %d of %d walks finished in %d steps", label, s,
+              fin, walks, max_steps);
         printf("%s schema %zu: %d/%d walks finished, all valid: %s\n", label, s, fin, walks,
                valid == fin ? "yes" : "no");
         lily_grammar_free(g);
@@ -405,7 +417,8 @@ static void test_placed_token(const lily_token_trie *t, int32_t think) {
     lily_jgram j;
     lily_jgram_init(&j, b);
     int32_t root = lily_gbuild_rule(b), obj = lily_jgram_object(&j);
-    const lily_gelem a1[] = {lily_gtoken(think), lily_gref(obj), lily_gterm(lily_dfa_literal(b, "\n", 1))};
+    const lily_gelem a1[] = {lily_gtoken(think), lily_gref(obj),
+                             lily_gterm(lily_dfa_literal(b, "\n", 1))};
     const lily_gelem a2[] = {lily_gref(obj)};
     lily_gbuild_alt(b, root, a1, 3);
     lily_gbuild_alt(b, root, a2, 1);
@@ -424,7 +437,8 @@ static void test_placed_token(const lily_token_trie *t, int32_t think) {
           "after it: '{', not the token again");
     CHECK(lily_gmatch_accept_bytes(m, "{}", 2) == 0 && !lily_gmatch_is_accepting(m),
           "after <think>{}: the newline is still due");
-    CHECK(lily_gmatch_accept_bytes(m, "\n", 1) == 0 && lily_gmatch_is_accepting(m), "then accepting");
+    CHECK(lily_gmatch_accept_bytes(m, "\n", 1) == 0 && lily_gmatch_is_accepting(m),
+          "then accepting");
     CHECK(lily_gmatch_rollback(m, 1) == 1 && lily_gmatch_accept_token(m, think) == 0,
           "rollback undoes the placed token");
     lily_gmatch_free(m);
