@@ -12,6 +12,7 @@
 
 #define MAX_NESTING 128
 #define MAX_ITEMS 1024
+#define MAX_PROPERTIES 1024
 #define MAX_LENGTH 4096
 #define MAX_LITERALS (1 << 20) /* bytes of enum / const values */
 
@@ -245,6 +246,8 @@ static int32_t compile_object(jsc *c, const cJSON *s) {
             return fail(c, "required property '%s' is not in properties", r->valuestring);
     }
     int n = props ? cJSON_GetArraySize(props) : 0;
+    if (n > MAX_PROPERTIES)
+        return fail(c, "unsupported JSON Schema: more than %s properties in one object", "1024");
     int32_t open = lily_jgram_obj_open(&c->j);
     if (n == 0) {
         if (!addl || cJSON_IsTrue(addl)) return lily_jgram_object(&c->j);
