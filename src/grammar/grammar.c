@@ -118,7 +118,7 @@ void lily_grammar_free(lily_grammar *g) {
 #define DENSE_MIN_RANGES 5
 
 static void freeze_states(lily_gbuild *b, lily_grammar *g) {
-    qsort(b->edges, b->n_edges, sizeof *b->edges, edge_cmp);
+    if (b->n_edges) qsort(b->edges, b->n_edges, sizeof *b->edges, edge_cmp);
     g->n_states = b->n_states;
     g->states = lily_xcalloc((size_t)b->n_states, sizeof *g->states);
     g->ranges = lily_xmalloc((b->n_edges + 1) * sizeof *g->ranges);
@@ -167,7 +167,7 @@ static void freeze_rules(lily_gbuild *b, lily_grammar *g) {
     for (size_t i = 0; i < b->n_alts; i++) {
         const gb_alt *a = &b->alts[i];
         g->alt_start[fill[a->rule]++] = n;
-        memcpy(g->elems + n, b->tmp + a->off, (size_t)a->n * sizeof *g->elems);
+        if (a->n) memcpy(g->elems + n, b->tmp + a->off, (size_t)a->n * sizeof *g->elems);
         n += a->n;
         g->elems[n++] = (lily_gelem){LILY_GE_END, 0};
     }
