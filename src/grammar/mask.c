@@ -111,16 +111,63 @@ static const lily_term_tab *dfa_get(lily_gmatch *m, int32_t s) {
     return best->tab;
 }
 
-/* 1 if the single configuration at *one takes all of token tok's bytes. */
-static int check_token(lily_gmatch *m, const gm_pos *one, int32_t tok) {
+/* 1 if the state *from takes tok's bytes from offset off on. */
+static int check_bytes(lily_gmatch *m, const gm_pos *from, int32_t tok, uint32_t off) {
     const uint8_t *b = m->t->data + m->t->off[tok];
     uint32_t n = m->t->len[tok];
-    gm_pos a = *one, nx;
-    for (uint32_t k = 0; k < n; k++) {
+    gm_pos a = *from, nx;
+    for (uint32_t k = off; k < n; k++) {
         if (!lily_gm_step(m, &a, b[k], &nx)) return 0;
         a = nx;
     }
     return 1;
+}
+
+/* A token with a forced exit at byte off: what matters is the bytes after the exit, from the
+ * state past the terminal (*ex, alive). Many tokens share those bytes ("\",", "\"}"): the answer
+ * is remembered by them for the current configuration (m->suffix_gen). */
+static int check_suffix(lily_gmatch *m, const gm_pos *ex, int32_t tok, uint32_t off) {
+    const lily_token_trie *t = m->t;
+    const uint8_t *b = t->data + t->off[tok] + off;
+    uint32_t n = t->len[tok] - off;
+    if (n == 0) return 1;
+    uint64_t h = 1469598103934665603ull;
+    for (uint32_t k = 0; k < n; k++)
+        h = (h ^ b[k]) * 1099511628211ull;
+    for (uint32_t probe = 0; probe < 8; probe++) {
+        struct gm_suffix *s = &m->suffix[(h + probe) & (GM_SUFFIX_SLOTS - 1)];
+        if (s->gen != m->suffix_gen) {
+            int ok = check_bytes(m, ex, tok, off);
+            *s = (struct gm_suffix){m->suffix_gen, tok, (uint16_t)off, (uint8_t)ok};
+            return ok;
+        }
+        if (t->len[s->tok] - s->off == n && !memcmp(t->data + t->off[s->tok] + s->off, b, n))
+            return s->ok;
+    }
+    return check_bytes(m, ex, tok, off);
+}
+
+/* The boundary tokens of configuration `id` (table x), the one at *one: those with a forced
+ * exit by their bytes past it, the others from the configuration itself. */
+static void check_boundary(lily_gmatch *m, int32_t id, const gm_pos *one, const lily_term_tab *x,
+                           uint32_t *mask) {
+    if (++m->suffix_gen == 0) {
+        memset(m->suffix, 0, GM_SUFFIX_SLOTS * sizeof *m->suffix);
+        m->suffix_gen = 1;
+    }
+    gm_pos ex;
+    int ex_alive = -1;
+    for (int32_t k = 0; k < x->n_bnd; k++) {
+        int32_t tok = x->bnd[k];
+        if (!x->exit[k] || (mask[tok >> 5] >> (tok & 31) & 1)) continue;
+        if (ex_alive < 0) ex_alive = lily_gm_exit(m, id, &ex);
+        if (ex_alive && check_suffix(m, &ex, tok, x->exit[k])) set_bit(mask, tok);
+    }
+    for (int32_t k = 0; k < x->n_bnd; k++) {
+        int32_t tok = x->bnd[k];
+        if (x->exit[k] || (mask[tok >> 5] >> (tok & 31) & 1)) continue;
+        if (check_bytes(m, one, tok, 0)) set_bit(mask, tok);
+    }
 }
 
 /* The union over the current configurations (each one alone decides what it allows): tables
@@ -150,11 +197,7 @@ static void compute(lily_gmatch *m, uint32_t *mask) {
         lily_gm_restore(m, &rest);
         lily_gm_push_cfg(m, id);
         gm_pos one = {rest.cfg_off + rest.cfg_n, 1, m->top, 0, 0};
-        for (int32_t k = 0; k < x->n_bnd; k++) {
-            int32_t tok = x->bnd[k];
-            if (!(mask[tok >> 5] >> (tok & 31) & 1) && check_token(m, &one, tok))
-                set_bit(mask, tok);
-        }
+        check_boundary(m, id, &one, x, mask);
         m->stats.nodes_walked += (uint64_t)x->n_bnd;
     }
     if (rest.cfg_n) walk(m, &rest, mask);

@@ -35,6 +35,8 @@ typedef struct gm_dfa_entry {
     lily_term_tab own;
 } gm_dfa_entry;
 
+#define GM_SUFFIX_SLOTS 4096
+
 struct lily_gmatch {
     const lily_grammar *g;
     const lily_token_trie *t;
@@ -59,12 +61,23 @@ struct lily_gmatch {
     uint64_t clock;
     uint32_t *key;
     int32_t key_cap;
+    struct gm_suffix { /* [GM_SUFFIX_SLOTS] boundary checks by the bytes after the exit */
+        uint32_t gen;  /* valid when equal to suffix_gen */
+        int32_t tok;   /* a token with this suffix */
+        uint16_t off;  /* where the suffix starts in it */
+        uint8_t ok;
+    } * suffix;
+    uint32_t suffix_gen;
     gm_dfa_entry *dfa; /* [n_dfa] */
     int n_dfa;
     int32_t *dfa_ds;  /* [t->max_depth + 1] the DFA-only walk's state per depth */
     uint8_t *dfa_acc; /* [t->max_depth + 1] whether it passed an accepting state */
     lily_gmatch_stats stats;
 };
+
+/* The state right after configuration `node` leaves its terminal (what follows the terminal,
+ * entered from the pool's and buffer's tops). Returns 1 if it is alive. */
+int lily_gm_exit(lily_gmatch *m, int32_t node, gm_pos *to);
 
 /* Appends node id to the configuration buffer (growing it). */
 void lily_gm_push_cfg(lily_gmatch *m, int32_t id);

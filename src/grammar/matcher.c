@@ -110,6 +110,16 @@ int lily_gm_step(lily_gmatch *m, const gm_pos *from, unsigned b, gm_pos *to) {
     return to->cfg_n > 0 || to->accept;
 }
 
+int lily_gm_exit(lily_gmatch *m, int32_t node, gm_pos *to) {
+    gm_node n = m->pool[node];
+    m->step_start = m->top;
+    m->step_accept = 0;
+    int32_t c0 = m->cfg_top;
+    expand(m, n.elem + 1, n.parent);
+    *to = (gm_pos){c0, m->cfg_top - c0, m->top, (uint8_t)m->step_accept, 0};
+    return to->cfg_n > 0 || to->accept;
+}
+
 /* ---- life cycle ---------------------------------------------------------------------------- */
 
 void lily_gmatch_reset(lily_gmatch *m) {
@@ -159,6 +169,7 @@ int lily_gmatch_create(const lily_grammar *g, const lily_token_trie *t,
         m->cache[i].key = lily_xmalloc(256 * sizeof(uint32_t));
     }
     m->n_dfa = m->n_cache ? 32 : 0;
+    m->suffix = lily_xcalloc(GM_SUFFIX_SLOTS, sizeof *m->suffix);
     m->dfa = lily_xcalloc((size_t)m->n_dfa + 1, sizeof *m->dfa);
     m->dfa_ds = lily_xmalloc(((size_t)t->max_depth + 2) * sizeof *m->dfa_ds);
     m->dfa_acc = lily_xmalloc((size_t)t->max_depth + 2);
@@ -177,6 +188,7 @@ void lily_gmatch_free(lily_gmatch *m) {
     for (int i = 0; i < m->n_dfa; i++)
         lily_term_tab_release(&m->dfa[i].own);
     free(m->dfa);
+    free(m->suffix);
     free(m->dfa_ds);
     free(m->dfa_acc);
     free(m->key);

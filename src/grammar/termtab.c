@@ -12,7 +12,7 @@ static inline void set_bit(uint32_t *mask, int32_t id) {
 }
 
 /* Adds the tokens of trie nodes [i, end) to the boundary list; 1 once it is too long. */
-static int bnd_add(const lily_token_trie *t, lily_term_tab *x, int32_t i, int32_t end) {
+static int bnd_add(const lily_token_trie *t, lily_term_tab *x, int32_t i, int32_t end, int exit) {
     for (; i < end; i++) {
         for (int32_t k = 0; k < t->tok_n[i]; k++) {
             if (x->n_bnd == LILY_TERM_BND_MAX) {
@@ -22,7 +22,9 @@ static int bnd_add(const lily_token_trie *t, lily_term_tab *x, int32_t i, int32_
             if (x->n_bnd == x->cap_bnd) {
                 x->cap_bnd = x->cap_bnd ? 2 * x->cap_bnd : 1024;
                 x->bnd = lily_xrealloc(x->bnd, (size_t)x->cap_bnd * sizeof *x->bnd);
+                x->exit = lily_xrealloc(x->exit, (size_t)x->cap_bnd * sizeof *x->exit);
             }
+            x->exit[x->n_bnd] = (uint16_t)exit;
             x->bnd[x->n_bnd++] = t->ids[t->tok_lo[i] + k];
         }
     }
@@ -47,13 +49,13 @@ void lily_term_tab_fill(lily_term_tab *x, const lily_grammar *g, const lily_toke
         int32_t d = t->depth[i];
         int32_t ns = lily_grammar_next(g, ds[d - 1], t->byte[i]);
         if (!ns) {
-            if (acc[d - 1] && bnd_add(t, x, i, t->end[i])) return;
+            if (acc[d - 1] && bnd_add(t, x, i, t->end[i], 0)) return;
             i = t->end[i];
             continue;
         }
         const lily_gstate *st = &g->states[ns];
         if (!st->live) {
-            if (bnd_add(t, x, i, t->end[i])) return;
+            if (bnd_add(t, x, i, t->end[i], acc[d - 1] ? 0 : d)) return;
             i = t->end[i];
             continue;
         }
@@ -68,6 +70,7 @@ void lily_term_tab_fill(lily_term_tab *x, const lily_grammar *g, const lily_toke
 void lily_term_tab_release(lily_term_tab *x) {
     free(x->inner);
     free(x->bnd);
+    free(x->exit);
     *x = (lily_term_tab){0};
 }
 

@@ -20,6 +20,8 @@ typedef struct lily_term_tab {
     int big;
     uint32_t *inner; /* [mask words] */
     int32_t *bnd;    /* [n_bnd] */
+    uint16_t *exit;  /* [n_bnd] bytes up to a forced exit from the terminal (the first accepting
+                      * state on the token's path has no edges), 0 when the exit point varies */
     int32_t n_bnd, cap_bnd;
 } lily_term_tab;
 
