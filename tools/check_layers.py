@@ -2,7 +2,7 @@
 """The layering check: every `#include "..."` in src/ and tools/ points to its own layer or a
 lower one, and no two modules include each other (directly or around a longer loop).
 
-Layers, lowest first: base < model < backend < engine < {sampler, tokenizer, chat} < gen < server
+Layers, lowest first: base < model < backend < engine < {sampler, tokenizer, chat, grammar} < gen < server
 < tools. A module is a folder under src/ (its subfolders belong to it: src/backend/cpu is
 backend) or tools/. include/ holds the public API (lily.h): any file may include it, and it may
 include nothing from src/. An include is resolved as the compiler does: next to the including
@@ -14,7 +14,7 @@ import os
 import re
 import sys
 
-LAYERS = [["base"], ["model"], ["backend"], ["engine"], ["sampler", "tokenizer", "chat"],
+LAYERS = [["base"], ["model"], ["backend"], ["engine"], ["sampler", "tokenizer", "chat", "grammar"],
           ["gen"], ["server"], ["tools"]]
 RANK = {m: i for i, group in enumerate(LAYERS) for m in group}
 EXTS = (".c", ".h", ".cu", ".cuh")

@@ -8,6 +8,7 @@
 
 #include "base/err.h"
 #include "server/reqmsg.h"
+#include "server/respfmt.h"
 
 static const cJSON *field(const cJSON *o, const char *name) {
     const cJSON *j = cJSON_GetObjectItemCaseSensitive(o, name);
@@ -384,7 +385,8 @@ static int parse_prompt(const cJSON *b, lily_request *r, lily_api_error *e) {
     return 0;
 }
 
-static int parse_rest(const cJSON *b, lily_request *r, lily_api_error *e) {
+static int parse_rest(const cJSON *b, const lily_request_limits *lim, lily_request *r,
+                      lily_api_error *e) {
     const cJSON *model = field(b, "model");
     if (model && !cJSON_IsString(model))
         return lily_api_bad(e, "invalid_type", "model", "'model' must be a string");
@@ -405,17 +407,11 @@ static int parse_rest(const cJSON *b, lily_request *r, lily_api_error *e) {
     if (rc && n > 1) return lily_api_bad(e, "unsupported_value", "n", "n > 1 is not supported yet");
     const cJSON *rf = field(b, "response_format");
     if (rf) {
-        const cJSON *t = field(rf, "type");
-        if (!cJSON_IsObject(rf) || !cJSON_IsString(t))
-            return lily_api_bad(e, "invalid_type", "response_format",
-                                "'response_format' must be "
-                                "an object with a string 'type'");
-        if (!strcmp(t->valuestring, "json_object") || !strcmp(t->valuestring, "json_schema"))
+        if (lily_respfmt_parse(rf, &r->grammar, e)) return -1;
+        if (r->grammar && !(lim && lim->constrained))
             return lily_api_bad(e, "unsupported_value", "response_format.type",
-                                "constrained output ('%s') is not supported yet", t->valuestring);
-        if (strcmp(t->valuestring, "text"))
-            return lily_api_bad(e, "invalid_value", "response_format.type",
-                                "unknown response_format type '%s'", t->valuestring);
+                                "constrained output ('%s') is not supported yet",
+                                field(rf, "type")->valuestring);
     }
     const cJSON *mod = field(b, "modalities");
     const cJSON *x;
@@ -479,7 +475,7 @@ int lily_request_parse(lily_req_kind kind, const char *body, size_t len,
         return lily_api_bad(e, "invalid_type", NULL, "request body must be a JSON object");
     }
     const cJSON *b = r->body;
-    int rc = parse_rest(b, r, e);
+    int rc = parse_rest(b, lim, r, e);
     if (!rc) rc = parse_sampling(b, r, e);
     if (!rc) rc = parse_stop(b, lim, r, e);
     if (!rc) rc = parse_logprobs(b, r, e);
@@ -509,5 +505,6 @@ void lily_request_free(lily_request *r) {
         free(r->stop[i]);
     free(r->stop);
     free(r->bias);
+    lily_grammar_free(r->grammar);
     memset(r, 0, sizeof *r);
 }

@@ -17,6 +17,7 @@
 
 #include <cjson/cJSON.h>
 
+#include "grammar/grammar.h"
 #include "sampler/sampler.h"
 #include "server/apierr.h"
 
@@ -45,6 +46,9 @@ typedef struct lily_request_limits {
     size_t max_body;  /* bytes; 0 = no limit */
     int max_messages; /* 0 = no limit */
     int max_stop;     /* stop strings; 0 = 16 */
+    int constrained;  /* 1: the generation loop applies lily_request.grammar; 0: a response_format
+                         that needs one is compiled (errors name the construct), then refused
+                         with 400 unsupported_value */
 } lily_request_limits;
 
 typedef struct lily_request {
@@ -79,6 +83,8 @@ typedef struct lily_request {
     int reasoning_name;      /* 1: emit the field as "reasoning" instead of "reasoning_content" */
     int prefill;             /* chat: the last message is an assistant turn to continue */
     int echo;                /* completion: echo the prompt */
+    lily_grammar *grammar;   /* response_format json_object / json_schema: what the output must
+                                match (owned), or NULL (src/server/respfmt.h) */
 } lily_request;
 
 /* Parses body[0..len). On success returns 0 and fills r (free with lily_request_free); on

@@ -207,3 +207,7 @@ int lily_tokenizer_is_special(const lily_tokenizer *t, int32_t id) {
 int32_t lily_tokenizer_eos_id(const lily_tokenizer *t) {
     return t->eos_id;
 }
+
+int lily_tokenizer_is_added(const lily_tokenizer *t, int32_t id) {
+    return id >= 0 && id < t->vocab.n && (t->vocab.flags[id] & LILY_VOCAB_ADDED) != 0;
+}

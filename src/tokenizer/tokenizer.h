@@ -61,4 +61,7 @@ int32_t lily_tokenizer_eos_id(const lily_tokenizer *tok);
 /* 1 if id is an added token flagged special (<|im_start|>, <|endoftext|>, ...), else 0. */
 int lily_tokenizer_is_special(const lily_tokenizer *tok, int32_t id);
 
+/* 1 if id is an added token (special or not: <|im_end|>, <think>, <tool_call>, ...), else 0. */
+int lily_tokenizer_is_added(const lily_tokenizer *tok, int32_t id);
+
 #endif

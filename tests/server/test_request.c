@@ -131,7 +131,26 @@ static void test_errors(void) {
     reject(C,
            "{\"messages\": [{\"role\":\"user\",\"content\":\"a\"}], \"response_format\": "
            "{\"type\": \"json_schema\"}}",
+           400, "invalid_type", "response_format.json_schema");
+    /* a schema compiles (or fails naming the construct) before the loop's support is asked */
+    reject(C,
+           "{\"messages\": [{\"role\":\"user\",\"content\":\"a\"}], \"response_format\": "
+           "{\"type\": \"json_schema\", \"json_schema\": {\"name\": \"x\", \"schema\": "
+           "{\"type\": \"string\", \"pattern\": \"^a\"}}}}",
+           400, "unsupported_value", "response_format.json_schema.schema");
+    reject(C,
+           "{\"messages\": [{\"role\":\"user\",\"content\":\"a\"}], \"response_format\": "
+           "{\"type\": \"json_schema\", \"json_schema\": {\"name\": \"x\", \"schema\": "
+           "{\"type\": \"object\"}}}}",
            400, "unsupported_value", "response_format.type");
+    reject(C,
+           "{\"messages\": [{\"role\":\"user\",\"content\":\"a\"}], \"response_format\": "
+           "{\"type\": \"json_object\"}}",
+           400, "unsupported_value", "response_format.type");
+    reject(C,
+           "{\"messages\": [{\"role\":\"user\",\"content\":\"a\"}], \"response_format\": "
+           "{\"type\": \"xml\"}}",
+           400, "invalid_value", "response_format.type");
     reject(C,
            "{\"messages\": [{\"role\":\"user\",\"content\":\"a\"},{\"role\":\"assistant\","
            "\"tool_calls\":[{\"id\":\"c\",\"type\":\"function\",\"function\":{\"name\":\"f\","
@@ -318,12 +337,38 @@ static void test_completion(void) {
     lily_request_free(&r);
 }
 
+/* With a generation loop that applies grammars (limits.constrained), response_format gives one. */
+static void test_response_format(void) {
+    lily_request_limits lim = {.constrained = 1};
+    const char *bodies[] = {
+        "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"response_format\":"
+        "{\"type\":\"json_object\"}}",
+        "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"response_format\":"
+        "{\"type\":\"json_schema\",\"json_schema\":{\"name\":\"p\",\"strict\":true,"
+        "\"schema\":{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"integer\"}},"
+        "\"required\":[\"a\"],\"additionalProperties\":false}}}}",
+        "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"response_format\":"
+        "{\"type\":\"text\"}}",
+    };
+    for (int i = 0; i < 3; i++) {
+        lily_request r;
+        lily_api_error e;
+        int rc = lily_request_parse(LILY_REQ_CHAT, bodies[i], strlen(bodies[i]), &lim, &r, &e);
+        check(rc == 0 && (i < 2 ? r.grammar != NULL : r.grammar == NULL),
+              i == 0 ? "response_format json_object gives a grammar"
+              : i == 1 ? "response_format json_schema gives a grammar"
+                       : "response_format text gives none");
+        if (!rc) lily_request_free(&r);
+    }
+}
+
 int main(void) {
     test_errors();
     test_fields();
     test_thinking();
     test_messages();
     test_completion();
+    test_response_format();
     printf("%d passed, %d failed\n", n_pass, n_fail);
     return n_fail ? 1 : 0;
 }

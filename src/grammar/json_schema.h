@@ -1,0 +1,31 @@
+/* JSON Schema to grammar: the subset OpenAI structured outputs accept.
+ *
+ * Supported: type (object, array, string, number, integer, boolean, null, or a list of them),
+ * properties (emitted in the schema's order; those in `required` always, the others optionally),
+ * required, additionalProperties (false, true or absent: only the listed properties are
+ * generated; with no properties and not false: any object), items, minItems / maxItems (up to
+ * 1024), enum and const (any JSON values, generated in their compact form), anyOf, allOf with one
+ * member, $ref to "#" or a JSON pointer into the document ($defs, definitions; recursion
+ * allowed), string formats date, time, date-time, uuid, minLength / maxLength (up to 4096),
+ * boolean schemas (true: any value); up to 1024 properties per object, nesting up to 128.
+ * Annotations (title, description, default, examples, $schema, $id, $comment, deprecated,
+ * readOnly, writeOnly) are ignored, and so is `format` on a number.
+ * Everything else (pattern, minimum, maximum, multipleOf, oneOf, not, if/then/else,
+ * patternProperties, uniqueItems, prefixItems, other formats, remote $ref, ...) is an error
+ * naming the keyword. */
+#ifndef LILY_GRAMMAR_JSON_SCHEMA_H
+#define LILY_GRAMMAR_JSON_SCHEMA_H
+
+#include <cjson/cJSON.h>
+#include <stddef.h>
+
+#include "grammar/grammar.h"
+#include "lily.h"
+
+/* From a parsed schema (borrowed; not kept). Free *out with lily_grammar_free. */
+int lily_grammar_from_schema(const cJSON *schema, lily_grammar **out, lily_err *e);
+
+/* From schema text json[0..len). */
+int lily_grammar_from_schema_text(const char *json, size_t len, lily_grammar **out, lily_err *e);
+
+#endif
