@@ -11,16 +11,17 @@ static void usage(FILE *f) {
     fprintf(f, "usage: lily generate --model DIR --tokens \"ID ID ...\" [-n N] [--temp T]\n"
                "                     [--top-k K] [--top-p P] [--min-p P] [--seed S]\n"
                "                     [--backend cpu|cuda] [--threads N] [--ctx N]\n"
-               "                     [--sample-on device|host]\n"
+               "                     [--sample-on auto|device|host] [--precision P] [--cpu-isa I]\n"
                "Prints the generated ids on one line; stops at an end-of-sequence id or after N\n"
                "tokens (default 32). Speed goes to stderr. Tokens are drawn on the backend when\n"
-               "it can (CUDA: the logits stay on the GPU), on the host otherwise or with\n"
-               "--sample-on host (the CPU sampler: other random numbers, same distribution).\n");
+               "it draws (auto: CUDA, with the logits on the GPU; device: the CPU backend too),\n"
+               "on the host otherwise or with --sample-on host (the CPU sampler: other random\n"
+               "numbers, same distribution).\n");
 }
 
 int lily_cmd_generate(int argc, char **argv) {
     const char *model = NULL, *tokstr = NULL;
-    int n_gen = 32, ctx = 0, on_host = 0;
+    int n_gen = 32, ctx = 0, x;
     lily_engine_opts opts = {0};
     lily_sampler_params sp = {0}; /* greedy unless --temp is given */
     sp.top_p = 1.0f;
@@ -41,15 +42,10 @@ int lily_cmd_generate(int argc, char **argv) {
         else if (!strcmp(a, "--seed")) sp.seed = strtoull(v, NULL, 10);
         else if (!strcmp(a, "--threads")) opts.n_threads = atoi(v);
         else if (!strcmp(a, "--ctx")) ctx = atoi(v);
-        else if (!strcmp(a, "--sample-on")) {
-            if (strcmp(v, "host") && strcmp(v, "device")) {
-                fprintf(stderr, "lily generate: --sample-on takes device or host, not '%s'\n", v);
-                return 2;
-            }
-            on_host = !strcmp(v, "host");
-        }
         else if (!strcmp(a, "--backend")) {
             if (lily_cli_backend(v, &opts.backend)) return 2;
+        } else if ((x = lily_cli_engine_arg(a, v, &opts)) != 0) {
+            if (x < 0) return 2;
         } else {
             fprintf(stderr, "lily generate: unknown option '%s'\n", a);
             return 2;
@@ -98,7 +94,7 @@ int lily_cmd_generate(int argc, char **argv) {
     /* the first token from the prompt's logits on the host; then, unless asked otherwise, the
      * rest drawn on the backend, pipelined: the step that consumes the coming draw is enqueued
      * before the draw is read (lily_session_draw_enqueue), so printing overlaps the next step */
-    const int dev = !on_host && lily_session_can_decode_sample(s);
+    const int dev = lily_session_can_decode_sample(s);
     lily_draw dr = {sp.temperature, sp.top_k, sp.top_p, sp.min_p, 0, -1, sp.seed, 0};
     int made = 0;
     for (; made < n_gen; made++) {

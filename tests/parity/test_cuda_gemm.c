@@ -80,7 +80,7 @@ static void gemm_case_fn(gemm_fn fn, const char *label, lily_dtype dt, int M, in
     pt_fill(Y0, (size_t)n * ldy, 1.0f);
     memcpy(ref, Y0, (size_t)n * ldy * 4);
     float *tmp = malloc((size_t)n * M * 4);
-    lily_cpu_matmul(&W, X, n, ldx, tmp, M, NULL);
+    lily_cpu_matmul(pt_cpu(), &W, X, n, ldx, tmp, M, NULL);
     for (int t = 0; t < n; t++)
         for (int o = 0; o < M; o++)
             ref[(size_t)t * ldy + o] =
@@ -127,7 +127,7 @@ static void stack_case(lily_dtype dt, const int *rows, int nm, int K, int n) {
         float *got = malloc((size_t)n * R * 4), *tmp = malloc((size_t)n * R * 4);
         fill_x(X, n, ldx);
         for (int i = 0, r0 = 0; i < nm; r0 += rows[i], i++) {
-            lily_cpu_matmul(&ms[i], X, n, ldx, tmp, rows[i], NULL);
+            lily_cpu_matmul(pt_cpu(), &ms[i], X, n, ldx, tmp, rows[i], NULL);
             for (int t = 0; t < n; t++)
                 memcpy(ref + (size_t)t * R + r0, tmp + (size_t)t * rows[i], rows[i] * 4);
         }
@@ -178,8 +178,8 @@ static void glu_case(lily_dtype dt, int M, int K, int n) {
     float *X = malloc((size_t)n * ldx * 4), *ref = malloc((size_t)n * ldy * 4);
     float *tg = malloc((size_t)n * M * 4), *tu = malloc((size_t)n * M * 4);
     fill_x(X, n, ldx);
-    lily_cpu_matmul(&G, X, n, ldx, tg, M, NULL);
-    lily_cpu_matmul(&U, X, n, ldx, tu, M, NULL);
+    lily_cpu_matmul(pt_cpu(), &G, X, n, ldx, tg, M, NULL);
+    lily_cpu_matmul(pt_cpu(), &U, X, n, ldx, tu, M, NULL);
     for (size_t i = 0; i < (size_t)n * ldy; i++)
         ref[i] = 0;
     for (int t = 0; t < n; t++)
@@ -243,8 +243,8 @@ static void grouped_case(lily_dtype dt, int M, int K, int E, const int *counts, 
         if (!counts[x]) continue;
         for (int i = 0; i < counts[x]; i++)
             memcpy(xg + (size_t)i * K, X + (size_t)gather[r0 + i] * ldx, (size_t)K * 4);
-        lily_cpu_matmul(&G[x], xg, counts[x], K, tg, M, NULL);
-        if (glu) lily_cpu_matmul(&U[x], xg, counts[x], K, tu, M, NULL);
+        lily_cpu_matmul(pt_cpu(), &G[x], xg, counts[x], K, tg, M, NULL);
+        if (glu) lily_cpu_matmul(pt_cpu(), &U[x], xg, counts[x], K, tu, M, NULL);
         for (int i = 0; i < counts[x]; i++)
             for (int o = 0; o < M; o++) {
                 float g = tg[(size_t)i * M + o];

@@ -124,11 +124,11 @@ static void swiglu_h(const lily_mat *g, const lily_mat *u, const lily_mat *d, co
                      float *out) {
     int I = g->rows;
     float *a = malloc(I * 4), *b = malloc(I * 4);
-    lily_cpu_matmul(g, x, 1, H, a, I, NULL);
-    lily_cpu_matmul(u, x, 1, H, b, I, NULL);
+    lily_cpu_matmul(pt_cpu(), g, x, 1, H, a, I, NULL);
+    lily_cpu_matmul(pt_cpu(), u, x, 1, H, b, I, NULL);
     for (int i = 0; i < I; i++)
         a[i] = silu_h(a[i]) * b[i];
-    lily_cpu_matmul(d, a, 1, I, out, H, NULL);
+    lily_cpu_matmul(pt_cpu(), d, a, 1, I, out, H, NULL);
     free(a), free(b);
 }
 
@@ -147,14 +147,14 @@ static void moe_ref(moe_fix *f, const float *u, int n, const int *idx, const flo
             float gte = 1.0f;
             if (f->has_sg) {
                 float l;
-                lily_cpu_matmul(&f->sh_gw, ut, 1, H, &l, 1, NULL);
+                lily_cpu_matmul(pt_cpu(), &f->sh_gw, ut, 1, H, &l, 1, NULL);
                 gte = sig(l);
             }
             for (int i = 0; i < H; i++)
                 acc[i] = gte * y[i];
         }
         if (cidx) {
-            lily_cpu_matmul(&f->router, ut, 1, H, lg, E, NULL);
+            lily_cpu_matmul(pt_cpu(), &f->router, ut, 1, H, lg, E, NULL);
             lily_cpu_topk_softmax(lg, E, k, 1, cidx + (size_t)t * k, cw);
         }
         for (int j = 0; j < k; j++) {
@@ -218,7 +218,7 @@ static void decode_case(moe_fix *f) {
     float gwt[2][2][32] = {{{0}}}, cw[32] = {0};
     if (k) {
         float *lg = malloc(f->E * 4);
-        lily_cpu_matmul(&f->router, u, 1, H, lg, f->E, NULL);
+        lily_cpu_matmul(pt_cpu(), &f->router, u, 1, H, lg, f->E, NULL);
         lily_cpu_topk_softmax(lg, f->E, k, 1, cidx, cw);
         free(lg);
     }

@@ -80,7 +80,7 @@ static void grouped_case(int M, int K, int E, const int *counts, int n, int use_
         if (!counts[x]) continue;
         for (int i = 0; i < counts[x]; i++)
             memcpy(xg + (size_t)i * K, X + (size_t)gather[r0 + i] * ldx, (size_t)K * 4);
-        lily_cpu_matmul(&G[x], xg, counts[x], K, tg, M, NULL);
+        lily_cpu_matmul(pt_cpu(), &G[x], xg, counts[x], K, tg, M, NULL);
         for (int i = 0; i < counts[x]; i++)
             memcpy(ref + (size_t)(r0 + i) * ldy, tg + (size_t)i * M, (size_t)M * 4);
     }

@@ -321,12 +321,13 @@ int cu_open(const lily_model *m, const lily_engine_opts *opts, lily_backend **ou
     const lily_config *c = &m->cfg;
     *out = nullptr;
     if (check_config(c, e)) return -1;
-    if (lily_cuda_set_device(opts ? opts->device : 0, e)) return -1;
+    if (opts->prefill_chunk < 1) return lily_fail(e, "prefill chunk of %d tokens", opts->prefill_chunk);
+    if (lily_cuda_set_device(opts->device, e)) return -1;
     lily_backend *b = (lily_backend *)calloc(1, sizeof *b);
     if (!b) return lily_fail(e, "out of memory");
     b->m = m;
     pthread_mutex_init(&b->mu, nullptr);
-    b->chunk = opts && opts->prefill_chunk > 0 ? opts->prefill_chunk : 512;
+    b->chunk = opts->prefill_chunk;
     int H = c->hidden, n = b->chunk;
     b->C = 2 * c->lin_nk * c->lin_dk + c->lin_nv * c->lin_dv;
     b->qw = c->n_q_heads * c->head_dim * (c->attn_output_gate ? 2 : 1);
@@ -937,8 +938,14 @@ void cu_draw_discard(lily_backend *b, lily_bstate *s) {
 
 } // namespace
 
+/* Prefill chunk 8192: a larger chunk gives every expert more rows per grouped GEMM (8192 tokens
+ * x top-8 / 256 experts = 256 rows, against 16 at 512) and the dense GEMMs fuller grids; scratch
+ * grows with the chunk (~2.5 GB of GPU memory at 8192 for the 35B), not with the prompt
+ * (measurements: bench/NOTES-cuda.md, "Moved from src comments"). The backend draws tokens
+ * itself by default (sample.h). */
 extern "C" const lily_backend_ops lily_backend_cuda = {
-    "cuda",          cu_open,        cu_close,       cu_state_create, cu_state_free,
+    "cuda",          8192,           1,
+    cu_open,         cu_close,       cu_state_create, cu_state_free,
     cu_state_reset,  cu_state_copy,  cu_state_bytes, cu_forward,      cu_decode_greedy,
     cu_draw_enqueue, cu_draw_next,    cu_draw_discard,
 };
