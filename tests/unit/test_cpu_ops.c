@@ -303,57 +303,6 @@ static void test_conv(void) {
     free(in), free(w), free(st), free(st2), free(o1), free(o2);
 }
 
-/* The chunked form against the per-token scan on the same inputs: unit-norm k and q as the
- * layer makes them, beta in (0, 1), decays from strong (including exact zeros: a reset) to none,
- * odd head sizes and the 35B's 128 x 128, token counts that are not multiples of the chunk, and
- * a nonzero starting state; then the state carried over two calls. */
-static void gdn_chunk_case(int Dk, int Dv, int n, int chunk, float lam_lo) {
-    float *S1 = malloc((size_t)Dk * Dv * 4), *S2 = malloc((size_t)Dk * Dv * 4);
-    for (int i = 0; i < Dk * Dv; i++) S1[i] = S2[i] = frand() * 0.5f;
-    float *q = malloc((size_t)n * Dk * 4), *k = malloc((size_t)n * Dk * 4);
-    float *v = malloc((size_t)n * Dv * 4), *o1 = malloc((size_t)n * Dv * 4);
-    float *o2 = malloc((size_t)n * Dv * 4), *bl = malloc((size_t)n * 2 * 4);
-    for (int t = 0; t < n; t++) {
-        float nq = 0, nk = 0;
-        for (int i = 0; i < Dk; i++) {
-            q[t * Dk + i] = frand(), k[t * Dk + i] = frand();
-            nq += q[t * Dk + i] * q[t * Dk + i], nk += k[t * Dk + i] * k[t * Dk + i];
-        }
-        for (int i = 0; i < Dk; i++)
-            q[t * Dk + i] /= sqrtf(nq) * sqrtf((float)Dk), k[t * Dk + i] /= sqrtf(nk);
-        bl[2 * t] = 0.05f + 0.9f * fabsf(frand());                      /* beta */
-        bl[2 * t + 1] = lam_lo + (1.0f - lam_lo) * fabsf(frand());      /* lambda */
-        if (t % 41 == 40) bl[2 * t + 1] = lam_lo == 0.f ? 0.f : 1.0f; /* a reset, or no decay */
-    }
-    for (int i = 0; i < n * Dv; i++) v[i] = frand() * 2.0f;
-    void *scr = malloc(lily_cpu_gdn_chunked_scratch(Dv, chunk));
-    int h = n / 3; /* two calls: the state carries over */
-    lily_cpu_gdn_scan(S1, Dk, Dv, n, q, Dk, k, Dk, v, Dv, bl, bl + 1, 2, o1, Dv);
-    lily_cpu_gdn_chunked(S2, Dk, Dv, h, q, Dk, k, Dk, v, Dv, bl, bl + 1, 2, o2, Dv, chunk, scr);
-    lily_cpu_gdn_chunked(S2, Dk, Dv, n - h, q + (size_t)h * Dk, Dk, k + (size_t)h * Dk, Dk,
-                         v + (size_t)h * Dv, Dv, bl + 2 * h, bl + 2 * h + 1, 2,
-                         o2 + (size_t)h * Dv, Dv, chunk, scr);
-    double eo = 0, mo = 0, es = 0, ms = 0;
-    for (int i = 0; i < n * Dv; i++) eo = fmax(eo, fabs(o1[i] - o2[i])), mo = fmax(mo, fabs(o1[i]));
-    for (int i = 0; i < Dk * Dv; i++)
-        es = fmax(es, fabs(S1[i] - S2[i])), ms = fmax(ms, fabs(S1[i]));
-    char name[120];
-    snprintf(name, sizeof name, "gdn chunked == scan: Dk %d Dv %d n %d chunk %d lambda >= %g", Dk,
-             Dv, n, chunk, lam_lo);
-    check(eo <= 2e-5 * mo && es <= 2e-5 * ms, name, fmax(eo / mo, es / ms));
-    free(S1), free(S2), free(q), free(k), free(v), free(o1), free(o2), free(bl), free(scr);
-}
-
-static void test_gdn_chunked(void) {
-    gdn_chunk_case(7, 9, 23, 4, 0.7f);
-    gdn_chunk_case(32, 48, 130, 16, 0.5f);
-    gdn_chunk_case(128, 128, 300, 64, 0.9f);
-    gdn_chunk_case(128, 128, 257, 64, 0.0f); /* strong decay and resets */
-    gdn_chunk_case(128, 64, 1000, 64, 0.99f);
-    gdn_chunk_case(64, 128, 65, 1, 0.8f);   /* chunk of one token = the scan */
-    gdn_chunk_case(128, 128, 50, 128, 0.95f); /* one partial chunk */
-}
-
 static void test_gdn(void) {
     int Dk = 7, Dv = 9, n = 23;
     float *S = malloc((size_t)Dk * Dv * 4);
@@ -518,7 +467,6 @@ int main(void) {
     test_matmul_glu(pool);
     test_conv();
     test_gdn();
-    test_gdn_chunked();
     test_attention(pool);
     test_misc();
     lily_pool_free(pool);

@@ -11,7 +11,7 @@
  *  - O += P V per 4 rows x 64 columns (16 accumulators), V rows of the block read from L1/L2.
  * One pass over K and V, scratch independent of the context. The previous kernel (one token and
  * KV head per task, a 256-long dot product per row and position, each ending in a horizontal
- * sum) ran at ~50 GFLOP/s on the 2-vCPU Zen 5 VM; it stays as the path for other CPUs. */
+ * sum) stays as the path for other CPUs. */
 #include <float.h>
 #include <immintrin.h>
 #include <math.h>

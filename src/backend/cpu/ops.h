@@ -104,16 +104,6 @@ void lily_cpu_gdn_scan(float *S, int Dk, int Dv, int n, const float *q, int ldq,
                        int ldk, const float *v, int ldv, const float *beta, const float *lambda,
                        int ldg, float *o, int ldo);
 
-/* The same recurrence in the chunked form (gdn_chunk.c): chunks of `chunk` tokens, each reading
- * the state twice as matrix products, solving the chunk's c x c triangular system for the state
- * updates d_t, and writing the state once. Same arguments and results as lily_cpu_gdn_scan (to
- * fp32 rounding); scratch: lily_cpu_gdn_chunked_scratch(Dv, chunk) bytes, 8-byte aligned. */
-size_t lily_cpu_gdn_chunked_scratch(int Dv, int chunk);
-void lily_cpu_gdn_chunked(float *S, int Dk, int Dv, int n, const float *q, int ldq,
-                          const float *k, int ldk, const float *v, int ldv, const float *beta,
-                          const float *lambda, int ldg, float *o, int ldo, int chunk,
-                          void *scratch);
-
 /* Causal GQA attention for n new queries at positions pos..pos+n-1 over a cache holding
  * positions 0..pos+n-1 (attn.c). q: [n][Nq*Dh]; kc, vc: [ctx][Nkv*Dh] caches; out: [n][Nq*Dh].
  * scale multiplies q.k; softmax in fp32 with max subtraction. scratch: threads x
