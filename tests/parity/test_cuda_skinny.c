@@ -303,6 +303,12 @@ static void timing(void) {
     free(X), free(gather), free(tiles);
 }
 
+/* gemm_exact of the GEMMs that follow (lily_cuda_prec; attention stays exact) */
+static void set_gemm_exact(int on) {
+    lily_cuda_prec p = {on, 1};
+    lily_cuda_prec_set(p);
+}
+
 int main(void) {
     pt_need_gpu();
     const char *tm = getenv("LILY_CUDA_TIME");
@@ -318,17 +324,15 @@ int main(void) {
                 lily_cuda_skinny_cp(cp);
                 lily_cuda_skinny_pf(cp); /* prefetch with the cp cases (it changes no value) */
                 lily_cuda_skinny_variant(v ? LILY_SKINNY_SUB : LILY_SKINNY_DENORM);
-                setenv("LILY_CUDA_GEMM_EXACT", exact ? "1" : "0", 1);
-                lily_cuda_tune_reload();
+                set_gemm_exact(exact);
                 snprintf(g_tag, sizeof g_tag, " [%s%s%s]", vname[v], cp ? ", cp" : "",
-                         exact ? "" : ", gemm_exact=0");
+                         exact ? "" : ", fast");
                 all_cases();
             }
     lily_cuda_skinny_cp(0);
     lily_cuda_skinny_pf(0);
     /* rows from 1e-6 to 1e6 in one X (the split's row scale keeps fp16 in range) */
-    setenv("LILY_CUDA_GEMM_EXACT", "1", 1);
-    lily_cuda_tune_reload();
+    set_gemm_exact(1);
     g_spread = 6.f;
     for (int v = 0; v < 4; v++) {
         lily_cuda_skinny_variant(v & 1 ? LILY_SKINNY_SUB : LILY_SKINNY_DENORM);
@@ -343,8 +347,7 @@ int main(void) {
     g_spread = 0;
     g_tag[0] = 0;
     lily_cuda_skinny_variant(LILY_SKINNY_DENORM);
-    unsetenv("LILY_CUDA_GEMM_EXACT");
-    lily_cuda_tune_reload();
+    set_gemm_exact(1);
     {
         /* 16-row tiles are Q4 only */
         lily_err e;

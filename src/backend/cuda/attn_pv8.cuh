@@ -1,4 +1,4 @@
-/* P V on 8-bit wgmma for the warp-specialised attention prefill (attn_ws.cu, LILY_CUDA_ATTN_WG=4;
+/* P V on 8-bit wgmma for the warp-specialised attention prefill (attn_ws.cu's PV8 form, measured and not launched;
  * C++ only). attn_wg.cuh's form multiplies P (fp16 hi + lo, ~22 bits) by the V digits as exact
  * fp16 planes: three f16 products. Here P' (P times the columns' V scales, softmax_tile) becomes,
  * per row and tile, a 16-bit fixed-point fraction of the row's largest P' in the tile, u = 256 uh

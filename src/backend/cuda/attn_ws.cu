@@ -1,9 +1,9 @@
-/* Exact attention prefill on wgmma, warp-specialised (LILY_CUDA_ATTN_WG=3; attn_wg.h). The
- * products are attn_wg.cu's (S on s8 wgmma over the codes' balanced digits, hh and hl + lh;
- * P V on f16 wgmma with P hi + lo against the exact V digit planes), the work is split
- * differently: a producer warpgroup loads each tile's cache rows (cp.async) and converts them
+/* Exact attention prefill on wgmma, warp-specialised (what attn.cu runs at head dim 256;
+ * attn_wg.h). The products (attn_wg.cuh): S on s8 wgmma over the codes' balanced digits, hh and
+ * hl + lh; P V on f16 wgmma with P hi + lo against the exact V digit planes. The work is split:
+ * a producer warpgroup loads each tile's cache rows (cp.async) and converts them
  * into the K and V planes; two consumer warpgroups (64 query rows each) only run S, the softmax
- * and P V. Named barriers stand in for the block barriers of attn_wg.cu, so the conversion runs
+ * and P V. Named barriers let the conversion run
  * under the consumers' products and the consumers take the tensor cores in turn (one's softmax
  * under the other's products):
  *   KFULL[c], VFULL[c]: the producer arrives when the K (V) planes of a tile are written,
@@ -14,14 +14,12 @@
  *     own (128 + 128; consumer 0 starts);
  *   PROD: the producer's own (the landing area's copies and reads).
  * Planes are single-buffered (shared memory: Q 64 KB, K 32, V 64, landing 64), the scales the
- * consumers read after the products double-buffered by tile parity. With PV8
- * (LILY_CUDA_ATTN_WG=4: P V on 8-bit wgmma, attn_pv8.cuh) the V planes take 32 KB and K has two
- * buffers (tile it in it % 2; KFULL and KEMPTY one per buffer, the consumers release a K buffer
- * after the softmax, which reads the tile's scales). setmaxnreg gives the consumers (O 128
- * registers, S's digit accumulators 64) the producer's registers. With BULK
- * (LILY_CUDA_ATTN_BULK=1) the producer lands a tile's rows with one bulk copy (TMA) a row on an
- * mbarrier per landing instead of 16 cp.async a thread, whose issue took half of its time (ncu,
- * session 21); with BULK 2 (the default) one tensor-map copy a tile. */
+ * consumers read after the products double-buffered by tile parity. setmaxnreg gives the
+ * consumers (O 128 registers, S's digit accumulators 64) the producer's registers. The producer
+ * lands a tile's rows with one tensor-map copy (TMA) on an mbarrier per landing (BULK 2). The
+ * kernel template still carries the parameters of the forms it was measured against (PV8: P V on
+ * 8-bit wgmma, attn_pv8.cuh; SWZ: swizzled planes; BULK 0 and 1: cp.async and a bulk copy a row;
+ * TURN off); launch() instantiates only the one above. */
 #include "backend/cuda/attn_wg.h"
 
 #include <stdlib.h>
@@ -293,17 +291,6 @@ __global__ void __launch_bounds__(kThreads, 1)
                        n, Nq, tq, gate, out);
 }
 
-/* LILY_CUDA_ATTN_WS_TURN=0 (read at first use; a measurement switch): the consumers issue
- * their products without taking turns (no TURN barriers). */
-bool turns_on() {
-    static int on = -1;
-    if (on < 0) {
-        const char *v = getenv("LILY_CUDA_ATTN_WS_TURN");
-        on = !(v && v[0] == '0');
-    }
-    return on != 0;
-}
-
 /* The tensor map (BULK 2) of a K or V cache at c: every row its allocation holds. */
 int kv_map(CUtensorMap *m, const uint8_t *c, int Nkv, lily_err *e) {
     uintptr_t end = 0;
@@ -324,25 +311,12 @@ int launch(const float *q, int n, const uint8_t *kc, const uint8_t *vc, const in
            int Nkv, float scale, const float *gate, float *out, float *part, int S,
            lily_cuda_stream st, lily_err *e) {
     constexpr int P = kRows / G;
-    /* LILY_CUDA_ATTN_SWZ=1: the swizzled planes (with the turns), 1 KB more for the alignment */
-    const bool swz = lily_cuda_tune_get()->attn_swz != 0;
-    /* LILY_CUDA_ATTN_WG=4: P V on 8-bit wgmma (attn_pv8.cuh; the V planes unswizzled) */
-    const bool pv8 = lily_cuda_tune_get()->attn_wg == 4;
-    /* LILY_CUDA_ATTN_BULK: the landings by bulk copies, 1 a row, 2 a tile by tensor maps (not
-     * with the swizzled planes; P V on s8 takes 1 for 2) */
-    int bulk = swz ? 0 : lily_cuda_tune_get()->attn_bulk;
-    if (pv8 && bulk == 2) bulk = 1;
     kv_maps mp;
     memset(&mp, 0, sizeof mp);
-    if (bulk == 2 && (kv_map(&mp.k, kc, Nkv, e) || kv_map(&mp.v, vc, Nkv, e))) return -1;
-    auto kern = pv8 ? (bulk ? attn_ws_kernel<G, SPLIT, true, false, true, 1>
-                            : attn_ws_kernel<G, SPLIT, true, false, true, 0>)
-                : swz ? attn_ws_kernel<G, SPLIT, true, true, false, 0>
-                : turns_on() ? (bulk == 2   ? attn_ws_kernel<G, SPLIT, true, false, false, 2>
-                                : bulk == 1 ? attn_ws_kernel<G, SPLIT, true, false, false, 1>
-                                            : attn_ws_kernel<G, SPLIT, true, false, false, 0>)
-                             : attn_ws_kernel<G, SPLIT, false, false, false, 0>;
-    const int smem = kSmem + (swz && !pv8 ? 1024 : 0);
+    if (kv_map(&mp.k, kc, Nkv, e) || kv_map(&mp.v, vc, Nkv, e)) return -1;
+    /* the consumers take turns, unswizzled planes, P V on f16, one tensor-map copy a tile */
+    auto kern = attn_ws_kernel<G, SPLIT, true, false, false, 2>;
+    const int smem = kSmem;
     LILY_CU_TRY(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, smem), e);
     dim3 grid((n + P - 1) / P, Nkv, SPLIT ? S : 1);
     kern<<<grid, kThreads, smem, st>>>(q, n, kc, vc, d_pos, Nkv, scale, gate, out, part, mp);

@@ -32,7 +32,7 @@ template <int NT, int SBW = 1> struct wshape {
                   "planes on 1 KB boundaries (the 128-byte swizzle's 8-row atoms)");
 };
 
-/* SWZ (LILY_CUDA_WG_SWZ, default 1): the planes in the 128-byte swizzled K-major layout instead
+/* SWZ (what runs; lily_cuda_gemm_wg_swizzle(0) in tests): the planes in the 128-byte swizzled K-major layout instead
  * (swizzle.h): token t's 64 k values (128 bytes) are row t, its 16-byte chunk c at
  * lily_swz128(t, c); the descriptor of k slice s starts 32 s bytes into the plane (SBO 1 KB
  * between 8-token atoms). The kernel then aligns the stages to 1 KB (1 KB more shared memory). */
@@ -502,22 +502,20 @@ int launch_p(const wg_args &a, const wg_maps &mp, dim3 grid, lily_cuda_stream st
 
 int g_force_split = 0; /* > 0: the dense kernel's split-K factor (tests) */
 
-/* The k-loop form (LILY_CUDA_WG_LOOP, cuda_mem.h): 4 (default) the stages copied by TMA (dense
- * launches with the swizzled planes, K a multiple of 256, 16-byte aligned weights; others run
- * 2; H100, 35B prefill at 4K: 21.5K tok/s against 20.3K for 2), 2 pipelined with cp.async
- * copies and one barrier a step, 1 with two, 3 = 2 with each step's copies after its wgmma,
- * 0 = simple. g_pipe >= 0: forced by a test. */
+/* The k-loop form: 4 (what runs) the stages copied by TMA (dense launches with the swizzled
+ * planes, K a multiple of 256, 16-byte aligned weights; the others run 2), 2 pipelined with
+ * cp.async copies and one barrier a step, 1 with two, 3 = 2 with each step's copies after its
+ * wgmma, 0 = simple. g_pipe >= 0: forced by a test (lily_cuda_gemm_wg_pipe). */
 int g_pipe = -1;
 
-int pipe_mode() { return g_pipe >= 0 ? g_pipe : lily_cuda_tune_get()->wg_loop; }
+int pipe_mode() { return g_pipe >= 0 ? g_pipe : 4; }
 
-/* The 128-byte swizzled planes (SWZ above): LILY_CUDA_WG_SWZ=1, or forced by a test. */
+/* The 128-byte swizzled planes (SWZ above; what runs), or forced off by a test. */
 int g_swz = -1;
 
-bool swz_on() { return g_swz >= 0 ? g_swz == 1 : lily_cuda_tune_get()->wg_swz != 0; }
+bool swz_on() { return g_swz != 0; }
 
-/* Dense 64-token blocks (LILY_CUDA_WG_N64, cuda_mem.h) when the 128-token grid is under one
- * wave; g_n64 >= 0: forced by a test (1: always 64, 0: never). */
+/* Dense 64-token blocks, forced by a test (g_n64 1: always 64; otherwise 128). */
 int g_n64 = -1;
 
 /* mode: the loop form, 4 only with maps made (tma_maps) */
@@ -584,9 +582,8 @@ extern "C" void lily_cuda_gemm_wg_swizzle(int on) { g_swz = on; }
 extern "C" void lily_cuda_gemm_wg_n64(int on) { g_n64 = on; }
 
 extern "C" int lily_cuda_gemm_wg_dense_nt(int M, int n) {
-    const long rb = (M + BM - 1) / BM, b128 = (long)((n + 127) / 128) * rb;
-    if (g_n64 >= 0) return g_n64 ? 64 : 128;
-    return lily_cuda_tune_get()->wg_n64 && b128 < 132 && n > 64 ? 64 : 128;
+    (void)M, (void)n; /* 128-token blocks: 64 measured no faster (bench/NOTES-cuda.md) */
+    return g_n64 == 1 ? 64 : 128;
 }
 
 extern "C" void lily_cuda_gemm_wg_force_split(int split) { g_force_split = split; }
