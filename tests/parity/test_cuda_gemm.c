@@ -679,12 +679,6 @@ static void set_gemm_exact(int on) {
 
 int main(void) {
     pt_need_gpu();
-    for (int v = 0; v < 8; v++) { /* loop form (0 .. 3; 4 at the end) x planes layout */
-        lily_cuda_gemm_wg_pipe(v % 4);
-        lily_cuda_gemm_wg_swizzle(v / 4);
-        wg_probes();
-    }
-    lily_cuda_gemm_wg_swizzle(-1);
     g_san = getenv("LILY_CUDA_SAN") && getenv("LILY_CUDA_SAN")[0] == '1';
     for (int exact = 1; exact >= 0; exact--) {
         set_gemm_exact(exact);
@@ -695,19 +689,6 @@ int main(void) {
     /* exact: rows from 1e-6 to 1e6 in one X (the per-row power-of-two scale keeps fp16 finite) */
     set_gemm_exact(1);
     g_tol = 5e-4;
-    for (int v = 0; v < 16; v++) {
-        static const char *loop[4] = {"simple", "pipelined", "pipelined, one barrier",
-                                      "pipelined, one barrier, copies after the wgmma"};
-        printf("== wgmma GEMM (exact, %s, %s planes, %d-token tiles)\n", loop[v % 4],
-               v / 4 % 2 ? "swizzled" : "unswizzled", v / 8 ? 64 : 128);
-        lily_cuda_gemm_wg_pipe(v % 4);
-        lily_cuda_gemm_wg_swizzle(v / 4 % 2);
-        lily_cuda_gemm_wg_n64(v / 8);
-        wg_shapes();
-    }
-    lily_cuda_gemm_wg_pipe(-1);
-    lily_cuda_gemm_wg_swizzle(-1);
-    lily_cuda_gemm_wg_n64(-1);
     g_xscale_spread = 6.f;
     snprintf(g_tag, sizeof g_tag, " [rows 1e-6..1e6]");
     gemm_case(LILY_DT_Q4, 300, 1024, 133, 0);
@@ -760,21 +741,12 @@ int main(void) {
     stack_case(LILY_DT_Q8, sr2, 2, 2048, 33);
     stack_case(LILY_DT_BF16, sr, 3, 128, 9);
     stack_case(LILY_DT_F32, sr2, 2, 64, 5);
-    /* Loop form 4 (TMA copies where they apply: K a multiple of 256, dense) last: a copy that
-     * never lands traps and leaves the context unusable, which must not take the other forms'
-     * verdicts with it */
-    lily_cuda_gemm_wg_pipe(4);
-    lily_cuda_gemm_wg_swizzle(1);
+    /* the wgmma kernel (TMA copies where they apply: K a multiple of 256, dense; cp.async
+     * otherwise) last: a copy that never lands traps and leaves the context unusable, which must
+     * not take the other cases' verdicts with it */
     wg_probes();
-    for (int n64 = 0; n64 < 2; n64++) {
-        printf("== wgmma GEMM (exact, TMA copies, swizzled planes, %d-token tiles)\n",
-               n64 ? 64 : 128);
-        lily_cuda_gemm_wg_n64(n64);
-        wg_shapes();
-    }
-    lily_cuda_gemm_wg_pipe(-1);
-    lily_cuda_gemm_wg_swizzle(-1);
-    lily_cuda_gemm_wg_n64(-1);
+    printf("== wgmma GEMM (exact)\n");
+    wg_shapes();
     const char *tm = getenv("LILY_CUDA_TIME");
     if (tm && tm[0] == '1') timing();
     return pt_finish();

@@ -37,23 +37,8 @@ int lily_cuda_gemm_wg_grouped(const lily_dmat *W, const float *X, int ldx, int n
                               const int32_t *d_ntiles, int max_tiles, float *Y, int ldy,
                               lily_cuda_stream st, lily_err *e);
 
-/* The k-loop form: 1 pipelined (step k + 1's dequantization while step k's wgmma run: two sets
- * of A registers, two barriers a step), 2 the same with one barrier a step (stages published
- * two steps ahead), 3 as 2 with a step's copies after its wgmma, 4 as 2 with the stages copied
- * by TMA (one thread, three tensor copies a stage, an mbarrier per stage; dense products with K a
- * multiple of 256 and the swizzled planes, the others run 2), 0 simple (dequantize, issue,
- * wait), -1 back to what runs (4). Tests; not thread-safe. */
-void lily_cuda_gemm_wg_pipe(int on);
-
-/* The planes' shared-memory layout: 1 the 128-byte swizzled K-major layout (the default), 0 the
- * no-swizzle core-matrix layout, -1 back to what runs (1).
- * Tests and measurements; not thread-safe. */
-void lily_cuda_gemm_wg_swizzle(int on);
-
-/* Token tile of a dense M-row, n-token product: 128; lily_cuda_gemm_wg_n64(1) forces 64 (0 or
- * -1: 128). Tests; not thread-safe. */
+/* Token tile of a dense M-row, n-token product (128). */
 int lily_cuda_gemm_wg_dense_nt(int M, int n);
-void lily_cuda_gemm_wg_n64(int on);
 
 /* Forces the dense kernel's split-K factor (> 0, at most one per k-step) or restores the
  * automatic choice (0). Tests; not thread-safe. */
