@@ -199,7 +199,7 @@ static void glu_case(lily_dtype dt, int M, int K, int n) {
 }
 #endif
 
-static int g_gbn = LILY_GEMM_GROUP_BN; /* rows per tile (LILY_CUDA_GROUP_BN) */
+static int g_gbn = LILY_GEMM_GROUP_BN; /* rows per tile of the grouped cases */
 static int make_tiles(const int *counts, int E, int32_t *tiles) {
     return pt_make_tiles(counts, E, g_gbn, tiles);
 }

@@ -6,7 +6,7 @@
  * 128-row blocks or of the 16-row slabs (200, 130, 72); X rows of very different magnitudes
  * (1e-6 .. 1e6: the split's row scale); more tile rows in the grid than valid tiles (the extra
  * blocks must leave). Every case runs for both A operand forms (fp16 subnormal codes, and the
- * subtraction form) and with LILY_CUDA_GEMM_EXACT=1 and 0 (the kernel splits X itself when the
+ * subtraction form) and with lily_cuda_prec.gemm_exact 1 and 0 (the kernel splits X itself when the
  * GEMMs are not exact). Y is filled with a sentinel first: every valid element must be written,
  * and the padding columns of Y (ldy > M) must keep it.
  *
