@@ -14,13 +14,12 @@
 # and carried with copies of those libraries. Stages can be skipped: GPU_CHECK_SKIP="parity
 # fixtures sanitizer bench timing profile lily". GPU_CHECK_ATTN_TIME=1 adds the attention
 # prefill kernels' timing after the parity tests. GPU_CHECK_AB makes the lily stage an A/B of
-# environment settings (see there). GPU_CHECK_CARRY names the carry folder (default .devcarry), GPU_CHECK_TESTS the
+# lily bench options (see there; e.g. GPU_CHECK_AB="--precision default;--precision fast"). GPU_CHECK_CARRY names the carry folder (default .devcarry), GPU_CHECK_TESTS the
 # parity binaries to build and pack (default: all). GPU_CHECK_SWEEP=1 adds the
 # full prefill/decode sweep of issue 5 (256..128K and two agent turns, --json to $OUT/sweep.json).
 # GPU_CHECK_GENERATE=1 times lily generate with the next token drawn on the GPU against the host
 # sampler (lily stage). GPU_CHECK_AB_CARRIES compares whole builds (lily bench from each carry folder, alternated).
-# GPU_CHECK_VARIANTS compares tuning switches in one process, GPU_CHECK_NCU_KERNEL profiles one
-# kernel with every ncu section (both in the bench stage). GPU_CHECK_BENCH_DIR picks where the synthetic 35B checkpoint is written (local
+# GPU_CHECK_NCU_KERNEL profiles one kernel with every ncu section (bench stage). GPU_CHECK_BENCH_DIR picks where the synthetic 35B checkpoint is written (local
 # disk, ~19.5 GB; default /tmp/lily35b).
 set -u
 mode=${1:-run}
@@ -162,21 +161,12 @@ if [[ $skip != *" bench "* ]]; then
     if [ ! -f "$LILY_CUDA_BENCH_DIR/config.json" ]; then
         LILY_CUDA_BENCH_PROFILE=decode "$work/bin/test_cuda_bench" | head -3 # writes the model
     fi
-    if [ -n "${GPU_CHECK_VARIANTS:-}" ]; then
-        # tuning switches side by side in one process (one upload): GPU_CHECK_VARIANTS="WG_LOOP=1
-        # WG_SWZ=0;WG_LOOP=2 WG_SWZ=0" (names without LILY_CUDA_; name every switch a variant
-        # changes in each variant), prefill chunk GPU_CHECK_VARIANTS_CHUNK (default 4096), 2 rounds
-        echo "== tuning variants (test_cuda_bench, chunk ${GPU_CHECK_VARIANTS_CHUNK:-4096})"
-        LILY_CUDA_BENCH_CHUNK=${GPU_CHECK_VARIANTS_CHUNK:-4096} LILY_CUDA_BENCH_ROUNDS=2 \
-            LILY_CUDA_BENCH_VARIANTS="$GPU_CHECK_VARIANTS" timeout 300 \
-            "$work/bin/test_cuda_bench" 2>&1 | grep -E "^VARIANT|^FAIL"
-    fi
     if [ -n "${GPU_CHECK_NCU_KERNEL:-}" ] && command -v ncu >/dev/null; then
         # every ncu section for the first launch of one kernel (a regex of its name) in a prefill
-        # chunk of GPU_CHECK_VARIANTS_CHUNK tokens; the report goes back as ncu_kernel.txt,
+        # chunk of GPU_CHECK_NCU_CHUNK tokens; the report goes back as ncu_kernel.txt,
         # ncu_source.csv and ncu_raw.csv (every metric)
         echo "== ncu --set full: $GPU_CHECK_NCU_KERNEL"
-        LILY_CUDA_BENCH_PROFILE=prefill LILY_CUDA_BENCH_CHUNK=${GPU_CHECK_VARIANTS_CHUNK:-4096} \
+        LILY_CUDA_BENCH_PROFILE=prefill LILY_CUDA_BENCH_CHUNK=${GPU_CHECK_NCU_CHUNK:-4096} \
             timeout 150 ncu --set full -k "regex:$GPU_CHECK_NCU_KERNEL" --launch-count 1 \
             --export "$work/ncu_kernel" "$work/bin/test_cuda_bench" >"$logs/ncu_kernel_run.log" 2>&1
         # the report's every section with its tables (stall reasons included), and the SASS with
@@ -190,16 +180,16 @@ if [[ $skip != *" bench "* ]]; then
             "$out/ncu_kernel.txt"
     fi
     if [[ $skip != *" profile "* ]] && command -v ncu >/dev/null; then
-        # per-kernel GPU time of one 35B prefill chunk and one (ungraphed) decode step
-        # GPU_CHECK_PROFILE_PHASES (default "decode prefill"); GPU_CHECK_PROFILE_VARIANTS="A=1;A=0"
-        # profiles each phase once per variant (LILY_CUDA_<A>=<value>, as the bench variants)
+        # per-kernel GPU time of one 35B prefill chunk and one decode step (its graph's kernels)
+        # GPU_CHECK_PROFILE_PHASES (default "decode prefill"); GPU_CHECK_PROFILE_VARIANTS=
+        # "default;fast" profiles each phase once per engine precision
         IFS=';' read -r -a pvars <<<"${GPU_CHECK_PROFILE_VARIANTS:-}"
         [ ${#pvars[@]} -eq 0 ] && pvars=("")
         for pv in "${pvars[@]}"; do
         for phase in ${GPU_CHECK_PROFILE_PHASES:-decode prefill}; do
             echo "== ncu: kernel time of one $phase step (top 14)${pv:+ [$pv]}"
             tag=${pv//[^A-Za-z0-9]/_}
-            env ${pv:+LILY_CUDA_$pv} LILY_CUDA_BENCH_PROFILE=$phase timeout 150 ncu --clock-control none \
+            env ${pv:+LILY_CUDA_BENCH_PRECISION=$pv} LILY_CUDA_BENCH_PROFILE=$phase timeout 150 ncu --clock-control none \
                 --metrics gpu__time_duration.sum --csv --print-kernel-base ${GPU_CHECK_PROFILE_BASE:-function} \
                 --log-file "$logs/ncu_$phase$tag.csv" "$work/bin/test_cuda_bench" >/dev/null 2>&1
             python3 - "$logs/ncu_$phase$tag.csv" <<'PY'
@@ -224,16 +214,16 @@ PY
     if [[ $skip != *" lily "* ]] && [ -x "$work/bin/lily" ]; then
         echo "== lily bench"
         if [ -n "${GPU_CHECK_AB:-}" ]; then
-            # A/B of environment settings through the engine, rounds interleaved:
-            # GPU_CHECK_AB="LILY_GEMM_KERNEL=auto;LILY_GEMM_KERNEL=wg" (';' between variants,
-            # ' ' between the settings of one), GPU_CHECK_AB_LIST (prefill lengths),
+            # A/B of lily bench options through the engine, rounds interleaved:
+            # GPU_CHECK_AB="--precision default;--precision fast" (';' between variants,
+            # ' ' between the options of one), GPU_CHECK_AB_LIST (prefill lengths),
             # GPU_CHECK_AB_TURN (agent turns, lily bench --turn: "512@32K,512@128K"),
             # GPU_CHECK_AB_ROUNDS (default 2)
             IFS=';' read -r -a abv <<<"$GPU_CHECK_AB"
             for r in $(seq 1 "${GPU_CHECK_AB_ROUNDS:-2}"); do
                 for v in "${abv[@]}"; do
                     echo "-- [$v] round $r"
-                    env $v timeout 200 "$work/bin/lily" bench --model "$LILY_CUDA_BENCH_DIR" \
+                    timeout 200 "$work/bin/lily" bench --model "$LILY_CUDA_BENCH_DIR" $v \
                         --backend cuda --prefill "${GPU_CHECK_AB_LIST:-256,512,1K,4K}" \
                         ${GPU_CHECK_AB_TURN:+--turn "$GPU_CHECK_AB_TURN"} \
                         --decode 256 --gen 8 --rounds 1 2>&1 | grep -E '^ +[0-9]|rror'

@@ -33,12 +33,44 @@ typedef enum lily_backend_kind {
     LILY_BACKEND_CUDA = 1,
 } lily_backend_kind;
 
+/* How the backend's products are computed. */
+typedef enum lily_precision {
+    /* The backend's default: the CPU multiplies 4-bit weights with activations quantised to
+     * 16-bit codes where it has AVX-512 VNNI (fp32 otherwise); CUDA runs the EXACT kernels. */
+    LILY_PRECISION_DEFAULT = 0,
+    /* Reference arithmetic: the CPU keeps every product in fp32 (what the GPU parity tests
+     * compare against); CUDA splits GEMM activations into fp16 hi + lo and attention operands
+     * into exact parts (~1e-5 of the fp32 CPU reference). */
+    LILY_PRECISION_EXACT = 1,
+    /* One pass: CUDA multiplies bf16 operands once in the prefill GEMMs and attention (faster
+     * prefill, ~1e-2 relative error); the CPU as DEFAULT. */
+    LILY_PRECISION_FAST = 2,
+} lily_precision;
+
+/* The highest instruction set the CPU backend's kernels use (never more than the CPU has). */
+typedef enum lily_cpu_isa {
+    LILY_CPU_ISA_AUTO = 0,   /* the best the CPU has */
+    LILY_CPU_ISA_AVX512 = 1, /* the AVX-512 (and VNNI) kernels where the CPU has them */
+    LILY_CPU_ISA_AVX2 = 2,   /* at most AVX2 + FMA */
+    LILY_CPU_ISA_SCALAR = 3, /* plain C */
+} lily_cpu_isa;
+
+/* Where lily_session_draw_enqueue and lily_session_decode_sample draw tokens. */
+typedef enum lily_sample_on {
+    LILY_SAMPLE_ON_AUTO = 0,    /* the backend's choice: CUDA draws itself, the CPU does not */
+    LILY_SAMPLE_ON_BACKEND = 1, /* the backend draws (the CPU too: the GPU sampler's reference) */
+    LILY_SAMPLE_ON_HOST = 2,    /* no backend draws: callers sample from lily_session_logits */
+} lily_sample_on;
+
 /* Zero-initialise and set what you need; zero fields take the defaults given. */
 typedef struct lily_engine_opts {
     lily_backend_kind backend; /* default CPU */
     int n_threads;             /* CPU worker threads; 0 = one per online core */
-    int prefill_chunk;         /* tokens per prefill step; 0 = 512 on the CPU, 8192 on CUDA */
+    int prefill_chunk;         /* tokens per prefill step; 0 = the backend's (CPU 512, CUDA 8192) */
     int device;                /* CUDA device ordinal */
+    lily_precision precision;  /* default LILY_PRECISION_DEFAULT */
+    lily_cpu_isa cpu_isa;      /* CPU backend only; default LILY_CPU_ISA_AUTO */
+    lily_sample_on sample_on;  /* default LILY_SAMPLE_ON_AUTO */
     /* Progress while loading (done/total bytes); may be NULL. */
     void (*progress)(void *ud, uint64_t done, uint64_t total);
     void *progress_ud;
@@ -113,8 +145,9 @@ typedef struct lily_draw {
     uint64_t seed; /* with step: the random numbers of the draw */
     uint64_t step; /* the caller counts its draws (the same seed and step draw the same token) */
 } lily_draw;
-/* Non-zero when the backend draws tokens itself (CUDA); otherwise decode and sample on the host
- * from lily_session_logits. */
+/* Non-zero when the backend draws tokens itself (CUDA, or any backend opened with
+ * LILY_SAMPLE_ON_BACKEND; never with LILY_SAMPLE_ON_HOST); otherwise decode and sample on the
+ * host from lily_session_logits. */
 int lily_session_can_decode_sample(const lily_session *s);
 /* Consumes token, then draws the next token from that step's logits on the backend under d,
  * without bringing the logits to the host: lily_session_logits returns NULL until a call that

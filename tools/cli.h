@@ -14,6 +14,14 @@ const char *lily_cli_value(int argc, char **argv, int *i);
 int lily_cli_size(const char *s, long *out);
 /* Parses "cpu" or "cuda". Returns 0 or -1 (with a message on stderr). */
 int lily_cli_backend(const char *s, lily_backend_kind *out);
+/* The engine options every engine command takes: --precision default|exact|fast, --cpu-isa
+ * auto|avx512|avx2|scalar, --sample-on auto|device|host (device: the backend draws tokens, the
+ * CPU backend too). Returns 1 when a was one of them (stored in *o), 0 when it is not, -1 with a
+ * message on stderr when v is not one of its values. */
+#define LILY_CLI_ENGINE_USAGE                                                                      \
+    "  --precision default|exact|fast   --cpu-isa auto|avx512|avx2|scalar\n"                       \
+    "  --sample-on auto|device|host     (where tokens are drawn: device = the backend)\n"
+int lily_cli_engine_arg(const char *a, const char *v, lily_engine_opts *o);
 /* Reads a file of little-endian int32 token ids (caller frees *out). Returns 0 or -1. */
 int lily_cli_read_tokens(const char *path, int32_t **out, int *n);
 

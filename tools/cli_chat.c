@@ -33,7 +33,11 @@ int lily_chat_arg(const char *a, const char *v, lily_clichat_opts *co, lily_chat
     } else if (!strcmp(a, "--backend")) {
         if (lily_cli_backend(v, &co->backend)) return -1;
     } else {
-        return 0;
+        lily_engine_opts eo = {
+            .precision = co->precision, .cpu_isa = co->cpu_isa, .sample_on = co->sample_on};
+        const int r = lily_cli_engine_arg(a, v, &eo);
+        co->precision = eo.precision, co->cpu_isa = eo.cpu_isa, co->sample_on = eo.sample_on;
+        return r;
     }
     return 1;
 }

@@ -13,7 +13,8 @@ typedef struct lily_chat_args {
 } lily_chat_args;
 
 /* Parses option a with value v into co / g: --model --temp --top-p --min-p --top-k --seed -n
- * --think --ctx --threads --backend. Returns 1 when a was one of these, 0 when it is not, -1 when
+ * --think --ctx --threads --backend, and the engine options (lily_cli_engine_arg: --precision
+ * --cpu-isa --sample-on). Returns 1 when a was one of these, 0 when it is not, -1 when
  * its value is bad (a message is printed). */
 int lily_chat_arg(const char *a, const char *v, lily_clichat_opts *co, lily_chat_args *g);
 

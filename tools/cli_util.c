@@ -44,6 +44,37 @@ int lily_cli_backend(const char *s, lily_backend_kind *out) {
     return 0;
 }
 
+/* The index of v in names (n of them), or -1 with a message naming option a. */
+static int pick(const char *a, const char *v, const char *const *names, int n) {
+    for (int i = 0; i < n; i++)
+        if (!strcmp(v, names[i])) return i;
+    fprintf(stderr, "lily: %s takes", a);
+    for (int i = 0; i < n; i++) fprintf(stderr, "%s%s", i ? "|" : " ", names[i]);
+    fprintf(stderr, ", not '%s'\n", v);
+    return -1;
+}
+
+int lily_cli_engine_arg(const char *a, const char *v, lily_engine_opts *o) {
+    /* each list names its enum's values in order (lily.h) */
+    static const char *const prec[] = {"default", "exact", "fast"};
+    static const char *const isa[] = {"auto", "avx512", "avx2", "scalar"};
+    static const char *const on[] = {"auto", "device", "host"};
+    int i;
+    if (!strcmp(a, "--precision")) {
+        if ((i = pick(a, v, prec, 3)) < 0) return -1;
+        o->precision = (lily_precision)i;
+    } else if (!strcmp(a, "--cpu-isa")) {
+        if ((i = pick(a, v, isa, 4)) < 0) return -1;
+        o->cpu_isa = (lily_cpu_isa)i;
+    } else if (!strcmp(a, "--sample-on")) {
+        if ((i = pick(a, v, on, 3)) < 0) return -1;
+        o->sample_on = (lily_sample_on)i;
+    } else {
+        return 0;
+    }
+    return 1;
+}
+
 int lily_cli_read_tokens(const char *path, int32_t **out, int *n) {
     lily_err e;
     char *buf = NULL;

@@ -53,7 +53,11 @@ static void defaults(const char *dir, lily_sampler_params *p) {
 int lily_clichat_open(const lily_clichat_opts *o, lily_clichat *c, lily_err *e) {
     memset(c, 0, sizeof *c);
     c->tty = isatty(2);
-    lily_engine_opts eo = {.backend = o->backend, .n_threads = o->threads};
+    lily_engine_opts eo = {.backend = o->backend,
+                           .n_threads = o->threads,
+                           .precision = o->precision,
+                           .cpu_isa = o->cpu_isa,
+                           .sample_on = o->sample_on};
     if (c->tty) eo.progress = load_bar;
     if (lily_engine_open(o->model_dir, &eo, &c->eng, e) ||
         lily_tokenizer_open(o->model_dir, &c->tok, e) ||

@@ -22,6 +22,9 @@ typedef struct lily_clichat_opts {
     const char *model_dir;
     lily_backend_kind backend;
     int threads;
+    lily_precision precision; /* lily_engine_opts' fields of the same names */
+    lily_cpu_isa cpu_isa;
+    lily_sample_on sample_on;
     int ctx;            /* 0: lily_gen's default (LILY_GEN_DEFAULT_CTX); at most the model's */
     size_t cache_bytes; /* prefix-cache budget */
 } lily_clichat_opts;

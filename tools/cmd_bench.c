@@ -26,6 +26,7 @@ static void usage(FILE *f) {
             "usage: lily bench --model DIR [--backend cpu|cuda] [--threads N] [--chunk N]\n"
             "                  [--prefill LIST] [--decode LIST] [--gen N] [--rounds N]\n"
             "                  [--turn TURNS] [--json FILE] [--csv FILE]\n"
+            "                  [--precision default|exact|fast] [--cpu-isa auto|avx512|avx2|scalar]\n"
             "LIST is comma-separated lengths such as 256,512,1K,4K (default 128,512).\n"
             "--prefill times prefill at each length; --decode times --gen (default 32) decoded\n"
             "tokens at each context length. Lengths in both lists share one prefill per round.\n"
@@ -94,6 +95,9 @@ int lily_cmd_bench(int argc, char **argv) {
             if (lily_cli_backend(v, &opts.backend)) return 2;
         } else if (!strcmp(a, "--threads")) opts.n_threads = atoi(v);
         else if (!strcmp(a, "--chunk")) opts.prefill_chunk = atoi(v);
+        else if (!strcmp(a, "--precision") || !strcmp(a, "--cpu-isa")) {
+            if (lily_cli_engine_arg(a, v, &opts) < 0) return 2;
+        }
         else if (!strcmp(a, "--gen")) gen = atoi(v);
         else if (!strcmp(a, "--rounds")) rounds = atoi(v);
         else if (!strcmp(a, "--prefill")) {

@@ -29,7 +29,7 @@ static void usage(FILE *f) {
                "  --think on|off      thinking switch (default: the template's)\n"
                "  -n N                max tokens per answer (default: the rest of the context)\n"
                "  --temp T --top-k K --top-p P --min-p P --seed S\n"
-               "  --ctx N --backend cpu|cuda --threads N\n"
+               "  --ctx N --backend cpu|cuda --threads N\n" LILY_CLI_ENGINE_USAGE
                "in the chat: end a line with \\ to continue it, or use \"\"\" blocks;\n"
                "  /reset  /system TEXT  /quit  /help\n");
 }

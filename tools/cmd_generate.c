@@ -12,16 +12,16 @@ static void usage(FILE *f) {
     fprintf(f, "usage: lily generate --model DIR --tokens \"ID ID ...\" [-n N] [--temp T]\n"
                "                     [--top-k K] [--top-p P] [--min-p P] [--seed S]\n"
                "                     [--backend cpu|cuda] [--threads N] [--ctx N]\n"
-               "                     [--sample-on device|host]\n"
+               "                     [--sample-on auto|device|host] [--precision P] [--cpu-isa I]\n"
                "Prints the generated ids on one line; stops at an end-of-sequence id or after N\n"
                "tokens (default 32). Speed goes to stderr. Tokens are drawn on the backend when\n"
-               "it can (CUDA: the logits stay on the GPU), on the host otherwise or with\n"
-               "--sample-on host (the same chain and random numbers: the same tokens).\n");
+               "it draws (auto: CUDA, with the logits on the GPU; device: the CPU backend too),\n"
+               "on the host otherwise or with --sample-on host (the same chain and random\n"
+               "numbers: the same tokens).\n");
 }
 
 int lily_cmd_generate(int argc, char **argv) {
     const char *tokstr = NULL;
-    int on_host = 0;
     /* the options `lily run` and `chat` share, checked by the same code (cli_chat.c) */
     lily_clichat_opts co = {0};
     lily_chat_args ga = {.n_new = 32, .think = -1, .temp = -1, .top_p = -1, .min_p = -1,
@@ -35,12 +35,6 @@ int lily_cmd_generate(int argc, char **argv) {
         if (!(v = lily_cli_value(argc, argv, &i))) return 2;
         if (!strcmp(a, "--tokens")) {
             tokstr = v;
-        } else if (!strcmp(a, "--sample-on")) {
-            if (strcmp(v, "host") && strcmp(v, "device")) {
-                fprintf(stderr, "lily generate: --sample-on takes device or host, not '%s'\n", v);
-                return 2;
-            }
-            on_host = !strcmp(v, "host");
         } else {
             const int r = strcmp(a, "--think") ? lily_chat_arg(a, v, &co, &ga) : 0;
             if (r < 0) return 2;
@@ -52,7 +46,11 @@ int lily_cmd_generate(int argc, char **argv) {
     }
     const char *model = co.model_dir;
     const int n_gen = ga.n_new, ctx = co.ctx;
-    lily_engine_opts opts = {.backend = co.backend, .n_threads = co.threads};
+    lily_engine_opts opts = {.backend = co.backend,
+                             .n_threads = co.threads,
+                             .precision = co.precision,
+                             .cpu_isa = co.cpu_isa,
+                             .sample_on = co.sample_on};
     lily_sampler_params sp = {0}; /* greedy unless --temp is given */
     sp.temperature = ga.temp >= 0 ? (float)ga.temp : 0.0f;
     sp.top_k = ga.top_k >= 0 ? (int)ga.top_k : 0;
@@ -103,7 +101,7 @@ int lily_cmd_generate(int argc, char **argv) {
      * rest drawn on the backend, pipelined: the step that consumes the coming draw is enqueued
      * before the draw is read (lily_session_draw_enqueue), so printing overlaps the next step */
     lily_draw dr = {0};
-    const int dev = !on_host && lily_session_can_decode_sample(s) &&
+    const int dev = lily_session_can_decode_sample(s) &&
                     lily_sampler_as_draw(smp, &dr) == 0;
     dr.step = 1; /* the index of the token a draw makes: the first token is step 0 */
     int made = 0;

@@ -17,7 +17,7 @@ static void usage(FILE *f) {
                "  --system TEXT       system prompt\n"
                "  --think on|off      thinking switch (default: the template's)\n"
                "  --raw               no chat template: the prompt is the text to continue\n"
-               "  --ctx N --backend cpu|cuda --threads N\n");
+               "  --ctx N --backend cpu|cuda --threads N\n" LILY_CLI_ENGINE_USAGE);
 }
 
 static int on_text(void *ud, const lily_gen_token *t, const char *text, size_t len) {

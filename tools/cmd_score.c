@@ -8,7 +8,7 @@
 static void usage(FILE *f) {
     fprintf(f, "usage: lily score --model DIR --tokens FILE --logits-out FILE\n"
                "                  [--mode prefill|decode|chunked:N] [--backend cpu|cuda]\n"
-               "                  [--threads N]\n"
+               "                  [--threads N] [--precision P] [--cpu-isa I]\n"
                "Tokens are little-endian int32; the output is little-endian float32 [n][vocab],\n"
                "row i = logits after tokens 0..i.\n");
 }
@@ -23,7 +23,8 @@ int lily_cmd_score(int argc, char **argv) {
             return 0;
         }
         if (!strcmp(a, "--model") || !strcmp(a, "--tokens") || !strcmp(a, "--logits-out") ||
-            !strcmp(a, "--mode") || !strcmp(a, "--backend") || !strcmp(a, "--threads")) {
+            !strcmp(a, "--mode") || !strcmp(a, "--backend") || !strcmp(a, "--threads") ||
+            !strcmp(a, "--precision") || !strcmp(a, "--cpu-isa")) {
             if (!(v = lily_cli_value(argc, argv, &i))) return 2;
         } else {
             fprintf(stderr, "lily score: unknown option '%s'\n", a);
@@ -36,6 +37,7 @@ int lily_cmd_score(int argc, char **argv) {
         else if (!strcmp(a, "--mode")) mode = v;
         else if (!strcmp(a, "--backend") && lily_cli_backend(v, &opts.backend)) return 2;
         else if (!strcmp(a, "--threads")) opts.n_threads = atoi(v);
+        else if (lily_cli_engine_arg(a, v, &opts) < 0) return 2;
     }
     if (!model || !tokens_path || !out_path) {
         usage(stderr);

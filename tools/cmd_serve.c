@@ -22,6 +22,7 @@ static void usage(FILE *f) {
             "  --max-body BYTES      request body limit, K/M suffix (default 32M)\n"
             "  --snapshot-mem MB     prefix-cache memory (default 2048)\n"
             "  --backend cpu|cuda    (default cpu)   --threads N\n"
+            LILY_CLI_ENGINE_USAGE
             "  --cors-origins LIST   allowed browser origins, comma list or * (default localhost)\n"
             "  --reasoning on|off    default thinking switch (default: the template's)\n"
             "  --port-file FILE      write the bound port to FILE\n"
@@ -92,6 +93,12 @@ int lily_cmd_serve(int argc, char **argv) {
             if (lily_cli_backend(v, &o.backend)) goto out;
         } else if (!strcmp(a, "--threads") && !lily_cli_size(v, &x)) {
             o.threads = (int)x;
+        } else if (!strcmp(a, "--precision") || !strcmp(a, "--cpu-isa") ||
+                   !strcmp(a, "--sample-on")) {
+            lily_engine_opts eo = {
+                .precision = o.precision, .cpu_isa = o.cpu_isa, .sample_on = o.sample_on};
+            if (lily_cli_engine_arg(a, v, &eo) < 0) goto out;
+            o.precision = eo.precision, o.cpu_isa = eo.cpu_isa, o.sample_on = eo.sample_on;
         } else if (!strcmp(a, "--cors-origins")) {
             o.cors_origins = v;
         } else if (!strcmp(a, "--reasoning") && (!strcmp(v, "on") || !strcmp(v, "off"))) {

@@ -21,9 +21,15 @@ typedef struct lily_bstate lily_bstate;   /* one per session or snapshot, backen
 
 typedef struct lily_backend_ops {
     const char *name; /* "cpu", "cuda" */
+    /* Tokens per prefill step when the engine's options leave it 0: the engine fills
+     * opts.prefill_chunk with it before open, so open always sees a chunk > 0. */
+    int prefill_chunk;
+    /* Non-zero: with LILY_SAMPLE_ON_AUTO the engine uses the draw ops (when there are any). */
+    int draws_by_default;
 
     /* Prepares the backend for model m (borrowed; outlives the backend): uploads or repacks
-     * weights, creates thread pools or streams. */
+     * weights, creates thread pools or streams. opts->prefill_chunk > 0, and opts->precision
+     * and opts->cpu_isa hold values of their enums (the engine checks them). */
     int (*open)(const lily_model *m, const lily_engine_opts *opts, lily_backend **out,
                 lily_err *e);
     void (*close)(lily_backend *b);
@@ -53,7 +59,9 @@ typedef struct lily_backend_ops {
     int (*decode_greedy)(lily_backend *b, lily_bstate *s, int32_t token, int pos, int n,
                          int32_t *out, float *logits, lily_err *e);
 
-    /* Optional, all three or none (NULL: the engine samples on the host). draw_enqueue enqueues
+    /* Optional, all three or none (NULL: the engine samples on the host). The engine calls them
+     * when opts.sample_on is LILY_SAMPLE_ON_BACKEND, or LILY_SAMPLE_ON_AUTO and draws_by_default
+     * is set. draw_enqueue enqueues
      * one decode step at pos that consumes token, or when token < 0 the token s's previous
      * draw_enqueue drew (still on the device), leaves its logits on the device and draws the next
      * token from them under d (lily.h), without waiting for any of it. draw_next waits for the
@@ -67,8 +75,6 @@ typedef struct lily_backend_ops {
 } lily_backend_ops;
 
 extern const lily_backend_ops lily_backend_cpu;
-/* The CPU backend with the draw ops (cpu/draw.h), chosen by LILY_CPU_DRAWS=1 (registry.c) */
-extern const lily_backend_ops lily_backend_cpu_draws;
 #ifdef LILY_HAVE_CUDA
 extern const lily_backend_ops lily_backend_cuda;
 #endif

@@ -2,7 +2,7 @@
  * and random numbers (draw_rng.h), so the two draw the same token from the same logits
  * except where their expf or log round differently (a weight at a top-p boundary, a near tie in
  * the race; none in 70,840 GPU draws). It is the GPU sampler's CPU reference, the CPU backend's
- * draw (LILY_CPU_DRAWS=1), and what lily_gen samples with on the host when the backend draws, so
+ * draw (LILY_SAMPLE_ON_BACKEND), and what lily_gen samples with on the host when the backend draws, so
  * that a seeded request gives the same tokens whether or not its logits come to the host. */
 #ifndef LILY_BACKEND_DRAW_H
 #define LILY_BACKEND_DRAW_H

@@ -1,18 +1,11 @@
 /* Backend selection: the ops table for a backend kind, as built into this binary. */
-#include <stdlib.h>
-#include <string.h>
-
 #include "backend/backend.h"
 #include "base/err.h"
 
 const lily_backend_ops *lily_backend_get(lily_backend_kind kind, lily_err *e) {
     switch (kind) {
-    case LILY_BACKEND_CPU: {
-        /* LILY_CPU_DRAWS=1: the CPU backend draws tokens itself, as a GPU backend does, so the
-         * pipelined generation path (lily_session_draw_enqueue) runs and is tested without one */
-        const char *v = getenv("LILY_CPU_DRAWS");
-        return v && !strcmp(v, "1") ? &lily_backend_cpu_draws : &lily_backend_cpu;
-    }
+    case LILY_BACKEND_CPU:
+        return &lily_backend_cpu;
     case LILY_BACKEND_CUDA:
 #ifdef LILY_HAVE_CUDA
         return &lily_backend_cuda;

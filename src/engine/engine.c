@@ -19,6 +19,7 @@ struct lily_engine {
     lily_backend *be;
     lily_engine_opts opts;
     lily_model_info info;
+    int draws; /* sessions draw with the backend's draw ops (opts.sample_on) */
 };
 
 struct lily_session {
@@ -105,20 +106,23 @@ int lily_engine_open(const char *dir, const lily_engine_opts *opts, lily_engine 
     *out = NULL;
     lily_engine *eng = lily_xcalloc(1, sizeof *eng);
     if (opts) eng->opts = *opts;
-    /* Default chunk per backend. On the GPU a larger chunk gives every expert more rows per
-     * grouped GEMM (8192 tokens x top-8 / 256 experts = 256 rows, against 16 at 512) and the
-     * dense GEMMs fuller grids: measured on the H200, 4K prefill 11.2K tok/s at 512, 16.8K at
-     * 2048, 18.1K at 4096 (bf16 kernels); with the exact kernels 8192 against 4096 gave +4.7 % at
-     * 8K, +4.2 % at 16K, +1.8 % at 128K (BENCHMARKS.md, 2026-12-04). Scratch grows with the chunk
-     * (~2.5 GB of GPU memory at 8192 for the 35B), not with the prompt. The CPU is compute-bound
-     * per token and keeps its scratch small. */
-    if (eng->opts.prefill_chunk <= 0)
-        eng->opts.prefill_chunk = eng->opts.backend == LILY_BACKEND_CUDA ? 8192 : 512;
+    const lily_engine_opts *o = &eng->opts;
+    if ((unsigned)o->precision > LILY_PRECISION_FAST ||
+        (unsigned)o->cpu_isa > LILY_CPU_ISA_SCALAR || (unsigned)o->sample_on > LILY_SAMPLE_ON_HOST) {
+        lily_fail(err, "engine options: precision %d, cpu_isa %d or sample_on %d is out of range",
+                  (int)o->precision, (int)o->cpu_isa, (int)o->sample_on);
+        free(eng);
+        return -1;
+    }
     eng->ops = lily_backend_get(eng->opts.backend, err);
     if (!eng->ops) {
         free(eng);
         return -1;
     }
+    if (eng->opts.prefill_chunk <= 0) eng->opts.prefill_chunk = eng->ops->prefill_chunk;
+    eng->draws = eng->ops->draw_enqueue &&
+                 (o->sample_on == LILY_SAMPLE_ON_BACKEND ||
+                  (o->sample_on == LILY_SAMPLE_ON_AUTO && eng->ops->draws_by_default));
     if (lily_model_load(dir, &eng->model, err) != 0) {
         free(eng);
         return -1;
@@ -218,12 +222,13 @@ int lily_session_decode(lily_session *s, int32_t token, lily_err *err) {
 }
 
 int lily_session_can_decode_sample(const lily_session *s) {
-    return s->eng->ops->draw_enqueue != NULL;
+    return s->eng->draws;
 }
 
 static int draw_check(lily_session *s, const lily_draw *d, lily_err *err) {
-    if (!s->eng->ops->draw_enqueue)
-        return lily_fail(err, "the %s backend does not draw tokens itself", s->eng->ops->name);
+    if (!s->eng->draws)
+        return lily_fail(err, "the %s backend does not draw tokens in this engine (sample_on)",
+                         s->eng->ops->name);
     if (!d) return lily_fail(err, "draw: no settings");
     if (isnan(d->temperature) || isinf(d->temperature) || isnan(d->top_p) || isnan(d->min_p))
         return lily_fail(err, "draw: temperature, top_p and min_p must be numbers");

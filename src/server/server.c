@@ -68,7 +68,11 @@ int lily_server_main(const lily_server_opts *o) {
     s->created = (long)time(NULL);
     lily_err e;
     int rc = 1;
-    lily_engine_opts eo = {.backend = o->backend, .n_threads = o->threads};
+    lily_engine_opts eo = {.backend = o->backend,
+                           .n_threads = o->threads,
+                           .precision = o->precision,
+                           .cpu_isa = o->cpu_isa,
+                           .sample_on = o->sample_on};
     if (!o->quiet && isatty(2)) eo.progress = progress;
     if (lily_engine_open(o->model_dir, &eo, &s->eng, &e) ||
         lily_tokenizer_open(o->model_dir, &s->tok, &e) ||

@@ -20,6 +20,9 @@ typedef struct lily_server_opts {
     size_t snapshot_mem;  /* prefix-cache bytes; 0 = 2 GiB */
     lily_backend_kind backend;
     int threads;
+    lily_precision precision; /* lily_engine_opts' fields of the same names */
+    lily_cpu_isa cpu_isa;
+    lily_sample_on sample_on;
     const char *cors_origins; /* NULL: localhost origins only; "*": any; else comma list */
     int reasoning;            /* server default for thinking: -1 template default, 0 off, 1 on */
     int quiet;

@@ -1,6 +1,6 @@
 /* lily_gen's pipelined path (run_device: the step that consumes a token enqueued before the host
  * has read it, lily_session_draw_enqueue) against its host path (the logits on the host each
- * step), on the CPU backend with its draw ops (LILY_CPU_DRAWS=1, cpu/draw.h), so the path a GPU
+ * step), on the CPU backend with its draw ops (LILY_SAMPLE_ON_BACKEND, cpu/draw.h), so the path a GPU
  * runs is checked in every build.
  *
  * Greedy, the two paths must give the same tokens, text, finish reason and token count for every
@@ -227,7 +227,7 @@ static lily_backend_kind g_backend = LILY_BACKEND_CPU;
 
 static int rig_open(rig *r, const char *dir, lily_tokenizer *tok, int max_ctx) {
     lily_err e;
-    lily_engine_opts eo = {.backend = g_backend};
+    lily_engine_opts eo = {.backend = g_backend, .sample_on = LILY_SAMPLE_ON_BACKEND};
     lily_gen_opts go = {.max_ctx = max_ctx, .cache_bytes = 64u << 20};
     lily_gen_opts fo = {.max_ctx = max_ctx, .cache_bytes = 0};
     if (lily_engine_open(dir, &eo, &r->eng, &e) || lily_gen_create(r->eng, tok, &go, &r->gd, &e) ||
@@ -334,7 +334,6 @@ int main(void) {
         return 77;
     }
     if (be && !strcmp(be, "cuda")) g_backend = LILY_BACKEND_CUDA;
-    setenv("LILY_CPU_DRAWS", "1", 1);
     char dir[] = "/tmp/lily_gendraw_XXXXXX";
     if (!mkdtemp(dir)) return 1;
     char cmd[1024];
@@ -350,7 +349,7 @@ int main(void) {
         printf("tokenizer: %s\n", e.msg);
         return 1;
     }
-    printf("backend %s\n", g_backend == LILY_BACKEND_CUDA ? "cuda" : "cpu (LILY_CPU_DRAWS=1)");
+    printf("backend %s\n", g_backend == LILY_BACKEND_CUDA ? "cuda" : "cpu (sample_on backend)");
     static const char prompt[] = "Write a long story about a lighthouse keeper and the sea.";
     static const char forced_text[] = "<tool_call>\n{\"name\": \"get_time\"";
     int32_t *p, *f;

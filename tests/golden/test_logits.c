@@ -241,11 +241,15 @@ static lily_backend_kind test_backend(void) {
     return b && !strcmp(b, "cuda") ? LILY_BACKEND_CUDA : LILY_BACKEND_CPU;
 }
 
+/* The precision the engines of the next runs are opened with (run_fixture's exact pass). */
+static lily_precision g_precision = LILY_PRECISION_DEFAULT;
+
 static lily_engine *open_engine_on(const char *dir, int prefill_chunk, lily_backend_kind be) {
     lily_engine_opts o;
     memset(&o, 0, sizeof o);
     o.backend = be;
     o.prefill_chunk = prefill_chunk;
+    o.precision = g_precision;
     lily_engine *eng = NULL;
     lily_err err = {{0}};
     if (lily_engine_open(dir, &o, &eng, &err)) {
@@ -350,6 +354,46 @@ static const struct {
 } MODES[] = {{"prefill", 0}, {"decode", -1}, {"chunked:1", 1}, {"chunked:7", 7},
              {"chunked:64", 64}};
 
+/* The engine options: where tokens are drawn (sample_on) per engine, and values out of range
+ * refused at open. */
+static void engine_opts_test(const char *name, const char *dir) {
+    const lily_backend_kind be = test_backend();
+    /* AUTO: the backend's choice (CUDA draws, the CPU does not); BACKEND: both; HOST: neither */
+    const lily_sample_on on[3] = {LILY_SAMPLE_ON_AUTO, LILY_SAMPLE_ON_BACKEND, LILY_SAMPLE_ON_HOST};
+    const int want[3] = {be == LILY_BACKEND_CUDA, 1, 0};
+    for (int i = 0; i < 3; i++) {
+        lily_engine_opts o = {.backend = be, .sample_on = on[i]};
+        lily_engine *eng = NULL;
+        lily_session *s = NULL;
+        lily_err err = {{0}};
+        int ok = !lily_engine_open(dir, &o, &eng, &err) && !lily_session_create(eng, 16, &s, &err);
+        if (!ok) printf("  %s\n", err.msg);
+        ok = ok && lily_session_can_decode_sample(s) == want[i];
+        if (ok && !want[i]) { /* a draw is refused with a message */
+            const lily_draw d = {0.0f, 0, 1.0f, 0.0f, 0, -1, 1, 0};
+            int32_t next = -1;
+            ok = lily_session_decode_sample(s, 0, &d, &next, &err) != 0 && err.msg[0];
+        }
+        char what[96];
+        snprintf(what, sizeof what, "%%s %%s: sample_on %d draws on the backend: %d\n", (int)on[i],
+                 want[i]);
+        result(ok, what, name);
+        lily_session_free(s);
+        lily_engine_close(eng);
+    }
+    const lily_engine_opts bad[3] = {{.backend = be, .precision = (lily_precision)3},
+                                     {.backend = be, .cpu_isa = (lily_cpu_isa)4},
+                                     {.backend = be, .sample_on = (lily_sample_on)-1}};
+    for (int i = 0; i < 3; i++) {
+        lily_engine *eng = NULL;
+        lily_err err = {{0}};
+        const int refused = lily_engine_open(dir, &bad[i], &eng, &err) != 0 && !eng &&
+                            strstr(err.msg, "out of range");
+        result(refused, "%s %s: an option out of range is refused at open\n", name);
+        lily_engine_close(eng);
+    }
+}
+
 static void run_fixture(const char *bin, const char *name) {
     char fx[1024], path[1200], dir[] = "/tmp/lily_golden_XXXXXX";
     snprintf(fx, sizeof fx, FIXTURE_ROOT "/%s", name);
@@ -386,6 +430,8 @@ static void run_fixture(const char *bin, const char *name) {
     }
     int vocab = lily_engine_info(eng)->vocab_size;
     lily_engine_close(eng);
+    static int opts_checked;
+    if (!opts_checked++) engine_opts_test(name, dir);
     if ((size_t)n * vocab * 4 != ref_len) {
         printf("  logits.bin has %zu bytes, expected %d x %d x 4\n", ref_len, n, vocab);
         result(0, "%s %s: reference size matches\n", name);
@@ -419,6 +465,19 @@ static void run_fixture(const char *bin, const char *name) {
             memcpy(keep[m], got, (size_t)n * vocab * sizeof(float));
         }
     }
+    /* LILY_PRECISION_EXACT (the CPU's fp32 products) passes the fixtures too */
+    g_precision = LILY_PRECISION_EXACT;
+    for (size_t i = 0; i < (size_t)n * vocab; i++) got[i] = NAN;
+    if (run_mode(dir, tokens, n, 0, got)) {
+        result(0, "%s %s: engine ran (precision exact)\n", name);
+    } else {
+        cmp_stats st;
+        compare_rows(ref, got, n, vocab, &st);
+        printf("  %-12s top-1 agreement %6.2f%%  worst row ratio %.3e (row %d)  mean %.3e\n",
+               "exact", st.agree * 100, st.worst, st.worst_row, st.mean);
+        result(stats_ok(&st), "%s %s: precision exact vs transformers\n", name);
+    }
+    g_precision = LILY_PRECISION_DEFAULT;
     if (on_gpu && keep[0] && keep[1]) {
         gpu_vs_cpu(name, dir, tokens, n, vocab, keep[0], keep[1]);
         /* the same prompt must give the same logits on every run (no order-dependent atomics) */

@@ -228,11 +228,14 @@ static inline void pt_need_gpu(void) {
         printf("skipped: %s\n", e.msg);
         exit(77);
     }
-    /* the reference is the exact fp32 CPU matmul: never the int16-activation Q4 prefill GEMM
-     * (matmul_i16.h) the CPU backend runs by default on AVX-512 VNNI, whatever the machine or
-     * environment selects */
-    setenv("LILY_CPU_GEMM", "f32", 1);
-    lily_cpu_set_isa("avx512");
+}
+/* The reference CPU kernels: fp32 products (LILY_PRECISION_EXACT), never the int16-activation Q4
+ * products the CPU backend runs by default on AVX-512 VNNI. */
+static inline const lily_cpu_kern *pt_cpu(void) {
+    static lily_cpu_kern k;
+    static int made;
+    if (!made) k = lily_cpu_kern_for(LILY_CPU_ISA_AUTO, LILY_PRECISION_EXACT), made = 1;
+    return &k;
 }
 #endif
 

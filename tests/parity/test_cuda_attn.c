@@ -5,26 +5,22 @@
  * that start at 0 and deep in the cache, with and without the sigmoid output gate, for head dims
  * 64, 128, 256 and several group sizes. The reference is attention with double sums
  * (ref_attention) on the values the cache holds (code * scale, rows of random magnitude, some
- * all zero), with unrounded queries; each case runs in both modes of LILY_CUDA_ATTN_EXACT: 1
- * (the exact split products: the result must agree to fp32 accumulation level) and 0 (one bf16
- * pass: a looser bound).
+ * all zero), with unrounded queries; each case runs with lily_cuda_prec.attn_exact 1 (the exact
+ * split products: the result must agree to fp32 accumulation level) and 0 (one bf16 pass, the
+ * engine's FAST precision: a looser bound).
  *
- * Prefill runs, at head dim 256, the wgmma kernel (LILY_CUDA_ATTN_WG=1, attn_wg.h), the wgmma
- * kernel with the ll products (LILY_CUDA_ATTN_WG=2), attn.cu's exact kernel (LILY_CUDA_ATTN_WG=0)
- * with each lo-byte bias form (LILY_CUDA_ATTN_BIAS 1, 0), all to the exact bound, fast, the
- * warp-specialised wgmma kernel (LILY_CUDA_ATTN_WG=3, attn_ws.cu) unsplit, the default (ws split
- * over the causal spans as the SMs call for: LILY_CUDA_ATTN_SPLIT=1), the wgmma kernel split in
- * three (some splits of short spans are empty) and ws split in three, to the exact bound; ws with
- * P V on 8-bit wgmma (LILY_CUDA_ATTN_WG=4) unsplit and split in three to TOL_PV8; at other head
- * dims every exact mode runs attn.cu's kernel.
+ * Prefill runs the default (exact: at head dim 256 the warp-specialised wgmma kernel, attn_ws.cu,
+ * split over the causal spans as the SMs call for; attn.cu's exact kernel at other head dims),
+ * fast (attn.cu's one-pass kernel), and at head dim 256 the ws kernel unsplit and split in three
+ * (lily_cuda_attn_prefill_force_splits; some splits of short spans are empty), to the exact
+ * bound.
  *
  * LILY_CUDA_TIME=1 also times, in each mode, decode at the 35B-A3B shape (Nq 16, Nkv 2, Dh 256,
  * 128 splits as the backend sizes them) at contexts 4K to 128K, alone and as a CUDA graph of 10
  * calls (the 10 attention layers of a decode step), with a sweep of split targets, and prefill
  * chunks: 512 tokens at depth 130560, 4096 from 0 and at 28672 (cudaEvent, median of 20);
  * LILY_CUDA_TIME=1p the prefill chunks alone (no parity cases: for profilers, 23 launches per
- * chunk and mode, 3 warm-ups and 20 timed, in the order above: attn_wg.cu's 4096 at 28672 is the
- * 47th, attn.cu's exact kernel's the 185th). */
+ * chunk and mode, 3 warm-ups and 20 timed, in the order above). */
 #include <stdio.h>
 
 #ifndef LILY_HAVE_CUDA
@@ -36,17 +32,13 @@ int main(void) {
 #include <cuda_runtime.h>
 
 #include "backend/cuda/attn.h"
+#include "backend/cuda/attn_wg.h"
 #include "parity_util.h"
 
 /* RMS relative bounds (pt_check) of the two modes: exact products leave fp32 accumulation error
  * (tensor-core sums, exp2f: ~1e-5); one bf16 pass rounds q, K, V and P to 8 bits (~2e-3). */
 #define TOL_EXACT 5e-5 /* relative to the RMS of sum p |v| / l: pt_check_scaled */
 #define TOL_FAST 1e-2
-/* LILY_CUDA_ATTN_WG=4 (attn_pv8.cuh): P as 16-bit fixed point per row and tile (rounding up to
- * 2^-17 of the tile-row's largest P' a term) and the lo x lo digit products of P V left out (<
- * 2^-16 a term): ~1e-5 of the output (a CPU emulation of the same P V on the transformers
- * fixtures and random contexts to 32K: max |d| / max |o| <= 8.1e-5), a few times TOL_EXACT. */
-#define TOL_PV8 2e-4
 
 static float sig(float x) { return 1.0f / (1.0f + expf(-x)); }
 
@@ -86,66 +78,31 @@ static void ref_attention(const float *q, int n, int pos, const float *kc, const
     free(acc);
 }
 
+/* attn_exact of the calls that follow (the GEMMs stay exact) */
 static void set_exact(int on) {
-    setenv("LILY_CUDA_ATTN_EXACT", on ? "1" : "0", 1);
-    lily_cuda_tune_reload();
+    lily_cuda_prec p = {1, on};
+    lily_cuda_prec_set(p);
 }
 
-/* attn.cu's exact prefill's lo-byte bias (LILY_CUDA_ATTN_BIAS): 0 per code, 1 per score
- * (default). */
-static void set_bias(int b) {
-    char v[2] = {(char)('0' + b), 0};
-    setenv("LILY_CUDA_ATTN_BIAS", v, 1);
-    lily_cuda_tune_reload();
+/* The decode split target of the calls that follow (0: as the SMs call for) */
+static int g_want;
+static void set_want(int want) {
+    g_want = want;
+    lily_cuda_attn_decode_force_splits(want);
 }
 
-/* The exact prefill at head dim 256 on wgmma (LILY_CUDA_ATTN_WG): NULL = the default (3), "0"
- * attn.cu's kernel, "2" with the ll products, "3" warp-specialised. */
-static void set_wg(const char *w) {
-    if (w) setenv("LILY_CUDA_ATTN_WG", w, 1);
-    else unsetenv("LILY_CUDA_ATTN_WG");
-    lily_cuda_tune_reload();
-}
-
-/* Prefill modes: the wgmma kernel unsplit, the wgmma kernel with the ll products, attn.cu's
- * exact kernel with each lo-byte bias form (1, 0), fast, the warp-specialised wgmma kernel
- * unsplit, the defaults (ws, split auto), the wgmma kernel split in 3, ws split in 3, ws with the
- * swizzled planes (LILY_CUDA_ATTN_SWZ=1) unsplit and split in 3, ws with P V on 8-bit wgmma
- * (LILY_CUDA_ATTN_WG=4) unsplit and split in 3, ws with the bulk-copied landings
- * (LILY_CUDA_ATTN_BULK=1) unsplit and split in 3, ws pv8 with them, and ws with the tiles landed
- * by tensor maps (LILY_CUDA_ATTN_BULK=2) unsplit and split in 3. Modes 1, 2 and 5-17 only differ
- * from mode 0 at head dim 256. */
-static const int k_pre_modes = 18;
-static int pre_mode_exact(int m) { return m != 4; }
-static int pre_mode_dh256_only(int m) { return m == 1 || m == 2 || m >= 5; }
-static int pre_mode_pv8(int m) { return m == 11 || m == 12 || m == 15; }
-static double pre_mode_tol(int m, int dh) {
-    return !pre_mode_exact(m) ? TOL_FAST : pre_mode_pv8(m) && dh == 256 ? TOL_PV8 : TOL_EXACT;
-}
+/* Prefill modes: the default (exact, split auto), fast, and the ws kernel unsplit and split in 3
+ * (modes 2 and 3 differ from mode 0 at head dim 256 only). */
+static const int k_pre_modes = 4;
+static int pre_mode_exact(int m) { return m != 1; }
+static int pre_mode_dh256_only(int m) { return m >= 2; }
+static double pre_mode_tol(int m) { return pre_mode_exact(m) ? TOL_EXACT : TOL_FAST; }
 static void set_pre_mode(int m) {
-    if (m == 6) unsetenv("LILY_CUDA_ATTN_BULK");
-    else setenv("LILY_CUDA_ATTN_BULK", m >= 16 ? "2" : m >= 13 ? "1" : "0", 1);
-    if (m == 6) unsetenv("LILY_CUDA_ATTN_SPLIT"); /* the default: 1 */
-    else
-        setenv("LILY_CUDA_ATTN_SPLIT",
-               m == 7 || m == 8 || m == 10 || m == 12 || m == 14 || m == 17 ? "3" : "0", 1);
-    setenv("LILY_CUDA_ATTN_SWZ", m == 9 || m == 10 ? "1" : "0", 1);
-    if (m == 6) unsetenv("LILY_CUDA_ATTN_SWZ");
-    set_bias(m == 3 ? 0 : 1);
-    set_wg(m == 6   ? NULL
-           : m == 0 || m == 7 ? "1"
-           : m == 1           ? "2"
-           : pre_mode_pv8(m)  ? "4"
-           : m == 5 || m >= 8 ? "3"
-                              : "0");
+    set_exact(pre_mode_exact(m));
+    lily_cuda_attn_prefill_force_splits(m == 2 ? 1 : m == 3 ? 3 : 0);
 }
 static const char *pre_mode_name(int m) {
-    static const char *nm[] = {" (wg)",   " (wg ll)", " (mma)",    " (mma bias 0)",
-                               " (fast)", " (ws)",    " (default: ws split)", " (split 3)",
-                               " (ws split 3)", " (ws swizzled)", " (ws swizzled split 3)",
-                               " (ws pv8)", " (ws pv8 split 3)", " (ws bulk)",
-                               " (ws bulk split 3)", " (ws pv8 bulk)", " (ws bulk tensor)",
-                               " (ws bulk tensor split 3)"};
+    static const char *nm[] = {" (default)", " (fast)", " (ws unsplit)", " (ws split 3)"};
     return nm[m];
 }
 
@@ -218,16 +175,16 @@ static void decode_case(int Nq, int Nkv, int Dh, int ctx, int splits, int gated)
     float *dscr = pt_dalloc(lily_cuda_attn_decode_scratch(Nq, Dh, splits) * 4);
     int32_t *dp = dev_pos(ctx - 1);
     float *got = malloc(qd * 4);
-    const char *want = getenv("LILY_CUDA_ATTN_SPLITS");
+    char want[16] = "";
+    if (g_want) snprintf(want, sizeof want, " want=%d", g_want);
     for (int ex = 1; ex >= 0; ex--) {
         set_exact(ex);
         int rc = lily_cuda_attn_decode(dq, dk, dv, dp, Nq, Nkv, Dh, scale, gated ? dg : NULL,
                                        dscr, splits, dout, NULL, &e);
         if (!pt_ok(rc, "decode launch", &e)) break;
         pt_get(got, dout, qd);
-        snprintf(name, sizeof name, "attn decode%s Nq=%d Nkv=%d Dh=%d ctx=%d splits=%d%s%s%s",
-                 ex ? "" : " (fast)", Nq, Nkv, Dh, ctx, splits, gated ? " gated" : "",
-                 want ? " want=" : "", want ? want : "");
+        snprintf(name, sizeof name, "attn decode%s Nq=%d Nkv=%d Dh=%d ctx=%d splits=%d%s%s",
+                 ex ? "" : " (fast)", Nq, Nkv, Dh, ctx, splits, gated ? " gated" : "", want);
         pt_check_scaled(name, got, ref, mag, qd, ex ? TOL_EXACT : TOL_FAST);
     }
     set_exact(1);
@@ -269,9 +226,9 @@ static void prefill_case(int Nq, int Nkv, int Dh, int pos0, int n, int gated) {
         pt_get(got, dout, nq);
         snprintf(name, sizeof name, "attn prefill%s Nq=%d Nkv=%d Dh=%d pos0=%d n=%d%s",
                  pre_mode_name(m), Nq, Nkv, Dh, pos0, n, gated ? " gated" : "");
-        pt_check_scaled(name, got, ref, mag, nq, pre_mode_tol(m, Dh));
+        pt_check_scaled(name, got, ref, mag, nq, pre_mode_tol(m));
     }
-    set_pre_mode(6); /* back to the defaults */
+    set_pre_mode(0); /* back to the defaults */
     lily_cuda_free(dk), lily_cuda_free(dv), lily_cuda_free(dq), lily_cuda_free(dg);
     lily_cuda_free(dout), lily_cuda_free(dp), lily_cuda_free(dpart);
     free(kc), free(vc), free(q), free(gate), free(ref), free(mag), free(scr), free(got);
@@ -403,15 +360,13 @@ static int t_prefill(const tctx *c) {
                                   c->out, c->part, (lily_cuda_stream)c->st, &e);
 }
 
-/* Ten decode calls captured as one CUDA graph on c->st (re-captured per call, so the split
- * target of the environment applies), then replayed: the launches of a decode step. */
+/* Ten decode calls captured as one CUDA graph on c->st (re-captured when the split target or the
+ * precision changed), then replayed: the launches of a decode step. */
 static int t_graph10(const tctx *c) {
     static cudaGraphExec_t ex;
     static const tctx *last;
-    static char env[32];
-    static unsigned gen; /* LILY_CUDA_ATTN_EXACT is read at capture */
-    const char *w = getenv("LILY_CUDA_ATTN_SPLITS");
-    if (c != last || strcmp(env, w ? w : "") != 0 || !ex || gen != lily_cuda_tune_get()->gen) {
+    static int want = -1, exact = -1; /* both apply at capture */
+    if (c != last || want != g_want || exact != lily_cuda_prec_get().attn_exact || !ex) {
         if (ex) cudaGraphExecDestroy(ex), ex = NULL;
         cudaGraph_t gr;
         if (cudaStreamBeginCapture(c->st, cudaStreamCaptureModeGlobal) != cudaSuccess) return -1;
@@ -424,8 +379,8 @@ static int t_graph10(const tctx *c) {
         if (cudaGraphInstantiate(&ex, gr, 0) != cudaSuccess) return -1;
         cudaGraphDestroy(gr);
         last = c;
-        gen = lily_cuda_tune_get()->gen;
-        snprintf(env, sizeof env, "%s", w ? w : "");
+        want = g_want;
+        exact = lily_cuda_prec_get().attn_exact;
     }
     return cudaGraphLaunch(ex, c->st) != cudaSuccess;
 }
@@ -438,11 +393,11 @@ static float time_median(pt_time_fn f, tctx *c) { return pt_time_median(f, c, c-
 
 /* Decode at 4K-128K (alone, in a graph of 10, split sweep) and one prefill chunk: one mode. */
 static void time_mode(tctx *cp, int maxc, int n) {
-    tctx c = *cp; /* t_graph10 re-captures on the new tune generation of each mode */
+    tctx c = *cp; /* t_graph10 re-captures for each mode's precision */
     lily_err e;
     const double rb = (double)lily_cuda_kv_bytes(1, 2, 256);
     static const int ctxs[] = {4096, 32768, 65536, 131072};
-    static const char *wants[] = {"8", "16", "33", "66", "128"};
+    static const int wants[] = {8, 16, 33, 66, 128};
     const int pre_only = getenv("LILY_CUDA_TIME")[1] == 'p'; /* "1p": prefill only */
     for (int i = 0; i < 4 && !pre_only; i++) {
         int p = ctxs[i] - 1;
@@ -453,13 +408,13 @@ static void time_mode(tctx *cp, int maxc, int n) {
                "(%6.0f GB/s)\n",
                ctxs[i], t1, gb / t1 * 1e6, t10, gb / t10 * 1e6);
         for (int k = 0; k < 5; k++) {
-            setenv("LILY_CUDA_ATTN_SPLITS", wants[k], 1);
+            set_want(wants[k]);
             float t = time_median(t_graph10_v, &c) / 10;
-            printf("time decode ctx=%-6d want=%-4s in a graph of 10: %8.1f us per call (%6.0f "
+            printf("time decode ctx=%-6d want=%-4d in a graph of 10: %8.1f us per call (%6.0f "
                    "GB/s)\n",
                    ctxs[i], wants[k], t, gb / t * 1e6);
         }
-        unsetenv("LILY_CUDA_ATTN_SPLITS");
+        set_want(0);
     }
     /* a 512-token chunk at 128K, and 4096-token chunks from 0 and at 28K (a 32K prompt's last) */
     const int pn[3] = {n, 4096, 4096}, pp[3] = {maxc - n, 0, 32768 - 4096};
@@ -504,15 +459,10 @@ static void time_all(void) {
     cudaStreamCreate(&c.st);
     for (int m = 0; m < k_pre_modes; m++) {
         set_pre_mode(m);
-        printf("time: LILY_CUDA_ATTN_EXACT=%d LILY_CUDA_ATTN_BIAS=%s LILY_CUDA_ATTN_WG=%s "
-               "LILY_CUDA_ATTN_SPLIT=%s LILY_CUDA_ATTN_BULK=%s\n",
-               pre_mode_exact(m), getenv("LILY_CUDA_ATTN_BIAS"),
-               getenv("LILY_CUDA_ATTN_WG") ? getenv("LILY_CUDA_ATTN_WG") : "3 (default)",
-               getenv("LILY_CUDA_ATTN_SPLIT") ? getenv("LILY_CUDA_ATTN_SPLIT") : "1 (default)",
-               getenv("LILY_CUDA_ATTN_BULK") ? getenv("LILY_CUDA_ATTN_BULK") : "(default)");
+        printf("time: mode%s\n", pre_mode_name(m));
         time_mode(&c, maxc, n);
     }
-    set_pre_mode(6); /* back to the defaults */
+    set_pre_mode(0); /* back to the defaults */
     lily_cuda_free(c.k), lily_cuda_free(c.v), lily_cuda_free(c.q), lily_cuda_free(c.gate);
     lily_cuda_free(c.out), lily_cuda_free(c.scr), lily_cuda_free(c.pos), lily_cuda_free(c.part);
     cudaStreamDestroy(c.st);
@@ -556,12 +506,12 @@ int main(void) {
     for (size_t i = 0; i < sizeof splits / sizeof splits[0]; i++)
         decode_case(16, 2, 256, 2049 + 2 * (int)i, splits[i], (int)i & 1);
     /* forced split targets (more than the grid, one, odd) */
-    static const char *wants[] = {"1", "7", "129", "500"};
+    static const int wants[] = {1, 7, 129, 500};
     for (size_t i = 0; i < sizeof wants / sizeof wants[0]; i++) {
-        setenv("LILY_CUDA_ATTN_SPLITS", wants[i], 1);
+        set_want(wants[i]);
         decode_case(16, 2, 256, 9999, 128, 1);
     }
-    unsetenv("LILY_CUDA_ATTN_SPLITS");
+    set_want(0);
     decode_case(8, 2, 128, 300, 3, 1);
     decode_case(4, 2, 128, 5000, 40, 0);
     decode_case(4, 4, 64, 33, 1, 0);

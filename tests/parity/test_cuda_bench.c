@@ -2,17 +2,14 @@
  * unless LILY_CUDA_BENCH_DIR names a directory, where a synthetic 35B-A3B MLX 4-bit checkpoint
  * is written by lily_mk_write when none is there yet. Times, through the backend contract:
  * prefill of a 4096-token prompt from an empty context (chunks of LILY_CUDA_BENCH_CHUNK, default
- * 512); greedy decode at 4K context (CUDA graph, and once without the graph for comparison);
- * and one prefill chunk and decode steps at a depth of ~128K positions. The deep measurements
+ * 512); greedy decode at 4K context (CUDA graph); and one prefill chunk and decode steps at a
+ * depth of ~128K positions, with the engine precision LILY_CUDA_BENCH_PRECISION (default, exact
+ * or fast; default: default). The deep measurements
  * reuse whatever the KV rows hold (their values do not change the work), so they need no 128K
  * prefill. Prints one line per measurement and a summary; fails only if the backend fails or the
  * 4K logits are not finite. bench/gpu_check.sh runs it on the GPU machine.
- *
- * LILY_CUDA_BENCH_VARIANTS="PDL=0;PDL=1;PDL=2" then times the graphed decode at 4K and 128K
- * and one prefill chunk at depth ~4K and ~128K once per variant (each sets
- * LILY_CUDA_<NAME>=<VALUE>, the tuning switches of cuda_mem.h, the others back to their
- * defaults; the graph is recaptured), in
- * LILY_CUDA_BENCH_ROUNDS (default 2) interleaved rounds, so one run compares them side by side. */
+
+ * A/B of builds or precisions: bench/gpu_check.sh alternates `lily bench` runs. */
 #include <stdio.h>
 
 #ifndef LILY_HAVE_CUDA
@@ -29,32 +26,6 @@ int main(void) {
 #include "base/timer.h"
 #include "model/mkmodel.h"
 #include "parity_util.h"
-
-/* Applies one variant ("NAME=VALUE NAME=VALUE", names without the LILY_CUDA_ prefix) after
- * resetting the tuning switches to their defaults. */
-static void apply_variant(const char *v) {
-    unsetenv("LILY_CUDA_PDL");
-    unsetenv("LILY_CUDA_FUSED_ROUTER");
-    unsetenv("LILY_CUDA_GEMM_EXACT");
-    unsetenv("LILY_CUDA_ATTN_EXACT");
-    unsetenv("LILY_CUDA_SKINNY");
-    unsetenv("LILY_CUDA_GROUP_BN");
-    unsetenv("LILY_CUDA_WG_LOOP");
-    unsetenv("LILY_CUDA_WG_SWZ");
-    unsetenv("LILY_CUDA_WG_N64");
-    unsetenv("LILY_CUDA_ATTN_SWZ");
-    char buf[256];
-    snprintf(buf, sizeof buf, "%s", v);
-    for (char *t = strtok(buf, " ,"); t; t = strtok(NULL, " ,")) {
-        char *eq = strchr(t, '=');
-        if (!eq) continue;
-        *eq = 0;
-        char name[96];
-        snprintf(name, sizeof name, "LILY_CUDA_%s", t);
-        setenv(name, eq + 1, 1);
-    }
-    lily_cuda_tune_reload();
-}
 
 static int argmax_h(const float *x, int n) {
     int b = 0;
@@ -135,6 +106,12 @@ int main(void) {
     if (chunk < 1 || chunk > 8192) chunk = 512;
     lily_engine_opts o = {0};
     o.prefill_chunk = chunk;
+    const char *pv = getenv("LILY_CUDA_BENCH_PRECISION");
+    if (pv && !strcmp(pv, "exact")) o.precision = LILY_PRECISION_EXACT;
+    else if (pv && !strcmp(pv, "fast")) o.precision = LILY_PRECISION_FAST;
+    else if (pv && *pv && strcmp(pv, "default"))
+        return printf("FAIL LILY_CUDA_BENCH_PRECISION=%s (default, exact or fast)\n", pv), 1;
+    printf("precision: %s\n", pv && *pv ? pv : "default");
     t0 = lily_now();
     if (g->open(m, &o, &gb, &e)) return printf("FAIL open: %s\n", e.msg), 1;
     double t_up = lily_now() - t0;
@@ -146,7 +123,8 @@ int main(void) {
     V = m->cfg.vocab;
     const char *prof = getenv("LILY_CUDA_BENCH_PROFILE");
     if (prof) {
-        /* one prefill chunk or one ungraphed decode step, for a per-kernel profile (ncu) */
+        /* one prefill chunk or one decode step (its graph: ncu profiles the graph's kernels one
+         * by one), for a per-kernel profile */
         int pctx = 2 * chunk + 8;
         logits = malloc((size_t)V * 4);
         int32_t *pt = malloc((size_t)chunk * 4);
@@ -160,7 +138,6 @@ int main(void) {
             for (int i = 0; i < 21 && !rc; i++)
                 rc = g->forward(gb, gs, pt + i, 1, chunk + i, logits, 0, &e);
         } else {
-            setenv("LILY_CUDA_NO_GRAPH", "1", 1);
             rc = g->forward(gb, gs, pt, 1, chunk, logits, 0, &e);
         }
         if (rc) printf("FAIL profile run: %s\n", e.msg);
@@ -190,11 +167,6 @@ int main(void) {
     double wbytes = 1.67e9 + 1.29e8 + 20480.0 * n4k; /* spec 9.1: active weights + GDN + KV */
     printf("decode at %d (graph): %.3f ms/token = %.1f tok/s (%.0f GB/s of %.2f GB/token)\n",
            n4k + 1, td * 1e3, 1 / td, wbytes / td / 1e9, wbytes / 1e9);
-    setenv("LILY_CUDA_NO_GRAPH", "1", 1);
-    double tn = decode(n4k + 66, 16);
-    unsetenv("LILY_CUDA_NO_GRAPH");
-    if (tn < 0) return 1;
-    printf("decode at %d (no graph): %.3f ms/token = %.1f tok/s\n", n4k + 67, tn * 1e3, 1 / tn);
     double tc = prefill(tok, chunk, n4k + 100, chunk);
     printf("prefill chunk of %d at depth %d: %.3f s = %.0f tok/s\n", chunk, n4k + 100, tc,
            chunk / tc);
@@ -210,28 +182,6 @@ int main(void) {
     printf("SUMMARY prefill4k=%.0f tok/s decode4k=%.1f tok/s prefill@128k=%.0f tok/s "
            "decode@128k=%.1f tok/s (floors: 15100, 380, 11700, 273)\n",
            n4k / tp, 1 / td, chunk / tcd, 1 / tdd);
-    const char *vars = getenv("LILY_CUDA_BENCH_VARIANTS");
-    const char *rs = getenv("LILY_CUDA_BENCH_ROUNDS");
-    int rounds = rs ? atoi(rs) : 2;
-    for (int r = 0; vars && *vars && r < rounds; r++) {
-        char list[1024];
-        snprintf(list, sizeof list, "%s", vars);
-        char *save = NULL;
-        for (char *v = strtok_r(list, ";", &save); v; v = strtok_r(NULL, ";", &save)) {
-            apply_variant(v);
-            const lily_cuda_tune *tu = lily_cuda_tune_get();
-            double a = decode(n4k, 128), d = decode(deep, 32);
-            double pa = prefill(tok, chunk, n4k + 100, chunk);
-            double pd = prefill(tok, chunk, deep - chunk, chunk);
-            if (a < 0 || d < 0 || pa < 0 || pd < 0) return 1;
-            printf("VARIANT round %d [%s] (pdl %d fused_router %d gemm_exact %d attn_exact %d "
-                   "skinny %d): decode4k=%.1f tok/s decode128k=%.1f tok/s prefill@4k=%.0f tok/s "
-                   "prefill@128k=%.0f tok/s\n",
-                   r, v, tu->pdl, tu->fused_router, tu->gemm_exact, tu->attn_exact, tu->skinny,
-                   1 / a, 1 / d,
-                   chunk / pa, chunk / pd);
-        }
-    }
     g->state_free(gb, gs);
     g->close(gb);
     lily_model_free(m);

@@ -78,6 +78,7 @@ static void run_model(const char *dir, const char *label) {
     const lily_backend_ops *cpu = &lily_backend_cpu, *gpu = &lily_backend_cuda;
     lily_engine_opts o = {0};
     o.prefill_chunk = 64;
+    o.precision = LILY_PRECISION_EXACT; /* the CPU reference multiplies in fp32 */
     lily_backend *bc = NULL, *bg = NULL;
     if (cpu->open(m, &o, &bc, &e) || gpu->open(m, &o, &bg, &e)) {
         printf("FAIL open: %s\n", e.msg);

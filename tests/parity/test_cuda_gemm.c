@@ -3,15 +3,14 @@
  * the token tiles (1, 3, 63, 64, 65, 200), widths from one group (64) to 4096, strided X and Y,
  * the accumulate epilogue; the grouped (expert) form with row gather and experts of 0 rows, one
  * row, several token tiles and all rows; and the gated (silu(gate) * up) forms. The Q4 kernel
- * (gemm_q4.h) runs with every tile shape and split-K factor forced, and the previous Q4 kernel
- * (still selectable for measurements) on a few cases. Everything runs twice: exact
- * (LILY_CUDA_GEMM_EXACT=1, the default: fp16 weights, activations as fp16 hi + lo with a row scale;
+ * (gemm_q4.h) runs with every tile shape and split-K factor forced. Everything runs twice: exact
+ * (lily_cuda_prec.gemm_exact, the default: fp16 weights, activations as fp16 hi + lo with a row scale;
  * the tolerance is that of weights rounded to fp16, relative L2 error <= 5e-4) and fast (one bf16
  * pass: tolerance 1e-2). F32 weights are stored as bf16 on the device, so they keep 1e-2. The
  * exact pass also checks rows of very different magnitudes (1e-6 .. 1e6: the row scale keeps
  * fp16 in range).
  *
- * LILY_CUDA_TIME=1 also times the current and the previous Q4 kernels at the 35B-A3B prefill
+ * LILY_CUDA_TIME=1 also times the automatic choice and the gemm_q4.h kernel at the 35B-A3B prefill
  * shapes (cudaEvent, median of 20) for chunks of n = 512, 2048 and 4096 tokens: every dense
  * projection, and the grouped expert GEMMs with n x 8 rows spread unevenly over 256 experts. */
 #include <stdio.h>
@@ -80,7 +79,7 @@ static void gemm_case_fn(gemm_fn fn, const char *label, lily_dtype dt, int M, in
     pt_fill(Y0, (size_t)n * ldy, 1.0f);
     memcpy(ref, Y0, (size_t)n * ldy * 4);
     float *tmp = malloc((size_t)n * M * 4);
-    lily_cpu_matmul(&W, X, n, ldx, tmp, M, NULL);
+    lily_cpu_matmul(pt_cpu(), &W, X, n, ldx, tmp, M, NULL);
     for (int t = 0; t < n; t++)
         for (int o = 0; o < M; o++)
             ref[(size_t)t * ldy + o] =
@@ -127,7 +126,7 @@ static void stack_case(lily_dtype dt, const int *rows, int nm, int K, int n) {
         float *got = malloc((size_t)n * R * 4), *tmp = malloc((size_t)n * R * 4);
         fill_x(X, n, ldx);
         for (int i = 0, r0 = 0; i < nm; r0 += rows[i], i++) {
-            lily_cpu_matmul(&ms[i], X, n, ldx, tmp, rows[i], NULL);
+            lily_cpu_matmul(pt_cpu(), &ms[i], X, n, ldx, tmp, rows[i], NULL);
             for (int t = 0; t < n; t++)
                 memcpy(ref + (size_t)t * R + r0, tmp + (size_t)t * rows[i], rows[i] * 4);
         }
@@ -178,8 +177,8 @@ static void glu_case(lily_dtype dt, int M, int K, int n) {
     float *X = malloc((size_t)n * ldx * 4), *ref = malloc((size_t)n * ldy * 4);
     float *tg = malloc((size_t)n * M * 4), *tu = malloc((size_t)n * M * 4);
     fill_x(X, n, ldx);
-    lily_cpu_matmul(&G, X, n, ldx, tg, M, NULL);
-    lily_cpu_matmul(&U, X, n, ldx, tu, M, NULL);
+    lily_cpu_matmul(pt_cpu(), &G, X, n, ldx, tg, M, NULL);
+    lily_cpu_matmul(pt_cpu(), &U, X, n, ldx, tu, M, NULL);
     for (size_t i = 0; i < (size_t)n * ldy; i++)
         ref[i] = 0;
     for (int t = 0; t < n; t++)
@@ -200,7 +199,7 @@ static void glu_case(lily_dtype dt, int M, int K, int n) {
 }
 #endif
 
-static int g_gbn = LILY_GEMM_GROUP_BN; /* rows per tile (LILY_CUDA_GROUP_BN) */
+static int g_gbn = LILY_GEMM_GROUP_BN; /* rows per tile of the grouped cases */
 static int make_tiles(const int *counts, int E, int32_t *tiles) {
     return pt_make_tiles(counts, E, g_gbn, tiles);
 }
@@ -243,8 +242,8 @@ static void grouped_case(lily_dtype dt, int M, int K, int E, const int *counts, 
         if (!counts[x]) continue;
         for (int i = 0; i < counts[x]; i++)
             memcpy(xg + (size_t)i * K, X + (size_t)gather[r0 + i] * ldx, (size_t)K * 4);
-        lily_cpu_matmul(&G[x], xg, counts[x], K, tg, M, NULL);
-        if (glu) lily_cpu_matmul(&U[x], xg, counts[x], K, tu, M, NULL);
+        lily_cpu_matmul(pt_cpu(), &G[x], xg, counts[x], K, tg, M, NULL);
+        if (glu) lily_cpu_matmul(pt_cpu(), &U[x], xg, counts[x], K, tu, M, NULL);
         for (int i = 0; i < counts[x]; i++)
             for (int o = 0; o < M; o++) {
                 float g = tg[(size_t)i * M + o];
@@ -367,15 +366,17 @@ static int route(int n, int *counts, int32_t *gather, int32_t *tiles) {
     return nt;
 }
 
-/* The gemm_q4.h kernel, the previous one and the automatic choice on one call. */
+/* The gemm_q4.h kernel and the automatic choice on one call. */
 static void time_both(const char *what, time_fn f, tctx *c, double flop) {
-    static const char *kn[3] = {"auto", "previous", "q4"};
-    for (int k = 2; k >= 0; k--) {
+    static const char *kn[2] = {"auto", "q4"};
+    static const int sel[2] = {LILY_GEMM_AUTO, LILY_GEMM_Q4};
+    for (int k = 1; k >= 0; k--) {
         char name[200];
         snprintf(name, sizeof name, "%s %s", what, kn[k]);
-        lily_cuda_gemm_select(k);
+        lily_cuda_gemm_select(sel[k]);
         report(name, time_median(f, c), flop);
     }
+    lily_cuda_gemm_select(LILY_GEMM_AUTO);
 }
 
 static void timing(void) {
@@ -451,19 +452,6 @@ static void timing(void) {
         report(name, time_median(t_grouped, &c), f);
         lily_cuda_gemm_q4_force(LILY_Q4T_AUTO, 0);
         lily_cuda_gemm_select(LILY_GEMM_AUTO);
-        if (j == 0) { /* the new kernel against the previous one on the 35B shape */
-            size_t ny = (size_t)n * k * I;
-            float *a = malloc(ny * 4), *b = malloc(ny * 4);
-            lily_cuda_gemm_select(LILY_GEMM_Q4);
-            t_grouped(&c);
-            pt_get(a, dY, ny);
-            lily_cuda_gemm_select(LILY_GEMM_PREVIOUS);
-            t_grouped(&c);
-            lily_cuda_gemm_select(LILY_GEMM_AUTO);
-            pt_get(b, dY, ny);
-            pt_check("grouped q4 new = previous kernel, 35B gate shape n=512", a, b, ny, 1e-2);
-            free(a), free(b);
-        }
         c.W = &Ds, c.X = dY2, c.ldx = I, c.Y = dY, c.ldy = H, c.gather = NULL, c.nx = n * k;
         snprintf(name, sizeof name, "grouped q4 down 2048 x 512 x 256 n=%d", n);
         time_both(name, t_grouped, &c, f);
@@ -501,7 +489,7 @@ static void q4_shapes(void) {
     gemm_case(LILY_DT_Q4, 2048, 4096, 300, 1);
     gemm_case(LILY_DT_Q4, 64, 2048, 257, 0);
     gemm_case(LILY_DT_Q4, 4096, 2048, 1030, 0);
-    /* the same with the automatic kernel choice (previous kernel for the big grids) */
+    /* the same with the automatic kernel choice (gemm.cu's kernel for the big grids) */
     lily_cuda_gemm_select(LILY_GEMM_AUTO);
     snprintf(g_tag, sizeof g_tag, " [auto]");
     gemm_case(LILY_DT_Q4, 2048, 4096, 300, 1);
@@ -610,15 +598,11 @@ static void all_cases(void) {
         grouped_case(LILY_DT_Q4, 300, 576, 5, c1, 0, 0, 0);
     }
     lily_cuda_gemm_q4_force(LILY_Q4T_AUTO, 0);
-    /* the previous Q4 kernel for every shape: it must stay right too */
-    lily_cuda_gemm_select(LILY_GEMM_PREVIOUS);
-    snprintf(g_tag, sizeof g_tag, " [previous kernel]");
-    gemm_case(LILY_DT_Q4, 1000, 2048, 65, 0);
-    gemm_case(LILY_DT_Q4, 37, 4096, 64, 1);
-    /* that kernel's split-K, forced (whole chunks of 8 k-steps: 17 k-steps make 3 ranges) */
+    lily_cuda_gemm_select(LILY_GEMM_AUTO);
+    /* gemm.cu's split-K, forced (whole chunks of 8 k-steps: 17 k-steps make 3 ranges) */
     for (int split = 2; split <= 4; split++) {
         lily_cuda_gemm_force_split(split);
-        snprintf(g_tag, sizeof g_tag, " [previous kernel, split %d]", split);
+        snprintf(g_tag, sizeof g_tag, " [gemm.cu kernel where it runs, split %d]", split);
         gemm_case(LILY_DT_Q4, 1000, 2048, 65, 0);
         gemm_case(LILY_DT_Q8, 130, 1088, 40, split == 3);
         gemm_case(LILY_DT_BF16, 127, 1024, 20, split != 3);
@@ -687,39 +671,24 @@ static void wg_probes(void) {
     wg_probe(64, 512, 16, 100);
 }
 
+/* gemm_exact of the GEMMs that follow (lily_cuda_prec; attention stays exact) */
+static void set_gemm_exact(int on) {
+    lily_cuda_prec p = {on, 1};
+    lily_cuda_prec_set(p);
+}
+
 int main(void) {
     pt_need_gpu();
-    for (int v = 0; v < 8; v++) { /* loop form (0 .. 3; 4 at the end) x planes layout */
-        lily_cuda_gemm_wg_pipe(v % 4);
-        lily_cuda_gemm_wg_swizzle(v / 4);
-        wg_probes();
-    }
-    lily_cuda_gemm_wg_swizzle(-1);
     g_san = getenv("LILY_CUDA_SAN") && getenv("LILY_CUDA_SAN")[0] == '1';
     for (int exact = 1; exact >= 0; exact--) {
-        setenv("LILY_CUDA_GEMM_EXACT", exact ? "1" : "0", 1);
-        lily_cuda_tune_reload();
+        set_gemm_exact(exact);
         g_tol = exact ? 5e-4 : 1e-2;
         printf("== %s GEMMs\n", exact ? "exact" : "fast (bf16)");
         all_cases();
     }
     /* exact: rows from 1e-6 to 1e6 in one X (the per-row power-of-two scale keeps fp16 finite) */
-    setenv("LILY_CUDA_GEMM_EXACT", "1", 1);
-    lily_cuda_tune_reload();
+    set_gemm_exact(1);
     g_tol = 5e-4;
-    for (int v = 0; v < 16; v++) {
-        static const char *loop[4] = {"simple", "pipelined", "pipelined, one barrier",
-                                      "pipelined, one barrier, copies after the wgmma"};
-        printf("== wgmma GEMM (exact, %s, %s planes, %d-token tiles)\n", loop[v % 4],
-               v / 4 % 2 ? "swizzled" : "unswizzled", v / 8 ? 64 : 128);
-        lily_cuda_gemm_wg_pipe(v % 4);
-        lily_cuda_gemm_wg_swizzle(v / 4 % 2);
-        lily_cuda_gemm_wg_n64(v / 8);
-        wg_shapes();
-    }
-    lily_cuda_gemm_wg_pipe(-1);
-    lily_cuda_gemm_wg_swizzle(-1);
-    lily_cuda_gemm_wg_n64(-1);
     g_xscale_spread = 6.f;
     snprintf(g_tag, sizeof g_tag, " [rows 1e-6..1e6]");
     gemm_case(LILY_DT_Q4, 300, 1024, 133, 0);
@@ -732,8 +701,7 @@ int main(void) {
     g_xscale_spread = 0;
     /* 64-row tiles of the grouped GEMM, exact and fast */
     for (int exact = 1; exact >= 0; exact--) {
-        setenv("LILY_CUDA_GEMM_EXACT", exact ? "1" : "0", 1);
-        lily_cuda_tune_reload();
+        set_gemm_exact(exact);
         g_gbn = 64;
         g_tol = exact ? 5e-4 : 1e-2;
         snprintf(g_tag, sizeof g_tag, " [64-row tiles%s]", exact ? "" : ", fast");
@@ -753,8 +721,7 @@ int main(void) {
         lily_cuda_gemm_grouped(&gg, dg, 8, 1, NULL, NULL, NULL, 1, 48, dg, 8, NULL, &eg) == -1);
     g_gbn = LILY_GEMM_GROUP_BN;
     g_tag[0] = 0;
-    unsetenv("LILY_CUDA_GEMM_EXACT");
-    lily_cuda_tune_reload();
+    set_gemm_exact(1);
     lily_err e;
     float dummy[8];
     lily_dmat bad = {0};
@@ -768,30 +735,18 @@ int main(void) {
                   lily_cuda_gemm_glu(&g1, &u1, dummy, 8, 1, dummy, 8, NULL, &e) == -1);
 #endif
     const int sr[4] = {37, 256, 5, 64}, sr2[2] = {256, 1};
-    setenv("LILY_CUDA_GEMM_EXACT", "1", 1);
-    lily_cuda_tune_reload();
+    set_gemm_exact(1);
     g_tol = 5e-4;
     stack_case(LILY_DT_Q4, sr, 4, 576, 70);
     stack_case(LILY_DT_Q8, sr2, 2, 2048, 33);
     stack_case(LILY_DT_BF16, sr, 3, 128, 9);
     stack_case(LILY_DT_F32, sr2, 2, 64, 5);
-    /* Loop form 4 (TMA copies where they apply: K a multiple of 256, dense) last: a copy that
-     * never lands traps and leaves the context unusable, which must not take the other forms'
-     * verdicts with it */
-    lily_cuda_gemm_wg_pipe(4);
-    lily_cuda_gemm_wg_swizzle(1);
+    /* the wgmma kernel (TMA copies where they apply: K a multiple of 256, dense; cp.async
+     * otherwise) last: a copy that never lands traps and leaves the context unusable, which must
+     * not take the other cases' verdicts with it */
     wg_probes();
-    for (int n64 = 0; n64 < 2; n64++) {
-        printf("== wgmma GEMM (exact, TMA copies, swizzled planes, %d-token tiles)\n",
-               n64 ? 64 : 128);
-        lily_cuda_gemm_wg_n64(n64);
-        wg_shapes();
-    }
-    lily_cuda_gemm_wg_pipe(-1);
-    lily_cuda_gemm_wg_swizzle(-1);
-    lily_cuda_gemm_wg_n64(-1);
-    unsetenv("LILY_CUDA_GEMM_EXACT");
-    lily_cuda_tune_reload();
+    printf("== wgmma GEMM (exact)\n");
+    wg_shapes();
     const char *tm = getenv("LILY_CUDA_TIME");
     if (tm && tm[0] == '1') timing();
     return pt_finish();

@@ -47,7 +47,7 @@ static void run_case(lily_dtype dt, int cols, const int *rows, int nseg, int pk,
         m[s] = pt_mat(dt, rows[s], cols);
         if (!pt_ok(lily_cuda_dmat_upload(&m[s], 1, &dm[s], &e), "upload", &e)) return;
         ref[s] = malloc(rows[s] * 4);
-        lily_cpu_matmul(&m[s], xp, 1, cols, ref[s], rows[s], NULL);
+        lily_cpu_matmul(pt_cpu(), &m[s], xp, 1, cols, ref[s], rows[s], NULL);
         float *y0 = malloc(rows[s] * 4);
         pt_fill(y0, rows[s], 1.0f);
         cs[s] = malloc((size_t)(K - 1) * rows[s] * 4);

@@ -4,11 +4,11 @@
  * the output against the CPU block run with the GPU's routing (so a near-tie flip cannot fail the
  * test). The prefill is also run with forced routings: every token on the same k experts (those
  * get all rows, the rest none) and a skewed random load; and a dense SwiGLU MLP (no experts).
- * Every decode case runs with LILY_CUDA_FUSED_ROUTER=0 and 1 (the router GEMV, or the router
- * inside the gate/up launch behind a grid barrier), and the fused path also under CUDA graph
- * replay. Prefill chunks whose experts average fewer than 16 rows take the skinny 16-row expert
- * tiles (gemm_skinny.h: n = 1, 24 on 64 experts, 200 on 256, ...); a few of them run again with
- * LILY_CUDA_SKINNY=0 (the 32-row tiles). */
+ * Every decode case runs with the router GEMV (lily_cuda_moe_force_unfused) and with the router
+ * inside the gate/up launch behind a grid barrier where the shapes allow it, and the fused path
+ * also under CUDA graph replay. Prefill chunks whose Q4 experts average fewer than 64 rows take
+ * the skinny 16-row expert tiles (gemm_skinny.h: n = 1, 24 on 64 experts, 200 on 256, ...), at
+ * least 64 the 64-row tiles (n = 600 on 16 experts, top-2). */
 #include <stdio.h>
 
 #ifndef LILY_HAVE_CUDA
@@ -124,11 +124,11 @@ static void swiglu_h(const lily_mat *g, const lily_mat *u, const lily_mat *d, co
                      float *out) {
     int I = g->rows;
     float *a = malloc(I * 4), *b = malloc(I * 4);
-    lily_cpu_matmul(g, x, 1, H, a, I, NULL);
-    lily_cpu_matmul(u, x, 1, H, b, I, NULL);
+    lily_cpu_matmul(pt_cpu(), g, x, 1, H, a, I, NULL);
+    lily_cpu_matmul(pt_cpu(), u, x, 1, H, b, I, NULL);
     for (int i = 0; i < I; i++)
         a[i] = silu_h(a[i]) * b[i];
-    lily_cpu_matmul(d, a, 1, I, out, H, NULL);
+    lily_cpu_matmul(pt_cpu(), d, a, 1, I, out, H, NULL);
     free(a), free(b);
 }
 
@@ -147,14 +147,14 @@ static void moe_ref(moe_fix *f, const float *u, int n, const int *idx, const flo
             float gte = 1.0f;
             if (f->has_sg) {
                 float l;
-                lily_cpu_matmul(&f->sh_gw, ut, 1, H, &l, 1, NULL);
+                lily_cpu_matmul(pt_cpu(), &f->sh_gw, ut, 1, H, &l, 1, NULL);
                 gte = sig(l);
             }
             for (int i = 0; i < H; i++)
                 acc[i] = gte * y[i];
         }
         if (cidx) {
-            lily_cpu_matmul(&f->router, ut, 1, H, lg, E, NULL);
+            lily_cpu_matmul(pt_cpu(), &f->router, ut, 1, H, lg, E, NULL);
             lily_cpu_topk_softmax(lg, E, k, 1, cidx + (size_t)t * k, cw);
         }
         for (int j = 0; j < k; j++) {
@@ -169,19 +169,13 @@ static void moe_ref(moe_fix *f, const float *u, int n, const int *idx, const flo
     free(y), free(acc), free(lg), free(cw);
 }
 
-/* LILY_CUDA_FUSED_ROUTER for the launches that follow. */
-static void set_fused(int on) {
-    setenv("LILY_CUDA_FUSED_ROUTER", on ? "1" : "0", 1);
-    lily_cuda_tune_reload();
-}
+/* The fused router allowed (1, the default) or not (0) for the launches that follow. */
+static void set_fused(int on) { lily_cuda_moe_force_unfused(!on); }
 
 /* Whether the fixture's decode should take the fused-router path when the switch is on: the
  * fixtures have a Q8 router and Q4 experts, so it is the tensor-core gate/up kernel's shapes
  * (and every grid here is small enough to be resident). */
-static int expect_fused(const moe_fix *f) {
-    const char *mma = getenv("LILY_CUDA_Q4MMA");
-    return f->k > 0 && f->H % 256 == 0 && !(mma && mma[0] == '0');
-}
+static int expect_fused(const moe_fix *f) { return f->k > 0 && f->H % 256 == 0; }
 
 /* One decode step of x [H] on scratch scr: the output, and the routing when k > 0. */
 static int dec_run(moe_fix *f, const float *x, const float *dw, void *scr, float *got, int *gidx,
@@ -218,7 +212,7 @@ static void decode_case(moe_fix *f) {
     float gwt[2][2][32] = {{{0}}}, cw[32] = {0};
     if (k) {
         float *lg = malloc(f->E * 4);
-        lily_cpu_matmul(&f->router, u, 1, H, lg, f->E, NULL);
+        lily_cpu_matmul(pt_cpu(), &f->router, u, 1, H, lg, f->E, NULL);
         lily_cpu_topk_softmax(lg, f->E, k, 1, cidx, cw);
         free(lg);
     }
@@ -438,33 +432,19 @@ int main(void) {
     decode_case(&f);
     prefill_case(&f, 77, 0);
     prefill_case(&f, 129, 2);
-    setenv("LILY_CUDA_MOE_STACK", "0", 1);
-    lily_cuda_tune_reload();
-    prefill_case(&f, 77, 0);
-    unsetenv("LILY_CUDA_MOE_STACK");
-    lily_cuda_tune_reload();
     fix_free(&f);
     if (fix_make(&f, 256, 8, 256, 128, 128, 1)) return pt_finish();
     decode_case(&f);
     prefill_case(&f, 200, 0);
     prefill_case(&f, 64, 1);
     prefill_case(&f, 1000, 2);             /* 8000 assignments: 16 scatter chunks, skewed */
-    setenv("LILY_CUDA_GROUP_BN", "64", 1); /* 64-row expert tiles */
-    lily_cuda_tune_reload();
-    prefill_case(&f, 1000, 0);
-    prefill_case(&f, 130, 2);
-    unsetenv("LILY_CUDA_GROUP_BN");
-    setenv("LILY_CUDA_SKINNY", "0", 1); /* 32-row tiles where the skinny ones would run */
-    lily_cuda_tune_reload();
-    prefill_case(&f, 200, 0);
-    prefill_case(&f, 64, 1);
-    unsetenv("LILY_CUDA_SKINNY");
-    lily_cuda_tune_reload();
     fix_free(&f);
     if (fix_make(&f, 16, 2, 320, 192, 0, 0)) return pt_finish();
     decode_case(&f);
     prefill_case(&f, 33, 0);
     prefill_case(&f, 50, 2);
+    prefill_case(&f, 600, 0); /* 1200 assignments over 16 experts: the 64-row tiles */
+    prefill_case(&f, 700, 2);
     fix_free(&f);
     if (fix_make(&f, 32, 4, 256, 128, 192, 1)) return pt_finish(); /* Is != I */
     decode_case(&f);
@@ -489,11 +469,6 @@ int main(void) {
      * skinny 16-row tiles), skewed (a few experts with several tiles), and the 32-row tiles */
     prefill_case(&f, 24, 0);
     prefill_case(&f, 24, 2);
-    setenv("LILY_CUDA_SKINNY", "0", 1);
-    lily_cuda_tune_reload();
-    prefill_case(&f, 24, 0);
-    unsetenv("LILY_CUDA_SKINNY");
-    lily_cuda_tune_reload();
     fix_free(&f);
     if (fix_make(&f, 64, 6, 512, 256, 0, 0)) return pt_finish();
     decode_case(&f);

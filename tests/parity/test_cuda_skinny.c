@@ -6,7 +6,7 @@
  * 128-row blocks or of the 16-row slabs (200, 130, 72); X rows of very different magnitudes
  * (1e-6 .. 1e6: the split's row scale); more tile rows in the grid than valid tiles (the extra
  * blocks must leave). Every case runs for both A operand forms (fp16 subnormal codes, and the
- * subtraction form) and with LILY_CUDA_GEMM_EXACT=1 and 0 (the kernel splits X itself when the
+ * subtraction form) and with lily_cuda_prec.gemm_exact 1 and 0 (the kernel splits X itself when the
  * GEMMs are not exact). Y is filled with a sentinel first: every valid element must be written,
  * and the padding columns of Y (ldy > M) must keep it.
  *
@@ -80,7 +80,7 @@ static void grouped_case(int M, int K, int E, const int *counts, int n, int use_
         if (!counts[x]) continue;
         for (int i = 0; i < counts[x]; i++)
             memcpy(xg + (size_t)i * K, X + (size_t)gather[r0 + i] * ldx, (size_t)K * 4);
-        lily_cpu_matmul(&G[x], xg, counts[x], K, tg, M, NULL);
+        lily_cpu_matmul(pt_cpu(), &G[x], xg, counts[x], K, tg, M, NULL);
         for (int i = 0; i < counts[x]; i++)
             memcpy(ref + (size_t)(r0 + i) * ldy, tg + (size_t)i * M, (size_t)M * 4);
     }
@@ -303,6 +303,12 @@ static void timing(void) {
     free(X), free(gather), free(tiles);
 }
 
+/* gemm_exact of the GEMMs that follow (lily_cuda_prec; attention stays exact) */
+static void set_gemm_exact(int on) {
+    lily_cuda_prec p = {on, 1};
+    lily_cuda_prec_set(p);
+}
+
 int main(void) {
     pt_need_gpu();
     const char *tm = getenv("LILY_CUDA_TIME");
@@ -318,17 +324,15 @@ int main(void) {
                 lily_cuda_skinny_cp(cp);
                 lily_cuda_skinny_pf(cp); /* prefetch with the cp cases (it changes no value) */
                 lily_cuda_skinny_variant(v ? LILY_SKINNY_SUB : LILY_SKINNY_DENORM);
-                setenv("LILY_CUDA_GEMM_EXACT", exact ? "1" : "0", 1);
-                lily_cuda_tune_reload();
+                set_gemm_exact(exact);
                 snprintf(g_tag, sizeof g_tag, " [%s%s%s]", vname[v], cp ? ", cp" : "",
-                         exact ? "" : ", gemm_exact=0");
+                         exact ? "" : ", fast");
                 all_cases();
             }
     lily_cuda_skinny_cp(0);
     lily_cuda_skinny_pf(0);
     /* rows from 1e-6 to 1e6 in one X (the split's row scale keeps fp16 in range) */
-    setenv("LILY_CUDA_GEMM_EXACT", "1", 1);
-    lily_cuda_tune_reload();
+    set_gemm_exact(1);
     g_spread = 6.f;
     for (int v = 0; v < 4; v++) {
         lily_cuda_skinny_variant(v & 1 ? LILY_SKINNY_SUB : LILY_SKINNY_DENORM);
@@ -343,8 +347,7 @@ int main(void) {
     g_spread = 0;
     g_tag[0] = 0;
     lily_cuda_skinny_variant(LILY_SKINNY_DENORM);
-    unsetenv("LILY_CUDA_GEMM_EXACT");
-    lily_cuda_tune_reload();
+    set_gemm_exact(1);
     {
         /* 16-row tiles are Q4 only */
         lily_err e;

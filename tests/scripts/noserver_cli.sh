@@ -3,7 +3,7 @@
 # lily binary into <build>/noserver, then on a tiny random-weight model with the real Qwen
 # tokenizer (tests/js) checks that `lily run`, `lily chat` and `lily generate` work there and give
 # what the full build gives (greedy and seeded), that `lily serve` refuses with a message, and that
-# `lily generate` draws the same tokens on the host as on the backend (LILY_CPU_DRAWS=1: the CPU
+# `lily generate` draws the same tokens on the host as on the backend (--sample-on device: the CPU
 # backend's copy of the device's draws).
 # Usage: bash tests/scripts/noserver_cli.sh path/to/lily   (exit 77 if the tokenizer is absent)
 LILY=${1:?usage: noserver_cli.sh LILY_BIN}
@@ -69,7 +69,7 @@ check "lily chat reuses the first turn" \
 ids=$("$LILY" tokenize --model "$M" <<<"The sea was calm")
 g=(generate --model "$M" --tokens "$ids" -n 12 --temp 0.8 --top-k 40 --seed 3)
 host=$("$NS" "${g[@]}" --sample-on host 2>/dev/null)
-dev=$(LILY_CPU_DRAWS=1 "$NS" "${g[@]}" --sample-on device 2>"$TMP/gen.err")
+dev=$("$NS" "${g[@]}" --sample-on device 2>"$TMP/gen.err")
 full=$("$LILY" "${g[@]}" --sample-on host 2>/dev/null)
 echo "generate: host [$host] | backend [$dev]; $(cat "$TMP/gen.err")"
 check "lily generate prints 12 ids" "$([ "$(wc -w <<<"$host")" = 12 ]; echo $?)"

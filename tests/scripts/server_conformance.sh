@@ -4,9 +4,11 @@
 # when ../shared/data has it), waits for /health, runs tests/js/server_conformance.mjs with the
 # official `openai` npm client, and stops the server. Exit 77 when node or tests/js/node_modules
 # is missing (run `npm ci` in tests/js).
-# usage: bash tests/scripts/server_conformance.sh PATH/TO/lily   (from the repository root)
+# usage: bash tests/scripts/server_conformance.sh PATH/TO/lily [SERVE_OPTION...]
+#        (from the repository root; the options go to `lily serve`)
 set -u
-LILY=${1:?usage: server_conformance.sh LILY_BIN}
+LILY=${1:?usage: server_conformance.sh LILY_BIN [SERVE_OPTION...]}
+shift
 LILY=$(cd "$(dirname "$LILY")" && pwd)/$(basename "$LILY")
 cd "$(dirname "$0")/../.."
 
@@ -23,7 +25,7 @@ trap 'srv_stop; rm -rf "$tmp"' EXIT
 srv_model "$tmp/m" 1 || { echo "mkmodel failed"; exit 1; }
 xml=0
 [ -f "$tmp/m/chat_template.jinja" ] && xml=1
-srv_start "$tmp/m" --api-key test-key-1 --ctx 512 --max-body 65536 --threads 1 ||
+srv_start "$tmp/m" --api-key test-key-1 --ctx 512 --max-body 65536 --threads 1 "$@" ||
     { echo "server did not start"; exit 1; }
 echo "server at $SRV_URL (xml tool template: $xml)"
 status=0

@@ -127,6 +127,9 @@ static void make_mat(lily_mat *W, lily_dtype dt, int rows, int cols, void **mem)
     }
 }
 
+/* The kernels under test (lily_cpu_kern_for: an instruction set cap and a precision). */
+static lily_cpu_kern K;
+
 static void test_matmul(lily_pool *pool) {
     const lily_dtype dts[] = {LILY_DT_F32, LILY_DT_BF16, LILY_DT_F16, LILY_DT_Q4, LILY_DT_Q8};
     const char *names[] = {"f32", "bf16", "f16", "q4", "q8"};
@@ -145,8 +148,8 @@ static void test_matmul(lily_pool *pool) {
                 float *X = malloc((size_t)n * ldx * 4), *Y = malloc((size_t)n * ldy * 4);
                 for (int i = 0; i < n * ldx; i++) X[i] = frand();
                 for (int i = 0; i < n * ldy; i++) Y[i] = NAN; /* poison */
-                lily_cpu_matmul(&W, X, n, ldx, Y, ldy, (ni & 1) ? pool : NULL);
-                const int qx = lily_cpu_matmul_quantizes_x(&W, n);
+                lily_cpu_matmul(&K, &W, X, n, ldx, Y, ldy, (ni & 1) ? pool : NULL);
+                const int qx = lily_cpu_matmul_quantizes_x(&K, &W, n);
                 double worst = 0;
                 int bad = 0;
                 for (int t = 0; t < n; t++)
@@ -198,14 +201,14 @@ static void test_matmul_glu(lily_pool *pool) {
         float *g = malloc((size_t)n * rows * 4), *u = malloc((size_t)n * rows * 4);
         for (int i = 0; i < n * ldx; i++) X[i] = frand();
         for (int i = 0; i < n * ldy; i++) Y[i] = NAN;
-        int took = lily_cpu_matmul_glu(&G, &U, X, n, ldx, Y, ldy, (si & 1) ? pool : NULL);
+        int took = lily_cpu_matmul_glu(&K, &G, &U, X, n, ldx, Y, ldy, (si & 1) ? pool : NULL);
         char what[96];
         snprintf(what, sizeof what, "matmul_glu %dx%d n=%d%s", rows, cols, n, (si & 1) ? " pool" : "");
         if (!took) {
-            check(!lily_cpu_matmul_quantizes_x(&G, n), what, 0); /* declined: no int16 path */
+            check(!lily_cpu_matmul_quantizes_x(&K, &G, n), what, 0); /* declined: no int16 path */
         } else {
-            lily_cpu_matmul(&G, X, n, ldx, g, rows, pool);
-            lily_cpu_matmul(&U, X, n, ldx, u, rows, pool);
+            lily_cpu_matmul(&K, &G, X, n, ldx, g, rows, pool);
+            lily_cpu_matmul(&K, &U, X, n, ldx, u, rows, pool);
             int same = 1;
             for (int t = 0; t < n; t++)
                 for (int r = 0; r < rows; r++) {
@@ -222,7 +225,7 @@ static void test_matmul_glu(lily_pool *pool) {
     void *mf[3] = {0};
     make_mat(&F, LILY_DT_F32, 8, 64, mf);
     float x[64 * 5] = {0}, y[8 * 5];
-    check(!lily_cpu_matmul_glu(&F, &F, x, 5, 64, y, 8, pool), "matmul_glu declines f32", 0);
+    check(!lily_cpu_matmul_glu(&K, &F, &F, x, 5, 64, y, 8, pool), "matmul_glu declines f32", 0);
     free(mf[0]);
 }
 
@@ -247,10 +250,10 @@ static void test_matmul_many(lily_pool *pool) {
             for (int c = 0; c < shapes[i][1]; c++) X[i][c] = frand();
             for (int r = 0; r < shapes[i][0]; r++) Y[i][r] = NAN;
             const float *x = shared ? X[0] : X[i];
-            lily_cpu_matmul(&W[i], x, 1, shapes[i][1], R[i], shapes[i][0], pool);
+            lily_cpu_matmul(&K, &W[i], x, 1, shapes[i][1], R[i], shapes[i][0], pool);
             ops[i] = (lily_mm_op){&W[i], x, Y[i]};
         }
-        lily_cpu_matmul_many(ops, 5, pool);
+        lily_cpu_matmul_many(&K, ops, 5, pool);
         double worst = 0;
         for (int i = 0; i < 5; i++)
             for (int r = 0; r < shapes[i][0]; r++) {
@@ -298,57 +301,6 @@ static void test_conv(void) {
     check(worst2 < 1e-6 && !memcmp(st, st2, (size_t)(K - 1) * C * 4), "conv in pieces == whole",
           worst2);
     free(in), free(w), free(st), free(st2), free(o1), free(o2);
-}
-
-/* The chunked form against the per-token scan on the same inputs: unit-norm k and q as the
- * layer makes them, beta in (0, 1), decays from strong (including exact zeros: a reset) to none,
- * odd head sizes and the 35B's 128 x 128, token counts that are not multiples of the chunk, and
- * a nonzero starting state; then the state carried over two calls. */
-static void gdn_chunk_case(int Dk, int Dv, int n, int chunk, float lam_lo) {
-    float *S1 = malloc((size_t)Dk * Dv * 4), *S2 = malloc((size_t)Dk * Dv * 4);
-    for (int i = 0; i < Dk * Dv; i++) S1[i] = S2[i] = frand() * 0.5f;
-    float *q = malloc((size_t)n * Dk * 4), *k = malloc((size_t)n * Dk * 4);
-    float *v = malloc((size_t)n * Dv * 4), *o1 = malloc((size_t)n * Dv * 4);
-    float *o2 = malloc((size_t)n * Dv * 4), *bl = malloc((size_t)n * 2 * 4);
-    for (int t = 0; t < n; t++) {
-        float nq = 0, nk = 0;
-        for (int i = 0; i < Dk; i++) {
-            q[t * Dk + i] = frand(), k[t * Dk + i] = frand();
-            nq += q[t * Dk + i] * q[t * Dk + i], nk += k[t * Dk + i] * k[t * Dk + i];
-        }
-        for (int i = 0; i < Dk; i++)
-            q[t * Dk + i] /= sqrtf(nq) * sqrtf((float)Dk), k[t * Dk + i] /= sqrtf(nk);
-        bl[2 * t] = 0.05f + 0.9f * fabsf(frand());                      /* beta */
-        bl[2 * t + 1] = lam_lo + (1.0f - lam_lo) * fabsf(frand());      /* lambda */
-        if (t % 41 == 40) bl[2 * t + 1] = lam_lo == 0.f ? 0.f : 1.0f; /* a reset, or no decay */
-    }
-    for (int i = 0; i < n * Dv; i++) v[i] = frand() * 2.0f;
-    void *scr = malloc(lily_cpu_gdn_chunked_scratch(Dv, chunk));
-    int h = n / 3; /* two calls: the state carries over */
-    lily_cpu_gdn_scan(S1, Dk, Dv, n, q, Dk, k, Dk, v, Dv, bl, bl + 1, 2, o1, Dv);
-    lily_cpu_gdn_chunked(S2, Dk, Dv, h, q, Dk, k, Dk, v, Dv, bl, bl + 1, 2, o2, Dv, chunk, scr);
-    lily_cpu_gdn_chunked(S2, Dk, Dv, n - h, q + (size_t)h * Dk, Dk, k + (size_t)h * Dk, Dk,
-                         v + (size_t)h * Dv, Dv, bl + 2 * h, bl + 2 * h + 1, 2,
-                         o2 + (size_t)h * Dv, Dv, chunk, scr);
-    double eo = 0, mo = 0, es = 0, ms = 0;
-    for (int i = 0; i < n * Dv; i++) eo = fmax(eo, fabs(o1[i] - o2[i])), mo = fmax(mo, fabs(o1[i]));
-    for (int i = 0; i < Dk * Dv; i++)
-        es = fmax(es, fabs(S1[i] - S2[i])), ms = fmax(ms, fabs(S1[i]));
-    char name[120];
-    snprintf(name, sizeof name, "gdn chunked == scan: Dk %d Dv %d n %d chunk %d lambda >= %g", Dk,
-             Dv, n, chunk, lam_lo);
-    check(eo <= 2e-5 * mo && es <= 2e-5 * ms, name, fmax(eo / mo, es / ms));
-    free(S1), free(S2), free(q), free(k), free(v), free(o1), free(o2), free(bl), free(scr);
-}
-
-static void test_gdn_chunked(void) {
-    gdn_chunk_case(7, 9, 23, 4, 0.7f);
-    gdn_chunk_case(32, 48, 130, 16, 0.5f);
-    gdn_chunk_case(128, 128, 300, 64, 0.9f);
-    gdn_chunk_case(128, 128, 257, 64, 0.0f); /* strong decay and resets */
-    gdn_chunk_case(128, 64, 1000, 64, 0.99f);
-    gdn_chunk_case(64, 128, 65, 1, 0.8f);   /* chunk of one token = the scan */
-    gdn_chunk_case(128, 128, 50, 128, 0.95f); /* one partial chunk */
 }
 
 static void test_gdn(void) {
@@ -400,7 +352,7 @@ static void attention_case(lily_pool *pool, int Nq, int Nkv, int Dh, int pos, in
     for (int i = 0; i < n * qd; i++) q[i] = frand() * 2;
     for (int i = 0; i < ctx * kd; i++) kc[i] = frand() * 2, vc[i] = frand();
     for (int i = 0; i < n * qd; i++) o[i] = NAN; /* poison */
-    lily_cpu_attention(q, n, pos, kc, vc, Nq, Nkv, Dh, 0.3f, o, scr, (n & 1) ? pool : NULL);
+    lily_cpu_attention(&K, q, n, pos, kc, vc, Nq, Nkv, Dh, 0.3f, o, scr, (n & 1) ? pool : NULL);
     double worst = 0;
     for (int t = 0; t < n; t++)
         for (int h = 0; h < Nq; h++) {
@@ -435,14 +387,14 @@ static void test_attention(lily_pool *pool) {
     const int cases[][5] = {{6, 2, 37, 37, 9},   {16, 2, 256, 0, 5},  {16, 2, 256, 300, 1},
                             {16, 2, 64, 131, 18}, {8, 8, 40, 70, 3},  {32, 1, 48, 5, 2},
                             {4, 1, 16, 200, 7},   {16, 2, 256, 1000, 2}, {16, 2, 256, 4000, 1}, {16, 2, 256, 4000, 3}};
-    const char *isas[] = {"avx512", "scalar"};
+    const lily_cpu_isa isas[] = {LILY_CPU_ISA_AVX512, LILY_CPU_ISA_SCALAR};
     for (int k = 0; k < 2; k++) {
-        lily_cpu_set_isa(isas[k]);
-        printf("-- attention capped at %s\n", isas[k]);
+        K = lily_cpu_kern_for(isas[k], LILY_PRECISION_DEFAULT);
+        printf("-- attention capped at %s\n", k ? "scalar" : "avx512");
         for (int c = 0; c < (int)(sizeof cases / sizeof cases[0]); c++)
             attention_case(pool, cases[c][0], cases[c][1], cases[c][2], cases[c][3], cases[c][4]);
     }
-    lily_cpu_set_isa(NULL);
+    K = lily_cpu_kern_for(LILY_CPU_ISA_AUTO, LILY_PRECISION_DEFAULT);
 }
 
 static void test_misc(void) {
@@ -498,21 +450,23 @@ static void test_misc(void) {
 
 int main(void) {
     lily_pool *pool = lily_pool_create(3);
-    /* avx512 twice: with the int16 Q4 prefill GEMM where the CPU has VNNI, and with fp32 only */
-    const char *isas[] = {"avx512", "avx512", "avx2", "scalar"};
+    /* avx512 twice: with the int16 Q4 products where the CPU has VNNI (DEFAULT), and with fp32
+     * only (EXACT) */
+    const lily_cpu_isa isas[] = {LILY_CPU_ISA_AVX512, LILY_CPU_ISA_AVX512, LILY_CPU_ISA_AVX2,
+                                 LILY_CPU_ISA_SCALAR};
+    const char *names[] = {"avx512", "avx512", "avx2", "scalar"};
     for (int i = 0; i < 4; i++) {
-        if (i == 1) setenv("LILY_CPU_GEMM", "f32", 1);
-        printf("-- matmul kernels capped at %s%s\n", isas[i], i == 1 ? " (fp32 GEMM)" : "");
-        lily_cpu_set_isa(isas[i]);
+        const lily_precision p = i == 1 ? LILY_PRECISION_EXACT : LILY_PRECISION_DEFAULT;
+        printf("-- matmul kernels capped at %s%s\n", names[i], i == 1 ? " (exact: fp32)" : "");
+        K = lily_cpu_kern_for(isas[i], p);
+        check(!K.i16 || (i == 0 && K.isa == 2), "int16 products only on AVX-512 at DEFAULT", 0);
         test_matmul(pool);
     }
-    unsetenv("LILY_CPU_GEMM");
-    lily_cpu_set_isa(NULL);
+    K = lily_cpu_kern_for(LILY_CPU_ISA_AUTO, LILY_PRECISION_DEFAULT);
     test_matmul_many(pool);
     test_matmul_glu(pool);
     test_conv();
     test_gdn();
-    test_gdn_chunked();
     test_attention(pool);
     test_misc();
     lily_pool_free(pool);

@@ -11,7 +11,7 @@
  *  - O += P V per 4 rows x 64 columns (16 accumulators), V rows of the block read from L1/L2.
  * One pass over K and V, scratch independent of the context. The previous kernel (one token and
  * KV head per task, a 256-long dot product per row and position, each ending in a horizontal
- * sum) ran at ~50 GFLOP/s on the 2-vCPU Zen 5 VM; it stays as the path for other CPUs. */
+ * sum) stays as the path for other CPUs. */
 #include <float.h>
 #include <immintrin.h>
 #include <math.h>
@@ -238,15 +238,15 @@ __attribute__((target(AT_ISA))) static void attn_task16(void *ctx, int task, int
     }
 }
 
-void lily_cpu_attention(const float *q, int n, int pos, const float *kc, const float *vc, int Nq,
-                        int Nkv, int Dh, float scale, float *out, float *scratch,
-                        lily_pool *pool) {
+void lily_cpu_attention(const lily_cpu_kern *k, const float *q, int n, int pos, const float *kc,
+                        const float *vc, int Nq, int Nkv, int Dh, float scale, float *out,
+                        float *scratch, lily_pool *pool) {
     LILY_ASSERT(Nq % Nkv == 0 && Nq / Nkv <= 64);
     attn_job a = {q, kc, vc, out, n, pos, Nq, Nkv, Dh, scale, scratch,
                   lily_cpu_attention_scratch(Nq, Nkv, Dh, pos + n), 0};
     lily_task_fn fn = attn_task;
     int tasks = n * Nkv;
-    if (lily_cpu_have_avx512()) {
+    if (k->isa >= 2) {
         a.chunks = (n * (Nq / Nkv) + AT_LANES - 1) / AT_LANES;
         fn = attn_task16;
         tasks = a.chunks * Nkv;

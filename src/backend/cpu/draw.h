@@ -1,4 +1,4 @@
-/* The CPU backend's draw ops (LILY_CPU_DRAWS=1, registry.c): a step runs at once and its draw
+/* The CPU backend's draw ops (LILY_SAMPLE_ON_BACKEND): a step runs at once and its draw
  * (lily_draw_pick, backend/draw.h: the device sampler's chain) waits in a ring until draw_next
  * reads it, so the engine's and the server's pipelined path runs without a GPU. */
 #ifndef LILY_BACKEND_CPU_DRAW_H

@@ -22,6 +22,7 @@
 struct lily_backend {
     const lily_model *m;
     lily_pool *pool;
+    lily_cpu_kern kern; /* the kernels' instruction set and precision (the engine's options) */
     int chunk; /* max tokens per forward */
     pthread_mutex_t mu;
     /* scratch, [chunk][...] each */
@@ -43,19 +44,21 @@ struct lily_bstate {
     float **k, **v;   /* [L] of [max_ctx][Nkv*Dh] (attention layers) */
     float **conv;     /* [L] of [conv_k-1][C_qkv] (GDN layers) */
     float **S;        /* [L] of [Nv][Dk][Dv] (GDN layers) */
-    lily_cpu_drawq *dq; /* pipelined draws (lily_backend_cpu_draws), made by the first one */
+    lily_cpu_drawq *dq; /* pipelined draws (the draw ops), made by the first one */
 };
 
 static int imax(int a, int b) { return a > b ? a : b; }
 
 static int cpu_open(const lily_model *m, const lily_engine_opts *opts, lily_backend **out,
                     lily_err *e) {
-    (void)e;
+    if (opts->prefill_chunk < 1)
+        return lily_fail(e, "prefill chunk of %d tokens", opts->prefill_chunk);
     const lily_config *c = &m->cfg;
     lily_backend *b = lily_xcalloc(1, sizeof *b);
     b->m = m;
-    b->pool = lily_pool_create(opts ? opts->n_threads : 0);
-    b->chunk = opts && opts->prefill_chunk > 0 ? opts->prefill_chunk : 512;
+    b->pool = lily_pool_create(opts->n_threads);
+    b->kern = lily_cpu_kern_for(opts->cpu_isa, opts->precision);
+    b->chunk = opts->prefill_chunk;
     pthread_mutex_init(&b->mu, NULL);
     /* Weights are read in place from the mapping. When they fit comfortably in memory, map every
      * page now: otherwise each expert's first use costs thousands of page faults, which
@@ -221,11 +224,12 @@ static void attn_layer(lily_backend *b, lily_bstate *s, int l, int n, int pos) {
         lily_mm_op ops[3] = {{&ly->q_proj, b->a, qg},
                              {&ly->k_proj, b->a, kc + (size_t)pos * kvw},
                              {&ly->v_proj, b->a, vc + (size_t)pos * kvw}};
-        lily_cpu_matmul_many(ops, 3, b->pool);
+        lily_cpu_matmul_many(&b->kern, ops, 3, b->pool);
     } else {
-        lily_cpu_matmul(&ly->q_proj, b->a, n, H, qg, qw, b->pool);
-        lily_cpu_matmul(&ly->k_proj, b->a, n, H, kc + (size_t)pos * kvw, kvw, b->pool);
-        lily_cpu_matmul(&ly->v_proj, b->a, n, H, vc + (size_t)pos * kvw, kvw, b->pool);
+        lily_cpu_matmul(&b->kern, &ly->q_proj, b->a, n, H, qg, qw, b->pool);
+        float *kdst = kc + (size_t)pos * kvw, *vdst = vc + (size_t)pos * kvw;
+        lily_cpu_matmul(&b->kern, &ly->k_proj, b->a, n, H, kdst, kvw, b->pool);
+        lily_cpu_matmul(&b->kern, &ly->v_proj, b->a, n, H, vdst, kvw, b->pool);
     }
     for (int t = 0; t < n; t++) {
         for (int h = 0; h < Nq; h++) {
@@ -240,7 +244,7 @@ static void attn_layer(lily_backend *b, lily_bstate *s, int l, int n, int pos) {
             lily_cpu_rope(kh, c->rope_dim, pos + t, c->rope_theta);
         }
     }
-    lily_cpu_attention(q, n, pos, kc, vc, Nq, Nkv, Dh, 1.0f / sqrtf((float)Dh), o,
+    lily_cpu_attention(&b->kern, q, n, pos, kc, vc, Nq, Nkv, Dh, 1.0f / sqrtf((float)Dh), o,
                        b->attn_scratch, b->pool);
     if (gated) {
         for (int t = 0; t < n; t++)
@@ -250,7 +254,7 @@ static void attn_layer(lily_backend *b, lily_bstate *s, int l, int n, int pos) {
                 for (int i = 0; i < Dh; i++) oh[i] *= sigmoidf(g[i]);
             }
     }
-    lily_cpu_matmul(&ly->o_proj, o, n, Nq * Dh, b->mix, H, b->pool);
+    lily_cpu_matmul(&b->kern, &ly->o_proj, o, n, Nq * Dh, b->mix, H, b->pool);
 }
 
 typedef struct {
@@ -295,12 +299,12 @@ static void gdn_layer(lily_backend *b, lily_bstate *s, int l, int n) {
     if (n == 1) { /* one parallel job for the four products of one token */
         lily_mm_op ops[4] = {{&ly->qkv_proj, b->a, qkv}, {&ly->z_proj, b->a, z},
                              {&ly->b_proj, b->a, bb}, {&ly->a_proj, b->a, aa}};
-        lily_cpu_matmul_many(ops, 4, b->pool);
+        lily_cpu_matmul_many(&b->kern, ops, 4, b->pool);
     } else {
-        lily_cpu_matmul(&ly->qkv_proj, b->a, n, H, qkv, C, b->pool);
-        lily_cpu_matmul(&ly->z_proj, b->a, n, H, z, Z, b->pool);
-        lily_cpu_matmul(&ly->b_proj, b->a, n, H, bb, Nv, b->pool);
-        lily_cpu_matmul(&ly->a_proj, b->a, n, H, aa, Nv, b->pool);
+        lily_cpu_matmul(&b->kern, &ly->qkv_proj, b->a, n, H, qkv, C, b->pool);
+        lily_cpu_matmul(&b->kern, &ly->z_proj, b->a, n, H, z, Z, b->pool);
+        lily_cpu_matmul(&b->kern, &ly->b_proj, b->a, n, H, bb, Nv, b->pool);
+        lily_cpu_matmul(&b->kern, &ly->a_proj, b->a, n, H, aa, Nv, b->pool);
     }
     lily_cpu_conv_silu(qkv, n, C, c->conv_k, s->conv[l], ly->conv_w, cv);
     float qscale = 1.0f / sqrtf((float)Dk);
@@ -328,19 +332,19 @@ static void gdn_layer(lily_backend *b, lily_bstate *s, int l, int n) {
             lily_cpu_rmsnorm(oj, ly->gdn_norm, Dv, c->rms_eps, oj);
             for (int d = 0; d < Dv; d++) oj[d] *= lily_silu(zj[d]);
         }
-    lily_cpu_matmul(&ly->out_proj, o, n, Z, b->mix, H, b->pool);
+    lily_cpu_matmul(&b->kern, &ly->out_proj, o, n, Z, b->mix, H, b->pool);
 }
 
 /* SwiGLU: out[t] = down(silu(gate x) * up x) for n rows of x. */
 static void swiglu(lily_backend *b, const lily_mat *gate, const lily_mat *up,
                    const lily_mat *down, const float *x, int n, float *g, float *u, float *out) {
     int H = b->m->cfg.hidden, I = gate->rows;
-    if (!lily_cpu_matmul_glu(gate, up, x, n, H, g, I, b->pool)) {
-        lily_cpu_matmul(gate, x, n, H, g, I, b->pool);
-        lily_cpu_matmul(up, x, n, H, u, I, b->pool);
+    if (!lily_cpu_matmul_glu(&b->kern, gate, up, x, n, H, g, I, b->pool)) {
+        lily_cpu_matmul(&b->kern, gate, x, n, H, g, I, b->pool);
+        lily_cpu_matmul(&b->kern, up, x, n, H, u, I, b->pool);
         for (size_t i = 0; i < (size_t)n * I; i++) g[i] = lily_silu(g[i]) * u[i];
     }
-    lily_cpu_matmul(down, g, n, I, out, H, b->pool);
+    lily_cpu_matmul(&b->kern, down, g, n, I, out, H, b->pool);
 }
 
 /* One token through the routed experts and the shared expert: all gate/up products in one
@@ -363,7 +367,7 @@ static void moe_one_token(lily_backend *b, const lily_layer *ly, const int *idx,
         ops[n_ops++] = (lily_mm_op){&ly->sh_up, b->a, b->dec_u + (size_t)k * wi};
         ops[n_ops++] = (lily_mm_op){&ly->sh_gate_w, b->a, &sg};
     }
-    lily_cpu_matmul_many(ops, n_ops, b->pool);
+    lily_cpu_matmul_many(&b->kern, ops, n_ops, b->pool);
     for (int j = 0; j < k + has_sh; j++) {
         int w = j < k ? I : Is;
         float *g = b->dec_g + (size_t)j * wi, *u = b->dec_u + (size_t)j * wi;
@@ -375,7 +379,7 @@ static void moe_one_token(lily_backend *b, const lily_layer *ly, const int *idx,
                                     b->dec_d + (size_t)j * H};
     if (has_sh)
         ops[n_ops++] = (lily_mm_op){&ly->sh_down, b->dec_g + (size_t)k * wi, b->dec_d + (size_t)k * H};
-    lily_cpu_matmul_many(ops, n_ops, b->pool);
+    lily_cpu_matmul_many(&b->kern, ops, n_ops, b->pool);
     if (has_sh) {
         float gte = sigmoidf(sg);
         const float *d = b->dec_d + (size_t)k * H;
@@ -402,7 +406,7 @@ static void moe_layer(lily_backend *b, int l, int n) {
         return;
     }
     float *logits = b->small0;
-    lily_cpu_matmul(&ly->router, b->a, n, H, logits, E, b->pool);
+    lily_cpu_matmul(&b->kern, &ly->router, b->a, n, H, logits, E, b->pool);
     if (n == 1 && k <= 64) {
         lily_cpu_topk_softmax(logits, E, k, c->norm_topk_prob, b->route_idx, b->route_wt);
         moe_one_token(b, ly, b->route_idx, b->route_wt, out);
@@ -428,7 +432,7 @@ static void moe_layer(lily_backend *b, int l, int n) {
     if (c->shared_inter > 0) {
         swiglu(b, &ly->sh_gate, &ly->sh_up, &ly->sh_down, b->a, n, b->big0, b->big1, out);
         float *sg = b->small1;
-        lily_cpu_matmul(&ly->sh_gate_w, b->a, n, H, sg, 1, b->pool);
+        lily_cpu_matmul(&b->kern, &ly->sh_gate_w, b->a, n, H, sg, 1, b->pool);
         for (int t = 0; t < n; t++) {
             float gte = sigmoidf(sg[t]);
             for (int i = 0; i < H; i++) out[(size_t)t * H + i] *= gte;
@@ -486,7 +490,7 @@ static int cpu_forward(lily_backend *b, lily_bstate *s, const int32_t *tokens, i
     for (int t = first; t < n; t++)
         lily_cpu_rmsnorm(b->x + (size_t)t * H, m->final_norm, H, c->rms_eps,
                          b->a + (size_t)(t - first) * H);
-    lily_cpu_matmul(&m->lm_head, b->a, n - first, H, logits, c->vocab, b->pool);
+    lily_cpu_matmul(&b->kern, &m->lm_head, b->a, n - first, H, logits, c->vocab, b->pool);
     pthread_mutex_unlock(&b->mu);
     return 0;
 }
@@ -525,16 +529,21 @@ static void cpu_draw_discard(lily_backend *b, lily_bstate *s) {
     if (s->dq) s->dq->unread = 0;
 }
 
-/* the contract's required ops (both tables) */
-#define LILY_CPU_OPS                                                                               \
-    .name = "cpu", .open = cpu_open, .close = cpu_close, .state_create = cpu_state_create,         \
-    .state_free = cpu_state_free, .state_reset = cpu_state_reset, .state_copy = cpu_state_copy,    \
-    .state_bytes = cpu_state_bytes, .forward = cpu_forward
-
-const lily_backend_ops lily_backend_cpu = {LILY_CPU_OPS};
-
-const lily_backend_ops lily_backend_cpu_draws = {
-    LILY_CPU_OPS,
+/* Prefill chunk: the CPU is compute-bound per token, so a larger chunk gains little and 512
+ * keeps the scratch small. The draw ops serve LILY_SAMPLE_ON_BACKEND (the GPU sampler's
+ * reference, and how the pipelined generation path is tested without a GPU). */
+const lily_backend_ops lily_backend_cpu = {
+    .name = "cpu",
+    .prefill_chunk = 512,
+    .draws_by_default = 0,
+    .open = cpu_open,
+    .close = cpu_close,
+    .state_create = cpu_state_create,
+    .state_free = cpu_state_free,
+    .state_reset = cpu_state_reset,
+    .state_copy = cpu_state_copy,
+    .state_bytes = cpu_state_bytes,
+    .forward = cpu_forward,
     .draw_enqueue = cpu_draw_enqueue,
     .draw_next = cpu_draw_next,
     .draw_discard = cpu_draw_discard,

@@ -1,5 +1,5 @@
 /* The Q4 decode product (1 to 4 tokens) on AVX-512 VNNI with 16-bit activations (matmul.c picks
- * it; LILY_CPU_GEMV=f32 or LILY_CPU_GEMM=f32 keeps the fp32 kernels).
+ * it unless the engine runs LILY_PRECISION_EXACT, which keeps the fp32 kernels).
  *
  * Decode reads every weight once per token, so the kernel has to keep up with memory: the fp32
  * kernel spends ~27 vector instructions on each 64 bytes of a row (nibble to float, FMA); this

@@ -26,19 +26,15 @@
 #define MM_TILE_ROWS 16
 #define MM_TILE_TOKENS 32
 
-/* Instruction set of the matmul kernels: 2 = AVX-512, 1 = AVX2+FMA, 0 = plain C. Detected once;
- * LILY_CPU_ISA=avx512|avx2|scalar in the environment caps it (tests use it to cover every path).
- * The Q4 prefill GEMM takes int16 activations on AVX-512 VNNI (matmul_i16.h) unless
- * LILY_CPU_GEMM=f32 (measured 1.8x on Zen 5, whose VNNI products run at twice the rate of its
- * fp32 FMAs; a CPU whose 512-bit FMAs issue as fast as its VNNI (two FMA ports) may gain less:
- * not measured here). The Q4 decode product (1-4 tokens) takes them too (gemv_i16.h) unless
- * LILY_CPU_GEMV=f32 or LILY_CPU_GEMM=f32: with the digits laid out to match the weights as
- * stored it needs under half the instructions per weight byte of the fp32 kernel and reaches the
- * memory's pace on Zen 5 (decode +60 %). (A first int16 decode kernel, vpdpwssd on nibbles
- * widened to 16 bits, measured 20-30 % slower than the fp32 one on a Zen 4 VM; int8 activations
- * drifted 0.2 of the max logit.) */
-static int cached = -1, cached_i16 = 0, cached_gemv = 0;
-static int isa_level(void) {
+/* Instruction set of the matmul kernels: 2 = AVX-512, 1 = AVX2+FMA, 0 = plain C; what the CPU
+ * has is detected once, and each backend caps it (lily_cpu_kern). The Q4 prefill GEMM takes int16
+ * activations on AVX-512 VNNI (matmul_i16.h): VNNI products run at twice the rate of fp32 FMAs on
+ * Zen 5; a CPU whose 512-bit FMAs issue as fast as its VNNI may gain less. The Q4 decode product
+ * (1-4 tokens) takes them too (gemv_i16.h): with the digits laid out to match the weights as
+ * stored it needs under half the instructions per weight byte of the fp32 kernel. Timings and the
+ * rejected int16 forms: BENCHMARKS.md and bench/NOTES-cuda.md ("Moved from src comments"). */
+static int cpu_isa_level(void) {
+    static int cached = -1;
     if (cached < 0) {
         __builtin_cpu_init();
         int lvl = 0;
@@ -46,32 +42,30 @@ static int isa_level(void) {
         if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
             __builtin_cpu_supports("avx512vl"))
             lvl = 2;
-        const char *cap = getenv("LILY_CPU_ISA");
-        if (cap && !strcmp(cap, "scalar")) lvl = 0;
-        else if (cap && !strcmp(cap, "avx2") && lvl > 1) lvl = 1;
-        const char *gm = getenv("LILY_CPU_GEMM");
-        cached_i16 = lvl == 2 && lily_cpu_i16_available() && !(gm && !strcmp(gm, "f32"));
-        const char *gv = getenv("LILY_CPU_GEMV");
-        cached_gemv = cached_i16 && !(gv && !strcmp(gv, "f32"));
         cached = lvl;
     }
     return cached;
 }
-static int have_avx512(void) { return isa_level() >= 2; }
-int lily_cpu_have_avx512(void) { return have_avx512(); }
-static int have_avx2(void) { return isa_level() >= 1; }
-static int have_i16(void) { return isa_level() >= 2 && cached_i16; }
-static int have_gemv_i16(void) { return isa_level() >= 2 && cached_gemv; }
 
-void lily_cpu_set_isa(const char *isa) {
-    if (isa) setenv("LILY_CPU_ISA", isa, 1);
-    else unsetenv("LILY_CPU_ISA");
-    cached = -1; /* re-detect with the new cap */
+lily_cpu_kern lily_cpu_kern_for(lily_cpu_isa isa, lily_precision precision) {
+    int lvl = cpu_isa_level();
+    if (isa == LILY_CPU_ISA_SCALAR) lvl = 0;
+    else if (isa == LILY_CPU_ISA_AVX2 && lvl > 1) lvl = 1;
+    lily_cpu_kern k = {lvl, 0};
+    /* the one place that maps a precision to the CPU kernels: EXACT keeps every product in fp32,
+     * DEFAULT and FAST take the int16 products where the CPU has VNNI */
+    k.i16 = lvl == 2 && lily_cpu_i16_available() && precision != LILY_PRECISION_EXACT;
+    return k;
 }
+
+static int have_avx512(const lily_cpu_kern *k) { return k->isa >= 2; }
+static int have_avx2(const lily_cpu_kern *k) { return k->isa >= 1; }
+static int have_i16(const lily_cpu_kern *k) { return k->isa >= 2 && k->i16; }
 
 /* ---- per-thread scratch owned by the pool ---------------------------------------------------- */
 
 typedef struct {
+    const lily_cpu_kern *k;
     const lily_mat *W;
     const float *X;
     int n, ldx;
@@ -420,8 +414,8 @@ q4_rows_avx2(const lily_mat *W, int r0, int r1, const float *Xr, const float *xs
 
 /* ---- task bodies ------------------------------------------------------------------------------ */
 
-static void dequant_tile(const lily_mat *W, int r0, int R, float *Wt) {
-    if (W->dt == LILY_DT_Q4 && W->group == 64 && have_avx512()) {
+static void dequant_tile(const lily_cpu_kern *k, const lily_mat *W, int r0, int R, float *Wt) {
+    if (W->dt == LILY_DT_Q4 && W->group == 64 && have_avx512(k)) {
         dequant_q4_avx512(W, r0, R, Wt);
         return;
     }
@@ -436,11 +430,11 @@ static void mm_tile_task(void *ctx, int task, int thread) {
     int t0 = tb * MM_TILE_TOKENS, T = j->n - t0 < MM_TILE_TOKENS ? j->n - t0 : MM_TILE_TOKENS;
     size_t need = (size_t)MM_TILE_ROWS * W->cols * sizeof(float);
     float *Wt = j->pool ? lily_pool_scratch(j->pool, thread, need) : j->tile_buf;
-    dequant_tile(W, r0, R, Wt);
+    dequant_tile(j->k, W, r0, R, Wt);
     const float *X = j->X + (size_t)t0 * j->ldx;
     float *Y = j->Y + (size_t)t0 * j->ldy + r0;
-    if (have_avx512()) tile_mul_avx512(Wt, R, W->cols, X, j->ldx, T, Y, j->ldy);
-    else if (have_avx2()) tile_mul_avx2(Wt, R, W->cols, X, j->ldx, T, Y, j->ldy);
+    if (have_avx512(j->k)) tile_mul_avx512(Wt, R, W->cols, X, j->ldx, T, Y, j->ldy);
+    else if (have_avx2(j->k)) tile_mul_avx2(Wt, R, W->cols, X, j->ldx, T, Y, j->ldy);
     else tile_mul_scalar(Wt, R, W->cols, X, j->ldx, T, Y, j->ldy);
 }
 
@@ -479,19 +473,19 @@ static void mm_glu_task(void *ctx, int task, int thread) {
 #define MM_Q4_ROWS 8
 
 /* Whether n <= 4 tokens times this matrix run the VNNI decode kernel (gemv_i16.h). */
-static int use_gemv_i16(const lily_mat *W, int n) {
+static int use_gemv_i16(const lily_cpu_kern *k, const lily_mat *W, int n) {
     return W->dt == LILY_DT_Q4 && W->group == 64 && n >= 1 && n <= LILY_GEMV_I16_MAX_N &&
-           W->cols % 64 == 0 && W->cols <= LILY_GEMV_I16_MAX_COLS && have_gemv_i16();
+           W->cols % 64 == 0 && W->cols <= LILY_GEMV_I16_MAX_COLS && have_i16(k);
 }
 
 /* Whether one token times this matrix runs q4_rows1_avx512 (and so wants x_prep_dw's layout). */
-static int use_rows1(const lily_mat *W, int n) {
-    return W->dt == LILY_DT_Q4 && n == 1 && have_avx512() && W->cols <= 64 * 256;
+static int use_rows1(const lily_cpu_kern *k, const lily_mat *W, int n) {
+    return W->dt == LILY_DT_Q4 && n == 1 && have_avx512(k) && W->cols <= 64 * 256;
 }
 
 /* Floats of reordered x one token needs: q4_rows1_avx512 reads whole 128-column blocks. */
-static size_t xr_len(const lily_mat *W, int n) {
-    return use_rows1(W, n) ? (size_t)(W->cols + 127) / 128 * 128 : (size_t)W->cols;
+static size_t xr_len(const lily_cpu_kern *k, const lily_mat *W, int n) {
+    return use_rows1(k, W, n) ? (size_t)(W->cols + 127) / 128 * 128 : (size_t)W->cols;
 }
 
 /* Reorders one token's x for the Q4 decode kernels and sums it per group of 64 (xs). For
@@ -529,10 +523,11 @@ static void mm_q4_task(void *ctx, int task, int thread) {
     int r0 = task * j->rows_per_task, r1 = r0 + j->rows_per_task;
     if (r1 > j->W->rows) r1 = j->W->rows;
     if (j->W->dt == LILY_DT_Q8) q8_rows1_avx512(j->W, r0, r1, j->X, j->xs, j->Y);
-    else if (use_gemv_i16(j->W, j->n)) lily_cpu_gemv_i16_rows(j->W, r0, r1, j->xq, j->n, j->Y, j->ldy);
-    else if (use_rows1(j->W, j->n)) q4_rows1_avx512(j->W, r0, r1, j->Xr, j->xs, j->Y);
-    else if (have_avx512()) q4_rows_avx512(j->W, r0, r1, j->Xr, j->xs, j->n, j->Y, j->ldy);
-    else if (have_avx2()) q4_rows_avx2(j->W, r0, r1, j->Xr, j->xs, j->n, j->Y, j->ldy);
+    else if (use_gemv_i16(j->k, j->W, j->n))
+        lily_cpu_gemv_i16_rows(j->W, r0, r1, j->xq, j->n, j->Y, j->ldy);
+    else if (use_rows1(j->k, j->W, j->n)) q4_rows1_avx512(j->W, r0, r1, j->Xr, j->xs, j->Y);
+    else if (have_avx512(j->k)) q4_rows_avx512(j->W, r0, r1, j->Xr, j->xs, j->n, j->Y, j->ldy);
+    else if (have_avx2(j->k)) q4_rows_avx2(j->W, r0, r1, j->Xr, j->xs, j->n, j->Y, j->ldy);
     else q4_rows_scalar(j->W, r0, r1, j->Xr, j->xs, j->n, j->Y, j->ldy);
 }
 
@@ -559,20 +554,21 @@ static void run_i16(mm_job *j, const float *X, int ldx, lily_task_fn fn, size_t 
 }
 
 /* The prefill GEMM with int16 activations (matmul_i16.h). */
-static int use_gemm_i16(const lily_mat *W, int n) {
-    return n > 4 && W->dt == LILY_DT_Q4 && W->group == 64 && W->cols % 64 == 0 && have_i16();
+static int use_gemm_i16(const lily_cpu_kern *k, const lily_mat *W, int n) {
+    return n > 4 && W->dt == LILY_DT_Q4 && W->group == 64 && W->cols % 64 == 0 && have_i16(k);
 }
 
-int lily_cpu_matmul_quantizes_x(const lily_mat *W, int n) {
-    return use_gemm_i16(W, n) || use_gemv_i16(W, n);
+int lily_cpu_matmul_quantizes_x(const lily_cpu_kern *k, const lily_mat *W, int n) {
+    return use_gemm_i16(k, W, n) || use_gemv_i16(k, W, n);
 }
 
-int lily_cpu_matmul_glu(const lily_mat *G, const lily_mat *U, const float *X, int n, int ldx,
-                        float *Y, int ldy, lily_pool *pool) {
-    if (!use_gemm_i16(G, n) || !use_gemm_i16(U, n) ||
+int lily_cpu_matmul_glu(const lily_cpu_kern *k, const lily_mat *G, const lily_mat *U,
+                        const float *X, int n, int ldx, float *Y, int ldy, lily_pool *pool) {
+    if (!use_gemm_i16(k, G, n) || !use_gemm_i16(k, U, n) ||
         G->rows != U->rows || G->cols != U->cols)
         return 0;
     mm_job j = {0};
+    j.k = k;
     j.W = G;
     j.U = U;
     j.n = n;
@@ -583,10 +579,11 @@ int lily_cpu_matmul_glu(const lily_mat *G, const lily_mat *U, const float *X, in
     return 1;
 }
 
-void lily_cpu_matmul(const lily_mat *W, const float *X, int n, int ldx, float *Y, int ldy,
-                     lily_pool *pool) {
+void lily_cpu_matmul(const lily_cpu_kern *k, const lily_mat *W, const float *X, int n, int ldx,
+                     float *Y, int ldy, lily_pool *pool) {
     if (n <= 0) return;
     mm_job j = {0};
+    j.k = k;
     j.W = W;
     j.X = X;
     j.n = n;
@@ -597,21 +594,21 @@ void lily_cpu_matmul(const lily_mat *W, const float *X, int n, int ldx, float *Y
     int threads = pool ? lily_pool_threads(pool) : 1;
     /* fused decode kernels: Q4 for up to 4 tokens; Q8 for one token with AVX-512 */
     if (W->group == 64 && ((W->dt == LILY_DT_Q4 && n <= 4) ||
-                           (W->dt == LILY_DT_Q8 && n == 1 && have_avx512()))) {
+                           (W->dt == LILY_DT_Q8 && n == 1 && have_avx512(k)))) {
         int cols = W->cols, ng = cols / 64;
         void *buf;
-        if (use_gemv_i16(W, n)) {
+        if (use_gemv_i16(k, W, n)) {
             size_t need = lily_cpu_gemv_i16_x_bytes(n, cols);
             buf = pool ? lily_pool_scratch(pool, threads, need) : lily_xaligned(need);
             lily_cpu_gemv_i16_quant(X, n, ldx, cols, buf);
             j.xq = buf;
         } else {
-            size_t xl = xr_len(W, n);
+            size_t xl = xr_len(k, W, n);
             size_t need = (size_t)n * (xl + ng) * sizeof(float);
             buf = pool ? lily_pool_scratch(pool, threads, need) : lily_xmalloc(need);
             float *Xr = buf, *xs = (float *)buf + (size_t)n * xl;
             for (int t = 0; t < n; t++)
-                x_prep(X + (size_t)t * ldx, cols, use_rows1(W, n), Xr + (size_t)t * xl,
+                x_prep(X + (size_t)t * ldx, cols, use_rows1(k, W, n), Xr + (size_t)t * xl,
                        xs + (size_t)t * ng);
             j.Xr = Xr;
             j.xs = xs;
@@ -632,7 +629,7 @@ void lily_cpu_matmul(const lily_mat *W, const float *X, int n, int ldx, float *Y
         if (!pool) free(buf);
         return;
     }
-    if (use_gemm_i16(W, n)) {
+    if (use_gemm_i16(k, W, n)) {
         run_i16(&j, X, ldx, mm_i16_task, 0);
         return;
     }
@@ -651,6 +648,7 @@ void lily_cpu_matmul(const lily_mat *W, const float *X, int n, int ldx, float *Y
 /* ---- several one-token Q4 matrix-vector products in one pool job ------------------------------ */
 
 typedef struct {
+    const lily_cpu_kern *k;
     const lily_mm_op *ops;
     const char *buf;              /* prepared x of every op, at byte offsets xoff[i] / soff[i] */
     const size_t *xoff, *soff;    /* soff: the fp32 kernels' group sums of x */
@@ -666,35 +664,39 @@ static void mm_many_task(void *ctx, int task, int thread) {
     const void *xp = j->buf + j->xoff[i];
     const float *Xr = xp, *xs = (const float *)(j->buf + j->soff[i]);
     if (W->dt == LILY_DT_Q8) q8_rows1_avx512(W, r0, r1, op->X, xs, op->Y);
-    else if (use_gemv_i16(W, 1)) lily_cpu_gemv_i16_rows(W, r0, r1, xp, 1, op->Y, W->rows);
-    else if (use_rows1(W, 1)) q4_rows1_avx512(W, r0, r1, Xr, xs, op->Y);
-    else if (have_avx512()) q4_rows_avx512(W, r0, r1, Xr, xs, 1, op->Y, W->rows);
-    else if (have_avx2()) q4_rows_avx2(W, r0, r1, Xr, xs, 1, op->Y, W->rows);
+    else if (use_gemv_i16(j->k, W, 1)) lily_cpu_gemv_i16_rows(W, r0, r1, xp, 1, op->Y, W->rows);
+    else if (use_rows1(j->k, W, 1)) q4_rows1_avx512(W, r0, r1, Xr, xs, op->Y);
+    else if (have_avx512(j->k)) q4_rows_avx512(W, r0, r1, Xr, xs, 1, op->Y, W->rows);
+    else if (have_avx2(j->k)) q4_rows_avx2(W, r0, r1, Xr, xs, 1, op->Y, W->rows);
     else q4_rows_scalar(W, r0, r1, Xr, xs, 1, op->Y, W->rows);
 }
 
 /* Which prepared form of x an op reads: 2 = gemv_i16's, 1 = q4_rows1's, 0 = even | odd. */
-static int x_form(const lily_mat *W) { return use_gemv_i16(W, 1) ? 2 : use_rows1(W, 1); }
+static int x_form(const lily_cpu_kern *k, const lily_mat *W) {
+    return use_gemv_i16(k, W, 1) ? 2 : use_rows1(k, W, 1);
+}
 
 /* Bytes of an op's prepared x (64-byte multiples, so every region stays aligned). */
-static size_t x_form_bytes(const lily_mat *W) {
-    size_t b = x_form(W) == 2 ? lily_cpu_gemv_i16_x_bytes(1, W->cols)
-                              : (xr_len(W, 1) + (size_t)W->cols / 64) * sizeof(float);
+static size_t x_form_bytes(const lily_cpu_kern *k, const lily_mat *W) {
+    size_t b = x_form(k, W) == 2 ? lily_cpu_gemv_i16_x_bytes(1, W->cols)
+                                 : (xr_len(k, W, 1) + (size_t)W->cols / 64) * sizeof(float);
     return (b + 63) & ~(size_t)63;
 }
 
-void lily_cpu_matmul_many(const lily_mm_op *ops, int n_ops, lily_pool *pool) {
+void lily_cpu_matmul_many(const lily_cpu_kern *k, const lily_mm_op *ops, int n_ops,
+                          lily_pool *pool) {
     int ok = pool != NULL && n_ops <= 64;
     size_t xtot = 0, btot = 0;
     for (int i = 0; ok && i < n_ops; i++) {
         const lily_mat *W = ops[i].W;
-        ok = W->group == 64 && (W->dt == LILY_DT_Q4 || (W->dt == LILY_DT_Q8 && have_avx512()));
-        xtot += x_form_bytes(W);
+        ok = W->group == 64 && (W->dt == LILY_DT_Q4 || (W->dt == LILY_DT_Q8 && have_avx512(k)));
+        xtot += x_form_bytes(k, W);
         btot += (size_t)W->rows * (W->cols / (W->dt == LILY_DT_Q8 ? 1 : 2) + W->cols / 16);
     }
     if (!ok) {
         for (int i = 0; i < n_ops; i++)
-            lily_cpu_matmul(ops[i].W, ops[i].X, 1, ops[i].W->cols, ops[i].Y, ops[i].W->rows, pool);
+            lily_cpu_matmul(k, ops[i].W, ops[i].X, 1, ops[i].W->cols, ops[i].Y, ops[i].W->rows,
+                            pool);
         return;
     }
     int threads = lily_pool_threads(pool);
@@ -708,13 +710,13 @@ void lily_cpu_matmul_many(const lily_mm_op *ops, int n_ops, lily_pool *pool) {
     int nt = 0;
     for (int i = 0; i < n_ops; i++) {
         const lily_mat *W = ops[i].W;
-        int cols = W->cols, form = x_form(W);
+        int cols = W->cols, form = x_form(k, W);
         /* ops that read the same x in the same form (the experts' gate and up products all
          * read one x) share one prepared copy */
         int same = -1;
-        for (int k = 0; k < i && same < 0; k++)
-            if (ops[k].X == ops[i].X && ops[k].W->cols == cols && x_form(ops[k].W) == form)
-                same = k;
+        for (int q = 0; q < i && same < 0; q++)
+            if (ops[q].X == ops[i].X && ops[q].W->cols == cols && x_form(k, ops[q].W) == form)
+                same = q;
         if (same >= 0) {
             xoff[i] = xoff[same];
             soff[i] = soff[same];
@@ -724,10 +726,10 @@ void lily_cpu_matmul_many(const lily_mm_op *ops, int n_ops, lily_pool *pool) {
                 soff[i] = xo;
                 lily_cpu_gemv_i16_quant(ops[i].X, 1, cols, cols, buf + xo);
             } else {
-                soff[i] = xo + xr_len(W, 1) * sizeof(float);
+                soff[i] = xo + xr_len(k, W, 1) * sizeof(float);
                 x_prep(ops[i].X, cols, form, (float *)(buf + xo), (float *)(buf + soff[i]));
             }
-            xo += x_form_bytes(W);
+            xo += x_form_bytes(k, W);
         }
         /* split this op in parts of about `chunk` bytes, rows rounded to pairs */
         size_t bytes = (size_t)W->rows * (cols / (W->dt == LILY_DT_Q8 ? 1 : 2) + cols / 16);
@@ -743,6 +745,6 @@ void lily_cpu_matmul_many(const lily_mm_op *ops, int n_ops, lily_pool *pool) {
             nt++;
         }
     }
-    mm_many_job j = {ops, buf, xoff, soff, t_op, t_r0, t_r1};
+    mm_many_job j = {k, ops, buf, xoff, soff, t_op, t_r0, t_r1};
     lily_pool_run(pool, mm_many_task, &j, nt);
 }

@@ -11,6 +11,7 @@
 #include <stdint.h>
 
 #include "base/pool.h"
+#include "lily.h"
 #include "model/model.h"
 
 /* bf16 <-> f32 (round to nearest even). */
@@ -39,30 +40,35 @@ static inline float lily_silu(float x) { return x / (1.0f + expf(-x)); }
 /* Dequantizes row r of W (cols values) into out. */
 void lily_mat_row_f32(const lily_mat *W, int r, float *out);
 
+/* What the CPU kernels may use, fixed per backend (the engine's cpu_isa and precision). */
+typedef struct lily_cpu_kern {
+    int isa; /* 2 = AVX-512, 1 = AVX2 + FMA, 0 = plain C (never more than the CPU has) */
+    int i16; /* Q4 products with int16 activations (matmul_i16.h, gemv_i16.h); needs VNNI */
+} lily_cpu_kern;
+/* The kernels for an engine's options: isa capped by what the CPU has, and the precision's CPU
+ * mapping (EXACT: fp32 products only; DEFAULT and FAST: int16 products where the CPU has VNNI). */
+lily_cpu_kern lily_cpu_kern_for(lily_cpu_isa isa, lily_precision precision);
+
 /* Y[t][o] = sum_c W[o][c] * X[t][c] for t < n, o < W->rows.
  * X is [n][ldx] (ldx >= W->cols), Y is [n][ldy] (ldy >= W->rows). Work is split over rows of W;
  * each worker dequantizes a small tile of W and applies it to all n rows of X (weight reuse). */
-void lily_cpu_matmul(const lily_mat *W, const float *X, int n, int ldx, float *Y, int ldy,
-                     lily_pool *pool);
+void lily_cpu_matmul(const lily_cpu_kern *k, const lily_mat *W, const float *X, int n, int ldx,
+                     float *Y, int ldy, lily_pool *pool);
 
-/* 1 when lily_cpu_matmul(W, .., n, ..) quantises X to 16-bit codes per group of 64 columns (Q4
- * on AVX-512 VNNI: the prefill GEMM, matmul_i16.h, and the decode product, gemv_i16.h; each
- * element within 2^-16 of its group's largest; LILY_CPU_GEMM=f32 turns both off,
- * LILY_CPU_GEMV=f32 the decode one); 0 when it multiplies in fp32. */
-int lily_cpu_matmul_quantizes_x(const lily_mat *W, int n);
+/* 1 when lily_cpu_matmul(k, W, .., n, ..) quantises X to 16-bit codes per group of 64 columns
+ * (k->i16 and Q4: the prefill GEMM, matmul_i16.h, and the decode product, gemv_i16.h; each
+ * element within 2^-16 of its group's largest); 0 when it multiplies in fp32. */
+int lily_cpu_matmul_quantizes_x(const lily_cpu_kern *k, const lily_mat *W, int n);
 
 /* A CPU kernel written in plain C, compiled for AVX-512, AVX2 and baseline x86-64 and picked at
  * load time. */
 #define LILY_SIMD_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
 
-/* 1 when the CPU kernels run their AVX-512 forms (detected once; LILY_CPU_ISA caps it). */
-int lily_cpu_have_avx512(void);
-
 /* Y = silu(G X) * (U X) elementwise (the SwiGLU input), in one pool job with X quantised once,
  * when both take the prefill GEMM with int16 X (n > 4): returns 1; otherwise returns 0 and does
  * nothing. */
-int lily_cpu_matmul_glu(const lily_mat *G, const lily_mat *U, const float *X, int n, int ldx,
-                        float *Y, int ldy, lily_pool *pool);
+int lily_cpu_matmul_glu(const lily_cpu_kern *k, const lily_mat *G, const lily_mat *U,
+                        const float *X, int n, int ldx, float *Y, int ldy, lily_pool *pool);
 
 /* One product y = W x of a single token (n = 1), for lily_cpu_matmul_many. */
 typedef struct lily_mm_op {
@@ -75,11 +81,8 @@ typedef struct lily_mm_op {
  * step), so their rows balance over the threads and the pool synchronises once. Falls back to
  * one lily_cpu_matmul each when an op is not Q4 (or, with AVX-512, Q8) with groups of 64. Same
  * results as lily_cpu_matmul. */
-void lily_cpu_matmul_many(const lily_mm_op *ops, int n_ops, lily_pool *pool);
-
-/* Caps the matmul kernels' instruction set ("avx512", "avx2", "scalar"; NULL = detect). For tests:
- * not thread-safe against concurrent matmuls. */
-void lily_cpu_set_isa(const char *isa);
+void lily_cpu_matmul_many(const lily_cpu_kern *k, const lily_mm_op *ops, int n_ops,
+                          lily_pool *pool);
 
 /* y[i] = x[i] / sqrt(mean(x^2) + eps) * w[i], over n values (in place allowed). */
 void lily_cpu_rmsnorm(const float *x, const float *w, int n, float eps, float *y);
@@ -101,25 +104,15 @@ void lily_cpu_gdn_scan(float *S, int Dk, int Dv, int n, const float *q, int ldq,
                        int ldk, const float *v, int ldv, const float *beta, const float *lambda,
                        int ldg, float *o, int ldo);
 
-/* The same recurrence in the chunked form (gdn_chunk.c): chunks of `chunk` tokens, each reading
- * the state twice as matrix products, solving the chunk's c x c triangular system for the state
- * updates d_t, and writing the state once. Same arguments and results as lily_cpu_gdn_scan (to
- * fp32 rounding); scratch: lily_cpu_gdn_chunked_scratch(Dv, chunk) bytes, 8-byte aligned. */
-size_t lily_cpu_gdn_chunked_scratch(int Dv, int chunk);
-void lily_cpu_gdn_chunked(float *S, int Dk, int Dv, int n, const float *q, int ldq,
-                          const float *k, int ldk, const float *v, int ldv, const float *beta,
-                          const float *lambda, int ldg, float *o, int ldo, int chunk,
-                          void *scratch);
-
 /* Causal GQA attention for n new queries at positions pos..pos+n-1 over a cache holding
  * positions 0..pos+n-1 (attn.c). q: [n][Nq*Dh]; kc, vc: [ctx][Nkv*Dh] caches; out: [n][Nq*Dh].
  * scale multiplies q.k; softmax in fp32 with max subtraction. scratch: threads x
  * lily_cpu_attention_scratch(Nq, Nkv, Dh, pos + n) floats (threads = the pool's thread count, 1
  * without a pool; 64-byte aligned), so nothing is allocated per call. */
 size_t lily_cpu_attention_scratch(int Nq, int Nkv, int Dh, int ctx);
-void lily_cpu_attention(const float *q, int n, int pos, const float *kc, const float *vc, int Nq,
-                        int Nkv, int Dh, float scale, float *out, float *scratch,
-                        lily_pool *pool);
+void lily_cpu_attention(const lily_cpu_kern *k, const float *q, int n, int pos, const float *kc,
+                        const float *vc, int Nq, int Nkv, int Dh, float scale, float *out,
+                        float *scratch, lily_pool *pool);
 
 /* Router: softmax over E logits, top k, renormalised (if norm) weights. Ties go to the lower
  * expert id. idx/wt: [k]. */

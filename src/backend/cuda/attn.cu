@@ -422,7 +422,6 @@ __global__ void __launch_bounds__(256)
     attn_combine2_kernel(const float *__restrict__ part, const int32_t *d_pos, int Nq, int Dh,
                          int max_splits, int want, const float *__restrict__ gate,
                          float *__restrict__ out) {
-    pdl_trigger(); /* lets the output projection's GEMV issue its weight loads meanwhile */
     extern __shared__ float fs[];
     __shared__ float red[32], accs[8][33];
     const int h = blockIdx.x, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
@@ -458,6 +457,9 @@ __global__ void __launch_bounds__(256)
     }
 }
 
+/* lily_cuda_attn_decode_force_splits: the split target of the decode calls, 0 = automatic */
+int g_decode_want = 0;
+
 template <int DH, bool EX>
 int launch_decode_mma(const float *q, const uint8_t *kc, const uint8_t *vc,
                       const int32_t *d_pos, int Nq, int Nkv, float scale, const float *gate,
@@ -483,9 +485,7 @@ int launch_decode_mma(const float *q, const uint8_t *kc, const uint8_t *vc,
     }
     const int G = Nq / Nkv, MT = (G + 7) / 8;
     /* one wave: as many splits as fill the SMs (blocks of a split past the live context exit) */
-    int want = resident[dev] / (Nkv * MT);
-    const char *ov = getenv("LILY_CUDA_ATTN_SPLITS"); /* measurement override */
-    if (ov && atoi(ov) > 0) want = atoi(ov);
+    int want = g_decode_want > 0 ? g_decode_want : resident[dev] / (Nkv * MT);
     if (want < 1) want = 1;
     dim3 grid(max_splits, Nkv * MT);
     attn_decode_mma_kernel<DH, EX><<<grid, kDw * 32, smem, st>>>(q, kc, vc, d_pos, Nkv, G,
@@ -503,8 +503,8 @@ int launch_decode_mma(const float *q, const uint8_t *kc, const uint8_t *vc,
 
 constexpr int kFaRows = 64; /* query rows per block: (position, head-in-group) pairs */
 constexpr int kFaKv = 32;   /* KV positions per tile */
-/* warp groups splitting a block's KV tiles (H200, 512 tokens at depth 130560: one group 6.58 ms,
- * two 4.67 ms; more do not fit: each warp holds a 16 x Dh fp32 accumulator) */
+/* warp groups splitting a block's KV tiles (more do not fit: each warp holds a 16 x Dh fp32
+ * accumulator) */
 constexpr int kFaGroups = 2;
 
 /* Barrier of the 128 threads of warp group grp (ids 1.. ; 0 is __syncthreads). */
@@ -525,8 +525,7 @@ __device__ __forceinline__ void group_bar(int grp) {
  * P V give S / 256 and O / 256 (the qlo*klo terms, <= 2^-19 of a row's largest, are dropped).
  * fp16's narrow exponent range is handled by powers of two: each q row scaled to a max in
  * [2^12, 2^13) (undone on S), each KV tile's V scales relative to its largest (O rescaled when
- * that factor changes, like the running max). Measured on the H200: the 127K-deep 4096-token
- * chunk 2.9K -> 3.5K tok/s against the bf16 split. */
+ * that factor changes, like the running max); cheaper than the bf16 split. */
 template <int DH, bool EX> struct fa_cfg {
     static constexpr int LD = DH + 8;     /* padded smem row (16-bit words): no ldmatrix conflicts */
     static constexpr int QT = EX ? 2 : 1; /* Q tiles in smem: hi (and lo) */
@@ -547,8 +546,7 @@ __global__ void __launch_bounds__(128 * NG)
     extern __shared__ uint4 fa_smem[];
     uint16_t *Qs = (uint16_t *)fa_smem, *Ql = Qs + (QT - 1) * kFaRows * LD;
     /* the last query tiles (the longest causal spans) first: the short ones then fill the
-     * grid's last wave instead of the longest (H200, 35B prefill against in-order tiles: 2K
-     * +1.1 %, 8K +0.7 %, 16K +0.7 %, 32K +0.6 %) */
+     * grid's last wave instead of the longest */
     const int Nq = Nkv * G, j = blockIdx.y, qt = gridDim.x - 1 - blockIdx.x;
     const int p0 = *d_pos, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int grp = warp / 4, wr = warp % 4, gt = tid % 128;
@@ -627,9 +625,7 @@ __global__ void __launch_bounds__(128 * NG)
     /* KB >= 1: S's K lo parts keep their bias of 4 (codes_f16<true>), so the products carry 4 x
      * the row's sum of q hi parts, removed from every score: one subtraction per score instead of
      * one per two codes of every tile (the bias adds under a tenth of the hi products' magnitude
-     * to the fp32 sums, so their rounding stays where it was). The same for the V lo parts in P V
-     * (taking 4 x the sum of P hi parts off O once per block) measured 8 % slower (H200, session
-     * 14): not kept. */
+     * to the fp32 sums, so their rounding stays where it was). */
     __shared__ float s_qb[kFaRows];
     if (KB) {
         for (int r = warp; r < kFaRows; r += 4 * NG) {
@@ -824,12 +820,8 @@ template <int DH, int G>
 int launch_prefill(const float *q, int n, const uint8_t *kc, const uint8_t *vc,
                    const int32_t *d_pos, int Nkv, float scale, const float *gate, float *out,
                    lily_cuda_stream st, lily_err *e) {
-    const lily_cuda_tune *tu = lily_cuda_tune_get();
-    if (tu->attn_exact && tu->attn_bias == 1)
+    if (lily_cuda_prec_get().attn_exact)
         return launch_prefill_ng<DH, G, kFaGroups, true, 1>(q, n, kc, vc, d_pos, Nkv, scale, gate,
-                                                            out, st, e);
-    if (tu->attn_exact)
-        return launch_prefill_ng<DH, G, kFaGroups, true, 0>(q, n, kc, vc, d_pos, Nkv, scale, gate,
                                                             out, st, e);
     return launch_prefill_ng<DH, G, kFaGroups, false, 0>(q, n, kc, vc, d_pos, Nkv, scale, gate,
                                                          out, st, e);
@@ -868,6 +860,8 @@ extern "C" int lily_cuda_attn_prep(const float *qg, int ldqg, const float *k, co
     return 0;
 }
 
+extern "C" void lily_cuda_attn_decode_force_splits(int want) { g_decode_want = want > 0 ? want : 0; }
+
 extern "C" size_t lily_cuda_attn_decode_scratch(int Nq, int Dh, int max_splits) {
     return (size_t)max_splits * Nq * (Dh + 2);
 }
@@ -877,7 +871,7 @@ template <int DH>
 int launch_decode(const float *q, const uint8_t *kc, const uint8_t *vc, const int32_t *d_pos,
                   int Nq, int Nkv, float scale, const float *gate, float *part, int max_splits,
                   float *out, lily_cuda_stream st, lily_err *e) {
-    if (lily_cuda_tune_get()->attn_exact)
+    if (lily_cuda_prec_get().attn_exact)
         return launch_decode_mma<DH, true>(q, kc, vc, d_pos, Nq, Nkv, scale, gate, part,
                                            max_splits, out, st, e);
     return launch_decode_mma<DH, false>(q, kc, vc, d_pos, Nq, Nkv, scale, gate, part, max_splits,
@@ -913,13 +907,9 @@ extern "C" int lily_cuda_attn_prefill(const float *q, int n, const void *kc_, co
     if (!shape_ok(Nq, Nkv, Dh))
         return lily_fail(e, "attention: unsupported shape Nq=%d Nkv=%d Dh=%d", Nq, Nkv, Dh);
     if (n < 1) return 0;
-    const lily_cuda_tune *tu = lily_cuda_tune_get();
-    if (tu->attn_exact && tu->attn_wg >= 3 && lily_cuda_attn_wg_ok(Nq, Nkv, Dh))
+    if (lily_cuda_prec_get().attn_exact && lily_cuda_attn_wg_ok(Nq, Nkv, Dh))
         return lily_cuda_attn_prefill_ws(q, n, kc_, vc_, d_pos, Nq, Nkv, Dh, scale, gate, out,
                                          part, st, e);
-    if (tu->attn_exact && tu->attn_wg && lily_cuda_attn_wg_ok(Nq, Nkv, Dh))
-        return lily_cuda_attn_prefill_wg(q, n, kc_, vc_, d_pos, Nq, Nkv, Dh, scale, gate, out,
-                                         part, tu->attn_wg == 2, st, e);
     const uint8_t *kc = (const uint8_t *)kc_, *vc = (const uint8_t *)vc_;
     int G_ = Nq / Nkv;
     LILY_PRE_CASE(64, 1) LILY_PRE_CASE(64, 2) LILY_PRE_CASE(64, 4) LILY_PRE_CASE(64, 8)

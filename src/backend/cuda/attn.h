@@ -20,7 +20,7 @@
  * Products on the tensor cores (bf16 in, fp32 accumulate): a code c splits exactly into
  * hi = bf16(c) and lo = c - hi (|lo| <= 64, exact in bf16); q and P (with the V scale folded in)
  * split into bf16 hi + lo; the K scale multiplies the score columns after the product. With
- * lily_cuda_tune_get()->attn_exact (LILY_CUDA_ATTN_EXACT, default 1) the products keep about
+ * lily_cuda_prec_get().attn_exact (cuda_mem.h: the engine's DEFAULT and EXACT) the products keep about
  * 16 bits (qhi*khi + qlo*khi + qhi*klo, likewise P V); with 0 one pass of the hi parts (decode
  * keeps its free q/P lo rows, see attn.cu), as fast as the bf16 cache was, less the code
  * conversion. The exact prefill instead splits a code into its bytes as exact fp16 values
@@ -28,9 +28,9 @@
  * and P, with q rows and P tiles scaled by powers of two into fp16's range (attn.cu); the K lo
  * bytes enter as 4 + lo and the bias is taken off each score (4 x the row's sum of q hi parts).
  * An fp16 cache with one fp16 pass (11 bits) was tried and measured 2.5x faster at depth, but it
- * flipped near-ties of two fixtures on the GPU (bench/NOTES-cuda.md, session 6). At head dim 256
+ * flipped near-ties of two fixtures on the GPU (bench/NOTES-cuda.md). At head dim 256
  * the exact prefill runs attn_wg.h's kernel instead (int8 wgmma over the codes' balanced bytes for
- * S, f16 wgmma for P V; LILY_CUDA_ATTN_WG, cuda_mem.h).
+ * S, f16 wgmma for P V).
  *
  * Positions come from device memory (*d_pos is the position of the first token of the call), so a
  * captured decode graph can be replayed at every position. Supported: Dh in {64, 128, 256},
@@ -74,6 +74,11 @@ int lily_cuda_attn_decode(const float *q, const void *kc, const void *vc,
                           const int32_t *d_pos, int Nq, int Nkv, int Dh, float scale,
                           const float *gate, float *scratch, int max_splits, float *out,
                           lily_cuda_stream st, lily_err *e);
+
+/* Forces the split target of the decode calls that follow (want > 0: that many splits, capped
+ * by max_splits) or restores the automatic one (0: as many as fill the SMs). Tests and
+ * measurements; not thread-safe. */
+void lily_cuda_attn_decode_force_splits(int want);
 
 /* Floats of scratch lily_cuda_attn_prefill can split a chunk's causal spans with (any n; 0 when
  * the shape has no split form: head dims other than 256). */

@@ -57,7 +57,7 @@ __device__ __forceinline__ uint64_t sdesc(uint32_t addr, uint32_t lbo, uint32_t 
            ((uint64_t)((sbo >> 4) & 0x3FFF) << 32);
 }
 
-/* SWZ (LILY_CUDA_ATTN_SWZ, the ws kernel only): the planes in the 128-byte swizzled K-major
+/* SWZ (a measured form of the ws kernel, not launched): the planes in the 128-byte swizzled K-major
  * layout instead (swizzle.h). A plane row's bytes in 128-byte blocks kb (Q / K: 2 blocks of
  * 256-byte rows, 8 KB apart; V: one block, a dim's 64 positions), each block a swizzled plane of
  * 128-byte rows. Descriptors: 1 KB between 8-row atoms (SBO), layout type 1; a k step inside a
@@ -397,7 +397,7 @@ __device__ __forceinline__ void store_rows(const float *o, float l0, float l1, f
     }
 }
 
-constexpr int kMaxSplits = 16;      /* of a chunk's causal spans (LILY_CUDA_ATTN_SPLIT) */
+constexpr int kMaxSplits = 16;      /* of a chunk's causal spans (attn_wg.h) */
 constexpr int kMaxPartBlocks = 256; /* blocks x splits the partials' scratch holds */
 
 /* Partials of a split chunk (SPLIT kernels), in the scratch lily_cuda_attn_prefill takes:

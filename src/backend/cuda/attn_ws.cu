@@ -1,9 +1,9 @@
-/* Exact attention prefill on wgmma, warp-specialised (LILY_CUDA_ATTN_WG=3; attn_wg.h). The
- * products are attn_wg.cu's (S on s8 wgmma over the codes' balanced digits, hh and hl + lh;
- * P V on f16 wgmma with P hi + lo against the exact V digit planes), the work is split
- * differently: a producer warpgroup loads each tile's cache rows (cp.async) and converts them
+/* Exact attention prefill on wgmma, warp-specialised (what attn.cu runs at head dim 256;
+ * attn_wg.h). The products (attn_wg.cuh): S on s8 wgmma over the codes' balanced digits, hh and
+ * hl + lh; P V on f16 wgmma with P hi + lo against the exact V digit planes. The work is split:
+ * a producer warpgroup loads each tile's cache rows (cp.async) and converts them
  * into the K and V planes; two consumer warpgroups (64 query rows each) only run S, the softmax
- * and P V. Named barriers stand in for the block barriers of attn_wg.cu, so the conversion runs
+ * and P V. Named barriers let the conversion run
  * under the consumers' products and the consumers take the tensor cores in turn (one's softmax
  * under the other's products):
  *   KFULL[c], VFULL[c]: the producer arrives when the K (V) planes of a tile are written,
@@ -14,20 +14,17 @@
  *     own (128 + 128; consumer 0 starts);
  *   PROD: the producer's own (the landing area's copies and reads).
  * Planes are single-buffered (shared memory: Q 64 KB, K 32, V 64, landing 64), the scales the
- * consumers read after the products double-buffered by tile parity. With PV8
- * (LILY_CUDA_ATTN_WG=4: P V on 8-bit wgmma, attn_pv8.cuh) the V planes take 32 KB and K has two
- * buffers (tile it in it % 2; KFULL and KEMPTY one per buffer, the consumers release a K buffer
- * after the softmax, which reads the tile's scales). setmaxnreg gives the consumers (O 128
- * registers, S's digit accumulators 64) the producer's registers. With BULK
- * (LILY_CUDA_ATTN_BULK=1) the producer lands a tile's rows with one bulk copy (TMA) a row on an
- * mbarrier per landing instead of 16 cp.async a thread, whose issue took half of its time (ncu,
- * session 21); with BULK 2 (the default) one tensor-map copy a tile. */
+ * consumers read after the products double-buffered by tile parity. setmaxnreg gives the
+ * consumers (O 128 registers, S's digit accumulators 64) the producer's registers. The producer
+ * lands a tile's rows with one tensor-map copy (TMA) on an mbarrier per landing. (The forms
+ * measured against this one, P V on 8-bit wgmma, swizzled planes, cp.async or per-row bulk
+ * landings, no turns: bench/NOTES-cuda.md and git history.) */
 #include "backend/cuda/attn_wg.h"
 
 #include <stdlib.h>
 #include <string.h>
 
-#include "backend/cuda/attn_pv8.cuh"
+#include "backend/cuda/attn_wg.cuh"
 #include "backend/cuda/tma.cuh"
 
 namespace {
@@ -48,7 +45,7 @@ __device__ __forceinline__ void bar_arrive(int id, int n) {
     asm volatile("bar.arrive %0, %1;" ::"r"(id), "r"(n) : "memory");
 }
 
-/* BULK 2: tensor maps of the K and V caches as [rows][row bytes / 2] u16, box 256 x 64 (a tile's
+/* Tensor maps of the K and V caches as [rows][row bytes / 2] u16, box 256 x 64 (a tile's
  * rows of one head); rows past the allocation arrive as zeros */
 struct kv_maps {
     CUtensorMap k, v;
@@ -56,26 +53,19 @@ struct kv_maps {
 
 /* grid (ceil(n / P), Nkv) with P = 128 / G positions per block, 384 threads: warpgroup 0 the
  * producer, warpgroup 1 + c consumer c (block rows 64 c .. 64 c + 63, attn_wg.cu's layout). */
-template <int G, bool SPLIT, bool TURN, bool SWZ, bool PV8, int BULK>
+template <int G, bool SPLIT>
 __global__ void __launch_bounds__(kThreads, 1)
     attn_ws_kernel(const float *__restrict__ q, int n, const uint8_t *__restrict__ kc,
                    const uint8_t *__restrict__ vc, const int32_t *d_pos, int Nkv, float scale,
                    const float *__restrict__ gate, float *__restrict__ out,
                    float *__restrict__ part, const __grid_constant__ kv_maps mp) {
     constexpr int P = kRows / G;
-    /* PV8: the V planes take half of their region, the other half is a second K buffer (tile it
-     * in buffer it % 2), so the producer converts tile it + 1's K under the consumers' tile it */
-    constexpr int NKB = PV8 ? 2 : 1;
-    auto kb = [](int it) { return NKB == 2 ? it & 1 : 0; };
-    auto koff = [&](int it) { return kb(it) ? OFF_V + 32768 : OFF_K; };
+    constexpr bool SWZ = false; /* attn_wg.cuh's planes in the no-swizzle core-matrix layout */
     extern __shared__ __align__(128) uint8_t smem_raw[];
     __shared__ float s_qs[kRows], s_ks[2][kKt], s_vs[2][kKt];
-    /* SWZ: the planes on 1 KB boundaries (the swizzle is a function of the address) */
-    uint8_t *smem =
-        smem_raw + (SWZ ? lily_swz128_pad((uint32_t)__cvta_generic_to_shared(smem_raw)) : 0);
+    uint8_t *smem = smem_raw;
     const uint32_t sb = (uint32_t)__cvta_generic_to_shared(smem);
-    /* BULK: the K and V landings' mbarriers, where cp.async lands the scales otherwise (a static
-     * __shared__ would push the swizzled variant, at the 227 KB limit, over it) */
+    /* the K and V landings' mbarriers (in the scales' region of attn_wg.cuh's layout) */
     uint64_t *const s_land = (uint64_t *)(smem + OFF_SC);
     const BlockSpan bs = block_span<G, SPLIT>(n, Nkv, d_pos);
     const int Nq = bs.Nq, j = bs.j, qt = bs.qt, p0 = bs.p0, kv_end = bs.kv_end, qmin = bs.qmin;
@@ -87,66 +77,36 @@ __global__ void __launch_bounds__(kThreads, 1)
         return;
     }
     const size_t row = kv_row_bytes(Nkv, DH);
-    const uint8_t *kr = kc + (size_t)j * DH * 2, *vr = vc + (size_t)j * DH * 2;
     const uint8_t *ksc = kc + (size_t)Nkv * DH * 2 + (size_t)j * 4;
     const uint8_t *vsc = vc + (size_t)Nkv * DH * 2 + (size_t)j * 4;
-    /* BULK: tile i's K and V scales of position kv0 + tid % 64 (0 past kv_end), loaded with its K
-     * rows and written to s_ks / s_vs with its K planes */
+    /* tile i's K and V scales of position kv0 + tid % 64 (0 past kv_end), loaded with its K rows
+     * and written to s_ks / s_vs with its K planes */
     float sc_next = 0.f;
-    /* (producer) tile i's K (with it both scales) or V rows into the landing area: one commit
-     * group; BULK 1: a bulk copy per row by threads 0..63 on the landing's mbarrier (rows past
-     * kv_end repeat the last row: masked, as the zeros were); BULK 2: one tensor copy of the
-     * tile's rows by thread 0 (rows past kv_end are whatever the cache holds there, finite
-     * codes: masked as well) */
+    /* (producer) tile i's K (with it both scales) or V rows into the landing area: one tensor
+     * copy of the tile's rows by thread 0 on the landing's mbarrier (rows past kv_end are
+     * whatever the cache holds there, finite codes: masked) */
     auto load = [&](int i, int which) {
         const int kv0 = i * kKt;
-        const uint8_t *src = which ? vr : kr;
-        const uint32_t dst = sb + OFF_RAW + which * 32768;
-        if constexpr (BULK != 0) {
-            if (BULK == 2 && tid == 0) {
-                lily_mbar_expect(&s_land[which], kKt * 512);
-                lily_tma_2d(smem + OFF_RAW + which * 32768, which ? &mp.v : &mp.k, j * DH, kv0,
-                            &s_land[which]);
-            }
-            if (BULK == 1 && tid < kKt) {
-                if (tid == 0) lily_mbar_expect(&s_land[which], kKt * 512);
-                const int p = min(kv0 + tid, kv_end - 1);
-                lily_bulk_copy(dst + tid * 512, src + (size_t)p * row, 512, &s_land[which]);
-            }
-            if (!which) {
-                const int p = kv0 + (tid & (kKt - 1));
-                sc_next = p < kv_end ? __ldg((const float *)((tid < kKt ? ksc : vsc) +
-                                                             (size_t)p * row))
-                                     : 0.f;
-            }
-        } else {
-#pragma unroll 4
-            for (int x = 0; x < 16; x++) {
-                const int c = tid + 128 * x, r = c >> 5, c16 = c & 31; /* 32 chunks per row */
-                const int p = kv0 + r;
-                const bool ok = p < kv_end;
-                cp_async16(dst + r * 512 + c16 * 16, src + (size_t)(ok ? p : 0) * row + c16 * 16,
-                           ok);
-            }
-            if (!which) {
-                const int p = kv0 + (tid & (kKt - 1));
-                const bool ok = p < kv_end;
-                cp_async4(sb + OFF_SC + tid * 4,
-                          (tid < kKt ? ksc : vsc) + (size_t)(ok ? p : 0) * row, ok);
-            }
-            cp_async_commit();
+        if (tid == 0) {
+            lily_mbar_expect(&s_land[which], kKt * 512);
+            lily_tma_2d(smem + OFF_RAW + which * 32768, which ? &mp.v : &mp.k, j * DH, kv0,
+                        &s_land[which]);
+        }
+        if (!which) {
+            const int p = kv0 + (tid & (kKt - 1));
+            sc_next = p < kv_end
+                          ? __ldg((const float *)((tid < kKt ? ksc : vsc) + (size_t)p * row))
+                          : 0.f;
         }
     };
     const int cw = wgi - 1, g = lane >> 2, tq = lane & 3;
     if (wgi == 0) { /* the first tile's copies */
-        if constexpr (BULK) {
-            if (tid == 0) {
-                lily_mbar_init(&s_land[0], 1);
-                lily_mbar_init(&s_land[1], 1);
-                lily_mbar_init_fence();
-            }
-            bar_sync(BAR_PROD, 128);
+        if (tid == 0) {
+            lily_mbar_init(&s_land[0], 1);
+            lily_mbar_init(&s_land[1], 1);
+            lily_mbar_init_fence();
         }
+        bar_sync(BAR_PROD, 128);
         load(it_beg, 0);
         load(it_beg, 1);
     } else { /* each consumer's Q planes */
@@ -159,54 +119,33 @@ __global__ void __launch_bounds__(kThreads, 1)
         asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(kProdRegs));
         for (int it = it_beg; it < it_end; it++) {
             const int b = it & 1;
-            const uint32_t ph = (it - it_beg) & 1; /* BULK: the landings' phase */
-            (void)ph;
-            if constexpr (BULK) {
-                lily_mbar_wait(&s_land[0], ph); /* K of tile it */
-            } else {
-                cp_async_wait1(); /* K of tile it (V may still be in flight) */
-                bar_sync(BAR_PROD, 128);
-            }
-            /* both consumers done with the K buffer's last tile (it - NKB: S, scales) */
-            if (it - it_beg >= NKB) bar_sync(BAR_KEMPTY + kb(it), 384);
+            const uint32_t ph = (it - it_beg) & 1; /* the landings' phase */
+            lily_mbar_wait(&s_land[0], ph);      /* K of tile it */
+            /* both consumers done with the K planes' last tile (S, scales) */
+            if (it > it_beg) bar_sync(BAR_KEMPTY, 384);
 #pragma unroll 2
-            for (int x = 0; x < 8; x++) k_unit<SWZ>(smem, tid + 128 * x, koff(it));
-            const float sc = BULK ? sc_next : *(const float *)(smem + OFF_SC + tid * 4);
+            for (int x = 0; x < 8; x++) k_unit<SWZ>(smem, tid + 128 * x, OFF_K);
+            const float sc = sc_next;
             if (tid < kKt) s_ks[b][tid] = sc;
             else s_vs[b][tid - kKt] = sc;
             proxy_fence();
-            bar_arrive(BAR_KFULL + kb(it), 256);
-            bar_arrive(BAR_KFULL + 2 + kb(it), 256);
+            bar_arrive(BAR_KFULL, 256);
+            bar_arrive(BAR_KFULL + 2, 256);
             bar_sync(BAR_PROD, 128); /* the K landing area has been read */
-            if constexpr (BULK) {
-                if (it + 1 < it_end) {
-                    proxy_fence(); /* the generic reads before the async proxy's writes */
-                    load(it + 1, 0);
-                }
-                lily_mbar_wait(&s_land[1], ph); /* V of tile it */
-            } else {
-                if (it + 1 < it_end) {
-                    load(it + 1, 0);
-                    cp_async_wait1(); /* V of tile it */
-                } else {
-                    cp_async_wait0();
-                }
-                bar_sync(BAR_PROD, 128);
+            if (it + 1 < it_end) {
+                proxy_fence(); /* the generic reads before the async proxy's writes */
+                load(it + 1, 0);
             }
+            lily_mbar_wait(&s_land[1], ph); /* V of tile it */
             if (it > it_beg) bar_sync(BAR_VEMPTY, 384); /* both consumers' P V of tile it - 1 done */
-            if constexpr (PV8) {
 #pragma unroll 2
-                for (int x = 0; x < 4; x++) v_unit8(smem, tid + 128 * x);
-            } else {
-#pragma unroll 2
-                for (int x = 0; x < 8; x++) v_unit<SWZ>(smem, tid + 128 * x);
-            }
+            for (int x = 0; x < 8; x++) v_unit<SWZ>(smem, tid + 128 * x);
             proxy_fence();
             bar_arrive(BAR_VFULL, 256);
             bar_arrive(BAR_VFULL + 1, 256);
             bar_sync(BAR_PROD, 128); /* the V landing area has been read */
             if (it + 1 < it_end) {
-                if (BULK) proxy_fence();
+                proxy_fence();
                 load(it + 1, 1);
             }
         }
@@ -226,24 +165,24 @@ __global__ void __launch_bounds__(kThreads, 1)
     for (int i = 0; i < 128; i++) o[i] = 0.f;
     float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.f, l1 = 0.f;
     float of_vf = 1.f; /* the V-scale factor O is kept in (attn.cu's exact prefill) */
-    if (TURN && cw == 1) bar_arrive(BAR_TURN, 256); /* consumer 0 takes the first turn */
+    if (cw == 1) bar_arrive(BAR_TURN, 256); /* consumer 0 takes the first turn */
     for (int it = it_beg; it < it_end; it++) {
         const int b = it & 1, kv0 = it * kKt;
-        bar_sync(BAR_KFULL + 2 * cw + kb(it), 256);
+        bar_sync(BAR_KFULL + 2 * cw, 256);
         int hh[32], md[32];
-        const uint32_t z = opaque_zero(), qz = qa + z, kz = sb + koff(it) + z;
-        if (TURN) bar_sync(BAR_TURN + cw, 256);
+        const uint32_t z = opaque_zero(), qz = qa + z, kz = sb + OFF_K + z;
+        bar_sync(BAR_TURN + cw, 256);
         wg_fence();
         issue_s<false, SWZ>(qz, kz, hh, md, nullptr);
         wg_commit();
-        if (TURN) bar_arrive(BAR_TURN + (cw ^ 1), 256);
+        bar_arrive(BAR_TURN + (cw ^ 1), 256);
         wg_wait0();
 #pragma unroll
         for (int i = 0; i < 32; i++) {
             reg_fence(hh[i]);
             reg_fence(md[i]);
         }
-        if (NKB == 1 && it + 1 < it_end) bar_arrive(BAR_KEMPTY, 384);
+        if (it + 1 < it_end) bar_arrive(BAR_KEMPTY, 384);
         const bool full = kv0 + kKt - 1 <= qmin;
         float s[32];
         s_scores<false>(hh, md, nullptr, s_ks[b], f0, f1, full, kv0, qp0, qp1, tq, s);
@@ -252,8 +191,6 @@ __global__ void __launch_bounds__(kThreads, 1)
         of_vf = vf;
         float d0, d1;
         softmax_tile<8>(s, s_vs[b], vf, of, tq, m0, m1, l0, l1, d0, d1);
-        /* two K buffers: the producer writes tile it + 2's scales over these */
-        if (NKB == 2 && it + 2 < it_end) bar_arrive(BAR_KEMPTY + kb(it), 384);
         if (__any_sync(0xffffffffu, d0 != 1.f || d1 != 1.f)) {
 #pragma unroll
             for (int nb = 0; nb < 32; nb++) {
@@ -263,20 +200,13 @@ __global__ void __launch_bounds__(kThreads, 1)
         }
         /* consumer 1's last turn is the block's last: nobody waits for it */
         auto pass_turn = [&] {
-            if (TURN && (cw == 0 || it + 1 < it_end)) bar_arrive(BAR_TURN + (cw ^ 1), 256);
+            if (cw == 0 || it + 1 < it_end) bar_arrive(BAR_TURN + (cw ^ 1), 256);
         };
-        if constexpr (PV8) {
-            uint32_t uh[2][4], ul[2][4];
-            float w0, w1;
-            p_quant8(s, uh, ul, w0, w1);
-            bar_sync(BAR_VFULL + cw, 256);
-            if (TURN) bar_sync(BAR_TURN + cw, 256);
-            pv8(sb + OFF_V + opaque_zero(), o, uh, ul, w0, w1, pass_turn);
-        } else {
+        {
             uint32_t ph[4][4], pl[4][4];
             p_split(s, ph, pl);
             bar_sync(BAR_VFULL + cw, 256);
-            if (TURN) bar_sync(BAR_TURN + cw, 256);
+            bar_sync(BAR_TURN + cw, 256);
 #pragma unroll
             for (int i = 0; i < 128; i++) reg_fence(o[i]);
             wg_fence();
@@ -293,25 +223,14 @@ __global__ void __launch_bounds__(kThreads, 1)
                        n, Nq, tq, gate, out);
 }
 
-/* LILY_CUDA_ATTN_WS_TURN=0 (read at first use; a measurement switch): the consumers issue
- * their products without taking turns (no TURN barriers). */
-bool turns_on() {
-    static int on = -1;
-    if (on < 0) {
-        const char *v = getenv("LILY_CUDA_ATTN_WS_TURN");
-        on = !(v && v[0] == '0');
-    }
-    return on != 0;
-}
-
-/* The tensor map (BULK 2) of a K or V cache at c: every row its allocation holds. */
+/* The tensor map of a K or V cache at c: every row its allocation holds. */
 int kv_map(CUtensorMap *m, const uint8_t *c, int Nkv, lily_err *e) {
     uintptr_t end = 0;
     if (lily_alloc_end(c, &end, e)) return -1;
     const size_t row = kv_row_bytes(Nkv, DH);
     const uint64_t rows = (uint64_t)(end - (uintptr_t)c) / row;
     if (rows < 1 || row % 16 || (uintptr_t)c % 16)
-        return lily_fail(e, "attention (bulk 2): a cache of %llu rows of %zu bytes at %p",
+        return lily_fail(e, "attention (tensor map): a cache of %llu rows of %zu bytes at %p",
                          (unsigned long long)rows, row, (const void *)c);
     const uint64_t dims[2] = {row / 2, rows}, strides[1] = {row};
     const uint32_t box[2] = {DH, kKt};
@@ -324,25 +243,12 @@ int launch(const float *q, int n, const uint8_t *kc, const uint8_t *vc, const in
            int Nkv, float scale, const float *gate, float *out, float *part, int S,
            lily_cuda_stream st, lily_err *e) {
     constexpr int P = kRows / G;
-    /* LILY_CUDA_ATTN_SWZ=1: the swizzled planes (with the turns), 1 KB more for the alignment */
-    const bool swz = lily_cuda_tune_get()->attn_swz != 0;
-    /* LILY_CUDA_ATTN_WG=4: P V on 8-bit wgmma (attn_pv8.cuh; the V planes unswizzled) */
-    const bool pv8 = lily_cuda_tune_get()->attn_wg == 4;
-    /* LILY_CUDA_ATTN_BULK: the landings by bulk copies, 1 a row, 2 a tile by tensor maps (not
-     * with the swizzled planes; P V on s8 takes 1 for 2) */
-    int bulk = swz ? 0 : lily_cuda_tune_get()->attn_bulk;
-    if (pv8 && bulk == 2) bulk = 1;
     kv_maps mp;
     memset(&mp, 0, sizeof mp);
-    if (bulk == 2 && (kv_map(&mp.k, kc, Nkv, e) || kv_map(&mp.v, vc, Nkv, e))) return -1;
-    auto kern = pv8 ? (bulk ? attn_ws_kernel<G, SPLIT, true, false, true, 1>
-                            : attn_ws_kernel<G, SPLIT, true, false, true, 0>)
-                : swz ? attn_ws_kernel<G, SPLIT, true, true, false, 0>
-                : turns_on() ? (bulk == 2   ? attn_ws_kernel<G, SPLIT, true, false, false, 2>
-                                : bulk == 1 ? attn_ws_kernel<G, SPLIT, true, false, false, 1>
-                                            : attn_ws_kernel<G, SPLIT, true, false, false, 0>)
-                             : attn_ws_kernel<G, SPLIT, false, false, false, 0>;
-    const int smem = kSmem + (swz && !pv8 ? 1024 : 0);
+    if (kv_map(&mp.k, kc, Nkv, e) || kv_map(&mp.v, vc, Nkv, e)) return -1;
+    /* the consumers take turns, unswizzled planes, P V on f16, one tensor-map copy a tile */
+    auto kern = attn_ws_kernel<G, SPLIT>;
+    const int smem = kSmem;
     LILY_CU_TRY(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, smem), e);
     dim3 grid((n + P - 1) / P, Nkv, SPLIT ? S : 1);
     kern<<<grid, kThreads, smem, st>>>(q, n, kc, vc, d_pos, Nkv, scale, gate, out, part, mp);

@@ -69,6 +69,7 @@ struct smp_io {
 
 struct lily_backend {
     const lily_model *m;
+    lily_cuda_prec prec; /* the engine's precision (cu_open), set before each launching call */
     int chunk, C, qw, kvw, Zw, maxw;
     cudaStream_t st;
     pthread_mutex_t mu;
@@ -97,7 +98,6 @@ struct lily_bstate {
     uint16_t **k, **v; /* int16 codes + scales per position (attn.h): lily_cuda_kv_bytes each */
     float **conv, **S;
     cudaGraphExec_t graph;
-    unsigned graph_gen; /* lily_cuda_tune generation the graph was captured under */
     /* pipelined draws (draw_enqueue / draw_next), made on the first draw: the last token drawn
      * (device), a ring of drawn tokens for the host (pinned) with an event per slot, and the
      * counts of draws enqueued and read */
@@ -321,12 +321,18 @@ int cu_open(const lily_model *m, const lily_engine_opts *opts, lily_backend **ou
     const lily_config *c = &m->cfg;
     *out = nullptr;
     if (check_config(c, e)) return -1;
-    if (lily_cuda_set_device(opts ? opts->device : 0, e)) return -1;
+    if (opts->prefill_chunk < 1) return lily_fail(e, "prefill chunk of %d tokens", opts->prefill_chunk);
+    if (lily_cuda_set_device(opts->device, e)) return -1;
     lily_backend *b = (lily_backend *)calloc(1, sizeof *b);
     if (!b) return lily_fail(e, "out of memory");
     b->m = m;
+    /* the one place that maps a precision to the CUDA kernels: DEFAULT and EXACT run the exact
+     * GEMMs and attention, FAST one bf16 pass of each */
+    const int exact = opts->precision != LILY_PRECISION_FAST;
+    b->prec.gemm_exact = exact;
+    b->prec.attn_exact = exact;
     pthread_mutex_init(&b->mu, nullptr);
-    b->chunk = opts && opts->prefill_chunk > 0 ? opts->prefill_chunk : 512;
+    b->chunk = opts->prefill_chunk;
     int H = c->hidden, n = b->chunk;
     b->C = 2 * c->lin_nk * c->lin_dk + c->lin_nv * c->lin_dv;
     b->qw = c->n_q_heads * c->head_dim * (c->attn_output_gate ? 2 : 1);
@@ -372,7 +378,6 @@ int cu_open(const lily_model *m, const lily_engine_opts *opts, lily_backend **ou
         for (; l < c->n_layers; l++)
             if (upload_layer(m, l, &b->L[l], &bytes, e)) break;
         if (l < c->n_layers) break;
-        lily_cuda_tune_reload();
         b->weight_bytes = bytes;
         size_t fn = (size_t)n;
         if (!(b->x = (float *)lily_cuda_alloc(fn * H * 4, e))) break;
@@ -596,10 +601,10 @@ int decode_layers(lily_backend *b, lily_bstate *s, lily_err *e) {
 }
 
 /* RMSNorm of rows that the exact GEMMs read next (held right after): the norm also writes their
- * split words (lily_cuda_rmsnorm_split), unless LILY_CUDA_NORM_SPLIT=0. */
+ * split words (lily_cuda_rmsnorm_split). */
 int norm_for_gemms(const float *x, int ldx, const float *w, int n, int dim, float eps, float *y,
                    int ldy, cudaStream_t st, lily_err *e) {
-    if (lily_cuda_gemm_exact() && lily_cuda_tune_get()->norm_split)
+    if (lily_cuda_gemm_exact())
         return lily_cuda_rmsnorm_split(x, ldx, w, n, dim, eps, y, ldy, st, e);
     return lily_cuda_rmsnorm(x, ldx, w, n, dim, eps, y, ldy, st, e);
 }
@@ -621,7 +626,7 @@ int prefill_layers(lily_backend *b, lily_bstate *s, int n, int all_logits, lily_
             int gated = c->attn_output_gate;
             int ldkv = b->kvw, ldq = b->qw, rc;
             lily_cuda_xsplit_hold(A); /* the exact GEMMs split A once for q, k, v */
-            if (ly->in_all.w && lily_cuda_tune_get()->proj_stack) { /* one GEMM, rows [q k v] */
+            if (ly->in_all.w) { /* one GEMM, rows [q k v] */
                 ldq = ldkv = ly->in_all.rows;
                 kb = qg + b->qw, vb = kb + b->kvw;
                 rc = lily_cuda_gemm(&ly->in_all, A, H, n, qg, ldq, 0, st, e);
@@ -648,7 +653,7 @@ int prefill_layers(lily_backend *b, lily_bstate *s, int n, int all_logits, lily_
             float *cv = b->buf[4];
             int C = b->C, Zw = b->Zw, ldr = C, ldz = Zw, ldba = 2 * Nv, rc;
             lily_cuda_xsplit_hold(A); /* split once for the four input projections */
-            if (ly->in_all.w && lily_cuda_tune_get()->proj_stack) { /* one GEMM: [qkv z b a] */
+            if (ly->in_all.w) { /* one GEMM: [qkv z b a] */
                 ldr = ldz = ldba = ly->in_all.rows;
                 z = raw + C, ba = raw + C + Zw;
                 rc = lily_cuda_gemm(&ly->in_all, A, H, n, raw, ldr, 0, st, e);
@@ -683,18 +688,10 @@ int prefill_layers(lily_backend *b, lily_bstate *s, int n, int all_logits, lily_
     return lily_cuda_gemv(&hs, 1, X + (size_t)(n - 1) * H, &fn, st, e);
 }
 
-/* A graph captured under other tuning switches (lily_cuda_tune_reload since) is recaptured. */
-void drop_stale_graph(lily_bstate *s) {
-    if (s->graph && s->graph_gen != lily_cuda_tune_get()->gen) {
-        cudaGraphExecDestroy(s->graph);
-        s->graph = nullptr;
-    }
-}
-
 /* Captures the decode step of state s into s->graph (once). */
 int capture_decode(lily_backend *b, lily_bstate *s, lily_err *e) {
     cudaGraph_t g = nullptr;
-    s->graph_gen = lily_cuda_tune_get()->gen;
+    lily_cuda_prec_set(b->prec); /* the captured kernels are this engine's */
     LILY_CU_TRY(cudaStreamBeginCapture(b->st, cudaStreamCaptureModeRelaxed), e);
     /* the step ends by feeding its argmax into the next replay's input (used by
      * decode_greedy; forward() overwrites token and position before each replay) */
@@ -727,12 +724,10 @@ int forward_locked(lily_backend *b, lily_bstate *s, const int32_t *tokens, int n
     LILY_CU_TRY(cudaMemcpyAsync(b->d_pos, b->h_pos, 4, cudaMemcpyHostToDevice, b->st), e);
     const float *src = b->logits;
     size_t bytes = (size_t)c->vocab * 4;
-    if (n == 1 && !all_logits && !getenv("LILY_CUDA_NO_GRAPH")) {
-        drop_stale_graph(s);
+    lily_cuda_prec_set(b->prec);
+    if (n == 1 && !all_logits) {
         if (!s->graph && capture_decode(b, s, e)) return -1;
         LILY_CU_TRY(cudaGraphLaunch(s->graph, b->st), e);
-    } else if (n == 1 && !all_logits) {
-        if (decode_layers(b, s, e)) return -1;
     } else {
         if (all_logits && b->logits_all_rows < n) {
             lily_cuda_free(b->logits_all);
@@ -794,7 +789,6 @@ int cu_decode_greedy(lily_backend *b, lily_bstate *s, int32_t token, int pos, in
             lily_fail(e, "greedy decode: copy failed");
             break;
         }
-        drop_stale_graph(s);
         if (!s->graph && capture_decode(b, s, e)) break;
         int done = 0;
         while (done < n) {
@@ -890,7 +884,6 @@ int cu_draw_enqueue(lily_backend *b, lily_bstate *s, int32_t token, int pos, con
             lily_fail(e, "draw: no earlier draw to consume");
             break;
         }
-        drop_stale_graph(s);
         if (!s->graph && capture_decode(b, s, e)) break;
         if (!b->smp_graph && capture_sample(b, e)) break;
         lily_cuda_sampling cfg = {d->temperature, d->top_k, d->top_p, d->min_p,
@@ -937,8 +930,14 @@ void cu_draw_discard(lily_backend *b, lily_bstate *s) {
 
 } // namespace
 
+/* Prefill chunk 8192: a larger chunk gives every expert more rows per grouped GEMM (8192 tokens
+ * x top-8 / 256 experts = 256 rows, against 16 at 512) and the dense GEMMs fuller grids; scratch
+ * grows with the chunk (~2.5 GB of GPU memory at 8192 for the 35B), not with the prompt
+ * (measurements: bench/NOTES-cuda.md, "Moved from src comments"). The backend draws tokens
+ * itself by default (sample.h). */
 extern "C" const lily_backend_ops lily_backend_cuda = {
-    "cuda",          cu_open,        cu_close,       cu_state_create, cu_state_free,
+    "cuda",          8192,           1,
+    cu_open,         cu_close,       cu_state_create, cu_state_free,
     cu_state_reset,  cu_state_copy,  cu_state_bytes, cu_forward,      cu_decode_greedy,
     cu_draw_enqueue, cu_draw_next,    cu_draw_discard,
 };

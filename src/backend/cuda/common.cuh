@@ -165,41 +165,18 @@ static __device__ __forceinline__ uint4 ldg_stream(const void *p) {
     return r;
 }
 
-/* Programmatic dependent launch (sm_90): a kernel launched with launch_pdl may start while the
- * kernel before it in the stream is still running, once every block of that kernel has called
- * pdl_trigger (or exited). Everything before pdl_wait may read only data no earlier kernel
- * writes (weights); pdl_wait returns once the previous kernel has completed and its writes are
- * visible. Both are no-ops for kernels launched the ordinary way. Decode GEMVs use this to
- * issue their weight loads while the previous kernel finishes. */
-static __device__ __forceinline__ void pdl_wait() {
-    asm volatile("griddepcontrol.wait;" ::: "memory");
-}
-static __device__ __forceinline__ void pdl_trigger() {
-    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-}
-
-/* Whether launch_pdl sets the attribute: LILY_CUDA_PDL=1 or 2 (cuda_mem.h, lily_cuda_tune).
- * Measured on the H200 (2026-12-02, graph replay of the 35B decode step, fp32 kernels): 272.7
- * tok/s with it, 288.5 without, so it is off by default; the kernels keep their wait/trigger
- * points (no-ops without it). pdl_late(): mode 2, where the GEMV/MoE kernels trigger after their
- * main loop instead of at the start (the dependent's blocks then do not compete for SM slots
- * while this kernel still has work to issue). */
-static inline bool pdl_enabled() { return lily_cuda_tune_get()->pdl != 0; }
-static inline int pdl_late() { return lily_cuda_tune_get()->pdl == 2; }
-
+/* An ordinary launch of kernel k through cudaLaunchKernelEx (no launch attributes): the
+ * arguments are converted to the kernel's parameter types, errors come back as the result. */
 template <typename... P, typename... A>
-static cudaError_t launch_pdl(void (*k)(P...), dim3 grid, dim3 block, size_t smem,
-                              lily_cuda_stream st, A... args) {
+static cudaError_t launch_kernel(void (*k)(P...), dim3 grid, dim3 block, size_t smem,
+                                 lily_cuda_stream st, A... args) {
     cudaLaunchConfig_t cfg = {};
     cfg.gridDim = grid;
     cfg.blockDim = block;
     cfg.dynamicSmemBytes = smem;
     cfg.stream = (cudaStream_t)st;
-    cudaLaunchAttribute at[1];
-    at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    at[0].val.programmaticStreamSerializationAllowed = 1;
-    cfg.attrs = at;
-    cfg.numAttrs = pdl_enabled() ? 1 : 0;
+    cfg.attrs = nullptr;
+    cfg.numAttrs = 0;
     return cudaLaunchKernelEx(&cfg, k, args...);
 }
 

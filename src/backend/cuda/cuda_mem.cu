@@ -6,7 +6,6 @@
 #include <string.h>
 
 #include "backend/cuda/common.cuh"
-#include "backend/cuda/gdn.h"
 extern "C" {
 #include "backend/cpu/ops.h"
 }
@@ -250,58 +249,9 @@ extern "C" size_t lily_cuda_dmat_bytes(const lily_dmat *m) {
 }
 
 namespace {
-/* the defaults of lily_cuda_tune_reload (which the first lily_cuda_tune_get runs) */
-lily_cuda_tune g_tune = {0, 1, 1, 1, 0, 1, 64, 1, 1, LILY_GDN_AUTO, 1, 1, 1, 1, 3, 1, 4, 1, 0, 0, 2, 0};
-
-int env_int(const char *name, int dflt) {
-    const char *v = getenv(name);
-    return v && *v ? atoi(v) : dflt;
-}
+thread_local lily_cuda_prec t_prec = {1, 1};
 } // namespace
 
-extern "C" void lily_cuda_tune_reload(void) {
-    int pdl = env_int("LILY_CUDA_PDL", 0);
-    g_tune.pdl = pdl < 0 || pdl > 2 ? 0 : pdl;
-    g_tune.fused_router = env_int("LILY_CUDA_FUSED_ROUTER", 1) == 1;
-    g_tune.gemm_exact = env_int("LILY_CUDA_GEMM_EXACT", 1) != 0;
-    g_tune.attn_exact = env_int("LILY_CUDA_ATTN_EXACT", 1) != 0;
-    const int gbn = env_int("LILY_CUDA_GROUP_BN", 0);
-    g_tune.group_bn = gbn == 32 || gbn == 64 ? gbn : 0;
-    g_tune.skinny = env_int("LILY_CUDA_SKINNY", 1) != 0;
-    const int below = env_int("LILY_CUDA_SKINNY_BELOW", 64);
-    g_tune.skinny_below = below < 1 ? 1 : below > 64 ? 64 : below;
-    g_tune.skinny_pair = env_int("LILY_CUDA_SKINNY_PAIR", 1) != 0;
-    g_tune.moe_stack = env_int("LILY_CUDA_MOE_STACK", 1) != 0;
-    g_tune.proj_stack = env_int("LILY_CUDA_PROJ_STACK", 1) != 0;
-    g_tune.norm_split = env_int("LILY_CUDA_NORM_SPLIT", 1) != 0;
-    const int ab = env_int("LILY_CUDA_ATTN_BIAS", 1);
-    g_tune.attn_bias = ab < 0 || ab > 1 ? 1 : ab;
-    const int aw = env_int("LILY_CUDA_ATTN_WG", 3);
-    g_tune.attn_wg = aw < 0 || aw > 4 ? 3 : aw;
-    const int sp = env_int("LILY_CUDA_ATTN_SPLIT", 1);
-    g_tune.attn_split = sp < 0 ? 0 : sp > 16 ? 16 : sp;
-    const int wl = env_int("LILY_CUDA_WG_LOOP", 4);
-    g_tune.wg_loop = wl < 0 || wl > 4 ? 4 : wl;
-    g_tune.wg_swz = env_int("LILY_CUDA_WG_SWZ", 1) != 0;
-    g_tune.wg_n64 = env_int("LILY_CUDA_WG_N64", 0) == 1;
-    g_tune.attn_swz = env_int("LILY_CUDA_ATTN_SWZ", 0) == 1;
-    const int bk = env_int("LILY_CUDA_ATTN_BULK", 2);
-    g_tune.attn_bulk = bk < 0 || bk > 2 ? 2 : bk;
-    static const struct {
-        const char *name;
-        int kernel;
-    } gdn[] = {{"tiled4", LILY_GDN_TILED4},       {"tiled8", LILY_GDN_TILED8},
-               {"tiled16", LILY_GDN_TILED16},     {"tiled8x2", LILY_GDN_TILED8X2},
-               {"tiled16x2", LILY_GDN_TILED16X2}, {"tiled16x4", LILY_GDN_TILED16X4}};
-    g_tune.gdn_lazy = env_int("LILY_CUDA_GDN_LAZY", 1) != 0;
-    const char *gk = getenv("LILY_CUDA_GDN_KERNEL");
-    g_tune.gdn_kernel = LILY_GDN_AUTO; /* by length (gdn.cu) */
-    for (size_t i = 0; gk && i < sizeof gdn / sizeof gdn[0]; i++)
-        if (!strcmp(gk, gdn[i].name)) g_tune.gdn_kernel = gdn[i].kernel;
-    g_tune.gen = g_tune.gen + 1 ? g_tune.gen + 1 : 1; /* never 0: 0 means "not loaded" */
-}
+extern "C" void lily_cuda_prec_set(lily_cuda_prec p) { t_prec = p; }
 
-extern "C" const lily_cuda_tune *lily_cuda_tune_get(void) {
-    if (!g_tune.gen) lily_cuda_tune_reload();
-    return &g_tune;
-}
+extern "C" lily_cuda_prec lily_cuda_prec_get(void) { return t_prec; }

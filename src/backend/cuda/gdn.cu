@@ -7,15 +7,10 @@ namespace {
 
 constexpr int kDk = 128;      /* key dim: 4 rows per lane */
 constexpr int kScanWarps = 4; /* warps per block; each warp owns (head, 8 value columns) */
-/* The automatic choice: the per-token scan below this many tokens, else the tiled one. Measured
- * on the H200 at the 35B shape (bench/NOTES-cuda-gdn.md): tiled with 4 lanes per column wins from
- * n = 2 (6.3 vs 7.6 us) to n = 2048 (750 vs 1568 us); at n = 1 the two are within run-to-run
- * noise (5.4-7.6 vs 6.8-6.9 us), so decode keeps the per-token kernel. */
+/* The automatic choice: the per-token scan below this many tokens, else the tiled one with the
+ * lazy decay (timings: bench/NOTES-cuda-gdn.md and bench/NOTES-cuda.md, "Moved from src
+ * comments"); at n = 1 the two are within noise, so decode keeps the per-token kernel. */
 constexpr int kTiledMinTokens = 2;
-/* From two tokens AUTO runs TILED4 with the lazy decay (LILY_CUDA_GDN_LAZY, cuda_mem.h). H200,
- * 35B shape, us per layer (LILY_CUDA_TIME=1 test_cuda_gdn), against plain TILED4 / plain
- * TILED8X2 / lazy TILED8X2: n = 16 9.3 vs 10.1 / 11.4 / 11.8, 128 46.0 vs 51.3 / 50.7 / 52.3,
- * 512 170.7 vs 191.4 / 184.4 / 194.8, 2048 668.9 vs 750.9 / 716.9 / 764.2. */
 
 /* Reduce-scatter of 8 values over the 32 lanes: afterwards lane l holds the full sum of value
  * c = (l >> 2) & 7 (9 shuffles instead of 8 x 5). */
@@ -51,7 +46,6 @@ __global__ void __launch_bounds__(kScanWarps * 32)
                     const float *__restrict__ qkv, int ld, const float *__restrict__ bp,
                     const float *__restrict__ ap, int ldba, const float *__restrict__ A_log,
                     const float *__restrict__ dt_bias, float *__restrict__ o, int ldo) {
-    pdl_trigger(); /* lets the output projection's GEMV issue its weight loads meanwhile */
     const int lane = threadIdx.x & 31;
     const int wid = blockIdx.x * kScanWarps + (threadIdx.x >> 5);
     const int groups = Dv / 8;
@@ -151,10 +145,9 @@ __global__ void __launch_bounds__(kScanWarps * 32)
  * kTileTok tokens of raw q, k, v, b, a in shared memory with cp.async, one tile ahead. The
  * per-token scalars (L2 norms, k.q, gates) are computed once per tile by the whole block, so the
  * token loop reads them as two broadcast float4s. As in lily_cpu_gdn_scan, o = lam S^T q + (k.q) d
- * lets one pass over the old state give both dot products. C > 1: each thread keeps C adjacent
- * columns (the same key rows), so each q, k load and each shuffle level serves C columns and the
- * thread runs C independent chains (C = 2, P = 8: -5 % at 2048 tokens; C = 4, P = 16: +58 %, the
- * shuffles of 8 sums per token dominate). */
+ * lets one pass over the old state give both dot products. With C > 1 each thread would keep C
+ * adjacent columns; the one launch (lily_cuda_gdn_scan_with) runs P = 4, C = 1 with the lazy
+ * decay (the other forms measured slower: bench/NOTES-cuda.md). */
 constexpr int kTileCols = 32; /* value columns per block */
 constexpr int kTileTok = 16;  /* tokens per shared-memory stage */
 
@@ -195,7 +188,6 @@ __global__ void __launch_bounds__(kTileCols / C * P)
     constexpr int F4 = 32 / TPT;          /* float4s of q (and of k) per thread in that pass */
     static_assert(TPT <= 32 && F4 >= 1, "tile shape");
     __shared__ __align__(16) tile_smem sm;
-    pdl_trigger();
     const int tid = threadIdx.x, lane = tid & 31;
     const int bph = (Dv + kTileCols - 1) / kTileCols; /* blocks per head */
     const int j = blockIdx.x / bph, cb = (blockIdx.x % bph) * kTileCols, i = j / (Nv / Nk);
@@ -453,47 +445,19 @@ extern "C" int lily_cuda_gdn_scan_with(int kernel, float *S, int Nk, int Nv, int
                          "gdn scan: unsupported shape Nk=%d Nv=%d Dk=%d Dv=%d (needs Dk=128,"
                          " Dv%%8==0, Nv%%Nk==0)",
                          Nk, Nv, Dk, Dv);
-    if (kernel < LILY_GDN_AUTO || kernel > LILY_GDN_TILED16X4)
+    if (kernel < LILY_GDN_AUTO || kernel > LILY_GDN_TILED4)
         return lily_fail(e, "gdn scan: unknown kernel %d", kernel);
     if (n < 1) return 0;
-    if (kernel == LILY_GDN_CHUNKED)
-        return lily_cuda_gdn_scan_chunked(S, Nk, Nv, Dv, n, qkv, ldqkv, b, a, ldba, A_log, dt_bias,
-                                          o, ldo, st, e);
-    if (kernel == LILY_GDN_AUTO)
-        kernel = n < kTiledMinTokens                ? LILY_GDN_TOKEN
-                 : lily_cuda_tune_get()->gdn_kernel ? lily_cuda_tune_get()->gdn_kernel
-                                                    : LILY_GDN_TILED4;
+    if (kernel == LILY_GDN_AUTO) kernel = n < kTiledMinTokens ? LILY_GDN_TOKEN : LILY_GDN_TILED4;
     if (kernel == LILY_GDN_TOKEN) {
         int warps = Nv * (Dv / 8);
         int blocks = (warps + kScanWarps - 1) / kScanWarps;
         gdn_scan_kernel<<<blocks, kScanWarps * 32, 0, st>>>(S, Nk, Nv, Dv, n, qkv, ldqkv, b, a,
                                                             ldba, A_log, dt_bias, o, ldo);
     } else {
-        void (*k)(float *, int, int, int, int, const float *, int, const float *, const float *,
-                  int, const float *, const float *, float *, int);
-        int threads;
-        const bool lazy = lily_cuda_tune_get()->gdn_lazy;
-        switch (kernel) {
-        case LILY_GDN_TILED8:
-            k = gdn_tiled_kernel<8, 1, false>, threads = kTileCols * 8;
-            break;
-        case LILY_GDN_TILED16:
-            k = gdn_tiled_kernel<16, 1, false>, threads = kTileCols * 16;
-            break;
-        case LILY_GDN_TILED8X2:
-            k = gdn_tiled_kernel<8, 2, false>, threads = kTileCols / 2 * 8;
-            break;
-        case LILY_GDN_TILED16X2:
-            k = gdn_tiled_kernel<16, 2, false>, threads = kTileCols / 2 * 16;
-            break;
-        case LILY_GDN_TILED16X4:
-            k = gdn_tiled_kernel<16, 4, false>, threads = kTileCols / 4 * 16;
-            break;
-        default:
-            k = lazy ? gdn_tiled_kernel<4, 1, true> : gdn_tiled_kernel<4, 1, false>;
-            threads = kTileCols * 4;
-            break;
-        }
+        /* 4 lanes per value column, the state kept divided by its decay since the last fold */
+        auto k = gdn_tiled_kernel<4, 1, true>;
+        const int threads = kTileCols * 4;
         int blocks = Nv * ((Dv + kTileCols - 1) / kTileCols);
         k<<<blocks, threads, 0, st>>>(S, Nk, Nv, Dv, n, qkv, ldqkv, b, a, ldba, A_log, dt_bias, o,
                                       ldo);

@@ -32,30 +32,11 @@ int lily_cuda_gdn_scan(float *S, int Nk, int Nv, int Dk, int Dv, int n, const fl
                        int ldqkv, const float *b, const float *a, int ldba, const float *A_log,
                        const float *dt_bias, float *o, int ldo, lily_cuda_stream st, lily_err *e);
 
-/* Scan kernels, for tests and timing: AUTO = what lily_cuda_gdn_scan runs (TOKEN for one token,
- * else TILED4, unless LILY_CUDA_GDN_KERNEL names another: cuda_mem.h); TOKEN = one warp per
- * (head, 8 value columns), inputs fetched one token ahead; TILEDp = p lanes per value column, 32
- * columns per block, 16-token tiles in shared memory; TILEDpXc = the same with c adjacent columns
- * per thread (each q, k load and each shuffle level serves c columns); CHUNKED = the chunked form
- * (gdn_chunk.cu: 64-token chunks as matrix products and a triangular solve; correct, but 3.3x
- * slower than TILED4 on the H200 as written, so AUTO does not pick it). */
-enum {
-    LILY_GDN_AUTO = 0,
-    LILY_GDN_TOKEN,
-    LILY_GDN_TILED4,
-    LILY_GDN_TILED8,
-    LILY_GDN_TILED16,
-    LILY_GDN_CHUNKED,
-    LILY_GDN_TILED8X2,
-    LILY_GDN_TILED16X2,
-    LILY_GDN_TILED16X4
-};
-
-/* The CHUNKED kernel (gdn_chunk.cu); lily_cuda_gdn_scan_with checks the shape first. */
-int lily_cuda_gdn_scan_chunked(float *S, int Nk, int Nv, int Dv, int n, const float *qkv,
-                               int ldqkv, const float *b, const float *a, int ldba,
-                               const float *A_log, const float *dt_bias, float *o, int ldo,
-                               lily_cuda_stream st, lily_err *e);
+/* Scan kernels, for tests and timing: AUTO = what lily_cuda_gdn_scan runs (TOKEN for short
+ * chunks, else TILED4); TOKEN = one warp per (head, 8 value columns), inputs fetched one token
+ * ahead; TILED4 = 4 lanes per value column, 32 columns per block, 16-token tiles in shared
+ * memory, the state kept divided by its decay since the last fold (gdn.cu). */
+enum { LILY_GDN_AUTO = 0, LILY_GDN_TOKEN, LILY_GDN_TILED4 };
 
 /* lily_cuda_gdn_scan with the kernel forced (LILY_GDN_*); same arguments and results. */
 int lily_cuda_gdn_scan_with(int kernel, float *S, int Nk, int Nv, int Dk, int Dv, int n,

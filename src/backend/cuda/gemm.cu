@@ -30,9 +30,8 @@ constexpr int kThreads = 256; /* 8 warps, stacked along the weight rows */
 constexpr int XRS = BK + 4;  /* fp32 staged X row stride (floats): 16-byte rows, fewer conflicts */
 constexpr int LDX = BK + 8;  /* bf16 X row stride (elements): conflict-free ldmatrix */
 /* Scale words are staged SBC groups (k-steps) at a time into two slots: one 32-byte copy per row
- * (a whole L2 sector) instead of a 4-byte copy per row and k-step. Measured on the H200 (see
- * NOTES-cuda-gemm.md), the time per k-step tracked the number of L2 sectors requested, and the
- * 4-byte scale copies were a quarter (dense) to 40 % (grouped) of them. A slot is refilled by the
+ * (a whole L2 sector) instead of a 4-byte copy per row and k-step, since the time per k-step
+ * tracks the number of L2 sectors requested (NOTES-cuda-gemm.md). A slot is refilled by the
  * load of k-step SBC (c + 2), issued NS - 1 < SBC + 1 steps ahead, after chunk c's last step. */
 constexpr int SBC = 8;
 
@@ -514,8 +513,8 @@ gemm_args make_args(const lily_dmat *W0, const lily_dmat *W1, const float *X, in
 int g_force_split = 0;
 
 /* Split-K for a dense one-matrix GEMM that would run on the small 128 x 16 tiles with fewer than
- * 120 blocks (at a 256-token chunk: the Q8 router, 256 x 2048 on 32 blocks, 31 us on the H200,
- * and the shared expert's gate logit, 1 row on 16 blocks, 25 us): enough k ranges of whole scale
+ * 120 blocks (at a 256-token chunk: the Q8 router, 256 x 2048 on 32 blocks, and the shared
+ * expert's gate logit, 1 row on 16 blocks): enough k ranges of whole scale
  * chunks (SBC k-steps) to give ~2 blocks per SM. Sets a.split (no range empty) and a.P. */
 int plan_split(gemm_args &a, lily_cuda_stream st, lily_err *e) {
     const int ks = a.K / BK;
@@ -549,56 +548,31 @@ int split_x(gemm_args &a, int nx, lily_cuda_stream st, lily_err *e) {
     return 0;
 }
 
-/* LILY_GEMM_*, or -1: not yet read from LILY_GEMM_KERNEL */
-int g_select = -1;
-
-int selected() {
-    if (g_select < 0) {
-        const char *v = getenv("LILY_GEMM_KERNEL");
-        g_select = !v ? LILY_GEMM_AUTO
-                   : !strcmp(v, "previous") ? LILY_GEMM_PREVIOUS
-                   : !strcmp(v, "q4") ? LILY_GEMM_Q4
-                   : !strcmp(v, "wg") ? LILY_GEMM_WG
-                                      : LILY_GEMM_AUTO;
-    }
-    return g_select;
-}
+/* LILY_GEMM_AUTO, or the kernel a test forces (lily_cuda_gemm_select) */
+int g_select = LILY_GEMM_AUTO;
 
 /* Whether a Q4 GEMM of M rows and n tokens (dense) or a grouped one goes to gemm_q4.h: see
- * lily_cuda_gemm_select for the AUTO rule and the measurements behind it. */
+ * lily_cuda_gemm_select for the AUTO rule. */
 bool use_q4(int dt, int M, int K, int n, bool grouped) {
     if (dt != LILY_CW_Q4) return false;
-    const int sel = selected();
-    if (sel != LILY_GEMM_AUTO && sel != LILY_GEMM_WG) return sel == LILY_GEMM_Q4;
-    /* H200, 2026-12-02 (NOTES-cuda-gemm.md): gemm_q4.h wins where this file's 256 x 64 tiles give
-     * fewer than ~120 blocks and K >= 1024 (split-K pays: GDN out 2048 x 4096 at n = 512 92 -> 66
-     * us; router, b/a, shared gate/up), loses at K = 512 (shared down 18.3 vs 21.8 us) and ties or
-     * loses on fuller grids */
+    if (g_select == LILY_GEMM_Q4) return true;
+    /* gemm_q4.h wins where this file's 256 x 64 tiles give fewer than ~120 blocks and K >= 1024
+     * (split-K pays), loses at K = 512 and ties or loses on fuller grids (NOTES-cuda-gemm.md) */
     return !grouped && K >= 1024 && (long)((M + 255) / 256) * ((n + 63) / 64) < 120;
 }
 
 /* AUTO sends an exact dense Q4 GEMM to the wgmma kernel (gemm_wg.h: 256 x 128 blocks, one per
- * SM) when it has at least LILY_GEMM_WG_MIN_BLOCKS blocks (default 16; 0 turns it off), and a
- * grouped one with 64-row tiles unless LILY_GEMM_WG_GROUPED=0. H200, 35B-A3B prefill with every
- * eligible GEMM on it, pipelined: 4K 16.7K -> 17.6K tok/s, 16K 14.7K -> 15.3K. On small grids it
- * lost to the split-K tile kernel until its TMA k-loop (session 8, 256 tokens: 8.75K -> 8.52K
- * from 16 blocks, NOTES-cuda.md); with it (H100, lily bench, 2 rounds), 128 -> 16 blocks: 256 tokens 9.35K -> 10.46K
- * tok/s (+12 %), 512 13.56K -> 13.92K, 1K 16.26K -> 16.81K, 2K unchanged; 8 blocks no better. */
-int g_wg_min = -1, g_wg_grouped = -1;
+ * SM) when it has at least kWgMinBlocks blocks, and every exact grouped one with 64-row tiles
+ * (measurements: bench/NOTES-cuda.md, "Moved from src comments"). */
+constexpr int kWgMinBlocks = 16;
 
 bool use_wg(int dt, int M, int n, bool grouped) {
     if (dt != LILY_CW_Q4 || !lily_cuda_gemm_exact()) return false;
-    const int sel = selected();
-    if (sel == LILY_GEMM_WG) return true;
-    if (sel != LILY_GEMM_AUTO) return false;
-    if (g_wg_min < 0) {
-        const char *v = getenv("LILY_GEMM_WG_MIN_BLOCKS"), *gv = getenv("LILY_GEMM_WG_GROUPED");
-        g_wg_min = v ? atoi(v) : 16;
-        g_wg_grouped = !(gv && gv[0] == '0');
-    }
-    if (grouped) return g_wg_grouped == 1;
+    if (g_select == LILY_GEMM_WG) return true;
+    if (g_select != LILY_GEMM_AUTO) return false;
+    if (grouped) return true;
     const int nt = lily_cuda_gemm_wg_dense_nt(M, n);
-    return g_wg_min > 0 && (long)((n + nt - 1) / nt) * ((M + 255) / 256) >= g_wg_min;
+    return (long)((n + nt - 1) / nt) * ((M + 255) / 256) >= kWgMinBlocks;
 }
 
 } // namespace

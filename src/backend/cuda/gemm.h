@@ -12,7 +12,7 @@
  * optional row gather of X, so a MoE layer needs no host sync. The GLU forms compute two
  * matrices (gate, up) over the same pass of X and write silu(gate) * up.
  *
- * Precision (LILY_CUDA_GEMM_EXACT, default on; gemm_split.h): the activations enter as fp16 hi +
+ * Precision (lily_cuda_prec.gemm_exact: the engine's DEFAULT and EXACT; gemm_split.h): the activations enter as fp16 hi +
  * lo words with a power-of-two row scale and the weights are dequantized to fp16, two fp16 mma
  * per product: ~1e-6 relative to the fp32 CPU reference instead of ~4e-3 with one bf16 pass. */
 #ifndef LILY_BACKEND_CUDA_GEMM_H
@@ -50,18 +50,15 @@ int lily_cuda_gemm_grouped(const lily_dmat *W, const float *X, int ldx, int nx,
                            int tile_rows, float *Y, int ldy, lily_cuda_stream st, lily_err *e);
 
 /* Which kernel runs Q4 weights. AUTO (the default): in exact mode, the wgmma kernel (gemm_wg.h)
- * for dense GEMMs of at least 16 of its 256 x 128 blocks (LILY_GEMM_WG_MIN_BLOCKS; H100, 35B:
- * +12 % at 256 tokens against 128) and for grouped ones with 64-row tiles (measured +4 to +8 %
- * on 35B prefill from 1K to 16K tokens, H200); else the gemm_q4.h
- * kernel (128-row tiles, split-K) when K >= 1024 and this file's 256 x 64 tiles would give fewer
- * than 120 blocks (at a 512-token chunk: GDN out / attn o, router, GDN b/a, shared gate/up),
- * where it was measured faster (NOTES-cuda-gemm.md); this file's 256-row kernel otherwise (its
- * split-K writes partial sums that a second kernel adds in k order: the same sums on every run).
- * PREVIOUS: always this file's kernel; Q4: always gemm_q4.h; WG: every exact Q4 GEMM that
- * gemm_wg.h can run (small dense grids split-K). LILY_GEMM_KERNEL=auto|previous|q4|wg in the
- * environment sets the first choice; this call overrides it (measurements, tests). Not
- * thread-safe. */
-enum { LILY_GEMM_AUTO = 0, LILY_GEMM_PREVIOUS = 1, LILY_GEMM_Q4 = 2, LILY_GEMM_WG = 3 };
+ * for dense GEMMs of at least 16 of its 256 x 128 blocks and for grouped ones with 64-row tiles;
+ * else the gemm_q4.h kernel (128-row tiles, split-K) when K >= 1024 and this file's 256 x 64
+ * tiles would give fewer than 120 blocks (at a 512-token chunk: GDN out / attn o, router, GDN
+ * b/a, shared gate/up), where it was measured faster (NOTES-cuda-gemm.md); this file's 256-row
+ * kernel otherwise (its split-K writes partial sums that a second kernel adds in k order: the same
+ * sums on every run). Q4: every Q4 GEMM on gemm_q4.h (its grouped form with 32-row tiles); WG:
+ * every exact Q4 GEMM that gemm_wg.h can run (small dense grids split-K). Tests force Q4 or WG
+ * to cover those kernels on every shape; not thread-safe. */
+enum { LILY_GEMM_AUTO = 0, LILY_GEMM_Q4 = 2, LILY_GEMM_WG = 3 };
 void lily_cuda_gemm_select(int which);
 
 /* Forces the split-K factor of this file's dense one-matrix kernel (split > 0; rounded to whole

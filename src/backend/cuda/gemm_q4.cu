@@ -40,9 +40,7 @@ namespace {
 constexpr int BK = 64;        /* k-step: one quantization group */
 constexpr int kThreads = 256; /* 8 warps */
 /* Scale words are staged SBC groups (k-steps) at a time: one 16-byte copy per row instead of one
- * 4-byte copy per row and k-step. Measured on the H200, the time per k-step of both kernels
- * tracked the number of 32-byte L2 sectors requested, and the 4-byte scale copies were a quarter
- * (dense) to 40 % (grouped) of them. */
+ * 4-byte copy per row and k-step (the time per k-step tracks the L2 sectors requested). */
 constexpr int SBC = 4;
 
 /* Block shape: WR x WC warps over rows x tokens, each warp MT 16-row tiles x NT 8-token tiles. */
@@ -360,11 +358,9 @@ int sm_count() {
 
 /* Tile and split from a crude model: waves of 2 blocks per SM times the k-steps of one block, each
  * costing its tile's work over the relative speed of its warp tile (64 x 32 warps 1.0, 32 x 32
- * 0.85, 32 x 16 0.65); a 128 x 32 k-step of a full wave took 1.94 us (H200, ncu at n = 256: a
- * 4096 x 2048 GEMM of 256 blocks, 62 us for 32 k-steps), i.e. 1.26 us at speed 1.0; plus for a split the partial sums' round trip through memory
- * (~3 TB/s) and a launch (~2 us). Splits keep >= 4 k-steps per block. Measured at n = 256
- * (BENCHMARKS.md): GDN out 2048 x 4096, b/a 64 x 2048 and the shared expert's 512 x 2048 ran on
- * 128, 8 and 32 blocks of 264 slots without the split. */
+ * 0.85, 32 x 16 0.65), a full wave's k-step costing us_per_step32 at speed 1.0 (measured, as the
+ * round trip and launch costs: bench/NOTES-cuda.md); plus for a split the partial sums' round trip
+ * through memory and a launch. Splits keep >= 4 k-steps per block. */
 void choose(int M, int n, int K, int *tile, int *split) {
     static const int bn[3] = {128, 64, 32};
     static const double eff[3] = {1.0, 0.85, 0.65};

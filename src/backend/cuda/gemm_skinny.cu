@@ -40,10 +40,8 @@ constexpr int kBN = LILY_GEMM_SKINNY_BN;
  * cp.async (4 groups = 128 bytes per row and stage, kStages stages: one 128-byte line per row
  * and 8 lanes), instead of the register ring above. Stage rows are 128 bytes, the 32-byte group
  * chunks XOR-swizzled by (row & 3) so a warp's 8-byte reads of 8 rows take 2 wavefronts. With it,
- * the B (token) lines of the next group are prefetched into L1 (sk_args::pf): ncu had the
- * ring kernel stalled on long scoreboard (61 % of samples) at 12 warps per SM, 31 % issue and
- * 34 % of DRAM; alone neither change helped, together: n = 256 expert GEMMs 114 -> 105 us,
- * 256-token prefill +7.6 %, 512-token +5.8 % (H200, test_cuda_skinny timing and lily bench). */
+ * the B (token) lines of the next group are prefetched into L1 (sk_args::pf): the ring kernel
+ * stalled on long scoreboard; alone neither change helped, together they did. */
 constexpr int kStages = 4;
 constexpr int kStageBytes = kMT * 16 * 128;             /* one warp's stage: 4 KB */
 constexpr int kCpSmem = kWarps * kStages * kStageBytes; /* per block: 64 KB */
@@ -369,34 +367,17 @@ int grow(size_t nxp, size_t nxs, lily_cuda_stream st, lily_err *e) {
     return 0;
 }
 
-int g_variant = -1; /* LILY_SKINNY_*, or -1: not yet read from LILY_CUDA_SKINNY_SUB */
-int g_cp = -1;      /* codes through shared memory (CP), or -1: not yet read (LILY_CUDA_SKINNY_CP) */
-int g_pf = -1;      /* B prefetch distance in groups, or -1: not yet read (LILY_CUDA_SKINNY_PF) */
+/* What runs unless a test forces another form (gemm_skinny.h): the denormal fp16 dequantization,
+ * the codes through shared memory, B prefetched one group ahead */
+int g_variant = LILY_SKINNY_DENORM;
+int g_cp = 1;
+int g_pf = 1;
 
-int pf_dist() {
-    if (g_pf < 0) {
-        const char *v = getenv("LILY_CUDA_SKINNY_PF");
-        g_pf = v && *v ? atoi(v) : 1;
-        g_pf = g_pf < 0 ? 0 : g_pf > 8 ? 8 : g_pf;
-    }
-    return g_pf;
-}
+int pf_dist() { return g_pf; }
 
-bool cp_on() {
-    if (g_cp < 0) {
-        const char *v = getenv("LILY_CUDA_SKINNY_CP");
-        g_cp = !(v && v[0] == '0');
-    }
-    return g_cp == 1;
-}
+bool cp_on() { return g_cp == 1; }
 
-int variant() {
-    if (g_variant < 0) {
-        const char *v = getenv("LILY_CUDA_SKINNY_SUB");
-        g_variant = v && v[0] == '1' ? LILY_SKINNY_SUB : LILY_SKINNY_DENORM;
-    }
-    return g_variant;
-}
+int variant() { return g_variant; }
 
 } // namespace
 

@@ -37,7 +37,7 @@ extern "C" {
 
 /* As lily_cuda_gemm_grouped with tile_rows = LILY_GEMM_SKINNY_BN (tiles of <= 16 rows; a longer
  * tile's rows past 16 are not computed). W: a Q4 expert stack. X: fp32 [nx][ldx], split here
- * (lily_cuda_xsplit: a held X is not split again) whatever LILY_CUDA_GEMM_EXACT says. */
+ * (lily_cuda_xsplit: a held X is not split again) whatever lily_cuda_prec says. */
 int lily_cuda_gemm_skinny_grouped(const lily_dmat *W, const float *X, int ldx, int nx,
                                   const int32_t *gather, const int32_t *tiles,
                                   const int32_t *d_ntiles, int max_tiles, float *Y, int ldy,
@@ -53,18 +53,16 @@ int lily_cuda_gemm_skinny_grouped_pair(const lily_dmat *W, const lily_dmat *W2, 
 
 /* A operand form: LILY_SKINNY_DENORM (the default) = codes as fp16 subnormals q * 2^-24 (one
  * mask per pair); LILY_SKINNY_SUB = normal fp16 q = (1024 + q) - 1024 (one subtraction more per
- * pair; for an A/B, or should a GPU flush fp16 subnormal mma inputs). The environment variable
- * LILY_CUDA_SKINNY_SUB=1 selects SUB at first use; this call overrides it (tests). */
+ * pair; should a GPU flush fp16 subnormal mma inputs). This call forces one (tests). */
 enum { LILY_SKINNY_DENORM = 0, LILY_SKINNY_SUB = 1 };
 void lily_cuda_skinny_variant(int v);
 
 /* Codes through per-warp shared-memory stages filled by cp.async (1, the default) or through a
- * register ring (0: 7 % slower end to end at 256 tokens); LILY_CUDA_SKINNY_CP=0 selects 0 at
- * first use; this call overrides it (tests). */
+ * register ring (0, measured slower); this call forces one (tests). */
 void lily_cuda_skinny_cp(int on);
 
 /* Prefetch of the B (token) lines into L1 this many quantization groups ahead (0: none; 1, the
- * default; 2 measured the same); LILY_CUDA_SKINNY_PF at first use; this call overrides it. */
+ * default); this call forces another (tests). */
 void lily_cuda_skinny_pf(int groups);
 
 #ifdef __cplusplus

@@ -114,7 +114,7 @@ extern "C" void lily_cuda_xsplit_hold(const float *X) {
     g_fresh = nullptr;
 }
 
-extern "C" int lily_cuda_gemm_exact(void) { return lily_cuda_tune_get()->gemm_exact; }
+extern "C" int lily_cuda_gemm_exact(void) { return lily_cuda_prec_get().gemm_exact; }
 
 namespace {
 

@@ -1,4 +1,4 @@
-/* Activations of the exact prefill GEMMs (gemm.h, LILY_CUDA_GEMM_EXACT=1): each fp32 row x_t of X
+/* Activations of the exact prefill GEMMs (gemm.h, lily_cuda_prec.gemm_exact): each fp32 row x_t of X
  * becomes K words, word c = (hi, lo) as two fp16 (hi in the low half) with
  *     x_t[c] * 2^-e_t = hi + lo  (to about 2^-22 relative; hi = fp16(x), lo = fp16(x - hi)),
  * and mul[t] = 2^e_t. The exponent e_t puts the row's largest magnitude in [2^14, 2^15), so no
@@ -48,7 +48,7 @@ int lily_cuda_xsplit_silu_mul(float *G, const float *U, int ld, int n, int K,
 int lily_cuda_rmsnorm_split(const float *x, int ldx, const float *w, int n, int dim, float eps,
                             float *y, int ldy, lily_cuda_stream st, lily_err *e);
 
-/* Whether the GEMMs run exact (lily_cuda_tune_get()->gemm_exact). */
+/* Whether the GEMMs run exact (lily_cuda_prec_get().gemm_exact). */
 int lily_cuda_gemm_exact(void);
 
 #ifdef __cplusplus

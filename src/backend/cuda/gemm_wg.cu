@@ -32,7 +32,7 @@ template <int NT, int SBW = 1> struct wshape {
                   "planes on 1 KB boundaries (the 128-byte swizzle's 8-row atoms)");
 };
 
-/* SWZ (LILY_CUDA_WG_SWZ, default 1): the planes in the 128-byte swizzled K-major layout instead
+/* SWZ (what runs; lily_cuda_gemm_wg_swizzle(0) in tests): the planes in the 128-byte swizzled K-major layout instead
  * (swizzle.h): token t's 64 k values (128 bytes) are row t, its 16-byte chunk c at
  * lily_swz128(t, c); the descriptor of k slice s starts 32 s bytes into the plane (SBO 1 KB
  * between 8-token atoms). The kernel then aligns the stages to 1 KB (1 KB more shared memory). */
@@ -502,44 +502,16 @@ int launch_p(const wg_args &a, const wg_maps &mp, dim3 grid, lily_cuda_stream st
 
 int g_force_split = 0; /* > 0: the dense kernel's split-K factor (tests) */
 
-/* The k-loop form (LILY_CUDA_WG_LOOP, cuda_mem.h): 4 (default) the stages copied by TMA (dense
- * launches with the swizzled planes, K a multiple of 256, 16-byte aligned weights; others run
- * 2; H100, 35B prefill at 4K: 21.5K tok/s against 20.3K for 2), 2 pipelined with cp.async
- * copies and one barrier a step, 1 with two, 3 = 2 with each step's copies after its wgmma,
- * 0 = simple. g_pipe >= 0: forced by a test. */
-int g_pipe = -1;
-
-int pipe_mode() { return g_pipe >= 0 ? g_pipe : lily_cuda_tune_get()->wg_loop; }
-
-/* The 128-byte swizzled planes (SWZ above): LILY_CUDA_WG_SWZ=1, or forced by a test. */
-int g_swz = -1;
-
-bool swz_on() { return g_swz >= 0 ? g_swz == 1 : lily_cuda_tune_get()->wg_swz != 0; }
-
-/* Dense 64-token blocks (LILY_CUDA_WG_N64, cuda_mem.h) when the 128-token grid is under one
- * wave; g_n64 >= 0: forced by a test (1: always 64, 0: never). */
-int g_n64 = -1;
-
-/* mode: the loop form, 4 only with maps made (tma_maps) */
-template <int NT, bool SWZ>
-int launch_s(const wg_args &a, const wg_maps &mp, int mode, dim3 grid, lily_cuda_stream st,
-             lily_err *e) {
-    switch (mode) {
-    case 0: return launch_p<NT, 0, SWZ>(a, mp, grid, st, e);
-    case 2: return launch_p<NT, 2, SWZ>(a, mp, grid, st, e);
-    case 3: return launch_p<NT, 3, SWZ>(a, mp, grid, st, e);
-    case 4:
-        if constexpr (SWZ) return launch_p<NT, 4, true>(a, mp, grid, st, e);
-        return launch_p<NT, 2, SWZ>(a, mp, grid, st, e);
-    default: return launch_p<NT, 1, SWZ>(a, mp, grid, st, e);
-    }
-}
-
+/* The k-loop forms that run (the kernel template's LOOP): 4, the stages copied by TMA, for dense
+ * launches whose maps apply (K a multiple of 256, 16-byte aligned weights); 2, pipelined with
+ * cp.async copies and one barrier a step, for the rest (the grouped launches included). Planes
+ * 128-byte swizzled, dense blocks of 128 tokens (grouped: 64). The other forms of the template
+ * (LOOP 0, 1, 3; SWZ false; 64-token dense blocks) were measured slower (bench/NOTES-cuda.md)
+ * and are not instantiated. */
 template <int NT>
-int launch(const wg_args &a, const wg_maps &mp, int mode, dim3 grid, lily_cuda_stream st,
+int launch(const wg_args &a, const wg_maps &mp, bool tma, dim3 grid, lily_cuda_stream st,
            lily_err *e) {
-    return swz_on() ? launch_s<NT, true>(a, mp, mode, grid, st, e)
-                    : launch_s<NT, false>(a, mp, mode, grid, st, e);
+    return tma ? launch_p<NT, 4, true>(a, mp, grid, st, e) : launch_p<NT, 2, true>(a, mp, grid, st, e);
 }
 
 /* The TMA maps of a dense launch (wg_maps): 0, 1 = this launch cannot use them (it runs form
@@ -577,16 +549,9 @@ int check(const lily_dmat *W, int nx, lily_err *e) {
 
 } // namespace
 
-extern "C" void lily_cuda_gemm_wg_pipe(int on) { g_pipe = on; }
-
-extern "C" void lily_cuda_gemm_wg_swizzle(int on) { g_swz = on; }
-
-extern "C" void lily_cuda_gemm_wg_n64(int on) { g_n64 = on; }
-
 extern "C" int lily_cuda_gemm_wg_dense_nt(int M, int n) {
-    const long rb = (M + BM - 1) / BM, b128 = (long)((n + 127) / 128) * rb;
-    if (g_n64 >= 0) return g_n64 ? 64 : 128;
-    return lily_cuda_tune_get()->wg_n64 && b128 < 132 && n > 64 ? 64 : 128;
+    (void)M, (void)n; /* 128-token blocks: 64 measured no faster (bench/NOTES-cuda.md) */
+    return 128;
 }
 
 extern "C" void lily_cuda_gemm_wg_force_split(int split) { g_force_split = split; }
@@ -616,14 +581,8 @@ extern "C" int lily_cuda_gemm_wg(const lily_dmat *W, const float *X, int ldx, in
     if (split > 1 && !(a.P = lily_cuda_partials((size_t)split * n * W->rows, st, e))) return -1;
     const dim3 grid((unsigned)tb, (unsigned)rb, (unsigned)split);
     wg_maps mp = {};
-    int mode = pipe_mode();
-    if (mode == 4) {
-        const int r = swz_on() ? tma_maps(W, a, nt, &mp, e) : 1;
-        if (r < 0) return -1;
-        if (r > 0) mode = 2;
-    }
-    if (nt == 64 ? launch<64>(a, mp, mode, grid, st, e) : launch<128>(a, mp, mode, grid, st, e))
-        return -1;
+    const int r = tma_maps(W, a, nt, &mp, e);
+    if (r < 0 || launch<128>(a, mp, r == 0, grid, st, e)) return -1;
     if (split == 1) return 0;
     return lily_cuda_partials_reduce(a.P, split, n, W->rows, Y, ldy, accumulate, st, e);
 }
@@ -640,8 +599,7 @@ extern "C" int lily_cuda_gemm_wg_grouped(const lily_dmat *W, const float *X, int
     a.gather = gather, a.tiles = tiles, a.d_ntiles = d_ntiles;
     if (make_planes(X, ldx, nx, W->cols, &a.hi, &a.lo, &a.mul, st, e)) return -1;
     a.Y = Y, a.ldy = ldy, a.accumulate = 0, a.kper = 0, a.P = nullptr;
-    const wg_maps mp = {}; /* the gathered X rows are not a tile TMA can copy: form 2 for 4 */
-    const int mode = pipe_mode() == 4 ? 2 : pipe_mode();
-    return launch<64>(a, mp, mode, dim3((unsigned)((W->rows + BM - 1) / BM), (unsigned)max_tiles),
+    const wg_maps mp = {}; /* the gathered X rows are not a tile TMA can copy: form 2 */
+    return launch<64>(a, mp, false, dim3((unsigned)((W->rows + BM - 1) / BM), (unsigned)max_tiles),
                       st, e);
 }

@@ -8,7 +8,7 @@
  * A registers (the fp16 weights scale * q + bias, rounded once, as gemm_q4.cu's exact path), and
  * issues m64n128k16 wgmma against the activations' fp16 hi and lo planes (gemm_split.h: x 2^-e =
  * hi + lo), which sit in shared memory in the 128-byte swizzled K-major layout (token t's 64
- * k values one 128-byte row, 16-byte chunk c at c ^ t % 8; or, LILY_CUDA_WG_SWZ=0, the
+ * k values one 128-byte row, 16-byte chunk c at c ^ t % 8 (what runs); or, forced by a test, the
  * no-swizzle layout: 8 x 16-byte core matrices, token groups 128 bytes apart, k chunks 2 KB
  * apart). The k order inside each
  * 16-wide slice is the register permutation of gemm_q4.cu (a Q4 word gives the pair of columns
@@ -37,25 +37,8 @@ int lily_cuda_gemm_wg_grouped(const lily_dmat *W, const float *X, int ldx, int n
                               const int32_t *d_ntiles, int max_tiles, float *Y, int ldy,
                               lily_cuda_stream st, lily_err *e);
 
-/* The k-loop form: 1 pipelined (step k + 1's dequantization while step k's wgmma run: two sets
- * of A registers, two barriers a step), 2 the same with one barrier a step (stages published
- * two steps ahead), 3 as 2 with a step's copies after its wgmma, 4 as 2 with the stages copied
- * by TMA (one thread, three tensor copies a stage, an mbarrier per stage; dense products with K a
- * multiple of 256 and the swizzled planes, the others run 2), 0 simple (dequantize, issue,
- * wait), -1 back to the tuning switch (LILY_CUDA_WG_LOOP, cuda_mem.h; default 4). Tests; not
- * thread-safe. */
-void lily_cuda_gemm_wg_pipe(int on);
-
-/* The planes' shared-memory layout: 1 the 128-byte swizzled K-major layout (the default), 0 the
- * no-swizzle core-matrix layout, -1 back to the tuning switch (LILY_CUDA_WG_SWZ).
- * Tests and measurements; not thread-safe. */
-void lily_cuda_gemm_wg_swizzle(int on);
-
-/* Token tile of a dense M-row, n-token product: 128, or 64 where LILY_CUDA_WG_N64 (cuda_mem.h)
- * asks for it on grids under one wave. lily_cuda_gemm_wg_n64 forces it (1: 64, 0: 128) or gives
- * it back to the switch (-1). Tests; not thread-safe. */
+/* Token tile of a dense M-row, n-token product (128). */
 int lily_cuda_gemm_wg_dense_nt(int M, int n);
-void lily_cuda_gemm_wg_n64(int on);
 
 /* Forces the dense kernel's split-K factor (> 0, at most one per k-step) or restores the
  * automatic choice (0). Tests; not thread-safe. */

@@ -32,7 +32,6 @@ struct gv_params {
     int pro, head;
     const float *pw, *pz;
     float eps;
-    int late; /* PDL trigger after the main loop (LILY_CUDA_PDL=2) */
 };
 
 /* Builds x' in the transposed layout and its chunk sums, from float4 loads that are all
@@ -219,12 +218,9 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(const __grid_constant__ 
     int seg[NR], lr[NR];
     uint4 w[NR][CB];
     uint32_t sb[NR][CB];
-    if (!p.late) pdl_trigger(); /* the next kernel may start its own weight loads */
-    /* the first step's loads do not depend on x: issue them before the prologue, and before the
-     * previous kernel (which writes x) has finished */
+    /* the first step's loads do not depend on x: issue them before the prologue */
     gv_rows<DT, LPR, NR>(p, base0, sub, ng, wr, sbr, seg, lr);
     gv_load<DT, LPR, NR, CB>(wr, sbr, 0, sl, nchunk, w, sb);
-    pdl_wait();
     const float scale = gv_prologue<DT>(p, xs4, xsum, nchunk, red);
     for (int base = base0; base < p.total; base += stride) {
         if (base != base0) {
@@ -240,7 +236,6 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(const __grid_constant__ 
             if (c0 >= nchunk) break;
             gv_load<DT, LPR, NR, CB>(wr, sbr, c0, sl, nchunk, w, sb);
         }
-        if (p.late && base + stride >= p.total) pdl_trigger();
 #pragma unroll
         for (int u = 0; u < NR; u++) {
             float a = group_sum<LPR>(acc[u]) * scale;
@@ -291,14 +286,12 @@ __global__ void __launch_bounds__(kThreads) gemv_q4mma_kernel(const __grid_const
     const uint8_t *r0, *r1;
     const uint32_t *s0, *s1;
     q4_step_regs R[2];
-    if (!p.late) pdl_trigger();
     /* the first row group's loads do not depend on x: issue them before the prologue */
     int row0 = blockIdx.x * ROWS + tile * 16 + (lane >> 2);
     gv_row_ptr(p, row0, ng, r0, s0);
     gv_row_ptr(p, row0 + 8, ng, r1, s1);
     if (sg < nsteps) q4_step_load(r0, s0, r1, s1, sg, lane, R[0]);
     if (sg + NSG < nsteps) q4_step_load(r0, s0, r1, s1, sg + NSG, lane, R[1]);
-    pdl_wait();
     const float scale = gv_prologue<LILY_CW_Q4>(p, xs4, xsum, nchunk, red);
     const float *xsf = (const float *)xs4;
     q4x_convert(p.cols, [&](int col) { return xsf[xs_index(col, 32, nchunk)]; }, xh, xl, xs2);
@@ -318,7 +311,6 @@ __global__ void __launch_bounds__(kThreads) gemv_q4mma_kernel(const __grid_const
             q4_step_math(R[0], xh, xl, xs2, st, lane, acc0, acc1);
             if (st + NSG < nsteps) q4_step_math(R[1], xh, xl, xs2, st + NSG, lane, acc0, acc1);
         }
-        if (p.late && grp + (int)gridDim.x >= ngroups) pdl_trigger();
         acc0 = quad_sum(acc0);
         acc1 = quad_sum(acc1);
         if ((lane & 3) == 0) {
@@ -349,7 +341,7 @@ template <int T> int launch_q4mma_t(const gv_params &p, size_t smem, lily_cuda_s
     /* a longer matrix (lm_head) loops over row groups, so the prologue is not redone for each */
     int blocks = (p.total + 16 * T - 1) / (16 * T);
     if (blocks > 8 * g_sms) blocks = 8 * g_sms;
-    LILY_CU_TRY(launch_pdl(gemv_q4mma_kernel<T>, dim3(blocks), dim3(kThreads), smem, st, p), e);
+    LILY_CU_TRY(launch_kernel(gemv_q4mma_kernel<T>, dim3(blocks), dim3(kThreads), smem, st, p), e);
     return 0;
 }
 
@@ -399,7 +391,7 @@ int launch(const gv_params &p, lily_cuda_stream st, lily_err *e) {
     int rows_per_block = (kThreads / 32) * (32 / LPR) * (kSlots / CB);
     int blocks = (p.total + rows_per_block - 1) / rows_per_block;
     if (blocks > g_sms * per_sm) blocks = g_sms * per_sm;
-    LILY_CU_TRY(launch_pdl(gemv_kernel<DT, LPR, CB>, dim3(blocks), dim3(kThreads), smem, st, p),
+    LILY_CU_TRY(launch_kernel(gemv_kernel<DT, LPR, CB>, dim3(blocks), dim3(kThreads), smem, st, p),
                 e);
     return 0;
 }
@@ -451,7 +443,6 @@ extern "C" int lily_cuda_gemv(const lily_gemv_seg *segs, int nseg, const float *
         row0 += m->rows;
     }
     p.total = row0;
-    p.late = pdl_late();
     if (pro) {
         p.pro = pro->kind;
         p.pw = pro->w;
@@ -462,8 +453,7 @@ extern "C" int lily_cuda_gemv(const lily_gemv_seg *segs, int nseg, const float *
             return lily_fail(e, "gemv: gated prologue head %d (a multiple of 4 dividing %d)",
                              p.head, p.cols);
     }
-    const char *mma = getenv("LILY_CUDA_Q4MMA"); /* "0": the fp32 kernels, for A/B timing */
-    if (dt == LILY_CW_Q4 && p.cols % 256 == 0 && !(mma && mma[0] == '0'))
+    if (dt == LILY_CW_Q4 && p.cols % 256 == 0)
         return launch_q4mma(p, st, e);
     switch (dt) {
     case LILY_CW_Q4: return launch_dt<LILY_CW_Q4>(p, st, e);

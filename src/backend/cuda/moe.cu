@@ -62,7 +62,6 @@ struct gu_params {
     int32_t *idx;
     float *wt, *sg, *h;
     int imax;
-    int late; /* PDL trigger after the main loop (LILY_CUDA_PDL=2) */
     /* the fused-router kernel only (moe_router.cuh): Q8 router and shared-gate row, lanes per
      * router row, where the logits go, the barrier word pair */
     mat_ref router, sgw;
@@ -121,8 +120,6 @@ __global__ void __launch_bounds__(kThreads)
     float *xs = (float *)smem4, *xsum = xs + p.H;
     const int nchunk = p.H / wtype<DT>::epc;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    pdl_trigger();
-    pdl_wait(); /* the router logits and x come from the kernels before */
     /* the shared expert's blocks need no routing */
     if (p.k > 0 && warp == 0 && (int)blockIdx.y < p.k)
         topk_warp(p.logits, p.E, p.k, p.norm, s_sl, s_idx, s_wt);
@@ -178,11 +175,10 @@ struct dn_params {
     int k, has_shared, I, Is, H, imax;
     mat_ref down, sdown;
     float *x;
-    int late;
     uint32_t *bar; /* the fused router's barrier pair: (re)initialised here (moe_router.cuh) */
 };
 
-/* Called by every down kernel after pdl_wait: the gate/up launch before it has completed, so no
+/* Called by every down kernel: the gate/up launch before it has completed (stream order), so no
  * block is at the barrier. Leaves the pair ready for the next fused gate/up launch. */
 __device__ __forceinline__ void bar_reset(uint32_t *bar) {
     if (bar && blockIdx.x == 0 && threadIdx.x == 0) {
@@ -237,8 +233,6 @@ __global__ void __launch_bounds__(kThreads) moe_down_kernel(const __grid_constan
     const int base0 = (blockIdx.x * (kThreads / 32) + warp) * rpg;
     const int bstride = gridDim.x * (kThreads / 32) * rpg;
     /* prefetch: chunk sl of every slot of the first batch of this lane's first row */
-    pdl_trigger();
-    pdl_wait(); /* idx, wt, h come from the gate/up kernel */
     bar_reset(p.bar);
     uint4 w[B];
     uint32_t sbv[B];
@@ -374,7 +368,6 @@ __device__ __forceinline__ void gu_q4mma_main(const gu_params &p, const gu_rows 
         q4_step_math(R[0], xh, xl, xs2, st, lane, acc0, acc1);
         if (st + 2 < nsteps) q4_step_math(R[1], xh, xl, xs2, st + 2, lane, acc0, acc1);
     }
-    if (p.late) pdl_trigger();
     acc0 = quad_sum(acc0);
     acc1 = quad_sum(acc1);
     if ((lane & 3) == 0) {
@@ -402,8 +395,6 @@ __global__ void __launch_bounds__(kThreads) moe_gate_up_q4mma_kernel(const __gri
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int slot = blockIdx.y;
     const bool shared = slot >= p.k;
-    if (!p.late) pdl_trigger();
-    pdl_wait(); /* the router logits and x come from the kernels before */
     if (!shared && warp == 0) topk_warp(p.logits, p.E, p.k, p.norm, s_sl, s_idx, s_wt);
     __syncthreads();
     if (blockIdx.x == 0 && slot == 0 && threadIdx.x == 0) {
@@ -426,7 +417,7 @@ __global__ void __launch_bounds__(kThreads) moe_gate_up_q4mma_kernel(const __gri
     gu_q4mma_main(p, g, slot, lane, R, xh, xl, xs2, rs, part);
 }
 
-/* The same launch with the router fused in (LILY_CUDA_FUSED_ROUTER=1; see moe_router.cuh): x'
+/* The same launch with the router fused in (see moe_router.cuh): x'
  * goes to shared memory once, in fp32 for the router (transposed Q8 layout) and as the hi/lo
  * planes; the blocks' warps compute the router rows, the routed blocks wait at the grid barrier
  * (the shared expert's blocks only arrive: they need no routing) and run the top-k from the
@@ -452,8 +443,6 @@ __global__ void __launch_bounds__(kThreads)
     const int slot = blockIdx.y;
     const bool shared = slot >= p.k;
     const int nb = gridDim.x * gridDim.y, b = blockIdx.y * gridDim.x + blockIdx.x;
-    if (!p.late) pdl_trigger();
-    pdl_wait(); /* x comes from the kernel before; the barrier pair from the last down kernel */
     const bool ready = __ldcg(p.bar + 1) == kBarTag; /* the same in every block (see .cuh) */
     /* its barrier publishes xr; red keeps the 8 warps' sums of x^2 */
     const float rs_router = xs_build<LILY_CW_Q8>(p.x, p.norm_w, p.eps, p.H, xr, xrsum, red);
@@ -511,8 +500,6 @@ __global__ void __launch_bounds__(kThreads) moe_down_q4mma_kernel(const __grid_c
     const int stepsI = p.I / 256, stepsS = p.Is / 256;
     const int units = p.k * stepsI + (p.has_shared ? stepsS : 0);
     const int r = blockIdx.x * 16 + (lane >> 2);
-    if (!p.late) pdl_trigger();
-    pdl_wait(); /* idx, wt, h come from the gate/up kernel */
     bar_reset(p.bar);
     auto unit = [&](int u, int &slot, int &step, const uint8_t *&r0, const uint32_t *&s0,
                     const uint8_t *&r1, const uint32_t *&s1) {
@@ -575,7 +562,6 @@ __global__ void __launch_bounds__(kThreads) moe_down_q4mma_kernel(const __grid_c
             acc1 = fmaf(s_f[s], a1, acc1);
         }
     }
-    if (p.late) pdl_trigger();
     acc0 = quad_sum(acc0);
     acc1 = quad_sum(acc1);
     if ((lane & 3) == 0) {
@@ -598,13 +584,8 @@ int launch_gu_q4mma(const gu_params &p, int slots, lily_cuda_stream st, lily_err
                                          cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem),
                     e);
     dim3 grid((p.imax + 31) / 32, slots);
-    LILY_CU_TRY(launch_pdl(moe_gate_up_q4mma_kernel, grid, dim3(kThreads), smem, st, p), e);
+    LILY_CU_TRY(launch_kernel(moe_gate_up_q4mma_kernel, grid, dim3(kThreads), smem, st, p), e);
     return 0;
-}
-
-bool q4mma_on() {
-    const char *v = getenv("LILY_CUDA_Q4MMA"); /* "0": the fp32 kernels, for A/B timing */
-    return !(v && v[0] == '0');
 }
 
 int lpr_for(int nchunk) {
@@ -653,7 +634,7 @@ int gu_fused_resident(size_t smem, int blocks, bool *ok, lily_err *e) {
 bool fused_shape(const lily_cuda_moe *m) {
     if (m->k <= 0 || !m->router || m->gate->dt != LILY_CW_Q4) return false;
     const int H = m->gate->cols;
-    if (H % 256 || !q4mma_on()) return false;
+    if (H % 256) return false;
     const lily_dmat *r = m->router, *s = m->sh_gate_w;
     if (r->dt != LILY_CW_Q8 || r->cols != H || r->rows != m->E || r->n_mats != 1) return false;
     if (s && (s->dt != LILY_CW_Q8 || s->cols != H || s->rows != 1 || s->n_mats != 1))
@@ -661,11 +642,13 @@ bool fused_shape(const lily_cuda_moe *m) {
     return true;
 }
 
-/* Decides the decode path: *fused when the switch is on, the shapes fit and the grid is
- * resident. */
+/* lily_cuda_moe_force_unfused: the router GEMV even where the fused form would run */
+bool g_unfused = false;
+
+/* Decides the decode path: *fused when the shapes fit and the grid is resident. */
 int use_fused(const lily_cuda_moe *m, bool *fused, lily_err *e) {
     *fused = false;
-    if (!lily_cuda_tune_get()->fused_router || !fused_shape(m)) return 0;
+    if (g_unfused || !fused_shape(m)) return 0;
     dec_layout d = dec_plan(m);
     int slots = m->k + (m->sh_gate ? 1 : 0);
     return gu_fused_resident(gu_fused_smem(m->gate->cols), (d.imax + 31) / 32 * slots, fused, e);
@@ -674,7 +657,7 @@ int use_fused(const lily_cuda_moe *m, bool *fused, lily_err *e) {
 int launch_gu_q4mma_fused(const gu_params &p, int slots, lily_cuda_stream st, lily_err *e) {
     dim3 grid((p.imax + 31) / 32, slots);
     /* the shared memory attribute was set by gu_fused_resident */
-    LILY_CU_TRY(launch_pdl(moe_gate_up_q4mma_fused_kernel, grid, dim3(kThreads),
+    LILY_CU_TRY(launch_kernel(moe_gate_up_q4mma_fused_kernel, grid, dim3(kThreads),
                            gu_fused_smem(p.H), st, p),
                 e);
     return 0;
@@ -687,7 +670,7 @@ int launch_dn_q4mma(const dn_params &p, lily_cuda_stream st, lily_err *e) {
         LILY_CU_TRY(cudaFuncSetAttribute(moe_down_q4mma_kernel,
                                          cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem),
                     e);
-    LILY_CU_TRY(launch_pdl(moe_down_q4mma_kernel, dim3((p.H + 15) / 16), dim3(kThreads), smem, st,
+    LILY_CU_TRY(launch_kernel(moe_down_q4mma_kernel, dim3((p.H + 15) / 16), dim3(kThreads), smem, st,
                            p),
                 e);
     return 0;
@@ -702,7 +685,7 @@ int launch_gu(const gu_params &p, int slots, lily_cuda_stream st, lily_err *e) {
                     e);
     int rpb = (kThreads / 32) * 2 * (32 / LPR);
     dim3 grid((p.imax + rpb - 1) / rpb, slots);
-    LILY_CU_TRY(launch_pdl(moe_gate_up_kernel<DT, LPR>, grid, dim3(kThreads), smem, st, p), e);
+    LILY_CU_TRY(launch_kernel(moe_gate_up_kernel<DT, LPR>, grid, dim3(kThreads), smem, st, p), e);
     return 0;
 }
 
@@ -717,7 +700,7 @@ int launch_dn(const dn_params &p, lily_cuda_stream st, lily_err *e) {
     int rpb = (kThreads / 32) * (32 / LPR);
     int blocks = (p.H + rpb - 1) / rpb;
     if (blocks > 264) blocks = 264;
-    LILY_CU_TRY(launch_pdl(moe_down_kernel<DT, LPR>, dim3(blocks), dim3(kThreads), smem, st, p),
+    LILY_CU_TRY(launch_kernel(moe_down_kernel<DT, LPR>, dim3(blocks), dim3(kThreads), smem, st, p),
                 e);
     return 0;
 }
@@ -743,6 +726,8 @@ template <int DT> int launch_dn_dt(const dn_params &p, lily_cuda_stream st, lily
 }
 
 } // namespace
+
+extern "C" void lily_cuda_moe_force_unfused(int on) { g_unfused = on != 0; }
 
 extern "C" int lily_cuda_moe_decode_scratch_init(void *scratch, lily_cuda_stream st, lily_err *e) {
     LILY_CU_TRY(cudaMemsetAsync(scratch, 0, 2 * sizeof(uint32_t), (cudaStream_t)st), e);
@@ -813,7 +798,6 @@ extern "C" int lily_cuda_moe_decode(const lily_cuda_moe *m, float *x, const floa
     p.sg = (float *)(s + d.sg);
     p.h = (float *)(s + d.h);
     p.imax = d.imax;
-    p.late = pdl_late();
     p.router = ref_of(m->router);
     p.sgw = ref_of(m->sh_gate_w);
     p.rlpr = lpr_for(p.H / 16);
@@ -821,11 +805,10 @@ extern "C" int lily_cuda_moe_decode(const lily_cuda_moe *m, float *x, const floa
     p.bar = bar;
     int slots = m->k + (m->sh_gate ? 1 : 0);
     int rc;
-    const bool mma = q4mma_on();
     switch (g->dt) {
     case LILY_CW_Q4:
         rc = fused                      ? launch_gu_q4mma_fused(p, slots, st, e)
-             : mma && p.H % 256 == 0 ? launch_gu_q4mma(p, slots, st, e)
+             : p.H % 256 == 0 ? launch_gu_q4mma(p, slots, st, e)
                                         : launch_gu_dt<LILY_CW_Q4>(p, slots, st, e);
         break;
     case LILY_CW_Q8: rc = launch_gu_dt<LILY_CW_Q8>(p, slots, st, e); break;
@@ -846,11 +829,10 @@ extern "C" int lily_cuda_moe_decode(const lily_cuda_moe *m, float *x, const floa
     q.down = ref_of(m->down);
     q.sdown = ref_of(m->sh_down);
     q.x = x;
-    q.late = pdl_late();
     q.bar = bar;
     switch (dn->dt) {
     case LILY_CW_Q4:
-        if (mma && q.I % 256 == 0 && q.Is % 256 == 0 && q.imax % 256 == 0)
+        if (q.I % 256 == 0 && q.Is % 256 == 0 && q.imax % 256 == 0)
             return launch_dn_q4mma(q, st, e);
         return launch_dn_dt<LILY_CW_Q4>(q, st, e);
     case LILY_CW_Q8: return launch_dn_dt<LILY_CW_Q8>(q, st, e);

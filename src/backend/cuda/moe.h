@@ -5,7 +5,7 @@
  * shared-expert gate logit from the RMS-normed input; one kernel then recomputes softmax + top-k
  * per block (block 0 publishes it) and runs gate+up+SiLU for the k selected experts and the
  * shared expert; a last kernel does every down projection, scales by the routing weights and
- * sigmoid(shared gate), sums, and adds into the residual. With LILY_CUDA_FUSED_ROUTER=1 (and a
+ * sigmoid(shared gate), sums, and adds into the residual. With a
  * Q8 router, Q4 experts on the tensor-core kernels, a grid that is resident all at once) the
  * router rows are computed inside the gate/up launch instead, behind a grid barrier (two
  * launches, bit-identical results; moe_router.cuh).
@@ -36,7 +36,7 @@ typedef struct lily_cuda_moe {
     const lily_dmat *sh_gate, *sh_up, *sh_down; /* shared expert [Is,H],[Is,H],[H,Is]; or NULL */
     const lily_dmat *sh_gate_w;  /* [1, H]: scalar sigmoid gate of the shared expert; or NULL */
     /* Optional stacks, one allocation each with the matrices above as views of its rows (or
-     * NULL): the prefill runs each as one GEMM instead of two (tune moe_stack). */
+     * NULL): the prefill runs each as one GEMM instead of two. */
     const lily_dmat *router_gw;  /* [E + 1, H]: router over sh_gate_w */
     const lily_dmat *sh_gu;      /* [2 Is, H]: sh_gate over sh_up */
 } lily_cuda_moe;
@@ -50,8 +50,11 @@ size_t lily_cuda_moe_decode_scratch(const lily_cuda_moe *m);
  * allocation, which would release the first fused step's barrier early. */
 int lily_cuda_moe_decode_scratch_init(void *scratch, lily_cuda_stream st, lily_err *e);
 /* 1 when lily_cuda_moe_decode would run m with the router fused into the gate/up launch under
- * the current tuning (lily_cuda_tune_get), else 0. For tests and logs. */
+ * (the shapes fit and the grid is resident), else 0. For tests and logs. */
 int lily_cuda_moe_decode_fuses(const lily_cuda_moe *m);
+/* on != 0: the decode steps that follow run the router GEMV even where the fused form would run
+ * (the two are designed to be bit-identical; tests compare them). Not thread-safe. */
+void lily_cuda_moe_force_unfused(int on);
 /* x [H] (residual, device) += MoE(RMSNorm(x; norm_w, eps)). */
 int lily_cuda_moe_decode(const lily_cuda_moe *m, float *x, const float *norm_w, float eps,
                          void *scratch, lily_cuda_stream st, lily_err *e);

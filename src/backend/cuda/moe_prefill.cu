@@ -24,9 +24,8 @@ struct pre_layout {
 };
 
 /* Assignments per scatter chunk: one warp places a chunk's rows (scatter_kernel). 512, halved
- * down to 64 while that gives fewer than 64 chunks: at a 256-token chunk the 4 warps of 512
- * assignments each took 13.8 us a layer (H200, ncu), the longest of the routing kernels; the
- * scan walks the chunks per expert, so large chunks keep 512. */
+ * down to 64 while that gives fewer than 64 chunks (a short chunk's few warps would each place
+ * many rows); the scan walks the chunks per expert, so large chunks keep 512. */
 __host__ __device__ __forceinline__ int scat_chunk(size_t nk) {
     int cs = 512;
     while (cs > 64 && nk / (size_t)cs < 64)
@@ -115,7 +114,7 @@ __global__ void chunk_count_kernel(const int32_t *__restrict__ idx, int nk, int 
  * per-expert counts become its first grouped row per expert (ccount in place). The scans are
  * warp shuffles plus one pass over the 32 warp totals; each thread reads its expert's chunk
  * counts 16 at a time before writing them back (one read after each write, the compiler cannot
- * reorder them: ~11 us a layer at 32 chunks on the H200, one L2 round trip per chunk). */
+ * reorder them: one L2 round trip per chunk). */
 __global__ void __launch_bounds__(1024)
     scan_kernel(const int32_t *__restrict__ counts, int E, int gbn, int32_t *off, int32_t *tiles,
                 int32_t *ntiles, int32_t *ccount, int chunks) {
@@ -171,8 +170,7 @@ __global__ void __launch_bounds__(1024)
 
 /* One warp per scatter chunk: each assignment's grouped row is its chunk's base for the expert
  * plus the assignments of that expert before it in the chunk (__match_any_sync per 32), so the
- * rows of an expert stay in (token, slot) order and the result is deterministic. (One warp per
- * expert scanning all n*k assignments took 340 us per layer at a 4096-token chunk.) */
+ * rows of an expert stay in (token, slot) order and the result is deterministic. */
 __global__ void __launch_bounds__(32)
     scatter_kernel(const int32_t *__restrict__ idx, int nk, int k, int E,
                    const int32_t *__restrict__ base, int32_t *gather, int32_t *slot) {
@@ -246,20 +244,13 @@ int prefill_body(const lily_cuda_moe *m, const float *u, int n, const int32_t *g
     int ldl = m->E + 1, H = d.H, k = m->k, E = m->E;
     int nk = n * k;
     /* rows per expert tile: 64 when the experts average >= 64 rows (half the dequantization per
-     * token; measured +3.9 % at 4096-token chunks); 16 (the skinny kernel, gemm_skinny.h: no
-     * dequantization) when they average fewer than tune->skinny_below (64 by default, i.e. below
-     * the 64-row tiles, cuda_mem.h) and the experts are Q4, unless LILY_CUDA_SKINNY=0; else 32.
-     * LILY_CUDA_GROUP_BN forces 32 or 64. */
-    const lily_cuda_tune *tune = lily_cuda_tune_get();
+     * token); 16 (the skinny kernel, gemm_skinny.h: no dequantization) when they average fewer
+     * and the experts are Q4; else 32 (bench/NOTES-cuda.md, "Moved from src comments") */
     const bool q4 =
         k > 0 && m->gate->dt == LILY_CW_Q4 && m->up->dt == LILY_CW_Q4 && m->down->dt == LILY_CW_Q4;
-    const bool skinny = tune->skinny && q4 && nk < tune->skinny_below * E;
-    const bool stack = tune->moe_stack;
+    const bool skinny = q4 && nk < 64 * E;
     bool gw_done = false; /* the shared expert's gate logit is in logits column E */
-    const int gbn = tune->group_bn          ? tune->group_bn
-                    : E > 0 && nk >= 64 * E ? 64
-                    : skinny                ? kMinBN
-                                            : GBN;
+    const int gbn = E > 0 && nk >= 64 * E ? 64 : skinny ? kMinBN : GBN;
     /* the grid's tile rows: the most tiles gbn-row tiles can make (<= d.max_tiles) */
     const int max_tiles = k > 0 ? (nk + gbn - 1) / gbn + E : 0;
     const int32_t *idx = (const int32_t *)(s + d.idx);
@@ -275,10 +266,10 @@ int prefill_body(const lily_cuda_moe *m, const float *u, int n, const int32_t *g
             LILY_CU_LAUNCHED(e);
         } else {
             /* with router_gw the shared expert's gate logit comes with the router's (column E) */
-            if (lily_cuda_gemm(stack && m->router_gw ? m->router_gw : m->router, u, H, n, logits,
-                               ldl, 0, st, e))
+            if (lily_cuda_gemm(m->router_gw ? m->router_gw : m->router, u, H, n, logits, ldl, 0,
+                               st, e))
                 return -1;
-            gw_done = stack && m->router_gw;
+            gw_done = m->router_gw != nullptr;
             route_kernel<<<(n + 7) / 8, 256, 8 * E * sizeof(float), st>>>(
                 logits, ldl, n, E, k, m->norm, (int32_t *)(s + d.idx), (float *)(s + d.wt), counts);
             LILY_CU_LAUNCHED(e);
@@ -293,7 +284,7 @@ int prefill_body(const lily_cuda_moe *m, const float *u, int n, const int32_t *g
         scatter_kernel<<<d.chunks, 32, (size_t)E * 4, st>>>(idx, nk, k, E, ccount, gather, slot);
         LILY_CU_LAUNCHED(e);
         float *hg = (float *)(s + d.hg), *hu = (float *)(s + d.hu);
-        if (gbn == kMinBN && tune->skinny_pair) { /* gate and up in one launch */
+        if (gbn == kMinBN) { /* gate and up in one launch */
             if (lily_cuda_gemm_skinny_grouped_pair(m->gate, m->up, u, H, n, gather, tiles, ntiles,
                                                    max_tiles, hg, hu, d.I, st, e))
                 return -1;
@@ -311,7 +302,7 @@ int prefill_body(const lily_cuda_moe *m, const float *u, int n, const int32_t *g
         const int Is = d.Is, ld = 2 * Is;
         float *sg = (float *)(s + d.sgu), *su = sg + Is;
         ys = (float *)(s + d.ys);
-        if (stack && m->sh_gu) {
+        if (m->sh_gu) {
             if (lily_cuda_gemm(m->sh_gu, u, H, n, sg, ld, 0, st, e)) return -1;
         } else if (lily_cuda_gemm(m->sh_gate, u, H, n, sg, ld, 0, st, e) ||
                    lily_cuda_gemm(m->sh_up, u, H, n, su, ld, 0, st, e)) {

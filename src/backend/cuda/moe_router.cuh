@@ -1,4 +1,4 @@
-/* The MoE decode router fused into the gate/up launch (LILY_CUDA_FUSED_ROUTER=1, moe.cu): the
+/* The MoE decode router fused into the gate/up launch (moe.cu, where the shapes allow it): the
  * Q8 router rows computed by the warps of the whole gate/up grid, and the grid barrier that
  * hands the logits to the top-k. Internal to the CUDA backend.
  *
@@ -18,8 +18,7 @@
  * owner zeroes the pair once (lily_cuda_moe_decode_scratch_init). Every MoE down kernel (the
  * launch after gate/up, in stream order) writes count = 0 and the tag. A gate/up launch that
  * finds no tag (the very first step on a new scratch) cannot trust the counter: every routed
- * block then computes all router rows itself into shared memory (correct, ~30 us, once). The tag is read after pdl_wait and nothing writes it during the gate/up launch,
- * so all blocks of a launch take the same branch. */
+ * block then computes all router rows itself into shared memory (correct, ~30 us, once). Nothing writes the tag during the gate/up launch, so all blocks of a launch take the same branch. */
 #ifndef LILY_BACKEND_CUDA_MOE_ROUTER_CUH
 #define LILY_BACKEND_CUDA_MOE_ROUTER_CUH
 
@@ -55,7 +54,7 @@ __device__ __forceinline__ void bar_wait(const uint32_t *count, uint32_t old) {
         if ((v ^ old) & 0x80000000u) break;
         if (i == kBarSpinLimit) {
             printf("lily: MoE fused-router grid barrier timed out (block %d,%d): the grid is not"
-                   " co-resident; run with LILY_CUDA_FUSED_ROUTER=0\n",
+                   " co-resident (the host checks the occupancy before it launches the fused form)\n",
                    (int)blockIdx.x, (int)blockIdx.y);
             __trap();
         }
