@@ -17,6 +17,10 @@ int lily_cli_backend(const char *s, lily_backend_kind *out);
 /* Reads a file of little-endian int32 token ids (caller frees *out). Returns 0 or -1. */
 int lily_cli_read_tokens(const char *path, int32_t **out, int *n);
 
+/* Shows a loading bar (bytes, time) on stderr while o's model loads, when stderr is a terminal
+ * (tools/cli_term.c). */
+void lily_cli_load_bar(lily_engine_opts *o);
+
 /* subcommands (one line each) */
 int lily_cmd_score(int argc, char **argv);
 int lily_cmd_bench(int argc, char **argv);

@@ -144,6 +144,7 @@ int lily_cmd_bench(int argc, char **argv) {
     lily_err e;
     lily_engine *eng = NULL;
     lily_session *s = NULL;
+    lily_cli_load_bar(&opts);
     if (lily_engine_open(model, &opts, &eng, &e) != 0) {
         fprintf(stderr, "lily bench: %s\n", e.msg);
         return 1;

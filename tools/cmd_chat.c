@@ -156,7 +156,10 @@ int lily_cmd_chat(int argc, char **argv) {
     sa.sa_handler = on_sigint; /* no SA_RESTART: Ctrl-C at the prompt ends the chat */
     sigaction(SIGINT, &sa, NULL);
     int tty = isatty(0) && isatty(1);
-    if (tty) fprintf(stderr, "lily chat: /help for commands, Ctrl-C or /quit to leave\n");
+    if (tty) {
+        lily_clichat_banner(&c, co.model_dir, "lily chat", stderr);
+        fprintf(stderr, "/help for commands, Ctrl-D or /bye to leave\n");
+    }
     cJSON *hist = new_history(system);
     uint64_t turn_seed = seed_set ? (uint64_t)seed : (uint64_t)time(NULL);
     char *in;

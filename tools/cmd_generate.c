@@ -87,6 +87,7 @@ int lily_cmd_generate(int argc, char **argv) {
     lily_session *s = NULL;
     lily_sampler *smp = NULL;
     int rc = 1;
+    lily_cli_load_bar(&opts);
     if (lily_engine_open(model, &opts, &eng, &e) != 0) goto fail;
     const lily_model_info *in = lily_engine_info(eng);
     if (lily_session_create(eng, ctx > 0 ? ctx : n + n_gen, &s, &e) != 0) goto fail;

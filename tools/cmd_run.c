@@ -74,6 +74,7 @@ int lily_cmd_run(int argc, char **argv) {
         fprintf(stderr, "lily run: %s\n", e.msg);
         return 1;
     }
+    if (co.ctx || c.tty) lily_clichat_banner(&c, co.model_dir, "lily run", stderr);
     int32_t *ids = NULL;
     int n = 0, open_think = 0, rc = 1;
     if (raw) {

@@ -63,6 +63,7 @@ int lily_cmd_score(int argc, char **argv) {
     lily_session *s = NULL;
     int rc = 1;
     float *logits = NULL;
+    lily_cli_load_bar(&opts);
     if (lily_engine_open(model, &opts, &eng, &e) != 0) goto fail;
     int V = lily_engine_info(eng)->vocab_size;
     if (lily_session_create(eng, n, &s, &e) != 0) goto fail;

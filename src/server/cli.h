@@ -4,6 +4,8 @@
 #ifndef LILY_SERVER_CLI_H
 #define LILY_SERVER_CLI_H
 
+#include <stdio.h>
+
 #include <cjson/cJSON.h>
 
 #include "chat/template.h"
@@ -16,18 +18,23 @@ typedef struct lily_clichat {
     lily_gen *gen;
     lily_sampler_params defaults; /* from generation_config.json */
     int tty;                      /* stderr is a terminal: draw progress bars */
+    int ctx;                      /* context length of the session */
 } lily_clichat;
 
 typedef struct lily_clichat_opts {
     const char *model_dir;
     lily_backend_kind backend;
     int threads;
-    int ctx;            /* 0 = min(model, 32768) */
+    int ctx;            /* 0 = min(model, 32768); above the model's maximum: an error */
     size_t cache_bytes; /* prefix-cache budget */
 } lily_clichat_opts;
 
 int lily_clichat_open(const lily_clichat_opts *o, lily_clichat *c, lily_err *e);
 void lily_clichat_close(lily_clichat *c);
+
+/* Writes "<who>: DIR (model type, quantisation), backend B (device), T threads, context N tokens
+ * (X of KV cache and state)" and a newline to f. */
+void lily_clichat_banner(const lily_clichat *c, const char *dir, const char *who, FILE *f);
 
 /* Renders messages (with the generation prompt; think < 0 leaves the template default) and
  * tokenizes. *open_think tells whether the prompt ends inside <think>. */

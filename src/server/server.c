@@ -12,6 +12,7 @@
 
 #include "base/err.h"
 #include "base/file.h"
+#include "base/progress.h"
 #include "server/srv.h"
 
 static volatile int g_stop;
@@ -53,12 +54,6 @@ static void load_defaults(lily_srv *s) {
     cJSON_Delete(j);
 }
 
-static void progress(void *ud, uint64_t done, uint64_t total) {
-    (void)ud;
-    fprintf(stderr, "\rloading %5.1f%%", total ? 100.0 * (double)done / (double)total : 100.0);
-    if (done >= total) fprintf(stderr, "\n");
-}
-
 int lily_server_main(const lily_server_opts *o) {
     lily_srv *s = lily_xcalloc(1, sizeof *s);
     s->opts = *o;
@@ -69,7 +64,8 @@ int lily_server_main(const lily_server_opts *o) {
     lily_err e;
     int rc = 1;
     lily_engine_opts eo = {.backend = o->backend, .n_threads = o->threads};
-    if (!o->quiet && isatty(2)) eo.progress = progress;
+    lily_bar bar = {0};
+    if (!o->quiet && isatty(2)) eo.progress = lily_bar_update, eo.progress_ud = &bar;
     if (lily_engine_open(o->model_dir, &eo, &s->eng, &e) ||
         lily_tokenizer_open(o->model_dir, &s->tok, &e) ||
         lily_template_load(o->model_dir, &s->tmpl, &e)) {
