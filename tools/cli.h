@@ -4,6 +4,7 @@
 #define LILY_TOOLS_CLI_H
 
 #include <stdint.h>
+#include <stdio.h>
 
 #include "lily.h"
 
@@ -20,6 +21,11 @@ int lily_cli_read_tokens(const char *path, int32_t **out, int *n);
 /* Shows a loading bar (bytes, time) on stderr while o's model loads, when stderr is a terminal
  * (tools/cli_term.c). */
 void lily_cli_load_bar(lily_engine_opts *o);
+
+/* The commit this binary was built from (git describe), and `lily --version`'s text
+ * (tools/cli_version.c). */
+const char *lily_cli_commit(void);
+void lily_cli_version(FILE *f);
 
 /* subcommands (one line each) */
 int lily_cmd_score(int argc, char **argv);

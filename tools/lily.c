@@ -30,7 +30,8 @@ static void usage(FILE *f) {
     fprintf(f, "usage: lily <command> [options]\n\ncommands:\n");
     for (size_t i = 0; commands[i].name; i++)
         fprintf(f, "  %-12s %s\n", commands[i].name, commands[i].help);
-    fprintf(f, "\nRun 'lily <command> --help' for a command's options.\n");
+    fprintf(f, "\nRun 'lily <command> --help' for a command's options; 'lily --version' for the\n"
+               "commit and build options.\n");
 }
 
 int main(int argc, char **argv) {
@@ -40,6 +41,10 @@ int main(int argc, char **argv) {
     }
     if (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help") || !strcmp(argv[1], "help")) {
         usage(stdout);
+        return 0;
+    }
+    if (!strcmp(argv[1], "--version") || !strcmp(argv[1], "version")) {
+        lily_cli_version(stdout);
         return 0;
     }
     for (size_t i = 0; commands[i].name; i++)
