@@ -27,6 +27,11 @@ void lily_cli_load_bar(lily_engine_opts *o);
 const char *lily_cli_commit(void);
 void lily_cli_version(FILE *f);
 
+/* The model directory for --model arg: arg itself when it exists or is no hub repository id;
+ * for owner/name[:revision] the hub cache's snapshot (downloaded when absent, tools/hub.h) in
+ * buf. NULL (a message printed) for a .gguf file or a failed download (tools/cli_model.c). */
+const char *lily_cli_model(const char *arg, char *buf, size_t len);
+
 /* subcommands (one line each) */
 int lily_cmd_score(int argc, char **argv);
 int lily_cmd_bench(int argc, char **argv);
@@ -39,5 +44,6 @@ int lily_cmd_template(int argc, char **argv);
 int lily_cmd_serve(int argc, char **argv);
 int lily_cmd_chat(int argc, char **argv);
 int lily_cmd_run(int argc, char **argv);
+int lily_cmd_pull(int argc, char **argv);
 
 #endif

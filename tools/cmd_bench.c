@@ -202,6 +202,8 @@ int lily_cmd_bench(int argc, char **argv) {
         fprintf(stderr, "lily bench: bad list '%s' for %s\n", v, a);
         return 2;
     }
+    char mbuf[4096];
+    if (model && !(model = lily_cli_model(model, mbuf, sizeof mbuf))) return 1;
     if (!model || gen < 1 || rounds < 1 || rounds > MAX_ROUNDS || (nref && !plot)) {
         if (nref && !plot) fprintf(stderr, "lily bench: --plot-ref needs --plot\n");
         if (rounds < 1 || rounds > MAX_ROUNDS)

@@ -384,6 +384,11 @@ int lily_cmd_chat(int argc, char **argv) {
             return 2;
         }
     }
+    char mbuf[4096];
+    if (co.model_dir && !(co.model_dir = lily_cli_model(co.model_dir, mbuf, sizeof mbuf))) {
+        free(ch.system);
+        return 1;
+    }
     if (!co.model_dir) {
         usage(stderr);
         free(ch.system);

@@ -55,6 +55,8 @@ int lily_cmd_generate(int argc, char **argv) {
             return 2;
         }
     }
+    char mbuf[4096];
+    if (model && !(model = lily_cli_model(model, mbuf, sizeof mbuf))) return 1;
     if (!model || !tokstr || n_gen < 0) {
         usage(stderr);
         return 2;

@@ -64,6 +64,9 @@ int lily_cmd_run(int argc, char **argv) {
     int think = ga.think, n_new = ga.n_new, seed_set = ga.seed_set;
     double temp = ga.temp, top_p = ga.top_p, min_p = ga.min_p;
     long top_k = ga.top_k, seed = ga.seed;
+    char mbuf[4096];
+    if (co.model_dir && !(co.model_dir = lily_cli_model(co.model_dir, mbuf, sizeof mbuf)))
+        return 1;
     if (!co.model_dir || !prompt) {
         usage(stderr);
         return 2;

@@ -37,6 +37,8 @@ int lily_cmd_score(int argc, char **argv) {
         else if (!strcmp(a, "--backend") && lily_cli_backend(v, &opts.backend)) return 2;
         else if (!strcmp(a, "--threads")) opts.n_threads = atoi(v);
     }
+    char mbuf[4096];
+    if (model && !(model = lily_cli_model(model, mbuf, sizeof mbuf))) return 1;
     if (!model || !tokens_path || !out_path) {
         usage(stderr);
         return 2;

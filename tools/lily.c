@@ -23,6 +23,7 @@ static const lily_command commands[] = {
     {"serve", lily_cmd_serve, "OpenAI-compatible HTTP server (chat/completions, streaming, tools)"},
     {"chat", lily_cmd_chat, "interactive chat in the terminal (reuses state between turns)"},
     {"run", lily_cmd_run, "one-shot: one prompt in, streamed text out"},
+    {"pull", lily_cmd_pull, "download a model from the Hugging Face hub (OWNER/NAME[:REVISION])"},
     {NULL, NULL, NULL},
 };
 
