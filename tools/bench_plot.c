@@ -227,7 +227,7 @@ int lily_plot_svg(const char *path, const char *title, const lily_plot_series *s
                 i ? " stroke-dasharray=\"6 3\"" : "");
         fprintf(f, "<text x=\"%d\" y=\"%d\">", LEGEND_X + 34, y + 4);
         char clip[61];
-        snprintf(clip, sizeof clip, "%s", s[i].name);
+        snprintf(clip, sizeof clip, "%.60s", s[i].name);
         xml_text(f, clip);
         fprintf(f, "</text>\n");
     }

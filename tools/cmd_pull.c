@@ -54,6 +54,7 @@ int lily_cmd_pull(int argc, char **argv) {
     printf("%s\n", dir);
     return 0;
 #else
+    (void)quiet;
     fprintf(stderr, "lily pull: this build has no libcurl (Debian: apt install "
                     "libcurl4-openssl-dev, then rebuild)\n");
     return 1;

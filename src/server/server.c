@@ -73,8 +73,17 @@ int lily_server_main(const lily_server_opts *o) {
         goto out;
     }
     const lily_model_info *mi = lily_engine_info(s->eng);
+    if (o->ctx > mi->max_position) {
+        fprintf(stderr, "lily serve: --ctx %d is above the model's maximum context (%d)\n", o->ctx,
+                mi->max_position);
+        goto out;
+    }
     s->ctx = o->ctx > 0 ? o->ctx : (mi->max_position < 32768 ? mi->max_position : 32768);
-    if (s->ctx > mi->max_position) s->ctx = mi->max_position;
+    if (!o->quiet) {
+        char mem[32];
+        lily_bar_bytes(mem, sizeof mem, lily_engine_session_bytes(s->eng, s->ctx));
+        fprintf(stderr, "lily serve: context %d tokens (%s of KV cache and state)\n", s->ctx, mem);
+    }
     if (o->model_id) {
         snprintf(s->model_id, sizeof s->model_id, "%s", o->model_id);
     } else {

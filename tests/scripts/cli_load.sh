@@ -2,7 +2,7 @@
 # Loading a model from the command line: on a terminal (script(1) gives one) the loading line
 # names the bytes and the time and the run banner names the model, quantisation, backend,
 # threads and context; without a terminal neither appears; --ctx equal to the model's maximum is
-# honoured (with the memory it takes), above it refused with a message.
+# honoured (with the memory it takes), above it refused with a message (run and serve).
 # Usage: bash tests/scripts/cli_load.sh path/to/lily
 LILY=${1:?usage: cli_load.sh LILY_BIN}
 command -v script >/dev/null || { echo "SKIP: script(1) absent"; exit 77; }
@@ -31,6 +31,11 @@ check "no loading line without a tty" "$(! grep -q 'loading' "$TMP/err.txt"; ech
 "$LILY" run --model "$TMP/m" -p hi -n 2 --ctx $((max + 1)) >/dev/null 2>"$TMP/err.txt"
 check "--ctx above the maximum fails" "$([ $? != 0 ]; echo $?)"
 check "--ctx above the maximum says why" "$(grep -q "above the model's maximum context ($max)" "$TMP/err.txt"; echo $?)"
+
+if "$LILY" --version | grep -q 'HTTP server (serve, run, chat): on'; then
+    timeout 60 "$LILY" serve --model "$TMP/m" --port 0 --ctx $((max + 1)) >/dev/null 2>"$TMP/err.txt"
+    check "serve --ctx above the maximum refused" "$([ $? = 1 ] && grep -q "above the model's maximum context ($max)" "$TMP/err.txt"; echo $?)"
+fi
 
 echo "cli_load: $pass passed, $fail failed"
 [ "$fail" = 0 ]
