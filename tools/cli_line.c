@@ -128,6 +128,7 @@ char *lily_line_read(lily_line *l, const char *prompt) {
         buf[n++] = (char)c;
     }
     if (c == EOF && (n == 0 || *l->intr)) {
+        if (*l->intr) fputs("\n", stdout), fflush(stdout);
         clearerr(stdin);
         free(buf);
         return NULL;

@@ -22,6 +22,7 @@ pane() { tmux capture-pane -t c -p -S -200; }
 wait_for() {
     local t=$((${2:-20} * 10))
     for _ in $(seq "$t"); do
+        tmux has-session -t c 2>/dev/null || { echo "the tmux session is gone"; return 1; }
         pane | grep -Eq -- "$1" && return 0
         sleep 0.1
     done
