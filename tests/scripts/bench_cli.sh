@@ -59,6 +59,21 @@ print("json/csv/table consistent")
 PY
 check "json, csv and table" $?
 
+# rows appear as they are measured: the short row is out well before the long one
+"$LILY" bench --model "$TMP/m" --threads 2 --prefill 8 --decode 200 --gen 300 --rounds 2 |
+    while IFS= read -r l; do echo "$EPOCHREALTIME $l"; done >"$TMP/ts.txt" # bash 5: no fork
+python3 - "$TMP/ts.txt" <<'PY'
+import sys
+lines = [l.split() for l in open(sys.argv[1])]
+rows = {int(f[1]): f for f in lines if len(f) > 1 and f[1].isdigit()}
+assert set(rows) == {8, 200}, rows
+gap = float(rows[200][0]) - float(rows[8][0])
+decode_s = 2 * 300 / float(rows[200][4])  # the row's 2 rounds of 300 decode steps
+assert gap > 0.5 * decode_s, (gap, decode_s)
+print("row 200 came %.2f s after row 8 (its decoding took %.2f s)" % (gap, decode_s))
+PY
+check "rows printed as measured" $?
+
 # --json - to stdout (the table to stderr), --plot with reference series
 command -v xmllint >/dev/null || { echo "SKIP: xmllint absent (libxml2-utils)"; exit 77; }
 "$LILY" bench --model "$TMP/m" --threads 2 --prefill 32,64 --decode 64 --gen 3 --json - \

@@ -2,7 +2,8 @@
 # Loading a model from the command line: on a terminal (script(1) gives one) the loading line
 # names the bytes and the time and the run banner names the model, quantisation, backend,
 # threads and context; without a terminal neither appears; --ctx equal to the model's maximum is
-# honoured (with the memory it takes), above it refused with a message (run and serve).
+# honoured (with the memory it takes), above it refused with a message (run and serve); lily run
+# takes its prompt as a positional argument or from stdin.
 # Usage: bash tests/scripts/cli_load.sh path/to/lily
 LILY=${1:?usage: cli_load.sh LILY_BIN}
 command -v script >/dev/null || { echo "SKIP: script(1) absent"; exit 77; }
@@ -31,6 +32,13 @@ check "no loading line without a tty" "$(! grep -q 'loading' "$TMP/err.txt"; ech
 "$LILY" run --model "$TMP/m" -p hi -n 2 --ctx $((max + 1)) >/dev/null 2>"$TMP/err.txt"
 check "--ctx above the maximum fails" "$([ $? != 0 ]; echo $?)"
 check "--ctx above the maximum says why" "$(grep -q "above the model's maximum context ($max)" "$TMP/err.txt"; echo $?)"
+
+# the prompt as a positional argument, and from stdin (--raw: the text to continue, so the
+# prompt token count is the text's)
+n1=$("$LILY" run --model "$TMP/m" --raw "hello there" -n 1 --threads 2 2>&1 >/dev/null | grep -o 'prompt [0-9]* tokens')
+check "positional prompt" "$([ "$n1" = "prompt 2 tokens" ]; echo $?)"
+n2=$(printf 'hello there\n' | "$LILY" run --model "$TMP/m" --raw -n 1 --threads 2 2>&1 >/dev/null | grep -o 'prompt [0-9]* tokens')
+check "prompt from stdin" "$([ "$n2" = "prompt 2 tokens" ]; echo $?)"
 
 if "$LILY" --version | grep -q 'HTTP server (serve, run, chat): on'; then
     timeout 60 "$LILY" serve --model "$TMP/m" --port 0 --ctx $((max + 1)) >/dev/null 2>"$TMP/err.txt"
