@@ -19,7 +19,8 @@ void lily_plot_add(lily_plot_series *s, int decode, double x, double y) {
     (*n)++;
 }
 
-/* ---- reference files --------------------------------------------------------------------------- */
+/* ---- reference files ---------------------------------------------------------------------------
+ */
 
 static double num(const cJSON *o, const char *k) {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
@@ -55,8 +56,10 @@ static int read_llama_bench(const cJSON *arr, lily_plot_series *s, int *n, int m
                  str(t, "backends"), num(t, "n_threads"));
         lily_plot_series *r = series(s, n, max, name);
         if (!r) break;
-        if (ng == 0 && np > 0) lily_plot_add(r, 0, np + nd, ts), used++;
-        else if (np == 0 && ng > 0) lily_plot_add(r, 1, nd > 0 ? nd : ng, ts), used++;
+        if (ng == 0 && np > 0)
+            lily_plot_add(r, 0, np + nd, ts), used++;
+        else if (np == 0 && ng > 0)
+            lily_plot_add(r, 1, nd > 0 ? nd : ng, ts), used++;
     }
     return used;
 }
@@ -84,17 +87,21 @@ int lily_plot_read_ref(const char *path, lily_plot_series *s, int *n, int max, l
     free(text);
     if (!j) return lily_fail(e, "%s: not JSON", path);
     int used = cJSON_IsArray(j) ? read_llama_bench(j, s, n, max)
-               : cJSON_IsArray(cJSON_GetObjectItemCaseSensitive(j, "rows")) ? read_lily(j, s, n, max)
-                                                                             : -1;
+               : cJSON_IsArray(cJSON_GetObjectItemCaseSensitive(j, "rows"))
+                   ? read_lily(j, s, n, max)
+                   : -1;
     cJSON_Delete(j);
     if (used < 0)
-        return lily_fail(e, "%s: neither llama-bench JSON (an array of tests) nor lily bench JSON "
-                         "(an object with \"rows\")", path);
+        return lily_fail(e,
+                         "%s: neither llama-bench JSON (an array of tests) nor lily bench JSON "
+                         "(an object with \"rows\")",
+                         path);
     if (used == 0) return lily_fail(e, "%s: no prefill or decode measurement in it", path);
     return 0;
 }
 
-/* ---- the chart --------------------------------------------------------------------------------- */
+/* ---- the chart ---------------------------------------------------------------------------------
+ */
 
 enum { W = 960, H = 760, X0 = 90, X1 = 600, LEGEND_X = 625 };
 static const char *colors[] = {"#1f77b4", "#d62728", "#2ca02c", "#ff7f0e",
@@ -102,18 +109,26 @@ static const char *colors[] = {"#1f77b4", "#d62728", "#2ca02c", "#ff7f0e",
 
 static void xml_text(FILE *f, const char *s) {
     for (; *s; s++) {
-        if (*s == '&') fputs("&amp;", f);
-        else if (*s == '<') fputs("&lt;", f);
-        else if (*s == '>') fputs("&gt;", f);
-        else if (*s == '"') fputs("&quot;", f);
-        else fputc(*s, f);
+        if (*s == '&')
+            fputs("&amp;", f);
+        else if (*s == '<')
+            fputs("&lt;", f);
+        else if (*s == '>')
+            fputs("&gt;", f);
+        else if (*s == '"')
+            fputs("&quot;", f);
+        else
+            fputc(*s, f);
     }
 }
 
 static void tokens_label(char *buf, size_t len, double v) {
-    if (v >= 1048576 && fmod(v, 1048576) == 0) snprintf(buf, len, "%.0fM", v / 1048576);
-    else if (v >= 1024 && fmod(v, 1024) == 0) snprintf(buf, len, "%.0fK", v / 1024);
-    else snprintf(buf, len, "%.0f", v);
+    if (v >= 1048576 && fmod(v, 1048576) == 0)
+        snprintf(buf, len, "%.0fM", v / 1048576);
+    else if (v >= 1024 && fmod(v, 1024) == 0)
+        snprintf(buf, len, "%.0fK", v / 1024);
+    else
+        snprintf(buf, len, "%.0f", v);
 }
 
 /* A step of 1, 2 or 5 x 10^k that cuts [0, hi] into about 5 intervals. */
@@ -131,7 +146,9 @@ typedef struct {
 static double px(const panel *p, double x) {
     return X0 + (log2(x) - p->lx0) / (p->lx1 - p->lx0) * (X1 - X0);
 }
-static double py(const panel *p, double y) { return p->bottom - y / p->ymax * (p->bottom - p->top); }
+static double py(const panel *p, double y) {
+    return p->bottom - y / p->ymax * (p->bottom - p->top);
+}
 
 static void draw_panel(FILE *f, const panel *p, const lily_plot_series *s, int n, int decode,
                        const char *ylabel) {
@@ -145,7 +162,8 @@ static void draw_panel(FILE *f, const panel *p, const lily_plot_series *s, int n
     }
     /* x ticks at powers of two, every 2^k with k chosen so that at most ~10 ticks show */
     int k0 = (int)ceil(p->lx0), k1 = (int)floor(p->lx1), every = 1;
-    while ((k1 - k0) / every > 9) every++;
+    while ((k1 - k0) / every > 9)
+        every++;
     for (int k = k0; k <= k1; k++) {
         if (k % every) continue;
         double x = pow(2, k);
@@ -156,19 +174,26 @@ static void draw_panel(FILE *f, const panel *p, const lily_plot_series *s, int n
         fprintf(f, "<text x=\"%.1f\" y=\"%d\" text-anchor=\"middle\">%s</text>\n", px(p, x),
                 p->bottom + 16, lab);
     }
-    fprintf(f, "<rect x=\"%d\" y=\"%d\" width=\"%d\" height=\"%d\" fill=\"none\" "
-               "stroke=\"#000\"/>\n", X0, p->top, X1 - X0, p->bottom - p->top);
-    fprintf(f, "<text x=\"%d\" y=\"%d\" text-anchor=\"middle\" font-size=\"13\">context length "
-               "(tokens, log scale)</text>\n", (X0 + X1) / 2, p->bottom + 36);
-    fprintf(f, "<text transform=\"translate(%d,%d) rotate(-90)\" text-anchor=\"middle\" "
-               "font-size=\"13\">%s</text>\n", X0 - 58, (p->top + p->bottom) / 2, ylabel);
+    fprintf(f,
+            "<rect x=\"%d\" y=\"%d\" width=\"%d\" height=\"%d\" fill=\"none\" "
+            "stroke=\"#000\"/>\n",
+            X0, p->top, X1 - X0, p->bottom - p->top);
+    fprintf(f,
+            "<text x=\"%d\" y=\"%d\" text-anchor=\"middle\" font-size=\"13\">context length "
+            "(tokens, log scale)</text>\n",
+            (X0 + X1) / 2, p->bottom + 36);
+    fprintf(f,
+            "<text transform=\"translate(%d,%d) rotate(-90)\" text-anchor=\"middle\" "
+            "font-size=\"13\">%s</text>\n",
+            X0 - 58, (p->top + p->bottom) / 2, ylabel);
     for (int i = 0; i < n; i++) {
         const double *xs = decode ? s[i].tg_x : s[i].pp_x, *ys = decode ? s[i].tg_y : s[i].pp_y;
         int m = decode ? s[i].n_tg : s[i].n_pp;
         const char *c = colors[i % 8];
         /* points in x order */
         int idx[LILY_PLOT_MAX_POINTS];
-        for (int a = 0; a < m; a++) idx[a] = a;
+        for (int a = 0; a < m; a++)
+            idx[a] = a;
         for (int a = 1; a < m; a++)
             for (int b = a; b > 0 && xs[idx[b]] < xs[idx[b - 1]]; b--) {
                 int t = idx[b];
@@ -182,8 +207,8 @@ static void draw_panel(FILE *f, const panel *p, const lily_plot_series *s, int n
             fprintf(f, "\"/>\n");
         }
         for (int a = 0; a < m; a++)
-            fprintf(f, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"3.5\" fill=\"%s\"/>\n",
-                    px(p, xs[a]), py(p, ys[a]), c);
+            fprintf(f, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"3.5\" fill=\"%s\"/>\n", px(p, xs[a]),
+                    py(p, ys[a]), c);
     }
     fprintf(f, "</g>\n");
 }
@@ -209,12 +234,16 @@ int lily_plot_svg(const char *path, const char *title, const lily_plot_series *s
     tg.top = 420, tg.bottom = 680;
     pp.ymax = pmax > 0 ? ceil(pmax * 1.08 / nice_step(pmax * 1.08)) * nice_step(pmax * 1.08) : 1;
     tg.ymax = dmax > 0 ? ceil(dmax * 1.08 / nice_step(dmax * 1.08)) * nice_step(dmax * 1.08) : 1;
-    fprintf(f, "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n"
-               "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" "
-               "viewBox=\"0 0 %d %d\" font-family=\"sans-serif\">\n"
-               "<rect width=\"100%%\" height=\"100%%\" fill=\"#fff\"/>\n", W, H, W, H);
-    fprintf(f, "<text x=\"%d\" y=\"32\" text-anchor=\"middle\" font-size=\"16\" "
-               "font-weight=\"bold\">", W / 2);
+    fprintf(f,
+            "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n"
+            "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" "
+            "viewBox=\"0 0 %d %d\" font-family=\"sans-serif\">\n"
+            "<rect width=\"100%%\" height=\"100%%\" fill=\"#fff\"/>\n",
+            W, H, W, H);
+    fprintf(f,
+            "<text x=\"%d\" y=\"32\" text-anchor=\"middle\" font-size=\"16\" "
+            "font-weight=\"bold\">",
+            W / 2);
     xml_text(f, title);
     fprintf(f, "</text>\n");
     draw_panel(f, &pp, s, n, 0, "prefill tok/s");
@@ -222,9 +251,10 @@ int lily_plot_svg(const char *path, const char *title, const lily_plot_series *s
     fprintf(f, "<g font-size=\"12\">\n");
     for (int i = 0; i < n; i++) {
         int y = 80 + 22 * i;
-        fprintf(f, "<line x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\" stroke=\"%s\" "
-                   "stroke-width=\"2\"%s/>\n", LEGEND_X, y, LEGEND_X + 28, y, colors[i % 8],
-                i ? " stroke-dasharray=\"6 3\"" : "");
+        fprintf(f,
+                "<line x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\" stroke=\"%s\" "
+                "stroke-width=\"2\"%s/>\n",
+                LEGEND_X, y, LEGEND_X + 28, y, colors[i % 8], i ? " stroke-dasharray=\"6 3\"" : "");
         fprintf(f, "<text x=\"%d\" y=\"%d\">", LEGEND_X + 34, y + 4);
         char clip[61];
         snprintf(clip, sizeof clip, "%.60s", s[i].name);

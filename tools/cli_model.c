@@ -12,10 +12,12 @@ const char *lily_cli_model(const char *arg, char *buf, size_t len) {
     size_t n = strlen(arg);
     struct stat st;
     if (n > 5 && !strcasecmp(arg + n - 5, ".gguf")) {
-        fprintf(stderr, "lily: %s: GGUF files are not read. lily loads safetensors checkpoints "
-                        "(HF bf16 or MLX 4/8-bit) from a directory, or from the hub: e.g. "
-                        "`lily pull Qwen/Qwen3.6-35B-A3B` or --model "
-                        "mlx-community/Qwen3.6-35B-A3B-4bit\n", arg);
+        fprintf(stderr,
+                "lily: %s: GGUF files are not read. lily loads safetensors checkpoints "
+                "(HF bf16 or MLX 4/8-bit) from a directory, or from the hub: e.g. "
+                "`lily pull Qwen/Qwen3.6-35B-A3B` or --model "
+                "mlx-community/Qwen3.6-35B-A3B-4bit\n",
+                arg);
         return NULL;
     }
     if (!stat(arg, &st) || !lily_hub_is_repo_id(arg)) return arg;
@@ -32,8 +34,10 @@ const char *lily_cli_model(const char *arg, char *buf, size_t len) {
     }
     return buf;
 #else
-    fprintf(stderr, "lily: no directory %s, and this build cannot download it from the hub (no "
-                    "libcurl)\n", arg);
+    fprintf(stderr,
+            "lily: no directory %s, and this build cannot download it from the hub (no "
+            "libcurl)\n",
+            arg);
     return NULL;
 #endif
 }

@@ -4,7 +4,9 @@
 #include "cli.h"
 #include "lily_version.h"
 
-const char *lily_cli_commit(void) { return LILY_GIT_DESCRIBE; }
+const char *lily_cli_commit(void) {
+    return LILY_GIT_DESCRIBE;
+}
 
 /* The widest instruction set of this CPU that the CPU backend's kernels use. */
 static const char *cpu_isa(void) {

@@ -7,15 +7,16 @@
 #include "hub.h"
 
 static void usage(FILE *f) {
-    fprintf(f, "usage: lily pull OWNER/NAME[:REVISION] [--quiet]\n"
-               "Downloads config, weights (safetensors), tokenizer and template files of a Hugging\n"
-               "Face model repository (REVISION: a branch, tag or commit; default main) into the\n"
-               "hub cache ($HF_HUB_CACHE, $HF_HOME/hub or ~/.cache/huggingface/hub), resuming\n"
-               "partial downloads and checking sha256 sums; prints the snapshot directory.\n"
-               "$HF_TOKEN is sent for gated or private repositories; $HF_ENDPOINT replaces\n"
-               "https://huggingface.co. Checkpoints that work: Qwen/Qwen3.6-35B-A3B and the other\n"
-               "official Qwen3.5/3.6 repositories, and their mlx-community 4-bit twins (e.g.\n"
-               "mlx-community/Qwen3.6-35B-A3B-4bit). GGUF files are not read.\n");
+    fprintf(f,
+            "usage: lily pull OWNER/NAME[:REVISION] [--quiet]\n"
+            "Downloads config, weights (safetensors), tokenizer and template files of a Hugging\n"
+            "Face model repository (REVISION: a branch, tag or commit; default main) into the\n"
+            "hub cache ($HF_HUB_CACHE, $HF_HOME/hub or ~/.cache/huggingface/hub), resuming\n"
+            "partial downloads and checking sha256 sums; prints the snapshot directory.\n"
+            "$HF_TOKEN is sent for gated or private repositories; $HF_ENDPOINT replaces\n"
+            "https://huggingface.co. Checkpoints that work: Qwen/Qwen3.6-35B-A3B and the other\n"
+            "official Qwen3.5/3.6 repositories, and their mlx-community 4-bit twins (e.g.\n"
+            "mlx-community/Qwen3.6-35B-A3B-4bit). GGUF files are not read.\n");
 }
 
 int lily_cmd_pull(int argc, char **argv) {
@@ -26,12 +27,14 @@ int lily_cmd_pull(int argc, char **argv) {
             usage(stdout);
             return 0;
         }
-        if (!strcmp(argv[i], "--quiet")) quiet = 1;
+        if (!strcmp(argv[i], "--quiet"))
+            quiet = 1;
         else if (argv[i][0] == '-' || spec) {
             fprintf(stderr, "lily pull: unexpected argument '%s'\n", argv[i]);
             usage(stderr);
             return 2;
-        } else spec = argv[i];
+        } else
+            spec = argv[i];
     }
     if (!spec) {
         usage(stderr);

@@ -24,10 +24,14 @@ int lily_hub_is_repo_id(const char *s) {
 /* The cache root into out (see hub.h). */
 static void cache_root(char *out, size_t len) {
     const char *v;
-    if ((v = getenv("HF_HUB_CACHE")) && *v) snprintf(out, len, "%s", v);
-    else if ((v = getenv("HF_HOME")) && *v) snprintf(out, len, "%s/hub", v);
-    else if ((v = getenv("XDG_CACHE_HOME")) && *v) snprintf(out, len, "%s/huggingface/hub", v);
-    else snprintf(out, len, "%s/.cache/huggingface/hub", getenv("HOME") ? getenv("HOME") : ".");
+    if ((v = getenv("HF_HUB_CACHE")) && *v)
+        snprintf(out, len, "%s", v);
+    else if ((v = getenv("HF_HOME")) && *v)
+        snprintf(out, len, "%s/hub", v);
+    else if ((v = getenv("XDG_CACHE_HOME")) && *v)
+        snprintf(out, len, "%s/huggingface/hub", v);
+    else
+        snprintf(out, len, "%s/.cache/huggingface/hub", getenv("HOME") ? getenv("HOME") : ".");
 }
 
 /* {cache}/models--owner--name into out. */
@@ -36,8 +40,10 @@ static void repo_dir(const char *repo, char *out, size_t len) {
     cache_root(root, sizeof root);
     int n = snprintf(out, len, "%s/models--", root);
     for (const char *p = repo; *p && n + 3 < (int)len; p++) {
-        if (*p == '/') out[n++] = '-', out[n++] = '-';
-        else out[n++] = *p;
+        if (*p == '/')
+            out[n++] = '-', out[n++] = '-';
+        else
+            out[n++] = *p;
     }
     out[n] = 0;
 }
@@ -78,7 +84,8 @@ static int mkdirs_for(const char *path, lily_err *e) {
     for (char *p = buf + 1; *p; p++) {
         if (*p != '/') continue;
         *p = 0;
-        if (mkdir(buf, 0755) && errno != EEXIST) return lily_fail(e, "%s: %s", buf, strerror(errno));
+        if (mkdir(buf, 0755) && errno != EEXIST)
+            return lily_fail(e, "%s: %s", buf, strerror(errno));
         *p = '/';
     }
     return 0;
@@ -125,16 +132,18 @@ static void hub_setup(hub *h, const char *url) {
 /* The status line's meaning for a failed request. */
 static int http_fail(lily_err *e, long code, const char *what) {
     if (code == 401 || code == 403)
-        return lily_fail(e, "%s: HTTP %ld: access denied (a gated or private repository: set "
-                         "HF_TOKEN to a token that may read it)", what, code);
+        return lily_fail(e,
+                         "%s: HTTP %ld: access denied (a gated or private repository: set "
+                         "HF_TOKEN to a token that may read it)",
+                         what, code);
     if (code == 404) return lily_fail(e, "%s: HTTP 404: not found on the hub", what);
     return lily_fail(e, "%s: HTTP %ld", what, code);
 }
 
 typedef struct {
     const char *name;
-    long long size;   /* -1: unknown */
-    char etag[72];    /* sha256 (LFS) or git blob id; empty: from the download's headers */
+    long long size; /* -1: unknown */
+    char etag[72];  /* sha256 (LFS) or git blob id; empty: from the download's headers */
     int lfs;
 } hub_file;
 
@@ -151,26 +160,28 @@ static int wanted(const char *f) {
 }
 
 static void unquote_etag(const char *v, char *out, size_t len) {
-    while (*v == ' ') v++;
+    while (*v == ' ')
+        v++;
     if (!strncmp(v, "W/", 2)) v += 2;
     if (*v == '"') v++;
     snprintf(out, len, "%s", v);
     out[strcspn(out, "\"\r\n ")] = 0;
 }
 
-/* ---- one file --------------------------------------------------------------------------------- */
+/* ---- one file ---------------------------------------------------------------------------------
+ */
 
 typedef struct {
     FILE *f;
     lily_sha256 sha;
-    long long have;      /* bytes in the file (resumed from + written) */
-    long long offset;    /* the Range start asked for */
-    int hop;             /* responses seen (redirects count) */
-    int checked;         /* the final status was looked at */
+    long long have;   /* bytes in the file (resumed from + written) */
+    long long offset; /* the Range start asked for */
+    int hop;          /* responses seen (redirects count) */
+    int checked;      /* the final status was looked at */
     long status;
-    char linked[72];     /* X-Linked-Etag (any hop) */
-    char etag[72];       /* the first response's ETag (the hub's, not the CDN's) */
-    membuf err;          /* the body of an error response */
+    char linked[72]; /* X-Linked-Etag (any hop) */
+    char etag[72];   /* the first response's ETag (the hub's, not the CDN's) */
+    membuf err;      /* the body of an error response */
     lily_bar bar;
     int tty;
     CURL *c;
@@ -181,9 +192,12 @@ static size_t on_header(char *d, size_t sz, size_t n, void *ud) {
     size_t k = sz * n;
     char line[512];
     snprintf(line, sizeof line, "%.*s", (int)(k < sizeof line - 1 ? k : sizeof line - 1), d);
-    if (!strncmp(line, "HTTP/", 5)) x->hop++;
-    else if (!strncasecmp(line, "x-linked-etag:", 14)) unquote_etag(line + 14, x->linked, 72);
-    else if (!strncasecmp(line, "etag:", 5) && x->hop == 1) unquote_etag(line + 5, x->etag, 72);
+    if (!strncmp(line, "HTTP/", 5))
+        x->hop++;
+    else if (!strncasecmp(line, "x-linked-etag:", 14))
+        unquote_etag(line + 14, x->linked, 72);
+    else if (!strncasecmp(line, "etag:", 5) && x->hop == 1)
+        unquote_etag(line + 5, x->etag, 72);
     return k;
 }
 
@@ -220,7 +234,8 @@ static int hash_existing(FILE *f, lily_sha256 *s, long long *n) {
     size_t k;
     *n = 0;
     rewind(f);
-    while ((k = fread(buf, 1, sizeof buf, f)) > 0) lily_sha256_update(s, buf, k), *n += (long long)k;
+    while ((k = fread(buf, 1, sizeof buf, f)) > 0)
+        lily_sha256_update(s, buf, k), *n += (long long)k;
     return ferror(f) ? -1 : 0;
 }
 
@@ -239,7 +254,8 @@ static int fetch(hub *h, const char *repo, const char *dir, const char *commit, 
     }
     if (mkdirs_for(part, e)) return -1;
     char *esc = curl_easy_escape(h->c, hf->name, 0);
-    for (char *p = esc; (p = strstr(p, "%2F"));) memmove(p + 1, p + 3, strlen(p + 3) + 1), *p = '/';
+    for (char *p = esc; (p = strstr(p, "%2F"));)
+        memmove(p + 1, p + 3, strlen(p + 3) + 1), *p = '/';
     snprintf(url, sizeof url, "%s/%s/resolve/%s/%s", h->endpoint, repo, commit, esc);
     curl_free(esc);
     int rc = -1;
@@ -253,8 +269,7 @@ static int fetch(hub *h, const char *repo, const char *dir, const char *commit, 
             return lily_fail(e, "%s: read error", part);
         }
         x.offset = x.have;
-        if (attempt || x.offset)
-            fprintf(stderr, "%s: resuming at byte %lld\n", hf->name, x.offset);
+        if (attempt || x.offset) fprintf(stderr, "%s: resuming at byte %lld\n", hf->name, x.offset);
         hub_setup(h, url);
         char range[64];
         snprintf(range, sizeof range, "%lld-", x.offset);
@@ -291,13 +306,17 @@ static int fetch(hub *h, const char *repo, const char *dir, const char *commit, 
         if (!want[0] && strlen(x.etag) == 64) snprintf(want, sizeof want, "%s", x.etag);
         if (hf->lfs && x.linked[0] && strcmp(x.linked, hf->etag)) {
             unlink(part);
-            return lily_fail(e, "%s: the hub's X-Linked-Etag %s differs from the listing's sha256 "
-                             "%s", hf->name, x.linked, hf->etag);
+            return lily_fail(e,
+                             "%s: the hub's X-Linked-Etag %s differs from the listing's sha256 "
+                             "%s",
+                             hf->name, x.linked, hf->etag);
         }
         if (strlen(want) == 64 && strcmp(got, want)) {
             unlink(part);
-            return lily_fail(e, "%s: checksum mismatch: sha256 %s, the hub says %s (the partial "
-                             "file was removed; run lily pull again)", hf->name, got, want);
+            return lily_fail(e,
+                             "%s: checksum mismatch: sha256 %s, the hub says %s (the partial "
+                             "file was removed; run lily pull again)",
+                             hf->name, got, want);
         }
         if (!hf->etag[0]) {
             const char *t = x.linked[0] ? x.linked : x.etag;
@@ -309,7 +328,8 @@ static int fetch(hub *h, const char *repo, const char *dir, const char *commit, 
             snprintf(blob, sizeof blob, "%s/blobs/%s", dir, hf->etag);
         }
         if (rename(part, blob)) return lily_fail(e, "%s: %s", blob, strerror(errno));
-        if (tty) lily_bar_update(&x.bar, (uint64_t)x.have, (uint64_t)x.have);
+        if (tty)
+            lily_bar_update(&x.bar, (uint64_t)x.have, (uint64_t)x.have);
         else if (!quiet) {
             char sz[32];
             lily_bar_bytes(sz, sizeof sz, (uint64_t)x.have);
@@ -331,7 +351,8 @@ link:
     return 0;
 }
 
-/* ---- a repository ------------------------------------------------------------------------------ */
+/* ---- a repository ------------------------------------------------------------------------------
+ */
 
 static int list_files(hub *h, const char *repo, const char *rev, cJSON **out, lily_err *e) {
     char url[4096];
@@ -365,13 +386,15 @@ static int list_files(hub *h, const char *repo, const char *rev, cJSON **out, li
 
 int lily_hub_pull(const char *repo, const char *revision, int quiet, char *out, size_t outlen,
                   lily_err *e) {
-    if (!lily_hub_is_repo_id(repo)) return lily_fail(e, "'%s' is not a repository id (owner/name)", repo);
+    if (!lily_hub_is_repo_id(repo))
+        return lily_fail(e, "'%s' is not a repository id (owner/name)", repo);
     if (!revision) revision = "main";
     hub h = {0};
     const char *v = getenv("HF_ENDPOINT");
     snprintf(h.endpoint, sizeof h.endpoint, "%s", v && *v ? v : "https://huggingface.co");
     size_t el = strlen(h.endpoint);
-    while (el && h.endpoint[el - 1] == '/') h.endpoint[--el] = 0;
+    while (el && h.endpoint[el - 1] == '/')
+        h.endpoint[--el] = 0;
     curl_global_init(CURL_GLOBAL_DEFAULT);
     h.c = curl_easy_init();
     if ((v = getenv("HF_TOKEN")) && *v) {
@@ -417,9 +440,10 @@ int lily_hub_pull(const char *repo, const char *revision, int quiet, char *out, 
             total += f.size > 0 ? f.size : 0;
         }
         if (rc == 0 && n_file == 0)
-            rc = lily_fail(e, "%s@%s holds no file lily reads (config.json, *.safetensors, "
-                           "tokenizer files)%s", repo, revision,
-                           n_skip ? "; GGUF and other formats are not read" : "");
+            rc = lily_fail(e,
+                           "%s@%s holds no file lily reads (config.json, *.safetensors, "
+                           "tokenizer files)%s",
+                           repo, revision, n_skip ? "; GGUF and other formats are not read" : "");
         char ref[4400];
         snprintf(ref, sizeof ref, "%s/refs/%s", dir, revision);
         if (rc == 0 && strcmp(revision, commit)) {

@@ -11,7 +11,8 @@ void lily_bar_bytes(char *buf, size_t len, uint64_t n) {
     }
     double v = (double)n / 1000.0;
     int u = 0;
-    while (v >= 1000.0 && u < 3) v /= 1000.0, u++;
+    while (v >= 1000.0 && u < 3)
+        v /= 1000.0, u++;
     snprintf(buf, len, "%.*f %s", v < 10 ? 2 : v < 100 ? 1 : 0, v, unit[u]);
 }
 

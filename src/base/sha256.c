@@ -14,7 +14,9 @@ static const uint32_t K[64] = {
     0x19a4c116, 0x1e376c08, 0x2748774c, 0x34b0bcb5, 0x391c0cb3, 0x4ed8aa4a, 0x5b9cca4f, 0x682e6ff3,
     0x748f82ee, 0x78a5636f, 0x84c87814, 0x8cc70208, 0x90befffa, 0xa4506ceb, 0xbef9a3f7, 0xc67178f2};
 
-static uint32_t ror(uint32_t x, int n) { return x >> n | x << (32 - n); }
+static uint32_t ror(uint32_t x, int n) {
+    return x >> n | x << (32 - n);
+}
 
 static void block(uint32_t h[8], const unsigned char *p) {
     uint32_t w[64];
@@ -28,7 +30,8 @@ static void block(uint32_t h[8], const unsigned char *p) {
     }
     uint32_t a = h[0], b = h[1], c = h[2], d = h[3], e = h[4], f = h[5], g = h[6], k = h[7];
     for (int i = 0; i < 64; i++) {
-        uint32_t t1 = k + (ror(e, 6) ^ ror(e, 11) ^ ror(e, 25)) + ((e & f) ^ (~e & g)) + K[i] + w[i];
+        uint32_t t1 =
+            k + (ror(e, 6) ^ ror(e, 11) ^ ror(e, 25)) + ((e & f) ^ (~e & g)) + K[i] + w[i];
         uint32_t t2 = (ror(a, 2) ^ ror(a, 13) ^ ror(a, 22)) + ((a & b) ^ (a & c) ^ (b & c));
         k = g, g = f, f = e, e = d + t1, d = c, c = b, b = a, a = t1 + t2;
     }
@@ -53,7 +56,8 @@ void lily_sha256_update(lily_sha256 *s, const void *data, size_t len) {
         if (have + k < 64) return;
         block(s->h, s->buf);
     }
-    for (; len >= 64; p += 64, len -= 64) block(s->h, p);
+    for (; len >= 64; p += 64, len -= 64)
+        block(s->h, p);
     memcpy(s->buf, p, len);
 }
 
@@ -61,7 +65,9 @@ void lily_sha256_hex(lily_sha256 *s, char hex[65]) {
     uint64_t bits = s->n * 8;
     unsigned char pad[72] = {0x80};
     size_t have = (size_t)(s->n % 64), padlen = have < 56 ? 56 - have : 120 - have;
-    for (int i = 0; i < 8; i++) pad[padlen + (size_t)i] = (unsigned char)(bits >> (56 - 8 * i));
+    for (int i = 0; i < 8; i++)
+        pad[padlen + (size_t)i] = (unsigned char)(bits >> (56 - 8 * i));
     lily_sha256_update(s, pad, padlen + 8);
-    for (int i = 0; i < 8; i++) snprintf(hex + 8 * i, 9, "%08x", s->h[i]);
+    for (int i = 0; i < 8; i++)
+        snprintf(hex + 8 * i, 9, "%08x", s->h[i]);
 }

@@ -37,8 +37,7 @@ static void bar_lines(void) {
     fclose(f);
     CHECK(strstr(buf, "x.bin [") && strstr(buf, "0 B / 2.50 MB"), "bar line: %s", buf);
     CHECK(strstr(buf, "x.bin: 2.50 MB in ") != NULL, "final line: %s", buf);
-    CHECK(n > 0 && buf[n - 1] == '\n' && strchr(buf, '\n') == buf + n - 1, "one newline: %s",
-          buf);
+    CHECK(n > 0 && buf[n - 1] == '\n' && strchr(buf, '\n') == buf + n - 1, "one newline: %s", buf);
     char s[32];
     lily_bar_bytes(s, sizeof s, 999);
     CHECK(!strcmp(s, "999 B"), "%s", s);
