@@ -97,6 +97,9 @@ typedef struct lily_model_info {
     uint64_t lm_head_flops;        /* 2 x lm_head weights (one position's logits) */
     uint64_t attn_flops_per_ctx;   /* attention scores + values per token per context position */
     uint64_t recurrent_state_bytes; /* GDN conv + recurrent state, independent of context */
+    uint64_t file_bytes;      /* bytes of the weight files (what loading reads) */
+    int n_threads;            /* CPU worker threads (n_threads resolved) */
+    const char *device;       /* the CPU's model name, or the GPU's name on CUDA */
 } lily_model_info;
 
 /* Opens the model directory dir (config.json + *.safetensors). */
@@ -105,6 +108,9 @@ int lily_engine_open(const char *dir, const lily_engine_opts *opts, lily_engine 
 void lily_engine_close(lily_engine *eng);
 /* Borrowed, valid until lily_engine_close. */
 const lily_model_info *lily_engine_info(const lily_engine *eng);
+/* Bytes the state of a session with room for max_ctx tokens takes on the backend (KV cache of
+ * the attention layers, GDN conv and recurrent states). */
+size_t lily_engine_session_bytes(const lily_engine *eng, int max_ctx);
 
 /* A session with room for max_ctx tokens of context (0 = min(max_position, 4096)). */
 int lily_session_create(lily_engine *eng, int max_ctx, lily_session **out, lily_err *err);

@@ -18,6 +18,8 @@ LAYERS = [["base"], ["model"], ["backend"], ["engine"], ["sampler", "tokenizer",
           ["gen"], ["server"], ["tools"]]
 RANK = {m: i for i, group in enumerate(LAYERS) for m in group}
 EXTS = (".c", ".h", ".cu", ".cuh")
+# Headers the build writes (CMake, into build/generated): they belong to the including module.
+GENERATED = {"lily_version.h"}
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"')
 
 
@@ -79,6 +81,8 @@ def main():
                 if not m:
                     continue
                 n_inc += 1
+                if m.group(1) in GENERATED:
+                    continue
                 target = resolve(root, path, m.group(1))
                 if target is None:
                     errors.append(f"{rel}:{ln}: \"{m.group(1)}\" resolves to no file")

@@ -4,6 +4,7 @@
 #define LILY_TOOLS_CLI_H
 
 #include <stdint.h>
+#include <stdio.h>
 
 #include "lily.h"
 
@@ -25,6 +26,20 @@ int lily_cli_engine_arg(const char *a, const char *v, lily_engine_opts *o);
 /* Reads a file of little-endian int32 token ids (caller frees *out). Returns 0 or -1. */
 int lily_cli_read_tokens(const char *path, int32_t **out, int *n);
 
+/* Shows a loading bar (bytes, time) on stderr while o's model loads, when stderr is a terminal
+ * (tools/cli_term.c). */
+void lily_cli_load_bar(lily_engine_opts *o);
+
+/* The commit this binary was built from (git describe), and `lily --version`'s text
+ * (tools/cli_version.c). */
+const char *lily_cli_commit(void);
+void lily_cli_version(FILE *f);
+
+/* The model directory for --model arg: arg itself when it exists or is no hub repository id;
+ * for owner/name[:revision] the hub cache's snapshot (downloaded when absent, tools/hub.h) in
+ * buf. NULL (a message printed) for a .gguf file or a failed download (tools/cli_model.c). */
+const char *lily_cli_model(const char *arg, char *buf, size_t len);
+
 /* subcommands (one line each) */
 int lily_cmd_score(int argc, char **argv);
 int lily_cmd_bench(int argc, char **argv);
@@ -37,5 +52,6 @@ int lily_cmd_template(int argc, char **argv);
 int lily_cmd_serve(int argc, char **argv);
 int lily_cmd_chat(int argc, char **argv);
 int lily_cmd_run(int argc, char **argv);
+int lily_cmd_pull(int argc, char **argv);
 
 #endif

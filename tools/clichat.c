@@ -8,15 +8,7 @@
 
 #include "base/err.h"
 #include "base/file.h"
-
-static void load_bar(void *ud, uint64_t done, uint64_t total) {
-    (void)ud;
-    int w = 40, k = total ? (int)((double)done / (double)total * w) : w;
-    fprintf(stderr, "\rloading [%.*s%*s] %3d%%", k,
-            "========================================", w - k, "",
-            total ? (int)(100.0 * (double)done / (double)total) : 100);
-    if (done >= total) fprintf(stderr, "\r\033[K");
-}
+#include "base/progress.h"
 
 void lily_clichat_prefill_bar(void *ud, int done, int total) {
     const lily_clichat *c = ud;
@@ -58,20 +50,39 @@ int lily_clichat_open(const lily_clichat_opts *o, lily_clichat *c, lily_err *e) 
                            .precision = o->precision,
                            .cpu_isa = o->cpu_isa,
                            .sample_on = o->sample_on};
-    if (c->tty) eo.progress = load_bar;
+    lily_bar bar = {0};
+    if (c->tty) eo.progress = lily_bar_update, eo.progress_ud = &bar;
     if (lily_engine_open(o->model_dir, &eo, &c->eng, e) ||
         lily_tokenizer_open(o->model_dir, &c->tok, e) ||
         lily_template_load(o->model_dir, &c->tmpl, e)) {
         lily_clichat_close(c);
         return -1;
     }
-    lily_gen_opts go = {.max_ctx = o->ctx, .cache_bytes = o->cache_bytes};
+    int maxp = lily_engine_info(c->eng)->max_position;
+    if (o->ctx > maxp) {
+        lily_fail(e, "--ctx %d is above the model's maximum context (%d)", o->ctx, maxp);
+        lily_clichat_close(c);
+        return -1;
+    }
+    int ctx = o->ctx > 0 ? o->ctx : (maxp < LILY_GEN_DEFAULT_CTX ? maxp : LILY_GEN_DEFAULT_CTX);
+    c->ctx = ctx;
+    lily_gen_opts go = {.max_ctx = ctx, .cache_bytes = o->cache_bytes};
     if (lily_gen_create(c->eng, c->tok, &go, &c->gen, e)) {
         lily_clichat_close(c);
         return -1;
     }
     defaults(o->model_dir, &c->defaults);
     return 0;
+}
+
+void lily_clichat_banner(const lily_clichat *c, const char *dir, const char *who, FILE *f) {
+    const lily_model_info *in = lily_engine_info(c->eng);
+    char mem[32];
+    lily_bar_bytes(mem, sizeof mem, lily_engine_session_bytes(c->eng, c->ctx));
+    fprintf(f, "%s: %s (%s, %s), backend %s (%s), %d thread%s, context %d tokens (%s of KV cache "
+               "and state)\n",
+            who, dir, in->model_type, in->quant, in->backend, in->device, in->n_threads,
+            in->n_threads == 1 ? "" : "s", c->ctx, mem);
 }
 
 void lily_clichat_close(lily_clichat *c) {

@@ -4,6 +4,8 @@
 #ifndef LILY_TOOLS_CLICHAT_H
 #define LILY_TOOLS_CLICHAT_H
 
+#include <stdio.h>
+
 #include <cjson/cJSON.h>
 
 #include "chat/template.h"
@@ -16,6 +18,7 @@ typedef struct lily_clichat {
     lily_gen *gen;
     lily_sampler_params defaults; /* from generation_config.json */
     int tty;                      /* stderr is a terminal: draw progress bars */
+    int ctx;                      /* context length of the session */
 } lily_clichat;
 
 typedef struct lily_clichat_opts {
@@ -25,12 +28,16 @@ typedef struct lily_clichat_opts {
     lily_precision precision; /* lily_engine_opts' fields of the same names */
     lily_cpu_isa cpu_isa;
     lily_sample_on sample_on;
-    int ctx;            /* 0: lily_gen's default (LILY_GEN_DEFAULT_CTX); at most the model's */
+    int ctx;            /* 0: lily_gen's default (LILY_GEN_DEFAULT_CTX); above the model's maximum: an error */
     size_t cache_bytes; /* prefix-cache budget */
 } lily_clichat_opts;
 
 int lily_clichat_open(const lily_clichat_opts *o, lily_clichat *c, lily_err *e);
 void lily_clichat_close(lily_clichat *c);
+
+/* Writes "<who>: DIR (model type, quantisation), backend B (device), T threads, context N tokens
+ * (X of KV cache and state)" and a newline to f. */
+void lily_clichat_banner(const lily_clichat *c, const char *dir, const char *who, FILE *f);
 
 /* Renders messages (with the generation prompt; think < 0 leaves the template default) and
  * tokenizes. *open_think tells whether the prompt ends inside <think>. */

@@ -3,10 +3,12 @@
  * Each round and length: a fresh session prefills L random tokens (timed: prefill tok/s and
  * TFLOP/s), then decodes --gen tokens greedily from that context (timed: decode tok/s and the
  * achieved GB/s of the bytes a decode step must read: active weights, the GDN state read and
- * written, and the KV cache at that context). Rounds alternate over the lengths so drift in the
- * machine's speed spreads over all of them; the best round is reported. An untimed warm-up pass
- * (every length up to 8K once) comes first, so one-time costs (lazy kernel loading, the decode
- * graph's capture) stay out of the figures.
+ * written, and the KV cache at that context). A row's rounds run back to back and the row is
+ * printed when they are done, with the mean and the standard deviation over the rounds; lengths
+ * not asked for are absent ("-" in the table, null in the JSON, empty in the CSV). An untimed
+ * warm-up pass (every length up to 8K once) comes first, so one-time costs (lazy kernel loading,
+ * the decode graph's capture) stay out of the figures. The header names the machine (CPU or GPU
+ * model, threads) and the commit, as does the JSON.
  *
  * --turn N@D times what an agent loop pays per turn: N new tokens prefilled onto a session that
  * already holds D (the D-token context is prefilled once, untimed, and snapshotted; each round
@@ -16,22 +18,33 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <cjson/cJSON.h>
+
+#include "base/err.h"
 #include "base/timer.h"
+#include "bench_plot.h"
 #include "cli.h"
 
 #define MAX_LENS 32
+#define MAX_ROUNDS 64
 
 static void usage(FILE *f) {
     fprintf(f,
             "usage: lily bench --model DIR [--backend cpu|cuda] [--threads N] [--chunk N]\n"
             "                  [--prefill LIST] [--decode LIST] [--gen N] [--rounds N]\n"
-            "                  [--turn TURNS] [--json FILE] [--csv FILE]\n"
+            "                  [--turn TURNS] [--json FILE|-] [--csv FILE]\n"
+            "                  [--plot FILE.svg [--plot-ref FILE.json]...]\n"
             "                  [--precision default|exact|fast] [--cpu-isa auto|avx512|avx2|scalar]\n"
             "LIST is comma-separated lengths such as 256,512,1K,4K (default 128,512).\n"
             "--prefill times prefill at each length; --decode times --gen (default 32) decoded\n"
             "tokens at each context length. Lengths in both lists share one prefill per round.\n"
             "--turn times prefill of N new tokens onto a context of D tokens, for each N@D in\n"
-            "TURNS (comma-separated, such as 512@32K,512@128K: an agent loop's turn).\n");
+            "TURNS (comma-separated, such as 512@32K,512@128K: an agent loop's turn).\n"
+            "Each row runs --rounds N times (default 1, at most 64) and shows the mean and the\n"
+            "standard deviation; rows are printed as they are measured. --json - writes the\n"
+            "JSON to stdout (the table then goes to stderr). --plot draws prefill and decode\n"
+            "tok/s against context length; --plot-ref adds the series of a reference file\n"
+            "(llama-bench -o json output, or lily bench --json), up to 8 files.\n");
 }
 
 static int parse_list(const char *s, int *out, int *n) {
@@ -66,8 +79,23 @@ static int parse_turns(const char *s, int *nw, int *depth, int *n) {
 
 typedef struct {
     int len, do_prefill, do_decode;
-    double prefill_s, decode_s; /* best over rounds */
+    double pp_ts[MAX_ROUNDS], tg_ts[MAX_ROUNDS]; /* tok/s of each round */
 } bench_row;
+
+typedef struct {
+    double mean, sd; /* sd: sample standard deviation; NAN for one round */
+} stat;
+
+static stat stats(const double *x, int n) {
+    stat r = {0, NAN};
+    for (int i = 0; i < n; i++) r.mean += x[i] / n;
+    if (n > 1) {
+        double v = 0;
+        for (int i = 0; i < n; i++) v += (x[i] - r.mean) * (x[i] - r.mean);
+        r.sd = sqrt(v / (n - 1));
+    }
+    return r;
+}
 
 static int argmax(const float *x, int n) {
     int b = 0;
@@ -76,9 +104,64 @@ static int argmax(const float *x, int n) {
     return b;
 }
 
+/* A number, or JSON null when it was not measured (NAN). */
+static cJSON *jnum(double v) { return isnan(v) ? cJSON_CreateNull() : cJSON_CreateNumber(v); }
+
+static cJSON *jsamples(const double *x, int n) {
+    cJSON *a = cJSON_CreateArray();
+    for (int i = 0; i < n; i++) cJSON_AddItemToArray(a, cJSON_CreateNumber(x[i]));
+    return a;
+}
+
+/* "1234.5 ± 6.7" into buf (width w), "-" when not measured, no spread for one round. */
+static void cell(char *buf, size_t len, int w, stat s, int prec) {
+    if (isnan(s.mean)) snprintf(buf, len, "%*s", w, "-");
+    else if (isnan(s.sd)) snprintf(buf, len, "%*.*f", w, prec, s.mean);
+    else {
+        char t[64];
+        snprintf(t, sizeof t, "%.*f ± %.*f", prec, s.mean, prec, s.sd);
+        snprintf(buf, len, "%*s", w + 1, t); /* ± is two bytes, one column */
+    }
+}
+
+/* Prints the header lines and fills the JSON's description of the run. */
+static void header(FILE *t, cJSON *j, const char *model, const lily_model_info *in, int gen,
+                   int rounds) {
+    int gpu = strcmp(in->backend, "cpu") != 0;
+    fprintf(t, "# lily bench: %s (%s, %s), backend %s, commit %s\n", model, in->model_type,
+            in->quant, in->backend, lily_cli_commit());
+    fprintf(t, "# %s %s, %d thread%s; %d round%s per row (mean%s), %d decoded tokens per row\n",
+            gpu ? "GPU" : "CPU", in->device, in->n_threads, in->n_threads == 1 ? "" : "s",
+            rounds, rounds == 1 ? "" : "s", rounds == 1 ? "" : " ± sd", gen);
+    cJSON_AddStringToObject(j, "model", model);
+    cJSON_AddStringToObject(j, "model_type", in->model_type);
+    cJSON_AddStringToObject(j, "quant", in->quant);
+    cJSON_AddStringToObject(j, "backend", in->backend);
+    cJSON_AddStringToObject(j, "device", in->device);
+    if (gpu) cJSON_AddStringToObject(j, "gpu", in->device);
+    else cJSON_AddNullToObject(j, "gpu");
+    char cpu[128] = "";
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    char line[512];
+    while (f && fgets(line, sizeof line, f))
+        if (!strncmp(line, "model name", 10) && strchr(line, ':')) {
+            char *v = strchr(line, ':') + 1;
+            v += strspn(v, " \t");
+            v[strcspn(v, "\n")] = 0;
+            snprintf(cpu, sizeof cpu, "%s", v);
+            break;
+        }
+    if (f) fclose(f);
+    cJSON_AddStringToObject(j, "cpu", gpu ? cpu : in->device);
+    cJSON_AddNumberToObject(j, "threads", in->n_threads);
+    cJSON_AddStringToObject(j, "commit", lily_cli_commit());
+    cJSON_AddNumberToObject(j, "gen", gen);
+    cJSON_AddNumberToObject(j, "rounds", rounds);
+}
+
 int lily_cmd_bench(int argc, char **argv) {
-    const char *model = NULL, *json = NULL, *csv = NULL;
-    int pl[MAX_LENS], dl[MAX_LENS], npl = 0, ndl = 0, gen = 32, rounds = 1;
+    const char *model = NULL, *json = NULL, *csv = NULL, *plot = NULL, *refs[8];
+    int pl[MAX_LENS], dl[MAX_LENS], npl = 0, ndl = 0, gen = 32, rounds = 1, nref = 0;
     int tn[MAX_LENS], td[MAX_LENS], nt = 0;
     lily_engine_opts opts = {0};
     for (int i = 0; i < argc; i++) {
@@ -91,7 +174,14 @@ int lily_cmd_bench(int argc, char **argv) {
         if (!strcmp(a, "--model")) model = v;
         else if (!strcmp(a, "--json")) json = v;
         else if (!strcmp(a, "--csv")) csv = v;
-        else if (!strcmp(a, "--backend")) {
+        else if (!strcmp(a, "--plot")) plot = v;
+        else if (!strcmp(a, "--plot-ref")) {
+            if (nref == 8) {
+                fprintf(stderr, "lily bench: at most 8 --plot-ref files\n");
+                return 2;
+            }
+            refs[nref++] = v;
+        } else if (!strcmp(a, "--backend")) {
             if (lily_cli_backend(v, &opts.backend)) return 2;
         } else if (!strcmp(a, "--threads")) opts.n_threads = atoi(v);
         else if (!strcmp(a, "--chunk")) opts.prefill_chunk = atoi(v);
@@ -116,10 +206,25 @@ int lily_cmd_bench(int argc, char **argv) {
         fprintf(stderr, "lily bench: bad list '%s' for %s\n", v, a);
         return 2;
     }
-    if (!model || gen < 1 || rounds < 1) {
+    char mbuf[4096];
+    if (model && !(model = lily_cli_model(model, mbuf, sizeof mbuf))) return 1;
+    if (!model || gen < 1 || rounds < 1 || rounds > MAX_ROUNDS || (nref && !plot)) {
+        if (nref && !plot) fprintf(stderr, "lily bench: --plot-ref needs --plot\n");
+        if (rounds < 1 || rounds > MAX_ROUNDS)
+            fprintf(stderr, "lily bench: --rounds must be 1 to %d\n", MAX_ROUNDS);
         usage(stderr);
         return 2;
     }
+    /* reference series first, so a bad file fails before the measurement */
+    lily_plot_series *ser = calloc(LILY_PLOT_MAX_SERIES, sizeof *ser);
+    int nser = 1;
+    lily_err e;
+    for (int i = 0; i < nref; i++)
+        if (lily_plot_read_ref(refs[i], ser, &nser, LILY_PLOT_MAX_SERIES, &e)) {
+            fprintf(stderr, "lily bench: %s\n", e.msg);
+            free(ser);
+            return 2;
+        }
     if (!npl && !ndl && !nt) {
         pl[0] = dl[0] = 128;
         pl[1] = dl[1] = 512;
@@ -133,7 +238,7 @@ int lily_cmd_bench(int argc, char **argv) {
         for (int i = 0; i < nl; i++) {
             int j = 0;
             while (j < nr && rows[j].len != l[i]) j++;
-            if (j == nr) rows[nr++] = (bench_row){l[i], 0, 0, INFINITY, INFINITY};
+            if (j == nr) rows[nr++] = (bench_row){.len = l[i]};
             if (k) rows[j].do_decode = 1;
             else rows[j].do_prefill = 1;
             if (l[i] > maxlen) maxlen = l[i];
@@ -145,28 +250,38 @@ int lily_cmd_bench(int argc, char **argv) {
         if (tn[i] > maxlen) maxlen = tn[i];
         if (td[i] > maxlen) maxlen = td[i];
     }
-    lily_err e;
     lily_engine *eng = NULL;
     lily_session *s = NULL;
+    lily_cli_load_bar(&opts);
     if (lily_engine_open(model, &opts, &eng, &e) != 0) {
         fprintf(stderr, "lily bench: %s\n", e.msg);
+        free(ser);
         return 1;
     }
     const lily_model_info *in = lily_engine_info(eng);
     if (lily_session_create(eng, maxctx, &s, &e) != 0) {
         fprintf(stderr, "lily bench: %s\n", e.msg);
         lily_engine_close(eng);
+        free(ser);
         return 1;
     }
     int32_t *tok = malloc((size_t)maxlen * sizeof(int32_t));
-    int32_t *gen_out = malloc((size_t)(gen > 0 ? gen : 1) * sizeof(int32_t));
+    int32_t *gen_out = malloc((size_t)gen * sizeof(int32_t));
     uint64_t x = 0x2545f4914f6cdd1dull;
     for (int i = 0; i < maxlen; i++) {
         x ^= x << 13, x ^= x >> 7, x ^= x << 17;
         tok[i] = (int32_t)(x % (uint64_t)in->vocab_size);
     }
-    fprintf(stderr, "lily bench: %s (%s, %s), backend %s, %d round(s)\n", model, in->model_type,
-            in->quant, in->backend, rounds);
+    /* the table goes to stdout, unless the JSON does */
+    int json_out = json && !strcmp(json, "-");
+    FILE *t = json_out ? stderr : stdout;
+    cJSON *j = cJSON_CreateObject(), *jrows = cJSON_CreateArray(), *jturns = cJSON_CreateArray();
+    header(t, j, model, in, gen, rounds);
+    FILE *cf = csv ? fopen(csv, "w") : NULL;
+    if (csv && !cf) fprintf(stderr, "lily bench: %s: cannot write\n", csv);
+    if (cf)
+        fprintf(cf, "len,depth,prefill_tok_s,prefill_tok_s_sd,prefill_tflops,decode_tok_s,"
+                    "decode_tok_s_sd,decode_gb_s\n");
     int rc = 0;
     /* Untimed warm-up: each length up to 8K once (prefill + a few decode steps), so the first
      * round does not pay one-time costs: lazy kernel loading on first launch (CUDA loads a
@@ -180,9 +295,16 @@ int lily_cmd_bench(int argc, char **argv) {
               lily_session_decode_greedy(s, argmax(lily_session_logits(s), in->vocab_size),
                                          gen < 4 ? gen : 4, gen_out, &e) != 0);
     }
-    for (int r = 0; r < rounds && !rc; r++)
-        for (int i = 0; i < nr && !rc; i++) {
-            bench_row *row = &rows[i];
+    if (nr && !rc)
+        fprintf(t, "%8s %22s %10s %20s %10s\n", "context", "prefill tok/s", "TFLOP/s",
+                "decode tok/s", "GB/s");
+    /* Each row's rounds back to back, then the row is printed: the figures appear as they are
+     * measured. FLOPs per prefill token: 2 per active matrix weight (lm_head only for the last
+     * token), and the causal attention term over the prompt. Decode bytes: active weights + GDN
+     * state read and written + the KV cache read at the mean context of the generated tokens. */
+    for (int i = 0; i < nr && !rc; i++) {
+        bench_row *row = &rows[i];
+        for (int r = 0; r < rounds && !rc; r++) {
             lily_session_reset(s);
             double t0 = lily_now();
             if (lily_session_prefill(s, tok, row->len, NULL, NULL, NULL, &e) != 0) {
@@ -190,7 +312,7 @@ int lily_cmd_bench(int argc, char **argv) {
                 break;
             }
             double t1 = lily_now();
-            if (t1 - t0 < row->prefill_s) row->prefill_s = t1 - t0;
+            row->pp_ts[r] = row->len / (t1 - t0);
             if (!row->do_decode) continue;
             int next = argmax(lily_session_logits(s), in->vocab_size);
             double t2 = lily_now();
@@ -199,87 +321,121 @@ int lily_cmd_bench(int argc, char **argv) {
                 rc = 1;
                 break;
             }
-            double t3 = lily_now();
-            if (t3 - t2 < row->decode_s) row->decode_s = t3 - t2;
+            row->tg_ts[r] = gen / (lily_now() - t2);
         }
+        if (rc) break;
+        stat pp = row->do_prefill ? stats(row->pp_ts, rounds) : (stat){NAN, NAN};
+        stat tg = row->do_decode ? stats(row->tg_ts, rounds) : (stat){NAN, NAN};
+        double flops = (double)in->flops_per_token * row->len +
+                       (double)in->attn_flops_per_ctx * row->len * (row->len + 1) / 2.0 +
+                       (double)in->lm_head_flops;
+        double tflops = flops * pp.mean / row->len / 1e12;
+        double ctx = row->len + gen / 2.0;
+        double bytes = (double)in->bytes_per_token + 2.0 * in->recurrent_state_bytes +
+                       ctx * (double)in->kv_bytes_per_token;
+        double gbs = bytes * tg.mean / 1e9;
+        char c1[64], c2[64], c3[64], c4[64];
+        cell(c1, sizeof c1, 22, pp, 1);
+        cell(c2, sizeof c2, 10, (stat){tflops, NAN}, 3);
+        cell(c3, sizeof c3, 20, tg, 2);
+        cell(c4, sizeof c4, 10, (stat){gbs, NAN}, 1);
+        fprintf(t, "%8d %s %s %s %s\n", row->len, c1, c2, c3, c4);
+        fflush(t);
+        cJSON *jr = cJSON_CreateObject();
+        cJSON_AddNumberToObject(jr, "len", row->len);
+        cJSON_AddItemToObject(jr, "prefill_tok_s", jnum(pp.mean));
+        cJSON_AddItemToObject(jr, "prefill_tok_s_sd", jnum(pp.sd));
+        cJSON_AddItemToObject(jr, "prefill_tflops", jnum(tflops));
+        cJSON_AddItemToObject(jr, "decode_tok_s", jnum(tg.mean));
+        cJSON_AddItemToObject(jr, "decode_tok_s_sd", jnum(tg.sd));
+        cJSON_AddItemToObject(jr, "decode_gb_s", jnum(gbs));
+        if (row->do_prefill) cJSON_AddItemToObject(jr, "prefill_samples", jsamples(row->pp_ts, rounds));
+        if (row->do_decode) cJSON_AddItemToObject(jr, "decode_samples", jsamples(row->tg_ts, rounds));
+        cJSON_AddItemToArray(jrows, jr);
+        if (cf) {
+            fprintf(cf, "%d,0,", row->len);
+            double v[] = {pp.mean, pp.sd, tflops, tg.mean, tg.sd, gbs};
+            for (int k = 0; k < 6; k++) {
+                if (!isnan(v[k])) fprintf(cf, "%.4f", v[k]);
+                fputc(k < 5 ? ',' : '\n', cf);
+            }
+        }
+        if (row->do_prefill) lily_plot_add(&ser[0], 0, row->len, pp.mean);
+        if (row->do_decode) lily_plot_add(&ser[0], 1, row->len, tg.mean);
+    }
     /* turns: the context of each prefilled and snapshotted once (tokens 0..D-1), then per round
      * restored and N tokens (D..D+N-1 of the same stream, wrapping) timed; the first restore's
      * prefill is an untimed warm-up */
-    double turn_s[MAX_LENS];
+    if (nt && !rc)
+        fprintf(t, "%8s %8s %22s %10s %10s\n", "turn", "depth", "prefill tok/s", "TFLOP/s", "ms");
     for (int i = 0; i < nt && !rc; i++) {
         lily_snapshot *snap = NULL;
+        double ts[MAX_ROUNDS];
         int32_t *nt_tok = malloc((size_t)tn[i] * sizeof(int32_t));
         for (int k = 0; k < tn[i]; k++) nt_tok[k] = tok[(td[i] + k) % maxlen];
         lily_session_reset(s);
-        turn_s[i] = INFINITY;
         rc = (td[i] > 0 && lily_session_prefill(s, tok, td[i], NULL, NULL, NULL, &e) != 0) ||
              lily_session_snapshot(s, &snap, &e) != 0;
         for (int r = -1; r < rounds && !rc; r++) {
             rc = lily_session_restore(s, snap, &e) != 0;
             double t0 = lily_now();
             rc = rc || lily_session_prefill(s, nt_tok, tn[i], NULL, NULL, NULL, &e) != 0;
-            double t1 = lily_now();
-            if (r >= 0 && t1 - t0 < turn_s[i]) turn_s[i] = t1 - t0;
+            if (r >= 0) ts[r] = tn[i] / (lily_now() - t0);
         }
         lily_snapshot_free(snap);
         free(nt_tok);
-    }
-    if (rc) fprintf(stderr, "lily bench: %s\n", e.msg);
-    /* FLOPs per prefill token: 2 per active matrix weight (lm_head only for the last token), and
-     * the causal attention term over the prompt. Decode bytes: active weights + GDN state read and
-     * written + the KV cache read at the mean context of the generated tokens. */
-    FILE *jf = json ? fopen(json, "w") : NULL, *cf = csv ? fopen(csv, "w") : NULL;
-    if (jf) fprintf(jf, "{\"model\": \"%s\", \"backend\": \"%s\", \"quant\": \"%s\", "
-                        "\"gen\": %d, \"rounds\": %d, \"rows\": [", model, in->backend,
-                    in->quant, gen, rounds);
-    if (cf) fprintf(cf, "len,depth,prefill_tok_s,prefill_tflops,decode_tok_s,decode_gb_s\n");
-    if (nr)
-        printf("%8s %14s %10s %13s %10s\n", "context", "prefill tok/s", "TFLOP/s",
-               "decode tok/s", "GB/s");
-    for (int i = 0; i < nr && !rc; i++) {
-        bench_row *row = &rows[i];
-        double pts = row->len / row->prefill_s;
-        double flops = (double)in->flops_per_token * row->len +
-                       (double)in->attn_flops_per_ctx * row->len * (row->len + 1) / 2.0 +
-                       (double)in->lm_head_flops;
-        double tflops = flops / row->prefill_s / 1e12;
-        double dts = row->do_decode ? gen / row->decode_s : 0;
-        double ctx = row->len + gen / 2.0;
-        double bytes = (double)in->bytes_per_token + 2.0 * in->recurrent_state_bytes +
-                       ctx * (double)in->kv_bytes_per_token;
-        double gbs = row->do_decode ? bytes * dts / 1e9 : 0;
-        if (row->do_prefill) printf("%8d %14.1f %10.3f", row->len, pts, tflops);
-        else printf("%8d %14s %10s", row->len, "-", "-");
-        if (row->do_decode) printf(" %13.2f %10.1f\n", dts, gbs);
-        else printf(" %13s %10s\n", "-", "-");
-        if (jf)
-            fprintf(jf, "%s\n  {\"len\": %d, \"prefill_tok_s\": %.3f, \"prefill_tflops\": %.4f, "
-                        "\"decode_tok_s\": %.3f, \"decode_gb_s\": %.2f}",
-                    i ? "," : "", row->len, row->do_prefill ? pts : 0.0,
-                    row->do_prefill ? tflops : 0.0, dts, gbs);
-        if (cf)
-            fprintf(cf, "%d,0,%.3f,%.4f,%.3f,%.2f\n", row->len, row->do_prefill ? pts : 0.0,
-                    row->do_prefill ? tflops : 0.0, dts, gbs);
-    }
-    if (jf) fprintf(jf, "\n], \"turns\": [");
-    if (nt && !rc) printf("%8s %8s %14s %10s %10s\n", "turn", "depth", "prefill tok/s", "TFLOP/s",
-                          "ms");
-    for (int i = 0; i < nt && !rc; i++) {
+        if (rc) break;
         /* the turn's FLOPs: its tokens' matrix work and attention over depth + its causal span */
         const double n = tn[i], d = td[i];
         double flops = (double)in->flops_per_token * n +
                        (double)in->attn_flops_per_ctx * (n * d + n * (n + 1) / 2.0) +
                        (double)in->lm_head_flops;
-        double pts = n / turn_s[i], tflops = flops / turn_s[i] / 1e12;
-        printf("%8d %8d %14.1f %10.3f %10.2f\n", tn[i], td[i], pts, tflops, turn_s[i] * 1e3);
-        if (jf)
-            fprintf(jf, "%s\n  {\"new\": %d, \"depth\": %d, \"prefill_tok_s\": %.3f, "
-                        "\"prefill_tflops\": %.4f, \"ms\": %.3f}",
-                    i ? "," : "", tn[i], td[i], pts, tflops, turn_s[i] * 1e3);
-        if (cf) fprintf(cf, "%d,%d,%.3f,%.4f,0.000,0.00\n", tn[i], td[i], pts, tflops);
+        stat pp = stats(ts, rounds);
+        double tflops = flops * pp.mean / n / 1e12, ms = n / pp.mean * 1e3;
+        char c1[64];
+        cell(c1, sizeof c1, 22, pp, 1);
+        fprintf(t, "%8d %8d %s %10.3f %10.2f\n", tn[i], td[i], c1, tflops, ms);
+        fflush(t);
+        cJSON *jt = cJSON_CreateObject();
+        cJSON_AddNumberToObject(jt, "new", tn[i]);
+        cJSON_AddNumberToObject(jt, "depth", td[i]);
+        cJSON_AddNumberToObject(jt, "prefill_tok_s", pp.mean);
+        cJSON_AddItemToObject(jt, "prefill_tok_s_sd", jnum(pp.sd));
+        cJSON_AddNumberToObject(jt, "prefill_tflops", tflops);
+        cJSON_AddNumberToObject(jt, "ms", ms);
+        cJSON_AddItemToObject(jt, "prefill_samples", jsamples(ts, rounds));
+        cJSON_AddItemToArray(jturns, jt);
+        if (cf) fprintf(cf, "%d,%d,%.4f,,%.4f,,,\n", tn[i], td[i], pp.mean, tflops);
     }
-    if (jf) fprintf(jf, "\n]}\n"), fclose(jf);
+    if (rc) fprintf(stderr, "lily bench: %s\n", e.msg);
+    cJSON_AddItemToObject(j, "rows", jrows);
+    cJSON_AddItemToObject(j, "turns", jturns);
+    if (json && !rc) {
+        char *text = cJSON_Print(j);
+        FILE *jf = json_out ? stdout : fopen(json, "w");
+        if (!jf) {
+            fprintf(stderr, "lily bench: %s: cannot write\n", json);
+            rc = 1;
+        } else {
+            fprintf(jf, "%s\n", text);
+            if (!json_out) fclose(jf);
+        }
+        free(text);
+    }
+    if (plot && !rc) {
+        snprintf(ser[0].name, sizeof ser[0].name, "lily %s, %s %s, %s", lily_cli_commit(),
+                 in->quant, in->backend, in->device);
+        char title[256];
+        snprintf(title, sizeof title, "%s (%s, %s): %d thread%s", model, in->model_type,
+                 in->quant, in->n_threads, in->n_threads == 1 ? "" : "s");
+        if (lily_plot_svg(plot, title, ser, nser, &e)) {
+            fprintf(stderr, "lily bench: %s\n", e.msg);
+            rc = 1;
+        }
+    }
+    cJSON_Delete(j);
     if (cf) fclose(cf);
+    free(ser);
     free(tok);
     free(gen_out);
     lily_session_free(s);

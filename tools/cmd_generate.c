@@ -57,6 +57,8 @@ int lily_cmd_generate(int argc, char **argv) {
     sp.top_p = ga.top_p >= 0 ? (float)ga.top_p : 1.0f;
     sp.min_p = ga.min_p >= 0 ? (float)ga.min_p : 0.0f;
     sp.seed = ga.seed_set ? (uint64_t)ga.seed : 0;
+    char mbuf[4096];
+    if (model && !(model = lily_cli_model(model, mbuf, sizeof mbuf))) return 1;
     if (!model || !tokstr) {
         usage(stderr);
         return 2;
@@ -89,6 +91,7 @@ int lily_cmd_generate(int argc, char **argv) {
     lily_session *s = NULL;
     lily_sampler *smp = NULL;
     int rc = 1;
+    lily_cli_load_bar(&opts);
     if (lily_engine_open(model, &opts, &eng, &e) != 0) goto fail;
     const lily_model_info *in = lily_engine_info(eng);
     if (lily_session_create(eng, ctx > 0 ? ctx : n + n_gen, &s, &e) != 0) goto fail;

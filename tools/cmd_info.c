@@ -89,6 +89,8 @@ int lily_cmd_info(int argc, char **argv) {
     }
     lily_model *m = NULL;
     lily_err err = {{0}};
+    char mbuf[4096];
+    if (!(dir = lily_cli_model(dir, mbuf, sizeof mbuf))) return 1;
     if (lily_model_load(dir, &m, &err)) {
         fprintf(stderr, "lily info: %s\n", err.msg);
         return 1;

@@ -4,13 +4,15 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "cli.h"
 
 #include "cli_chat.h"
 
 static void usage(FILE *f) {
-    fprintf(f, "usage: lily run --model DIR -p PROMPT [options]\n"
+    fprintf(f, "usage: lily run --model DIR [-p] PROMPT [options]\n"
+               "  (no PROMPT: the prompt is read from stdin when it is not a terminal)\n"
                "  -n N                max new tokens (default 256)\n"
                "  --temp T --top-k K --top-p P --min-p P --seed S   sampling (default: the\n"
                "                      model's generation_config.json)\n"
@@ -43,6 +45,10 @@ int lily_cmd_run(int argc, char **argv) {
             raw = 1;
             continue;
         }
+        if (a[0] != '-' && !prompt) { /* the prompt as a positional argument */
+            prompt = a;
+            continue;
+        }
         if (!(v = lily_cli_value(argc, argv, &i))) return 2;
         if (!strcmp(a, "-p") || !strcmp(a, "--prompt")) {
             prompt = v;
@@ -63,16 +69,32 @@ int lily_cmd_run(int argc, char **argv) {
     int think = ga.think, n_new = ga.n_new, seed_set = ga.seed_set;
     double temp = ga.temp, top_p = ga.top_p, min_p = ga.min_p;
     long top_k = ga.top_k, seed = ga.seed;
+    char mbuf[4096];
+    if (co.model_dir && !(co.model_dir = lily_cli_model(co.model_dir, mbuf, sizeof mbuf)))
+        return 1;
+    char *piped = NULL; /* no prompt and stdin not a terminal: the prompt is stdin */
+    if (co.model_dir && !prompt && !isatty(0)) {
+        size_t cap = 1 << 12, n = 0, k;
+        piped = malloc(cap);
+        while ((k = fread(piped + n, 1, cap - n - 1, stdin)) > 0)
+            if ((n += k) + 1 == cap) piped = realloc(piped, cap *= 2);
+        while (n && (piped[n - 1] == '\n' || piped[n - 1] == '\r')) n--;
+        piped[n] = 0;
+        prompt = piped;
+    }
     if (!co.model_dir || !prompt) {
         usage(stderr);
+        free(piped);
         return 2;
     }
     lily_clichat c;
     lily_err e;
     if (lily_clichat_open(&co, &c, &e)) {
         fprintf(stderr, "lily run: %s\n", e.msg);
+        free(piped);
         return 1;
     }
+    if (co.ctx || c.tty) lily_clichat_banner(&c, co.model_dir, "lily run", stderr);
     int32_t *ids = NULL;
     int n = 0, open_think = 0, rc = 1;
     if (raw) {
@@ -122,11 +144,13 @@ int lily_cmd_run(int argc, char **argv) {
         rc = 0;
     }
     free(ids);
+    free(piped);
     lily_clichat_close(&c);
     return rc;
 fail:
     fprintf(stderr, "lily run: %s\n", e.msg);
     free(ids);
+    free(piped);
     lily_clichat_close(&c);
     return 1;
 }

@@ -39,6 +39,8 @@ int lily_cmd_score(int argc, char **argv) {
         else if (!strcmp(a, "--threads")) opts.n_threads = atoi(v);
         else if (lily_cli_engine_arg(a, v, &opts) < 0) return 2;
     }
+    char mbuf[4096];
+    if (model && !(model = lily_cli_model(model, mbuf, sizeof mbuf))) return 1;
     if (!model || !tokens_path || !out_path) {
         usage(stderr);
         return 2;
@@ -65,6 +67,7 @@ int lily_cmd_score(int argc, char **argv) {
     lily_session *s = NULL;
     int rc = 1;
     float *logits = NULL;
+    lily_cli_load_bar(&opts);
     if (lily_engine_open(model, &opts, &eng, &e) != 0) goto fail;
     int V = lily_engine_info(eng)->vocab_size;
     if (lily_session_create(eng, n, &s, &e) != 0) goto fail;

@@ -12,11 +12,31 @@
 #include "cli.h"
 
 static void usage(FILE *f) {
-    fprintf(f, "usage: lily template --model DIR --request FILE.json\n"
-               "       lily template --template FILE.jinja --request FILE.json\n"
+    fprintf(f, "usage: lily template --model DIR --request FILE.json|-\n"
+               "       lily template --template FILE.jinja --request FILE.json|-\n"
+               "--request - reads the request from stdin.\n"
                "Renders the chat template (DIR needs only tokenizer_config.json and/or\n"
                "chat_template.jinja) with the request's messages, tools, add_generation_prompt\n"
                "and extra variables such as enable_thinking.\n");
+}
+
+/* All of stdin into a NUL-terminated heap buffer (caller frees). */
+static int read_stdin(char **out, size_t *len) {
+    size_t cap = 1 << 16, n = 0;
+    char *buf = malloc(cap);
+    for (;;) {
+        if (n + 1 >= cap) buf = realloc(buf, cap *= 2);
+        size_t k = fread(buf + n, 1, cap - n - 1, stdin);
+        n += k;
+        if (k == 0) break;
+    }
+    if (ferror(stdin)) {
+        free(buf);
+        return -1;
+    }
+    buf[n] = 0;
+    *out = buf, *len = n;
+    return 0;
 }
 
 int lily_cmd_template(int argc, char **argv) {
@@ -55,7 +75,14 @@ int lily_cmd_template(int argc, char **argv) {
             goto fail;
         }
     }
-    if (lily_read_file(request, (size_t)256 << 20, &req, &req_len, &e)) goto fail;
+    if (!strcmp(request, "-")) {
+        if (read_stdin(&req, &req_len)) {
+            lily_fail(&e, "cannot read the request from stdin");
+            goto fail;
+        }
+    } else if (lily_read_file(request, (size_t)256 << 20, &req, &req_len, &e)) {
+        goto fail;
+    }
     if (lily_template_render_json(t, req, req_len, &out, &out_len, &e)) goto fail;
     if (fwrite(out, 1, out_len, stdout) != out_len || fflush(stdout)) {
         fprintf(stderr, "lily template: write error\n");

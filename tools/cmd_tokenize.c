@@ -2,6 +2,7 @@
  *
  *   lily tokenize --model DIR [--file F]     UTF-8 text (stdin or F) -> ids on one line
  *   lily tokenize --model DIR --jsonl [...]  one JSON string per input line -> one line of ids
+ *   lily tokenize --model DIR --pieces       one line per token: id -> 'piece'
  *   lily tokenize --model DIR --bench F      encode throughput on F (MB/s, one thread)
  *   lily detokenize --model DIR              whitespace-separated ids on stdin -> text */
 #include <errno.h>
@@ -115,6 +116,43 @@ static void print_ids(const int32_t *ids, size_t n) {
     printf("\n");
 }
 
+/* Length of the complete UTF-8 character at p (n bytes left), or 0 when p does not start one. */
+static int utf8_char(const unsigned char *p, size_t n) {
+    int k = p[0] < 0x80 ? 1 : (p[0] & 0xe0) == 0xc0 ? 2 : (p[0] & 0xf0) == 0xe0 ? 3
+            : (p[0] & 0xf8) == 0xf0 ? 4 : 0;
+    if (!k || (size_t)k > n) return 0;
+    for (int i = 1; i < k; i++)
+        if ((p[i] & 0xc0) != 0x80) return 0;
+    return k;
+}
+
+/* --pieces: "id -> 'piece'" per token, as llama-tokenize shows them. The piece is the token's
+ * bytes; control characters, quotes, backslashes and bytes that are not a whole UTF-8 character
+ * (byte-level tokens that split one) are escaped (\n, \t, \', \\, \xNN). */
+static void print_pieces(const lily_tokenizer *tok, const int32_t *ids, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        size_t len = 0;
+        const unsigned char *p =
+            (const unsigned char *)lily_tokenizer_token_bytes(tok, ids[i], &len);
+        printf("%6d -> '", (int)ids[i]);
+        for (size_t j = 0; p && j < len;) {
+            int k = utf8_char(p + j, len - j);
+            unsigned char c = p[j];
+            if (k > 1) fwrite(p + j, 1, (size_t)k, stdout), j += (size_t)k;
+            else {
+                if (c == '\n') fputs("\\n", stdout);
+                else if (c == '\t') fputs("\\t", stdout);
+                else if (c == '\r') fputs("\\r", stdout);
+                else if (c == '\'' || c == '\\') printf("\\%c", c);
+                else if (c < 0x20 || c >= 0x7f) printf("\\x%02x", c);
+                else fputc(c, stdout);
+                j++;
+            }
+        }
+        printf("'\n");
+    }
+}
+
 /* --jsonl: each line of text is a JSON string (so texts may hold newlines); prints one line of
  * ids per input line. Lines are split on '\n' only. */
 static int tokenize_jsonl(lily_tokenizer *tok, const char *text, size_t len) {
@@ -146,9 +184,11 @@ static int tokenize_jsonl(lily_tokenizer *tok, const char *text, size_t len) {
 
 int lily_cmd_tokenize(int argc, char **argv) {
     const char *model = NULL, *file = NULL, *bench_file = NULL;
-    int jsonl = 0;
+    int jsonl = 0, pieces = 0;
     for (int i = 0; i < argc; i++) {
-        if (!strcmp(argv[i], "--model")) {
+        if (!strcmp(argv[i], "--pieces")) {
+            pieces = 1;
+        } else if (!strcmp(argv[i], "--model")) {
             if (!(model = lily_cli_value(argc, argv, &i))) return 2;
         } else if (!strcmp(argv[i], "--file")) {
             if (!(file = lily_cli_value(argc, argv, &i))) return 2;
@@ -157,8 +197,9 @@ int lily_cmd_tokenize(int argc, char **argv) {
         } else if (!strcmp(argv[i], "--bench")) {
             if (!(bench_file = lily_cli_value(argc, argv, &i))) return 2;
         } else if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
-            printf("usage: lily tokenize --model DIR [--jsonl] [--file F | --bench F]\n"
+            printf("usage: lily tokenize --model DIR [--jsonl | --pieces] [--file F | --bench F]\n"
                    "Reads UTF-8 text (stdin or F) and prints its token ids on one line.\n"
+                   "--pieces prints one line per token instead: id -> 'piece'.\n"
                    "--jsonl reads one JSON string per line and prints one line of ids each.\n"
                    "--bench F encodes F repeatedly on one thread and prints MB/s.\n");
             return 0;
@@ -191,12 +232,14 @@ int lily_cmd_tokenize(int argc, char **argv) {
     lily_err e;
     int rc = lily_tokenizer_encode(tok, text, len, &ids, &n, &e);
     free(text);
-    lily_tokenizer_free(tok);
     if (rc) {
         fprintf(stderr, "lily tokenize: %s\n", e.msg);
+        lily_tokenizer_free(tok);
         return 1;
     }
-    print_ids(ids, n);
+    if (pieces) print_pieces(tok, ids, n);
+    else print_ids(ids, n);
+    lily_tokenizer_free(tok);
     free(ids);
     return ferror(stdout) ? 1 : 0;
 }

@@ -23,6 +23,7 @@ static const lily_command commands[] = {
     {"serve", lily_cmd_serve, "OpenAI-compatible HTTP server (chat/completions, streaming, tools)"},
     {"chat", lily_cmd_chat, "interactive chat in the terminal (reuses state between turns)"},
     {"run", lily_cmd_run, "one-shot: one prompt in, streamed text out"},
+    {"pull", lily_cmd_pull, "download a model from the Hugging Face hub (OWNER/NAME[:REVISION])"},
     {NULL, NULL, NULL},
 };
 
@@ -30,7 +31,8 @@ static void usage(FILE *f) {
     fprintf(f, "usage: lily <command> [options]\n\ncommands:\n");
     for (size_t i = 0; commands[i].name; i++)
         fprintf(f, "  %-12s %s\n", commands[i].name, commands[i].help);
-    fprintf(f, "\nRun 'lily <command> --help' for a command's options.\n");
+    fprintf(f, "\nRun 'lily <command> --help' for a command's options; 'lily --version' for the\n"
+               "commit and build options.\n");
 }
 
 int main(int argc, char **argv) {
@@ -40,6 +42,10 @@ int main(int argc, char **argv) {
     }
     if (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help") || !strcmp(argv[1], "help")) {
         usage(stdout);
+        return 0;
+    }
+    if (!strcmp(argv[1], "--version") || !strcmp(argv[1], "version")) {
+        lily_cli_version(stdout);
         return 0;
     }
     for (size_t i = 0; commands[i].name; i++)

@@ -72,6 +72,10 @@ typedef struct lily_backend_ops {
                         const lily_draw *d, lily_err *e);
     int (*draw_next)(lily_backend *b, lily_bstate *s, int32_t *out, lily_err *e);
     void (*draw_discard)(lily_backend *b, lily_bstate *s);
+
+    /* The device's name (the GPU's) into buf; NULL for the CPU backends (the engine reads the
+     * CPU's model name itself). */
+    void (*device_name)(lily_backend *b, char *buf, size_t len);
 } lily_backend_ops;
 
 extern const lily_backend_ops lily_backend_cpu;

@@ -98,14 +98,18 @@ int lily_file_exists(const char *path) {
     return stat(path, &st) == 0;
 }
 
-void lily_mmap_prefault(const lily_mmap *m) {
-    if (!m->data || !m->size) return;
+void lily_mmap_prefault(const lily_mmap *m) { lily_mmap_prefault_range(m, 0, m->size); }
+
+void lily_mmap_prefault_range(const lily_mmap *m, size_t off, size_t len) {
+    if (!m->data || off >= m->size) return;
+    if (len > m->size - off) len = m->size - off;
+    long page = sysconf(_SC_PAGESIZE);
+    size_t ps = (size_t)(page > 0 ? page : 4096), start = off / ps * ps;
     /* MADV_POPULATE_READ was seen to return 0 here without mapping the pages (a 6.18 kernel in a
      * VM), so read-ahead is requested and then one byte per page is touched. */
-    madvise((void *)m->data, m->size, MADV_WILLNEED);
+    madvise((void *)(m->data + start), off + len - start, MADV_WILLNEED);
     volatile unsigned char sink = 0;
-    long page = sysconf(_SC_PAGESIZE);
-    for (size_t i = 0; i < m->size; i += (size_t)(page > 0 ? page : 4096)) sink ^= m->data[i];
+    for (size_t i = start; i < off + len; i += ps) sink ^= m->data[i];
     (void)sink;
 }
 

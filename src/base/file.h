@@ -17,6 +17,8 @@ void lily_mmap_close(lily_mmap *m);
 /* Maps every page of m now (reading the file into the page cache if needed), so that later
  * accesses take no page faults. */
 void lily_mmap_prefault(const lily_mmap *m);
+/* The same for bytes [off, off + len) of m (clipped to the mapping). */
+void lily_mmap_prefault_range(const lily_mmap *m, size_t off, size_t len);
 /* Bytes of physical memory (0 if unknown). */
 unsigned long long lily_phys_mem(void);
 

@@ -5,8 +5,10 @@
  * opts.prefill_chunk tokens so working memory does not grow with the prompt. Snapshots are
  * backend states holding exactly the positions consumed so far, plus the logits. */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "backend/backend.h"
 #include "base/err.h"
@@ -20,6 +22,7 @@ struct lily_engine {
     lily_engine_opts opts;
     lily_model_info info;
     int draws; /* sessions draw with the backend's draw ops (opts.sample_on) */
+    char device[128]; /* info.device */
 };
 
 struct lily_session {
@@ -51,6 +54,24 @@ struct lily_snapshot {
 static uint64_t mat_bytes(const lily_mat *m) { return (uint64_t)m->rows * lily_mat_row_bytes(m); }
 static uint64_t mat_elems(const lily_mat *m) { return (uint64_t)m->rows * (uint64_t)m->cols; }
 
+/* The CPU's model name from /proc/cpuinfo ("model name", else "Hardware"), or "unknown CPU". */
+static void cpu_name(char *buf, size_t len) {
+    snprintf(buf, len, "unknown CPU");
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    if (!f) return;
+    char line[512];
+    while (fgets(line, sizeof line, f)) {
+        char *colon = strchr(line, ':');
+        if (!colon || (strncmp(line, "model name", 10) && strncmp(line, "Hardware", 8))) continue;
+        char *v = colon + 1;
+        while (*v == ' ' || *v == '\t') v++;
+        v[strcspn(v, "\n")] = 0;
+        if (*v) snprintf(buf, len, "%s", v);
+        break;
+    }
+    fclose(f);
+}
+
 static void fill_info(lily_engine *eng) {
     const lily_model *m = eng->model;
     const lily_config *c = &m->cfg;
@@ -59,6 +80,13 @@ static void fill_info(lily_engine *eng) {
     in->layout = m->layout;
     in->quant = m->quant;
     in->backend = eng->ops->name;
+    in->file_bytes = lily_model_file_bytes(m);
+    long online = sysconf(_SC_NPROCESSORS_ONLN);
+    in->n_threads = eng->opts.n_threads > 0 ? eng->opts.n_threads : online > 0 ? (int)online : 1;
+    if (in->n_threads > 256) in->n_threads = 256;
+    if (eng->ops->device_name) eng->ops->device_name(eng->be, eng->device, sizeof eng->device);
+    else cpu_name(eng->device, sizeof eng->device);
+    in->device = eng->device;
     in->vocab_size = c->vocab;
     in->hidden_size = c->hidden;
     in->n_layers = c->n_layers;
@@ -145,6 +173,10 @@ void lily_engine_close(lily_engine *eng) {
 }
 
 const lily_model_info *lily_engine_info(const lily_engine *eng) { return &eng->info; }
+
+size_t lily_engine_session_bytes(const lily_engine *eng, int max_ctx) {
+    return eng->ops->state_bytes(eng->be, max_ctx);
+}
 
 int lily_session_create(lily_engine *eng, int max_ctx, lily_session **out, lily_err *err) {
     *out = NULL;

@@ -322,10 +322,28 @@ void lily_model_free(lily_model *m) {
     free(m);
 }
 
-void lily_model_prefault(const lily_model *m) {
+uint64_t lily_model_file_bytes(const lily_model *m) {
     const lily_model_priv *p = m->priv;
-    for (int i = 0; p && i < lily_st_n_files(p->st); i++)
-        lily_mmap_prefault(&lily_st_file_at(p->st, i)->map);
+    uint64_t n = 0;
+    for (int i = 0; p && i < lily_st_n_files(p->st); i++) n += lily_st_file_at(p->st, i)->map.size;
+    return n;
+}
+
+void lily_model_prefault(const lily_model *m, void (*progress)(void *, uint64_t, uint64_t),
+                         void *ud) {
+    const lily_model_priv *p = m->priv;
+    const size_t step = (size_t)64 << 20;
+    uint64_t total = lily_model_file_bytes(m), done = 0;
+    for (int i = 0; p && i < lily_st_n_files(p->st); i++) {
+        const lily_mmap *map = &lily_st_file_at(p->st, i)->map;
+        for (size_t off = 0; off < map->size; off += step) {
+            size_t len = map->size - off < step ? map->size - off : step;
+            lily_mmap_prefault_range(map, off, len);
+            done += len;
+            if (progress && done < total) progress(ud, done, total);
+        }
+    }
+    if (progress) progress(ud, total, total);
 }
 
 uint64_t lily_mat_row_bytes(const lily_mat *m) {

@@ -120,8 +120,12 @@ typedef struct lily_model {
 int lily_model_load(const char *dir, lily_model **out, lily_err *err);
 void lily_model_free(lily_model *m);
 /* Maps all of m's weight files into memory now (see lily_mmap_prefault): decode then takes no
- * page faults on first use of an expert. */
-void lily_model_prefault(const lily_model *m);
+ * page faults on first use of an expert. progress (may be NULL) is called with the bytes mapped
+ * so far of lily_model_file_bytes(m), after every 64 MiB and once at the end. */
+void lily_model_prefault(const lily_model *m, void (*progress)(void *, uint64_t, uint64_t),
+                         void *ud);
+/* Bytes of all of m's weight files (what loading reads). */
+uint64_t lily_model_file_bytes(const lily_model *m);
 
 /* Bytes one row of m occupies as stored (codes + scales + biases for Q types). */
 uint64_t lily_mat_row_bytes(const lily_mat *m);

@@ -12,6 +12,7 @@
 
 #include "base/err.h"
 #include "base/file.h"
+#include "base/progress.h"
 #include "server/srv.h"
 
 static volatile int g_stop;
@@ -53,12 +54,6 @@ static void load_defaults(lily_srv *s) {
     cJSON_Delete(j);
 }
 
-static void progress(void *ud, uint64_t done, uint64_t total) {
-    (void)ud;
-    fprintf(stderr, "\rloading %5.1f%%", total ? 100.0 * (double)done / (double)total : 100.0);
-    if (done >= total) fprintf(stderr, "\n");
-}
-
 int lily_server_main(const lily_server_opts *o) {
     lily_srv *s = lily_xcalloc(1, sizeof *s);
     s->opts = *o;
@@ -73,7 +68,8 @@ int lily_server_main(const lily_server_opts *o) {
                            .precision = o->precision,
                            .cpu_isa = o->cpu_isa,
                            .sample_on = o->sample_on};
-    if (!o->quiet && isatty(2)) eo.progress = progress;
+    lily_bar bar = {0};
+    if (!o->quiet && isatty(2)) eo.progress = lily_bar_update, eo.progress_ud = &bar;
     if (lily_engine_open(o->model_dir, &eo, &s->eng, &e) ||
         lily_tokenizer_open(o->model_dir, &s->tok, &e) ||
         lily_template_load(o->model_dir, &s->tmpl, &e)) {
@@ -81,8 +77,18 @@ int lily_server_main(const lily_server_opts *o) {
         goto out;
     }
     const lily_model_info *mi = lily_engine_info(s->eng);
+    if (o->ctx > mi->max_position) {
+        fprintf(stderr, "lily serve: --ctx %d is above the model's maximum context (%d)\n", o->ctx,
+                mi->max_position);
+        goto out;
+    }
     s->ctx = o->ctx > 0 ? o->ctx : LILY_GEN_DEFAULT_CTX;
     if (s->ctx > mi->max_position) s->ctx = mi->max_position;
+    if (!o->quiet) {
+        char mem[32];
+        lily_bar_bytes(mem, sizeof mem, lily_engine_session_bytes(s->eng, s->ctx));
+        fprintf(stderr, "lily serve: context %d tokens (%s of KV cache and state)\n", s->ctx, mem);
+    }
     if (o->model_id) {
         snprintf(s->model_id, sizeof s->model_id, "%s", o->model_id);
     } else {

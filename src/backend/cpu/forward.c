@@ -64,7 +64,14 @@ static int cpu_open(const lily_model *m, const lily_engine_opts *opts, lily_back
      * page now: otherwise each expert's first use costs thousands of page faults, which
      * dominates decode for the first few hundred tokens. */
     unsigned long long ram = lily_phys_mem();
-    if (ram && m->weight_bytes < ram / 10 * 9) lily_model_prefault(m);
+    void (*progress)(void *, uint64_t, uint64_t) = opts ? opts->progress : NULL;
+    void *pud = opts ? opts->progress_ud : NULL;
+    if (ram && m->weight_bytes < ram / 10 * 9) {
+        lily_model_prefault(m, progress, pud);
+    } else if (progress) { /* mapped, read on first use: nothing to wait for */
+        uint64_t total = lily_model_file_bytes(m);
+        progress(pud, total, total);
+    }
     int n = b->chunk, H = c->hidden;
     int C = 2 * c->lin_nk * c->lin_dk + c->lin_nv * c->lin_dv;
     int maxw = imax(imax(c->n_q_heads * c->head_dim * 2, C), imax(c->lin_nv * c->lin_dv, H));

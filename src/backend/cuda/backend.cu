@@ -374,9 +374,14 @@ int cu_open(const lily_model *m, const lily_engine_opts *opts, lily_backend **ou
             inv[i] = 1.0f / powf((float)c->rope_theta, (float)(2 * i) / (float)c->rope_dim);
         if (up_f32(inv, half > 0 ? half : 1, &b->inv_freq, e)) break;
         b->L = (cu_layer *)calloc(c->n_layers, sizeof(cu_layer));
+        /* progress: the layers' share of the file bytes, the rest (embeddings) counted first */
+        const uint64_t total = lily_model_file_bytes(m);
         int l = 0;
-        for (; l < c->n_layers; l++)
+        for (; l < c->n_layers; l++) {
             if (upload_layer(m, l, &b->L[l], &bytes, e)) break;
+            if (opts && opts->progress)
+                opts->progress(opts->progress_ud, total / (c->n_layers + 1) * (l + 1), total);
+        }
         if (l < c->n_layers) break;
         b->weight_bytes = bytes;
         size_t fn = (size_t)n;
@@ -429,6 +434,8 @@ int cu_open(const lily_model *m, const lily_engine_opts *opts, lily_backend **ou
         cu_close_impl(b);
         return -1;
     }
+    if (opts && opts->progress)
+        opts->progress(opts->progress_ud, lily_model_file_bytes(m), lily_model_file_bytes(m));
     *out = b;
     return 0;
 }
@@ -928,6 +935,16 @@ void cu_draw_discard(lily_backend *b, lily_bstate *s) {
     s->n_read = s->n_enq;
 }
 
+void cu_device_name(lily_backend *b, char *buf, size_t len) {
+    (void)b;
+    int dev = 0;
+    cudaDeviceProp p;
+    if (cudaGetDevice(&dev) != cudaSuccess || cudaGetDeviceProperties(&p, dev) != cudaSuccess)
+        snprintf(buf, len, "CUDA device");
+    else
+        snprintf(buf, len, "%s", p.name);
+}
+
 } // namespace
 
 /* Prefill chunk 8192: a larger chunk gives every expert more rows per grouped GEMM (8192 tokens
@@ -939,5 +956,5 @@ extern "C" const lily_backend_ops lily_backend_cuda = {
     "cuda",          8192,           1,
     cu_open,         cu_close,       cu_state_create, cu_state_free,
     cu_state_reset,  cu_state_copy,  cu_state_bytes, cu_forward,      cu_decode_greedy,
-    cu_draw_enqueue, cu_draw_next,    cu_draw_discard,
+    cu_draw_enqueue, cu_draw_next,    cu_draw_discard, cu_device_name,
 };
