@@ -20,6 +20,7 @@ int lily_cli_read_tokens(const char *path, int32_t **out, int *n);
 /* subcommands (one line each) */
 int lily_cmd_score(int argc, char **argv);
 int lily_cmd_eval(int argc, char **argv);
+int lily_cmd_convert(int argc, char **argv);
 int lily_cmd_bench(int argc, char **argv);
 int lily_cmd_generate(int argc, char **argv);
 int lily_cmd_info(int argc, char **argv);
