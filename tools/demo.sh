@@ -59,6 +59,10 @@ lily=$(cd "$bdir" && pwd)/lily
 
 # ---- 3. a model ----------------------------------------------------------------------------------
 model=${LILY_DEMO_MODEL:-models/tiny-trained}
+if [ "$model" = models/tiny-trained ] && [ ! -f "$model/model.safetensors" ]; then
+    say "models/tiny-trained is not installed (tools/install_tiny.sh); using random weights"
+    model=random
+fi
 if [ "$model" = random ]; then
     model=demo/tiny-qwen
 fi

@@ -386,6 +386,10 @@ def main():
     info["corpus"] = {"train_docs": len(train_docs), "train_tokens": len(tr_ids),
                       "train_bytes": bytes_tr, "chat_train_tokens": len(ch_ids),
                       "heldout_tokens": len(ho_ids), "chat_heldout_tokens": len(cho_ids)}
+    for fn in ("packages.txt", "stats.txt", "sha256.txt"):
+        if os.path.isfile(f"{c}/{fn}"):
+            with open(f"{c}/{fn}") as f:
+                info["corpus"][fn.split(".")[0]] = f.read().splitlines()
     log(f"tokens: train {len(tr_ids)} ({bytes_tr / len(tr_ids):.2f} bytes/token), chat "
         f"{len(ch_ids)}, held out {len(ho_ids)} + chat {len(cho_ids)}; {time.time() - t0:.1f} s")
 
@@ -476,7 +480,7 @@ def main():
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1},
                              {"params": no_decay, "weight_decay": 0.0}], lr=args.lr,
                             betas=(0.9, 0.95), eps=1e-8, fused=(dev == "cuda"))
-    warm = 20 if args.smoke else 200
+    warm = 20 if args.smoke else 100
     total = args.steps or (30 if args.smoke else 0)
 
     def lr_at(s, total):
@@ -526,7 +530,7 @@ def main():
         if step == 30 and not total:
             torch.cuda.synchronize() if dev == "cuda" else None
             per = (time.time() - t_mark) / 20
-            total = max(warm + 100, int((budget - (time.time() - t_train)) / per) + 30)
+            total = max(warm + 20, int((budget - (time.time() - t_train)) / per) + 30)
             log(f"{per * 1000:.1f} ms/step ({args.batch * T / per / 1e3:.0f}K tok/s): "
                 f"{total} steps fit {args.minutes} min")
         lr = lr_at(step, total or 10 ** 9)
