@@ -25,6 +25,17 @@ line "<|endoftext|>"). Steps:
     transformers model in float32 (eager attention and experts, torch GDN, TF32 off): held-out
     perplexity, and the reference for a held-out slice (eval_text.txt + ref.bin, format below).
 
+The GPU run, from a checkout whose git-ignored .devcarry_train/ holds this script,
+tools/hf_reference.py, /work/shared/data/qwen3_5_chat_template.jinja and the corpus.tar.xz of
+tools/make_corpus.sh (device `run` with carry [".devcarry_train"], timeout 600 s; about 8-9 min):
+  set -o pipefail; cd .devcarry_train && tar xJf corpus.tar.xz && python3 train_tiny.py \
+    --corpus out --out $OUT --minutes 5 --ppl-tokens 131072 \
+    --template qwen3_5_chat_template.jinja --hf-reference hf_reference.py 2>&1 |
+    tee $OUT/run.log | grep -v -i warn | cut -c1-400; rc=$?
+  rm -f $OUT/model/generation_config.json; exit $rc
+(generation_config.json is dropped to stay within 8 returned files; tools/install_tiny.sh writes
+it again.) Then, here: tools/install_tiny.sh FILES_AT && git add models/tiny-trained.
+
 Outputs in --out: model/ (config.json, generation_config.json, model.safetensors, tokenizer.json,
 tokenizer_config.json, eval_text.txt, ref.bin, train_log.json), packed as model.tar plus the
 separate large files for the transfer limit (see --pack).
