@@ -12,7 +12,7 @@
 # The GPU machine has nvcc and cmake but not the -dev packages lily_core links (cJSON, PCRE2,
 # utf8proc), so the binaries are built here (Debian 12, glibc 2.36: they run on newer glibcs)
 # and carried with copies of those libraries. Stages can be skipped: GPU_CHECK_SKIP="parity
-# fixtures sanitizer bench timing profile lily". GPU_CHECK_ATTN_TIME=1 adds the attention
+# fixtures quality sanitizer bench timing profile lily". GPU_CHECK_ATTN_TIME=1 adds the attention
 # prefill kernels' timing after the parity tests. GPU_CHECK_AB makes the lily stage an A/B of
 # lily bench options (see there; e.g. GPU_CHECK_AB="--precision default;--precision fast"). GPU_CHECK_CARRY names the carry folder (default .devcarry), GPU_CHECK_TESTS the
 # parity binaries to build and pack (default: all). GPU_CHECK_SWEEP=1 adds the
@@ -117,6 +117,22 @@ if [[ $skip != *" fixtures "* ]] && [ -x "$work/bin/golden_test_logits" ] && [ -
         timeout 300 "$work/bin/golden_test_logits" >"$logs/fixtures.log" 2>&1
     echo "fixtures rc=$?: $(tail -1 "$logs/fixtures.log")"
     grep -E "top-1 agreement|^FAIL|^fixture|snapshot" "$logs/fixtures.log" | head -40
+fi
+
+if [[ $skip != *" quality "* ]] && [ -x "$work/bin/lily" ] &&
+    [ -f models/tiny-trained/ref.bin ]; then
+    # Quality gates of the CUDA paths on the trained model (BENCHMARKS.md "Quality gates"): exact
+    # products and the one-pass bf16 ones, prefill and decode, against transformers float32.
+    echo "== quality gates on models/tiny-trained (lily eval --backend cuda)"
+    m=models/tiny-trained
+    for prec in default fast; do
+        for mode in prefill decode; do
+            printf -- '-- precision %-8s %-8s ' $prec $mode
+            timeout 120 "$work/bin/lily" eval --model $m --text $m/eval_text.txt --precision $prec \
+                --ref $m/ref.bin --backend cuda --mode $mode --json \
+                --max-mean-kl 2e-3 --min-top1 98 --max-ppl-delta 0.5 2>&1 | tail -1
+        done
+    done
 fi
 
 if [[ $skip != *" sanitizer "* ]] && command -v compute-sanitizer >/dev/null; then

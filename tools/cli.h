@@ -42,6 +42,8 @@ const char *lily_cli_model(const char *arg, char *buf, size_t len);
 
 /* subcommands (one line each) */
 int lily_cmd_score(int argc, char **argv);
+int lily_cmd_eval(int argc, char **argv);
+int lily_cmd_convert(int argc, char **argv);
 int lily_cmd_bench(int argc, char **argv);
 int lily_cmd_generate(int argc, char **argv);
 int lily_cmd_info(int argc, char **argv);

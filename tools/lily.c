@@ -13,9 +13,11 @@ typedef struct {
 static const lily_command commands[] = {
     /* one line per subcommand, in the order shown by --help */
     {"score", lily_cmd_score, "teacher-forced logits of a token file (prefill/decode/chunked)"},
+    {"eval", lily_cmd_eval, "perplexity of a text; KL, top-1 and PPL ratio against reference logits"},
     {"generate", lily_cmd_generate, "generate token ids from prompt token ids"},
     {"bench", lily_cmd_bench, "prefill and decode speed at a sweep of context lengths"},
     {"info", lily_cmd_info, "what a model directory holds: shapes, sizes, bytes per token"},
+    {"convert", lily_cmd_convert, "MLX affine checkpoint -> HF bf16 layout (dequantized)"},
     {"mkmodel", lily_cmd_mkmodel, "write a random-weight checkpoint (HF or MLX layout)"},
     {"tokenize", lily_cmd_tokenize, "text -> token ids with a model's tokenizer.json"},
     {"detokenize", lily_cmd_detokenize, "token ids -> text with a model's tokenizer.json"},
