@@ -477,6 +477,10 @@ static enum MHD_Result start_stream(lily_srv *s, struct MHD_Connection *c, lily_
     if (fd >= 0) {
         int one = 1;
         setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+        /* a fixed kernel send buffer (no autotuning up to 4 MiB): what a stream holds unsent is
+         * bounded by it (doubled by the kernel) + --send-buffer */
+        int sb = s->opts.send_buffer < (256u << 10) ? (int)s->opts.send_buffer : 256 << 10;
+        setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &sb, sizeof sb);
     }
     enum MHD_Result rc = MHD_queue_response(c, 200, r);
     MHD_destroy_response(r);
