@@ -248,7 +248,10 @@ static ipcount *ip_slot(const unsigned char *ip, int create) {
     return NULL;
 }
 
+static lily_conn *g_byfd[1 << 16]; /* the record of each open socket, for STARTED */
+
 static void conn_unlink(lily_srv *s, lily_conn *c) {
+    if (c->fd >= 0 && c->fd < (1 << 16) && g_byfd[c->fd] == c) g_byfd[c->fd] = NULL;
     if (c->prev) c->prev->next = c->next;
     else s->conns = c->next;
     if (c->next) c->next->prev = c->prev;
@@ -289,8 +292,6 @@ static void conn_handoff(lily_srv *s, lily_conn *c) {
     if (ok != MHD_YES) conn_unlink(s, c); /* libmicrohttpd closed the socket */
 }
 
-static lily_conn *g_byfd[1 << 16];
-
 lily_conn *lily_front_started(lily_srv *s, int fd) {
     pthread_mutex_lock(&s->lmu);
     lily_conn *c = fd >= 0 && fd < (1 << 16) ? g_byfd[fd] : NULL;
@@ -301,7 +302,6 @@ lily_conn *lily_front_started(lily_srv *s, int fd) {
 
 void lily_front_closed(lily_srv *s, lily_conn *c) {
     pthread_mutex_lock(&s->lmu);
-    if (c->fd >= 0 && c->fd < (1 << 16) && g_byfd[c->fd] == c) g_byfd[c->fd] = NULL;
     conn_unlink(s, c);
     pthread_mutex_unlock(&s->lmu);
 }

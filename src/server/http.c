@@ -796,7 +796,12 @@ void lily_http_sweep(lily_srv *s, double now) {
                 if (stream) {
                     j->last_drain = 0; /* a keep-alive comment at once */
                     lily_job_wake(j);
-                } else if (lc->http11 && !s->opts.tls_cert) {
+                } else if (s->opts.tls_cert) {
+                    /* a TLS client ends its side with close_notify, not a TCP half-close: the
+                     * peer is gone (nothing can be written past TLS to ask) */
+                    j->cancelled = 1;
+                    lily_job_wake(j);
+                } else if (lc->http11) {
                     static const char probe[] = "HTTP/1.1 100 Continue\r\n\r\n";
                     ssize_t w = send(lc->fd, probe, sizeof probe - 1, MSG_NOSIGNAL | MSG_DONTWAIT);
                     (void)w;

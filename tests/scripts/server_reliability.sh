@@ -21,10 +21,10 @@ trap 'srv_stop; rm -rf "$tmp"' EXIT
 srv_model "$tmp/m" 0 || { echo "mkmodel failed"; exit 1; }
 status=0
 # an ASan build is slower: fewer slow connections keep the time bounded
-slow=1000
-ldd "$LILY" 2>/dev/null | grep -q libasan && slow=300
+slow=1000 load=150 clients=16
+ldd "$LILY" 2>/dev/null | grep -q libasan && slow=300 load=60 clients=8
 R="python3 tests/scripts/lib/reliability.py"
-MAIN=(--header-timeout 2 --conns-per-ip 300 --max-body 65536 --max-tokens-cap 8 --ctx 512
+MAIN=(--header-timeout 2 --body-timeout 3 --conns-per-ip 300 --max-body 65536 --max-tokens-cap 8 --ctx 512
       --threads 1)
 
 run() { # name, python args..., -- server flags...
@@ -86,8 +86,8 @@ if command -v node >/dev/null && [ -d tests/js/node_modules/openai ]; then
     srv_start "$tmp/m" --ctx 256 --threads 1 --parallel-queue 128 --snapshot-mem 64 "${TLSF[@]}" ||
         { echo "server did not start"; exit 1; }
     url=${SRV_URL/http:/https:}
-    (cd tests/js && NODE_EXTRA_CA_CERTS="$tmp/cert.pem" LOAD_REQUESTS=${LOAD_REQUESTS:-150} \
-        LOAD_CLIENTS=${LOAD_CLIENTS:-16} node load_server.mjs "$url" "$SRV_PID") || status=1
+    (cd tests/js && NODE_EXTRA_CA_CERTS="$tmp/cert.pem" LOAD_REQUESTS=${LOAD_REQUESTS:-$load} \
+        LOAD_CLIENTS=${LOAD_CLIENTS:-$clients} node load_server.mjs "$url" "$SRV_PID") || status=1
     srv_stop || { echo "load-tls: server exited with an error"; status=1; }
 else
     echo "TLS conformance and load: skipped (needs node and tests/js/node_modules)"

@@ -15,8 +15,8 @@ usage: reliability.py BASE_URL MODE [--tls CA_FILE] [--slow N] [--header-timeout
              generation with finish_reason "length"; a streaming client that stops reading is
              cancelled and frees the slot.
 
-MODE main (slowloris, bad input, the half-close and the token cap) needs a server with
---header-timeout 2 --conns-per-ip 300 --max-body 65536 --max-tokens-cap 8; MODE timeout one with
+MODE main (slowloris, bad input, the half-close, the body deadline and the token cap) needs a
+server with --header-timeout 2 --body-timeout 3 --conns-per-ip 300 --max-body 65536 --max-tokens-cap 8; MODE timeout one with
 --request-timeout 1.5; MODE stall one with --send-timeout 1 --send-buffer 64K (tests/scripts/
 server_reliability.sh starts them). One line per check; exit 1 on any failure."""
 import json
@@ -260,6 +260,31 @@ def half_close_and_cap():
         st, _, body = raw(req, half_close=True)
         ok = st == 200 and json.loads(body)["choices"][0]["finish_reason"] == "length"
         check(ok, "a half-closed POST (shutdown(SHUT_WR)) is answered", f"{st} {body[:200]}")
+    # a body that trickles in a byte every 0.3 s is cut at --body-timeout (3 s from accept)
+    s = connect()
+    s.sendall((f"POST /v1/chat/completions HTTP/1.1\r\nHost: localhost\r\nContent-Type: "
+               f"application/json\r\nContent-Length: 1000\r\n\r\n").encode())
+    t = time.time()
+    cut = None
+    while time.time() - t < 8 and cut is None:
+        try:
+            s.sendall(b" ")
+        except OSError:
+            cut = time.time() - t
+            break
+        time.sleep(0.3)
+        s.setblocking(False)
+        try:
+            if s.recv(4096) == b"":
+                cut = time.time() - t
+        except (BlockingIOError, ssl.SSLWantReadError):
+            pass
+        except OSError:
+            cut = time.time() - t
+        s.setblocking(True)
+    s.close()
+    check(cut is not None and cut < 4.5, "a body that trickles in is cut at --body-timeout",
+          f"cut after {cut}")
     st, _, body = request("POST", "/v1/completions", {"prompt": "once upon a time", "max_tokens": 100})
     j = json.loads(body) if st == 200 else {}
     ok = st == 200 and 0 < j["usage"]["completion_tokens"] <= 8
