@@ -165,7 +165,7 @@ void lily_job_wake(lily_job *j);
 /* The deadlines and waits of connections handed to libmicrohttpd (front thread, lmu held). */
 void lily_http_sweep(lily_srv *s, double now);
 
-/* ---- front.c ------------------------------------------------------------------------------- */
+/* ---- httphead.c, front.c ------------------------------------------------------------------- */
 
 /* Checks a request head (and a chunked body) in buf[0..n): 0 = complete and acceptable, 1 = not
  * complete yet, -1 = rejected with e (an HTTP-level error: 400, 411, 414, 431, 501, 505). full
