@@ -266,7 +266,7 @@ PY
                         --prefill "${GPU_CHECK_AB_LIST:-256,512,1K,4K}" \
                         ${GPU_CHECK_AB_TURN:+--turn "$GPU_CHECK_AB_TURN"} \
                         --decode "${GPU_CHECK_AB_DECODE:-256}" --gen 32 --rounds 1 2>&1 |
-                        grep -E '^ +[0-9]|rror'
+                        grep -vE '^$|^lily: loading'
                 done
             done
         fi

@@ -14,7 +14,9 @@ static void usage(FILE *f) {
             "usage: lily serve --model DIR [options]\n"
             "  --host ADDR           bind address (default 127.0.0.1)\n"
             "  --port N              port (default 8080; 0 = any free port)\n"
-            "  --api-key KEY         require this key (repeatable); --api-key-file FILE\n"
+            "  --api-key-file FILE   require the keys in FILE (one a line; # comments)\n"
+            "  --api-key KEY         the same on the command line, where other local users can read\n"
+            "                        it (/proc/PID/cmdline): prefer --api-key-file\n"
             "  --model-id ID         served model id (default: the directory name)\n"
             "  --strict-model        404 for requests naming another model\n"
             "  --ctx N               context per request (default min(model, 32768))\n"
@@ -26,6 +28,16 @@ static void usage(FILE *f) {
             "  --cors-origins LIST   allowed browser origins, comma list or * (default localhost)\n"
             "  --reasoning on|off    default thinking switch (default: the template's)\n"
             "  --port-file FILE      write the bound port to FILE\n"
+            "  --allow-host NAME     also accept this Host header (repeatable; * = any); default:\n"
+            "                        localhost names and the bound address\n"
+            "  --tls-cert FILE --tls-key FILE   serve HTTPS with this PEM certificate and key\n"
+            "  --max-tokens-cap N    generated tokens per request at most (default: the context)\n"
+            "  --request-timeout S   generation time per request, then finish \"length\" (600)\n"
+            "  --max-conns N         open connections (2048)  --conns-per-ip N (256)\n"
+            "  --header-timeout S    request head deadline from accept (10)\n"
+            "  --body-timeout S      whole-request deadline from accept (60)\n"
+            "  --send-timeout S      a stream whose reader holds unsent bytes this long is\n"
+            "                        cancelled (30)   --send-buffer BYTES: at most (4M)\n"
             "  --quiet\n");
 }
 
@@ -46,10 +58,20 @@ static int read_keys(const char *path, char ***keys, int *n) {
     return 0;
 }
 
+/* A positive number of seconds (fractions allowed). */
+static int seconds(const char *v, double *out) {
+    char *end;
+    double x = strtod(v, &end);
+    if (end == v || *end || !(x > 0) || x > 1e6) return 0;
+    *out = x;
+    return 1;
+}
+
 int lily_cmd_serve(int argc, char **argv) {
     lily_server_opts o = {.port = 8080, .reasoning = -1};
     char **keys = NULL;
-    int nkeys = 0, rc = 2;
+    const char **hosts = NULL;
+    int nkeys = 0, nhosts = 0, rc = 2;
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i], *v = NULL;
         long x;
@@ -105,6 +127,26 @@ int lily_cmd_serve(int argc, char **argv) {
             o.reasoning = !strcmp(v, "on");
         } else if (!strcmp(a, "--port-file")) {
             o.port_file = v;
+        } else if (!strcmp(a, "--allow-host")) {
+            hosts = lily_xrealloc(hosts, (size_t)(nhosts + 1) * sizeof *hosts);
+            hosts[nhosts++] = v;
+        } else if (!strcmp(a, "--tls-cert")) {
+            o.tls_cert = v;
+        } else if (!strcmp(a, "--tls-key")) {
+            o.tls_key = v;
+        } else if (!strcmp(a, "--max-tokens-cap") && !lily_cli_size(v, &x) && x > 0 &&
+                   x < 1000000000) {
+            o.max_tokens_cap = (int)x;
+        } else if (!strcmp(a, "--request-timeout") && seconds(v, &o.request_timeout)) {
+        } else if (!strcmp(a, "--header-timeout") && seconds(v, &o.header_timeout)) {
+        } else if (!strcmp(a, "--body-timeout") && seconds(v, &o.body_timeout)) {
+        } else if (!strcmp(a, "--send-timeout") && seconds(v, &o.send_timeout)) {
+        } else if (!strcmp(a, "--send-buffer") && !lily_cli_size(v, &x) && x > 0) {
+            o.send_buffer = (size_t)x;
+        } else if (!strcmp(a, "--max-conns") && !lily_cli_size(v, &x) && x > 0 && x < 1000000) {
+            o.max_conns = (int)x;
+        } else if (!strcmp(a, "--conns-per-ip") && !lily_cli_size(v, &x) && x > 0 && x < 1000000) {
+            o.conns_per_ip = (int)x;
         } else {
             fprintf(stderr, "lily serve: bad option %s %s\n", a, v);
             usage(stderr);
@@ -117,11 +159,14 @@ int lily_cmd_serve(int argc, char **argv) {
     }
     o.api_keys = (const char *const *)keys;
     o.n_api_keys = nkeys;
+    o.allow_hosts = hosts;
+    o.n_allow_hosts = nhosts;
     rc = lily_server_main(&o);
 out:
     for (int i = 0; i < nkeys; i++)
         free(keys[i]);
     free(keys);
+    free(hosts);
     return rc;
 }
 

@@ -5,14 +5,45 @@
 #include <stdio.h>
 #include <string.h>
 
+/* Length of the valid UTF-8 sequence at s[0..n), 0 if invalid or cut short. */
+static size_t utf8_seq(const unsigned char *s, size_t n) {
+    unsigned char c = s[0];
+    size_t k = c < 0x80 ? 1 : (c >= 0xC2 && c <= 0xDF) ? 2 : (c >> 4) == 14 ? 3
+             : (c >= 0xF0 && c <= 0xF4) ? 4 : 0;
+    if (!k || k > n) return 0;
+    for (size_t j = 1; j < k; j++)
+        if ((s[j] & 0xC0) != 0x80) return 0;
+    if (k == 3 && ((c == 0xE0 && s[1] < 0xA0) || (c == 0xED && s[1] >= 0xA0))) return 0;
+    if (k == 4 && ((c == 0xF0 && s[1] < 0x90) || (c == 0xF4 && s[1] >= 0x90))) return 0;
+    return k;
+}
+
+void lily_utf8_copy(char *dst, size_t cap, const char *src) {
+    const unsigned char *s = (const unsigned char *)src;
+    size_t n = strlen(src), o = 0;
+    if (!cap) return;
+    for (size_t i = 0; i < n;) {
+        size_t k = utf8_seq(s + i, n - i);
+        const char *piece = k ? src + i : "\xEF\xBF\xBD"; /* U+FFFD for a bad byte */
+        size_t pn = k ? k : 3;
+        if (o + pn + 1 > cap) break; /* never cut a character */
+        memcpy(dst + o, piece, pn);
+        o += pn;
+        i += k ? k : 1;
+    }
+    dst[o] = 0;
+}
+
 static void fill(lily_api_error *e, int status, const char *type, const char *code,
                  const char *param, const char *fmt, va_list ap) {
     memset(e, 0, sizeof *e);
     e->status = status;
     e->type = type;
     e->code = code;
-    snprintf(e->param, sizeof e->param, "%s", param ? param : "");
-    vsnprintf(e->message, sizeof e->message, fmt, ap);
+    lily_utf8_copy(e->param, sizeof e->param, param ? param : "");
+    char raw[4 * sizeof e->message];
+    vsnprintf(raw, sizeof raw, fmt, ap);
+    lily_utf8_copy(e->message, sizeof e->message, raw);
 }
 
 int lily_api_fail(lily_api_error *e, int status, const char *type, const char *code,

@@ -3,6 +3,8 @@
 #ifndef LILY_SERVER_APIERR_H
 #define LILY_SERVER_APIERR_H
 
+#include <stddef.h>
+
 #include "gen/sb.h"
 
 typedef struct lily_api_error {
@@ -23,6 +25,10 @@ int lily_api_fail(lily_api_error *e, int status, const char *type, const char *c
 /* Shorthand for 400 invalid_request_error. */
 int lily_api_bad(lily_api_error *e, const char *code, const char *param, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
+
+/* Copies src into dst[cap] as valid UTF-8: a byte that does not start a valid sequence becomes
+ * U+FFFD, and the copy stops before a character that would not fit (never mid-character). */
+void lily_utf8_copy(char *dst, size_t cap, const char *src);
 
 /* Appends {"error":{"message":..,"type":..,"param":..,"code":..}} to out. */
 void lily_api_error_json(const lily_api_error *e, lily_sb *out);

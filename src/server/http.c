@@ -1,8 +1,12 @@
-/* HTTP front of `lily serve` on libmicrohttpd (thread per connection): routing, body limits,
- * API keys (§8.1), CORS (§8.2), and the two ways an answer leaves: one JSON body, or a stream of
- * SSE events fed by the inference thread with ": " keep-alive comments while nothing else is
- * ready. A vanished client is noticed by write failure or by polling its socket for hang-up, and
- * cancels its job (§7). */
+/* HTTP handlers of `lily serve` on libmicrohttpd's one internal thread (epoll; the connections
+ * come from front.c): routing, the browser checks (Host allow-list, Content-Type, CORS §8.2), API
+ * keys (§8.1), body limits, and admission. Nothing here blocks: a request that needs work is
+ * admitted (a queue slot) once its body is in, handed to the preparation thread as a lily_job
+ * (JSON parse, template, tokens) and on to the inference thread, and its connection is suspended
+ * until the job has something for it (lily_job_wake). An answer leaves as one JSON body, or as a
+ * stream of SSE events with ": " keep-alive comments while nothing else is ready. The front
+ * thread's sweep (lily_http_sweep) enforces the read deadlines, notices vanished clients (§7) and
+ * cancels a stream whose reader stopped reading. */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <microhttpd.h>
@@ -12,39 +16,69 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "base/err.h"
+#include "base/file.h"
 #include "base/timer.h"
 #include "server/srv.h"
 
 #define KEEPALIVE_S 10.0
 
-typedef struct conn {
+typedef struct conn { /* one request (libmicrohttpd's con_cls) */
     lily_sb body;
     int too_big;
+    lily_job *job; /* the job it waits on (a reference) */
+    lily_conn *lc; /* its connection's record (front.c), or NULL */
 } conn;
 
 typedef struct stream {
-    lily_job *job;
-    int fd;
-    double last_send;
+    lily_job *job; /* a reference */
+    struct MHD_Connection *c;
 } stream;
 
 /* ---- helpers -------------------------------------------------------------------------------- */
 
+/* The client reset or fully closed the connection (a half-close alone is not "gone"). */
 static int socket_gone(int fd) {
     if (fd < 0) return 0;
+    struct pollfd p = {.fd = fd, .events = POLLIN};
+    return poll(&p, 1, 0) > 0 && (p.revents & (POLLHUP | POLLERR | POLLNVAL));
+}
+
+static int socket_rdhup(int fd) {
     struct pollfd p = {.fd = fd, .events = POLLRDHUP};
-    return poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL));
+    return fd >= 0 && poll(&p, 1, 0) > 0 && (p.revents & POLLRDHUP);
 }
 
 static int conn_fd(struct MHD_Connection *c) {
     const union MHD_ConnectionInfo *ci =
         MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
     return ci ? ci->connect_fd : -1;
+}
+
+void lily_job_wake(lily_job *j) {
+    if (j->suspended && j->conn) {
+        j->suspended = 0;
+        MHD_resume_connection(j->conn);
+    }
+}
+
+/* Suspends the connection until the job wakes it (j->mu held; released here). */
+static enum MHD_Result wait_job(lily_srv *s, struct MHD_Connection *c, lily_job *j) {
+    if (__atomic_load_n(&s->shutdown, __ATOMIC_ACQUIRE)) {
+        j->cancelled = 1;
+        pthread_mutex_unlock(&j->mu);
+        return MHD_NO;
+    }
+    j->conn = c;
+    j->suspended = 1;
+    MHD_suspend_connection(c);
+    pthread_mutex_unlock(&j->mu);
+    return MHD_YES;
 }
 
 static int origin_allowed(const lily_srv *s, const char *origin) {
@@ -91,6 +125,7 @@ static enum MHD_Result send_body(lily_srv *s, struct MHD_Connection *c, int stat
     if (!r) return MHD_NO;
     if (type) MHD_add_response_header(r, "Content-Type", type);
     if (h1) MHD_add_response_header(r, h1, v1);
+    MHD_add_response_header(r, "Connection", "close"); /* each request is screened afresh */
     add_cors(s, c, r);
     enum MHD_Result rc = MHD_queue_response(c, (unsigned)status, r);
     MHD_destroy_response(r);
@@ -111,6 +146,7 @@ static enum MHD_Result send_error(lily_srv *s, struct MHD_Connection *c, const l
         MHD_add_response_header(r, "Retry-After", v);
     }
     if (e->status >= 500 && !e->retry_after) MHD_add_response_header(r, "x-should-retry", "false");
+    MHD_add_response_header(r, "Connection", "close");
     add_cors(s, c, r);
     enum MHD_Result rc = MHD_queue_response(c, (unsigned)e->status, r);
     MHD_destroy_response(r);
@@ -226,36 +262,37 @@ static enum MHD_Result get_route(lily_srv *s, struct MHD_Connection *c, route rt
     return rc;
 }
 
-static enum MHD_Result tokenize_route(lily_srv *s, struct MHD_Connection *c, route rt,
-                                      const conn *k) {
-    lily_api_error e;
-    cJSON *j = cJSON_ParseWithLength(lily_sb_str(&k->body), k->body.len);
-    lily_sb b = {0};
+/* ---- preparation (its own thread) ----------------------------------------------------------- */
+
+static void tokenize_task(lily_srv *s, lily_job *j, lily_sb *b, lily_api_error *e) {
     lily_err err;
-    if (!cJSON_IsObject(j)) {
-        cJSON_Delete(j);
-        lily_api_bad(&e, "invalid_json", NULL, "request body must be a JSON object");
-        return send_error(s, c, &e);
+    cJSON *js = cJSON_ParseWithLength(lily_sb_str(&j->body), j->body.len);
+    if (!cJSON_IsObject(js)) {
+        cJSON_Delete(js);
+        lily_api_bad(e, "invalid_json", NULL, "request body must be a JSON object");
+        return;
     }
-    if (rt == R_TOKENIZE) {
-        const cJSON *t = cJSON_GetObjectItemCaseSensitive(j, "content");
-        if (!t) t = cJSON_GetObjectItemCaseSensitive(j, "prompt");
+    if (j->task == TASK_TOKENIZE) {
+        const cJSON *t = cJSON_GetObjectItemCaseSensitive(js, "content");
+        if (!t) t = cJSON_GetObjectItemCaseSensitive(js, "prompt");
         int32_t *ids = NULL;
         size_t n = 0;
         if (!cJSON_IsString(t)) {
-            lily_api_bad(&e, "invalid_type", "content", "'content' must be a string");
+            lily_api_bad(e, "invalid_type", "content", "'content' must be a string");
+        } else if (lily_json_has_nul(lily_sb_str(&j->body), j->body.len)) {
+            lily_api_bad(e, "invalid_value", "content", "strings must not contain U+0000");
         } else if (lily_tokenizer_encode(s->tok, t->valuestring, strlen(t->valuestring), &ids, &n,
                                          &err)) {
-            lily_api_bad(&e, "invalid_value", "content", "%s", err.msg);
+            lily_api_bad(e, "invalid_value", "content", "%s", err.msg);
         } else {
-            lily_sb_puts(&b, "{\"tokens\":[");
+            lily_sb_puts(b, "{\"tokens\":[");
             for (size_t i = 0; i < n; i++)
-                lily_sb_printf(&b, "%s%d", i ? "," : "", ids[i]);
-            lily_sb_printf(&b, "],\"count\":%zu,\"max_model_len\":%d}", n, s->ctx);
+                lily_sb_printf(b, "%s%d", i ? "," : "", ids[i]);
+            lily_sb_printf(b, "],\"count\":%zu,\"max_model_len\":%d}", n, s->ctx);
         }
         free(ids);
     } else {
-        const cJSON *t = cJSON_GetObjectItemCaseSensitive(j, "tokens");
+        const cJSON *t = cJSON_GetObjectItemCaseSensitive(js, "tokens");
         int n = cJSON_IsArray(t) ? cJSON_GetArraySize(t) : -1;
         int32_t *ids = lily_xcalloc((size_t)(n > 0 ? n : 1), sizeof *ids);
         int ok = n >= 0, i = 0;
@@ -269,20 +306,92 @@ static enum MHD_Result tokenize_route(lily_srv *s, struct MHD_Connection *c, rou
         char *text = NULL;
         size_t len = 0;
         if (!ok)
-            lily_api_bad(&e, "invalid_type", "tokens", "'tokens' must be an array of token ids");
+            lily_api_bad(e, "invalid_type", "tokens", "'tokens' must be an array of token ids");
         else if (lily_tokenizer_decode(s->tok, ids, (size_t)n, &text, &len, &err))
-            ok = 0, lily_api_bad(&e, "invalid_value", "tokens", "%s", err.msg);
+            ok = 0, lily_api_bad(e, "invalid_value", "tokens", "%s", err.msg);
         if (ok) {
-            lily_sb_puts(&b, "{\"content\":");
-            lily_sb_json_str(&b, text, len);
-            lily_sb_putc(&b, '}');
+            lily_sb_puts(b, "{\"content\":");
+            lily_sb_json_str(b, text, len);
+            lily_sb_putc(b, '}');
         }
         free(text);
         free(ids);
     }
-    cJSON_Delete(j);
-    if (!b.len) return send_error(s, c, &e);
-    return send_sb(s, c, 200, &b);
+    cJSON_Delete(js);
+}
+
+/* Parses, renders and tokenizes one admitted request, then queues it for inference. */
+static void prepare(lily_srv *s, lily_job *j) {
+    lily_api_error e;
+    memset(&e, 0, sizeof e);
+    lily_sb out = {0};
+    int failed = 0;
+    if (lily_job_cancelled(j)) {
+        failed = 1;
+        lily_api_fail(&e, 503, "server_error", "server_overloaded", NULL, "shutting down");
+    } else if (j->task == TASK_CHAT || j->task == TASK_COMPLETION) {
+        lily_request req;
+        lily_request_limits lim = {.max_body = s->opts.max_body, .max_messages = 100000};
+        failed = lily_request_parse(j->task == TASK_CHAT ? LILY_REQ_CHAT : LILY_REQ_COMPLETION,
+                                    lily_sb_str(&j->body), j->body.len, &lim, &req, &e) ||
+                 lily_job_fill(s, j, &req, &e);
+    } else {
+        tokenize_task(s, j, &out, &e);
+        failed = !out.len;
+    }
+    lily_sb_free(&j->body);
+    int generate = !failed && j->task != TASK_TOKENIZE && j->task != TASK_DETOKENIZE;
+    if (!generate) lily_sched_unadmit(s);
+    pthread_mutex_lock(&j->mu);
+    j->prepared = 1;
+    j->failed = failed;
+    j->err = e;
+    if (!generate) {
+        j->out = out;
+        j->state = JOB_DONE;
+    }
+    lily_job_wake(j);
+    pthread_mutex_unlock(&j->mu);
+    if (generate && lily_sched_submit(s, j)) { /* only while stopping */
+        lily_sched_unadmit(s);
+        pthread_mutex_lock(&j->mu);
+        j->failed = 1;
+        lily_api_fail(&j->err, 503, "server_error", "server_overloaded", NULL, "shutting down");
+        j->state = JOB_DONE;
+        lily_job_wake(j);
+        pthread_mutex_unlock(&j->mu);
+    }
+}
+
+static void *prep_main(void *arg) {
+    lily_srv *s = arg;
+    for (;;) {
+        pthread_mutex_lock(&s->qmu);
+        while (!s->p_len && !s->stopping)
+            pthread_cond_wait(&s->pcv, &s->qmu);
+        if (!s->p_len) {
+            pthread_mutex_unlock(&s->qmu);
+            break;
+        }
+        lily_job *j = s->prep[s->p_head];
+        s->p_head = (s->p_head + 1) % s->q_cap;
+        s->p_len--;
+        pthread_mutex_unlock(&s->qmu);
+        prepare(s, j);
+        lily_job_release(j);
+    }
+    return NULL;
+}
+
+static void prep_push(lily_srv *s, lily_job *j) {
+    pthread_mutex_lock(&j->mu);
+    j->refs++;
+    pthread_mutex_unlock(&j->mu);
+    pthread_mutex_lock(&s->qmu);
+    s->prep[(s->p_head + s->p_len) % s->q_cap] = j; /* admitted <= q_cap: there is room */
+    s->p_len++;
+    pthread_cond_signal(&s->pcv);
+    pthread_mutex_unlock(&s->qmu);
 }
 
 /* ---- streaming ------------------------------------------------------------------------------ */
@@ -291,130 +400,157 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
     (void)pos;
     stream *st = cls;
     lily_job *j = st->job;
+    lily_srv *s = j->srv;
     pthread_mutex_lock(&j->mu);
-    for (;;) {
-        if (j->out.len) {
-            size_t n = j->out.len < max ? j->out.len : max;
-            memcpy(buf, j->out.data, n);
-            lily_sb_drop_front(&j->out, n);
-            pthread_mutex_unlock(&j->mu);
-            st->last_send = lily_now();
-            return (ssize_t)n;
-        }
-        if (j->state == JOB_DONE) {
-            pthread_mutex_unlock(&j->mu);
-            return MHD_CONTENT_READER_END_OF_STREAM;
-        }
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        ts.tv_nsec += 250 * 1000000L;
-        if (ts.tv_nsec >= 1000000000L) ts.tv_sec++, ts.tv_nsec -= 1000000000L;
-        int rc = pthread_cond_timedwait(&j->cv, &j->mu, &ts);
-        if (rc != ETIMEDOUT) continue;
-        if (socket_gone(st->fd)) {
-            j->cancelled = 1;
-            pthread_mutex_unlock(&j->mu);
-            return MHD_CONTENT_READER_END_WITH_ERROR;
-        }
-        if (lily_now() - st->last_send >= KEEPALIVE_S) {
-            char msg[96];
-            int n;
-            if (j->state == JOB_QUEUED)
-                n = snprintf(msg, sizeof msg, ": queued\n\n");
-            else if (j->prefill_total > 0 && j->prefill_done < j->prefill_total)
-                n = snprintf(msg, sizeof msg, ": prefill %d/%d\n\n", j->prefill_done,
-                             j->prefill_total);
-            else
-                n = snprintf(msg, sizeof msg, ": ping\n\n");
-            pthread_mutex_unlock(&j->mu);
-            if ((size_t)n > max) n = (int)max;
-            memcpy(buf, msg, (size_t)n);
-            st->last_send = lily_now();
-            return n;
-        }
+    double now = lily_now();
+    if (j->overflow) {
+        pthread_mutex_unlock(&j->mu);
+        return MHD_CONTENT_READER_END_WITH_ERROR;
     }
+    if (j->out.len) {
+        size_t n = j->out.len < max ? j->out.len : max;
+        memcpy(buf, j->out.data, n);
+        lily_sb_drop_front(&j->out, n);
+        j->last_drain = now;
+        pthread_mutex_unlock(&j->mu);
+        return (ssize_t)n;
+    }
+    if (j->state == JOB_DONE) {
+        pthread_mutex_unlock(&j->mu);
+        return MHD_CONTENT_READER_END_OF_STREAM;
+    }
+    if (lily_job_cancelled(j)) {
+        pthread_mutex_unlock(&j->mu);
+        return MHD_CONTENT_READER_END_WITH_ERROR;
+    }
+    if (now - j->last_drain >= KEEPALIVE_S) {
+        char msg[96];
+        int n;
+        if (j->state == JOB_QUEUED)
+            n = snprintf(msg, sizeof msg, ": queued\n\n");
+        else if (j->prefill_total > 0 && j->prefill_done < j->prefill_total)
+            n = snprintf(msg, sizeof msg, ": prefill %d/%d\n\n", j->prefill_done, j->prefill_total);
+        else
+            n = snprintf(msg, sizeof msg, ": ping\n\n");
+        j->last_drain = now;
+        pthread_mutex_unlock(&j->mu);
+        if ((size_t)n > max) n = (int)max;
+        memcpy(buf, msg, (size_t)n);
+        return n;
+    }
+    if (wait_job(s, st->c, j) != MHD_YES) return MHD_CONTENT_READER_END_WITH_ERROR;
+    return 0;
 }
 
 static void stream_free(void *cls) {
     stream *st = cls;
-    __atomic_store_n(&st->job->cancelled, 1, __ATOMIC_RELAXED); /* no-op once it is done */
-    lily_job_release(st->job);
+    lily_job *j = st->job;
+    pthread_mutex_lock(&j->mu);
+    j->cancelled = 1; /* no-op once it is done */
+    j->conn = NULL;
+    j->suspended = 0;
+    pthread_mutex_unlock(&j->mu);
+    lily_job_release(j);
     free(st);
 }
 
-/* ---- completions ---------------------------------------------------------------------------- */
-
-static enum MHD_Result completion_route(lily_srv *s, struct MHD_Connection *c, route rt, conn *k) {
-    lily_api_error e;
-    lily_request req;
-    lily_request_limits lim = {.max_body = s->opts.max_body, .max_messages = 100000};
-    if (lily_request_parse(rt == R_CHAT ? LILY_REQ_CHAT : LILY_REQ_COMPLETION,
-                           lily_sb_str(&k->body), k->body.len, &lim, &req, &e))
-        return send_error(s, c, &e);
-    lily_job *j = lily_job_prepare(s, &req, &e);
-    lily_request_free(&req);
-    if (!j) return send_error(s, c, &e);
-    if (lily_sched_submit(s, j)) {
-        lily_job_release(j);
-        lily_api_fail(&e, 503, "server_error", "server_overloaded", NULL,
-                      "The server is busy (request queue full); retry shortly");
-        e.retry_after = 1;
-        pthread_mutex_lock(&s->metrics.mu);
-        s->metrics.rejected_busy++;
-        pthread_mutex_unlock(&s->metrics.mu);
-        return send_error(s, c, &e);
-    }
-    int fd = conn_fd(c);
-    if (j->req.stream) {
-        stream *st = lily_xcalloc(1, sizeof *st);
-        st->job = j;
-        st->fd = fd;
-        st->last_send = lily_now();
-        struct MHD_Response *r = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16 * 1024,
-                                                                   stream_read, st, stream_free);
-        if (!r) {
-            stream_free(st);
-            return MHD_NO;
-        }
-        MHD_add_response_header(r, "Content-Type", "text/event-stream");
-        MHD_add_response_header(r, "Cache-Control", "no-cache");
-        MHD_add_response_header(r, "X-Accel-Buffering", "no");
-        add_cors(s, c, r);
-        if (fd >= 0) {
-            int one = 1;
-            setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-        }
-        enum MHD_Result rc = MHD_queue_response(c, 200, r);
-        MHD_destroy_response(r);
-        count(s, 200);
-        return rc;
-    }
-    /* non-streaming: wait, watching the socket so a vanished client cancels its work */
+static enum MHD_Result start_stream(lily_srv *s, struct MHD_Connection *c, lily_job *j) {
+    stream *st = lily_xcalloc(1, sizeof *st);
+    st->job = j;
+    st->c = c;
     pthread_mutex_lock(&j->mu);
-    while (j->state != JOB_DONE) {
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        ts.tv_nsec += 200 * 1000000L;
-        if (ts.tv_nsec >= 1000000000L) ts.tv_sec++, ts.tv_nsec -= 1000000000L;
-        if (pthread_cond_timedwait(&j->cv, &j->mu, &ts) == ETIMEDOUT && socket_gone(fd)) {
-            j->cancelled = 1;
-            break;
-        }
+    j->refs++;
+    j->last_drain = lily_now();
+    pthread_mutex_unlock(&j->mu);
+    struct MHD_Response *r =
+        MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16 * 1024, stream_read, st, stream_free);
+    if (!r) {
+        stream_free(st);
+        return MHD_NO;
     }
-    int done = j->state == JOB_DONE, status = j->status;
+    MHD_add_response_header(r, "Content-Type", "text/event-stream");
+    MHD_add_response_header(r, "Cache-Control", "no-cache");
+    MHD_add_response_header(r, "X-Accel-Buffering", "no");
+    MHD_add_response_header(r, "Connection", "close");
+    add_cors(s, c, r);
+    int fd = conn_fd(c);
+    if (fd >= 0) {
+        int one = 1;
+        setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+        /* a fixed kernel send buffer (no autotuning up to 4 MiB): what a stream holds unsent is
+         * bounded by it (doubled by the kernel) + --send-buffer */
+        int sb = s->opts.send_buffer < (256u << 10) ? (int)s->opts.send_buffer : 256 << 10;
+        setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &sb, sizeof sb);
+    }
+    enum MHD_Result rc = MHD_queue_response(c, 200, r);
+    MHD_destroy_response(r);
+    count(s, 200);
+    return rc;
+}
+
+/* ---- admitted work: completions and the tokenizer ------------------------------------------ */
+
+static enum MHD_Result task_route(lily_srv *s, struct MHD_Connection *c, route rt, conn *k) {
+    lily_api_error e;
+    lily_job *j = k->job;
+    if (!j) {
+        if (lily_sched_admit(s)) {
+            lily_api_fail(&e, 503, "server_error", "server_overloaded", NULL,
+                          "The server is busy (request queue full); retry shortly");
+            e.retry_after = 1;
+            pthread_mutex_lock(&s->metrics.mu);
+            s->metrics.rejected_busy++;
+            pthread_mutex_unlock(&s->metrics.mu);
+            return send_error(s, c, &e);
+        }
+        lily_task task = rt == R_CHAT          ? TASK_CHAT
+                         : rt == R_COMPLETIONS ? TASK_COMPLETION
+                         : rt == R_TOKENIZE    ? TASK_TOKENIZE
+                                               : TASK_DETOKENIZE;
+        j = lily_job_new(s, task);
+        j->body = k->body;
+        memset(&k->body, 0, sizeof k->body);
+        j->conn = c;
+        k->job = j;
+        if (k->lc) {
+            pthread_mutex_lock(&s->lmu);
+            k->lc->job = j;
+            pthread_mutex_unlock(&s->lmu);
+        }
+        prep_push(s, j);
+    }
+    pthread_mutex_lock(&j->mu);
+    if (j->cancelled) { /* the client went away */
+        pthread_mutex_unlock(&j->mu);
+        return MHD_NO;
+    }
+    if (!j->prepared) return wait_job(s, c, j);
+    if (j->failed) {
+        e = j->err;
+        pthread_mutex_unlock(&j->mu);
+        return send_error(s, c, &e);
+    }
+    if (j->task == TASK_TOKENIZE || j->task == TASK_DETOKENIZE) {
+        lily_sb b = j->out;
+        memset(&j->out, 0, sizeof j->out);
+        pthread_mutex_unlock(&j->mu);
+        return send_sb(s, c, 200, &b);
+    }
+    if (j->req.stream) {
+        pthread_mutex_unlock(&j->mu);
+        return start_stream(s, c, j);
+    }
+    if (j->state != JOB_DONE) return wait_job(s, c, j);
+    int status = j->status;
     char cached[64];
     snprintf(cached, sizeof cached, "%d", j->cached_tokens);
     lily_sb body = j->out;
     memset(&j->out, 0, sizeof j->out);
     pthread_mutex_unlock(&j->mu);
-    lily_job_release(j);
-    if (!done || status == 503) {
+    if (status == 503) {
         lily_sb_free(&body);
-        if (done) {
-            lily_api_fail(&e, 503, "server_error", "server_overloaded", NULL, "shutting down");
-            return send_error(s, c, &e);
-        }
-        return MHD_NO; /* the client is gone */
+        lily_api_fail(&e, 503, "server_error", "server_overloaded", NULL, "shutting down");
+        return send_error(s, c, &e);
     }
     enum MHD_Result rc = send_body(s, c, status, "application/json", lily_sb_str(&body), body.len,
                                    "x-lily-cached-tokens", cached);
@@ -422,7 +558,69 @@ static enum MHD_Result completion_route(lily_srv *s, struct MHD_Connection *c, r
     return rc;
 }
 
+/* ---- browser-facing checks ------------------------------------------------------------------ */
+
+/* Host header allow-list (DNS rebinding): localhost names, the bound address, --allow-host. */
+static int host_allowed(const lily_srv *s, struct MHD_Connection *c) {
+    const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Host");
+    if (!h) return 1; /* HTTP/1.0 without Host (HTTP/1.1 needs one: the front checks) */
+    char name[256];
+    size_t n;
+    if (h[0] == '[') {
+        const char *close = strchr(h, ']');
+        if (!close) return 0;
+        n = (size_t)(close - h - 1);
+        h++;
+    } else {
+        const char *colon = strchr(h, ':');
+        n = colon ? (size_t)(colon - h) : strlen(h);
+    }
+    if (n >= sizeof name) return 0;
+    memcpy(name, h, n);
+    name[n] = 0;
+    if (n && name[n - 1] == '.') name[--n] = 0;
+    static const char *const local[] = {"localhost", "127.0.0.1", "::1"};
+    for (size_t i = 0; i < sizeof local / sizeof local[0]; i++)
+        if (!strcasecmp(name, local[i])) return 1;
+    if (n > 10 && !strcasecmp(name + n - 10, ".localhost")) return 1;
+    const char *bound = s->opts.host ? s->opts.host : "127.0.0.1";
+    if (strcmp(bound, "0.0.0.0") && strcmp(bound, "::") && !strcasecmp(name, bound)) return 1;
+    for (int i = 0; i < s->opts.n_allow_hosts; i++)
+        if (!strcmp(s->opts.allow_hosts[i], "*") || !strcasecmp(name, s->opts.allow_hosts[i]))
+            return 1;
+    return 0;
+}
+
+static int json_content_type(struct MHD_Connection *c) {
+    const char *t = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Type");
+    if (!t) return 0;
+    while (*t == ' ')
+        t++;
+    return !strncasecmp(t, "application/json", 16) &&
+           (t[16] == 0 || t[16] == ';' || t[16] == ' ');
+}
+
+typedef struct {
+    int n;
+    char first[32];
+    int conflict;
+} clen_scan;
+
+static enum MHD_Result scan_clen(void *cls, enum MHD_ValueKind kind, const char *key,
+                                 const char *value) {
+    (void)kind;
+    clen_scan *cs = cls;
+    if (strcasecmp(key, "Content-Length")) return MHD_YES;
+    if (cs->n++ == 0) snprintf(cs->first, sizeof cs->first, "%s", value ? value : "");
+    else if (strcmp(cs->first, value ? value : "")) cs->conflict = 1;
+    return MHD_YES;
+}
+
 /* ---- the access handler --------------------------------------------------------------------- */
+
+static void set_phase(lily_conn *lc, int phase) {
+    if (lc) __atomic_store_n(&lc->phase, phase, __ATOMIC_RELEASE);
+}
 
 static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *url,
                                const char *method, const char *version, const char *upload,
@@ -435,10 +633,29 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
     if (!*con_cls) {
         conn *k = lily_xcalloc(1, sizeof *k);
         *con_cls = k;
+        const union MHD_ConnectionInfo *ci =
+            MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+        k->lc = ci ? ci->socket_context : NULL;
+        set_phase(k->lc, 1);
+        if (!host_allowed(s, c)) {
+            lily_api_fail(&e, 403, "invalid_request_error", "host_not_allowed", NULL,
+                          "Host header not allowed (start the server with --allow-host NAME)");
+            return send_error(s, c, &e);
+        }
+        clen_scan cs = {0};
+        MHD_get_connection_values(c, MHD_HEADER_KIND, scan_clen, &cs);
+        if (cs.conflict) {
+            lily_api_fail(&e, 400, "invalid_request_error", "invalid_content_length", NULL,
+                          "conflicting Content-Length headers");
+            return send_error(s, c, &e);
+        }
         if (!strcmp(method, "OPTIONS")) { /* CORS preflight */
             const char *origin = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Origin");
-            if (origin && !origin_allowed(s, origin))
-                return send_body(s, c, 403, "text/plain", "origin not allowed", 18, NULL, NULL);
+            if (origin && !origin_allowed(s, origin)) {
+                lily_api_fail(&e, 403, "invalid_request_error", "origin_not_allowed", NULL,
+                              "origin not allowed");
+                return send_error(s, c, &e);
+            }
             struct MHD_Response *r = MHD_create_response_from_buffer(0, "", MHD_RESPMEM_PERSISTENT);
             const char *hdrs =
                 MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Access-Control-Request-Headers");
@@ -446,6 +663,7 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
             MHD_add_response_header(r, "Access-Control-Allow-Headers",
                                     hdrs ? hdrs : "Authorization, Content-Type");
             MHD_add_response_header(r, "Access-Control-Max-Age", "600");
+            MHD_add_response_header(r, "Connection", "close");
             add_cors(s, c, r);
             enum MHD_Result rc = MHD_queue_response(c, 204, r);
             MHD_destroy_response(r);
@@ -467,12 +685,31 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
                           "Incorrect or missing API key (send Authorization: Bearer <key>)");
             return send_error(s, c, &e);
         }
+        if (rt > R_METRICS && !json_content_type(c)) {
+            lily_api_fail(&e, 415, "invalid_request_error", "unsupported_media_type", NULL,
+                          "Content-Type must be application/json");
+            return send_error(s, c, &e);
+        }
         const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
         if (cl && strtoull(cl, NULL, 10) > s->opts.max_body) {
             lily_api_fail(&e, 413, "invalid_request_error", "request_too_large", NULL,
                           "request body of %s bytes exceeds the limit of %zu bytes", cl,
                           s->opts.max_body);
             return send_error(s, c, &e);
+        }
+        if (rt > R_METRICS) { /* refuse before reading a body that could not be queued */
+            pthread_mutex_lock(&s->qmu);
+            int full = s->admitted >= s->q_cap;
+            pthread_mutex_unlock(&s->qmu);
+            if (full) {
+                lily_api_fail(&e, 503, "server_error", "server_overloaded", NULL,
+                              "The server is busy (request queue full); retry shortly");
+                e.retry_after = 1;
+                pthread_mutex_lock(&s->metrics.mu);
+                s->metrics.rejected_busy++;
+                pthread_mutex_unlock(&s->metrics.mu);
+                return send_error(s, c, &e);
+            }
         }
         return MHD_YES;
     }
@@ -486,59 +723,192 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
         *upload_size = 0;
         return MHD_YES;
     }
+    set_phase(k->lc, 2);
     if (k->too_big) {
         lily_api_fail(&e, 413, "invalid_request_error", "request_too_large", NULL,
                       "request body exceeds the limit of %zu bytes", s->opts.max_body);
         return send_error(s, c, &e);
     }
-    if (rt == R_CHAT || rt == R_COMPLETIONS) return completion_route(s, c, rt, k);
-    if (rt == R_TOKENIZE || rt == R_DETOKENIZE) return tokenize_route(s, c, rt, k);
+    if (rt > R_METRICS) return task_route(s, c, rt, k);
     return get_route(s, c, rt, arg);
 }
 
 static void completed(void *cls, struct MHD_Connection *c, void **con_cls,
                       enum MHD_RequestTerminationCode toe) {
-    (void)cls, (void)c, (void)toe;
+    (void)c, (void)toe;
+    lily_srv *s = cls;
     conn *k = *con_cls;
     if (!k) return;
+    lily_job *j = k->job;
+    if (j) {
+        if (k->lc) {
+            pthread_mutex_lock(&s->lmu);
+            k->lc->job = NULL;
+            pthread_mutex_unlock(&s->lmu);
+        }
+        pthread_mutex_lock(&j->mu);
+        j->conn = NULL;
+        j->suspended = 0;
+        if (j->state != JOB_DONE) j->cancelled = 1;
+        pthread_mutex_unlock(&j->mu);
+        lily_job_release(j);
+    }
     lily_sb_free(&k->body);
     free(k);
     *con_cls = NULL;
 }
 
+static void notify_conn(void *cls, struct MHD_Connection *c, void **socket_context,
+                        enum MHD_ConnectionNotificationCode code) {
+    lily_srv *s = cls;
+    if (code == MHD_CONNECTION_NOTIFY_STARTED) {
+        *socket_context = lily_front_started(s, conn_fd(c));
+    } else if (*socket_context) {
+        lily_front_closed(s, *socket_context);
+        *socket_context = NULL;
+    }
+}
+
+/* ---- the sweep (front thread, lmu held) ----------------------------------------------------- */
+
+void lily_http_sweep(lily_srv *s, double now) {
+    for (lily_conn *lc = s->conns; lc; lc = lc->next) {
+        if (lc->state != CONN_MHD) continue;
+        int phase = __atomic_load_n(&lc->phase, __ATOMIC_ACQUIRE);
+        /* read deadlines, from accept: not renewed by each byte */
+        if (!lc->killed && ((phase < 1 && now - lc->t0 > s->opts.header_timeout) ||
+                            (phase < 2 && now - lc->t0 > s->opts.body_timeout))) {
+            shutdown(lc->fd, SHUT_RDWR);
+            lc->killed = 1;
+        }
+        lily_job *j = lc->job;
+        if (!j) continue;
+        pthread_mutex_lock(&j->mu);
+        int stream = j->prepared && !j->failed && j->req.stream;
+        if (j->suspended) {
+            if (socket_gone(lc->fd)) {
+                j->cancelled = 1;
+                lily_job_wake(j);
+            } else if (!j->probed && socket_rdhup(lc->fd)) {
+                /* closed, or only half-closed (answered all the same): a write tells them
+                 * apart, as the peer of a closed socket answers it with a reset */
+                j->probed = 1;
+                if (stream) {
+                    j->last_drain = 0; /* a keep-alive comment at once */
+                    lily_job_wake(j);
+                } else if (s->opts.tls_cert) {
+                    /* a TLS client ends its side with close_notify, not a TCP half-close: the
+                     * peer is gone (nothing can be written past TLS to ask) */
+                    j->cancelled = 1;
+                    lily_job_wake(j);
+                } else if (lc->http11) {
+                    static const char probe[] = "HTTP/1.1 100 Continue\r\n\r\n";
+                    ssize_t w = send(lc->fd, probe, sizeof probe - 1, MSG_NOSIGNAL | MSG_DONTWAIT);
+                    (void)w;
+                }
+            } else if (stream && now - j->last_drain >= KEEPALIVE_S) {
+                lily_job_wake(j);
+            }
+        } else if (stream && j->out.len && now - j->last_drain > s->opts.send_timeout) {
+            /* the reader stopped reading: its bytes wait, the slot is held */
+            j->cancelled = 1;
+            shutdown(lc->fd, SHUT_RDWR);
+        }
+        pthread_mutex_unlock(&j->mu);
+    }
+}
+
+/* ---- start and stop ------------------------------------------------------------------------- */
+
+static void wake_all(lily_srv *s) {
+    pthread_mutex_lock(&s->lmu);
+    for (lily_conn *lc = s->conns; lc; lc = lc->next) {
+        if (!lc->job) continue;
+        pthread_mutex_lock(&lc->job->mu);
+        lily_job_wake(lc->job);
+        pthread_mutex_unlock(&lc->job->mu);
+    }
+    pthread_mutex_unlock(&s->lmu);
+}
+
 int lily_http_serve(lily_srv *s, volatile int *stop, lily_err *e) {
-    struct sockaddr_in addr = {0};
-    addr.sin_family = AF_INET;
-    addr.sin_port = htons((uint16_t)s->opts.port);
-    const char *host = s->opts.host ? s->opts.host : "127.0.0.1";
-    if (!strcmp(host, "localhost")) host = "127.0.0.1";
-    if (inet_pton(AF_INET, host, &addr.sin_addr) != 1)
-        return lily_fail(e, "--host must be an IPv4 address, got '%s'", host);
+    if (lily_front_listen(s, e)) return -1;
+    char *cert = NULL, *key = NULL;
+    unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME |
+                     MHD_USE_NO_LISTEN_SOCKET;
     /* MHD's own log reports every client that hangs up mid-stream: noise under --quiet */
-    unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION | MHD_USE_POLL;
     if (!s->opts.quiet) flags |= MHD_USE_ERROR_LOG;
-    struct MHD_Daemon *d = MHD_start_daemon(
-        flags, (uint16_t)s->opts.port, NULL, NULL, handler, s, MHD_OPTION_SOCK_ADDR, &addr,
-        MHD_OPTION_NOTIFY_COMPLETED, completed, s, MHD_OPTION_CONNECTION_TIMEOUT, 300u,
-        MHD_OPTION_CONNECTION_LIMIT, 1000u, MHD_OPTION_END);
-    if (!d) return lily_fail(e, "cannot listen on %s:%d (%s)", host, s->opts.port, strerror(errno));
-    const union MHD_DaemonInfo *di = MHD_get_daemon_info(d, MHD_DAEMON_INFO_BIND_PORT);
-    int port = di ? di->port : s->opts.port;
+    struct MHD_OptionItem tls[3] = {{MHD_OPTION_END, 0, NULL}};
+    if (s->opts.tls_cert) {
+        if (MHD_is_feature_supported(MHD_FEATURE_TLS) != MHD_YES) {
+            close(s->listen_fd);
+            return lily_fail(e, "this libmicrohttpd has no TLS support (GnuTLS)");
+        }
+        if (lily_read_file(s->opts.tls_cert, 1 << 20, &cert, NULL, e) ||
+            lily_read_file(s->opts.tls_key, 1 << 20, &key, NULL, e)) {
+            free(cert);
+            close(s->listen_fd);
+            return -1;
+        }
+        flags |= MHD_USE_TLS;
+        tls[0] = (struct MHD_OptionItem){MHD_OPTION_HTTPS_MEM_CERT, 0, cert};
+        tls[1] = (struct MHD_OptionItem){MHD_OPTION_HTTPS_MEM_KEY, 0, key};
+        tls[2] = (struct MHD_OptionItem){MHD_OPTION_END, 0, NULL};
+    }
+    s->prep = lily_xcalloc((size_t)s->q_cap, sizeof *s->prep);
+    pthread_cond_init(&s->pcv, NULL);
+    /* idle limit between bytes once libmicrohttpd has the connection (the read deadlines are
+     * the sweep's); a suspended connection does not time out */
+    unsigned idle = (unsigned)(s->opts.body_timeout + 0.5);
+    s->mhd = MHD_start_daemon(
+        flags, 0, NULL, NULL, handler, s, MHD_OPTION_NOTIFY_COMPLETED, completed, s,
+        MHD_OPTION_NOTIFY_CONNECTION, notify_conn, s, MHD_OPTION_CONNECTION_TIMEOUT, idle,
+        MHD_OPTION_CONNECTION_LIMIT, (unsigned)s->opts.max_conns + 16,
+        MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)64 * 1024, MHD_OPTION_ARRAY, tls,
+        MHD_OPTION_END);
+    if (!s->mhd) {
+        free(cert), free(key);
+        close(s->listen_fd);
+        return lily_fail(e, "cannot start the HTTP daemon (%s)",
+                         s->opts.tls_cert ? "bad TLS certificate or key?" : strerror(errno));
+    }
+    if (lily_front_start(s, e) || pthread_create(&s->prep_thread, NULL, prep_main, s)) {
+        MHD_stop_daemon(s->mhd);
+        free(cert), free(key);
+        return e->msg[0] ? -1 : lily_fail(e, "cannot start thread");
+    }
+    const char *host = s->opts.host ? s->opts.host : "127.0.0.1";
     if (!s->opts.quiet) {
-        fprintf(stderr, "lily serve: %s listening on http://%s:%d/v1 (ctx %d)\n", s->model_id, host,
-                port, s->ctx);
+        fprintf(stderr, "lily serve: %s listening on %s://%s%s%s:%d/v1 (ctx %d)\n", s->model_id,
+                s->opts.tls_cert ? "https" : "http", strchr(host, ':') ? "[" : "", host,
+                strchr(host, ':') ? "]" : "", s->port, s->ctx);
     }
     if (s->opts.port_file) {
         FILE *f = fopen(s->opts.port_file, "w");
         if (f) {
-            fprintf(f, "%d\n", port);
+            fprintf(f, "%d\n", s->port);
             fclose(f);
         }
     }
     while (!*stop)
         usleep(100 * 1000);
-    /* cancel running work first, so streams blocked on their jobs end promptly */
-    __atomic_store_n(&s->shutdown, 1, __ATOMIC_RELAXED);
-    MHD_stop_daemon(d);
+    /* cancel running work first, so connections waiting on their jobs end promptly; no
+     * connection may stay suspended when the daemon stops */
+    __atomic_store_n(&s->shutdown, 1, __ATOMIC_RELEASE);
+    lily_front_stop(s);
+    pthread_mutex_lock(&s->qmu);
+    s->stopping = 1;
+    pthread_cond_broadcast(&s->pcv);
+    pthread_cond_broadcast(&s->qcv);
+    pthread_mutex_unlock(&s->qmu);
+    pthread_join(s->prep_thread, NULL);
+    for (int i = 0; i < 20; i++) {
+        wake_all(s);
+        usleep(20 * 1000);
+    }
+    MHD_stop_daemon(s->mhd);
+    free(s->prep);
+    pthread_cond_destroy(&s->pcv);
+    free(cert), free(key);
     return 0;
 }

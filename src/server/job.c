@@ -139,22 +139,38 @@ static void force_tokens(lily_srv *s, lily_job *j) {
     lily_sb_free(&t);
 }
 
-lily_job *lily_job_prepare(lily_srv *s, lily_request *r, lily_api_error *e) {
-    if (s->opts.strict_model && r->model[0] && strcmp(r->model, s->model_id)) {
-        lily_api_fail(e, 404, "invalid_request_error", "model_not_found", "model",
-                      "The model '%s' does not exist (this server serves '%s')", r->model,
-                      s->model_id);
-        return NULL;
-    }
+lily_job *lily_job_new(lily_srv *s, lily_task task) {
     lily_job *j = lily_xcalloc(1, sizeof *j);
     j->srv = s;
-    j->req = *r;
-    memset(r, 0, sizeof *r);
-    r = &j->req;
+    j->task = task;
     j->refs = 1;
     pthread_mutex_init(&j->mu, NULL);
     pthread_cond_init(&j->cv, NULL);
     j->created = (long)time(NULL);
+    j->state = JOB_QUEUED;
+    return j;
+}
+
+lily_job *lily_job_prepare(lily_srv *s, lily_request *r, lily_api_error *e) {
+    lily_job *j = lily_job_new(s, r->kind == LILY_REQ_CHAT ? TASK_CHAT : TASK_COMPLETION);
+    if (lily_job_fill(s, j, r, e)) {
+        lily_job_release(j);
+        return NULL;
+    }
+    return j;
+}
+
+int lily_job_fill(lily_srv *s, lily_job *j, lily_request *r, lily_api_error *e) {
+    if (s->opts.strict_model && r->model[0] && strcmp(r->model, s->model_id)) {
+        lily_api_fail(e, 404, "invalid_request_error", "model_not_found", "model",
+                      "The model '%s' does not exist (this server serves '%s')", r->model,
+                      s->model_id);
+        lily_request_free(r);
+        return -1;
+    }
+    j->req = *r;
+    memset(r, 0, sizeof *r);
+    r = &j->req;
     random_id(j->id, r->kind == LILY_REQ_CHAT ? "chatcmpl-" : "cmpl-");
     int rc = 0;
     if (r->kind == LILY_REQ_CHAT) {
@@ -199,15 +215,15 @@ lily_job *lily_job_prepare(lily_srv *s, lily_request *r, lily_api_error *e) {
         e->n_prompt_tokens = j->n_prompt;
         e->n_ctx = s->ctx;
     }
-    if (rc) {
-        lily_job_release(j);
-        return NULL;
-    }
+    if (rc) return -1;
+    /* the output budget: what was asked, clipped to the rest of the context (api.md §2.1) and to
+     * --max-tokens-cap; a clipped request finishes with "length" */
     int room = s->ctx - j->n_prompt;
     j->max_new = r->max_tokens > 0 && r->max_tokens < room ? r->max_tokens : room;
+    if (s->opts.max_tokens_cap > 0 && j->max_new > s->opts.max_tokens_cap)
+        j->max_new = s->opts.max_tokens_cap;
     sampling(s, r, &j->sp);
-    j->state = JOB_QUEUED;
-    return j;
+    return 0;
 }
 
 void lily_job_release(lily_job *j) {
@@ -222,6 +238,7 @@ void lily_job_release(lily_job *j) {
     free(j->force_ids);
     free(j->budget_ids);
     lily_sb_free(&j->out);
+    lily_sb_free(&j->body);
     pthread_mutex_destroy(&j->mu);
     pthread_cond_destroy(&j->cv);
     free(j);

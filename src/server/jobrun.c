@@ -27,11 +27,20 @@ typedef struct run {
     int c_n, c_offset;
 } run;
 
+/* Appends bytes for the client. A stream whose client does not take them holds at most
+ * --send-buffer bytes: beyond that the job is cancelled (the reader stopped reading). */
 static void emit(run *u, const lily_sb *b) {
     lily_job *j = u->j;
+    size_t cap = j->srv->opts.send_buffer;
     pthread_mutex_lock(&j->mu);
-    lily_sb_append(&j->out, b->data ? b->data : "", b->len);
+    if (j->req.stream && cap && j->out.len + b->len > cap) {
+        j->overflow = 1;
+        j->cancelled = 1;
+    } else {
+        lily_sb_append(&j->out, b->data ? b->data : "", b->len);
+    }
     pthread_cond_broadcast(&j->cv);
+    lily_job_wake(j);
     pthread_mutex_unlock(&j->mu);
 }
 
@@ -211,7 +220,9 @@ static void raw_text(run *u, const char *text, size_t len) {
 }
 
 static int cb_cancelled(void *ud) {
-    return lily_job_cancelled(((run *)ud)->j);
+    lily_job *j = ((run *)ud)->j;
+    if (j->deadline > 0 && lily_now() > j->deadline) j->timed_out = 1; /* --request-timeout */
+    return j->timed_out || lily_job_cancelled(j);
 }
 
 static void cb_prefill(void *ud, int done, int total) {
@@ -415,7 +426,12 @@ void lily_job_run(lily_srv *s, lily_job *j) {
         .force = cb_force,
     };
     lily_gen_result res;
+    if (s->opts.request_timeout > 0) j->deadline = lily_now() + s->opts.request_timeout;
     lily_gen_run(s->gen, &g, &res);
+    /* the wall-clock limit ends the answer as the token budget does (the text held back for a
+     * possible stop string is dropped) */
+    if (j->timed_out && !strcmp(res.finish, "cancelled") && !lily_job_cancelled(j))
+        res.finish = "length";
     pthread_mutex_lock(&j->mu);
     j->cached_tokens = res.n_cached;
     j->prefill_tokens = res.n_prefilled;
@@ -433,6 +449,7 @@ void lily_job_run(lily_srv *s, lily_job *j) {
     j->state = JOB_DONE;
     if (!j->status) j->status = 200;
     pthread_cond_broadcast(&j->cv);
+    lily_job_wake(j);
     pthread_mutex_unlock(&j->mu);
     lily_gen_finish_turn(s->gen);
 

@@ -44,6 +44,97 @@ static int utf8_ok(const char *s, size_t n, size_t *bad) {
     return i == n;
 }
 
+/* ---- raw-text helpers ---------------------------------------------------------------------- */
+
+/* Skips a JSON string starting at s[i] == '"'; returns the index after its closing quote. */
+static size_t skip_str(const char *s, size_t n, size_t i) {
+    for (i++; i < n; i++) {
+        if (s[i] == '\\') i++;
+        else if (s[i] == '"') return i + 1;
+    }
+    return n;
+}
+
+int lily_json_has_nul(const char *s, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        if (s[i] != '"') continue;
+        for (i++; i < n && s[i] != '"'; i++) {
+            if (s[i] != '\\') continue;
+            if (i + 5 < n && s[i + 1] == 'u' && !memcmp(s + i + 2, "0000", 4)) return 1;
+            i++; /* the escaped character (a quote or backslash stays inside the string) */
+        }
+    }
+    return 0;
+}
+
+/* The raw text of the first top-level member `key` of a JSON object (the body has already
+ * parsed), or NULL. Keys written with escapes are not matched (the caller falls back). */
+static const char *raw_member(const char *s, size_t n, const char *key, size_t *vlen) {
+    size_t klen = strlen(key), i = 0;
+    int depth = 0, want_key = 0;
+    while (i < n) {
+        char c = s[i];
+        if (c == '"') {
+            size_t end = skip_str(s, n, i);
+            if (depth == 1 && want_key) {
+                int match = end - i == klen + 2 && !memcmp(s + i + 1, key, klen);
+                i = end;
+                while (i < n && (s[i] == ' ' || s[i] == '\t' || s[i] == '\n' || s[i] == '\r'))
+                    i++;
+                if (i < n && s[i] == ':') i++;
+                while (i < n && (s[i] == ' ' || s[i] == '\t' || s[i] == '\n' || s[i] == '\r'))
+                    i++;
+                want_key = 0;
+                if (match) {
+                    size_t k = i;
+                    while (k < n && (s[k] == '-' || s[k] == '+' || s[k] == '.' ||
+                                     (s[k] >= '0' && s[k] <= '9') || s[k] == 'e' || s[k] == 'E'))
+                        k++;
+                    *vlen = k - i;
+                    return s + i;
+                }
+                continue;
+            }
+            i = end;
+            continue;
+        }
+        if (c == '{' || c == '[') {
+            depth++;
+            want_key = depth == 1 && c == '{';
+        } else if (c == '}' || c == ']') {
+            depth--;
+        } else if (c == ',' && depth == 1) {
+            want_key = 1;
+        }
+        i++;
+    }
+    return NULL;
+}
+
+int lily_json_seed(const char *body, size_t len, double v, uint64_t *out) {
+    size_t n = 0;
+    const char *t = body ? raw_member(body, len, "seed", &n) : NULL;
+    int neg = t && n && t[0] == '-';
+    size_t d0 = (size_t)neg, k = d0;
+    while (t && k < n && t[k] >= '0' && t[k] <= '9')
+        k++;
+    if (t && k == n && k > d0) { /* a plain integer: exact, whatever its size */
+        uint64_t m = 0;
+        for (size_t i = d0; i < n; i++) {
+            unsigned dg = (unsigned)(t[i] - '0');
+            if (m > (UINT64_MAX - dg) / 10) return -1;
+            m = m * 10 + dg;
+        }
+        if (neg && m > (UINT64_C(1) << 63)) return -1;
+        *out = neg ? (uint64_t)0 - m : m; /* two's complement of a negative seed */
+        return 0;
+    }
+    /* written with a fraction or an exponent (1e3, 512.0): integral and in range as a double */
+    if (!isfinite(v) || v != floor(v) || v < -0x1p63 || v >= 0x1p64) return -1;
+    *out = v < 0 ? (uint64_t)(int64_t)v : (uint64_t)v;
+    return 0;
+}
+
 /* ---- typed field readers: 0 absent, 1 set, -1 error ---------------------------------------- */
 
 static int get_bool(const cJSON *o, const char *name, int strings, int *out, lily_api_error *e) {
@@ -96,7 +187,8 @@ static int get_int(const cJSON *o, const char *name, double lo, double hi, long 
 
 /* ---- groups of fields ---------------------------------------------------------------------- */
 
-static int parse_sampling(const cJSON *b, lily_request *r, lily_api_error *e) {
+static int parse_sampling(const cJSON *b, const char *body, size_t len, lily_request *r,
+                          lily_api_error *e) {
     static const struct {
         const char *name;
         double lo, hi;
@@ -131,12 +223,10 @@ static int parse_sampling(const cJSON *b, lily_request *r, lily_api_error *e) {
     }
     const cJSON *seed = field(b, "seed");
     if (seed) {
-        if (!cJSON_IsNumber(seed) || seed->valuedouble != floor(seed->valuedouble) ||
-            fabs(seed->valuedouble) > 1.8e19)
-            return lily_api_bad(e, "invalid_type", "seed", "'seed' must be an integer");
+        if (!cJSON_IsNumber(seed) || lily_json_seed(body, len, seed->valuedouble, &r->seed))
+            return lily_api_bad(e, cJSON_IsNumber(seed) ? "invalid_value" : "invalid_type", "seed",
+                                "'seed' must be an integer in [-2^63, 2^64)");
         r->has_seed = 1;
-        r->seed = seed->valuedouble < 0 ? (uint64_t)(int64_t)seed->valuedouble
-                                        : (uint64_t)seed->valuedouble;
     }
     /* length: max_completion_tokens wins over max_tokens and n_predict; -1 means "no limit" */
     static const char *const lens[] = {"n_predict", "max_tokens", "max_completion_tokens"};
@@ -450,6 +540,10 @@ int lily_request_parse(lily_req_kind kind, const char *body, size_t len,
                             "request body is not valid UTF-8 (byte "
                             "offset %zu)",
                             bad);
+    if (lily_json_has_nul(body, len))
+        return lily_api_bad(e, "invalid_value", NULL,
+                            "strings must not contain U+0000 (\\u0000): it would cut the text "
+                            "short");
     const char *end = NULL;
     r->body = cJSON_ParseWithLengthOpts(body, len, &end, 0);
     if (!r->body) {
@@ -476,7 +570,7 @@ int lily_request_parse(lily_req_kind kind, const char *body, size_t len,
     }
     const cJSON *b = r->body;
     int rc = parse_rest(b, lim, r, e);
-    if (!rc) rc = parse_sampling(b, r, e);
+    if (!rc) rc = parse_sampling(b, body, len, r, e);
     if (!rc) rc = parse_stop(b, lim, r, e);
     if (!rc) rc = parse_logprobs(b, r, e);
     if (!rc) rc = parse_bias(b, r, e);

@@ -94,4 +94,12 @@ int lily_request_parse(lily_req_kind kind, const char *body, size_t len,
 
 void lily_request_free(lily_request *r);
 
+/* 1 if a JSON text has a \u0000 escape inside a string (cJSON would cut the string there). */
+int lily_json_has_nul(const char *s, size_t n);
+
+/* The seed of a parsed body: the exact integer written for the top-level "seed" member (any in
+ * [-2^63, 2^64); negatives wrap to their two's complement), or, when it is written with a
+ * fraction or exponent, its double value v when integral and in range. -1 otherwise. */
+int lily_json_seed(const char *body, size_t len, double v, uint64_t *out);
+
 #endif

@@ -1,5 +1,7 @@
 /* The inference thread and its bounded FIFO of jobs (api.md §10): first come, first served,
- * one job at a time (batch 1); a full queue is answered with 503 by the caller. */
+ * one job at a time (batch 1). A request is admitted (lily_sched_admit) before any work on it:
+ * the admitted requests (being prepared or queued) never exceed the queue's size, and a full
+ * queue is answered with 503 by the caller. */
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -26,6 +28,7 @@ static void *worker(void *arg) {
         lily_job *j = s->queue[s->q_head];
         s->q_head = (s->q_head + 1) % s->q_cap;
         s->q_len--;
+        s->admitted--;
         set_depth(s, 1);
         pthread_mutex_unlock(&s->qmu);
 
@@ -35,6 +38,7 @@ static void *worker(void *arg) {
         if (skip) {
             j->status = 503;
             pthread_cond_broadcast(&j->cv);
+            lily_job_wake(j);
         }
         pthread_mutex_unlock(&j->mu);
         if (!skip) lily_job_run(s, j);
@@ -62,6 +66,20 @@ void lily_sched_stop(lily_srv *s) {
     free(s->queue);
     pthread_mutex_destroy(&s->qmu);
     pthread_cond_destroy(&s->qcv);
+}
+
+int lily_sched_admit(lily_srv *s) {
+    pthread_mutex_lock(&s->qmu);
+    int ok = s->admitted < s->q_cap && !s->stopping;
+    s->admitted += ok;
+    pthread_mutex_unlock(&s->qmu);
+    return ok ? 0 : -1;
+}
+
+void lily_sched_unadmit(lily_srv *s) {
+    pthread_mutex_lock(&s->qmu);
+    s->admitted--;
+    pthread_mutex_unlock(&s->qmu);
 }
 
 int lily_sched_submit(lily_srv *s, lily_job *j) {

@@ -59,6 +59,19 @@ int lily_server_main(const lily_server_opts *o) {
     s->opts = *o;
     if (!s->opts.max_body) s->opts.max_body = 32u << 20;
     if (!s->opts.snapshot_mem) s->opts.snapshot_mem = (size_t)2 << 30;
+    if (s->opts.request_timeout <= 0) s->opts.request_timeout = 600;
+    if (s->opts.max_conns <= 0) s->opts.max_conns = 2048;
+    if (s->opts.conns_per_ip <= 0) s->opts.conns_per_ip = 256;
+    if (s->opts.header_timeout <= 0) s->opts.header_timeout = 10;
+    if (s->opts.body_timeout <= 0) s->opts.body_timeout = 60;
+    if (s->opts.body_timeout < s->opts.header_timeout) s->opts.body_timeout = s->opts.header_timeout;
+    if (s->opts.send_timeout <= 0) s->opts.send_timeout = 30;
+    if (!s->opts.send_buffer) s->opts.send_buffer = (size_t)4 << 20;
+    if (!s->opts.tls_cert != !s->opts.tls_key) {
+        fprintf(stderr, "lily serve: --tls-cert and --tls-key go together\n");
+        free(s);
+        return 2;
+    }
     lily_metrics_init(&s->metrics);
     s->created = (long)time(NULL);
     lily_err e;

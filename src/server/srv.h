@@ -1,16 +1,21 @@
-/* Internal state of `lily serve` shared by the HTTP front (http.c), the job preparation and
- * output (job.c) and the inference thread (sched.c). Not a public interface.
+/* Internal state of `lily serve` shared by the accepting front (front.c), the HTTP handlers
+ * (http.c), the job preparation and output (job.c, jobrun.c) and the inference thread (sched.c).
+ * Not a public interface.
  *
- * Threads: libmicrohttpd runs one thread per connection; each parses and validates its request,
- * renders the template and tokenizes (all thread-safe, read-only on the shared objects), then
- * hands a lily_job to the single inference thread through a bounded FIFO. The job is also the
- * channel back: the inference thread appends response bytes (SSE events, or the final JSON body)
- * to job->out and signals job->cv; the connection thread drains them. A job is reference
- * counted (connection + queue/worker) so either side may finish first. */
+ * Threads: the front thread accepts connections, screens each request head (plain HTTP) and hands
+ * the socket to libmicrohttpd, whose one internal thread (epoll) runs every connection without
+ * blocking; it also sweeps deadlines every 200 ms. A request that needs work is admitted (a slot
+ * in the bounded queue) once its body has arrived, and goes as a lily_job to the preparation
+ * thread (JSON parse, template, tokenization), then to the single inference thread through a
+ * bounded FIFO, while its connection is suspended. The job is also the channel back: the threads
+ * append response bytes (SSE events, or the final JSON body) to job->out and resume the suspended
+ * connection (lily_job_wake). A job is reference counted (connection + queue/worker) so either
+ * side may finish first. */
 #ifndef LILY_SERVER_SRV_H
 #define LILY_SERVER_SRV_H
 
 #include <pthread.h>
+#include <sys/socket.h>
 #include <stdint.h>
 
 #include "chat/template.h"
@@ -25,11 +30,45 @@
 #include "tokenizer/tokenizer.h"
 
 typedef struct lily_srv lily_srv;
+struct MHD_Connection;
+struct MHD_Daemon;
 
 typedef enum { JOB_QUEUED, JOB_RUNNING, JOB_DONE } lily_job_state;
 
+/* What a job does: a generation, or a tokenizer call answered by the preparation thread. */
+typedef enum { TASK_CHAT, TASK_COMPLETION, TASK_TOKENIZE, TASK_DETOKENIZE } lily_task;
+
+/* One accepted connection (front.c), in srv->conns under srv->lmu. */
+typedef enum { CONN_SCREEN, CONN_LINGER, CONN_MHD } lily_conn_state;
+typedef struct lily_conn {
+    struct lily_conn *prev, *next;
+    int fd;
+    lily_conn_state state;
+    double t0;                /* accepted */
+    double linger_until;      /* CONN_LINGER: close by then */
+    int phase;                /* 0 reading the head, 1 the body, 2 the request is in */
+    int killed;               /* shut down by a deadline */
+    int http11;               /* the request said HTTP/1.1 */
+    unsigned char ip[16];     /* client address (IPv4 mapped into the first 4 bytes) */
+    int ip_len;
+    struct sockaddr_storage *addr;
+    unsigned addr_len;
+    struct lily_job *job;     /* the job its request waits on, or NULL */
+} lily_conn;
+
 typedef struct lily_job {
     lily_srv *srv;
+    lily_task task;
+    lily_sb body;  /* the raw request body, until prepared */
+    int prepared;  /* preparation is over (failed or not) */
+    int failed;    /* ... and failed: answer err */
+    lily_api_error err;
+    struct MHD_Connection *conn; /* the waiting connection (NULL once it is gone) */
+    int suspended;               /* conn is suspended until lily_job_wake */
+    int probed;                  /* a half-closed connection was probed */
+    double last_drain;           /* a stream's bytes were last taken */
+    double deadline;             /* generation stops here (finish "length"); 0 = none */
+    int timed_out, overflow;     /* the deadline passed / the stream's buffer overflowed */
     lily_request req;
     int32_t *prompt; /* prompt token ids (owned) */
     int n_prompt;
@@ -76,12 +115,30 @@ struct lily_srv {
     int stopping;
     int shutdown; /* set once at exit: every job counts as cancelled */
     pthread_t worker;
+    /* admission and preparation (under qmu): jobs admitted and not yet taken by the worker */
+    int admitted;
+    lily_job **prep;
+    int p_head, p_len;
+    pthread_cond_t pcv;
+    pthread_t prep_thread;
+    /* connections (front.c, under lmu) */
+    pthread_mutex_t lmu;
+    lily_conn *conns;
+    int n_conns;
+    struct MHD_Daemon *mhd;
+    int listen_fd, epoll_fd, port;
+    pthread_t front;
+    volatile int front_stop;
 };
 
 /* ---- job.c --------------------------------------------------------------------------------- */
 
-/* Builds a job from a parsed request (which it takes over; r is emptied): template, tokens,
- * context check, sampling parameters. Runs on the connection thread. NULL with e on failure. */
+/* A new job (one reference) that will run the task, in state JOB_QUEUED. */
+lily_job *lily_job_new(lily_srv *s, lily_task task);
+/* Fills a job from a parsed request (which it takes over; r is emptied): template, tokens,
+ * context check, token cap, sampling parameters. -1 with e on failure. */
+int lily_job_fill(lily_srv *s, lily_job *j, lily_request *r, lily_api_error *e);
+/* Builds a job from a parsed request: lily_job_new + lily_job_fill. NULL with e on failure. */
 lily_job *lily_job_prepare(lily_srv *s, lily_request *r, lily_api_error *e);
 /* Runs the job on the inference thread, writing the response into job->out. */
 void lily_job_run(lily_srv *s, lily_job *j);
@@ -94,10 +151,33 @@ int lily_sched_start(lily_srv *s, lily_err *e);
 void lily_sched_stop(lily_srv *s);
 /* Admits a job (taking a reference); -1 when the queue is full. */
 int lily_sched_submit(lily_srv *s, lily_job *j);
+/* Reserves a place for a request before any work on it; -1 when the queue is full. */
+int lily_sched_admit(lily_srv *s);
+/* Gives the place back (the job failed preparation, or needed no inference). */
+void lily_sched_unadmit(lily_srv *s);
 
 /* ---- http.c -------------------------------------------------------------------------------- */
 
 /* Serves until *stop becomes non-zero. */
 int lily_http_serve(lily_srv *s, volatile int *stop, lily_err *e);
+/* Resumes the job's suspended connection, if it is; call with j->mu held. */
+void lily_job_wake(lily_job *j);
+/* The deadlines and waits of connections handed to libmicrohttpd (front thread, lmu held). */
+void lily_http_sweep(lily_srv *s, double now);
+
+/* ---- httphead.c, front.c ------------------------------------------------------------------- */
+
+/* Checks a request head (and a chunked body) in buf[0..n): 0 = complete and acceptable, 1 = not
+ * complete yet, -1 = rejected with e (an HTTP-level error: 400, 411, 414, 431, 501, 505). full
+ * says no more bytes can be seen (the window is full): then incomplete is an error too. */
+int lily_http_screen(const char *buf, size_t n, int full, int *http11, lily_api_error *e);
+/* Binds the listening socket (s->port is then the bound port). */
+int lily_front_listen(lily_srv *s, lily_err *e);
+/* Starts / stops the accepting thread (hands connections to s->mhd). */
+int lily_front_start(lily_srv *s, lily_err *e);
+void lily_front_stop(lily_srv *s);
+/* libmicrohttpd's connection notifications: STARTED finds the lily_conn of a socket. */
+lily_conn *lily_front_started(lily_srv *s, int fd);
+void lily_front_closed(lily_srv *s, lily_conn *c);
 
 #endif

@@ -85,7 +85,7 @@ async function one(i) {
     st.done++;
   } catch (e) {
     if (ac.signal.aborted) st.aborted++;
-    else { st.bad++; problems.push(`req ${i}: ${e.name} ${e.message}`); }
+    else { st.bad++; problems.push(`req ${i}: ${e.name} ${e.message} ${e.cause?.code ?? ""} ${e.cause?.message ?? ""}`); }
   } finally {
     if (timer) clearTimeout(timer);
     finished++;

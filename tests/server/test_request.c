@@ -2,6 +2,7 @@
  * code and param checked), and the normalisations of §2.1 (null equals absent, lenient integers,
  * stop forms, length aliases, thinking switch spellings and priority, message normalisation,
  * tool-call argument strings parsed to objects, tools filtering, tool_choice forms). */
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -362,6 +363,111 @@ static void test_response_format(void) {
     }
 }
 
+/* Seeds: any JSON integer in [-2^63, 2^64), written exactly or as an integral number; the rest
+ * 400, with no float-to-integer cast out of range (the sanitizer build traps those). */
+static void seed_ok(const char *lit, uint64_t want) {
+    char body[256];
+    snprintf(body, sizeof body, "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"seed\":%s}",
+             lit);
+    lily_request r;
+    int ok = !parse(LILY_REQ_CHAT, body, &r) && r.has_seed && r.seed == want;
+    char what[160];
+    snprintf(what, sizeof what, "seed %s accepted", lit);
+    if (!ok) printf("  got seed=%llu\n", (unsigned long long)r.seed);
+    check(ok, what);
+    lily_request_free(&r);
+}
+
+static void seed_bad(const char *lit) {
+    char body[256];
+    snprintf(body, sizeof body, "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"seed\":%s}",
+             lit);
+    reject(LILY_REQ_CHAT, body, 400, "invalid_value", "seed");
+}
+
+static void test_seeds(void) {
+    seed_ok("0", 0);
+    seed_ok("18446744073709551615", UINT64_MAX);
+    seed_ok("9223372036854775807", (uint64_t)INT64_MAX);
+    seed_ok("-9223372036854775808", UINT64_C(1) << 63);
+    seed_ok("-1", UINT64_MAX);
+    seed_ok("1e3", 1000);
+    seed_ok("512.0", 512);
+    seed_ok("-1e18", (uint64_t)0 - UINT64_C(1000000000000000000));
+    seed_bad("18446744073709551616");
+    seed_bad("-9223372036854775809");
+    seed_bad("-1.5e19"); /* was an out-of-range (int64_t) cast: UB */
+    seed_ok("1.8e19", UINT64_C(18000000000000000000));
+    seed_bad("1.9e19"); /* above 2^64 */
+    seed_bad("1.5");
+    seed_bad("1e300");
+    reject(LILY_REQ_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"seed\":\"1\"}", 400,
+           "invalid_type", "seed");
+    /* a nested "seed" is not the top-level one */
+    lily_request r;
+    int ok = !parse(LILY_REQ_CHAT,
+                    "{\"x\":{\"seed\":5},\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],"
+                    "\"seed\":7}",
+                    &r) &&
+             r.seed == 7;
+    check(ok, "seed: the top-level member, not a nested one");
+    lily_request_free(&r);
+}
+
+/* NUL in a string: rejected with 400 (cJSON would cut the string at it); an escaped backslash
+ * followed by "u0000" is plain text. */
+static void test_nul(void) {
+    reject(LILY_REQ_CHAT,
+           "{\"messages\":[{\"role\":\"user\",\"content\":\"a\\u0000 b c d e f\"}]}", 400,
+           "invalid_value", "");
+    reject(LILY_REQ_COMPLETION, "{\"prompt\":\"x\\u0000\"}", 400, "invalid_value", "");
+    lily_request r;
+    int ok = !parse(LILY_REQ_CHAT,
+                    "{\"messages\":[{\"role\":\"user\",\"content\":\"a\\\\u0000 b\"}]}", &r) &&
+             !strcmp(msg_str(&r, 0, "content"), "a\\u0000 b");
+    check(ok, "nul: an escaped backslash before u0000 is text");
+    lily_request_free(&r);
+}
+
+/* Error messages are valid UTF-8, cut on a character boundary. */
+static int valid_utf8(const char *s) {
+    const unsigned char *p = (const unsigned char *)s;
+    while (*p) {
+        int k = *p < 0x80 ? 1 : (*p >> 5) == 6 ? 2 : (*p >> 4) == 14 ? 3 : (*p >> 3) == 30 ? 4 : 0;
+        if (!k || (*p >= 0x80 && *p < 0xC2)) return 0;
+        for (int j = 1; j < k; j++)
+            if ((p[j] & 0xC0) != 0x80) return 0;
+        p += k;
+    }
+    return 1;
+}
+
+static void test_error_text(void) {
+    lily_api_error e;
+    lily_api_fail(&e, 404, "invalid_request_error", "model_not_found", "model",
+                  "The model '%s' does not exist", "\xff\xfe");
+    check(valid_utf8(e.message) && strstr(e.message, "\xEF\xBF\xBD\xEF\xBF\xBD"),
+          "error text: invalid bytes become U+FFFD");
+    char big[2000];
+    for (int i = 0; i < 999; i++)
+        memcpy(big + 2 * i, "\xC3\xA9", 2); /* é */
+    big[1998] = 0;
+    for (int shift = 0; shift < 2; shift++) {
+        lily_api_fail(&e, 400, "invalid_request_error", NULL, NULL, "%.*s%s", shift, "x", big);
+        check(valid_utf8(e.message) && strlen(e.message) >= sizeof e.message - 4,
+              "error text: a long message is cut on a character boundary");
+    }
+    lily_sb b = {0};
+    lily_api_fail(&e, 400, "invalid_request_error", NULL, "a\"b", "quote \" and \\ and \n");
+    lily_api_error_json(&e, &b);
+    cJSON *j = cJSON_Parse(lily_sb_str(&b));
+    const cJSON *m = cJSON_GetObjectItem(cJSON_GetObjectItem(j, "error"), "message");
+    check(cJSON_IsString(m) && !strcmp(m->valuestring, "quote \" and \\ and \n"),
+          "error text: escaped in the JSON body");
+    cJSON_Delete(j);
+    lily_sb_free(&b);
+}
+
 int main(void) {
     test_errors();
     test_fields();
@@ -369,6 +475,9 @@ int main(void) {
     test_messages();
     test_completion();
     test_response_format();
+    test_seeds();
+    test_nul();
+    test_error_text();
     printf("%d passed, %d failed\n", n_pass, n_fail);
     return n_fail ? 1 : 0;
 }
