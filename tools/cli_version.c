@@ -27,9 +27,9 @@ void lily_cli_version(FILE *f) {
     fprintf(f, "  CUDA backend: off\n");
 #endif
 #ifdef LILY_HAVE_SERVER
-    fprintf(f, "  HTTP server (serve, run, chat): on\n");
+    fprintf(f, "  HTTP server (lily serve): on\n");
 #else
-    fprintf(f, "  HTTP server (serve, run, chat): off\n");
+    fprintf(f, "  HTTP server (lily serve): off\n");
 #endif
 #ifdef LILY_HAVE_CURL
     fprintf(f, "  pull (libcurl): on\n");
