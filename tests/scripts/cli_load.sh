@@ -40,7 +40,7 @@ check "positional prompt" "$([ "$n1" = "prompt 2 tokens" ]; echo $?)"
 n2=$(printf 'hello there\n' | "$LILY" run --model "$TMP/m" --raw -n 1 --threads 2 2>&1 >/dev/null | grep -o 'prompt [0-9]* tokens')
 check "prompt from stdin" "$([ "$n2" = "prompt 2 tokens" ]; echo $?)"
 
-if "$LILY" --version | grep -q 'HTTP server (serve, run, chat): on'; then
+if "$LILY" --version | grep -q 'HTTP server (lily serve): on'; then
     timeout 60 "$LILY" serve --model "$TMP/m" --port 0 --ctx $((max + 1)) >/dev/null 2>"$TMP/err.txt"
     check "serve --ctx above the maximum refused" "$([ $? = 1 ] && grep -q "above the model's maximum context ($max)" "$TMP/err.txt"; echo $?)"
 fi
