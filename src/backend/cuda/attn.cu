@@ -912,9 +912,11 @@ extern "C" int lily_cuda_attn_prefill(const float *q, int n, const void *kc_, co
                                          part, st, e);
     const uint8_t *kc = (const uint8_t *)kc_, *vc = (const uint8_t *)vc_;
     int G_ = Nq / Nkv;
+    // clang-format off
     LILY_PRE_CASE(64, 1) LILY_PRE_CASE(64, 2) LILY_PRE_CASE(64, 4) LILY_PRE_CASE(64, 8)
     LILY_PRE_CASE(64, 16) LILY_PRE_CASE(128, 1) LILY_PRE_CASE(128, 2) LILY_PRE_CASE(128, 4)
     LILY_PRE_CASE(128, 8) LILY_PRE_CASE(128, 16) LILY_PRE_CASE(256, 1) LILY_PRE_CASE(256, 2)
     LILY_PRE_CASE(256, 4) LILY_PRE_CASE(256, 8) LILY_PRE_CASE(256, 16)
+    // clang-format on
     return lily_fail(e, "attention: no kernel for Dh=%d G=%d", Dh, G_);
 }

@@ -36,8 +36,8 @@ extern "C" {
 
 namespace {
 
-constexpr int kMaxSplits = 128;
-constexpr int kRing = 1024; /* greedy loop: replays between two reads of the token ring */ /* decode attention splits (device-side choice below this) */
+constexpr int kMaxSplits = 128; /* decode attention splits (device-side choice below this) */
+constexpr int kRing = 1024;     /* greedy loop: replays between two reads of the token ring */
 
 struct cu_layer {
     float *in_norm, *post_norm;
