@@ -7,6 +7,7 @@
 
 #include "base/err.h"
 #include "server/srv.h"
+#include "server/toolgram.h"
 
 static uint64_t random_u64(void) {
     uint64_t x = 0;
@@ -56,7 +57,9 @@ static char *render_chat(lily_srv *s, lily_request *r, size_t *len, int *open, l
         if (!cJSON_GetObjectItemCaseSensitive(ctx, kw->string))
             cJSON_AddItemReferenceToObject(ctx, kw->string, (cJSON *)kw);
     }
-    if (r->thinking < 0 && s->opts.reasoning >= 0)
+    if (r->thinking < 0 && r->grammar) /* constrained output: no think block unless asked */
+        cJSON_AddBoolToObject(ctx, "enable_thinking", 0);
+    else if (r->thinking < 0 && s->opts.reasoning >= 0)
         cJSON_AddBoolToObject(ctx, "enable_thinking", s->opts.reasoning);
     char *out = NULL;
     lily_err err;
@@ -117,10 +120,26 @@ static void sampling(lily_srv *s, const lily_request *r, lily_sampler_params *sp
     sp->seed = r->has_seed ? r->seed : random_u64();
 }
 
-/* Tokens that open a tool call for tool_choice required / named. */
+/* tool_choice required / named: the output is the tool-call grammar (toolgram.h), which takes the
+ * place of a response_format grammar. */
+static int tool_grammar(lily_srv *s, lily_request *r, lily_api_error *e) {
+    if (!r->tools || (r->tool_choice != LILY_TOOLS_REQUIRED && r->tool_choice != LILY_TOOLS_NAMED))
+        return 0;
+    if (s->tool_call_tok < 0 || s->tool_end_tok < 0) return 0; /* force_tokens opens the call */
+    lily_grammar *g;
+    if (lily_toolgram_build(r->tools, r->tool_choice == LILY_TOOLS_NAMED ? r->tool_name : NULL,
+                            r->parallel_tool_calls, s->tool_call_tok, s->tool_end_tok, &g, e))
+        return -1;
+    lily_grammar_free(r->grammar);
+    r->grammar = g;
+    return 0;
+}
+
+/* Tokens that open a tool call for tool_choice required / named, when no grammar enforces it. */
 static void force_tokens(lily_srv *s, lily_job *j) {
     const lily_request *r = &j->req;
-    if (!r->tools || (r->tool_choice != LILY_TOOLS_REQUIRED && r->tool_choice != LILY_TOOLS_NAMED))
+    if (!r->tools || r->grammar ||
+        (r->tool_choice != LILY_TOOLS_REQUIRED && r->tool_choice != LILY_TOOLS_NAMED))
         return;
     lily_sb t = {0};
     lily_sb_puts(&t, "<tool_call>\n");
@@ -159,7 +178,7 @@ lily_job *lily_job_prepare(lily_srv *s, lily_request *r, lily_api_error *e) {
     int rc = 0;
     if (r->kind == LILY_REQ_CHAT) {
         size_t len;
-        char *text = render_chat(s, r, &len, &j->thinking_open, e);
+        char *text = tool_grammar(s, r, e) ? NULL : render_chat(s, r, &len, &j->thinking_open, e);
         rc = text ? tokenize(s, text, len, &j->prompt, &j->n_prompt, e) : -1;
         free(text);
         if (!rc) force_tokens(s, j);

@@ -14,6 +14,7 @@
 #include <stdint.h>
 
 #include "chat/template.h"
+#include "grammar/trie.h"
 #include "lily.h"
 #include "sampler/sampler.h"
 #include "server/apierr.h"
@@ -65,6 +66,9 @@ struct lily_srv {
     int ctx;                      /* per-request context */
     int xml_tools;                /* the template uses the <function=NAME> call form */
     int32_t tool_call_tok;        /* id of <tool_call>, or -1 */
+    int32_t tool_end_tok;         /* id of </tool_call>, or -1 */
+    int32_t think_end_tok;        /* id of </think>, or -1 */
+    lily_token_trie *trie;        /* the vocabulary for constrained decoding (shared, read-only) */
     lily_sampler_params defaults; /* generation_config.json sampling defaults */
     long created;
     lily_metrics metrics;
