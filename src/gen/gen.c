@@ -280,9 +280,11 @@ static int host_choose(lily_gen *g, const lily_gen_req *r, lily_gen_result *res,
         t->id = g->eot; /* nothing can follow: the turn ends */
         t->forced = 1;
     } else if (!t->forced && constrained) {
+        const double t0 = lily_now();
         lily_gmatch_mask(r->match, g->mask);
         memcpy(g->masked, logits, (size_t)g->vocab * sizeof *logits);
         lily_gmatch_apply(g->mask, r->match_vocab, g->masked, (size_t)g->vocab);
+        res->grammar_s += lily_now() - t0;
         t->id =
             lily_sampler_sample(smp, g->masked, g->hist, g->n_hist, (uint64_t)res->n_gen, &e);
         if (t->id < 0) {
@@ -298,8 +300,11 @@ static int host_choose(lily_gen *g, const lily_gen_req *r, lily_gen_result *res,
             return -1;
         }
     }
-    if (constrained && !lily_gen_is_eos(g, t->id) && lily_gmatch_accept_token(r->match, t->id) &&
-        !t->forced) {
+    const double t1 = constrained ? lily_now() : 0;
+    const int refused =
+        constrained && !lily_gen_is_eos(g, t->id) && lily_gmatch_accept_token(r->match, t->id);
+    if (constrained) res->grammar_s += lily_now() - t1;
+    if (refused && !t->forced) {
         snprintf(res->error, sizeof res->error, "constrained draw: token %d refused by the grammar",
                  t->id);
         res->finish = "error";

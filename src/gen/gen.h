@@ -91,6 +91,8 @@ typedef struct lily_gen_result {
     const char *finish; /* "stop", "length", "cancelled" or "error" */
     int eos;            /* ended on an end-of-turn token */
     double prefill_s, decode_s;
+    double grammar_s; /* of decode_s, the constrained steps' extra work: masks, applying them to
+                         a copy of the logits, advancing the matcher */
     char error[512];
 } lily_gen_result;
 
