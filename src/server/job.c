@@ -222,6 +222,25 @@ lily_job *lily_job_prepare(lily_srv *s, lily_request *r, lily_api_error *e) {
         lily_job_release(j);
         return NULL;
     }
+    if (!rc && r->grammar) { /* the matcher, past a continued assistant message's content */
+        lily_err me;
+        if (lily_gmatch_create(r->grammar, s->trie, NULL, &j->match, &me)) {
+            rc = lily_api_fail(e, 500, "server_error", NULL, NULL, "grammar: %s", me.msg);
+        } else if (r->prefill && !j->thinking_open) {
+            const cJSON *last =
+                cJSON_GetArrayItem(r->messages, cJSON_GetArraySize(r->messages) - 1);
+            const cJSON *c = cJSON_GetObjectItemCaseSensitive(last, "content");
+            if (cJSON_IsString(c) &&
+                lily_gmatch_accept_bytes(j->match, c->valuestring, strlen(c->valuestring)))
+                rc = lily_api_bad(e, "invalid_value", "messages",
+                                  "the assistant message to continue does not match the "
+                                  "constrained output (response_format or tool_choice)");
+        }
+    }
+    if (rc) {
+        lily_job_release(j);
+        return NULL;
+    }
     int room = s->ctx - j->n_prompt;
     j->max_new = r->max_tokens > 0 && r->max_tokens < room ? r->max_tokens : room;
     sampling(s, r, &j->sp);
@@ -240,6 +259,7 @@ void lily_job_release(lily_job *j) {
     free(j->echo);
     free(j->force_ids);
     free(j->budget_ids);
+    lily_gmatch_free(j->match);
     lily_sb_free(&j->out);
     pthread_mutex_destroy(&j->mu);
     pthread_cond_destroy(&j->cv);

@@ -417,23 +417,14 @@ void lily_job_run(lily_srv *s, lily_job *j) {
         .on_text = cb_text,
         .force = cb_force,
     };
-    lily_gen_result res;
-    lily_gmatch *match = NULL;
-    lily_err me;
-    if (r->grammar && lily_gmatch_create(r->grammar, s->trie, NULL, &match, &me)) {
-        memset(&res, 0, sizeof res);
-        res.finish = "error";
-        snprintf(res.error, sizeof res.error, "grammar: %.400s", me.msg);
-    } else {
-        if (match) { /* constrained: one matcher per request over the server's trie */
-            g.match = match;
-            g.match_vocab = s->trie->n_vocab;
-            /* a think block the prompt opened runs free; the grammar starts after </think> */
-            g.match_after = u.chat && j->thinking_open ? s->think_end_tok : -1;
-        }
-        lily_gen_run(s->gen, &g, &res);
-        lily_gmatch_free(match);
+    if (j->match) { /* constrained: the request's matcher over the server's trie */
+        g.match = j->match;
+        g.match_vocab = s->trie->n_vocab;
+        /* a think block the prompt opened runs free; the grammar starts after </think> */
+        g.match_after = u.chat && j->thinking_open ? s->think_end_tok : -1;
     }
+    lily_gen_result res;
+    lily_gen_run(s->gen, &g, &res);
     pthread_mutex_lock(&j->mu);
     j->cached_tokens = res.n_cached;
     j->prefill_tokens = res.n_prefilled;

@@ -14,6 +14,7 @@
 #include <stdint.h>
 
 #include "chat/template.h"
+#include "grammar/matcher.h"
 #include "grammar/trie.h"
 #include "lily.h"
 #include "sampler/sampler.h"
@@ -41,6 +42,8 @@ typedef struct lily_job {
     int32_t *force_ids; /* tool_choice required/named: tokens that open the call (owned) */
     int n_force;
     int32_t *budget_ids; /* thinking_budget: tokens that close the think block (owned) */
+    lily_gmatch *match;  /* constrained (req.grammar): the request's matcher, past the content of
+                            a continued assistant message (owned) */
     int n_budget;
     char id[48];
     long created;

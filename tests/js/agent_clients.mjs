@@ -188,6 +188,22 @@ await attempt('openai tool_choice required, streamed', async () => {
         JSON.stringify({ calls, finish }));
 });
 
+// ---- a continued assistant message: the grammar resumes after its content ---------------------
+const abSchema = { type: 'object', properties: { a: { type: 'integer' }, b: { enum: ['p', 'q'] } },
+                   required: ['a', 'b'], additionalProperties: false };
+const abFormat = { type: 'json_schema', json_schema: { name: 'ab', strict: true, schema: abSchema } };
+await attempt('continued assistant message under json_schema', async () => {
+  const r = await client.chat.completions.create({
+    model: 'lily', seed: 1, max_tokens: 100, response_format: abFormat,
+    messages: [user('hi'), { role: 'assistant', content: '{"a": 12' }] });
+  let v = null;
+  try { v = JSON.parse('{"a": 12' + r.choices[0].message.content); } catch { /* checked below */ }
+  check(v !== null && v.a === 12 && ajv.validate(abSchema, v), 'continued assistant message under json_schema',
+        r.choices[0].message.content);
+});
+await expect400({ response_format: abFormat, messages: [user('hi'), { role: 'assistant', content: '[1' }] },
+                'messages', 'continued assistant message outside the grammar -> 400', 'does not match');
+
 // ---- 400s ------------------------------------------------------------------------------------
 async function expect400(body, param, what, named = param) {
   try {
