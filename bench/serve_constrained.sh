@@ -3,7 +3,7 @@
 # template), unconstrained or constrained: N seeded chat requests of up to 200 tokens, summed
 # timings (predicted_n, predicted_ms, and for constrained requests grammar_ms: the masks, their
 # application to a copy of the logits and the matcher's steps).
-# usage: bash bench/serve_constrained.sh LILY_BIN plain|json|tool [N]   (from the repository root)
+# usage: [WARM=1] bash bench/serve_constrained.sh LILY_BIN plain|json|tool [N]   (from the repository root)
 set -u
 LILY=$(cd "$(dirname "$1")" && pwd)/$(basename "$1")
 MODE=$2
@@ -18,8 +18,11 @@ case $MODE in
 json) extra=',"response_format":{"type":"json_schema","json_schema":{"name":"x","strict":true,"schema":{"type":"object","properties":{"a":{"type":"integer"},"b":{"type":"string","maxLength":40},"c":{"type":"array","items":{"enum":["x","y",true,3]},"maxItems":8},"d":{"type":"string","format":"uuid"}},"required":["a","b","c","d"],"additionalProperties":false}}}' ;;
 tool) extra=',"tool_choice":"required","tools":[{"type":"function","function":{"name":"get_weather","strict":true,"parameters":{"type":"object","properties":{"city":{"type":"string","maxLength":30},"days":{"type":"integer"}},"required":["city","days"],"additionalProperties":false}}}]' ;;
 esac
-curl -s "$SRV_URL/v1/chat/completions" -H 'Content-Type: application/json' \
-    -d '{"messages":[{"role":"user","content":"warm up"}],"max_tokens":16}' > /dev/null
+# warm-up (WARM requests of the same kind: the per-terminal token tables fill once per process)
+for i in $(seq 1 "${WARM:-1}"); do
+    curl -s "$SRV_URL/v1/chat/completions" -H 'Content-Type: application/json' \
+        -d '{"messages":[{"role":"user","content":"warm up"}],"max_tokens":200,"seed":'"$((100 + i))"''"$extra"'}' > /dev/null
+done
 for i in $(seq 1 "$N"); do
     curl -s "$SRV_URL/v1/chat/completions" -H 'Content-Type: application/json' \
         -d '{"messages":[{"role":"user","content":"Tell me a long story, number '"$i"'"}],"max_tokens":200,"seed":'"$i"',"temperature":1'"$extra"'}'
