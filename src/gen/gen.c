@@ -267,8 +267,8 @@ static int emit(lily_gen *g, const lily_gen_req *r, lily_gen_result *res, lily_s
 /* The next token from the logits on the host (forced tokens aside), drawn by the sampler at the
  * token's index as its step (as run_device's draws), with logprobs as the request asks. 0, or -1
  * with res->finish = "error". */
-static int host_choose(lily_gen *g, const lily_gen_req *r, lily_gen_result *res,
-                       lily_sampler *smp, lily_gen_token *t, int constrained) {
+static int host_choose(lily_gen *g, const lily_gen_req *r, lily_gen_result *res, lily_sampler *smp,
+                       lily_gen_token *t, int constrained) {
     const float *logits = lily_session_logits(g->sess);
     if (!logits) {
         snprintf(res->error, sizeof res->error, "session has no logits");
@@ -285,8 +285,7 @@ static int host_choose(lily_gen *g, const lily_gen_req *r, lily_gen_result *res,
         memcpy(g->masked, logits, (size_t)g->vocab * sizeof *logits);
         lily_gmatch_apply(g->mask, r->match_vocab, g->masked, (size_t)g->vocab);
         res->grammar_s += lily_now() - t0;
-        t->id =
-            lily_sampler_sample(smp, g->masked, g->hist, g->n_hist, (uint64_t)res->n_gen, &e);
+        t->id = lily_sampler_sample(smp, g->masked, g->hist, g->n_hist, (uint64_t)res->n_gen, &e);
         if (t->id < 0) {
             snprintf(res->error, sizeof res->error, "constrained draw: %.400s", e.msg);
             res->finish = "error";

@@ -347,7 +347,8 @@ static void stream_free(void *cls) {
 static enum MHD_Result completion_route(lily_srv *s, struct MHD_Connection *c, route rt, conn *k) {
     lily_api_error e;
     lily_request req;
-    lily_request_limits lim = {.max_body = s->opts.max_body, .max_messages = 100000, .constrained = 1};
+    lily_request_limits lim = {
+        .max_body = s->opts.max_body, .max_messages = 100000, .constrained = 1};
     if (lily_request_parse(rt == R_CHAT ? LILY_REQ_CHAT : LILY_REQ_COMPLETION,
                            lily_sb_str(&k->body), k->body.len, &lim, &req, &e))
         return send_error(s, c, &e);

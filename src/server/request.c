@@ -407,10 +407,18 @@ static int parse_rest(const cJSON *b, const lily_request_limits *lim, lily_reque
     if (rc && n > 1) return lily_api_bad(e, "unsupported_value", "n", "n > 1 is not supported yet");
     /* other servers' ways to constrain the output: silently ignoring them would hand the
      * client unconstrained text it believes constrained (response_format is lily's way) */
-    static const char *const foreign[] = {
-        "grammar",       "json_schema",   "guided_json",    "guided_regex",
-        "guided_choice", "guided_grammar", "structured_outputs", "format",
-        "regex",         "ebnf",          "json",           NULL};
+    static const char *const foreign[] = {"grammar",
+                                          "json_schema",
+                                          "guided_json",
+                                          "guided_regex",
+                                          "guided_choice",
+                                          "guided_grammar",
+                                          "structured_outputs",
+                                          "format",
+                                          "regex",
+                                          "ebnf",
+                                          "json",
+                                          NULL};
     for (int i = 0; foreign[i]; i++)
         if (field(b, foreign[i]))
             return lily_api_bad(e, "unsupported_parameter", foreign[i],

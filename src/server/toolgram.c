@@ -66,7 +66,8 @@ int lily_toolgram_build(const cJSON *tools, const char *only, int parallel, int3
         lily_sb_puts(&head, "\n{\"name\": ");
         lily_sb_json_str(&head, name->valuestring, strlen(name->valuestring));
         lily_sb_puts(&head, ", \"arguments\": ");
-        const lily_gelem seq[] = {lily_gtoken(open), lily_gterm(lily_dfa_literal(b, head.data, head.len)),
+        const lily_gelem seq[] = {lily_gtoken(open),
+                                  lily_gterm(lily_dfa_literal(b, head.data, head.len)),
                                   lily_gref(args), lily_gterm(t_tail), lily_gtoken(close)};
         lily_sb_free(&head);
         lily_gbuild_alt(b, call, seq, sizeof seq / sizeof seq[0]);

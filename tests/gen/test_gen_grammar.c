@@ -111,7 +111,8 @@ int main(void) {
         printf("grammar: %s\n", e.msg);
         return 1;
     }
-    static const char prompt[] = "<|im_start|>user\nGive me JSON.<|im_end|>\n<|im_start|>assistant\n";
+    static const char prompt[] =
+        "<|im_start|>user\nGive me JSON.<|im_end|>\n<|im_start|>assistant\n";
     int32_t *p;
     size_t np;
     if (lily_tokenizer_encode(tok, prompt, sizeof prompt - 1, &p, &np, &e)) return 1;
@@ -155,8 +156,8 @@ int main(void) {
             lily_gen_finish_turn(g);
         }
     }
-    check(n_valid == runs, "constrained: every sampled run parses and satisfies the schema", "%d/%d",
-          n_valid, runs);
+    check(n_valid == runs, "constrained: every sampled run parses and satisfies the schema",
+          "%d/%d", n_valid, runs);
     check(n_ended == runs, "constrained: every run ends on the end-of-turn token, matcher done",
           "%d/%d", n_ended, runs);
     check(n_allowed == runs, "constrained: every token was one the grammar allowed", "%d/%d",

@@ -365,14 +365,13 @@ static void test_response_format(void) {
 /* Other servers' ways to constrain output: a 400 naming the field, not silence; null is absent,
  * and harmless unknown fields stay accepted. */
 static void test_foreign_constraints(void) {
-    static const char *const fields[] = {"grammar",         "guided_json", "guided_regex",
-                                         "guided_choice",   "json_schema", "format",
+    static const char *const fields[] = {"grammar",        "guided_json",       "guided_regex",
+                                         "guided_choice",  "json_schema",       "format",
                                          "guided_grammar", "structured_outputs"};
     for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++) {
         char body[256];
         snprintf(body, sizeof body,
-                 "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"%s\":\"x\"}",
-                 fields[i]);
+                 "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"%s\":\"x\"}", fields[i]);
         reject(LILY_REQ_CHAT, body, 400, "unsupported_parameter", fields[i]);
     }
     reject(LILY_REQ_COMPLETION, "{\"prompt\":\"a\",\"guided_regex\":\"[a-z]+\"}", 400,
