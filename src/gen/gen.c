@@ -29,6 +29,12 @@ struct lily_gen {
     int bias_cap;
     int32_t pending_eos; /* end-of-turn token of the last run, not yet consumed (-1: none) */
     int snap_pending;    /* the last run's end-of-turn token was consumed: snapshot at its end */
+    int32_t eot;         /* the token that ends a constrained turn: <|im_end|> when it is an
+                          * end-of-turn id, else the first of them */
+    /* constrained decoding scratch, sized on the first constrained request (never per token) */
+    uint32_t *mask;
+    size_t mask_words;
+    float *masked; /* [vocab] the step's logits with the mask applied */
 };
 
 int lily_gen_create(lily_engine *eng, lily_tokenizer *tok, const lily_gen_opts *o, lily_gen **out,
@@ -57,6 +63,11 @@ int lily_gen_create(lily_engine *eng, lily_tokenizer *tok, const lily_gen_opts *
     if (tok_eos >= 0 && !lily_gen_is_eos(g, tok_eos)) g->eos[g->n_eos++] = tok_eos;
     g->im_start = lily_tokenizer_token_to_id(tok, "<|im_start|>");
     g->pending_eos = -1;
+    g->eot = g->n_eos ? g->eos[0] : -1;
+    if (g->im_start >= 0) {
+        const int32_t im_end = lily_tokenizer_token_to_id(tok, "<|im_end|>");
+        if (im_end >= 0 && lily_gen_is_eos(g, im_end)) g->eot = im_end;
+    }
     *out = g;
     return 0;
 }
@@ -68,11 +79,18 @@ void lily_gen_free(lily_gen *g) {
     lily_pcache_free(g->cache);
     free(g->hist);
     free(g->bias);
+    free(g->mask);
+    free(g->masked);
     free(g);
 }
 
 int lily_gen_max_ctx(const lily_gen *g) {
     return g->max_ctx;
+}
+
+int lily_gen_eos_ids(const lily_gen *g, const int32_t **ids) {
+    *ids = g->eos;
+    return g->n_eos;
 }
 
 int lily_gen_is_eos(const lily_gen *g, int32_t id) {
@@ -249,8 +267,8 @@ static int emit(lily_gen *g, const lily_gen_req *r, lily_gen_result *res, lily_s
 /* The next token from the logits on the host (forced tokens aside), drawn by the sampler at the
  * token's index as its step (as run_device's draws), with logprobs as the request asks. 0, or -1
  * with res->finish = "error". */
-static int host_choose(lily_gen *g, const lily_gen_req *r, lily_gen_result *res,
-                       lily_sampler *smp, lily_gen_token *t) {
+static int host_choose(lily_gen *g, const lily_gen_req *r, lily_gen_result *res, lily_sampler *smp,
+                       lily_gen_token *t, int constrained) {
     const float *logits = lily_session_logits(g->sess);
     if (!logits) {
         snprintf(res->error, sizeof res->error, "session has no logits");
@@ -258,13 +276,38 @@ static int host_choose(lily_gen *g, const lily_gen_req *r, lily_gen_result *res,
         return -1;
     }
     lily_err e;
-    if (!t->forced) {
+    if (!t->forced && constrained && lily_gmatch_is_done(r->match)) {
+        t->id = g->eot; /* nothing can follow: the turn ends */
+        t->forced = 1;
+    } else if (!t->forced && constrained) {
+        const double t0 = lily_now();
+        lily_gmatch_mask(r->match, g->mask);
+        memcpy(g->masked, logits, (size_t)g->vocab * sizeof *logits);
+        lily_gmatch_apply(g->mask, r->match_vocab, g->masked, (size_t)g->vocab);
+        res->grammar_s += lily_now() - t0;
+        t->id = lily_sampler_sample(smp, g->masked, g->hist, g->n_hist, (uint64_t)res->n_gen, &e);
+        if (t->id < 0) {
+            snprintf(res->error, sizeof res->error, "constrained draw: %.400s", e.msg);
+            res->finish = "error";
+            return -1;
+        }
+    } else if (!t->forced) {
         t->id = lily_sampler_sample(smp, logits, g->hist, g->n_hist, (uint64_t)res->n_gen, &e);
         if (t->id < 0) {
             snprintf(res->error, sizeof res->error, "%s", e.msg);
             res->finish = "error";
             return -1;
         }
+    }
+    const double t1 = constrained ? lily_now() : 0;
+    const int refused =
+        constrained && !lily_gen_is_eos(g, t->id) && lily_gmatch_accept_token(r->match, t->id);
+    if (constrained) res->grammar_s += lily_now() - t1;
+    if (refused && !t->forced) {
+        snprintf(res->error, sizeof res->error, "constrained draw: token %d refused by the grammar",
+                 t->id);
+        res->finish = "error";
+        return -1;
     }
     if (r->logprobs || r->top_logprobs > 0) {
         const int n = r->top_logprobs < LILY_GEN_MAX_TOP ? r->top_logprobs : LILY_GEN_MAX_TOP;
@@ -303,6 +346,7 @@ static void run_host(lily_gen *g, const lily_gen_req *r, lily_gen_result *res, l
                      lily_stopstr *stop, lily_sb *text, int max_new) {
     forced_q fq = {{0}, 0, 0};
     lily_err e;
+    int constrained = r->match && r->match_after <= 0; /* the grammar applies to the next token */
     while (!res->finish) {
         if (r->cancelled && r->cancelled(r->ud)) {
             res->finish = "cancelled";
@@ -314,7 +358,8 @@ static void run_host(lily_gen *g, const lily_gen_req *r, lily_gen_result *res, l
         }
         lily_gen_token t = {0};
         t.forced = next_forced(r, &fq, &t.id);
-        if (host_choose(g, r, res, smp, &t)) break;
+        if (host_choose(g, r, res, smp, &t, constrained)) break;
+        if (r->match && r->match_after > 0 && t.id == r->match_after) constrained = 1;
         if (emit(g, r, res, smp, stop, text, &t)) {
             if (res->eos) g->pending_eos = t.id;
             break;
@@ -356,7 +401,7 @@ static void run_device(lily_gen *g, const lily_gen_req *r, lily_gen_result *res,
     /* the first token: from the prompt's logits on the host */
     lily_gen_token t = {0};
     t.forced = next_forced(r, &fq, &t.id);
-    if (host_choose(g, r, res, smp, &t)) return;
+    if (host_choose(g, r, res, smp, &t, 0)) return;
     int consumed = 0; /* an enqueued step consumes t */
     for (;;) {
         /* room to consume t and emit one more: the host loop's length rule */
@@ -460,10 +505,20 @@ int lily_gen_run(lily_gen *g, const lily_gen_req *r, lily_gen_result *res) {
     int max_new = r->max_new > 0 ? r->max_new : g->max_ctx;
     /* Draws on the backend when it can (CUDA: 4 bytes a token come back instead of the logits and
      * a host pass over them), unless the request needs the logits on the host: logprobs, or a
-     * sampler the backend's chain cannot be (penalties, logit_bias). The host draws with the same
-     * random numbers, so the same seed gives the same tokens either way. */
+     * sampler the backend's chain cannot be (penalties, logit_bias), or a grammar (the mask is
+     * applied to the host's logits). The host draws with the same random numbers, so the same
+     * seed gives the same tokens either way. */
+    if (r->match) { /* the constrained draw's scratch, kept for the next requests */
+        const size_t words = ((size_t)r->match_vocab + 31) / 32;
+        if (words > g->mask_words) {
+            free(g->mask);
+            g->mask = lily_xcalloc(words, sizeof *g->mask);
+            g->mask_words = words;
+        }
+        if (!g->masked) g->masked = lily_xmalloc((size_t)g->vocab * sizeof *g->masked);
+    }
     lily_draw dr;
-    const int dev = lily_session_can_decode_sample(g->sess) && !r->logprobs &&
+    const int dev = !r->match && lily_session_can_decode_sample(g->sess) && !r->logprobs &&
                     r->top_logprobs == 0 && lily_sampler_as_draw(smp, &dr) == 0;
     double t0 = lily_now();
     res->finish = NULL;

@@ -15,6 +15,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "grammar/matcher.h"
 #include "lily.h"
 #include "sampler/sampler.h"
 #include "tokenizer/tokenizer.h"
@@ -67,6 +68,19 @@ typedef struct lily_gen_req {
     /* Before each sampling step: may write up to max token ids to emit instead of sampling;
      * returns how many. May be NULL. */
     int (*force)(void *ud, int32_t *ids, int max);
+    /* Constrained decoding (may be NULL): a matcher at the start of the grammar the output must
+     * follow (borrowed; advanced by the run). A constrained request draws on the host: each
+     * step the matcher's mask (over match_vocab ids, the trie's) sets the disallowed logits to
+     * -inf before logit_bias, penalties and the draw; the drawn token advances the matcher, and
+     * once the matcher is done the end-of-turn token ends the turn. Forced tokens are fed to the
+     * matcher as well (a forced token it refuses leaves it unchanged). logprobs are those of the
+     * unmasked logits. */
+    lily_gmatch *match;
+    int32_t match_vocab;
+    /* With match: the constraint starts after this token has been generated (</think> when the
+     * prompt opened a think block), or from the first token when <= 0 (id 0 is never such a
+     * marker: a zero-initialised request is constrained from the start). */
+    int32_t match_after;
 } lily_gen_req;
 
 typedef struct lily_gen_result {
@@ -77,6 +91,8 @@ typedef struct lily_gen_result {
     const char *finish; /* "stop", "length", "cancelled" or "error" */
     int eos;            /* ended on an end-of-turn token */
     double prefill_s, decode_s;
+    double grammar_s; /* of decode_s, the constrained steps' extra work: masks, applying them to
+                         a copy of the logits, advancing the matcher */
     char error[512];
 } lily_gen_result;
 
@@ -99,6 +115,10 @@ void lily_gen_reset(lily_gen *g);
 
 /* Prefix-cache occupancy for metrics. */
 void lily_gen_cache_stats(const lily_gen *g, int *entries, size_t *bytes);
+
+/* The end-of-turn ids (*ids borrowed; the count is returned): the end tokens of a grammar's
+ * token trie. */
+int lily_gen_eos_ids(const lily_gen *g, const int32_t **ids);
 
 /* Is id an end-of-turn token? They are the model config's eos ids (config.json and
  * generation_config.json) and the tokenizer's eos_token (tokenizer_config.json). */

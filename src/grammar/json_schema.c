@@ -471,6 +471,14 @@ int lily_grammar_from_schema(const cJSON *schema, lily_grammar **out, lily_err *
     return 0;
 }
 
+int32_t lily_schema_rule(lily_jgram *j, const cJSON *schema, lily_err *e) {
+    jsc c = {.j = *j, .b = j->b, .root = schema, .e = e};
+    int32_t r = compile(&c, schema);
+    free(c.memo);
+    *j = c.j;
+    return r;
+}
+
 int lily_grammar_from_schema_text(const char *json, size_t len, lily_grammar **out, lily_err *e) {
     *out = NULL;
     cJSON *s = cJSON_ParseWithLength(json, len);

@@ -20,10 +20,17 @@
 #include <stddef.h>
 
 #include "grammar/grammar.h"
+#include "grammar/json_gram.h"
 #include "lily.h"
 
 /* From a parsed schema (borrowed; not kept). Free *out with lily_grammar_free. */
 int lily_grammar_from_schema(const cJSON *schema, lily_grammar **out, lily_err *e);
+
+/* Compiles schema into the builder of j as one rule of a larger grammar (the tool-call grammar
+ * embeds each tool's parameters this way): returns the rule id, or -1 with e naming the
+ * construct. After a failure the builder may hold unfinished rules: discard it (check a schema
+ * first with lily_grammar_from_schema to keep a builder usable). */
+int32_t lily_schema_rule(lily_jgram *j, const cJSON *schema, lily_err *e);
 
 /* From schema text json[0..len). */
 int lily_grammar_from_schema_text(const char *json, size_t len, lily_grammar **out, lily_err *e);

@@ -250,6 +250,11 @@ void lily_gmatch_apply(const uint32_t *mask, int32_t n_vocab, float *logits, siz
         uint32_t bits = mask[w];
         if (bits == 0xFFFFFFFFu) continue;
         size_t end = w * 32 + 32 < n ? w * 32 + 32 : n;
+        if (!bits) { /* most words of a mask in JSON structure: one vectorised fill */
+            for (size_t i = w * 32; i < end; i++)
+                logits[i] = -INFINITY;
+            continue;
+        }
         for (size_t i = w * 32; i < end; i++)
             if (!(bits >> (i & 31) & 1)) logits[i] = -INFINITY;
     }

@@ -331,7 +331,8 @@ static void prepare(lily_srv *s, lily_job *j) {
         lily_api_fail(&e, 503, "server_error", "server_overloaded", NULL, "shutting down");
     } else if (j->task == TASK_CHAT || j->task == TASK_COMPLETION) {
         lily_request req;
-        lily_request_limits lim = {.max_body = s->opts.max_body, .max_messages = 100000};
+        lily_request_limits lim = {
+            .max_body = s->opts.max_body, .max_messages = 100000, .constrained = 1};
         failed = lily_request_parse(j->task == TASK_CHAT ? LILY_REQ_CHAT : LILY_REQ_COMPLETION,
                                     lily_sb_str(&j->body), j->body.len, &lim, &req, &e) ||
                  lily_job_fill(s, j, &req, &e);

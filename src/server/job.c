@@ -7,6 +7,7 @@
 
 #include "base/err.h"
 #include "server/srv.h"
+#include "server/toolgram.h"
 
 static uint64_t random_u64(void) {
     uint64_t x = 0;
@@ -56,7 +57,9 @@ static char *render_chat(lily_srv *s, lily_request *r, size_t *len, int *open, l
         if (!cJSON_GetObjectItemCaseSensitive(ctx, kw->string))
             cJSON_AddItemReferenceToObject(ctx, kw->string, (cJSON *)kw);
     }
-    if (r->thinking < 0 && s->opts.reasoning >= 0)
+    if (r->thinking < 0 && r->grammar) /* constrained output: no think block unless asked */
+        cJSON_AddBoolToObject(ctx, "enable_thinking", 0);
+    else if (r->thinking < 0 && s->opts.reasoning >= 0)
         cJSON_AddBoolToObject(ctx, "enable_thinking", s->opts.reasoning);
     char *out = NULL;
     lily_err err;
@@ -117,10 +120,26 @@ static void sampling(lily_srv *s, const lily_request *r, lily_sampler_params *sp
     sp->seed = r->has_seed ? r->seed : random_u64();
 }
 
-/* Tokens that open a tool call for tool_choice required / named. */
+/* tool_choice required / named: the output is the tool-call grammar (toolgram.h), which takes the
+ * place of a response_format grammar. */
+static int tool_grammar(lily_srv *s, lily_request *r, lily_api_error *e) {
+    if (!r->tools || (r->tool_choice != LILY_TOOLS_REQUIRED && r->tool_choice != LILY_TOOLS_NAMED))
+        return 0;
+    if (s->tool_call_tok < 0 || s->tool_end_tok < 0) return 0; /* force_tokens opens the call */
+    lily_grammar *g;
+    if (lily_toolgram_build(r->tools, r->tool_choice == LILY_TOOLS_NAMED ? r->tool_name : NULL,
+                            r->parallel_tool_calls, s->tool_call_tok, s->tool_end_tok, &g, e))
+        return -1;
+    lily_grammar_free(r->grammar);
+    r->grammar = g;
+    return 0;
+}
+
+/* Tokens that open a tool call for tool_choice required / named, when no grammar enforces it. */
 static void force_tokens(lily_srv *s, lily_job *j) {
     const lily_request *r = &j->req;
-    if (!r->tools || (r->tool_choice != LILY_TOOLS_REQUIRED && r->tool_choice != LILY_TOOLS_NAMED))
+    if (!r->tools || r->grammar ||
+        (r->tool_choice != LILY_TOOLS_REQUIRED && r->tool_choice != LILY_TOOLS_NAMED))
         return;
     lily_sb t = {0};
     lily_sb_puts(&t, "<tool_call>\n");
@@ -175,7 +194,7 @@ int lily_job_fill(lily_srv *s, lily_job *j, lily_request *r, lily_api_error *e) 
     int rc = 0;
     if (r->kind == LILY_REQ_CHAT) {
         size_t len;
-        char *text = render_chat(s, r, &len, &j->thinking_open, e);
+        char *text = tool_grammar(s, r, e) ? NULL : render_chat(s, r, &len, &j->thinking_open, e);
         rc = text ? tokenize(s, text, len, &j->prompt, &j->n_prompt, e) : -1;
         free(text);
         if (!rc) force_tokens(s, j);
@@ -216,6 +235,22 @@ int lily_job_fill(lily_srv *s, lily_job *j, lily_request *r, lily_api_error *e) 
         e->n_ctx = s->ctx;
     }
     if (rc) return -1;
+    if (r->grammar) { /* the matcher, past a continued assistant message's content */
+        lily_err me;
+        if (lily_gmatch_create(r->grammar, s->trie, NULL, &j->match, &me)) {
+            rc = lily_api_fail(e, 500, "server_error", NULL, NULL, "grammar: %s", me.msg);
+        } else if (r->prefill && !j->thinking_open) {
+            const cJSON *last =
+                cJSON_GetArrayItem(r->messages, cJSON_GetArraySize(r->messages) - 1);
+            const cJSON *c = cJSON_GetObjectItemCaseSensitive(last, "content");
+            if (cJSON_IsString(c) &&
+                lily_gmatch_accept_bytes(j->match, c->valuestring, strlen(c->valuestring)))
+                rc = lily_api_bad(e, "invalid_value", "messages",
+                                  "the assistant message to continue does not match the "
+                                  "constrained output (response_format or tool_choice)");
+        }
+    }
+    if (rc) return -1;
     /* the output budget: what was asked, clipped to the rest of the context (api.md §2.1) and to
      * --max-tokens-cap; a clipped request finishes with "length" */
     int room = s->ctx - j->n_prompt;
@@ -237,6 +272,7 @@ void lily_job_release(lily_job *j) {
     free(j->echo);
     free(j->force_ids);
     free(j->budget_ids);
+    lily_gmatch_free(j->match);
     lily_sb_free(&j->out);
     lily_sb_free(&j->body);
     pthread_mutex_destroy(&j->mu);

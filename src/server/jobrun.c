@@ -289,9 +289,12 @@ static void timings_json(lily_sb *o, const lily_gen_result *g) {
     lily_sb_printf(o,
                    "{\"cache_n\":%d,\"prompt_n\":%d,\"prompt_ms\":%.3f,"
                    "\"prompt_per_second\":%.3f,\"predicted_n\":%d,\"predicted_ms\":%.3f,"
-                   "\"predicted_per_second\":%.3f}",
+                   "\"predicted_per_second\":%.3f",
                    g->n_cached, g->n_prefilled, pms, pms > 0 ? g->n_prefilled / g->prefill_s : 0,
                    g->n_gen, dms, dms > 0 ? g->n_gen / g->decode_s : 0);
+    if (g->grammar_s > 0) /* constrained: the grammar's share of predicted_ms */
+        lily_sb_printf(o, ",\"grammar_ms\":%.3f", g->grammar_s * 1e3);
+    lily_sb_putc(o, '}');
 }
 
 static void message_json(run *u, lily_sb *o) {
@@ -425,6 +428,12 @@ void lily_job_run(lily_srv *s, lily_job *j) {
         .on_text = cb_text,
         .force = cb_force,
     };
+    if (j->match) { /* constrained: the request's matcher over the server's trie */
+        g.match = j->match;
+        g.match_vocab = s->trie->n_vocab;
+        /* a think block the prompt opened runs free; the grammar starts after </think> */
+        g.match_after = u.chat && j->thinking_open ? s->think_end_tok : -1;
+    }
     lily_gen_result res;
     if (s->opts.request_timeout > 0) j->deadline = lily_now() + s->opts.request_timeout;
     lily_gen_run(s->gen, &g, &res);

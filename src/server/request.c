@@ -495,6 +495,27 @@ static int parse_rest(const cJSON *b, const lily_request_limits *lim, lily_reque
     int rc = get_int(b, "n", 1, 128, &n, e);
     if (rc < 0) return -1;
     if (rc && n > 1) return lily_api_bad(e, "unsupported_value", "n", "n > 1 is not supported yet");
+    /* other servers' ways to constrain the output: silently ignoring them would hand the
+     * client unconstrained text it believes constrained (response_format is lily's way) */
+    static const char *const foreign[] = {"grammar",
+                                          "json_schema",
+                                          "guided_json",
+                                          "guided_regex",
+                                          "guided_choice",
+                                          "guided_grammar",
+                                          "structured_outputs",
+                                          "format",
+                                          "regex",
+                                          "ebnf",
+                                          "json",
+                                          NULL};
+    for (int i = 0; foreign[i]; i++)
+        if (field(b, foreign[i]))
+            return lily_api_bad(e, "unsupported_parameter", foreign[i],
+                                "'%s' is not supported: constrain the output with "
+                                "'response_format' (json_object or json_schema) or with "
+                                "'tool_choice'",
+                                foreign[i]);
     const cJSON *rf = field(b, "response_format");
     if (rf) {
         if (lily_respfmt_parse(rf, &r->grammar, e)) return -1;

@@ -116,9 +116,16 @@ int lily_server_main(const lily_server_opts *o) {
     }
     s->xml_tools = strstr(lily_template_source(s->tmpl), "<function=") != NULL;
     s->tool_call_tok = lily_tokenizer_token_to_id(s->tok, "<tool_call>");
+    s->tool_end_tok = lily_tokenizer_token_to_id(s->tok, "</tool_call>");
+    s->think_end_tok = lily_tokenizer_token_to_id(s->tok, "</think>");
     load_defaults(s);
     lily_gen_opts go = {.max_ctx = s->ctx, .cache_bytes = s->opts.snapshot_mem};
-    if (lily_gen_create(s->eng, s->tok, &go, &s->gen, &e) || lily_sched_start(s, &e)) {
+    const int32_t *eos = NULL;
+    int n_eos = 0;
+    if (lily_gen_create(s->eng, s->tok, &go, &s->gen, &e) ||
+        ((n_eos = lily_gen_eos_ids(s->gen, &eos)),
+         lily_token_trie_from_tokenizer(s->tok, eos, (size_t)n_eos, &s->trie, &e)) ||
+        lily_sched_start(s, &e)) {
         fprintf(stderr, "lily serve: %s\n", e.msg);
         goto out;
     }
@@ -133,6 +140,7 @@ int lily_server_main(const lily_server_opts *o) {
     lily_sched_stop(s);
 out:
     lily_gen_free(s->gen);
+    lily_token_trie_free(s->trie);
     lily_template_free(s->tmpl);
     lily_tokenizer_free(s->tok);
     lily_engine_close(s->eng);

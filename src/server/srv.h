@@ -19,6 +19,8 @@
 #include <stdint.h>
 
 #include "chat/template.h"
+#include "grammar/matcher.h"
+#include "grammar/trie.h"
 #include "lily.h"
 #include "sampler/sampler.h"
 #include "server/apierr.h"
@@ -79,6 +81,8 @@ typedef struct lily_job {
     int32_t *force_ids; /* tool_choice required/named: tokens that open the call (owned) */
     int n_force;
     int32_t *budget_ids; /* thinking_budget: tokens that close the think block (owned) */
+    lily_gmatch *match;  /* constrained (req.grammar): the request's matcher, past the content of
+                            a continued assistant message (owned) */
     int n_budget;
     char id[48];
     long created;
@@ -104,6 +108,9 @@ struct lily_srv {
     int ctx;                      /* per-request context */
     int xml_tools;                /* the template uses the <function=NAME> call form */
     int32_t tool_call_tok;        /* id of <tool_call>, or -1 */
+    int32_t tool_end_tok;         /* id of </tool_call>, or -1 */
+    int32_t think_end_tok;        /* id of </think>, or -1 */
+    lily_token_trie *trie;        /* the vocabulary for constrained decoding (shared, read-only) */
     lily_sampler_params defaults; /* generation_config.json sampling defaults */
     long created;
     lily_metrics metrics;

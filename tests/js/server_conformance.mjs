@@ -175,7 +175,7 @@ check(ctext === comp.choices[0].text, 'completions (legacy) streaming = non-stre
 if (process.env.TOOLS_XML === '1') {
   const tools = [{ type: 'function', function: { name: 'get_weather', parameters: {
     type: 'object', properties: { city: { type: 'string' }, days: { type: 'integer' } } } } }];
-  const req = { model: id, messages: [user('Weather in Oslo?')], tools, max_tokens: 8, seed: 5,
+  const req = { model: id, messages: [user('Weather in Oslo?')], tools, max_tokens: 40, seed: 5,
                 tool_choice: { type: 'function', function: { name: 'get_weather' } },
                 chat_template_kwargs: { enable_thinking: false } };
   const r1 = await client.chat.completions.create(req);

@@ -468,8 +468,32 @@ static void test_error_text(void) {
     lily_sb_free(&b);
 }
 
+/* Other servers' ways to constrain output: a 400 naming the field, not silence; null is absent,
+ * and harmless unknown fields stay accepted. */
+static void test_foreign_constraints(void) {
+    static const char *const fields[] = {"grammar",        "guided_json",       "guided_regex",
+                                         "guided_choice",  "json_schema",       "format",
+                                         "guided_grammar", "structured_outputs"};
+    for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++) {
+        char body[256];
+        snprintf(body, sizeof body,
+                 "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"%s\":\"x\"}", fields[i]);
+        reject(LILY_REQ_CHAT, body, 400, "unsupported_parameter", fields[i]);
+    }
+    reject(LILY_REQ_COMPLETION, "{\"prompt\":\"a\",\"guided_regex\":\"[a-z]+\"}", 400,
+           "unsupported_parameter", "guided_regex");
+    lily_request r;
+    int rc = parse(LILY_REQ_CHAT,
+                   "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"grammar\":null,"
+                   "\"store\":true,\"metadata\":{\"k\":\"v\"},\"format\":null}",
+                   &r);
+    check(rc == 0, "null constraint fields and harmless unknown fields are accepted");
+    if (!rc) lily_request_free(&r);
+}
+
 int main(void) {
     test_errors();
+    test_foreign_constraints();
     test_fields();
     test_thinking();
     test_messages();
