@@ -18,6 +18,9 @@
 
 #include "base/err.h"
 #include "base/timer.h"
+#include "server/anthropic.h"
+#include "server/reqlog.h"
+#include "server/responses.h"
 #include "server/srv.h"
 
 #define KEEPALIVE_S 10.0
@@ -25,7 +28,19 @@
 typedef struct conn {
     lily_sb body;
     int too_big;
+    /* for the request log (reqlog.h) and the error shape */
+    double t0, wall;
+    char method[16];
+    char path[256];
+    char client[80];
+    int status;
+    int anthropic; /* /v1/messages: errors in Anthropic's shape */
+    lily_job *job; /* a reference, for the log's token counts */
 } conn;
+
+/* The request being handled on this connection's thread (thread per connection): where the
+ * answer's status is noted, and which error shape it takes. */
+static _Thread_local conn *t_cur;
 
 typedef struct stream {
     lily_job *job;
@@ -77,6 +92,7 @@ static void add_cors(lily_srv *s, struct MHD_Connection *c, struct MHD_Response 
 }
 
 static void count(lily_srv *s, int status) {
+    if (t_cur) t_cur->status = status;
     pthread_mutex_lock(&s->metrics.mu);
     s->metrics.requests++;
     s->metrics.requests_error += status >= 400;
@@ -100,7 +116,10 @@ static enum MHD_Result send_body(lily_srv *s, struct MHD_Connection *c, int stat
 
 static enum MHD_Result send_error(lily_srv *s, struct MHD_Connection *c, const lily_api_error *e) {
     lily_sb b = {0};
-    lily_api_error_json(e, &b);
+    if (t_cur && t_cur->anthropic)
+        lily_anth_error_json(e, &b);
+    else
+        lily_api_error_json(e, &b);
     struct MHD_Response *r = MHD_create_response_from_buffer(b.len, b.data, MHD_RESPMEM_MUST_COPY);
     lily_sb_free(&b);
     if (!r) return MHD_NO;
@@ -123,6 +142,25 @@ static enum MHD_Result send_sb(lily_srv *s, struct MHD_Connection *c, int status
         send_body(s, c, status, "application/json", lily_sb_str(b), b->len, NULL, NULL);
     lily_sb_free(b);
     return rc;
+}
+
+/* "ADDR:PORT" of the client ("[ADDR]:PORT" for IPv6), "-" when unknown. */
+static void client_name(struct MHD_Connection *c, char *out, size_t n) {
+    snprintf(out, n, "-");
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(c, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+    if (!ci || !ci->client_addr) return;
+    char a[INET6_ADDRSTRLEN];
+    const struct sockaddr *sa = ci->client_addr;
+    if (sa->sa_family == AF_INET) {
+        const struct sockaddr_in *v4 = (const struct sockaddr_in *)(const void *)sa;
+        if (inet_ntop(AF_INET, &v4->sin_addr, a, sizeof a))
+            snprintf(out, n, "%s:%u", a, (unsigned)ntohs(v4->sin_port));
+    } else if (sa->sa_family == AF_INET6) {
+        const struct sockaddr_in6 *v6 = (const struct sockaddr_in6 *)(const void *)sa;
+        if (inet_ntop(AF_INET6, &v6->sin6_addr, a, sizeof a))
+            snprintf(out, n, "[%s]:%u", a, (unsigned)ntohs(v6->sin6_port));
+    }
 }
 
 /* Constant-time key check (api.md §8.1): Authorization: Bearer KEY or X-Api-Key: KEY. */
@@ -158,6 +196,9 @@ typedef enum {
     R_COMPLETIONS,
     R_TOKENIZE,
     R_DETOKENIZE,
+    R_MESSAGES,
+    R_COUNT_TOKENS,
+    R_RESPONSES,
 } route;
 
 static route find_route(const char *url, const char **arg, const char **want_method) {
@@ -176,6 +217,9 @@ static route find_route(const char *url, const char **arg, const char **want_met
     if (!strcmp(url, "/completions")) return R_COMPLETIONS;
     if (!strcmp(url, "/tokenize")) return R_TOKENIZE;
     if (!strcmp(url, "/detokenize")) return R_DETOKENIZE;
+    if (!strcmp(url, "/messages")) return R_MESSAGES;
+    if (!strcmp(url, "/messages/count_tokens")) return R_COUNT_TOKENS;
+    if (!strcmp(url, "/responses")) return R_RESPONSES;
     return R_NONE;
 }
 
@@ -346,14 +390,30 @@ static void stream_free(void *cls) {
 
 static enum MHD_Result completion_route(lily_srv *s, struct MHD_Connection *c, route rt, conn *k) {
     lily_api_error e;
-    lily_request req;
-    lily_request_limits lim = {.max_body = s->opts.max_body, .max_messages = 100000};
-    if (lily_request_parse(rt == R_CHAT ? LILY_REQ_CHAT : LILY_REQ_COMPLETION,
-                           lily_sb_str(&k->body), k->body.len, &lim, &req, &e))
-        return send_error(s, c, &e);
-    lily_job *j = lily_job_prepare(s, &req, &e);
-    lily_request_free(&req);
+    lily_job *j;
+    if (rt == R_COUNT_TOKENS) {
+        lily_sb b = {0};
+        if (lily_anth_count_tokens(s, lily_sb_str(&k->body), k->body.len, &b, &e))
+            return send_error(s, c, &e);
+        return send_sb(s, c, 200, &b);
+    } else if (rt == R_MESSAGES) {
+        j = lily_anth_prepare(s, lily_sb_str(&k->body), k->body.len, &e);
+    } else if (rt == R_RESPONSES) {
+        j = lily_resp_prepare(s, lily_sb_str(&k->body), k->body.len, &e);
+    } else {
+        lily_request req;
+        lily_request_limits lim = {.max_body = s->opts.max_body, .max_messages = 100000};
+        if (lily_request_parse(rt == R_CHAT ? LILY_REQ_CHAT : LILY_REQ_COMPLETION,
+                               lily_sb_str(&k->body), k->body.len, &lim, &req, &e))
+            return send_error(s, c, &e);
+        j = lily_job_prepare(s, &req, &e);
+        lily_request_free(&req);
+    }
     if (!j) return send_error(s, c, &e);
+    pthread_mutex_lock(&j->mu); /* the log reads its counts when the request ends */
+    j->refs++;
+    pthread_mutex_unlock(&j->mu);
+    k->job = j;
     if (lily_sched_submit(s, j)) {
         lily_job_release(j);
         lily_api_fail(&e, 503, "server_error", "server_overloaded", NULL,
@@ -414,7 +474,10 @@ static enum MHD_Result completion_route(lily_srv *s, struct MHD_Connection *c, r
             lily_api_fail(&e, 503, "server_error", "server_overloaded", NULL, "shutting down");
             return send_error(s, c, &e);
         }
-        return MHD_NO; /* the client is gone */
+        /* the client is gone: answer anyway (MHD_NO would be logged as an internal error) */
+        enum MHD_Result rc = send_body(s, c, 499, "text/plain", "", 0, NULL, NULL);
+        k->status = 499;
+        return rc;
     }
     enum MHD_Result rc = send_body(s, c, status, "application/json", lily_sb_str(&body), body.len,
                                    "x-lily-cached-tokens", cached);
@@ -435,6 +498,15 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
     if (!*con_cls) {
         conn *k = lily_xcalloc(1, sizeof *k);
         *con_cls = k;
+        t_cur = k;
+        k->t0 = lily_now();
+        struct timespec now;
+        clock_gettime(CLOCK_REALTIME, &now);
+        k->wall = (double)now.tv_sec + now.tv_nsec * 1e-9;
+        snprintf(k->method, sizeof k->method, "%s", method);
+        snprintf(k->path, sizeof k->path, "%s", url);
+        k->anthropic = rt == R_MESSAGES || rt == R_COUNT_TOKENS;
+        client_name(c, k->client, sizeof k->client);
         if (!strcmp(method, "OPTIONS")) { /* CORS preflight */
             const char *origin = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Origin");
             if (origin && !origin_allowed(s, origin))
@@ -477,6 +549,7 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
         return MHD_YES;
     }
     conn *k = *con_cls;
+    t_cur = k;
     if (*upload_size) {
         if (!k->too_big && k->body.len + *upload_size > s->opts.max_body) {
             k->too_big = 1;
@@ -491,16 +564,38 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
                       "request body exceeds the limit of %zu bytes", s->opts.max_body);
         return send_error(s, c, &e);
     }
-    if (rt == R_CHAT || rt == R_COMPLETIONS) return completion_route(s, c, rt, k);
+    if (rt == R_CHAT || rt == R_COMPLETIONS || rt >= R_MESSAGES)
+        return completion_route(s, c, rt, k);
     if (rt == R_TOKENIZE || rt == R_DETOKENIZE) return tokenize_route(s, c, rt, k);
     return get_route(s, c, rt, arg);
 }
 
 static void completed(void *cls, struct MHD_Connection *c, void **con_cls,
                       enum MHD_RequestTerminationCode toe) {
-    (void)cls, (void)c, (void)toe;
+    (void)c;
+    lily_srv *s = cls;
     conn *k = *con_cls;
     if (!k) return;
+    t_cur = NULL;
+    if (s->log_format != LILY_LOG_NONE) {
+        lily_reqlog_entry x = {.wall = k->wall, .client = k->client, .method = k->method,
+                               .path = k->path, .status = k->status, .ttft_s = -1,
+                               .total_s = lily_now() - k->t0};
+        if (toe != MHD_REQUEST_TERMINATED_COMPLETED_OK && x.status < 400)
+            x.status = 499; /* the client closed the connection before the end */
+        if (k->job) {
+            lily_job *j = k->job;
+            pthread_mutex_lock(&j->mu);
+            x.has_tokens = j->state == JOB_DONE && j->status != 503;
+            x.n_prompt = j->n_prompt;
+            x.n_cached = j->cached_tokens;
+            x.n_gen = j->n_gen;
+            if (j->t_first > 0) x.ttft_s = j->t_first - k->t0;
+            pthread_mutex_unlock(&j->mu);
+        }
+        lily_reqlog_write(stderr, s->log_format, &x);
+    }
+    lily_job_release(k->job);
     lily_sb_free(&k->body);
     free(k);
     *con_cls = NULL;
@@ -508,25 +603,35 @@ static void completed(void *cls, struct MHD_Connection *c, void **con_cls,
 
 int lily_http_serve(lily_srv *s, volatile int *stop, lily_err *e) {
     struct sockaddr_in addr = {0};
+    struct sockaddr_in6 addr6 = {0};
+    const struct sockaddr *sa = (const struct sockaddr *)&addr;
     addr.sin_family = AF_INET;
     addr.sin_port = htons((uint16_t)s->opts.port);
     const char *host = s->opts.host ? s->opts.host : "127.0.0.1";
     if (!strcmp(host, "localhost")) host = "127.0.0.1";
-    if (inet_pton(AF_INET, host, &addr.sin_addr) != 1)
-        return lily_fail(e, "--host must be an IPv4 address, got '%s'", host);
     /* MHD's own log reports every client that hangs up mid-stream: noise under --quiet */
     unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION | MHD_USE_POLL;
+    int v6 = 0;
+    if (inet_pton(AF_INET, host, &addr.sin_addr) != 1) {
+        addr6.sin6_family = AF_INET6;
+        addr6.sin6_port = htons((uint16_t)s->opts.port);
+        if (inet_pton(AF_INET6, host, &addr6.sin6_addr) != 1)
+            return lily_fail(e, "--host must be an IPv4 or IPv6 address, got '%s'", host);
+        sa = (const struct sockaddr *)&addr6;
+        flags |= MHD_USE_IPv6;
+        v6 = 1;
+    }
     if (!s->opts.quiet) flags |= MHD_USE_ERROR_LOG;
     struct MHD_Daemon *d = MHD_start_daemon(
-        flags, (uint16_t)s->opts.port, NULL, NULL, handler, s, MHD_OPTION_SOCK_ADDR, &addr,
+        flags, (uint16_t)s->opts.port, NULL, NULL, handler, s, MHD_OPTION_SOCK_ADDR, sa,
         MHD_OPTION_NOTIFY_COMPLETED, completed, s, MHD_OPTION_CONNECTION_TIMEOUT, 300u,
         MHD_OPTION_CONNECTION_LIMIT, 1000u, MHD_OPTION_END);
     if (!d) return lily_fail(e, "cannot listen on %s:%d (%s)", host, s->opts.port, strerror(errno));
     const union MHD_DaemonInfo *di = MHD_get_daemon_info(d, MHD_DAEMON_INFO_BIND_PORT);
     int port = di ? di->port : s->opts.port;
     if (!s->opts.quiet) {
-        fprintf(stderr, "lily serve: %s listening on http://%s:%d/v1 (ctx %d)\n", s->model_id, host,
-                port, s->ctx);
+        fprintf(stderr, "lily serve: %s listening on http://%s%s%s:%d/v1 (ctx %d)\n", s->model_id,
+                v6 ? "[" : "", host, v6 ? "]" : "", port, s->ctx);
     }
     if (s->opts.port_file) {
         FILE *f = fopen(s->opts.port_file, "w");

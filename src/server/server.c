@@ -12,6 +12,7 @@
 
 #include "base/err.h"
 #include "base/file.h"
+#include "server/reqlog.h"
 #include "server/srv.h"
 
 static volatile int g_stop;
@@ -65,6 +66,7 @@ int lily_server_main(const lily_server_opts *o) {
     if (!s->opts.max_body) s->opts.max_body = 32u << 20;
     if (!s->opts.snapshot_mem) s->opts.snapshot_mem = (size_t)2 << 30;
     lily_metrics_init(&s->metrics);
+    s->log_format = o->log_format ? o->log_format : o->quiet ? LILY_LOG_NONE : LILY_LOG_TEXT;
     s->created = (long)time(NULL);
     lily_err e;
     int rc = 1;

@@ -18,6 +18,7 @@
 #include "sampler/sampler.h"
 #include "server/apierr.h"
 #include "gen/gen.h"
+#include "gen/outparse.h"
 #include "server/metrics.h"
 #include "server/request.h"
 #include "gen/sb.h"
@@ -28,7 +29,21 @@ typedef struct lily_srv lily_srv;
 
 typedef enum { JOB_QUEUED, JOB_RUNNING, JOB_DONE } lily_job_state;
 
-typedef struct lily_job {
+typedef struct lily_job lily_job;
+
+/* An answer shape other than OpenAI chat completions (anthropic.c: /v1/messages, responses.c:
+ * /v1/responses). The inference thread hands it the start, every parsed delta (reasoning,
+ * content, tool calls; streaming or not), and the end; it appends the bytes for the client to o
+ * (SSE events when the request streams, else the whole body at the end). */
+typedef struct lily_apiout {
+    void (*begin)(lily_job *j, lily_sb *o);
+    void (*delta)(lily_job *j, const lily_delta *d, lily_sb *o);
+    void (*finish)(lily_job *j, const lily_gen_result *g, int reasoning_tokens, lily_sb *o);
+    void (*error)(lily_job *j, const char *msg, lily_sb *o);
+    void (*free)(void *state);
+} lily_apiout;
+
+struct lily_job {
     lily_srv *srv;
     lily_request req;
     int32_t *prompt; /* prompt token ids (owned) */
@@ -53,7 +68,11 @@ typedef struct lily_job {
     int refs;
     int prefill_done, prefill_total;
     int cached_tokens, prefill_tokens; /* for response headers */
-} lily_job;
+    int n_gen;                         /* generated tokens (set at the end, for the log) */
+    double t_first;                    /* lily_now() of the first generated token, 0 = none */
+    const lily_apiout *api;            /* NULL: OpenAI chat/completions shapes */
+    void *api_state;                   /* owned; freed by api->free */
+};
 
 struct lily_srv {
     lily_server_opts opts;
@@ -68,6 +87,7 @@ struct lily_srv {
     lily_sampler_params defaults; /* generation_config.json sampling defaults */
     long created;
     lily_metrics metrics;
+    int log_format; /* lily_log_format (reqlog.h), resolved: never LILY_LOG_DEFAULT */
     /* the queue (under qmu) */
     pthread_mutex_t qmu;
     pthread_cond_t qcv;
@@ -86,6 +106,8 @@ lily_job *lily_job_prepare(lily_srv *s, lily_request *r, lily_api_error *e);
 /* Runs the job on the inference thread, writing the response into job->out. */
 void lily_job_run(lily_srv *s, lily_job *j);
 void lily_job_release(lily_job *j);
+/* prefix + 24 random alphanumerics into out (at least strlen(prefix) + 25 bytes). */
+void lily_job_random_id(char *out, const char *prefix);
 int lily_job_cancelled(lily_job *j);
 
 /* ---- sched.c ------------------------------------------------------------------------------- */
