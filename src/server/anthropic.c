@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "base/err.h"
+#include "server/blkseq.h"
 
 static const cJSON *field(const cJSON *o, const char *name) {
     const cJSON *j = cJSON_GetObjectItemCaseSensitive(o, name);
@@ -366,28 +367,15 @@ static int parse_request(lily_srv *s, const char *body, size_t len, int count, l
     return rc;
 }
 
-typedef struct ablock {
-    int kind; /* LILY_DELTA_REASONING, _CONTENT or _CALL */
-    lily_sb text; /* thinking / text / the input JSON */
-    lily_sb name;
-    char id[48];
-} ablock;
-
 typedef struct anth {
     char id[48];
-    ablock *b;
-    int n, cap;
-    int open; /* streaming: a content block is open (the last one) */
+    lily_blkseq q;
 } anth;
 
 static void anth_free(void *p) {
     anth *a = p;
     if (!a) return;
-    for (int i = 0; i < a->n; i++) {
-        lily_sb_free(&a->b[i].text);
-        lily_sb_free(&a->b[i].name);
-    }
-    free(a->b);
+    lily_blkseq_free(&a->q);
     free(a);
 }
 
@@ -398,6 +386,12 @@ static void event(lily_sb *o, const char *name) {
 static void model_str(lily_job *j, lily_sb *o) {
     const char *m = j->req.model[0] ? j->req.model : j->srv->model_id;
     lily_sb_json_str(o, m, strlen(m));
+}
+
+/* "toolu_" + the 24 characters of the parser's "call_" id */
+static void tool_id(const lily_blk *b, char *out, size_t n) {
+    const char *rest = !strncmp(b->call_id, "call_", 5) ? b->call_id + 5 : b->call_id;
+    snprintf(out, n, "toolu_%s", rest);
 }
 
 static void a_begin(lily_job *j, lily_sb *o) {
@@ -418,71 +412,54 @@ static void a_begin(lily_job *j, lily_sb *o) {
     lily_sb_puts(o, "{\"type\":\"ping\"}\n\n");
 }
 
-static void close_block(anth *a, lily_sb *o) {
-    if (!a->open) return;
-    a->open = 0;
-    event(o, "content_block_stop");
-    lily_sb_printf(o, "{\"type\":\"content_block_stop\",\"index\":%d}\n\n", a->n - 1);
+static void s_start(void *ud, int index, const lily_blk *b, lily_sb *o) {
+    (void)ud;
+    event(o, "content_block_start");
+    lily_sb_printf(o, "{\"type\":\"content_block_start\",\"index\":%d,\"content_block\":", index);
+    if (b->kind == LILY_DELTA_REASONING) {
+        lily_sb_puts(o, "{\"type\":\"thinking\",\"thinking\":\"\",\"signature\":\"\"}");
+    } else if (b->kind == LILY_DELTA_CONTENT) {
+        lily_sb_puts(o, "{\"type\":\"text\",\"text\":\"\"}");
+    } else {
+        char id[48];
+        tool_id(b, id, sizeof id);
+        lily_sb_printf(o, "{\"type\":\"tool_use\",\"id\":\"%s\",\"name\":", id);
+        lily_sb_json_str(o, lily_sb_str(&b->name), b->name.len);
+        lily_sb_puts(o, ",\"input\":{}}");
+    }
+    lily_sb_puts(o, "}\n\n");
 }
 
-static void a_delta(lily_job *j, const lily_delta *d, lily_sb *o) {
-    anth *a = j->api_state;
-    int stream = j->req.stream;
-    int kind = d->kind == LILY_DELTA_ARGS ? LILY_DELTA_CALL : (int)d->kind;
-    ablock *last = a->n ? &a->b[a->n - 1] : NULL;
-    if (d->kind == LILY_DELTA_CALL || !last || last->kind != kind) {
-        if (d->kind == LILY_DELTA_ARGS && !last) return; /* cannot happen: args follow a call */
-        if (stream) close_block(a, o);
-        if (a->n == a->cap) {
-            a->cap = a->cap ? 2 * a->cap : 4;
-            a->b = lily_xrealloc(a->b, (size_t)a->cap * sizeof *a->b);
-        }
-        last = &a->b[a->n++];
-        memset(last, 0, sizeof *last);
-        last->kind = kind;
-        if (d->kind == LILY_DELTA_CALL) {
-            const char *rest = !strncmp(d->id, "call_", 5) ? d->id + 5 : d->id;
-            snprintf(last->id, sizeof last->id, "toolu_%s", rest);
-            lily_sb_append(&last->name, lily_sb_str(&d->text), d->text.len);
-        }
-        if (stream) {
-            a->open = 1;
-            event(o, "content_block_start");
-            lily_sb_printf(o, "{\"type\":\"content_block_start\",\"index\":%d,\"content_block\":",
-                           a->n - 1);
-            if (kind == LILY_DELTA_REASONING) {
-                lily_sb_puts(o, "{\"type\":\"thinking\",\"thinking\":\"\",\"signature\":\"\"}");
-            } else if (kind == LILY_DELTA_CONTENT) {
-                lily_sb_puts(o, "{\"type\":\"text\",\"text\":\"\"}");
-            } else {
-                lily_sb_printf(o, "{\"type\":\"tool_use\",\"id\":\"%s\",\"name\":", last->id);
-                lily_sb_json_str(o, lily_sb_str(&last->name), last->name.len);
-                lily_sb_puts(o, ",\"input\":{}}");
-            }
-            lily_sb_puts(o, "}\n\n");
-        }
-        if (d->kind == LILY_DELTA_CALL) return;
-    }
-    if (!d->text.len) return;
-    lily_sb_append(&last->text, lily_sb_str(&d->text), d->text.len);
-    if (!stream) return;
+static void s_delta(void *ud, int index, const lily_blk *b, const char *t, size_t n, lily_sb *o) {
+    (void)ud;
     event(o, "content_block_delta");
-    lily_sb_printf(o, "{\"type\":\"content_block_delta\",\"index\":%d,\"delta\":", a->n - 1);
-    if (kind == LILY_DELTA_REASONING)
+    lily_sb_printf(o, "{\"type\":\"content_block_delta\",\"index\":%d,\"delta\":", index);
+    if (b->kind == LILY_DELTA_REASONING)
         lily_sb_puts(o, "{\"type\":\"thinking_delta\",\"thinking\":");
-    else if (kind == LILY_DELTA_CONTENT)
+    else if (b->kind == LILY_DELTA_CONTENT)
         lily_sb_puts(o, "{\"type\":\"text_delta\",\"text\":");
     else
         lily_sb_puts(o, "{\"type\":\"input_json_delta\",\"partial_json\":");
-    lily_sb_json_str(o, lily_sb_str(&d->text), d->text.len);
+    lily_sb_json_str(o, t, n);
     lily_sb_puts(o, "}}\n\n");
+}
+
+static void s_stop(void *ud, int index, const lily_blk *b, lily_sb *o) {
+    (void)ud, (void)b;
+    event(o, "content_block_stop");
+    lily_sb_printf(o, "{\"type\":\"content_block_stop\",\"index\":%d}\n\n", index);
+}
+
+static const lily_blkseq_cb stream_cb = {NULL, s_start, s_delta, s_stop};
+
+static void a_delta(lily_job *j, const lily_delta *d, lily_sb *o) {
+    anth *a = j->api_state;
+    lily_blkseq_delta(&a->q, d, j->req.stream ? &stream_cb : NULL, o);
 }
 
 static void stop_reason(lily_job *j, const lily_gen_result *g, lily_sb *o) {
     anth *a = j->api_state;
-    int calls = 0;
-    for (int i = 0; i < a->n; i++)
-        calls += a->b[i].kind == LILY_DELTA_CALL;
+    int calls = lily_blkseq_n_calls(&a->q);
     const char *sr = "end_turn";
     if (!strcmp(g->finish, "length"))
         sr = "max_tokens";
@@ -509,8 +486,8 @@ static void usage(const lily_gen_result *g, lily_sb *o) {
 static void a_finish(lily_job *j, const lily_gen_result *g, int reasoning_tokens, lily_sb *o) {
     (void)reasoning_tokens;
     anth *a = j->api_state;
+    lily_blkseq_finish(&a->q, j->req.stream ? &stream_cb : NULL, o);
     if (j->req.stream) {
-        close_block(a, o);
         event(o, "message_delta");
         lily_sb_puts(o, "{\"type\":\"message_delta\",\"delta\":{");
         stop_reason(j, g, o);
@@ -525,8 +502,8 @@ static void a_finish(lily_job *j, const lily_gen_result *g, int reasoning_tokens
                    a->id);
     model_str(j, o);
     lily_sb_puts(o, ",\"content\":[");
-    for (int i = 0; i < a->n; i++) {
-        ablock *b = &a->b[i];
+    for (int i = 0; i < a->q.n; i++) {
+        const lily_blk *b = &a->q.b[i];
         if (i) lily_sb_putc(o, ',');
         if (b->kind == LILY_DELTA_REASONING) {
             lily_sb_puts(o, "{\"type\":\"thinking\",\"thinking\":");
@@ -537,7 +514,9 @@ static void a_finish(lily_job *j, const lily_gen_result *g, int reasoning_tokens
             lily_sb_json_str(o, lily_sb_str(&b->text), b->text.len);
             lily_sb_putc(o, '}');
         } else {
-            lily_sb_printf(o, "{\"type\":\"tool_use\",\"id\":\"%s\",\"name\":", b->id);
+            char id[48];
+            tool_id(b, id, sizeof id);
+            lily_sb_printf(o, "{\"type\":\"tool_use\",\"id\":\"%s\",\"name\":", id);
             lily_sb_json_str(o, lily_sb_str(&b->name), b->name.len);
             lily_sb_puts(o, ",\"input\":");
             cJSON *in = cJSON_ParseWithLength(lily_sb_str(&b->text), b->text.len);

@@ -7,6 +7,7 @@
 #include <time.h>
 
 #include "base/err.h"
+#include "server/blkseq.h"
 
 static const cJSON *field(const cJSON *o, const char *name) {
     const cJSON *j = cJSON_GetObjectItemCaseSensitive(o, name);
@@ -313,32 +314,22 @@ cJSON *lily_resp_to_chat(const cJSON *b, lily_api_error *e) {
 
 /* ---- the answer ----------------------------------------------------------------------------- */
 
-typedef struct ritem {
-    int kind; /* LILY_DELTA_REASONING, _CONTENT or _CALL */
-    char id[48];
-    char call_id[40];
-    lily_sb text; /* reasoning / output text / arguments */
-    lily_sb name;
-} ritem;
-
 typedef struct resp {
     char id[48];
     long created;
     cJSON *echo; /* request fields the response object repeats (owned) */
-    ritem *it;
-    int n, cap;
-    int open; /* streaming: the last item is open */
-    int seq;  /* the next sequence_number */
+    lily_blkseq q;
+    char (*ids)[48]; /* the output items' ids, by block */
+    int n_ids;
+    int stream;
+    int seq; /* the next sequence_number */
 } resp;
 
 static void resp_free(void *p) {
     resp *r = p;
     if (!r) return;
-    for (int i = 0; i < r->n; i++) {
-        lily_sb_free(&r->it[i].text);
-        lily_sb_free(&r->it[i].name);
-    }
-    free(r->it);
+    lily_blkseq_free(&r->q);
+    free(r->ids);
     cJSON_Delete(r->echo);
     free(r);
 }
@@ -349,10 +340,12 @@ static void ev(resp *r, lily_sb *o, const char *type) {
                    r->seq++);
 }
 
-static void item_json(const ritem *it, int done, lily_sb *o) {
+static void item_json(const resp *r, int k, int done, lily_sb *o) {
+    const lily_blk *it = &r->q.b[k];
+    const char *id = r->ids[k];
     const char *status = done ? "completed" : "in_progress";
     if (it->kind == LILY_DELTA_REASONING) {
-        lily_sb_printf(o, "{\"id\":\"%s\",\"type\":\"reasoning\",\"summary\":[],\"content\":[", it->id);
+        lily_sb_printf(o, "{\"id\":\"%s\",\"type\":\"reasoning\",\"summary\":[],\"content\":[", id);
         if (done) {
             lily_sb_puts(o, "{\"type\":\"reasoning_text\",\"text\":");
             lily_sb_json_str(o, lily_sb_str(&it->text), it->text.len);
@@ -363,7 +356,7 @@ static void item_json(const ritem *it, int done, lily_sb *o) {
         lily_sb_printf(o,
                        "{\"id\":\"%s\",\"type\":\"message\",\"status\":\"%s\",\"role\":\"assistant\","
                        "\"content\":[",
-                       it->id, status);
+                       id, status);
         if (done) {
             lily_sb_puts(o, "{\"type\":\"output_text\",\"text\":");
             lily_sb_json_str(o, lily_sb_str(&it->text), it->text.len);
@@ -374,7 +367,7 @@ static void item_json(const ritem *it, int done, lily_sb *o) {
         lily_sb_printf(o,
                        "{\"id\":\"%s\",\"type\":\"function_call\",\"status\":\"%s\",\"call_id\":\"%s\","
                        "\"name\":",
-                       it->id, status, it->call_id);
+                       id, status, it->call_id);
         lily_sb_json_str(o, lily_sb_str(&it->name), it->name.len);
         lily_sb_puts(o, ",\"arguments\":");
         if (done)
@@ -400,9 +393,9 @@ static void response_json(lily_job *j, const lily_gen_result *g, int reasoning_t
     const char *m = j->req.model[0] ? j->req.model : j->srv->model_id;
     lily_sb_json_str(o, m, strlen(m));
     lily_sb_puts(o, ",\"output\":[");
-    for (int i = 0; g && i < r->n; i++) {
+    for (int i = 0; g && i < r->q.n; i++) {
         if (i) lily_sb_putc(o, ',');
-        item_json(&r->it[i], 1, o);
+        item_json(r, i, 1, o);
     }
     lily_sb_putc(o, ']');
     const cJSON *x;
@@ -440,14 +433,51 @@ static void r_begin(lily_job *j, lily_sb *o) {
     lily_sb_puts(o, "}\n\n");
 }
 
-static void close_item(resp *r, lily_sb *o) {
-    if (!r->open) return;
-    r->open = 0;
-    int k = r->n - 1;
-    ritem *it = &r->it[k];
+static void s_start(void *ud, int k, const lily_blk *b, lily_sb *o) {
+    resp *r = ud;
+    if (k >= r->n_ids) {
+        r->n_ids = 2 * k + 4;
+        r->ids = lily_xrealloc(r->ids, (size_t)r->n_ids * sizeof *r->ids);
+    }
+    lily_job_random_id(r->ids[k], b->kind == LILY_DELTA_REASONING ? "rs_"
+                                  : b->kind == LILY_DELTA_CONTENT ? "msg_"
+                                                                  : "fc_");
+    if (!r->stream) return;
+    ev(r, o, "response.output_item.added");
+    lily_sb_printf(o, "\"output_index\":%d,\"item\":", k);
+    item_json(r, k, 0, o);
+    lily_sb_puts(o, "}\n\n");
+    if (b->kind == LILY_DELTA_CALL) return;
+    ev(r, o, "response.content_part.added");
+    lily_sb_printf(o, "\"item_id\":\"%s\",\"output_index\":%d,\"content_index\":0,\"part\":%s}\n\n",
+                   r->ids[k], k,
+                   b->kind == LILY_DELTA_CONTENT
+                       ? "{\"type\":\"output_text\",\"text\":\"\",\"annotations\":[],\"logprobs\":[]}"
+                       : "{\"type\":\"reasoning_text\",\"text\":\"\"}");
+}
+
+static void s_delta(void *ud, int k, const lily_blk *b, const char *t, size_t n, lily_sb *o) {
+    resp *r = ud;
+    if (!r->stream) return;
+    if (b->kind == LILY_DELTA_CALL) {
+        ev(r, o, "response.function_call_arguments.delta");
+        lily_sb_printf(o, "\"item_id\":\"%s\",\"output_index\":%d,\"delta\":", r->ids[k], k);
+    } else {
+        ev(r, o, b->kind == LILY_DELTA_CONTENT ? "response.output_text.delta"
+                                               : "response.reasoning_text.delta");
+        lily_sb_printf(o, "\"item_id\":\"%s\",\"output_index\":%d,\"content_index\":0,\"delta\":",
+                       r->ids[k], k);
+    }
+    lily_sb_json_str(o, t, n);
+    lily_sb_puts(o, b->kind == LILY_DELTA_CONTENT ? ",\"logprobs\":[]}\n\n" : "}\n\n");
+}
+
+static void s_stop(void *ud, int k, const lily_blk *it, lily_sb *o) {
+    resp *r = ud;
+    if (!r->stream) return;
     if (it->kind == LILY_DELTA_CALL) {
         ev(r, o, "response.function_call_arguments.done");
-        lily_sb_printf(o, "\"item_id\":\"%s\",\"output_index\":%d,\"name\":", it->id, k);
+        lily_sb_printf(o, "\"item_id\":\"%s\",\"output_index\":%d,\"name\":", r->ids[k], k);
         lily_sb_json_str(o, lily_sb_str(&it->name), it->name.len);
         lily_sb_puts(o, ",\"arguments\":");
         lily_sb_json_str(o, lily_sb_str(&it->text), it->text.len);
@@ -456,89 +486,36 @@ static void close_item(resp *r, lily_sb *o) {
         int text = it->kind == LILY_DELTA_CONTENT;
         ev(r, o, text ? "response.output_text.done" : "response.reasoning_text.done");
         lily_sb_printf(o, "\"item_id\":\"%s\",\"output_index\":%d,\"content_index\":0,\"text\":",
-                       it->id, k);
+                       r->ids[k], k);
         lily_sb_json_str(o, lily_sb_str(&it->text), it->text.len);
         lily_sb_puts(o, text ? ",\"logprobs\":[]}\n\n" : "}\n\n");
         ev(r, o, "response.content_part.done");
         lily_sb_printf(o, "\"item_id\":\"%s\",\"output_index\":%d,\"content_index\":0,\"part\":{"
                           "\"type\":\"%s\",\"text\":",
-                       it->id, k, text ? "output_text" : "reasoning_text");
+                       r->ids[k], k, text ? "output_text" : "reasoning_text");
         lily_sb_json_str(o, lily_sb_str(&it->text), it->text.len);
         lily_sb_puts(o, text ? ",\"annotations\":[],\"logprobs\":[]}}\n\n" : "}}\n\n");
     }
     ev(r, o, "response.output_item.done");
     lily_sb_printf(o, "\"output_index\":%d,\"item\":", k);
-    item_json(it, 1, o);
+    item_json(r, k, 1, o);
     lily_sb_puts(o, "}\n\n");
 }
 
 static void r_delta(lily_job *j, const lily_delta *d, lily_sb *o) {
     resp *r = j->api_state;
-    int stream = j->req.stream;
-    int kind = d->kind == LILY_DELTA_ARGS ? LILY_DELTA_CALL : (int)d->kind;
-    ritem *last = r->n ? &r->it[r->n - 1] : NULL;
-    if (d->kind == LILY_DELTA_CALL || !last || last->kind != kind) {
-        if (d->kind == LILY_DELTA_ARGS) return; /* args always follow their call */
-        if (stream) close_item(r, o);
-        if (r->n == r->cap) {
-            r->cap = r->cap ? 2 * r->cap : 4;
-            r->it = lily_xrealloc(r->it, (size_t)r->cap * sizeof *r->it);
-        }
-        last = &r->it[r->n++];
-        memset(last, 0, sizeof *last);
-        last->kind = kind;
-        lily_job_random_id(last->id, kind == LILY_DELTA_REASONING ? "rs_"
-                                     : kind == LILY_DELTA_CONTENT ? "msg_"
-                                                                  : "fc_");
-        if (kind == LILY_DELTA_CALL) {
-            snprintf(last->call_id, sizeof last->call_id, "%s", d->id);
-            lily_sb_append(&last->name, lily_sb_str(&d->text), d->text.len);
-        }
-        if (stream) {
-            int k = r->n - 1;
-            r->open = 1;
-            ev(r, o, "response.output_item.added");
-            lily_sb_printf(o, "\"output_index\":%d,\"item\":", k);
-            item_json(last, 0, o);
-            lily_sb_puts(o, "}\n\n");
-            if (kind != LILY_DELTA_CALL) {
-                ev(r, o, "response.content_part.added");
-                lily_sb_printf(o,
-                               "\"item_id\":\"%s\",\"output_index\":%d,\"content_index\":0,"
-                               "\"part\":%s}\n\n",
-                               last->id, k,
-                               kind == LILY_DELTA_CONTENT
-                                   ? "{\"type\":\"output_text\",\"text\":\"\",\"annotations\":[],"
-                                     "\"logprobs\":[]}"
-                                   : "{\"type\":\"reasoning_text\",\"text\":\"\"}");
-            }
-        }
-        if (d->kind == LILY_DELTA_CALL) return;
-    }
-    if (!d->text.len) return;
-    lily_sb_append(&last->text, lily_sb_str(&d->text), d->text.len);
-    if (!stream) return;
-    int k = r->n - 1;
-    if (kind == LILY_DELTA_CALL) {
-        ev(r, o, "response.function_call_arguments.delta");
-        lily_sb_printf(o, "\"item_id\":\"%s\",\"output_index\":%d,\"delta\":", last->id, k);
-    } else {
-        ev(r, o, kind == LILY_DELTA_CONTENT ? "response.output_text.delta"
-                                            : "response.reasoning_text.delta");
-        lily_sb_printf(o, "\"item_id\":\"%s\",\"output_index\":%d,\"content_index\":0,\"delta\":",
-                       last->id, k);
-    }
-    lily_sb_json_str(o, lily_sb_str(&d->text), d->text.len);
-    lily_sb_puts(o, kind == LILY_DELTA_CONTENT ? ",\"logprobs\":[]}\n\n" : "}\n\n");
+    lily_blkseq_cb cb = {r, s_start, s_delta, s_stop};
+    lily_blkseq_delta(&r->q, d, &cb, o);
 }
 
 static void r_finish(lily_job *j, const lily_gen_result *g, int reasoning_tokens, lily_sb *o) {
     resp *r = j->api_state;
+    lily_blkseq_cb cb = {r, s_start, s_delta, s_stop};
+    lily_blkseq_finish(&r->q, &cb, o);
     if (!j->req.stream) {
         response_json(j, g, reasoning_tokens, o);
         return;
     }
-    close_item(r, o);
     ev(r, o, strcmp(g->finish, "length") ? "response.completed" : "response.incomplete");
     lily_sb_puts(o, "\"response\":");
     response_json(j, g, reasoning_tokens, o);
@@ -618,6 +595,7 @@ lily_job *lily_resp_prepare(lily_srv *s, const char *body, size_t len, lily_api_
         lily_job_random_id(r->id, "resp_");
         r->created = (long)time(NULL);
         r->echo = echo_fields(b);
+        r->stream = j->req.stream;
         j->api = &resp_out;
         j->api_state = r;
     }
