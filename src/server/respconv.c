@@ -285,8 +285,8 @@ cJSON *lily_resp_to_chat(const cJSON *b, lily_api_error *e) {
     const cJSON *mt = field(b, "max_output_tokens");
     if (!rc && mt) cJSON_AddItemToObject(out, "max_tokens", cJSON_Duplicate(mt, 1));
     static const char *const same[] = {"temperature", "top_p", "stream", "parallel_tool_calls",
-                                       "seed", "top_logprobs"};
-    for (int i = 0; i < 6 && !rc; i++) {
+                                       "seed"};
+    for (int i = 0; i < 5 && !rc; i++) {
         const cJSON *v = field(b, same[i]);
         if (v) cJSON_AddItemToObject(out, same[i], cJSON_Duplicate(v, 1));
     }
