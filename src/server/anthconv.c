@@ -40,7 +40,8 @@ static int text_of(const cJSON *c, const char *path, lily_sb *out, lily_api_erro
                                     "content blocks of type '%s' are not supported (this server "
                                     "has no vision/document input)",
                                     t);
-            return lily_api_bad(e, "invalid_value", p, "expected a text block {type: \"text\", text}");
+            return lily_api_bad(e, "invalid_value", p,
+                                "expected a text block {type: \"text\", text}");
         }
         if (out->len && text->valuestring[0]) lily_sb_putc(out, '\n');
         lily_sb_puts(out, text->valuestring);
@@ -52,7 +53,8 @@ static int text_of(const cJSON *c, const char *path, lily_sb *out, lily_api_erro
 static int convert_turn(const cJSON *m, int mi, cJSON *msgs, lily_api_error *e) {
     char path[96];
     snprintf(path, sizeof path, "messages[%d]", mi);
-    if (!cJSON_IsObject(m)) return lily_api_bad(e, "invalid_type", path, "each message must be an object");
+    if (!cJSON_IsObject(m))
+        return lily_api_bad(e, "invalid_type", path, "each message must be an object");
     const cJSON *role = field(m, "role");
     snprintf(path, sizeof path, "messages[%d].role", mi);
     if (!cJSON_IsString(role) ||
@@ -61,7 +63,8 @@ static int convert_turn(const cJSON *m, int mi, cJSON *msgs, lily_api_error *e) 
     int user = !strcmp(role->valuestring, "user");
     const cJSON *c = field(m, "content");
     snprintf(path, sizeof path, "messages[%d].content", mi);
-    if (!c) return lily_api_bad(e, "missing_required_parameter", path, "message is missing 'content'");
+    if (!c)
+        return lily_api_bad(e, "missing_required_parameter", path, "message is missing 'content'");
     if (cJSON_IsString(c)) {
         cJSON *x = cJSON_CreateObject();
         cJSON_AddStringToObject(x, "role", role->valuestring);
@@ -70,7 +73,8 @@ static int convert_turn(const cJSON *m, int mi, cJSON *msgs, lily_api_error *e) 
         return 0;
     }
     if (!cJSON_IsArray(c))
-        return lily_api_bad(e, "invalid_type", path, "content must be a string or an array of blocks");
+        return lily_api_bad(e, "invalid_type", path,
+                            "content must be a string or an array of blocks");
     lily_sb text = {0}, thinking = {0};
     cJSON *calls = NULL;
     int bi = 0, rc = 0;
@@ -94,7 +98,8 @@ static int convert_turn(const cJSON *m, int mi, cJSON *msgs, lily_api_error *e) 
         } else if (user && !strcmp(t, "tool_result")) {
             const cJSON *id = field(b, "tool_use_id");
             if (!cJSON_IsString(id)) {
-                rc = lily_api_bad(e, "invalid_value", p, "tool_result needs a string 'tool_use_id'");
+                rc =
+                    lily_api_bad(e, "invalid_value", p, "tool_result needs a string 'tool_use_id'");
                 break;
             }
             lily_sb out = {0};
@@ -114,7 +119,8 @@ static int convert_turn(const cJSON *m, int mi, cJSON *msgs, lily_api_error *e) 
             lily_sb_free(&out);
         } else if (!user && !strcmp(t, "tool_use")) {
             const cJSON *id = field(b, "id"), *name = field(b, "name"), *input = field(b, "input");
-            if (!cJSON_IsString(name) || !name->valuestring[0] || (input && !cJSON_IsObject(input))) {
+            if (!cJSON_IsString(name) || !name->valuestring[0] ||
+                (input && !cJSON_IsObject(input))) {
                 rc = lily_api_bad(e, "invalid_value", p,
                                   "tool_use needs a string 'name' and an object 'input'");
                 break;
@@ -145,8 +151,9 @@ static int convert_turn(const cJSON *m, int mi, cJSON *msgs, lily_api_error *e) 
                               t);
             break;
         } else {
-            rc = lily_api_bad(e, "invalid_value", p, "unexpected content block type '%s' in a%s turn",
-                              t, user ? " user" : "n assistant");
+            rc = lily_api_bad(e, "invalid_value", p,
+                              "unexpected content block type '%s' in a%s turn", t,
+                              user ? " user" : "n assistant");
             break;
         }
     }
@@ -174,14 +181,16 @@ static int convert_turn(const cJSON *m, int mi, cJSON *msgs, lily_api_error *e) 
 }
 
 static int convert_tools(const cJSON *tools, cJSON *out, lily_api_error *e) {
-    if (!cJSON_IsArray(tools)) return lily_api_bad(e, "invalid_type", "tools", "'tools' must be an array");
+    if (!cJSON_IsArray(tools))
+        return lily_api_bad(e, "invalid_type", "tools", "'tools' must be an array");
     int i = 0;
     const cJSON *t;
     cJSON_ArrayForEach(t, tools) {
         char p[64];
         snprintf(p, sizeof p, "tools[%d]", i++);
         const char *type = block_type(t);
-        if (!cJSON_IsObject(t)) return lily_api_bad(e, "invalid_type", p, "each tool must be an object");
+        if (!cJSON_IsObject(t))
+            return lily_api_bad(e, "invalid_type", p, "each tool must be an object");
         if (type && strcmp(type, "custom"))
             return lily_api_bad(e, "unsupported_value", p,
                                 "server tools ('%s') are not supported; only client tools with "
@@ -250,8 +259,10 @@ cJSON *lily_anth_to_chat(const cJSON *b, lily_api_error *e) {
     cJSON_AddItemToObject(out, "messages", msgs);
     int rc = 0;
     const cJSON *model = field(b, "model");
-    if (cJSON_IsString(model)) cJSON_AddStringToObject(out, "model", model->valuestring);
-    else if (model) rc = lily_api_bad(e, "invalid_type", "model", "'model' must be a string");
+    if (cJSON_IsString(model))
+        cJSON_AddStringToObject(out, "model", model->valuestring);
+    else if (model)
+        rc = lily_api_bad(e, "invalid_type", "model", "'model' must be a string");
     const cJSON *sys = field(b, "system");
     if (!rc && sys) {
         lily_sb t = {0};
@@ -342,20 +353,28 @@ cJSON *lily_anth_to_chat(const cJSON *b, lily_api_error *e) {
 
 static const char *error_type(int status) {
     switch (status) {
-    case 400: return "invalid_request_error";
-    case 401: return "authentication_error";
-    case 403: return "permission_error";
-    case 404: return "not_found_error";
-    case 413: return "request_too_large";
-    case 429: return "rate_limit_error";
-    case 503: return "overloaded_error";
-    default: return status >= 500 ? "api_error" : "invalid_request_error";
+    case 400:
+        return "invalid_request_error";
+    case 401:
+        return "authentication_error";
+    case 403:
+        return "permission_error";
+    case 404:
+        return "not_found_error";
+    case 413:
+        return "request_too_large";
+    case 429:
+        return "rate_limit_error";
+    case 503:
+        return "overloaded_error";
+    default:
+        return status >= 500 ? "api_error" : "invalid_request_error";
     }
 }
 
 void lily_anth_error_json(const lily_api_error *e, lily_sb *out) {
-    lily_sb_printf(out, "{\"type\":\"error\",\"error\":{\"type\":\"%s\",\"message\":",
-                   error_type(e->status));
+    lily_sb_printf(
+        out, "{\"type\":\"error\",\"error\":{\"type\":\"%s\",\"message\":", error_type(e->status));
     if (e->param[0]) {
         lily_sb m = {0};
         lily_sb_printf(&m, "%s: %s", e->param, e->message);
@@ -366,4 +385,3 @@ void lily_anth_error_json(const lily_api_error *e, lily_sb *out) {
     }
     lily_sb_puts(out, "}}");
 }
-

@@ -169,8 +169,8 @@ static void a_finish(lily_job *j, const lily_gen_result *g, int reasoning_tokens
         lily_sb_puts(o, "{\"type\":\"message_stop\"}\n\n");
         return;
     }
-    lily_sb_printf(o, "{\"id\":\"%s\",\"type\":\"message\",\"role\":\"assistant\",\"model\":",
-                   a->id);
+    lily_sb_printf(o,
+                   "{\"id\":\"%s\",\"type\":\"message\",\"role\":\"assistant\",\"model\":", a->id);
     model_str(j, o);
     lily_sb_puts(o, ",\"content\":[");
     for (int i = 0; i < a->q.n; i++) {

@@ -21,15 +21,14 @@ typedef struct lily_blk {
 typedef struct lily_blkseq_cb {
     void *ud;
     void (*start)(void *ud, int index, const lily_blk *b, lily_sb *o);
-    void (*delta)(void *ud, int index, const lily_blk *b, const char *text, size_t len,
-                  lily_sb *o);
+    void (*delta)(void *ud, int index, const lily_blk *b, const char *text, size_t len, lily_sb *o);
     void (*stop)(void *ud, int index, const lily_blk *b, lily_sb *o);
 } lily_blkseq_cb;
 
 typedef struct lily_blkseq {
     lily_blk *b; /* the blocks so far, in order */
     int n, cap;
-    int open; /* the last block is open */
+    int open;       /* the last block is open */
     lily_blk *held; /* text held while a call is open (kind + text only) */
     int n_held, held_cap;
 } lily_blkseq;

@@ -578,8 +578,12 @@ static void completed(void *cls, struct MHD_Connection *c, void **con_cls,
     if (!k) return;
     t_cur = NULL;
     if (s->log_format != LILY_LOG_NONE) {
-        lily_reqlog_entry x = {.wall = k->wall, .client = k->client, .method = k->method,
-                               .path = k->path, .status = k->status, .ttft_s = -1,
+        lily_reqlog_entry x = {.wall = k->wall,
+                               .client = k->client,
+                               .method = k->method,
+                               .path = k->path,
+                               .status = k->status,
+                               .ttft_s = -1,
                                .total_s = lily_now() - k->t0};
         if (toe != MHD_REQUEST_TERMINATED_COMPLETED_OK && x.status < 400)
             x.status = 499; /* the client closed the connection before the end */

@@ -33,14 +33,15 @@ static int parts_text(const cJSON *c, const char *path, lily_sb *out, lily_api_e
         snprintf(pp, sizeof pp, "%s[%d]", path, i++);
         const char *t = type_of(p);
         const cJSON *text = field(p, "text");
-        if (t && (!strcmp(t, "input_image") || !strcmp(t, "input_file") ||
-                  !strcmp(t, "input_audio")))
+        if (t &&
+            (!strcmp(t, "input_image") || !strcmp(t, "input_file") || !strcmp(t, "input_audio")))
             return lily_api_bad(e, "unsupported_value", pp,
                                 "content parts of type '%s' are not supported (this server has "
                                 "no vision/audio/file input)",
                                 t);
-        if (!t || (strcmp(t, "input_text") && strcmp(t, "output_text") && strcmp(t, "text") &&
-                   strcmp(t, "summary_text") && strcmp(t, "reasoning_text")) ||
+        if (!t ||
+            (strcmp(t, "input_text") && strcmp(t, "output_text") && strcmp(t, "text") &&
+             strcmp(t, "summary_text") && strcmp(t, "reasoning_text")) ||
             !cJSON_IsString(text))
             return lily_api_bad(e, "invalid_value", pp,
                                 "expected a text part {type: \"input_text\", text}");
@@ -70,7 +71,8 @@ static int convert_item(const cJSON *it, int i, cJSON *msgs, lily_sb *reasoning,
                         lily_api_error *e) {
     char path[64];
     snprintf(path, sizeof path, "input[%d]", i);
-    if (!cJSON_IsObject(it)) return lily_api_bad(e, "invalid_type", path, "each input item must be an object");
+    if (!cJSON_IsObject(it))
+        return lily_api_bad(e, "invalid_type", path, "each input item must be an object");
     const char *t = type_of(it);
     const cJSON *role = field(it, "role");
     if ((!t && role) || (t && !strcmp(t, "message"))) {
@@ -156,7 +158,8 @@ static int convert_item(const cJSON *it, int i, cJSON *msgs, lily_sb *reasoning,
 }
 
 static int convert_tools(const cJSON *tools, cJSON *out, lily_api_error *e) {
-    if (!cJSON_IsArray(tools)) return lily_api_bad(e, "invalid_type", "tools", "'tools' must be an array");
+    if (!cJSON_IsArray(tools))
+        return lily_api_bad(e, "invalid_type", "tools", "'tools' must be an array");
     cJSON *arr = cJSON_AddArrayToObject(out, "tools");
     int i = 0;
     const cJSON *t;
@@ -213,7 +216,8 @@ static int convert_tool_choice(const cJSON *tc, cJSON *out, lily_api_error *e) {
 
 /* text.format -> response_format */
 static int convert_format(const cJSON *text, cJSON *out, lily_api_error *e) {
-    if (!cJSON_IsObject(text)) return lily_api_bad(e, "invalid_type", "text", "'text' must be an object");
+    if (!cJSON_IsObject(text))
+        return lily_api_bad(e, "invalid_type", "text", "'text' must be an object");
     const cJSON *f = field(text, "format");
     if (!f) return 0;
     const char *t = type_of(f);
@@ -280,7 +284,8 @@ cJSON *lily_resp_to_chat(const cJSON *b, lily_api_error *e) {
             if ((rc = convert_item(it, i++, msgs, &reasoning, e))) break;
         }
     } else if (!rc) {
-        rc = lily_api_bad(e, "invalid_type", "input", "'input' must be a string or an array of items");
+        rc = lily_api_bad(e, "invalid_type", "input",
+                          "'input' must be a string or an array of items");
     }
     const cJSON *mt = field(b, "max_output_tokens");
     if (!rc && mt) cJSON_AddItemToObject(out, "max_tokens", cJSON_Duplicate(mt, 1));
@@ -308,4 +313,3 @@ cJSON *lily_resp_to_chat(const cJSON *b, lily_api_error *e) {
     }
     return out;
 }
-

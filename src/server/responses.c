@@ -55,10 +55,11 @@ static void item_json(const resp *r, int k, int done, lily_sb *o) {
         }
         lily_sb_puts(o, "]}");
     } else if (it->kind == LILY_DELTA_CONTENT) {
-        lily_sb_printf(o,
-                       "{\"id\":\"%s\",\"type\":\"message\",\"status\":\"%s\",\"role\":\"assistant\","
-                       "\"content\":[",
-                       id, status);
+        lily_sb_printf(
+            o,
+            "{\"id\":\"%s\",\"type\":\"message\",\"status\":\"%s\",\"role\":\"assistant\","
+            "\"content\":[",
+            id, status);
         if (done) {
             lily_sb_puts(o, "{\"type\":\"output_text\",\"text\":");
             lily_sb_json_str(o, lily_sb_str(&it->text), it->text.len);
@@ -66,10 +67,11 @@ static void item_json(const resp *r, int k, int done, lily_sb *o) {
         }
         lily_sb_puts(o, "]}");
     } else {
-        lily_sb_printf(o,
-                       "{\"id\":\"%s\",\"type\":\"function_call\",\"status\":\"%s\",\"call_id\":\"%s\","
-                       "\"name\":",
-                       id, status, it->call_id);
+        lily_sb_printf(
+            o,
+            "{\"id\":\"%s\",\"type\":\"function_call\",\"status\":\"%s\",\"call_id\":\"%s\","
+            "\"name\":",
+            id, status, it->call_id);
         lily_sb_json_str(o, lily_sb_str(&it->name), it->name.len);
         lily_sb_puts(o, ",\"arguments\":");
         if (done)
@@ -80,12 +82,14 @@ static void item_json(const resp *r, int k, int done, lily_sb *o) {
     }
 }
 
-static void response_json(lily_job *j, const lily_gen_result *g, int reasoning_tokens,
-                          lily_sb *o) {
+static void response_json(lily_job *j, const lily_gen_result *g, int reasoning_tokens, lily_sb *o) {
     resp *r = j->api_state;
-    const char *status = !g ? "in_progress" : !strcmp(g->finish, "length") ? "incomplete" : "completed";
-    lily_sb_printf(o, "{\"id\":\"%s\",\"object\":\"response\",\"created_at\":%ld,\"status\":\"%s\","
-                      "\"error\":null,\"incomplete_details\":",
+    const char *status = !g                             ? "in_progress"
+                         : !strcmp(g->finish, "length") ? "incomplete"
+                                                        : "completed";
+    lily_sb_printf(o,
+                   "{\"id\":\"%s\",\"object\":\"response\",\"created_at\":%ld,\"status\":\"%s\","
+                   "\"error\":null,\"incomplete_details\":",
                    r->id, r->created, status);
     if (!strcmp(status, "incomplete"))
         lily_sb_puts(o, "{\"reason\":\"max_output_tokens\"}");
@@ -151,11 +155,12 @@ static void s_start(void *ud, int k, const lily_blk *b, lily_sb *o) {
     lily_sb_puts(o, "}\n\n");
     if (b->kind == LILY_DELTA_CALL) return;
     ev(r, o, "response.content_part.added");
-    lily_sb_printf(o, "\"item_id\":\"%s\",\"output_index\":%d,\"content_index\":0,\"part\":%s}\n\n",
-                   r->ids[k], k,
-                   b->kind == LILY_DELTA_CONTENT
-                       ? "{\"type\":\"output_text\",\"text\":\"\",\"annotations\":[],\"logprobs\":[]}"
-                       : "{\"type\":\"reasoning_text\",\"text\":\"\"}");
+    lily_sb_printf(
+        o, "\"item_id\":\"%s\",\"output_index\":%d,\"content_index\":0,\"part\":%s}\n\n", r->ids[k],
+        k,
+        b->kind == LILY_DELTA_CONTENT
+            ? "{\"type\":\"output_text\",\"text\":\"\",\"annotations\":[],\"logprobs\":[]}"
+            : "{\"type\":\"reasoning_text\",\"text\":\"\"}");
 }
 
 static void s_delta(void *ud, int k, const lily_blk *b, const char *t, size_t n, lily_sb *o) {
@@ -165,8 +170,9 @@ static void s_delta(void *ud, int k, const lily_blk *b, const char *t, size_t n,
         ev(r, o, "response.function_call_arguments.delta");
         lily_sb_printf(o, "\"item_id\":\"%s\",\"output_index\":%d,\"delta\":", r->ids[k], k);
     } else {
-        ev(r, o, b->kind == LILY_DELTA_CONTENT ? "response.output_text.delta"
-                                               : "response.reasoning_text.delta");
+        ev(r, o,
+           b->kind == LILY_DELTA_CONTENT ? "response.output_text.delta"
+                                         : "response.reasoning_text.delta");
         lily_sb_printf(o, "\"item_id\":\"%s\",\"output_index\":%d,\"content_index\":0,\"delta\":",
                        r->ids[k], k);
     }
@@ -192,8 +198,9 @@ static void s_stop(void *ud, int k, const lily_blk *it, lily_sb *o) {
         lily_sb_json_str(o, lily_sb_str(&it->text), it->text.len);
         lily_sb_puts(o, text ? ",\"logprobs\":[]}\n\n" : "}\n\n");
         ev(r, o, "response.content_part.done");
-        lily_sb_printf(o, "\"item_id\":\"%s\",\"output_index\":%d,\"content_index\":0,\"part\":{"
-                          "\"type\":\"%s\",\"text\":",
+        lily_sb_printf(o,
+                       "\"item_id\":\"%s\",\"output_index\":%d,\"content_index\":0,\"part\":{"
+                       "\"type\":\"%s\",\"text\":",
                        r->ids[k], k, text ? "output_text" : "reasoning_text");
         lily_sb_json_str(o, lily_sb_str(&it->text), it->text.len);
         lily_sb_puts(o, text ? ",\"annotations\":[],\"logprobs\":[]}}\n\n" : "}}\n\n");
@@ -246,13 +253,20 @@ static cJSON *echo_fields(const cJSON *b) {
     static const struct {
         const char *key, *dflt;
     } keys[] = {
-        {"instructions", "null"}, {"max_output_tokens", "null"}, {"parallel_tool_calls", "true"},
-        {"temperature", "null"},  {"top_p", "null"},             {"tool_choice", "\"auto\""},
-        {"tools", "[]"},          {"metadata", "{}"},            {"user", "null"},
+        {"instructions", "null"},
+        {"max_output_tokens", "null"},
+        {"parallel_tool_calls", "true"},
+        {"temperature", "null"},
+        {"top_p", "null"},
+        {"tool_choice", "\"auto\""},
+        {"tools", "[]"},
+        {"metadata", "{}"},
+        {"user", "null"},
     };
     for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
         const cJSON *v = field(b, keys[i].key);
-        cJSON_AddItemToObject(x, keys[i].key, v ? cJSON_Duplicate(v, 1) : cJSON_Parse(keys[i].dflt));
+        cJSON_AddItemToObject(x, keys[i].key,
+                              v ? cJSON_Duplicate(v, 1) : cJSON_Parse(keys[i].dflt));
     }
     const cJSON *r = field(b, "reasoning");
     cJSON *rr = cJSON_AddObjectToObject(x, "reasoning");
@@ -260,8 +274,8 @@ static cJSON *echo_fields(const cJSON *b) {
     cJSON_AddItemToObject(rr, "effort", eff ? cJSON_Duplicate(eff, 1) : cJSON_CreateNull());
     cJSON_AddNullToObject(rr, "summary");
     const cJSON *t = field(b, "text");
-    cJSON_AddItemToObject(x, "text", t ? cJSON_Duplicate(t, 1)
-                                       : cJSON_Parse("{\"format\":{\"type\":\"text\"}}"));
+    cJSON_AddItemToObject(
+        x, "text", t ? cJSON_Duplicate(t, 1) : cJSON_Parse("{\"format\":{\"type\":\"text\"}}"));
     return x;
 }
 

@@ -36,7 +36,8 @@ static void same(conv_fn f, const char *what, const char *in, const char *want) 
     if (gs && !cJSON_GetObjectItemCaseSensitive(got, "response_format")) {
         lily_request r;
         int rc = lily_request_parse(LILY_REQ_CHAT, gs, strlen(gs), NULL, &r, &e);
-        CHECK(rc == 0, "%s: the chat parser rejects the conversion: %s %s", what, e.param, e.message);
+        CHECK(rc == 0, "%s: the chat parser rejects the conversion: %s %s", what, e.param,
+              e.message);
         if (!rc) lily_request_free(&r);
     }
     free(gs);
@@ -74,32 +75,42 @@ static void messages(void) {
          "{\"messages\":[{\"role\":\"system\",\"content\":\"S\"},{\"role\":\"user\",\"content\":"
          "\"hi\"}],\"model\":\"m\",\"max_tokens\":5,\"temperature\":0.5,\"top_p\":0.9,\"top_k\":20,"
          "\"stop\":[\"x\"],\"stream\":true}");
-    same(f, "messages: system and content as text blocks (joined by newlines)",
-         "{\"max_tokens\":5,\"system\":[{\"type\":\"text\",\"text\":\"A\",\"cache_control\":{"
-         "\"type\":\"ephemeral\"}},{\"type\":\"text\",\"text\":\"B\"}],\"messages\":[{\"role\":"
-         "\"user\",\"content\":[{\"type\":\"text\",\"text\":\"x\"},{\"type\":\"text\",\"text\":"
-         "\"y\"}]}]}",
-         "{\"messages\":[{\"role\":\"system\",\"content\":\"A\\nB\"},{\"role\":\"user\",\"content\":"
-         "\"x\\ny\"}],\"max_tokens\":5}");
+    same(
+        f, "messages: system and content as text blocks (joined by newlines)",
+        "{\"max_tokens\":5,\"system\":[{\"type\":\"text\",\"text\":\"A\",\"cache_control\":{"
+        "\"type\":\"ephemeral\"}},{\"type\":\"text\",\"text\":\"B\"}],\"messages\":[{\"role\":"
+        "\"user\",\"content\":[{\"type\":\"text\",\"text\":\"x\"},{\"type\":\"text\",\"text\":"
+        "\"y\"}]}]}",
+        "{\"messages\":[{\"role\":\"system\",\"content\":\"A\\nB\"},{\"role\":\"user\",\"content\":"
+        "\"x\\ny\"}],\"max_tokens\":5}");
     same(f, "messages: tool_use / tool_result round trip, thinking block, tools, tool_choice tool",
-         "{\"max_tokens\":5,\"tools\":[{\"name\":\"w\",\"description\":\"D\",\"input_schema\":" WEATHER
+         "{\"max_tokens\":5,\"tools\":[{\"name\":\"w\",\"description\":\"D\",\"input_"
+         "schema\":" WEATHER
          "}],\"tool_choice\":{\"type\":\"tool\",\"name\":\"w\",\"disable_parallel_tool_use\":true},"
          "\"messages\":[{\"role\":\"user\",\"content\":\"q\"},{\"role\":\"assistant\",\"content\":["
-         "{\"type\":\"thinking\",\"thinking\":\"T\",\"signature\":\"s\"},{\"type\":\"text\",\"text\":"
-         "\"ok\"},{\"type\":\"tool_use\",\"id\":\"toolu_1\",\"name\":\"w\",\"input\":{\"city\":\"P\"}}]},"
+         "{\"type\":\"thinking\",\"thinking\":\"T\",\"signature\":\"s\"},{\"type\":\"text\","
+         "\"text\":"
+         "\"ok\"},{\"type\":\"tool_use\",\"id\":\"toolu_1\",\"name\":\"w\",\"input\":{\"city\":"
+         "\"P\"}}]},"
          "{\"role\":\"user\",\"content\":[{\"type\":\"tool_result\",\"tool_use_id\":\"toolu_1\","
-         "\"content\":[{\"type\":\"text\",\"text\":\"sunny\"}]},{\"type\":\"text\",\"text\":\"and?\"}]}]}",
+         "\"content\":[{\"type\":\"text\",\"text\":\"sunny\"}]},{\"type\":\"text\",\"text\":\"and?"
+         "\"}]}]}",
          "{\"messages\":[{\"role\":\"user\",\"content\":\"q\"},{\"role\":\"assistant\",\"content\":"
-         "\"ok\",\"reasoning_content\":\"T\",\"tool_calls\":[{\"id\":\"toolu_1\",\"type\":\"function\","
+         "\"ok\",\"reasoning_content\":\"T\",\"tool_calls\":[{\"id\":\"toolu_1\",\"type\":"
+         "\"function\","
          "\"function\":{\"name\":\"w\",\"arguments\":{\"city\":\"P\"}}}]},{\"role\":\"tool\","
          "\"tool_call_id\":\"toolu_1\",\"content\":\"sunny\"},{\"role\":\"user\",\"content\":"
-         "\"and?\"}],\"max_tokens\":5,\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"w\","
-         "\"description\":\"D\",\"parameters\":" WEATHER "}}],\"tool_choice\":{\"type\":\"function\","
+         "\"and?\"}],\"max_tokens\":5,\"tools\":[{\"type\":\"function\",\"function\":{\"name\":"
+         "\"w\","
+         "\"description\":\"D\",\"parameters\":" WEATHER
+         "}}],\"tool_choice\":{\"type\":\"function\","
          "\"function\":{\"name\":\"w\"}},\"parallel_tool_calls\":false}");
     same(f, "messages: tool_result only (string content): tool messages, no empty user turn",
          "{\"max_tokens\":5,\"messages\":[{\"role\":\"user\",\"content\":\"q\"},{\"role\":"
-         "\"assistant\",\"content\":[{\"type\":\"tool_use\",\"id\":\"a\",\"name\":\"w\",\"input\":{}}]},"
-         "{\"role\":\"user\",\"content\":[{\"type\":\"tool_result\",\"tool_use_id\":\"a\",\"content\":"
+         "\"assistant\",\"content\":[{\"type\":\"tool_use\",\"id\":\"a\",\"name\":\"w\",\"input\":{"
+         "}}]},"
+         "{\"role\":\"user\",\"content\":[{\"type\":\"tool_result\",\"tool_use_id\":\"a\","
+         "\"content\":"
          "\"r1\",\"is_error\":true}]}]}",
          "{\"messages\":[{\"role\":\"user\",\"content\":\"q\"},{\"role\":\"assistant\",\"content\":"
          "\"\",\"tool_calls\":[{\"id\":\"a\",\"type\":\"function\",\"function\":{\"name\":\"w\","
@@ -109,9 +120,11 @@ static void messages(void) {
          "{\"max_tokens\":5,\"tool_choice\":{\"type\":\"any\"},\"thinking\":{\"type\":\"enabled\","
          "\"budget_tokens\":1024},\"messages\":[{\"role\":\"user\",\"content\":\"q\"}]}",
          "{\"messages\":[{\"role\":\"user\",\"content\":\"q\"}],\"max_tokens\":5,\"tool_choice\":"
-         "\"required\",\"chat_template_kwargs\":{\"enable_thinking\":true},\"thinking_budget\":1024}");
+         "\"required\",\"chat_template_kwargs\":{\"enable_thinking\":true},\"thinking_budget\":"
+         "1024}");
     same(f, "messages: tool_choice none, thinking disabled",
-         "{\"max_tokens\":5,\"tool_choice\":{\"type\":\"none\"},\"thinking\":{\"type\":\"disabled\"},"
+         "{\"max_tokens\":5,\"tool_choice\":{\"type\":\"none\"},\"thinking\":{\"type\":"
+         "\"disabled\"},"
          "\"messages\":[{\"role\":\"user\",\"content\":\"q\"}]}",
          "{\"messages\":[{\"role\":\"user\",\"content\":\"q\"}],\"max_tokens\":5,\"tool_choice\":"
          "\"none\",\"chat_template_kwargs\":{\"enable_thinking\":false}}");
@@ -133,7 +146,9 @@ static void messages(void) {
         "{\"max_tokens\":5,\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"tool_use\","
         "\"name\":\"w\",\"input\":{}}]}]}",
         "invalid_value", "messages[0].content[0]");
-    snprintf(b, sizeof b, "{\"max_tokens\":5,\"tools\":[{\"type\":\"web_search_20250305\",\"name\":\"s\"}],%s}", u);
+    snprintf(b, sizeof b,
+             "{\"max_tokens\":5,\"tools\":[{\"type\":\"web_search_20250305\",\"name\":\"s\"}],%s}",
+             u);
     bad(f, b, "unsupported_value", "tools[0]");
     snprintf(b, sizeof b, "{\"max_tokens\":5,\"tools\":[{\"name\":\"s\"}],%s}", u);
     bad(f, b, "invalid_value", "tools[0]");
@@ -148,8 +163,9 @@ static void messages(void) {
     lily_api_bad(&e, "invalid_value", "max_tokens", "too big");
     lily_sb o = {0};
     lily_anth_error_json(&e, &o);
-    CHECK(!strcmp(lily_sb_str(&o), "{\"type\":\"error\",\"error\":{\"type\":\"invalid_request_error\","
-                                   "\"message\":\"max_tokens: too big\"}}"),
+    CHECK(!strcmp(lily_sb_str(&o),
+                  "{\"type\":\"error\",\"error\":{\"type\":\"invalid_request_error\","
+                  "\"message\":\"max_tokens: too big\"}}"),
           "anthropic error shape: %s", lily_sb_str(&o));
     lily_sb_clear(&o);
     lily_api_fail(&e, 401, "invalid_request_error", "invalid_api_key", NULL, "no key");
@@ -163,31 +179,41 @@ static void responses(void) {
     conv_fn f = lily_resp_to_chat;
     same(f, "responses: string input, instructions, limits, reasoning effort, store ignored",
          "{\"model\":\"m\",\"input\":\"hi\",\"instructions\":\"S\",\"max_output_tokens\":7,"
-         "\"temperature\":0.2,\"top_p\":0.5,\"stream\":true,\"store\":true,\"reasoning\":{\"effort\":"
+         "\"temperature\":0.2,\"top_p\":0.5,\"stream\":true,\"store\":true,\"reasoning\":{"
+         "\"effort\":"
          "\"low\",\"summary\":\"auto\"},\"metadata\":{\"a\":\"b\"}}",
          "{\"messages\":[{\"role\":\"system\",\"content\":\"S\"},{\"role\":\"user\",\"content\":"
-         "\"hi\"}],\"model\":\"m\",\"max_tokens\":7,\"temperature\":0.2,\"top_p\":0.5,\"stream\":true,"
+         "\"hi\"}],\"model\":\"m\",\"max_tokens\":7,\"temperature\":0.2,\"top_p\":0.5,\"stream\":"
+         "true,"
          "\"reasoning_effort\":\"low\"}");
-    same(f, "responses: items: message parts, reasoning, function_call, function_call_output",
-         "{\"input\":[{\"role\":\"developer\",\"content\":\"D\"},{\"type\":\"message\",\"role\":"
-         "\"user\",\"content\":[{\"type\":\"input_text\",\"text\":\"a\"},{\"type\":\"input_text\","
-         "\"text\":\"b\"}]},{\"type\":\"reasoning\",\"id\":\"rs_1\",\"summary\":[],\"content\":[{"
-         "\"type\":\"reasoning_text\",\"text\":\"R\"}]},{\"type\":\"function_call\",\"id\":\"fc_1\","
-         "\"call_id\":\"call_1\",\"name\":\"w\",\"arguments\":\"{\\\"city\\\":\\\"P\\\"}\"},{\"type\":"
-         "\"function_call_output\",\"call_id\":\"call_1\",\"output\":\"sunny\"},{\"role\":"
-         "\"assistant\",\"content\":[{\"type\":\"output_text\",\"text\":\"It is sunny\"}]}],"
-         "\"tools\":[{\"type\":\"function\",\"name\":\"w\",\"description\":\"D\",\"parameters\":" WEATHER
-         ",\"strict\":true}],\"tool_choice\":{\"type\":\"function\",\"name\":\"w\"}}",
-         "{\"messages\":[{\"role\":\"developer\",\"content\":\"D\"},{\"role\":\"user\",\"content\":"
-         "\"ab\"},{\"role\":\"assistant\",\"content\":\"\",\"reasoning_content\":\"R\",\"tool_calls\":"
-         "[{\"id\":\"call_1\",\"type\":\"function\",\"function\":{\"name\":\"w\",\"arguments\":"
-         "\"{\\\"city\\\":\\\"P\\\"}\"}}]},{\"role\":\"tool\",\"tool_call_id\":\"call_1\",\"content\":"
-         "\"sunny\"},{\"role\":\"assistant\",\"content\":\"It is sunny\"}],\"tools\":[{\"type\":"
-         "\"function\",\"function\":{\"name\":\"w\",\"description\":\"D\",\"parameters\":" WEATHER
-         ",\"strict\":true}}],\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":\"w\"}}}");
+    same(
+        f, "responses: items: message parts, reasoning, function_call, function_call_output",
+        "{\"input\":[{\"role\":\"developer\",\"content\":\"D\"},{\"type\":\"message\",\"role\":"
+        "\"user\",\"content\":[{\"type\":\"input_text\",\"text\":\"a\"},{\"type\":\"input_text\","
+        "\"text\":\"b\"}]},{\"type\":\"reasoning\",\"id\":\"rs_1\",\"summary\":[],\"content\":[{"
+        "\"type\":\"reasoning_text\",\"text\":\"R\"}]},{\"type\":\"function_call\",\"id\":\"fc_1\","
+        "\"call_id\":\"call_1\",\"name\":\"w\",\"arguments\":\"{\\\"city\\\":\\\"P\\\"}\"},{"
+        "\"type\":"
+        "\"function_call_output\",\"call_id\":\"call_1\",\"output\":\"sunny\"},{\"role\":"
+        "\"assistant\",\"content\":[{\"type\":\"output_text\",\"text\":\"It is sunny\"}]}],"
+        "\"tools\":[{\"type\":\"function\",\"name\":\"w\",\"description\":\"D\","
+        "\"parameters\":" WEATHER
+        ",\"strict\":true}],\"tool_choice\":{\"type\":\"function\",\"name\":\"w\"}}",
+        "{\"messages\":[{\"role\":\"developer\",\"content\":\"D\"},{\"role\":\"user\",\"content\":"
+        "\"ab\"},{\"role\":\"assistant\",\"content\":\"\",\"reasoning_content\":\"R\",\"tool_"
+        "calls\":"
+        "[{\"id\":\"call_1\",\"type\":\"function\",\"function\":{\"name\":\"w\",\"arguments\":"
+        "\"{\\\"city\\\":\\\"P\\\"}\"}}]},{\"role\":\"tool\",\"tool_call_id\":\"call_1\","
+        "\"content\":"
+        "\"sunny\"},{\"role\":\"assistant\",\"content\":\"It is sunny\"}],\"tools\":[{\"type\":"
+        "\"function\",\"function\":{\"name\":\"w\",\"description\":\"D\",\"parameters\":" WEATHER
+        ",\"strict\":true}}],\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":\"w\"}}"
+        "}");
     same(f, "responses: function_calls after an assistant message join its tool_calls",
-         "{\"input\":[{\"role\":\"user\",\"content\":\"q\"},{\"role\":\"assistant\",\"content\":\"x\"},"
-         "{\"type\":\"function_call\",\"call_id\":\"c1\",\"name\":\"a\",\"arguments\":\"{}\"},{\"type\":"
+         "{\"input\":[{\"role\":\"user\",\"content\":\"q\"},{\"role\":\"assistant\",\"content\":"
+         "\"x\"},"
+         "{\"type\":\"function_call\",\"call_id\":\"c1\",\"name\":\"a\",\"arguments\":\"{}\"},{"
+         "\"type\":"
          "\"function_call\",\"call_id\":\"c2\",\"name\":\"b\",\"arguments\":\"{}\"}],\"text\":{"
          "\"format\":{\"type\":\"json_schema\",\"name\":\"n\",\"schema\":{\"type\":\"object\"},"
          "\"strict\":true}}}",
@@ -205,9 +231,11 @@ static void responses(void) {
         "tools[0]");
     bad(f, "{\"input\":[{\"type\":\"item_reference\",\"id\":\"x\"}]}", "unsupported_value",
         "input[0]");
-    bad(f, "{\"input\":[{\"type\":\"function_call\",\"name\":\"w\"}]}", "invalid_value", "input[0]");
-    bad(f, "{\"input\":[{\"role\":\"user\",\"content\":[{\"type\":\"input_image\",\"image_url\":"
-           "\"x\"}]}]}",
+    bad(f, "{\"input\":[{\"type\":\"function_call\",\"name\":\"w\"}]}", "invalid_value",
+        "input[0]");
+    bad(f,
+        "{\"input\":[{\"role\":\"user\",\"content\":[{\"type\":\"input_image\",\"image_url\":"
+        "\"x\"}]}]}",
         "unsupported_value", "input[0].content[0]");
     bad(f, "{\"input\":[{\"role\":\"tool\",\"content\":\"x\"}]}", "invalid_value", "input[0]");
 }
