@@ -234,6 +234,11 @@ int lily_anth_count_tokens(lily_srv *s, const char *body, size_t len, lily_sb *o
     if (parse_request(s, body, len, 1, &r, e)) return -1;
     lily_job *j = lily_job_prepare(s, &r, e);
     lily_request_free(&r);
+    if (!j && e->code && !strcmp(e->code, "context_length_exceeded")) {
+        /* counting is what a client does to find out: answer it */
+        lily_sb_printf(out, "{\"input_tokens\":%ld}", e->n_prompt_tokens);
+        return 0;
+    }
     if (!j) return -1;
     lily_sb_printf(out, "{\"input_tokens\":%d}", j->n_prompt);
     lily_job_release(j);

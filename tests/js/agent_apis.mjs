@@ -56,6 +56,11 @@ const count = await anth.messages.countTokens({ model: mreq.model, system, messa
 check(count.input_tokens === m1.usage.input_tokens + m1.usage.cache_read_input_tokens,
       'messages.countTokens = the prompt the message used', JSON.stringify(count));
 
+const long = await anth.messages.countTokens({ model: mreq.model, messages: [
+  { role: 'user', content: 'lily pad '.repeat(800) }] });
+check(long.input_tokens > 1024, 'messages.countTokens beyond the context (1024) still counts',
+      JSON.stringify(long));
+
 // system as text blocks, content as text blocks: the same prompt
 const m1c = await anth.messages.create({ ...mreq, system: [{ type: 'text', text: system }],
   messages: [{ role: 'user', content: [{ type: 'text', text: 'Tell me about lilies.' }] }] });
