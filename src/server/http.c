@@ -181,21 +181,9 @@ static enum MHD_Result send_sb(lily_srv *s, struct MHD_Connection *c, int status
 
 /* "ADDR:PORT" of the client ("[ADDR]:PORT" for IPv6), "-" when unknown. */
 static void client_name(struct MHD_Connection *c, char *out, size_t n) {
-    snprintf(out, n, "-");
     const union MHD_ConnectionInfo *ci =
         MHD_get_connection_info(c, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
-    if (!ci || !ci->client_addr) return;
-    char a[INET6_ADDRSTRLEN];
-    const struct sockaddr *sa = ci->client_addr;
-    if (sa->sa_family == AF_INET) {
-        const struct sockaddr_in *v4 = (const struct sockaddr_in *)(const void *)sa;
-        if (inet_ntop(AF_INET, &v4->sin_addr, a, sizeof a))
-            snprintf(out, n, "%s:%u", a, (unsigned)ntohs(v4->sin_port));
-    } else if (sa->sa_family == AF_INET6) {
-        const struct sockaddr_in6 *v6 = (const struct sockaddr_in6 *)(const void *)sa;
-        if (inet_ntop(AF_INET6, &v6->sin6_addr, a, sizeof a))
-            snprintf(out, n, "[%s]:%u", a, (unsigned)ntohs(v6->sin6_port));
-    }
+    lily_reqlog_client(ci ? ci->client_addr : NULL, out, n);
 }
 
 /* Constant-time key check (api.md §8.1): Authorization: Bearer KEY or X-Api-Key: KEY. */
@@ -689,9 +677,7 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
         *con_cls = k;
         t_cur = k;
         k->t0 = lily_now();
-        struct timespec now;
-        clock_gettime(CLOCK_REALTIME, &now);
-        k->wall = (double)now.tv_sec + now.tv_nsec * 1e-9;
+        k->wall = lily_reqlog_wall();
         snprintf(k->method, sizeof k->method, "%s", method);
         snprintf(k->path, sizeof k->path, "%s", url);
         k->anthropic = rt == R_MESSAGES || rt == R_COUNT_TOKENS;

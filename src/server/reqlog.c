@@ -1,7 +1,10 @@
 /* The request log (see reqlog.h). */
 #include "server/reqlog.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <time.h>
 
 #include "gen/sb.h"
@@ -16,6 +19,31 @@ int lily_reqlog_parse_format(const char *s, lily_log_format *out) {
     else
         return -1;
     return 0;
+}
+
+void lily_reqlog_client(const struct sockaddr *sa, char *out, size_t n) {
+    snprintf(out, n, "-");
+    if (!sa) return;
+    char a[INET6_ADDRSTRLEN];
+    if (sa->sa_family == AF_INET) {
+        const struct sockaddr_in *v4 = (const struct sockaddr_in *)(const void *)sa;
+        if (inet_ntop(AF_INET, &v4->sin_addr, a, sizeof a))
+            snprintf(out, n, "%s:%u", a, (unsigned)ntohs(v4->sin_port));
+    } else if (sa->sa_family == AF_INET6) {
+        const struct sockaddr_in6 *v6 = (const struct sockaddr_in6 *)(const void *)sa;
+        if (IN6_IS_ADDR_V4MAPPED(&v6->sin6_addr)) {
+            if (inet_ntop(AF_INET, v6->sin6_addr.s6_addr + 12, a, sizeof a))
+                snprintf(out, n, "%s:%u", a, (unsigned)ntohs(v6->sin6_port));
+        } else if (inet_ntop(AF_INET6, &v6->sin6_addr, a, sizeof a)) {
+            snprintf(out, n, "[%s]:%u", a, (unsigned)ntohs(v6->sin6_port));
+        }
+    }
+}
+
+double lily_reqlog_wall(void) {
+    struct timespec now;
+    clock_gettime(CLOCK_REALTIME, &now);
+    return (double)now.tv_sec + now.tv_nsec * 1e-9;
 }
 
 void lily_reqlog_write(FILE *f, lily_log_format fmt, const lily_reqlog_entry *x) {

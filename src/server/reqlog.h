@@ -7,11 +7,16 @@
  *          "total_s":0.210}
  * Requests that ran no generation leave the token fields out (text) or null (json); ttft is left
  * out when no token was generated. Status 499 means the client closed the connection before its
- * answer. `--log-format none` turns it off (the default under --quiet). */
+ * answer. Requests that the front thread answers itself (front.c: a malformed head, 408, the
+ * connection caps) are logged too, with "-" for a method or path that did not arrive.
+ * `--log-format none` turns it off (the default under --quiet). */
 #ifndef LILY_SERVER_REQLOG_H
 #define LILY_SERVER_REQLOG_H
 
+#include <stddef.h>
 #include <stdio.h>
+
+struct sockaddr;
 
 typedef enum lily_log_format {
     LILY_LOG_DEFAULT = 0, /* text, or none under --quiet */
@@ -34,6 +39,13 @@ typedef struct lily_reqlog_entry {
 
 /* "text", "json" or "none" into *out; 0, or -1 for anything else. */
 int lily_reqlog_parse_format(const char *s, lily_log_format *out);
+
+/* "ADDR:PORT" ("[ADDR]:PORT" for IPv6; an IPv4-mapped address as IPv4) of sa into out; "-" when
+ * sa is NULL or of another family. */
+void lily_reqlog_client(const struct sockaddr *sa, char *out, size_t n);
+
+/* Now, in seconds since the epoch (lily_reqlog_entry.wall). */
+double lily_reqlog_wall(void);
 
 /* Formats one line (with its newline) and writes it to f in one call. */
 void lily_reqlog_write(FILE *f, lily_log_format fmt, const lily_reqlog_entry *x);

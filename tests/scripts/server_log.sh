@@ -6,6 +6,8 @@
 #   - /v1/completions with echo and a token-id prompt echoes the prompt's text;
 #   - a client that leaves a non-streaming request is logged as 499 and no "internal error" is
 #     printed;
+#   - a request the front thread answers itself is logged (and on /v1/messages its error is in
+#     Anthropic's shape);
 #   - `--host ::1` serves over IPv6 (skipped where the machine has no IPv6 loopback).
 # usage: bash tests/scripts/server_log.sh PATH/TO/lily   (from the repository root)
 set -u
@@ -65,6 +67,12 @@ want=$(curl -s "$U/detokenize" "${J[@]}" -d "{\"tokens\": $ids}" | sed 's/^{"con
 got=$(curl -s "$U/v1/completions" "${J[@]}" -d "{\"prompt\": $ids, \"echo\": true, \"max_tokens\": 2}")
 case "$got" in *"\"text\":${want%\"}"*) r=0 ;; *) r=1; echo "  want $want in $got" ;; esac
 check $r "completions echo with a token-id prompt returns the prompt text"
+# a request the front answers itself (505) is logged, and on /v1/messages in Anthropic's shape
+port=$(cat "$tmp/port")
+front=$(exec 3<>"/dev/tcp/127.0.0.1/$port" &&
+    printf 'POST /v1/messages HTTP/1.7\r\nHost: 127.0.0.1\r\n\r\n' >&3 && timeout 5 cat <&3)
+case "$front" in *' 505 '*'"type":"error"'*) r=0 ;; *) r=1; echo "  got: $front" ;; esac
+check $r "the front's 505 on /v1/messages is in Anthropic's error shape"
 # a client that leaves a long non-streaming request
 curl -s --max-time 0.5 "$U/v1/chat/completions" "${J[@]}" \
     -d '{"messages":[{"role":"user","content":"hi"}],"max_tokens":400}' >/dev/null
@@ -77,6 +85,8 @@ grep -Eq "^$ts POST /v1/chat/completions 200 prompt=[0-9]+ cached=0 gen=3 ttft=[
 check $? "text log: a generation with prompt/cached/gen tokens, ttft and total"
 grep -Eq "^$ts GET /v1/nowhere 404 total=" "$tmp/log"
 check $? "text log: the 404"
+grep -Eq "^$ts POST /v1/messages 505 total=" "$tmp/log"
+check $? "text log: the front's own 505"
 grep -Eq "^$ts POST /v1/chat/completions 499 " "$tmp/log"
 check $? "text log: the client that left is logged as 499"
 ! grep -qi "internal error" "$tmp/log"
