@@ -7,6 +7,7 @@
 #include "cli.h"
 
 #ifdef LILY_HAVE_SERVER
+#include "server/reqlog.h"
 #include "server/server.h"
 
 static void usage(FILE *f) {
@@ -38,6 +39,8 @@ static void usage(FILE *f) {
             "  --body-timeout S      whole-request deadline from accept (60)\n"
             "  --send-timeout S      a stream whose reader holds unsent bytes this long is\n"
             "                        cancelled (30)   --send-buffer BYTES: at most (4M)\n"
+            "  --log-format F        request log on stderr: text (default), json or none\n"
+            "                        (--quiet: none unless given)\n"
             "  --quiet\n");
 }
 
@@ -125,6 +128,13 @@ int lily_cmd_serve(int argc, char **argv) {
             o.cors_origins = v;
         } else if (!strcmp(a, "--reasoning") && (!strcmp(v, "on") || !strcmp(v, "off"))) {
             o.reasoning = !strcmp(v, "on");
+        } else if (!strcmp(a, "--log-format")) {
+            lily_log_format f;
+            if (lily_reqlog_parse_format(v, &f)) {
+                fprintf(stderr, "lily serve: --log-format must be text, json or none\n");
+                goto out;
+            }
+            o.log_format = (int)f;
         } else if (!strcmp(a, "--port-file")) {
             o.port_file = v;
         } else if (!strcmp(a, "--allow-host")) {

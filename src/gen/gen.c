@@ -257,6 +257,7 @@ static int emit(lily_gen *g, const lily_gen_req *r, lily_gen_result *res, lily_s
     if (lily_detok_push(g->detok, t->id, &piece, &plen, &e)) piece = "", plen = 0;
     lily_sb_clear(text);
     int hit = lily_stopstr_push(stop, piece, plen, text);
+    if (hit) res->stop_hit = 1 + stop->which;
     if (r->on_text(r->ud, t, lily_sb_str(text), text->len) || hit) {
         res->finish = "stop";
         return 1;

@@ -90,6 +90,7 @@ typedef struct lily_gen_result {
     int n_gen;          /* generated tokens (end-of-turn token not counted) */
     const char *finish; /* "stop", "length", "cancelled" or "error" */
     int eos;            /* ended on an end-of-turn token */
+    int stop_hit;       /* ended on a stop string: 1 + its index in the request's stop, else 0 */
     double prefill_s, decode_s;
     double grammar_s; /* of decode_s, the constrained steps' extra work: masks, applying them to
                          a copy of the logits, advancing the matcher */

@@ -38,7 +38,10 @@ int lily_stopstr_push(lily_stopstr *m, const char *text, size_t len, lily_sb *ou
     size_t at = n;
     for (int i = 0; i < m->n_stop; i++) {
         const char *f = memmem(s, n, m->stop[i], strlen(m->stop[i]));
-        if (f && (size_t)(f - s) < at) at = (size_t)(f - s);
+        if (f && (size_t)(f - s) < at) {
+            at = (size_t)(f - s);
+            m->which = i;
+        }
     }
     if (at < n) {
         lily_sb_append(out, s, at);

@@ -13,6 +13,7 @@ typedef struct lily_stopstr {
     int n_stop;
     lily_sb held; /* text not yet released */
     int hit;      /* a stop string was found: everything after it is dropped */
+    int which;    /* with hit: the index of the stop string that matched */
 } lily_stopstr;
 
 /* stop may be NULL when n_stop is 0; the strings must outlive m. */

@@ -21,6 +21,8 @@
 
 #include "base/err.h"
 #include "base/timer.h"
+#include "server/anthropic.h"
+#include "server/reqlog.h"
 #include "server/srv.h"
 
 #define WINDOW (16 * 1024 + 64 * 1024 + 1024) /* a head and a chunked body (httphead.c) */
@@ -45,10 +47,14 @@ static const char *reason(int status) {
     }
 }
 
-/* Writes an error response on a socket that libmicrohttpd has not seen. */
-static void write_error(int fd, const lily_api_error *e) {
+/* Writes an error response on a socket that libmicrohttpd has not seen (in Anthropic's shape for
+ * /v1/messages). */
+static void write_error(int fd, const lily_api_error *e, int anthropic) {
     lily_sb b = {0};
-    lily_api_error_json(e, &b);
+    if (anthropic)
+        lily_anth_error_json(e, &b);
+    else
+        lily_api_error_json(e, &b);
     char head[320];
     int n = snprintf(head, sizeof head,
                      "HTTP/1.1 %d %s\r\nContent-Type: application/json\r\nContent-Length: %zu\r\n"
@@ -111,12 +117,55 @@ static void conn_close(lily_srv *s, lily_conn *c) {
     conn_unlink(s, c);
 }
 
+/* Method and path (without the query) from what of the request line arrived ("-" where it did
+ * not, or is not one). */
+static void head_target(const char *head, size_t n, char method[16], char path[256]) {
+    strcpy(method, "-");
+    strcpy(path, "-");
+    size_t i = 0;
+    while (i < n && i < 15 && head[i] >= 'A' && head[i] <= 'Z')
+        i++;
+    if (i > 0 && i < n && head[i] == ' ') {
+        memcpy(method, head, i);
+        method[i] = 0;
+        size_t p = i + 1, k = 0;
+        while (p < n && k < 255 && head[p] != ' ' && head[p] != '?' && head[p] != '\r' &&
+               head[p] != '\n') {
+            unsigned char ch = (unsigned char)head[p++];
+            path[k++] = ch > ' ' && ch < 0x7f ? (char)ch : '?';
+        }
+        path[k ? k : 1] = 0;
+    }
+}
+
+/* The request log's line for a request the front answered itself. */
+static void log_reject(lily_srv *s, const struct sockaddr_storage *addr, double t0, double now,
+                       const char *method, const char *path, int status) {
+    if (s->log_format == LILY_LOG_NONE) return;
+    char client[80];
+    lily_reqlog_client((const struct sockaddr *)addr, client, sizeof client);
+    lily_reqlog_entry x = {.wall = lily_reqlog_wall() - (now - t0),
+                           .client = client,
+                           .method = method,
+                           .path = path,
+                           .status = status,
+                           .ttft_s = -1,
+                           .total_s = now - t0};
+    lily_reqlog_write(stderr, s->log_format, &x);
+}
+
 /* Answers an error and lets the client read it: half-close, then drain until EOF or 2 s. */
-static void conn_reject(lily_conn *c, const lily_api_error *e, double now) {
+static void conn_reject(lily_srv *s, lily_conn *c, const lily_api_error *e, double now) {
     char junk[4096];
+    ssize_t h = recv(c->fd, junk, sizeof junk, MSG_PEEK | MSG_DONTWAIT);
+    char method[16], path[256];
+    head_target(junk, h > 0 ? (size_t)h : 0, method, path);
+    log_reject(s, c->addr, c->t0, now, method, path, e->status);
+    const char *url = !strncmp(path, "/v1/", 4) ? path + 3 : path;
+    int anthropic = !strncmp(url, "/messages", 9) && (!url[9] || url[9] == '/' || url[9] == '?');
     while (recv(c->fd, junk, sizeof junk, MSG_DONTWAIT) > 0) {
     }
-    write_error(c->fd, e);
+    write_error(c->fd, e, anthropic);
     shutdown(c->fd, SHUT_WR);
     c->state = CONN_LINGER;
     c->linger_until = now + LINGER_S;
@@ -170,8 +219,9 @@ static void on_accept(lily_srv *s, double now) {
             lily_api_fail(&e, 503, "server_error", "server_overloaded", NULL,
                           "too many open connections (limit %d); retry shortly", s->opts.max_conns);
             e.retry_after = 1;
-            write_error(fd, &e);
+            write_error(fd, &e, 0);
             close(fd);
+            log_reject(s, &addr, now, now, "-", "-", e.status);
             continue;
         }
         if (ic->n >= s->opts.conns_per_ip) {
@@ -179,8 +229,9 @@ static void on_accept(lily_srv *s, double now) {
                           "too many open connections from this address (limit %d)",
                           s->opts.conns_per_ip);
             e.retry_after = 1;
-            write_error(fd, &e);
+            write_error(fd, &e, 0);
             close(fd);
+            log_reject(s, &addr, now, now, "-", "-", e.status);
             continue;
         }
         ic->n++;
@@ -225,7 +276,7 @@ static void on_readable(lily_srv *s, lily_conn *c, double now) {
     if (r < 0) return;
     lily_api_error e;
     int rc = lily_http_screen(g_window, (size_t)r, (size_t)r == sizeof g_window, &c->http11, &e);
-    if (rc < 0) conn_reject(c, &e, now);
+    if (rc < 0) conn_reject(s, c, &e, now);
     else if (rc == 0) conn_handoff(s, c);
 }
 
@@ -238,7 +289,7 @@ static void sweep(lily_srv *s, double now) {
             lily_api_error e;
             lily_api_fail(&e, 408, "invalid_request_error", "request_timeout", NULL,
                           "the request head did not arrive within %.0f s", s->opts.header_timeout);
-            conn_reject(c, &e, now);
+            conn_reject(s, c, &e, now);
         }
     }
     lily_http_sweep(s, now);

@@ -24,6 +24,9 @@
 #include "base/err.h"
 #include "base/file.h"
 #include "base/timer.h"
+#include "server/anthropic.h"
+#include "server/reqlog.h"
+#include "server/responses.h"
 #include "server/srv.h"
 
 #define KEEPALIVE_S 10.0
@@ -33,7 +36,18 @@ typedef struct conn { /* one request (libmicrohttpd's con_cls) */
     int too_big;
     lily_job *job; /* the job it waits on (a reference) */
     lily_conn *lc; /* its connection's record (front.c), or NULL */
+    /* for the request log (reqlog.h) and the error shape */
+    double t0, wall;
+    char method[16];
+    char path[256];
+    char client[80];
+    int status;
+    int anthropic; /* /v1/messages: errors in Anthropic's shape */
 } conn;
+
+/* The request being handled (libmicrohttpd calls the handler on its one thread, which sets this
+ * on each call): where the answer's status is noted, and which error shape it takes. */
+static _Thread_local conn *t_cur;
 
 typedef struct stream {
     lily_job *job; /* a reference */
@@ -111,6 +125,7 @@ static void add_cors(lily_srv *s, struct MHD_Connection *c, struct MHD_Response 
 }
 
 static void count(lily_srv *s, int status) {
+    if (t_cur) t_cur->status = status;
     pthread_mutex_lock(&s->metrics.mu);
     s->metrics.requests++;
     s->metrics.requests_error += status >= 400;
@@ -135,7 +150,10 @@ static enum MHD_Result send_body(lily_srv *s, struct MHD_Connection *c, int stat
 
 static enum MHD_Result send_error(lily_srv *s, struct MHD_Connection *c, const lily_api_error *e) {
     lily_sb b = {0};
-    lily_api_error_json(e, &b);
+    if (t_cur && t_cur->anthropic)
+        lily_anth_error_json(e, &b);
+    else
+        lily_api_error_json(e, &b);
     struct MHD_Response *r = MHD_create_response_from_buffer(b.len, b.data, MHD_RESPMEM_MUST_COPY);
     lily_sb_free(&b);
     if (!r) return MHD_NO;
@@ -159,6 +177,13 @@ static enum MHD_Result send_sb(lily_srv *s, struct MHD_Connection *c, int status
         send_body(s, c, status, "application/json", lily_sb_str(b), b->len, NULL, NULL);
     lily_sb_free(b);
     return rc;
+}
+
+/* "ADDR:PORT" of the client ("[ADDR]:PORT" for IPv6), "-" when unknown. */
+static void client_name(struct MHD_Connection *c, char *out, size_t n) {
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(c, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+    lily_reqlog_client(ci ? ci->client_addr : NULL, out, n);
 }
 
 /* Constant-time key check (api.md §8.1): Authorization: Bearer KEY or X-Api-Key: KEY. */
@@ -194,6 +219,9 @@ typedef enum {
     R_COMPLETIONS,
     R_TOKENIZE,
     R_DETOKENIZE,
+    R_MESSAGES,
+    R_COUNT_TOKENS,
+    R_RESPONSES,
 } route;
 
 static route find_route(const char *url, const char **arg, const char **want_method) {
@@ -212,6 +240,9 @@ static route find_route(const char *url, const char **arg, const char **want_met
     if (!strcmp(url, "/completions")) return R_COMPLETIONS;
     if (!strcmp(url, "/tokenize")) return R_TOKENIZE;
     if (!strcmp(url, "/detokenize")) return R_DETOKENIZE;
+    if (!strcmp(url, "/messages")) return R_MESSAGES;
+    if (!strcmp(url, "/messages/count_tokens")) return R_COUNT_TOKENS;
+    if (!strcmp(url, "/responses")) return R_RESPONSES;
     return R_NONE;
 }
 
@@ -336,12 +367,19 @@ static void prepare(lily_srv *s, lily_job *j) {
         failed = lily_request_parse(j->task == TASK_CHAT ? LILY_REQ_CHAT : LILY_REQ_COMPLETION,
                                     lily_sb_str(&j->body), j->body.len, &lim, &req, &e) ||
                  lily_job_fill(s, j, &req, &e);
+    } else if (j->task == TASK_MESSAGES) {
+        failed = lily_anth_fill(s, j, lily_sb_str(&j->body), j->body.len, &e) != 0;
+    } else if (j->task == TASK_RESPONSES) {
+        failed = lily_resp_fill(s, j, lily_sb_str(&j->body), j->body.len, &e) != 0;
+    } else if (j->task == TASK_COUNT_TOKENS) {
+        failed = lily_anth_count_tokens(s, lily_sb_str(&j->body), j->body.len, &out, &e) != 0;
+        if (failed) lily_sb_free(&out);
     } else {
         tokenize_task(s, j, &out, &e);
         failed = !out.len;
     }
     lily_sb_free(&j->body);
-    int generate = !failed && j->task != TASK_TOKENIZE && j->task != TASK_DETOKENIZE;
+    int generate = !failed && lily_task_generates(j->task);
     if (!generate) lily_sched_unadmit(s);
     pthread_mutex_lock(&j->mu);
     j->prepared = 1;
@@ -504,10 +542,13 @@ static enum MHD_Result task_route(lily_srv *s, struct MHD_Connection *c, route r
             pthread_mutex_unlock(&s->metrics.mu);
             return send_error(s, c, &e);
         }
-        lily_task task = rt == R_CHAT          ? TASK_CHAT
-                         : rt == R_COMPLETIONS ? TASK_COMPLETION
-                         : rt == R_TOKENIZE    ? TASK_TOKENIZE
-                                               : TASK_DETOKENIZE;
+        lily_task task = rt == R_CHAT           ? TASK_CHAT
+                         : rt == R_COMPLETIONS  ? TASK_COMPLETION
+                         : rt == R_MESSAGES     ? TASK_MESSAGES
+                         : rt == R_COUNT_TOKENS ? TASK_COUNT_TOKENS
+                         : rt == R_RESPONSES    ? TASK_RESPONSES
+                         : rt == R_TOKENIZE     ? TASK_TOKENIZE
+                                                : TASK_DETOKENIZE;
         j = lily_job_new(s, task);
         j->body = k->body;
         memset(&k->body, 0, sizeof k->body);
@@ -521,9 +562,10 @@ static enum MHD_Result task_route(lily_srv *s, struct MHD_Connection *c, route r
         prep_push(s, j);
     }
     pthread_mutex_lock(&j->mu);
-    if (j->cancelled) { /* the client went away */
+    if (j->cancelled) { /* the client went away: answer anyway (MHD_NO would be logged as an
+                         * internal error); the log records 499 */
         pthread_mutex_unlock(&j->mu);
-        return MHD_NO;
+        return send_body(s, c, 499, "text/plain", "", 0, NULL, NULL);
     }
     if (!j->prepared) return wait_job(s, c, j);
     if (j->failed) {
@@ -531,7 +573,7 @@ static enum MHD_Result task_route(lily_srv *s, struct MHD_Connection *c, route r
         pthread_mutex_unlock(&j->mu);
         return send_error(s, c, &e);
     }
-    if (j->task == TASK_TOKENIZE || j->task == TASK_DETOKENIZE) {
+    if (!lily_task_generates(j->task)) {
         lily_sb b = j->out;
         memset(&j->out, 0, sizeof j->out);
         pthread_mutex_unlock(&j->mu);
@@ -634,6 +676,13 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
     if (!*con_cls) {
         conn *k = lily_xcalloc(1, sizeof *k);
         *con_cls = k;
+        t_cur = k;
+        k->t0 = lily_now();
+        k->wall = lily_reqlog_wall();
+        snprintf(k->method, sizeof k->method, "%s", method);
+        snprintf(k->path, sizeof k->path, "%s", url);
+        k->anthropic = rt == R_MESSAGES || rt == R_COUNT_TOKENS;
+        client_name(c, k->client, sizeof k->client);
         const union MHD_ConnectionInfo *ci =
             MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
         k->lc = ci ? ci->socket_context : NULL;
@@ -715,6 +764,7 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
         return MHD_YES;
     }
     conn *k = *con_cls;
+    t_cur = k;
     if (*upload_size) {
         if (!k->too_big && k->body.len + *upload_size > s->opts.max_body) {
             k->too_big = 1;
@@ -736,11 +786,34 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
 
 static void completed(void *cls, struct MHD_Connection *c, void **con_cls,
                       enum MHD_RequestTerminationCode toe) {
-    (void)c, (void)toe;
+    (void)c;
     lily_srv *s = cls;
     conn *k = *con_cls;
     if (!k) return;
+    if (t_cur == k) t_cur = NULL;
     lily_job *j = k->job;
+    if (s->log_format != LILY_LOG_NONE) {
+        lily_reqlog_entry x = {.wall = k->wall,
+                               .client = k->client,
+                               .method = k->method,
+                               .path = k->path,
+                               .status = k->status,
+                               .ttft_s = -1,
+                               .total_s = lily_now() - k->t0};
+        if (toe != MHD_REQUEST_TERMINATED_COMPLETED_OK && x.status < 400)
+            x.status = 499; /* the client closed the connection before the end */
+        if (j) {
+            pthread_mutex_lock(&j->mu);
+            x.has_tokens = j->state == JOB_DONE && j->status != 503 &&
+                           lily_task_generates(j->task) && !j->failed;
+            x.n_prompt = j->n_prompt;
+            x.n_cached = j->cached_tokens;
+            x.n_gen = j->n_gen;
+            if (j->t_first > 0) x.ttft_s = j->t_first - k->t0;
+            pthread_mutex_unlock(&j->mu);
+        }
+        lily_reqlog_write(stderr, s->log_format, &x);
+    }
     if (j) {
         if (k->lc) {
             pthread_mutex_lock(&s->lmu);

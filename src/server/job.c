@@ -21,7 +21,7 @@ static uint64_t random_u64(void) {
     return x;
 }
 
-static void random_id(char *out, const char *prefix) {
+void lily_job_random_id(char *out, const char *prefix) {
     static const char alnum[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
     uint64_t a = random_u64(), b = random_u64();
     size_t n = strlen(prefix);
@@ -190,7 +190,7 @@ int lily_job_fill(lily_srv *s, lily_job *j, lily_request *r, lily_api_error *e) 
     j->req = *r;
     memset(r, 0, sizeof *r);
     r = &j->req;
-    random_id(j->id, r->kind == LILY_REQ_CHAT ? "chatcmpl-" : "cmpl-");
+    lily_job_random_id(j->id, r->kind == LILY_REQ_CHAT ? "chatcmpl-" : "cmpl-");
     int rc = 0;
     if (r->kind == LILY_REQ_CHAT) {
         size_t len;
@@ -220,6 +220,16 @@ int lily_job_fill(lily_srv *s, lily_job *j, lily_request *r, lily_api_error *e) 
                                   "token id %d is outside the "
                                   "vocabulary",
                                   j->prompt[i]);
+        if (!rc && r->echo) { /* echo the prompt as text, as for a string prompt */
+            char *text = NULL;
+            size_t tl = 0;
+            lily_err te;
+            if (lily_tokenizer_decode(s->tok, j->prompt, (size_t)j->n_prompt, &text, &tl, &te))
+                rc = lily_api_bad(e, "invalid_value", "prompt", "cannot decode the prompt: %s",
+                                  te.msg);
+            else
+                j->echo = text;
+        }
     }
     if (!rc && j->n_prompt == 0)
         rc = lily_api_bad(e, "invalid_value", r->kind == LILY_REQ_CHAT ? "messages" : "prompt",
@@ -267,6 +277,7 @@ void lily_job_release(lily_job *j) {
     int left = --j->refs;
     pthread_mutex_unlock(&j->mu);
     if (left > 0) return;
+    if (j->api && j->api->free) j->api->free(j->api_state);
     lily_request_free(&j->req);
     free(j->prompt);
     free(j->echo);

@@ -193,6 +193,16 @@ static void stream_delta(run *u, const lily_delta *d) {
 static void take_deltas(run *u) {
     size_t n;
     const lily_delta *d = lily_outparse_deltas(u->parser, &n);
+    if (u->j->api) { /* another API's shapes (anthropic.c, responses.c) */
+        for (size_t i = 0; i < n; i++) {
+            if (d[i].kind == LILY_DELTA_CONTENT) u->content_started = 1;
+            lily_sb_clear(&u->ev);
+            u->j->api->delta(u->j, &d[i], &u->ev);
+            if (u->ev.len) emit(u, &u->ev);
+        }
+        lily_outparse_clear(u->parser);
+        return;
+    }
     for (size_t i = 0; i < n; i++) {
         if (d[i].kind == LILY_DELTA_CONTENT) u->content_started = 1;
         if (u->stream) stream_delta(u, &d[i]);
@@ -235,6 +245,7 @@ static void cb_prefill(void *ud, int done, int total) {
 
 static int cb_text(void *ud, const lily_gen_token *t, const char *text, size_t len) {
     run *u = ud;
+    if (t && !u->j->t_first) u->j->t_first = lily_now();
     if (!u->parser) {
         if (t && u->j->req.logprobs) add_logprob(u, t);
         raw_text(u, text, len);
@@ -324,6 +335,12 @@ static void message_json(run *u, lily_sb *o) {
 }
 
 static void finish_ok(run *u, const lily_gen_result *g) {
+    if (u->j->api) {
+        lily_sb_clear(&u->ev);
+        u->j->api->finish(u->j, g, u->reasoning_tokens, &u->ev);
+        emit(u, &u->ev);
+        return;
+    }
     const char *fr = g->finish;
     int calls = u->parser ? lily_outparse_n_calls(u->parser) : 0;
     if (strcmp(fr, "length") && calls > 0) fr = "tool_calls";
@@ -377,9 +394,13 @@ static void finish_error(run *u, const lily_gen_result *g) {
     lily_api_fail(&e, 500, "server_error", NULL, NULL, "generation failed: %s", g->error);
     lily_sb *o = &u->ev;
     lily_sb_clear(o);
-    if (u->stream) lily_sb_puts(o, "data: ");
-    lily_api_error_json(&e, o);
-    if (u->stream) lily_sb_puts(o, "\n\n");
+    if (u->j->api) {
+        u->j->api->error(u->j, e.message, o);
+    } else {
+        if (u->stream) lily_sb_puts(o, "data: ");
+        lily_api_error_json(&e, o);
+        if (u->stream) lily_sb_puts(o, "\n\n");
+    }
     pthread_mutex_lock(&u->j->mu);
     u->j->status = 500;
     pthread_mutex_unlock(&u->j->mu);
@@ -402,7 +423,10 @@ void lily_job_run(lily_srv *s, lily_job *j) {
         };
         u.parser = lily_outparse_create(&po);
     }
-    if (u.stream && u.chat) { /* role chunk first */
+    if (j->api) {
+        j->api->begin(j, &u.ev);
+        emit(&u, &u.ev);
+    } else if (u.stream && u.chat) { /* role chunk first */
         chunk_head(&u, &u.ev);
         lily_sb_puts(&u.ev, "\"delta\":{\"role\":\"assistant\",\"content\":\"\"},\"logprobs\":null,"
                             "\"finish_reason\":null}]}\n\n");
@@ -444,6 +468,7 @@ void lily_job_run(lily_srv *s, lily_job *j) {
     pthread_mutex_lock(&j->mu);
     j->cached_tokens = res.n_cached;
     j->prefill_tokens = res.n_prefilled;
+    j->n_gen = res.n_gen;
     pthread_mutex_unlock(&j->mu);
     if (!strcmp(res.finish, "error"))
         finish_error(&u, &res);

@@ -13,6 +13,7 @@
 #include "base/err.h"
 #include "base/file.h"
 #include "base/progress.h"
+#include "server/reqlog.h"
 #include "server/srv.h"
 
 static volatile int g_stop;
@@ -73,6 +74,7 @@ int lily_server_main(const lily_server_opts *o) {
         return 2;
     }
     lily_metrics_init(&s->metrics);
+    s->log_format = o->log_format ? o->log_format : o->quiet ? LILY_LOG_NONE : LILY_LOG_TEXT;
     s->created = (long)time(NULL);
     lily_err e;
     int rc = 1;

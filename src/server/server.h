@@ -26,6 +26,7 @@ typedef struct lily_server_opts {
     const char *cors_origins; /* NULL: localhost origins only; "*": any; else comma list */
     int reasoning;            /* server default for thinking: -1 template default, 0 off, 1 on */
     int quiet;
+    int log_format;        /* lily_log_format (reqlog.h); 0: text, none under quiet */
     const char *port_file; /* write the bound port here once listening (for scripts) */
     /* hardening (README "Limits"); 0 takes the default shown */
     const char *const *allow_hosts; /* extra Host header names ("*": any); localhost names and

@@ -25,6 +25,7 @@
 #include "sampler/sampler.h"
 #include "server/apierr.h"
 #include "gen/gen.h"
+#include "gen/outparse.h"
 #include "server/metrics.h"
 #include "server/request.h"
 #include "gen/sb.h"
@@ -37,8 +38,23 @@ struct MHD_Daemon;
 
 typedef enum { JOB_QUEUED, JOB_RUNNING, JOB_DONE } lily_job_state;
 
-/* What a job does: a generation, or a tokenizer call answered by the preparation thread. */
-typedef enum { TASK_CHAT, TASK_COMPLETION, TASK_TOKENIZE, TASK_DETOKENIZE } lily_task;
+typedef struct lily_job lily_job;
+
+/* What a job does: a generation (chat, completion, /v1/messages, /v1/responses), or a tokenizer
+ * call (tokenize, detokenize, /v1/messages/count_tokens) answered by the preparation thread. */
+typedef enum {
+    TASK_CHAT,
+    TASK_COMPLETION,
+    TASK_MESSAGES,
+    TASK_RESPONSES,
+    TASK_TOKENIZE,
+    TASK_DETOKENIZE,
+    TASK_COUNT_TOKENS
+} lily_task;
+
+static inline int lily_task_generates(lily_task t) {
+    return t <= TASK_RESPONSES;
+}
 
 /* One accepted connection (front.c), in srv->conns under srv->lmu. */
 typedef enum { CONN_SCREEN, CONN_LINGER, CONN_MHD } lily_conn_state;
@@ -58,7 +74,19 @@ typedef struct lily_conn {
     struct lily_job *job;     /* the job its request waits on, or NULL */
 } lily_conn;
 
-typedef struct lily_job {
+/* An answer shape other than OpenAI chat completions (anthropic.c: /v1/messages, responses.c:
+ * /v1/responses). The inference thread hands it the start, every parsed delta (reasoning,
+ * content, tool calls; streaming or not), and the end; it appends the bytes for the client to o
+ * (SSE events when the request streams, else the whole body at the end). */
+typedef struct lily_apiout {
+    void (*begin)(lily_job *j, lily_sb *o);
+    void (*delta)(lily_job *j, const lily_delta *d, lily_sb *o);
+    void (*finish)(lily_job *j, const lily_gen_result *g, int reasoning_tokens, lily_sb *o);
+    void (*error)(lily_job *j, const char *msg, lily_sb *o);
+    void (*free)(void *state);
+} lily_apiout;
+
+struct lily_job {
     lily_srv *srv;
     lily_task task;
     lily_sb body;  /* the raw request body, until prepared */
@@ -96,7 +124,11 @@ typedef struct lily_job {
     int refs;
     int prefill_done, prefill_total;
     int cached_tokens, prefill_tokens; /* for response headers */
-} lily_job;
+    int n_gen;                         /* generated tokens (set at the end, for the log) */
+    double t_first;                    /* lily_now() of the first generated token, 0 = none */
+    const lily_apiout *api;            /* NULL: OpenAI chat/completions shapes */
+    void *api_state;                   /* owned; freed by api->free */
+};
 
 struct lily_srv {
     lily_server_opts opts;
@@ -114,6 +146,7 @@ struct lily_srv {
     lily_sampler_params defaults; /* generation_config.json sampling defaults */
     long created;
     lily_metrics metrics;
+    int log_format; /* lily_log_format (reqlog.h), resolved: never LILY_LOG_DEFAULT */
     /* the queue (under qmu) */
     pthread_mutex_t qmu;
     pthread_cond_t qcv;
@@ -150,6 +183,8 @@ lily_job *lily_job_prepare(lily_srv *s, lily_request *r, lily_api_error *e);
 /* Runs the job on the inference thread, writing the response into job->out. */
 void lily_job_run(lily_srv *s, lily_job *j);
 void lily_job_release(lily_job *j);
+/* prefix + 24 random alphanumerics into out (at least strlen(prefix) + 25 bytes). */
+void lily_job_random_id(char *out, const char *prefix);
 int lily_job_cancelled(lily_job *j);
 
 /* ---- sched.c ------------------------------------------------------------------------------- */
