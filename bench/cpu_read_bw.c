@@ -23,8 +23,10 @@ static void *read_slice(void *arg) {
     slice *s = arg;
     uint64_t a[8] = {0};
     for (size_t i = 0; i + 8 <= s->n; i += 8)
-        for (int k = 0; k < 8; k++) a[k] += s->p[i + k];
-    for (int k = 0; k < 8; k++) s->sum += a[k];
+        for (int k = 0; k < 8; k++)
+            a[k] += s->p[i + k];
+    for (int k = 0; k < 8; k++)
+        s->sum += a[k];
     return NULL;
 }
 

@@ -55,11 +55,14 @@ int main(int argc, char **argv) {
             return 1;
         }
         int32_t hist[64];
-        for (int i = 0; i < 64; i++) hist[i] = i * 97;
+        for (int i = 0; i < 64; i++)
+            hist[i] = i * 97;
         double t0 = now();
-        for (int i = 0; i < N; i++) sink += lily_sampler_sample(s, l, hist, 64, (uint64_t)i, &e);
+        for (int i = 0; i < N; i++)
+            sink += lily_sampler_sample(s, l, hist, 64, (uint64_t)i, &e);
         double t1 = now();
-        for (int i = 0; i < N; i++) sink += lily_logprob(l, V, i) < 0;
+        for (int i = 0; i < N; i++)
+            sink += lily_logprob(l, V, i) < 0;
         double t2 = now();
         lily_draw d = {cf[c].t, cf[c].k, cf[c].p, cf[c].mp, 0, -1, 7, 0};
         for (int i = 0; i < N; i++) {

@@ -78,28 +78,28 @@ typedef struct lily_engine_opts {
 
 /* What a loaded model is. Strings are borrowed from the engine. */
 typedef struct lily_model_info {
-    const char *model_type;   /* "qwen3_5_moe" or "qwen3_5" */
-    const char *layout;       /* "hf" or "mlx" */
-    const char *quant;        /* "bf16", "mlx-4bit", "mlx-8bit", ... */
-    const char *backend;      /* "cpu" or "cuda" */
-    int vocab_size;           /* logits per position */
+    const char *model_type; /* "qwen3_5_moe" or "qwen3_5" */
+    const char *layout;     /* "hf" or "mlx" */
+    const char *quant;      /* "bf16", "mlx-4bit", "mlx-8bit", ... */
+    const char *backend;    /* "cpu" or "cuda" */
+    int vocab_size;         /* logits per position */
     int hidden_size;
     int n_layers;
-    int n_attn_layers;        /* full attention layers; the rest are Gated DeltaNet */
-    int n_experts, n_experts_used; /* 0 for dense models */
-    int max_position;         /* max_position_embeddings */
-    int eos_ids[4];           /* end-of-sequence token ids from the config, -1 padded */
-    uint64_t n_params;        /* text-model parameters */
-    uint64_t weight_bytes;    /* bytes of all text-model weights as stored */
-    uint64_t bytes_per_token; /* weight bytes read per decoded token (active experts only) */
-    uint64_t kv_bytes_per_token;   /* KV cache growth per token of context (bf16 K and V) */
-    uint64_t flops_per_token;      /* 2 x active matrix weights per token, lm_head excluded */
-    uint64_t lm_head_flops;        /* 2 x lm_head weights (one position's logits) */
-    uint64_t attn_flops_per_ctx;   /* attention scores + values per token per context position */
+    int n_attn_layers;              /* full attention layers; the rest are Gated DeltaNet */
+    int n_experts, n_experts_used;  /* 0 for dense models */
+    int max_position;               /* max_position_embeddings */
+    int eos_ids[4];                 /* end-of-sequence token ids from the config, -1 padded */
+    uint64_t n_params;              /* text-model parameters */
+    uint64_t weight_bytes;          /* bytes of all text-model weights as stored */
+    uint64_t bytes_per_token;       /* weight bytes read per decoded token (active experts only) */
+    uint64_t kv_bytes_per_token;    /* KV cache growth per token of context (bf16 K and V) */
+    uint64_t flops_per_token;       /* 2 x active matrix weights per token, lm_head excluded */
+    uint64_t lm_head_flops;         /* 2 x lm_head weights (one position's logits) */
+    uint64_t attn_flops_per_ctx;    /* attention scores + values per token per context position */
     uint64_t recurrent_state_bytes; /* GDN conv + recurrent state, independent of context */
-    uint64_t file_bytes;      /* bytes of the weight files (what loading reads) */
-    int n_threads;            /* CPU worker threads (n_threads resolved) */
-    const char *device;       /* the CPU's model name, or the GPU's name on CUDA */
+    uint64_t file_bytes;            /* bytes of the weight files (what loading reads) */
+    int n_threads;                  /* CPU worker threads (n_threads resolved) */
+    const char *device;             /* the CPU's model name, or the GPU's name on CUDA */
 } lily_model_info;
 
 /* Opens the model directory dir (config.json + *.safetensors). */
@@ -136,8 +136,7 @@ int lily_session_decode(lily_session *s, int32_t token, lily_err *err);
  * of the logits after it (lowest index on ties) to out[i]; out[n-1] is not consumed. Same
  * results as n lily_session_decode calls with a host argmax; on the CUDA backend the steps run
  * back to back on the device (the graph of a step feeds its argmax into the next). */
-int lily_session_decode_greedy(lily_session *s, int32_t token, int n, int32_t *out,
-                               lily_err *err);
+int lily_session_decode_greedy(lily_session *s, int32_t token, int n, int32_t *out, lily_err *err);
 /* Drawing a token on the backend (lily_session_decode_sample): sampler.h's chain without the
  * penalties (temperature <= 0: argmax; top_k <= 0, top_p outside (0, 1), min_p <= 0: off), ids a
  * draw must never return, and which random numbers to use. */

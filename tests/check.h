@@ -8,24 +8,26 @@
 
 static int n_pass, n_fail;
 
-#define CHECK(cond, ...)                                                                           \
-    do {                                                                                           \
-        if (cond) {                                                                                \
-            n_pass++;                                                                              \
-        } else {                                                                                   \
-            n_fail++;                                                                              \
-            printf("FAIL %s:%d: ", __FILE__, __LINE__);                                            \
-            printf(__VA_ARGS__);                                                                   \
-            printf("\n");                                                                          \
-        }                                                                                          \
+#define CHECK(cond, ...)                                \
+    do {                                                \
+        if (cond) {                                     \
+            n_pass++;                                   \
+        } else {                                        \
+            n_fail++;                                   \
+            printf("FAIL %s:%d: ", __FILE__, __LINE__); \
+            printf(__VA_ARGS__);                        \
+            printf("\n");                               \
+        }                                               \
     } while (0)
 
 /* The same as a function with a label: prints "PASS what" or "FAIL what: details". */
 static void check(int ok, const char *what, const char *fmt, ...)
     __attribute__((format(printf, 3, 4), unused));
 static void check(int ok, const char *what, const char *fmt, ...) {
-    if (ok) n_pass++;
-    else n_fail++;
+    if (ok)
+        n_pass++;
+    else
+        n_fail++;
     printf("%s %s", ok ? "PASS" : "FAIL", what);
     if (fmt) {
         va_list ap;

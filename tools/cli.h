@@ -19,8 +19,8 @@ int lily_cli_backend(const char *s, lily_backend_kind *out);
  * auto|avx512|avx2|scalar, --sample-on auto|device|host (device: the backend draws tokens, the
  * CPU backend too). Returns 1 when a was one of them (stored in *o), 0 when it is not, -1 with a
  * message on stderr when v is not one of its values. */
-#define LILY_CLI_ENGINE_USAGE                                                                      \
-    "  --precision default|exact|fast   --cpu-isa auto|avx512|avx2|scalar\n"                       \
+#define LILY_CLI_ENGINE_USAGE                                                \
+    "  --precision default|exact|fast   --cpu-isa auto|avx512|avx2|scalar\n" \
     "  --sample-on auto|device|host     (where tokens are drawn: device = the backend)\n"
 int lily_cli_engine_arg(const char *a, const char *v, lily_engine_opts *o);
 /* Reads a file of little-endian int32 token ids (caller frees *out). Returns 0 or -1. */

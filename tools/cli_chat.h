@@ -5,11 +5,11 @@
 #include "clichat.h"
 
 typedef struct lily_chat_args {
-    int n_new;              /* -n: tokens to generate per turn */
-    int think;              /* --think on|off; -1 = the template's default */
+    int n_new; /* -n: tokens to generate per turn */
+    int think; /* --think on|off; -1 = the template's default */
     int seed_set;
     double temp, top_p, min_p; /* < 0: the model's generation defaults */
-    long top_k, seed;       /* top_k < 0: default */
+    long top_k, seed;          /* top_k < 0: default */
 } lily_chat_args;
 
 /* Parses option a with value v into co / g: --model --temp --top-p --min-p --top-k --seed -n

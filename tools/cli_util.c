@@ -35,8 +35,10 @@ int lily_cli_size(const char *s, long *out) {
 }
 
 int lily_cli_backend(const char *s, lily_backend_kind *out) {
-    if (!strcmp(s, "cpu")) *out = LILY_BACKEND_CPU;
-    else if (!strcmp(s, "cuda")) *out = LILY_BACKEND_CUDA;
+    if (!strcmp(s, "cpu"))
+        *out = LILY_BACKEND_CPU;
+    else if (!strcmp(s, "cuda"))
+        *out = LILY_BACKEND_CUDA;
     else {
         fprintf(stderr, "lily: unknown backend '%s' (cpu or cuda)\n", s);
         return -1;
@@ -49,7 +51,8 @@ static int pick(const char *a, const char *v, const char *const *names, int n) {
     for (int i = 0; i < n; i++)
         if (!strcmp(v, names[i])) return i;
     fprintf(stderr, "lily: %s takes", a);
-    for (int i = 0; i < n; i++) fprintf(stderr, "%s%s", i ? "|" : " ", names[i]);
+    for (int i = 0; i < n; i++)
+        fprintf(stderr, "%s%s", i ? "|" : " ", names[i]);
     fprintf(stderr, ", not '%s'\n", v);
     return -1;
 }

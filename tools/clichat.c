@@ -79,8 +79,9 @@ void lily_clichat_banner(const lily_clichat *c, const char *dir, const char *who
     const lily_model_info *in = lily_engine_info(c->eng);
     char mem[32];
     lily_bar_bytes(mem, sizeof mem, lily_engine_session_bytes(c->eng, c->ctx));
-    fprintf(f, "%s: %s (%s, %s), backend %s (%s), %d thread%s, context %d tokens (%s of KV cache "
-               "and state)\n",
+    fprintf(f,
+            "%s: %s (%s, %s), backend %s (%s), %d thread%s, context %d tokens (%s of KV cache "
+            "and state)\n",
             who, dir, in->model_type, in->quant, in->backend, in->device, in->n_threads,
             in->n_threads == 1 ? "" : "s", c->ctx, mem);
 }

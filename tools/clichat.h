@@ -28,7 +28,7 @@ typedef struct lily_clichat_opts {
     lily_precision precision; /* lily_engine_opts' fields of the same names */
     lily_cpu_isa cpu_isa;
     lily_sample_on sample_on;
-    int ctx;            /* 0: lily_gen's default (LILY_GEN_DEFAULT_CTX); above the model's maximum: an error */
+    int ctx; /* 0: lily_gen's default (LILY_GEN_DEFAULT_CTX); above the model's maximum: an error */
     size_t cache_bytes; /* prefix-cache budget */
 } lily_clichat_opts;
 

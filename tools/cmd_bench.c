@@ -25,26 +25,27 @@
 #include "bench_plot.h"
 #include "cli.h"
 
-#define MAX_LENS 32
+#define MAX_LENS   32
 #define MAX_ROUNDS 64
 
 static void usage(FILE *f) {
-    fprintf(f,
-            "usage: lily bench --model DIR [--backend cpu|cuda] [--threads N] [--chunk N]\n"
-            "                  [--prefill LIST] [--decode LIST] [--gen N] [--rounds N]\n"
-            "                  [--turn TURNS] [--json FILE|-] [--csv FILE]\n"
-            "                  [--plot FILE.svg [--plot-ref FILE.json]...]\n"
-            "                  [--precision default|exact|fast] [--cpu-isa auto|avx512|avx2|scalar]\n"
-            "LIST is comma-separated lengths such as 256,512,1K,4K (default 128,512).\n"
-            "--prefill times prefill at each length; --decode times --gen (default 32) decoded\n"
-            "tokens at each context length. Lengths in both lists share one prefill per round.\n"
-            "--turn times prefill of N new tokens onto a context of D tokens, for each N@D in\n"
-            "TURNS (comma-separated, such as 512@32K,512@128K: an agent loop's turn).\n"
-            "Each row runs --rounds N times (default 1, at most 64) and shows the mean and the\n"
-            "standard deviation; rows are printed as they are measured. --json - writes the\n"
-            "JSON to stdout (the table then goes to stderr). --plot draws prefill and decode\n"
-            "tok/s against context length; --plot-ref adds the series of a reference file\n"
-            "(llama-bench -o json output, or lily bench --json), up to 8 files.\n");
+    fprintf(
+        f,
+        "usage: lily bench --model DIR [--backend cpu|cuda] [--threads N] [--chunk N]\n"
+        "                  [--prefill LIST] [--decode LIST] [--gen N] [--rounds N]\n"
+        "                  [--turn TURNS] [--json FILE|-] [--csv FILE]\n"
+        "                  [--plot FILE.svg [--plot-ref FILE.json]...]\n"
+        "                  [--precision default|exact|fast] [--cpu-isa auto|avx512|avx2|scalar]\n"
+        "LIST is comma-separated lengths such as 256,512,1K,4K (default 128,512).\n"
+        "--prefill times prefill at each length; --decode times --gen (default 32) decoded\n"
+        "tokens at each context length. Lengths in both lists share one prefill per round.\n"
+        "--turn times prefill of N new tokens onto a context of D tokens, for each N@D in\n"
+        "TURNS (comma-separated, such as 512@32K,512@128K: an agent loop's turn).\n"
+        "Each row runs --rounds N times (default 1, at most 64) and shows the mean and the\n"
+        "standard deviation; rows are printed as they are measured. --json - writes the\n"
+        "JSON to stdout (the table then goes to stderr). --plot draws prefill and decode\n"
+        "tok/s against context length; --plot-ref adds the series of a reference file\n"
+        "(llama-bench -o json output, or lily bench --json), up to 8 files.\n");
 }
 
 static int parse_list(const char *s, int *out, int *n) {
@@ -88,10 +89,12 @@ typedef struct {
 
 static stat stats(const double *x, int n) {
     stat r = {0, NAN};
-    for (int i = 0; i < n; i++) r.mean += x[i] / n;
+    for (int i = 0; i < n; i++)
+        r.mean += x[i] / n;
     if (n > 1) {
         double v = 0;
-        for (int i = 0; i < n; i++) v += (x[i] - r.mean) * (x[i] - r.mean);
+        for (int i = 0; i < n; i++)
+            v += (x[i] - r.mean) * (x[i] - r.mean);
         r.sd = sqrt(v / (n - 1));
     }
     return r;
@@ -105,18 +108,23 @@ static int argmax(const float *x, int n) {
 }
 
 /* A number, or JSON null when it was not measured (NAN). */
-static cJSON *jnum(double v) { return isnan(v) ? cJSON_CreateNull() : cJSON_CreateNumber(v); }
+static cJSON *jnum(double v) {
+    return isnan(v) ? cJSON_CreateNull() : cJSON_CreateNumber(v);
+}
 
 static cJSON *jsamples(const double *x, int n) {
     cJSON *a = cJSON_CreateArray();
-    for (int i = 0; i < n; i++) cJSON_AddItemToArray(a, cJSON_CreateNumber(x[i]));
+    for (int i = 0; i < n; i++)
+        cJSON_AddItemToArray(a, cJSON_CreateNumber(x[i]));
     return a;
 }
 
 /* "1234.5 ± 6.7" into buf (width w), "-" when not measured, no spread for one round. */
 static void cell(char *buf, size_t len, int w, stat s, int prec) {
-    if (isnan(s.mean)) snprintf(buf, len, "%*s", w, "-");
-    else if (isnan(s.sd)) snprintf(buf, len, "%*.*f", w, prec, s.mean);
+    if (isnan(s.mean))
+        snprintf(buf, len, "%*s", w, "-");
+    else if (isnan(s.sd))
+        snprintf(buf, len, "%*.*f", w, prec, s.mean);
     else {
         char t[64];
         snprintf(t, sizeof t, "%.*f ± %.*f", prec, s.mean, prec, s.sd);
@@ -131,15 +139,17 @@ static void header(FILE *t, cJSON *j, const char *model, const lily_model_info *
     fprintf(t, "# lily bench: %s (%s, %s), backend %s, commit %s\n", model, in->model_type,
             in->quant, in->backend, lily_cli_commit());
     fprintf(t, "# %s %s, %d thread%s; %d round%s per row (mean%s), %d decoded tokens per row\n",
-            gpu ? "GPU" : "CPU", in->device, in->n_threads, in->n_threads == 1 ? "" : "s",
-            rounds, rounds == 1 ? "" : "s", rounds == 1 ? "" : " ± sd", gen);
+            gpu ? "GPU" : "CPU", in->device, in->n_threads, in->n_threads == 1 ? "" : "s", rounds,
+            rounds == 1 ? "" : "s", rounds == 1 ? "" : " ± sd", gen);
     cJSON_AddStringToObject(j, "model", model);
     cJSON_AddStringToObject(j, "model_type", in->model_type);
     cJSON_AddStringToObject(j, "quant", in->quant);
     cJSON_AddStringToObject(j, "backend", in->backend);
     cJSON_AddStringToObject(j, "device", in->device);
-    if (gpu) cJSON_AddStringToObject(j, "gpu", in->device);
-    else cJSON_AddNullToObject(j, "gpu");
+    if (gpu)
+        cJSON_AddStringToObject(j, "gpu", in->device);
+    else
+        cJSON_AddNullToObject(j, "gpu");
     char cpu[128] = "";
     FILE *f = fopen("/proc/cpuinfo", "r");
     char line[512];
@@ -171,10 +181,14 @@ int lily_cmd_bench(int argc, char **argv) {
             return 0;
         }
         if (!(v = lily_cli_value(argc, argv, &i))) return 2;
-        if (!strcmp(a, "--model")) model = v;
-        else if (!strcmp(a, "--json")) json = v;
-        else if (!strcmp(a, "--csv")) csv = v;
-        else if (!strcmp(a, "--plot")) plot = v;
+        if (!strcmp(a, "--model"))
+            model = v;
+        else if (!strcmp(a, "--json"))
+            json = v;
+        else if (!strcmp(a, "--csv"))
+            csv = v;
+        else if (!strcmp(a, "--plot"))
+            plot = v;
         else if (!strcmp(a, "--plot-ref")) {
             if (nref == 8) {
                 fprintf(stderr, "lily bench: at most 8 --plot-ref files\n");
@@ -183,13 +197,16 @@ int lily_cmd_bench(int argc, char **argv) {
             refs[nref++] = v;
         } else if (!strcmp(a, "--backend")) {
             if (lily_cli_backend(v, &opts.backend)) return 2;
-        } else if (!strcmp(a, "--threads")) opts.n_threads = atoi(v);
-        else if (!strcmp(a, "--chunk")) opts.prefill_chunk = atoi(v);
+        } else if (!strcmp(a, "--threads"))
+            opts.n_threads = atoi(v);
+        else if (!strcmp(a, "--chunk"))
+            opts.prefill_chunk = atoi(v);
         else if (!strcmp(a, "--precision") || !strcmp(a, "--cpu-isa")) {
             if (lily_cli_engine_arg(a, v, &opts) < 0) return 2;
-        }
-        else if (!strcmp(a, "--gen")) gen = atoi(v);
-        else if (!strcmp(a, "--rounds")) rounds = atoi(v);
+        } else if (!strcmp(a, "--gen"))
+            gen = atoi(v);
+        else if (!strcmp(a, "--rounds"))
+            rounds = atoi(v);
         else if (!strcmp(a, "--prefill")) {
             if (parse_list(v, pl, &npl)) goto badlist;
         } else if (!strcmp(a, "--decode")) {
@@ -237,10 +254,13 @@ int lily_cmd_bench(int argc, char **argv) {
         int *l = k ? dl : pl, nl = k ? ndl : npl;
         for (int i = 0; i < nl; i++) {
             int j = 0;
-            while (j < nr && rows[j].len != l[i]) j++;
+            while (j < nr && rows[j].len != l[i])
+                j++;
             if (j == nr) rows[nr++] = (bench_row){.len = l[i]};
-            if (k) rows[j].do_decode = 1;
-            else rows[j].do_prefill = 1;
+            if (k)
+                rows[j].do_decode = 1;
+            else
+                rows[j].do_prefill = 1;
             if (l[i] > maxlen) maxlen = l[i];
         }
     }
@@ -349,8 +369,10 @@ int lily_cmd_bench(int argc, char **argv) {
         cJSON_AddItemToObject(jr, "decode_tok_s", jnum(tg.mean));
         cJSON_AddItemToObject(jr, "decode_tok_s_sd", jnum(tg.sd));
         cJSON_AddItemToObject(jr, "decode_gb_s", jnum(gbs));
-        if (row->do_prefill) cJSON_AddItemToObject(jr, "prefill_samples", jsamples(row->pp_ts, rounds));
-        if (row->do_decode) cJSON_AddItemToObject(jr, "decode_samples", jsamples(row->tg_ts, rounds));
+        if (row->do_prefill)
+            cJSON_AddItemToObject(jr, "prefill_samples", jsamples(row->pp_ts, rounds));
+        if (row->do_decode)
+            cJSON_AddItemToObject(jr, "decode_samples", jsamples(row->tg_ts, rounds));
         cJSON_AddItemToArray(jrows, jr);
         if (cf) {
             fprintf(cf, "%d,0,", row->len);
@@ -372,7 +394,8 @@ int lily_cmd_bench(int argc, char **argv) {
         lily_snapshot *snap = NULL;
         double ts[MAX_ROUNDS];
         int32_t *nt_tok = malloc((size_t)tn[i] * sizeof(int32_t));
-        for (int k = 0; k < tn[i]; k++) nt_tok[k] = tok[(td[i] + k) % maxlen];
+        for (int k = 0; k < tn[i]; k++)
+            nt_tok[k] = tok[(td[i] + k) % maxlen];
         lily_session_reset(s);
         rc = (td[i] > 0 && lily_session_prefill(s, tok, td[i], NULL, NULL, NULL, &e) != 0) ||
              lily_session_snapshot(s, &snap, &e) != 0;
@@ -426,8 +449,8 @@ int lily_cmd_bench(int argc, char **argv) {
         snprintf(ser[0].name, sizeof ser[0].name, "lily %s, %s %s, %s", lily_cli_commit(),
                  in->quant, in->backend, in->device);
         char title[256];
-        snprintf(title, sizeof title, "%s (%s, %s): %d thread%s", model, in->model_type,
-                 in->quant, in->n_threads, in->n_threads == 1 ? "" : "s");
+        snprintf(title, sizeof title, "%s (%s, %s): %d thread%s", model, in->model_type, in->quant,
+                 in->n_threads, in->n_threads == 1 ? "" : "s");
         if (lily_plot_svg(plot, title, ser, nser, &e)) {
             fprintf(stderr, "lily bench: %s\n", e.msg);
             rc = 1;

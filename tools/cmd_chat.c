@@ -157,14 +157,16 @@ static int drop_oldest_turn(cJSON *hist) {
     int n = cJSON_GetArraySize(hist), first = -1, next = -1;
     for (int i = 0; i < n; i++) {
         if (!is_role(cJSON_GetArrayItem(hist, i), "user")) continue;
-        if (first < 0) first = i;
+        if (first < 0)
+            first = i;
         else {
             next = i;
             break;
         }
     }
     if (first < 0 || next < 0) return -1;
-    for (int i = first; i < next; i++) cJSON_DeleteItemFromArray(hist, first);
+    for (int i = first; i < next; i++)
+        cJSON_DeleteItemFromArray(hist, first);
     return 0;
 }
 
@@ -206,8 +208,10 @@ static cJSON *load(const char *path, char **system) {
         }
     }
     if (!ok) {
-        fprintf(stderr, "lily chat: %s: not a conversation ({\"messages\": [{\"role\": ..., "
-                        "\"content\": ...}, ...]})\n", path);
+        fprintf(stderr,
+                "lily chat: %s: not a conversation ({\"messages\": [{\"role\": ..., "
+                "\"content\": ...}, ...]})\n",
+                path);
         cJSON_Delete(j);
         return NULL;
     }
@@ -244,15 +248,19 @@ static int encode_fitting(chat *ch, int32_t **ids, int *n, int *open) {
         }
         if (*n + room <= ctx) {
             if (dropped)
-                fprintf(stderr, "(the conversation outgrew the context of %d tokens: dropped the "
-                                "oldest %d turn%s)\n", ctx, dropped, dropped == 1 ? "" : "s");
+                fprintf(stderr,
+                        "(the conversation outgrew the context of %d tokens: dropped the "
+                        "oldest %d turn%s)\n",
+                        ctx, dropped, dropped == 1 ? "" : "s");
             return 0;
         }
         free(*ids);
         *ids = NULL;
         if (drop_oldest_turn(ch->hist)) {
-            fprintf(stderr, "lily chat: this message (%d tokens with the system prompt) leaves no "
-                            "room for an answer in the context of %d tokens (--ctx)\n", *n, ctx);
+            fprintf(stderr,
+                    "lily chat: this message (%d tokens with the system prompt) leaves no "
+                    "room for an answer in the context of %d tokens (--ctx)\n",
+                    *n, ctx);
             break;
         }
         dropped++;
@@ -297,9 +305,9 @@ static void answer(chat *ch, const char *in) {
         if (stopped && ch->c.tty) fputs("\r\033[K", stderr);
         if (stopped)
             fprintf(stderr, "%s[stopped during the prompt: %d of %d tokens computed]%s\n",
-                    dim ? "\033[2m" : "", res.n_prefilled, n - res.n_cached,
-                    dim ? "\033[0m" : "");
-        else fprintf(stderr, "lily chat: %s\n", res.error);
+                    dim ? "\033[2m" : "", res.n_prefilled, n - res.n_cached, dim ? "\033[0m" : "");
+        else
+            fprintf(stderr, "lily chat: %s\n", res.error);
         cJSON_DeleteItemFromArray(ch->hist, cJSON_GetArraySize(ch->hist) - 1);
     } else {
         lily_gen_finish_turn(ch->c.gen);
@@ -311,9 +319,8 @@ static void answer(chat *ch, const char *in) {
         if (res.n_prefilled > 0 && res.prefill_s > 0)
             snprintf(pre, sizeof pre, ", %.1f tok/s", res.n_prefilled / res.prefill_s);
         fprintf(stderr, "%s[%d tokens, %.1f tok/s; prompt %d (%d reused)%s%s]%s\n",
-                dim ? "\033[2m" : "", res.n_gen,
-                res.decode_s > 0 ? res.n_gen / res.decode_s : 0, n, res.n_cached, pre,
-                stopped ? ", stopped" : "", dim ? "\033[0m" : "");
+                dim ? "\033[2m" : "", res.n_gen, res.decode_s > 0 ? res.n_gen / res.decode_s : 0, n,
+                res.n_cached, pre, stopped ? ", stopped" : "", dim ? "\033[0m" : "");
     }
     lily_outparse_free(t.p);
     lily_sb_free(&t.content);
@@ -349,8 +356,10 @@ static int command(chat *ch, const char *in) {
             if (h) cJSON_Delete(ch->hist), ch->hist = h;
         }
     } else {
-        fprintf(stderr, "lily chat: unknown command '%.*s' (/help lists them; //text sends "
-                        "/text)\n", (int)w, in);
+        fprintf(stderr,
+                "lily chat: unknown command '%.*s' (/help lists them; //text sends "
+                "/text)\n",
+                (int)w, in);
     }
 #undef IS
     return 0;
@@ -405,9 +414,8 @@ int lily_cmd_chat(int argc, char **argv) {
     char defhist[4096] = "";
     if (!histfile && getenv("HOME"))
         snprintf(defhist, sizeof defhist, "%s/.lily_history", getenv("HOME"));
-    lily_line *ln = lily_line_open(histfile ? (histfile[0] ? histfile : NULL)
-                                            : (defhist[0] ? defhist : NULL),
-                                   &g_interrupt);
+    lily_line *ln = lily_line_open(
+        histfile ? (histfile[0] ? histfile : NULL) : (defhist[0] ? defhist : NULL), &g_interrupt);
     if (isatty(0) && isatty(1)) {
         lily_clichat_banner(&ch.c, co.model_dir, "lily chat", stderr);
         fprintf(stderr, "/help for commands, Ctrl-D or /bye to leave\n");
@@ -419,8 +427,10 @@ int lily_cmd_chat(int argc, char **argv) {
     while ((r = read_input(ln, &in)) != 0) {
         if (r < 0) continue; /* Ctrl-C: the line is gone, a fresh prompt */
         int leave = 0;
-        if (in[0] == '/' && in[1] != '/') leave = command(&ch, in);
-        else if (in[0]) answer(&ch, in[0] == '/' ? in + 1 : in);
+        if (in[0] == '/' && in[1] != '/')
+            leave = command(&ch, in);
+        else if (in[0])
+            answer(&ch, in[0] == '/' ? in + 1 : in);
         free(in);
         if (leave) break;
     }

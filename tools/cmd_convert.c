@@ -23,9 +23,10 @@
 #include "model/st_write.h"
 
 static void usage(FILE *f) {
-    fprintf(f, "usage: lily convert --model DIR --out DIR\n"
-               "Writes the HF bf16 layout of an MLX affine-quantized checkpoint into --out\n"
-               "(config.json without the quantization tables, model.safetensors, tokenizer files).\n");
+    fprintf(f,
+            "usage: lily convert --model DIR --out DIR\n"
+            "Writes the HF bf16 layout of an MLX affine-quantized checkpoint into --out\n"
+            "(config.json without the quantization tables, model.safetensors, tokenizer files).\n");
 }
 
 static uint16_t f32_bf16(float f) {
@@ -44,9 +45,9 @@ static int ends_with(const char *s, const char *suf) {
 
 /* Zero-centred ("1 + w") norms, stored shifted in MLX files (model.md 2.1). */
 static int is_shifted_norm(const char *hf) {
-    static const char *const suf[] = {"input_layernorm.weight", "post_attention_layernorm.weight",
-                                      "self_attn.q_norm.weight", "self_attn.k_norm.weight",
-                                      "pre_fc_norm_embedding.weight", "pre_fc_norm_hidden.weight"};
+    static const char *const suf[] = {
+        "input_layernorm.weight",  "post_attention_layernorm.weight", "self_attn.q_norm.weight",
+        "self_attn.k_norm.weight", "pre_fc_norm_embedding.weight",    "pre_fc_norm_hidden.weight"};
     for (size_t i = 0; i < sizeof suf / sizeof suf[0]; i++)
         if (ends_with(hf, suf[i])) return 1;
     return !strcmp(hf, "model.language_model.norm.weight") || !strcmp(hf, "mtp.norm.weight");
@@ -78,13 +79,15 @@ static void add(out_set *o, const char *name, lily_st_dtype dt, int ndim, const 
 static void hf_name(const char *mlx, char *buf, size_t len) {
     if (!strncmp(mlx, "language_model.model.", 21))
         snprintf(buf, len, "model.language_model.%s", mlx + 21);
-    else if (!strncmp(mlx, "language_model.lm_head", 22)) snprintf(buf, len, "lm_head%s", mlx + 22);
-    else snprintf(buf, len, "%s", mlx);
+    else if (!strncmp(mlx, "language_model.lm_head", 22))
+        snprintf(buf, len, "lm_head%s", mlx + 22);
+    else
+        snprintf(buf, len, "%s", mlx);
 }
 
 /* Dequantizes module mod (weight/scales/biases) to fp32 [rows][cols] (rows = all leading dims). */
-static float *dequant(const lily_st_set *st, const char *mod, int64_t *rows_out,
-                      int64_t *cols_out, lily_err *e) {
+static float *dequant(const lily_st_set *st, const char *mod, int64_t *rows_out, int64_t *cols_out,
+                      lily_err *e) {
     char n[600];
     snprintf(n, sizeof n, "%s.weight", mod);
     const lily_st_tensor *w = lily_st_find(st, n);
@@ -133,7 +136,8 @@ static float *dequant(const lily_st_set *st, const char *mod, int64_t *rows_out,
 
 static uint16_t *to_bf16(const float *x, size_t n) {
     uint16_t *o = lily_xmalloc(n * sizeof *o);
-    for (size_t i = 0; i < n; i++) o[i] = f32_bf16(x[i]);
+    for (size_t i = 0; i < n; i++)
+        o[i] = f32_bf16(x[i]);
     return o;
 }
 
@@ -157,7 +161,8 @@ static int convert_tensors(const lily_st_set *st, out_set *o, lily_err *e) {
             if (sw && t->ndim == 3) {
                 int64_t E = t->shape[0], R = rows / E;
                 char pre[512];
-                snprintf(pre, sizeof pre, "%.*s", (int)(sw - mod) < 500 ? (int)(sw - mod) : 500, mod);
+                snprintf(pre, sizeof pre, "%.*s", (int)(sw - mod) < 500 ? (int)(sw - mod) : 500,
+                         mod);
                 if (ends_with(mod, "down_proj")) {
                     snprintf(mod, sizeof mod, "%s.experts.down_proj", pre);
                     hf_name(mod, hf, sizeof hf);
@@ -215,8 +220,10 @@ static int convert_tensors(const lily_st_set *st, out_set *o, lily_err *e) {
         float *x = lily_xmalloc(n * sizeof *x);
         for (size_t k = 0; k < n; k++) {
             const unsigned char *p = t->data;
-            if (t->dtype == LILY_ST_BF16) x[k] = lily_st_bf16_f32((uint16_t)(p[2 * k] | p[2 * k + 1] << 8));
-            else if (t->dtype == LILY_ST_F32) memcpy(&x[k], p + 4 * k, 4);
+            if (t->dtype == LILY_ST_BF16)
+                x[k] = lily_st_bf16_f32((uint16_t)(p[2 * k] | p[2 * k + 1] << 8));
+            else if (t->dtype == LILY_ST_F32)
+                memcpy(&x[k], p + 4 * k, 4);
             else {
                 free(x);
                 return lily_fail(e, "tensor %s: dtype %s not handled", t->name,
@@ -231,7 +238,8 @@ static int convert_tensors(const lily_st_set *st, out_set *o, lily_err *e) {
             sh[2] = t->shape[1];
         }
         if (t->ndim == 1 && is_shifted_norm(hf))
-            for (size_t k = 0; k < n; k++) x[k] -= 1.0f;
+            for (size_t k = 0; k < n; k++)
+                x[k] -= 1.0f;
         add(o, hf, LILY_ST_BF16, t->ndim, sh, to_bf16(x, n));
         free(x);
     }
@@ -292,8 +300,10 @@ int lily_cmd_convert(int argc, char **argv) {
             return 2;
         }
         if (!(v = lily_cli_value(argc, argv, &i))) return 2;
-        if (!strcmp(a, "--model")) model = v;
-        else out = v;
+        if (!strcmp(a, "--model"))
+            model = v;
+        else
+            out = v;
     }
     if (!model || !out) {
         usage(stderr);

@@ -22,15 +22,15 @@
 #include "tokenizer/tokenizer.h"
 
 static void usage(FILE *f) {
-    fprintf(f,
-            "usage: lily eval --model DIR --text FILE [--ref FILE] [--backend cpu|cuda]\n"
-            "                 [--threads N] [--mode prefill|decode] [--chunk N] [--json]\n"
-            "                 [--max-ppl-delta PCT] [--max-mean-kl X] [--min-top1 PCT]\n"
-            "                 [--precision default|exact|fast] [--cpu-isa auto|avx512|avx2|scalar]\n"
-            "Perplexity of the text under the model; with --ref (reference logits of the same\n"
-            "text, see tools/train_tiny.py) also mean and max KL(ref || lily), top-1 agreement\n"
-            "and the PPL ratio. The --max/--min options are quality bars: the exit status is 1\n"
-            "when one is not met. --mode decode feeds one token at a time (the decode path).\n");
+    fprintf(
+        f, "usage: lily eval --model DIR --text FILE [--ref FILE] [--backend cpu|cuda]\n"
+           "                 [--threads N] [--mode prefill|decode] [--chunk N] [--json]\n"
+           "                 [--max-ppl-delta PCT] [--max-mean-kl X] [--min-top1 PCT]\n"
+           "                 [--precision default|exact|fast] [--cpu-isa auto|avx512|avx2|scalar]\n"
+           "Perplexity of the text under the model; with --ref (reference logits of the same\n"
+           "text, see tools/train_tiny.py) also mean and max KL(ref || lily), top-1 agreement\n"
+           "and the PPL ratio. The --max/--min options are quality bars: the exit status is 1\n"
+           "when one is not met. --mode decode feeds one token at a time (the decode path).\n");
 }
 
 typedef struct {
@@ -48,9 +48,12 @@ static uint32_t rd_u32(const unsigned char *p) {
 static float half_to_float(uint16_t h) {
     uint32_t s = (uint32_t)(h >> 15) << 31, e = (h >> 10) & 31, m = h & 1023;
     float v;
-    if (e == 0) v = ldexpf((float)m, -24);
-    else if (e == 31) v = m ? NAN : INFINITY;
-    else v = ldexpf((float)(m | 1024), (int)e - 25);
+    if (e == 0)
+        v = ldexpf((float)m, -24);
+    else if (e == 31)
+        v = m ? NAN : INFINITY;
+    else
+        v = ldexpf((float)(m | 1024), (int)e - 25);
     return s ? -v : v;
 }
 
@@ -76,8 +79,8 @@ static int read_ref(const char *path, ref_file *r, lily_err *e) {
 }
 
 typedef struct {
-    double nll_sum;      /* lily, rows 0..n-2 */
-    double ref_nll_sum;  /* reference, rows 0..n-2 */
+    double nll_sum;     /* lily, rows 0..n-2 */
+    double ref_nll_sum; /* reference, rows 0..n-2 */
     double kl_sum, kl_max;
     int kl_argmax;
     int top1, rows;
@@ -86,11 +89,14 @@ typedef struct {
 /* Log-softmax of one row of logits into lp (double), returns nothing. */
 static void log_softmax(const float *x, int V, double *lp) {
     double mx = -INFINITY;
-    for (int j = 0; j < V; j++) mx = x[j] > mx ? x[j] : mx;
+    for (int j = 0; j < V; j++)
+        mx = x[j] > mx ? x[j] : mx;
     double s = 0;
-    for (int j = 0; j < V; j++) s += exp((double)x[j] - mx);
+    for (int j = 0; j < V; j++)
+        s += exp((double)x[j] - mx);
     double lse = mx + log(s);
-    for (int j = 0; j < V; j++) lp[j] = (double)x[j] - lse;
+    for (int j = 0; j < V; j++)
+        lp[j] = (double)x[j] - lse;
 }
 
 /* Folds row i (logits x) into the statistics. */
@@ -102,7 +108,8 @@ static void add_row(stats *st, const float *x, int V, int i, const int32_t *ids,
     if (i + 1 < n) st->ref_nll_sum += ref->nll[i];
     const uint16_t *rl = ref->lp + (size_t)i * V;
     double z = 0;
-    for (int j = 0; j < V; j++) z += exp((double)half_to_float(rl[j]));
+    for (int j = 0; j < V; j++)
+        z += exp((double)half_to_float(rl[j]));
     double lz = log(z), kl = 0;
     for (int j = 0; j < V; j++) {
         double lq = (double)half_to_float(rl[j]) - lz;
@@ -140,29 +147,41 @@ int lily_cmd_eval(int argc, char **argv) {
             json = 1;
             continue;
         }
-        static const char *const valued[] = {"--model", "--text", "--ref", "--backend",
-                                             "--threads", "--mode", "--chunk", "--max-ppl-delta",
-                                             "--max-mean-kl", "--min-top1", "--precision",
-                                             "--cpu-isa"};
+        static const char *const valued[] = {"--model",    "--text",          "--ref",
+                                             "--backend",  "--threads",       "--mode",
+                                             "--chunk",    "--max-ppl-delta", "--max-mean-kl",
+                                             "--min-top1", "--precision",     "--cpu-isa"};
         int known = 0;
-        for (size_t k = 0; k < sizeof valued / sizeof valued[0]; k++) known |= !strcmp(a, valued[k]);
+        for (size_t k = 0; k < sizeof valued / sizeof valued[0]; k++)
+            known |= !strcmp(a, valued[k]);
         if (!known) {
             fprintf(stderr, "lily eval: unknown option '%s'\n", a);
             usage(stderr);
             return 2;
         }
         if (!(v = lily_cli_value(argc, argv, &i))) return 2;
-        if (!strcmp(a, "--model")) model = v;
-        else if (!strcmp(a, "--text")) text_path = v;
-        else if (!strcmp(a, "--ref")) ref_path = v;
-        else if (!strcmp(a, "--backend") && lily_cli_backend(v, &opts.backend)) return 2;
-        else if (!strcmp(a, "--threads")) opts.n_threads = atoi(v);
-        else if (!strcmp(a, "--mode")) mode = v;
-        else if (!strcmp(a, "--chunk")) chunk = atoi(v);
-        else if (!strcmp(a, "--max-ppl-delta")) max_ppl_delta = atof(v);
-        else if (!strcmp(a, "--max-mean-kl")) max_mean_kl = atof(v);
-        else if (!strcmp(a, "--min-top1")) min_top1 = atof(v);
-        else if (lily_cli_engine_arg(a, v, &opts) < 0) return 2;
+        if (!strcmp(a, "--model"))
+            model = v;
+        else if (!strcmp(a, "--text"))
+            text_path = v;
+        else if (!strcmp(a, "--ref"))
+            ref_path = v;
+        else if (!strcmp(a, "--backend") && lily_cli_backend(v, &opts.backend))
+            return 2;
+        else if (!strcmp(a, "--threads"))
+            opts.n_threads = atoi(v);
+        else if (!strcmp(a, "--mode"))
+            mode = v;
+        else if (!strcmp(a, "--chunk"))
+            chunk = atoi(v);
+        else if (!strcmp(a, "--max-ppl-delta"))
+            max_ppl_delta = atof(v);
+        else if (!strcmp(a, "--max-mean-kl"))
+            max_mean_kl = atof(v);
+        else if (!strcmp(a, "--min-top1"))
+            min_top1 = atof(v);
+        else if (lily_cli_engine_arg(a, v, &opts) < 0)
+            return 2;
     }
     int decode = !strcmp(mode, "decode");
     if (!model || !text_path || (!decode && strcmp(mode, "prefill")) || chunk < 0) {
@@ -204,8 +223,10 @@ int lily_cmd_eval(int argc, char **argv) {
         }
         for (int i = 0; i < n; i++)
             if (ids[i] != ref.ids[i]) {
-                snprintf(e.msg, sizeof e.msg, "%s: token %d is %d here but %d in the reference "
-                         "(tokenizers disagree)", text_path, i, ids[i], ref.ids[i]);
+                snprintf(e.msg, sizeof e.msg,
+                         "%s: token %d is %d here but %d in the reference "
+                         "(tokenizers disagree)",
+                         text_path, i, ids[i], ref.ids[i]);
                 goto fail;
             }
     }
@@ -254,21 +275,22 @@ int lily_cmd_eval(int argc, char **argv) {
         fl += (size_t)snprintf(fails + fl, sizeof fails - fl, " PPL delta %+.3f %% (bar %.3g %%);",
                                delta, max_ppl_delta);
     if (max_mean_kl >= 0 && !(mean_kl <= max_mean_kl) && fl < sizeof fails)
-        fl += (size_t)snprintf(fails + fl, sizeof fails - fl, " mean KL %.3g (bar %.3g);",
-                               mean_kl, max_mean_kl);
+        fl += (size_t)snprintf(fails + fl, sizeof fails - fl, " mean KL %.3g (bar %.3g);", mean_kl,
+                               max_mean_kl);
     if (min_top1 >= 0 && !(top1 >= min_top1) && fl < sizeof fails)
-        fl += (size_t)snprintf(fails + fl, sizeof fails - fl, " top-1 %.2f %% (bar %.3g %%);",
-                               top1, min_top1);
+        fl += (size_t)snprintf(fails + fl, sizeof fails - fl, " top-1 %.2f %% (bar %.3g %%);", top1,
+                               min_top1);
     int bars = max_ppl_delta >= 0 || max_mean_kl >= 0 || min_top1 >= 0;
     if (json) {
         printf("{\"model\": \"%s\", \"quant\": \"%s\", \"backend\": \"%s\", \"mode\": \"%s\", "
-               "\"precision\": \"%s\"", model, mi->quant, mi->backend, decode ? "decode" : "prefill",
+               "\"precision\": \"%s\"",
+               model, mi->quant, mi->backend, decode ? "decode" : "prefill",
                precision_name(opts.precision));
         printf(", \"tokens\": %d, \"ppl\": %.6f", n, ppl);
         if (ref_path)
             printf(", \"ref_ppl\": %.6f, \"ppl_delta_pct\": %.6f, \"mean_kl\": %.6g, "
-                   "\"max_kl\": %.6g, \"max_kl_row\": %d, \"top1_pct\": %.4f", ref_ppl, delta,
-                   mean_kl, st.kl_max, st.kl_argmax, top1);
+                   "\"max_kl\": %.6g, \"max_kl_row\": %d, \"top1_pct\": %.4f",
+                   ref_ppl, delta, mean_kl, st.kl_max, st.kl_argmax, top1);
         printf(", \"seconds\": %.3f, \"tok_per_s\": %.1f", t_run, n / t_run);
         if (bars) printf(", \"pass\": %s", fl ? "false" : "true");
         printf("}\n");

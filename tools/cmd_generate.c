@@ -24,8 +24,8 @@ int lily_cmd_generate(int argc, char **argv) {
     const char *tokstr = NULL;
     /* the options `lily run` and `chat` share, checked by the same code (cli_chat.c) */
     lily_clichat_opts co = {0};
-    lily_chat_args ga = {.n_new = 32, .think = -1, .temp = -1, .top_p = -1, .min_p = -1,
-                         .top_k = -1};
+    lily_chat_args ga = {
+        .n_new = 32, .think = -1, .temp = -1, .top_p = -1, .min_p = -1, .top_k = -1};
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i], *v;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
@@ -104,15 +104,14 @@ int lily_cmd_generate(int argc, char **argv) {
      * rest drawn on the backend, pipelined: the step that consumes the coming draw is enqueued
      * before the draw is read (lily_session_draw_enqueue), so printing overlaps the next step */
     lily_draw dr = {0};
-    const int dev = lily_session_can_decode_sample(s) &&
-                    lily_sampler_as_draw(smp, &dr) == 0;
+    const int dev = lily_session_can_decode_sample(s) && lily_sampler_as_draw(smp, &dr) == 0;
     dr.step = 1; /* the index of the token a draw makes: the first token is step 0 */
     int made = 0;
     for (; made < n_gen; made++) {
         int32_t next;
         if (made == 0 || !dev) {
-            next = lily_sampler_sample(smp, lily_session_logits(s), tok, n + made,
-                                       (uint64_t)made, &e);
+            next =
+                lily_sampler_sample(smp, lily_session_logits(s), tok, n + made, (uint64_t)made, &e);
             if (next < 0) goto fail;
             lily_sampler_accept(smp, next);
         } else {
@@ -124,7 +123,8 @@ int lily_cmd_generate(int argc, char **argv) {
         printf("%s%d", made ? " " : "", next);
         fflush(stdout);
         int eos = 0;
-        for (int k = 0; k < 4; k++) eos |= in->eos_ids[k] >= 0 && next == in->eos_ids[k];
+        for (int k = 0; k < 4; k++)
+            eos |= in->eos_ids[k] >= 0 && next == in->eos_ids[k];
         if (eos) {
             made++;
             break;
@@ -140,9 +140,8 @@ int lily_cmd_generate(int argc, char **argv) {
     double t2 = lily_now();
     printf("\n");
     fprintf(stderr,
-            "prefill %d tokens: %.1f tok/s; generated %d tokens: %.2f tok/s (drawn on the %s)\n",
-            n, n / (t1 - t0), made, made > 1 ? (made - 1) / (t2 - t1) : 0.0,
-            dev ? "backend" : "host");
+            "prefill %d tokens: %.1f tok/s; generated %d tokens: %.2f tok/s (drawn on the %s)\n", n,
+            n / (t1 - t0), made, made > 1 ? (made - 1) / (t2 - t1) : 0.0, dev ? "backend" : "host");
     rc = 0;
     goto done;
 fail:

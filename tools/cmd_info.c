@@ -7,7 +7,9 @@
 #include "model/model.h"
 #include "model/stats.h"
 
-static void usage(FILE *f) { fprintf(f, "usage: lily info --model DIR\n"); }
+static void usage(FILE *f) {
+    fprintf(f, "usage: lily info --model DIR\n");
+}
 
 /* "1.67 GB (1.55 GiB)" style sizes. */
 static const char *size_str(uint64_t b, char *buf, size_t len) {
@@ -42,13 +44,15 @@ static void print_model(const char *dir, const lily_model *m) {
     else
         printf("mlp          dense, width %d\n", c->intermediate);
     printf("layers      ");
-    for (int l = 0; l < c->n_layers; l++) printf(" %s", c->layer_is_attn[l] ? "ATTN" : "GDN");
+    for (int l = 0; l < c->n_layers; l++)
+        printf(" %s", c->layer_is_attn[l] ? "ATTN" : "GDN");
     printf("\n");
     printf("norms        %s, eps %g, tied embeddings %s, max position %d\n",
            strcmp(m->layout, "hf") ? "stored shifted (1+w)" : "zero-centred (1+w applied)",
            (double)c->rms_eps, c->tie_embeddings ? "yes" : "no", c->max_position);
     printf("eos ids     ");
-    for (int i = 0; i < 4 && c->eos_ids[i] >= 0; i++) printf(" %d", c->eos_ids[i]);
+    for (int i = 0; i < 4 && c->eos_ids[i] >= 0; i++)
+        printf(" %d", c->eos_ids[i]);
     printf("\n\n%-18s %16s %18s %7s\n", "component", "parameters", "bytes", "share");
     for (int i = 0; i < LILY_COMP_N; i++) {
         if (!s.params[i] && !s.bytes[i]) continue;

@@ -10,22 +10,22 @@
 #include "model/mkmodel.h"
 
 static void usage(FILE *f) {
-    fprintf(f,
-            "usage: lily mkmodel --out DIR [options]\n"
-            "  --preset NAME       tiny (default), small, 35b-a3b\n"
-            "  --layout L          hf (bf16, default), mlx4, mlx8 (MLX affine, group 64)\n"
-            "  --experts per|fused HF expert tensors: per-expert keys (default) or fused stacks\n"
-            "  --seed N            weights are a pure function of the seed (default 1)\n"
-            "  --tokenizer DIR     copy tokenizer.json, tokenizer_config.json, chat_template.jinja\n"
-            "                      and size the vocabulary / eos ids to them\n"
-            "  --threads N         generator threads (default: all cores)\n"
-            "  --shard-size N      max bytes per shard, with K/M/G suffix (default 5G)\n"
-            "  --quiet             no progress or summary\n"
-            "shape overrides:\n"
-            "  --hidden N --layers N --vocab N --heads N --kv-heads N --head-dim N --rope-dim N\n"
-            "  --attn-interval N --lin-k-heads N --lin-v-heads N --lin-k-dim N --lin-v-dim N\n"
-            "  --conv-k N --experts N --top-k N --moe-inter N --shared-inter N --max-pos N\n"
-            "  --rope-theta X --dense N (a dense qwen3_5 model with MLP width N) --tied\n");
+    fprintf(
+        f, "usage: lily mkmodel --out DIR [options]\n"
+           "  --preset NAME       tiny (default), small, 35b-a3b\n"
+           "  --layout L          hf (bf16, default), mlx4, mlx8 (MLX affine, group 64)\n"
+           "  --experts per|fused HF expert tensors: per-expert keys (default) or fused stacks\n"
+           "  --seed N            weights are a pure function of the seed (default 1)\n"
+           "  --tokenizer DIR     copy tokenizer.json, tokenizer_config.json, chat_template.jinja\n"
+           "                      and size the vocabulary / eos ids to them\n"
+           "  --threads N         generator threads (default: all cores)\n"
+           "  --shard-size N      max bytes per shard, with K/M/G suffix (default 5G)\n"
+           "  --quiet             no progress or summary\n"
+           "shape overrides:\n"
+           "  --hidden N --layers N --vocab N --heads N --kv-heads N --head-dim N --rope-dim N\n"
+           "  --attn-interval N --lin-k-heads N --lin-v-heads N --lin-k-dim N --lin-v-dim N\n"
+           "  --conv-k N --experts N --top-k N --moe-inter N --shared-inter N --max-pos N\n"
+           "  --rope-theta X --dense N (a dense qwen3_5 model with MLP width N) --tied\n");
 }
 
 static int parse_int(const char *opt, const char *v, int lo, int *out) {
@@ -46,9 +46,12 @@ static int parse_bytes(const char *v, uint64_t *out) {
     unsigned long long x = strtoull(v, &end, 10);
     if (errno || end == v) return -1;
     switch (*end) {
-    case 'k': case 'K': x <<= 10, end++; break;
-    case 'm': case 'M': x <<= 20, end++; break;
-    case 'g': case 'G': x <<= 30, end++; break;
+    case 'k':
+    case 'K': x <<= 10, end++; break;
+    case 'm':
+    case 'M': x <<= 20, end++; break;
+    case 'g':
+    case 'G': x <<= 30, end++; break;
     default: break;
     }
     if (*end || x == 0) return -1;
@@ -64,14 +67,22 @@ typedef struct {
 
 #define CFG(f) offsetof(lily_mk_opts, cfg) + offsetof(lily_config, f)
 static const int_opt int_opts[] = {
-    {"--hidden", CFG(hidden), 1},        {"--layers", CFG(n_layers), 1},
-    {"--vocab", CFG(vocab), 2},          {"--heads", CFG(n_q_heads), 1},
-    {"--kv-heads", CFG(n_kv_heads), 1},  {"--head-dim", CFG(head_dim), 1},
-    {"--rope-dim", CFG(rope_dim), 2},    {"--lin-k-heads", CFG(lin_nk), 1},
-    {"--lin-v-heads", CFG(lin_nv), 1},   {"--lin-k-dim", CFG(lin_dk), 1},
-    {"--lin-v-dim", CFG(lin_dv), 1},     {"--conv-k", CFG(conv_k), 1},
-    {"--top-k", CFG(top_k), 1},          {"--moe-inter", CFG(moe_inter), 1},
-    {"--shared-inter", CFG(shared_inter), 0}, {"--max-pos", CFG(max_position), 1},
+    {"--hidden", CFG(hidden), 1},
+    {"--layers", CFG(n_layers), 1},
+    {"--vocab", CFG(vocab), 2},
+    {"--heads", CFG(n_q_heads), 1},
+    {"--kv-heads", CFG(n_kv_heads), 1},
+    {"--head-dim", CFG(head_dim), 1},
+    {"--rope-dim", CFG(rope_dim), 2},
+    {"--lin-k-heads", CFG(lin_nk), 1},
+    {"--lin-v-heads", CFG(lin_nv), 1},
+    {"--lin-k-dim", CFG(lin_dk), 1},
+    {"--lin-v-dim", CFG(lin_dv), 1},
+    {"--conv-k", CFG(conv_k), 1},
+    {"--top-k", CFG(top_k), 1},
+    {"--moe-inter", CFG(moe_inter), 1},
+    {"--shared-inter", CFG(shared_inter), 0},
+    {"--max-pos", CFG(max_position), 1},
     {"--attn-interval", offsetof(lily_mk_opts, attn_interval), 1},
     {"--threads", offsetof(lily_mk_opts, n_threads), 1},
 };
@@ -121,7 +132,8 @@ int lily_cmd_mkmodel(int argc, char **argv) {
         if (!strcmp(a, "--out")) {
             out = v;
         } else if (!strcmp(a, "--layout")) {
-            if (!strcmp(v, "hf")) o.layout = LILY_MK_HF;
+            if (!strcmp(v, "hf"))
+                o.layout = LILY_MK_HF;
             else if (!strcmp(v, "mlx4") || !strcmp(v, "mlx8")) {
                 o.layout = LILY_MK_MLX;
                 o.bits = v[3] - '0';
@@ -130,9 +142,12 @@ int lily_cmd_mkmodel(int argc, char **argv) {
                 return 2;
             }
         } else if (!strcmp(a, "--experts")) {
-            if (!strcmp(v, "fused")) o.fused_experts = 1;
-            else if (!strcmp(v, "per") || !strcmp(v, "per-expert")) o.fused_experts = 0;
-            else if (parse_int(a, v, 1, &o.cfg.n_experts)) return 2;
+            if (!strcmp(v, "fused"))
+                o.fused_experts = 1;
+            else if (!strcmp(v, "per") || !strcmp(v, "per-expert"))
+                o.fused_experts = 0;
+            else if (parse_int(a, v, 1, &o.cfg.n_experts))
+                return 2;
         } else if (!strcmp(a, "--seed")) {
             char *end;
             errno = 0;

@@ -33,8 +33,8 @@ int lily_cmd_run(int argc, char **argv) {
     lily_clichat_opts co = {.cache_bytes = 0};
     const char *prompt = NULL, *system = NULL;
     int raw = 0;
-    lily_chat_args ga = {.n_new = 256, .think = -1, .temp = -1, .top_p = -1, .min_p = -1,
-                         .top_k = -1};
+    lily_chat_args ga = {
+        .n_new = 256, .think = -1, .temp = -1, .top_p = -1, .min_p = -1, .top_k = -1};
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i], *v;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
@@ -70,15 +70,15 @@ int lily_cmd_run(int argc, char **argv) {
     double temp = ga.temp, top_p = ga.top_p, min_p = ga.min_p;
     long top_k = ga.top_k, seed = ga.seed;
     char mbuf[4096];
-    if (co.model_dir && !(co.model_dir = lily_cli_model(co.model_dir, mbuf, sizeof mbuf)))
-        return 1;
+    if (co.model_dir && !(co.model_dir = lily_cli_model(co.model_dir, mbuf, sizeof mbuf))) return 1;
     char *piped = NULL; /* no prompt and stdin not a terminal: the prompt is stdin */
     if (co.model_dir && !prompt && !isatty(0)) {
         size_t cap = 1 << 12, n = 0, k;
         piped = malloc(cap);
         while ((k = fread(piped + n, 1, cap - n - 1, stdin)) > 0)
             if ((n += k) + 1 == cap) piped = realloc(piped, cap *= 2);
-        while (n && (piped[n - 1] == '\n' || piped[n - 1] == '\r')) n--;
+        while (n && (piped[n - 1] == '\n' || piped[n - 1] == '\r'))
+            n--;
         piped[n] = 0;
         prompt = piped;
     }

@@ -31,13 +31,20 @@ int lily_cmd_score(int argc, char **argv) {
             usage(stderr);
             return 2;
         }
-        if (!strcmp(a, "--model")) model = v;
-        else if (!strcmp(a, "--tokens")) tokens_path = v;
-        else if (!strcmp(a, "--logits-out")) out_path = v;
-        else if (!strcmp(a, "--mode")) mode = v;
-        else if (!strcmp(a, "--backend") && lily_cli_backend(v, &opts.backend)) return 2;
-        else if (!strcmp(a, "--threads")) opts.n_threads = atoi(v);
-        else if (lily_cli_engine_arg(a, v, &opts) < 0) return 2;
+        if (!strcmp(a, "--model"))
+            model = v;
+        else if (!strcmp(a, "--tokens"))
+            tokens_path = v;
+        else if (!strcmp(a, "--logits-out"))
+            out_path = v;
+        else if (!strcmp(a, "--mode"))
+            mode = v;
+        else if (!strcmp(a, "--backend") && lily_cli_backend(v, &opts.backend))
+            return 2;
+        else if (!strcmp(a, "--threads"))
+            opts.n_threads = atoi(v);
+        else if (lily_cli_engine_arg(a, v, &opts) < 0)
+            return 2;
     }
     char mbuf[4096];
     if (model && !(model = lily_cli_model(model, mbuf, sizeof mbuf))) return 1;
@@ -46,7 +53,8 @@ int lily_cmd_score(int argc, char **argv) {
         return 2;
     }
     int chunk = 0, decode = 0;
-    if (!strcmp(mode, "decode")) decode = 1;
+    if (!strcmp(mode, "decode"))
+        decode = 1;
     else if (!strncmp(mode, "chunked:", 8)) {
         chunk = atoi(mode + 8);
         if (chunk < 1) {

@@ -11,37 +11,37 @@
 #include "server/server.h"
 
 static void usage(FILE *f) {
-    fprintf(f,
-            "usage: lily serve --model DIR [options]\n"
-            "  --host ADDR           bind address (default 127.0.0.1)\n"
-            "  --port N              port (default 8080; 0 = any free port)\n"
-            "  --api-key-file FILE   require the keys in FILE (one a line; # comments)\n"
-            "  --api-key KEY         the same on the command line, where other local users can read\n"
-            "                        it (/proc/PID/cmdline): prefer --api-key-file\n"
-            "  --model-id ID         served model id (default: the directory name)\n"
-            "  --strict-model        404 for requests naming another model\n"
-            "  --ctx N               context per request (default min(model, 32768))\n"
-            "  --parallel-queue N    waiting requests before 503 (default 64)\n"
-            "  --max-body BYTES      request body limit, K/M suffix (default 32M)\n"
-            "  --snapshot-mem MB     prefix-cache memory (default 2048)\n"
-            "  --backend cpu|cuda    (default cpu)   --threads N\n"
-            LILY_CLI_ENGINE_USAGE
-            "  --cors-origins LIST   allowed browser origins, comma list or * (default localhost)\n"
-            "  --reasoning on|off    default thinking switch (default: the template's)\n"
-            "  --port-file FILE      write the bound port to FILE\n"
-            "  --allow-host NAME     also accept this Host header (repeatable; * = any); default:\n"
-            "                        localhost names and the bound address\n"
-            "  --tls-cert FILE --tls-key FILE   serve HTTPS with this PEM certificate and key\n"
-            "  --max-tokens-cap N    generated tokens per request at most (default: the context)\n"
-            "  --request-timeout S   generation time per request, then finish \"length\" (600)\n"
-            "  --max-conns N         open connections (2048)  --conns-per-ip N (256)\n"
-            "  --header-timeout S    request head deadline from accept (10)\n"
-            "  --body-timeout S      whole-request deadline from accept (60)\n"
-            "  --send-timeout S      a stream whose reader holds unsent bytes this long is\n"
-            "                        cancelled (30)   --send-buffer BYTES: at most (4M)\n"
-            "  --log-format F        request log on stderr: text (default), json or none\n"
-            "                        (--quiet: none unless given)\n"
-            "  --quiet\n");
+    fprintf(
+        f,
+        "usage: lily serve --model DIR [options]\n"
+        "  --host ADDR           bind address (default 127.0.0.1)\n"
+        "  --port N              port (default 8080; 0 = any free port)\n"
+        "  --api-key-file FILE   require the keys in FILE (one a line; # comments)\n"
+        "  --api-key KEY         the same on the command line, where other local users can read\n"
+        "                        it (/proc/PID/cmdline): prefer --api-key-file\n"
+        "  --model-id ID         served model id (default: the directory name)\n"
+        "  --strict-model        404 for requests naming another model\n"
+        "  --ctx N               context per request (default min(model, 32768))\n"
+        "  --parallel-queue N    waiting requests before 503 (default 64)\n"
+        "  --max-body BYTES      request body limit, K/M suffix (default 32M)\n"
+        "  --snapshot-mem MB     prefix-cache memory (default 2048)\n"
+        "  --backend cpu|cuda    (default cpu)   --threads N\n" LILY_CLI_ENGINE_USAGE
+        "  --cors-origins LIST   allowed browser origins, comma list or * (default localhost)\n"
+        "  --reasoning on|off    default thinking switch (default: the template's)\n"
+        "  --port-file FILE      write the bound port to FILE\n"
+        "  --allow-host NAME     also accept this Host header (repeatable; * = any); default:\n"
+        "                        localhost names and the bound address\n"
+        "  --tls-cert FILE --tls-key FILE   serve HTTPS with this PEM certificate and key\n"
+        "  --max-tokens-cap N    generated tokens per request at most (default: the context)\n"
+        "  --request-timeout S   generation time per request, then finish \"length\" (600)\n"
+        "  --max-conns N         open connections (2048)  --conns-per-ip N (256)\n"
+        "  --header-timeout S    request head deadline from accept (10)\n"
+        "  --body-timeout S      whole-request deadline from accept (60)\n"
+        "  --send-timeout S      a stream whose reader holds unsent bytes this long is\n"
+        "                        cancelled (30)   --send-buffer BYTES: at most (4M)\n"
+        "  --log-format F        request log on stderr: text (default), json or none\n"
+        "                        (--quiet: none unless given)\n"
+        "  --quiet\n");
 }
 
 static int read_keys(const char *path, char ***keys, int *n) {

@@ -103,8 +103,8 @@ static int bench(lily_tokenizer *tok, const char *file) {
         }
     }
     printf("%zu bytes -> %zu tokens, one thread\n", len, n);
-    printf("cold cache:      wall %7.2f ms (%6.1f MB/s)  cpu %7.2f ms (%6.1f MB/s)\n",
-           first * 1e3, len / first / 1e6, first_cpu * 1e3, len / first_cpu / 1e6);
+    printf("cold cache:      wall %7.2f ms (%6.1f MB/s)  cpu %7.2f ms (%6.1f MB/s)\n", first * 1e3,
+           len / first / 1e6, first_cpu * 1e3, len / first_cpu / 1e6);
     printf("warm, best of %2d: wall %7.2f ms (%6.1f MB/s)  cpu %7.2f ms (%6.1f MB/s)\n", reps - 1,
            best * 1e3, len / best / 1e6, best_cpu * 1e3, len / best_cpu / 1e6);
     free(text);
@@ -112,14 +112,18 @@ static int bench(lily_tokenizer *tok, const char *file) {
 }
 
 static void print_ids(const int32_t *ids, size_t n) {
-    for (size_t i = 0; i < n; i++) printf(i ? " %d" : "%d", (int)ids[i]);
+    for (size_t i = 0; i < n; i++)
+        printf(i ? " %d" : "%d", (int)ids[i]);
     printf("\n");
 }
 
 /* Length of the complete UTF-8 character at p (n bytes left), or 0 when p does not start one. */
 static int utf8_char(const unsigned char *p, size_t n) {
-    int k = p[0] < 0x80 ? 1 : (p[0] & 0xe0) == 0xc0 ? 2 : (p[0] & 0xf0) == 0xe0 ? 3
-            : (p[0] & 0xf8) == 0xf0 ? 4 : 0;
+    int k = p[0] < 0x80             ? 1
+            : (p[0] & 0xe0) == 0xc0 ? 2
+            : (p[0] & 0xf0) == 0xe0 ? 3
+            : (p[0] & 0xf8) == 0xf0 ? 4
+                                    : 0;
     if (!k || (size_t)k > n) return 0;
     for (int i = 1; i < k; i++)
         if ((p[i] & 0xc0) != 0x80) return 0;
@@ -138,14 +142,21 @@ static void print_pieces(const lily_tokenizer *tok, const int32_t *ids, size_t n
         for (size_t j = 0; p && j < len;) {
             int k = utf8_char(p + j, len - j);
             unsigned char c = p[j];
-            if (k > 1) fwrite(p + j, 1, (size_t)k, stdout), j += (size_t)k;
+            if (k > 1)
+                fwrite(p + j, 1, (size_t)k, stdout), j += (size_t)k;
             else {
-                if (c == '\n') fputs("\\n", stdout);
-                else if (c == '\t') fputs("\\t", stdout);
-                else if (c == '\r') fputs("\\r", stdout);
-                else if (c == '\'' || c == '\\') printf("\\%c", c);
-                else if (c < 0x20 || c >= 0x7f) printf("\\x%02x", c);
-                else fputc(c, stdout);
+                if (c == '\n')
+                    fputs("\\n", stdout);
+                else if (c == '\t')
+                    fputs("\\t", stdout);
+                else if (c == '\r')
+                    fputs("\\r", stdout);
+                else if (c == '\'' || c == '\\')
+                    printf("\\%c", c);
+                else if (c < 0x20 || c >= 0x7f)
+                    printf("\\x%02x", c);
+                else
+                    fputc(c, stdout);
                 j++;
             }
         }
@@ -237,8 +248,10 @@ int lily_cmd_tokenize(int argc, char **argv) {
         lily_tokenizer_free(tok);
         return 1;
     }
-    if (pieces) print_pieces(tok, ids, n);
-    else print_ids(ids, n);
+    if (pieces)
+        print_pieces(tok, ids, n);
+    else
+        print_ids(ids, n);
     lily_tokenizer_free(tok);
     free(ids);
     return ferror(stdout) ? 1 : 0;
@@ -272,7 +285,8 @@ int lily_cmd_detokenize(int argc, char **argv) {
     size_t n = 0;
     int rc = 0;
     for (char *p = in; *p;) {
-        while (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r') p++;
+        while (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r')
+            p++;
         if (!*p) break;
         char *end;
         errno = 0;

@@ -13,7 +13,8 @@ typedef struct {
 static const lily_command commands[] = {
     /* one line per subcommand, in the order shown by --help */
     {"score", lily_cmd_score, "teacher-forced logits of a token file (prefill/decode/chunked)"},
-    {"eval", lily_cmd_eval, "perplexity of a text; KL, top-1 and PPL ratio against reference logits"},
+    {"eval", lily_cmd_eval,
+     "perplexity of a text; KL, top-1 and PPL ratio against reference logits"},
     {"generate", lily_cmd_generate, "generate token ids from prompt token ids"},
     {"bench", lily_cmd_bench, "prefill and decode speed at a sweep of context lengths"},
     {"info", lily_cmd_info, "what a model directory holds: shapes, sizes, bytes per token"},

@@ -30,8 +30,7 @@ typedef struct lily_backend_ops {
     /* Prepares the backend for model m (borrowed; outlives the backend): uploads or repacks
      * weights, creates thread pools or streams. opts->prefill_chunk > 0, and opts->precision
      * and opts->cpu_isa hold values of their enums (the engine checks them). */
-    int (*open)(const lily_model *m, const lily_engine_opts *opts, lily_backend **out,
-                lily_err *e);
+    int (*open)(const lily_model *m, const lily_engine_opts *opts, lily_backend **out, lily_err *e);
     void (*close)(lily_backend *b);
 
     /* A state with KV room for max_ctx positions, empty (position 0). */
@@ -68,8 +67,8 @@ typedef struct lily_backend_ops {
      * oldest draw of s not yet read and gives it (-1: nothing was drawable). At most
      * LILY_DRAW_AHEAD draws of s are unread at a time. draw_discard waits for s's enqueued steps
      * and drops their unread draws. */
-    int (*draw_enqueue)(lily_backend *b, lily_bstate *s, int32_t token, int pos,
-                        const lily_draw *d, lily_err *e);
+    int (*draw_enqueue)(lily_backend *b, lily_bstate *s, int32_t token, int pos, const lily_draw *d,
+                        lily_err *e);
     int (*draw_next)(lily_backend *b, lily_bstate *s, int32_t *out, lily_err *e);
     void (*draw_discard)(lily_backend *b, lily_bstate *s);
 

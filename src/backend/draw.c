@@ -25,10 +25,14 @@ static float order_float(uint32_t k) {
 static uint64_t key_of(float x, int i) {
     return ((uint64_t)order_bits(x) << 32) | (0xffffffffu - (uint32_t)i);
 }
-static int32_t id_of(uint64_t k) { return (int32_t)(0xffffffffu - (uint32_t)k); }
-static float logit_of(uint64_t k) { return order_float((uint32_t)(k >> 32)); }
+static int32_t id_of(uint64_t k) {
+    return (int32_t)(0xffffffffu - (uint32_t)k);
+}
+static float logit_of(uint64_t k) {
+    return order_float((uint32_t)(k >> 32));
+}
 
-#define EXCL (1ull << 63) /* in wf: out of the race (min-p, or a weight of 0) */
+#define EXCL  (1ull << 63) /* in wf: out of the race (min-p, or a weight of 0) */
 #define WF(c) ((c).wf & ~EXCL)
 
 static void swap_c(lily_draw_cand *a, lily_draw_cand *b) {

@@ -4,8 +4,7 @@
 
 const lily_backend_ops *lily_backend_get(lily_backend_kind kind, lily_err *e) {
     switch (kind) {
-    case LILY_BACKEND_CPU:
-        return &lily_backend_cpu;
+    case LILY_BACKEND_CPU: return &lily_backend_cpu;
     case LILY_BACKEND_CUDA:
 #ifdef LILY_HAVE_CUDA
         return &lily_backend_cuda;

@@ -16,9 +16,9 @@ int lily_fail_prefix(lily_err *e, const char *fmt, ...) __attribute__((format(pr
 _Noreturn void lily_abort(const char *file, int line, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
-#define LILY_ASSERT(cond)                                                                          \
-    do {                                                                                           \
-        if (!(cond)) lily_abort(__FILE__, __LINE__, "assertion failed: %s", #cond);                \
+#define LILY_ASSERT(cond)                                                           \
+    do {                                                                            \
+        if (!(cond)) lily_abort(__FILE__, __LINE__, "assertion failed: %s", #cond); \
     } while (0)
 
 /* Allocation that aborts on failure: out-of-memory is not something a caller can fix up. */

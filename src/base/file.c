@@ -98,7 +98,9 @@ int lily_file_exists(const char *path) {
     return stat(path, &st) == 0;
 }
 
-void lily_mmap_prefault(const lily_mmap *m) { lily_mmap_prefault_range(m, 0, m->size); }
+void lily_mmap_prefault(const lily_mmap *m) {
+    lily_mmap_prefault_range(m, 0, m->size);
+}
 
 void lily_mmap_prefault_range(const lily_mmap *m, size_t off, size_t len) {
     if (!m->data || off >= m->size) return;
@@ -109,7 +111,8 @@ void lily_mmap_prefault_range(const lily_mmap *m, size_t off, size_t len) {
      * VM), so read-ahead is requested and then one byte per page is touched. */
     madvise((void *)(m->data + start), off + len - start, MADV_WILLNEED);
     volatile unsigned char sink = 0;
-    for (size_t i = start; i < off + len; i += ps) sink ^= m->data[i];
+    for (size_t i = start; i < off + len; i += ps)
+        sink ^= m->data[i];
     (void)sink;
 }
 

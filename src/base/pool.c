@@ -19,7 +19,7 @@
 
 /* A worker between jobs first spins (a decode step issues its jobs microseconds apart), then
  * yields the core (other processes may need it), then sleeps on the condition variable. */
-#define LILY_POOL_SPIN 4096
+#define LILY_POOL_SPIN  4096
 #define LILY_POOL_YIELD 256
 
 typedef struct pool_job {
@@ -35,11 +35,11 @@ struct lily_pool {
     pthread_t *threads;
     pthread_mutex_t mu;
     pthread_cond_t cv;
-    atomic_uint gen;               /* bumped once per job */
-    _Atomic(pool_job *) job;       /* the published job, or NULL */
-    _Atomic(pool_job *) *hazard;   /* [n_threads]: the job a worker is inside */
+    atomic_uint gen;             /* bumped once per job */
+    _Atomic(pool_job *) job;     /* the published job, or NULL */
+    _Atomic(pool_job *) *hazard; /* [n_threads]: the job a worker is inside */
     atomic_int stop;
-    void **scratch;                /* [n_threads + 1] */
+    void **scratch; /* [n_threads + 1] */
     size_t *scratch_cap;
 };
 
@@ -122,10 +122,12 @@ void lily_pool_free(lily_pool *p) {
     atomic_store(&p->stop, 1);
     pthread_cond_broadcast(&p->cv);
     pthread_mutex_unlock(&p->mu);
-    for (int i = 1; i < p->n_threads; i++) pthread_join(p->threads[i], NULL);
+    for (int i = 1; i < p->n_threads; i++)
+        pthread_join(p->threads[i], NULL);
     pthread_mutex_destroy(&p->mu);
     pthread_cond_destroy(&p->cv);
-    for (int i = 0; i <= p->n_threads; i++) free(p->scratch[i]);
+    for (int i = 0; i <= p->n_threads; i++)
+        free(p->scratch[i]);
     free(p->scratch);
     free(p->scratch_cap);
     free((void *)p->hazard);
@@ -133,7 +135,9 @@ void lily_pool_free(lily_pool *p) {
     free(p);
 }
 
-int lily_pool_threads(const lily_pool *p) { return p->n_threads; }
+int lily_pool_threads(const lily_pool *p) {
+    return p->n_threads;
+}
 
 static void relax(int spins) {
     if (spins < LILY_POOL_SPIN) {
@@ -148,7 +152,8 @@ static void relax(int spins) {
 void lily_pool_run(lily_pool *p, lily_task_fn fn, void *ctx, int n) {
     if (n <= 0) return;
     if (p->n_threads == 1 || n == 1) {
-        for (int t = 0; t < n; t++) fn(ctx, t, 0);
+        for (int t = 0; t < n; t++)
+            fn(ctx, t, 0);
         return;
     }
     pool_job j;
@@ -167,7 +172,8 @@ void lily_pool_run(lily_pool *p, lily_task_fn fn, void *ctx, int n) {
         relax(spins);
     atomic_store(&p->job, NULL);
     for (int i = 1; i < p->n_threads; i++)
-        for (int spins = 0; atomic_load(&p->hazard[i]) == &j; spins++) relax(spins);
+        for (int spins = 0; atomic_load(&p->hazard[i]) == &j; spins++)
+            relax(spins);
 }
 
 void *lily_pool_scratch(lily_pool *p, int slot, size_t bytes) {

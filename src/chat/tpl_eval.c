@@ -53,10 +53,8 @@ static tpl_val lookup(tpl_rt *rt, const char *name) {
 
 tpl_list *tpl_iter(tpl_rt *rt, const tpl_val *v) {
     switch (v->kind) {
-    case TV_LIST:
-        return v->l;
-    case TV_UNDEF:
-        return tpl_new_list(rt, 0).l;
+    case TV_LIST: return v->l;
+    case TV_UNDEF: return tpl_new_list(rt, 0).l;
     case TV_DICT: {
         tpl_list *l = tpl_new_list(rt, v->d->n).l;
         for (size_t i = 0; i < v->d->n; i++)
@@ -73,8 +71,7 @@ tpl_list *tpl_iter(tpl_rt *rt, const tpl_val *v) {
         }
         return l;
     }
-    default:
-        tpl_raise(rt, "'%s' object is not iterable", tpl_type_name(v));
+    default: tpl_raise(rt, "'%s' object is not iterable", tpl_type_name(v));
     }
 }
 
@@ -243,22 +240,14 @@ static tpl_val binop(tpl_rt *rt, int op, const tpl_val *a, const tpl_val *b) {
 
 static int compare(tpl_rt *rt, int op, const tpl_val *a, const tpl_val *b) {
     switch (op) {
-    case CMP_EQ:
-        return tpl_equal(a, b);
-    case CMP_NE:
-        return !tpl_equal(a, b);
-    case CMP_IN:
-        return tpl_contains(rt, b, a);
-    case CMP_NOTIN:
-        return !tpl_contains(rt, b, a);
-    case CMP_LT:
-        return tpl_compare(rt, a, b, "<") < 0;
-    case CMP_LE:
-        return tpl_compare(rt, a, b, "<=") <= 0;
-    case CMP_GT:
-        return tpl_compare(rt, a, b, ">") > 0;
-    default:
-        return tpl_compare(rt, a, b, ">=") >= 0;
+    case CMP_EQ: return tpl_equal(a, b);
+    case CMP_NE: return !tpl_equal(a, b);
+    case CMP_IN: return tpl_contains(rt, b, a);
+    case CMP_NOTIN: return !tpl_contains(rt, b, a);
+    case CMP_LT: return tpl_compare(rt, a, b, "<") < 0;
+    case CMP_LE: return tpl_compare(rt, a, b, "<=") <= 0;
+    case CMP_GT: return tpl_compare(rt, a, b, ">") > 0;
+    default: return tpl_compare(rt, a, b, ">=") >= 0;
     }
 }
 
@@ -324,12 +313,9 @@ static void run_for(tpl_rt *rt, const tpl_node *f, const tpl_val *iterable, int 
 
 tpl_val tpl_call(tpl_rt *rt, const tpl_val *callee, const tpl_args *a) {
     switch (callee->kind) {
-    case TV_MACRO:
-        return call_macro(rt, callee->macro, a);
-    case TV_FUNC:
-        return tpl_call_global(rt, callee->func, a);
-    case TV_METHOD:
-        return tpl_call_method(rt, callee->m, a);
+    case TV_MACRO: return call_macro(rt, callee->macro, a);
+    case TV_FUNC: return tpl_call_global(rt, callee->func, a);
+    case TV_METHOD: return tpl_call_method(rt, callee->m, a);
     case TV_LOOP: {
         const tpl_loop *lp = callee->loop;
         if (!lp->node->op) tpl_raise(rt, "the loop is not recursive; add 'recursive' to call it");
@@ -343,10 +329,8 @@ tpl_val tpl_call(tpl_rt *rt, const tpl_val *callee, const tpl_args *a) {
         rt->depth--;
         return b.n ? tpl_buf_val(&b) : tpl_cstr("");
     }
-    case TV_UNDEF:
-        tpl_raise_undef(rt, callee);
-    default:
-        tpl_raise(rt, "'%s' object is not callable", tpl_type_name(callee));
+    case TV_UNDEF: tpl_raise_undef(rt, callee);
+    default: tpl_raise(rt, "'%s' object is not callable", tpl_type_name(callee));
     }
 }
 
@@ -393,10 +377,8 @@ static tpl_val eval_node(tpl_rt *rt, const tpl_node *x) {
     tpl_step(rt);
     rt->line = x->line;
     switch (x->kind) {
-    case N_CONST:
-        return x->val;
-    case N_NAME:
-        return lookup(rt, x->name);
+    case N_CONST: return x->val;
+    case N_NAME: return lookup(rt, x->name);
     case N_GETATTR: {
         tpl_val o = tpl_eval(rt, x->a);
         rt->line = x->line;
@@ -424,8 +406,7 @@ static tpl_val eval_node(tpl_rt *rt, const tpl_node *x) {
         rt->line = x->line;
         return tpl_call(rt, &f, &a);
     }
-    case N_FILTER:
-        return apply_filter(rt, x, NULL);
+    case N_FILTER: return apply_filter(rt, x, NULL);
     case N_TEST: {
         tpl_args a;
         eval_args(rt, x, &a, 1);
@@ -508,8 +489,7 @@ static tpl_val eval_node(tpl_rt *rt, const tpl_node *x) {
         }
         return d;
     }
-    default:
-        tpl_raise(rt, "internal error: bad expression node %d", x->kind);
+    default: tpl_raise(rt, "internal error: bad expression node %d", x->kind);
     }
 }
 
@@ -579,9 +559,7 @@ static void exec_one(tpl_rt *rt, const tpl_node *x) {
     tpl_step(rt);
     rt->line = x->line;
     switch (x->kind) {
-    case S_DATA:
-        tpl_buf_put(rt, rt->out, x->val.s.p, x->val.s.n);
-        return;
+    case S_DATA: tpl_buf_put(rt, rt->out, x->val.s.p, x->val.s.n); return;
     case S_OUTPUT: {
         tpl_val v = tpl_eval(rt, x->a);
         tpl_to_str(rt, rt->out, &v);
@@ -609,9 +587,7 @@ static void exec_one(tpl_rt *rt, const tpl_node *x) {
         run_for(rt, x, &it, depth);
         return;
     }
-    case S_SET:
-        assign(rt, x->a, tpl_eval(rt, x->b));
-        return;
+    case S_SET: assign(rt, x->a, tpl_eval(rt, x->b)); return;
     case S_SETBLOCK: {
         tpl_val v = capture(rt, x->items, x->nitems);
         if (x->c) v = apply_filter(rt, x->c, &v);
@@ -643,17 +619,10 @@ static void exec_one(tpl_rt *rt, const tpl_node *x) {
         rt->scope = outer;
         return;
     }
-    case S_BREAK:
-        rt->ctl = 1;
-        return;
-    case S_CONTINUE:
-        rt->ctl = 2;
-        return;
-    case S_GENERATION:
-        tpl_exec(rt, x->items, x->nitems);
-        return;
-    default:
-        tpl_raise(rt, "internal error: bad statement node %d", x->kind);
+    case S_BREAK: rt->ctl = 1; return;
+    case S_CONTINUE: rt->ctl = 2; return;
+    case S_GENERATION: tpl_exec(rt, x->items, x->nitems); return;
+    default: tpl_raise(rt, "internal error: bad statement node %d", x->kind);
     }
 }
 

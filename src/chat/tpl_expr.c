@@ -28,30 +28,17 @@ void tpl_ps_adv(tpl_ps *P) {
 
 const char *tpl_ps_describe(const tpl_tok *t, char *buf, size_t n) {
     switch (t->kind) {
-    case TK_EOF:
-        return "end of template";
-    case TK_DATA:
-        return "template data";
-    case TK_VAR_BEGIN:
-        return "begin of print statement";
-    case TK_VAR_END:
-        return "end of print statement";
-    case TK_BLOCK_BEGIN:
-        return "begin of statement block";
-    case TK_BLOCK_END:
-        return "end of statement block";
-    case TK_NAME:
-        snprintf(buf, n, "%.*s", (int)(t->n > 60 ? 60 : t->n), t->p);
-        return buf;
-    case TK_STRING:
-        return "string";
-    case TK_INT:
-        return "integer";
-    case TK_FLOAT:
-        return "float";
-    default:
-        snprintf(buf, n, "%s", tpl_op_name(t->op));
-        return buf;
+    case TK_EOF: return "end of template";
+    case TK_DATA: return "template data";
+    case TK_VAR_BEGIN: return "begin of print statement";
+    case TK_VAR_END: return "end of print statement";
+    case TK_BLOCK_BEGIN: return "begin of statement block";
+    case TK_BLOCK_END: return "end of statement block";
+    case TK_NAME: snprintf(buf, n, "%.*s", (int)(t->n > 60 ? 60 : t->n), t->p); return buf;
+    case TK_STRING: return "string";
+    case TK_INT: return "integer";
+    case TK_FLOAT: return "float";
+    default: snprintf(buf, n, "%s", tpl_op_name(t->op)); return buf;
     }
 }
 

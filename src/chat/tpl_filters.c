@@ -585,16 +585,11 @@ int tpl_test(tpl_rt *rt, const char *name, const tpl_args *a) {
         if (k != arg->kind) return 0;
         switch (k) {
         case TV_NONE:
-        case TV_UNDEF:
-            return 1;
-        case TV_BOOL:
-            return v->b == arg->b;
-        case TV_INT:
-            return v->i == arg->i;
-        case TV_STR:
-            return v->s.p == arg->s.p && v->s.n == arg->s.n;
-        default:
-            return tpl_equal(v, arg) && v->l == arg->l;
+        case TV_UNDEF: return 1;
+        case TV_BOOL: return v->b == arg->b;
+        case TV_INT: return v->i == arg->i;
+        case TV_STR: return v->s.p == arg->s.p && v->s.n == arg->s.n;
+        default: return tpl_equal(v, arg) && v->l == arg->l;
         }
     }
 #undef IS

@@ -333,23 +333,16 @@ static void dump_str(tpl_rt *rt, tpl_buf *b, const char *p, size_t n, int ascii)
 
 static void dump_key(tpl_rt *rt, tpl_buf *b, const tpl_val *k, int ascii) {
     switch (k->kind) {
-    case TV_STR:
-        dump_str(rt, b, k->s.p, k->s.n, ascii);
-        return;
-    case TV_BOOL:
-        tpl_buf_puts(rt, b, k->b ? "\"true\"" : "\"false\"");
-        return;
-    case TV_NONE:
-        tpl_buf_puts(rt, b, "\"null\"");
-        return;
+    case TV_STR: dump_str(rt, b, k->s.p, k->s.n, ascii); return;
+    case TV_BOOL: tpl_buf_puts(rt, b, k->b ? "\"true\"" : "\"false\""); return;
+    case TV_NONE: tpl_buf_puts(rt, b, "\"null\""); return;
     case TV_INT:
     case TV_FLOAT:
         tpl_buf_putc(rt, b, '"');
         tpl_to_str(rt, b, k);
         tpl_buf_putc(rt, b, '"');
         return;
-    default:
-        tpl_raise(rt, "keys must be str, int, float, bool or None, not %s", tpl_type_name(k));
+    default: tpl_raise(rt, "keys must be str, int, float, bool or None, not %s", tpl_type_name(k));
     }
 }
 
@@ -370,15 +363,9 @@ static void dump(tpl_rt *rt, tpl_buf *b, const tpl_val *v, const tpl_json_opts *
     const char *ksep = o->key_sep ? o->key_sep : ": ";
     char tmp[64];
     switch (v->kind) {
-    case TV_NONE:
-        tpl_buf_puts(rt, b, "null");
-        return;
-    case TV_BOOL:
-        tpl_buf_puts(rt, b, v->b ? "true" : "false");
-        return;
-    case TV_INT:
-        tpl_to_str(rt, b, v);
-        return;
+    case TV_NONE: tpl_buf_puts(rt, b, "null"); return;
+    case TV_BOOL: tpl_buf_puts(rt, b, v->b ? "true" : "false"); return;
+    case TV_INT: tpl_to_str(rt, b, v); return;
     case TV_FLOAT:
         if (isnan(v->f))
             tpl_buf_puts(rt, b, "NaN");
@@ -389,9 +376,7 @@ static void dump(tpl_rt *rt, tpl_buf *b, const tpl_val *v, const tpl_json_opts *
             tpl_buf_puts(rt, b, tmp);
         }
         return;
-    case TV_STR:
-        dump_str(rt, b, v->s.p, v->s.n, o->ensure_ascii);
-        return;
+    case TV_STR: dump_str(rt, b, v->s.p, v->s.n, o->ensure_ascii); return;
     case TV_LIST:
         if (!v->l->n) {
             tpl_buf_puts(rt, b, "[]");
@@ -435,8 +420,7 @@ static void dump(tpl_rt *rt, tpl_buf *b, const tpl_val *v, const tpl_json_opts *
         tpl_buf_putc(rt, b, '}');
         return;
     }
-    default:
-        tpl_raise(rt, "Object of type %s is not JSON serializable", tpl_type_name(v));
+    default: tpl_raise(rt, "Object of type %s is not JSON serializable", tpl_type_name(v));
     }
 }
 

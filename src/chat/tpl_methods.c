@@ -68,8 +68,7 @@ static tpl_val loop_attr(tpl_rt *rt, const tpl_val *obj, const char *name) {
 
 tpl_val tpl_getattr(tpl_rt *rt, const tpl_val *obj, const char *name) {
     switch (obj->kind) {
-    case TV_UNDEF:
-        tpl_raise_undef(rt, obj);
+    case TV_UNDEF: tpl_raise_undef(rt, obj);
     case TV_DICT: {
         if (in_list(name, dict_methods)) return method(rt, obj, name);
         if (in_list(name, dict_unsafe)) return unsafe(rt, name, obj);
@@ -87,10 +86,8 @@ tpl_val tpl_getattr(tpl_rt *rt, const tpl_val *obj, const char *name) {
         if (in_list(name, list_methods)) return method(rt, obj, name);
         if (in_list(name, list_unsafe)) return unsafe(rt, name, obj);
         break;
-    case TV_LOOP:
-        return loop_attr(rt, obj, name);
-    default:
-        break;
+    case TV_LOOP: return loop_attr(rt, obj, name);
+    default: break;
     }
     if (name[0] == '_' && name[1] == '_') return unsafe(rt, name, obj);
     return tpl_undef(name, tpl_type_name(obj));
@@ -212,27 +209,19 @@ int tpl_contains(tpl_rt *rt, const tpl_val *c, const tpl_val *item) {
         for (size_t i = 0; i < c->l->n; i++)
             if (tpl_equal(&c->l->v[i], item)) return 1;
         return 0;
-    case TV_DICT:
-        return tpl_dict_get(c->d, *item) != NULL;
-    case TV_UNDEF:
-        return 0;
-    default:
-        tpl_raise(rt, "argument of type '%s' is not iterable", tpl_type_name(c));
+    case TV_DICT: return tpl_dict_get(c->d, *item) != NULL;
+    case TV_UNDEF: return 0;
+    default: tpl_raise(rt, "argument of type '%s' is not iterable", tpl_type_name(c));
     }
 }
 
 int64_t tpl_len(tpl_rt *rt, const tpl_val *v) {
     switch (v->kind) {
-    case TV_STR:
-        return (int64_t)tpl_utf8_len(v->s.p, v->s.n);
-    case TV_LIST:
-        return (int64_t)v->l->n;
-    case TV_DICT:
-        return (int64_t)v->d->n;
-    case TV_UNDEF:
-        return 0;
-    default:
-        tpl_raise(rt, "object of type '%s' has no len()", tpl_type_name(v));
+    case TV_STR: return (int64_t)tpl_utf8_len(v->s.p, v->s.n);
+    case TV_LIST: return (int64_t)v->l->n;
+    case TV_DICT: return (int64_t)v->d->n;
+    case TV_UNDEF: return 0;
+    default: tpl_raise(rt, "object of type '%s' has no len()", tpl_type_name(v));
     }
 }
 
@@ -285,15 +274,9 @@ tpl_val tpl_str_case(tpl_rt *rt, tpl_val s, int mode) {
         i += tpl_utf8_next(s.s.p + i, s.s.n - i, &cp);
         int32_t o = cp;
         switch (mode) {
-        case 'l':
-            o = utf8proc_tolower(cp);
-            break;
-        case 'u':
-            o = utf8proc_toupper(cp);
-            break;
-        case 'c':
-            o = first ? utf8proc_totitle(cp) : utf8proc_tolower(cp);
-            break;
+        case 'l': o = utf8proc_tolower(cp); break;
+        case 'u': o = utf8proc_toupper(cp); break;
+        case 'c': o = first ? utf8proc_totitle(cp) : utf8proc_tolower(cp); break;
         case 't': /* str.title: a cased letter after a non-cased character starts a word */
             o = prev_cased ? utf8proc_tolower(cp) : utf8proc_totitle(cp);
             prev_cased = is_cased_letter(cp);
@@ -762,8 +745,7 @@ tpl_val tpl_call_global(tpl_rt *rt, int fn, const tpl_args *a) {
         size_t n = strftime(out, sizeof out, fmt, &tm);
         return tpl_str(rt, out, n);
     }
-    default:
-        tpl_raise(rt, "internal error: unknown function %d", fn);
+    default: tpl_raise(rt, "internal error: unknown function %d", fn);
     }
 }
 

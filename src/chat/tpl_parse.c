@@ -187,8 +187,7 @@ static tpl_node *parse_statement(tpl_ps *P) {
     static const char *const simple[] = {"for",  "if",         "macro", "set",      "filter",
                                          "with", "generation", "break", "continue", NULL};
     int k;
-    for (k = 0; simple[k] && !tpl_ps_is_name(P, simple[k]); k++) {
-    }
+    for (k = 0; simple[k] && !tpl_ps_is_name(P, simple[k]); k++) {}
     if (!simple[k]) {
         char b[80];
         P->rt->line = line;
@@ -200,18 +199,10 @@ static tpl_node *parse_statement(tpl_ps *P) {
     tpl_nodevec body = {0};
     int which;
     switch (k) {
-    case 0:
-        x = parse_for(P, line);
-        break;
-    case 1:
-        x = parse_if(P, line);
-        break;
-    case 2:
-        x = parse_macro(P, line);
-        break;
-    case 3:
-        x = parse_set(P, line);
-        break;
+    case 0: x = parse_for(P, line); break;
+    case 1: x = parse_if(P, line); break;
+    case 2: x = parse_macro(P, line); break;
+    case 3: x = parse_set(P, line); break;
     case 4: {
         static const char *const ends[] = {"endfilter", NULL};
         x = tpl_ps_node(P, S_FILTERBLOCK, line);

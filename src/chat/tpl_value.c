@@ -200,22 +200,14 @@ void tpl_dict_set(tpl_rt *rt, tpl_dict *d, tpl_val k, tpl_val v) {
 int tpl_truthy(const tpl_val *v) {
     switch (v->kind) {
     case TV_UNDEF:
-    case TV_NONE:
-        return 0;
-    case TV_BOOL:
-        return v->b;
-    case TV_INT:
-        return v->i != 0;
-    case TV_FLOAT:
-        return v->f != 0.0;
-    case TV_STR:
-        return v->s.n != 0;
-    case TV_LIST:
-        return v->l->n != 0;
-    case TV_DICT:
-        return v->d->n != 0;
-    default:
-        return 1;
+    case TV_NONE: return 0;
+    case TV_BOOL: return v->b;
+    case TV_INT: return v->i != 0;
+    case TV_FLOAT: return v->f != 0.0;
+    case TV_STR: return v->s.n != 0;
+    case TV_LIST: return v->l->n != 0;
+    case TV_DICT: return v->d->n != 0;
+    default: return 1;
     }
 }
 
@@ -248,10 +240,8 @@ static int equal_depth(const tpl_val *a, const tpl_val *b, int depth) {
     if (a->kind != b->kind) return 0;
     switch (a->kind) {
     case TV_UNDEF:
-    case TV_NONE:
-        return 1;
-    case TV_STR:
-        return a->s.n == b->s.n && !memcmp(a->s.p, b->s.p, a->s.n);
+    case TV_NONE: return 1;
+    case TV_STR: return a->s.n == b->s.n && !memcmp(a->s.p, b->s.p, a->s.n);
     case TV_LIST:
         if ((a->flags & TV_F_TUPLE) != (b->flags & TV_F_TUPLE) || a->l->n != b->l->n) return 0;
         for (size_t i = 0; i < a->l->n; i++)
@@ -264,18 +254,12 @@ static int equal_depth(const tpl_val *a, const tpl_val *b, int depth) {
             if (!o || !equal_depth(&a->d->v[i], o, depth + 1)) return 0;
         }
         return 1;
-    case TV_NS:
-        return a->d == b->d;
-    case TV_MACRO:
-        return a->macro == b->macro;
-    case TV_FUNC:
-        return a->func == b->func;
-    case TV_LOOP:
-        return a->loop == b->loop;
-    case TV_METHOD:
-        return a->m == b->m;
-    default:
-        return 0;
+    case TV_NS: return a->d == b->d;
+    case TV_MACRO: return a->macro == b->macro;
+    case TV_FUNC: return a->func == b->func;
+    case TV_LOOP: return a->loop == b->loop;
+    case TV_METHOD: return a->m == b->m;
+    default: return 0;
     }
 }
 
@@ -314,34 +298,20 @@ int tpl_compare(tpl_rt *rt, const tpl_val *a, const tpl_val *b, const char *op) 
 
 const char *tpl_type_name(const tpl_val *v) {
     switch (v->kind) {
-    case TV_UNDEF:
-        return "Undefined";
-    case TV_NONE:
-        return "NoneType";
-    case TV_BOOL:
-        return "bool";
-    case TV_INT:
-        return "int";
-    case TV_FLOAT:
-        return "float";
-    case TV_STR:
-        return "str";
-    case TV_LIST:
-        return v->flags & TV_F_TUPLE ? "tuple" : "list";
-    case TV_DICT:
-        return "dict";
-    case TV_NS:
-        return "Namespace";
-    case TV_MACRO:
-        return "Macro";
-    case TV_FUNC:
-        return "function";
-    case TV_METHOD:
-        return "builtin_function_or_method";
-    case TV_LOOP:
-        return "LoopContext";
-    default:
-        return "object";
+    case TV_UNDEF: return "Undefined";
+    case TV_NONE: return "NoneType";
+    case TV_BOOL: return "bool";
+    case TV_INT: return "int";
+    case TV_FLOAT: return "float";
+    case TV_STR: return "str";
+    case TV_LIST: return v->flags & TV_F_TUPLE ? "tuple" : "list";
+    case TV_DICT: return "dict";
+    case TV_NS: return "Namespace";
+    case TV_MACRO: return "Macro";
+    case TV_FUNC: return "function";
+    case TV_METHOD: return "builtin_function_or_method";
+    case TV_LOOP: return "LoopContext";
+    default: return "object";
     }
 }
 
@@ -409,13 +379,13 @@ void tpl_float_repr(double f, char *out, size_t outlen) {
     int decpt = exp10 + 1; /* digits d1d2... mean 0.d1d2... x 10^decpt */
     char *o = out;
     size_t left = outlen;
-#define PUT(...)                                                                                   \
-    do {                                                                                           \
-        int k_ = snprintf(o, left, __VA_ARGS__);                                                   \
-        if (k_ > 0 && (size_t)k_ < left) {                                                         \
-            o += k_;                                                                               \
-            left -= (size_t)k_;                                                                    \
-        }                                                                                          \
+#define PUT(...)                                 \
+    do {                                         \
+        int k_ = snprintf(o, left, __VA_ARGS__); \
+        if (k_ > 0 && (size_t)k_ < left) {       \
+            o += k_;                             \
+            left -= (size_t)k_;                  \
+        }                                        \
     } while (0)
     if (neg) PUT("-");
     if (decpt > -4 && decpt <= 16) {
@@ -518,14 +488,9 @@ void tpl_repr(tpl_rt *rt, tpl_buf *b, const tpl_val *v) {
 void tpl_to_str(tpl_rt *rt, tpl_buf *b, const tpl_val *v) {
     char tmp[64];
     switch (v->kind) {
-    case TV_UNDEF:
-        return;
-    case TV_NONE:
-        tpl_buf_puts(rt, b, "None");
-        return;
-    case TV_BOOL:
-        tpl_buf_puts(rt, b, v->b ? "True" : "False");
-        return;
+    case TV_UNDEF: return;
+    case TV_NONE: tpl_buf_puts(rt, b, "None"); return;
+    case TV_BOOL: tpl_buf_puts(rt, b, v->b ? "True" : "False"); return;
     case TV_INT:
         snprintf(tmp, sizeof tmp, "%lld", (long long)v->i);
         tpl_buf_puts(rt, b, tmp);
@@ -534,15 +499,9 @@ void tpl_to_str(tpl_rt *rt, tpl_buf *b, const tpl_val *v) {
         tpl_float_repr(v->f, tmp, sizeof tmp);
         tpl_buf_puts(rt, b, tmp);
         return;
-    case TV_STR:
-        tpl_buf_put(rt, b, v->s.p, v->s.n);
-        return;
-    case TV_LIST:
-        put_seq(rt, b, v);
-        return;
-    case TV_DICT:
-        put_dict(rt, b, v->d);
-        return;
+    case TV_STR: tpl_buf_put(rt, b, v->s.p, v->s.n); return;
+    case TV_LIST: put_seq(rt, b, v); return;
+    case TV_DICT: put_dict(rt, b, v->d); return;
     case TV_NS:
         tpl_buf_puts(rt, b, "<Namespace ");
         put_dict(rt, b, v->d);

@@ -21,7 +21,7 @@ struct lily_engine {
     lily_backend *be;
     lily_engine_opts opts;
     lily_model_info info;
-    int draws; /* sessions draw with the backend's draw ops (opts.sample_on) */
+    int draws;        /* sessions draw with the backend's draw ops (opts.sample_on) */
     char device[128]; /* info.device */
 };
 
@@ -51,8 +51,12 @@ struct lily_snapshot {
     size_t bytes;
 };
 
-static uint64_t mat_bytes(const lily_mat *m) { return (uint64_t)m->rows * lily_mat_row_bytes(m); }
-static uint64_t mat_elems(const lily_mat *m) { return (uint64_t)m->rows * (uint64_t)m->cols; }
+static uint64_t mat_bytes(const lily_mat *m) {
+    return (uint64_t)m->rows * lily_mat_row_bytes(m);
+}
+static uint64_t mat_elems(const lily_mat *m) {
+    return (uint64_t)m->rows * (uint64_t)m->cols;
+}
 
 /* The CPU's model name from /proc/cpuinfo ("model name", else "Hardware"), or "unknown CPU". */
 static void cpu_name(char *buf, size_t len) {
@@ -64,7 +68,8 @@ static void cpu_name(char *buf, size_t len) {
         char *colon = strchr(line, ':');
         if (!colon || (strncmp(line, "model name", 10) && strncmp(line, "Hardware", 8))) continue;
         char *v = colon + 1;
-        while (*v == ' ' || *v == '\t') v++;
+        while (*v == ' ' || *v == '\t')
+            v++;
         v[strcspn(v, "\n")] = 0;
         if (*v) snprintf(buf, len, "%s", v);
         break;
@@ -84,13 +89,16 @@ static void fill_info(lily_engine *eng) {
     long online = sysconf(_SC_NPROCESSORS_ONLN);
     in->n_threads = eng->opts.n_threads > 0 ? eng->opts.n_threads : online > 0 ? (int)online : 1;
     if (in->n_threads > 256) in->n_threads = 256;
-    if (eng->ops->device_name) eng->ops->device_name(eng->be, eng->device, sizeof eng->device);
-    else cpu_name(eng->device, sizeof eng->device);
+    if (eng->ops->device_name)
+        eng->ops->device_name(eng->be, eng->device, sizeof eng->device);
+    else
+        cpu_name(eng->device, sizeof eng->device);
     in->device = eng->device;
     in->vocab_size = c->vocab;
     in->hidden_size = c->hidden;
     in->n_layers = c->n_layers;
-    for (int l = 0; l < c->n_layers; l++) in->n_attn_layers += c->layer_is_attn[l];
+    for (int l = 0; l < c->n_layers; l++)
+        in->n_attn_layers += c->layer_is_attn[l];
     in->n_experts = c->is_moe ? c->n_experts : 0;
     in->n_experts_used = c->is_moe ? c->top_k : 0;
     in->max_position = c->max_position;
@@ -136,7 +144,8 @@ int lily_engine_open(const char *dir, const lily_engine_opts *opts, lily_engine 
     if (opts) eng->opts = *opts;
     const lily_engine_opts *o = &eng->opts;
     if ((unsigned)o->precision > LILY_PRECISION_FAST ||
-        (unsigned)o->cpu_isa > LILY_CPU_ISA_SCALAR || (unsigned)o->sample_on > LILY_SAMPLE_ON_HOST) {
+        (unsigned)o->cpu_isa > LILY_CPU_ISA_SCALAR ||
+        (unsigned)o->sample_on > LILY_SAMPLE_ON_HOST) {
         lily_fail(err, "engine options: precision %d, cpu_isa %d or sample_on %d is out of range",
                   (int)o->precision, (int)o->cpu_isa, (int)o->sample_on);
         free(eng);
@@ -172,7 +181,9 @@ void lily_engine_close(lily_engine *eng) {
     free(eng);
 }
 
-const lily_model_info *lily_engine_info(const lily_engine *eng) { return &eng->info; }
+const lily_model_info *lily_engine_info(const lily_engine *eng) {
+    return &eng->info;
+}
 
 size_t lily_engine_session_bytes(const lily_engine *eng, int max_ctx) {
     return eng->ops->state_bytes(eng->be, max_ctx);
@@ -205,8 +216,12 @@ void lily_session_free(lily_session *s) {
     free(s);
 }
 
-int lily_session_pos(const lily_session *s) { return s->pos; }
-int lily_session_max_ctx(const lily_session *s) { return s->max_ctx; }
+int lily_session_pos(const lily_session *s) {
+    return s->pos;
+}
+int lily_session_max_ctx(const lily_session *s) {
+    return s->max_ctx;
+}
 
 void lily_session_reset(lily_session *s) {
     settle(s);
@@ -316,13 +331,12 @@ static int32_t argmax_f(const float *x, int n) {
     return best;
 }
 
-int lily_session_decode_greedy(lily_session *s, int32_t token, int n, int32_t *out,
-                               lily_err *err) {
+int lily_session_decode_greedy(lily_session *s, int32_t token, int n, int32_t *out, lily_err *err) {
     if (n < 1) return lily_fail(err, "greedy decode of %d tokens", n);
     settle(s);
     if (s->pos + n > s->max_ctx)
-        return lily_fail(err, "context overflow: %d + %d tokens exceed the session's %d", s->pos,
-                         n, s->max_ctx);
+        return lily_fail(err, "context overflow: %d + %d tokens exceed the session's %d", s->pos, n,
+                         s->max_ctx);
     const lily_backend_ops *ops = s->eng->ops;
     int V = s->eng->model->cfg.vocab;
     if (ops->decode_greedy) {
@@ -339,7 +353,9 @@ int lily_session_decode_greedy(lily_session *s, int32_t token, int n, int32_t *o
     return 0;
 }
 
-const float *lily_session_logits(lily_session *s) { return s->has_logits ? s->logits : NULL; }
+const float *lily_session_logits(lily_session *s) {
+    return s->has_logits ? s->logits : NULL;
+}
 
 int lily_session_snapshot(lily_session *s, lily_snapshot **out, lily_err *err) {
     lily_engine *eng = s->eng;
@@ -380,9 +396,15 @@ int lily_session_restore(lily_session *s, const lily_snapshot *snap, lily_err *e
     return 0;
 }
 
-int lily_snapshot_pos(const lily_snapshot *snap) { return snap->pos; }
-int lily_snapshot_has_logits(const lily_snapshot *snap) { return snap->has_logits; }
-size_t lily_snapshot_bytes(const lily_snapshot *snap) { return snap->bytes; }
+int lily_snapshot_pos(const lily_snapshot *snap) {
+    return snap->pos;
+}
+int lily_snapshot_has_logits(const lily_snapshot *snap) {
+    return snap->has_logits;
+}
+size_t lily_snapshot_bytes(const lily_snapshot *snap) {
+    return snap->bytes;
+}
 
 void lily_snapshot_free(lily_snapshot *snap) {
     if (!snap) return;

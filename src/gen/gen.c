@@ -384,9 +384,8 @@ static void run_host(lily_gen *g, const lily_gen_req *r, lily_gen_result *res, l
  * or the end-of-turn token may already be consumed; they join the history, as a finished turn's
  * end-of-turn token does anyway. Forced tokens need the text before them, so the force callback
  * is asked after each emit and before the next step is enqueued. */
-static void run_device(lily_gen *g, const lily_gen_req *r, lily_gen_result *res,
-                       lily_sampler *smp, const lily_draw *d, lily_stopstr *stop, lily_sb *text,
-                       int max_new) {
+static void run_device(lily_gen *g, const lily_gen_req *r, lily_gen_result *res, lily_sampler *smp,
+                       const lily_draw *d, lily_stopstr *stop, lily_sb *text, int max_new) {
     lily_draw dr = *d;
     dr.step = 1; /* the first token is step 0 */
     forced_q fq = {{0}, 0, 0};

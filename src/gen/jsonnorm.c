@@ -91,30 +91,14 @@ static int string(parser *p) {
         char e = p->s[p->i++];
         unsigned v;
         switch (e) {
-        case '"':
-            lily_sb_putc(&raw, '"');
-            continue;
-        case '\\':
-            lily_sb_putc(&raw, '\\');
-            continue;
-        case '/':
-            lily_sb_putc(&raw, '/');
-            continue;
-        case 'b':
-            lily_sb_putc(&raw, '\b');
-            continue;
-        case 'f':
-            lily_sb_putc(&raw, '\f');
-            continue;
-        case 'n':
-            lily_sb_putc(&raw, '\n');
-            continue;
-        case 'r':
-            lily_sb_putc(&raw, '\r');
-            continue;
-        case 't':
-            lily_sb_putc(&raw, '\t');
-            continue;
+        case '"': lily_sb_putc(&raw, '"'); continue;
+        case '\\': lily_sb_putc(&raw, '\\'); continue;
+        case '/': lily_sb_putc(&raw, '/'); continue;
+        case 'b': lily_sb_putc(&raw, '\b'); continue;
+        case 'f': lily_sb_putc(&raw, '\f'); continue;
+        case 'n': lily_sb_putc(&raw, '\n'); continue;
+        case 'r': lily_sb_putc(&raw, '\r'); continue;
+        case 't': lily_sb_putc(&raw, '\t'); continue;
         case 'u':
             if (read_hex(p, 4, &v)) goto done;
             if (v >= 0xD800 && v <= 0xDBFF && p->n - p->i >= 6 && p->s[p->i] == '\\' &&

@@ -583,25 +583,15 @@ static int h_json_call(lily_outparse *p) {
 static int step(lily_outparse *p) {
     switch (p->st) {
     case S_REASONING:
-    case S_CONTENT:
-        return h_text(p);
-    case S_CALL_OPEN:
-        return h_call_open(p);
-    case S_FUNC_NAME:
-        return h_func_name(p);
-    case S_FUNC_BODY:
-        return h_func_body(p);
-    case S_PARAM_NAME:
-        return h_param_name(p);
-    case S_PARAM_VALUE:
-        return h_param_value(p);
-    case S_CALL_END:
-        return h_call_end(p);
-    case S_JSON_CALL:
-        return h_json_call(p);
-    case S_DONE:
-        consume(p, p->buf.len);
-        return 0;
+    case S_CONTENT: return h_text(p);
+    case S_CALL_OPEN: return h_call_open(p);
+    case S_FUNC_NAME: return h_func_name(p);
+    case S_FUNC_BODY: return h_func_body(p);
+    case S_PARAM_NAME: return h_param_name(p);
+    case S_PARAM_VALUE: return h_param_value(p);
+    case S_CALL_END: return h_call_end(p);
+    case S_JSON_CALL: return h_json_call(p);
+    case S_DONE: consume(p, p->buf.len); return 0;
     }
     return 0;
 }
@@ -632,8 +622,7 @@ void lily_outparse_free(lily_outparse *p) {
 void lily_outparse_feed(lily_outparse *p, const char *text, size_t len) {
     if (p->eof || p->st == S_DONE) return;
     lily_sb_append(&p->buf, text, len);
-    while (p->buf.len && step(p)) {
-    }
+    while (p->buf.len && step(p)) {}
 }
 
 void lily_outparse_finish(lily_outparse *p) {

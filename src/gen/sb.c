@@ -57,27 +57,13 @@ void lily_sb_json_esc(lily_sb *b, const char *s, size_t n) {
         lily_sb_append(b, s + run, i - run);
         run = i + 1;
         switch (c) {
-        case '"':
-            lily_sb_append(b, "\\\"", 2);
-            break;
-        case '\\':
-            lily_sb_append(b, "\\\\", 2);
-            break;
-        case '\n':
-            lily_sb_append(b, "\\n", 2);
-            break;
-        case '\r':
-            lily_sb_append(b, "\\r", 2);
-            break;
-        case '\t':
-            lily_sb_append(b, "\\t", 2);
-            break;
-        case '\b':
-            lily_sb_append(b, "\\b", 2);
-            break;
-        case '\f':
-            lily_sb_append(b, "\\f", 2);
-            break;
+        case '"': lily_sb_append(b, "\\\"", 2); break;
+        case '\\': lily_sb_append(b, "\\\\", 2); break;
+        case '\n': lily_sb_append(b, "\\n", 2); break;
+        case '\r': lily_sb_append(b, "\\r", 2); break;
+        case '\t': lily_sb_append(b, "\\t", 2); break;
+        case '\b': lily_sb_append(b, "\\b", 2); break;
+        case '\f': lily_sb_append(b, "\\f", 2); break;
         default: {
             char u[6] = {'\\', 'u', '0', '0', hex[c >> 4], hex[c & 15]};
             lily_sb_append(b, u, 6);

@@ -156,11 +156,8 @@ void lily_param_convert(lily_param_kind kind, const char *raw, size_t n, lily_sb
         return;
     }
     switch (kind) {
-    case LILY_PARAM_STRING:
-        break;
-    case LILY_PARAM_NULL:
-        lily_sb_puts(out, "null");
-        return;
+    case LILY_PARAM_STRING: break;
+    case LILY_PARAM_NULL: lily_sb_puts(out, "null"); return;
     case LILY_PARAM_BOOLEAN:
         if (word_ci(t, tn, "true")) {
             lily_sb_puts(out, "true");

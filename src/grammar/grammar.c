@@ -28,16 +28,16 @@ struct lily_gbuild {
     int too_big;
 };
 
-#define GROW(p, n, cap, want)                                                                      \
-    do {                                                                                           \
-        if ((want) > (cap)) {                                                                      \
-            size_t nc_ = (cap) ? (size_t)(cap)*2 : 64;                                             \
-            while (nc_ < (size_t)(want))                                                           \
-                nc_ *= 2;                                                                          \
-            (p) = lily_xrealloc((p), nc_ * sizeof *(p));                                           \
-            (cap) = nc_;                                                                           \
-        }                                                                                          \
-        (void)(n);                                                                                 \
+#define GROW(p, n, cap, want)                            \
+    do {                                                 \
+        if ((want) > (cap)) {                            \
+            size_t nc_ = (cap) ? (size_t)(cap)*2 : 64;   \
+            while (nc_ < (size_t)(want))                 \
+                nc_ *= 2;                                \
+            (p) = lily_xrealloc((p), nc_ * sizeof *(p)); \
+            (cap) = nc_;                                 \
+        }                                                \
+        (void)(n);                                       \
     } while (0)
 
 lily_gbuild *lily_gbuild_new(void) {

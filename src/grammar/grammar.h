@@ -75,7 +75,7 @@ typedef struct lily_gbuild lily_gbuild;
 
 /* Limits that keep a hostile schema from asking for unbounded memory. */
 #define LILY_GRAMMAR_MAX_STATES (1 << 20)
-#define LILY_GRAMMAR_MAX_ELEMS (1 << 20)
+#define LILY_GRAMMAR_MAX_ELEMS  (1 << 20)
 
 lily_gbuild *lily_gbuild_new(void);
 void lily_gbuild_free(lily_gbuild *b);

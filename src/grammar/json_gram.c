@@ -21,10 +21,10 @@ static int32_t punct(lily_jgram *j, const char *c, int before, int after) {
     return lily_dfa_seq(j->b, it, n);
 }
 
-#define LAZY(field, expr)                                                                          \
-    do {                                                                                           \
-        if (!j->field) j->field = (expr);                                                          \
-        return j->field;                                                                           \
+#define LAZY(field, expr)                 \
+    do {                                  \
+        if (!j->field) j->field = (expr); \
+        return j->field;                  \
     } while (0)
 
 int32_t lily_jgram_obj_open(lily_jgram *j) {
@@ -64,10 +64,10 @@ int32_t lily_jgram_bool(lily_jgram *j) {
     LAZY(t_bool, lily_dfa_literals(j->b, s, n, 2));
 }
 
-#define ALT(rule, ...)                                                                             \
-    do {                                                                                           \
-        const lily_gelem seq_[] = {__VA_ARGS__};                                                   \
-        lily_gbuild_alt(j->b, (rule), seq_, sizeof seq_ / sizeof seq_[0]);                         \
+#define ALT(rule, ...)                                                     \
+    do {                                                                   \
+        const lily_gelem seq_[] = {__VA_ARGS__};                           \
+        lily_gbuild_alt(j->b, (rule), seq_, sizeof seq_ / sizeof seq_[0]); \
     } while (0)
 
 int32_t lily_jgram_integer(lily_jgram *j) {

@@ -10,11 +10,11 @@
 #include "grammar/dfa.h"
 #include "grammar/json_gram.h"
 
-#define MAX_NESTING 128
-#define MAX_ITEMS 1024
+#define MAX_NESTING    128
+#define MAX_ITEMS      1024
 #define MAX_PROPERTIES 1024
-#define MAX_LENGTH 4096
-#define MAX_LITERALS (1 << 20) /* bytes of enum / const values */
+#define MAX_LENGTH     4096
+#define MAX_LITERALS   (1 << 20) /* bytes of enum / const values */
 
 typedef struct ref_memo {
     const cJSON *node;
@@ -32,10 +32,10 @@ typedef struct jsc {
     lily_err *e;
 } jsc;
 
-#define ALT(rule, ...)                                                                             \
-    do {                                                                                           \
-        const lily_gelem seq_[] = {__VA_ARGS__};                                                   \
-        lily_gbuild_alt(c->b, (rule), seq_, sizeof seq_ / sizeof seq_[0]);                         \
+#define ALT(rule, ...)                                                     \
+    do {                                                                   \
+        const lily_gelem seq_[] = {__VA_ARGS__};                           \
+        lily_gbuild_alt(c->b, (rule), seq_, sizeof seq_ / sizeof seq_[0]); \
     } while (0)
 
 static int32_t compile(jsc *c, const cJSON *s);

@@ -18,14 +18,14 @@
 static int32_t make_key(lily_gmatch *m) {
     int32_t n = 0;
     const gm_pos *p = &m->cur;
-#define PUT(v)                                                                                     \
-    do {                                                                                           \
-        if (n == m->key_cap) {                                                                     \
-            if (n >= KEY_MAX) return -1;                                                           \
-            m->key_cap *= 2;                                                                       \
-            m->key = lily_xrealloc(m->key, (size_t)m->key_cap * sizeof *m->key);                   \
-        }                                                                                          \
-        m->key[n++] = (uint32_t)(v);                                                               \
+#define PUT(v)                                                                   \
+    do {                                                                         \
+        if (n == m->key_cap) {                                                   \
+            if (n >= KEY_MAX) return -1;                                         \
+            m->key_cap *= 2;                                                     \
+            m->key = lily_xrealloc(m->key, (size_t)m->key_cap * sizeof *m->key); \
+        }                                                                        \
+        m->key[n++] = (uint32_t)(v);                                             \
     } while (0)
     PUT(p->accept);
     for (int32_t i = 0; i < p->cfg_n; i++) {

@@ -8,7 +8,7 @@
 #include "grammar/match_impl.h"
 
 #define POOL_INIT (1 << 14)
-#define CFG_INIT (1 << 12)
+#define CFG_INIT  (1 << 12)
 
 static void grow_pool(lily_gmatch *m, int32_t want) {
     if (want <= m->cap) return;

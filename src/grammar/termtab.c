@@ -77,7 +77,7 @@ void lily_term_tab_release(lily_term_tab *x) {
 /* ---- shapes -------------------------------------------------------------------------------- */
 
 #define SHAPE_MAX_STATES 256
-#define STORE_MAX 128
+#define STORE_MAX        128
 
 /* The DFA reachable from s, states renumbered in BFS order: per state its flags, its edge count
  * and its edges (lo | hi << 8, target number). Returns the length in *sig, or -1 if more than

@@ -19,7 +19,8 @@ void *lily_binder_own(lily_binder *b, void *p) {
 }
 
 void lily_binder_free_owned(void **owned, int n) {
-    for (int i = 0; i < n; i++) free(owned[i]);
+    for (int i = 0; i < n; i++)
+        free(owned[i]);
     free(owned);
 }
 
@@ -41,14 +42,17 @@ static int missing(lily_binder *b, const char *name, const char *expect) {
 /* Checks t's shape against want[0..nd) (a negative entry matches anything). */
 static int check_shape(lily_binder *b, const lily_st_tensor *t, const int64_t *want, int nd) {
     int ok = t->ndim == nd;
-    for (int i = 0; ok && i < nd; i++) ok = want[i] < 0 || t->shape[i] == want[i];
+    for (int i = 0; ok && i < nd; i++)
+        ok = want[i] < 0 || t->shape[i] == want[i];
     if (ok) return 0;
     char got[160], exp[160] = "[";
     size_t o = 1;
     for (int i = 0; i < nd && o < sizeof exp; i++) {
-        if (want[i] < 0) o += (size_t)snprintf(exp + o, sizeof exp - o, "%s*", i ? ", " : "");
-        else o += (size_t)snprintf(exp + o, sizeof exp - o, "%s%lld", i ? ", " : "",
-                                   (long long)want[i]);
+        if (want[i] < 0)
+            o += (size_t)snprintf(exp + o, sizeof exp - o, "%s*", i ? ", " : "");
+        else
+            o += (size_t)snprintf(exp + o, sizeof exp - o, "%s%lld", i ? ", " : "",
+                                  (long long)want[i]);
     }
     if (o < sizeof exp) snprintf(exp + o, sizeof exp - o, "]");
     return lily_fail(b->err, "%s: tensor \"%s\": shape %s, expected %s", lily_st_path_of(b->st, t),
@@ -73,13 +77,16 @@ static int quant_params(lily_binder *b, const char *module, const lily_st_tensor
                         const lily_st_tensor *sc, int cols, int *bits, int *group) {
     int found = lily_qconfig_lookup(b->q, module, bits, group);
     if (found && *bits == 0)
-        return lily_fail(b->err, "%s: tensor \"%s.scales\" exists but the quantization table marks "
-                         "\"%s\" as unquantized", lily_st_path_of(b->st, sc), module, module);
+        return lily_fail(b->err,
+                         "%s: tensor \"%s.scales\" exists but the quantization table marks "
+                         "\"%s\" as unquantized",
+                         lily_st_path_of(b->st, sc), module, module);
     if (!found && b->q && b->q->present) {
         *bits = b->q->bits;
         *group = b->q->group;
     } else if (!found) { /* no table: infer from the packed width and the scale count */
-        int64_t wc = w->ndim ? w->shape[w->ndim - 1] : 0, sc_c = sc->ndim ? sc->shape[sc->ndim - 1] : 0;
+        int64_t wc = w->ndim ? w->shape[w->ndim - 1] : 0,
+                sc_c = sc->ndim ? sc->shape[sc->ndim - 1] : 0;
         *bits = cols > 0 && (wc * 32) % cols == 0 ? (int)(wc * 32 / cols) : 0;
         *group = sc_c > 0 && cols % sc_c == 0 ? (int)(cols / sc_c) : 0;
     }
@@ -87,9 +94,10 @@ static int quant_params(lily_binder *b, const char *module, const lily_st_tensor
         return lily_fail(b->err, "%s: tensor \"%s\": %d-bit quantization is not supported (4 or 8)",
                          lily_st_path_of(b->st, w), w->name, *bits);
     if ((*group != 32 && *group != 64 && *group != 128) || cols % *group)
-        return lily_fail(b->err, "%s: tensor \"%s\": group size %d does not fit %d columns (32, 64 "
-                         "or 128 dividing the columns)", lily_st_path_of(b->st, w), w->name,
-                         *group, cols);
+        return lily_fail(b->err,
+                         "%s: tensor \"%s\": group size %d does not fit %d columns (32, 64 "
+                         "or 128 dividing the columns)",
+                         lily_st_path_of(b->st, w), w->name, *group, cols);
     return 0;
 }
 
@@ -100,9 +108,12 @@ static int bind_any(lily_binder *b, const char *module, const char *wname, int n
     char sname[NAME_MAX_LEN], bname[NAME_MAX_LEN], expect[128];
     int stacked = n > 0, nd = stacked ? 3 : 2, trows = split ? 2 * rows : rows;
     const lily_st_tensor *w = find(b, wname);
-    if (stacked) snprintf(expect, sizeof expect, "[%d, %d, %d]", n, trows, cols);
-    else if (rows < 0) snprintf(expect, sizeof expect, "[vocab, %d]", cols);
-    else snprintf(expect, sizeof expect, "[%d, %d]", rows, cols);
+    if (stacked)
+        snprintf(expect, sizeof expect, "[%d, %d, %d]", n, trows, cols);
+    else if (rows < 0)
+        snprintf(expect, sizeof expect, "[vocab, %d]", cols);
+    else
+        snprintf(expect, sizeof expect, "[%d, %d]", rows, cols);
     if (!w) return missing(b, wname, expect);
     snprintf(sname, sizeof sname, "%s.scales", module);
     snprintf(bname, sizeof bname, "%s.biases", module);
@@ -214,7 +225,8 @@ int lily_bind_vec(lily_binder *b, const char *name, int n, int shift, float **ou
     float *v = lily_binder_own(b, lily_xmalloc((size_t)n * sizeof *v));
     to_f32(t, (uint64_t)n, v);
     if (shift)
-        for (int i = 0; i < n; i++) v[i] += 1.0f;
+        for (int i = 0; i < n; i++)
+            v[i] += 1.0f;
     tally(b, (uint64_t)n, t->nbytes);
     *out = v;
     return 0;
@@ -227,10 +239,9 @@ int lily_bind_conv(lily_binder *b, const char *name, int C, int K, float **out) 
     if (!t) return missing(b, name, expect);
     if (check_dtype(b, t, FLOAT_MASK, "F32, BF16 or F16")) return -1;
     /* [C,1,K] (HF), [C,K,1] (MLX) and [C,K] all hold taps in the same [C][K] order. */
-    int ok = t->shape[0] == C &&
-             ((t->ndim == 3 && ((t->shape[1] == 1 && t->shape[2] == K) ||
-                                (t->shape[1] == K && t->shape[2] == 1))) ||
-              (t->ndim == 2 && t->shape[1] == K));
+    int ok = t->shape[0] == C && ((t->ndim == 3 && ((t->shape[1] == 1 && t->shape[2] == K) ||
+                                                    (t->shape[1] == K && t->shape[2] == 1))) ||
+                                  (t->ndim == 2 && t->shape[1] == K));
     if (!ok) {
         char got[160];
         return lily_fail(b->err, "%s: tensor \"%s\": shape %s, expected %s",

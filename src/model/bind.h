@@ -17,13 +17,13 @@
 typedef struct lily_binder {
     const lily_st_set *st;
     const lily_qconfig *q;
-    const char *dir;        /* for messages about missing tensors */
-    int shifted_norms;      /* zero-centred norms are stored as 1+w already (MLX) */
+    const char *dir;   /* for messages about missing tensors */
+    int shifted_norms; /* zero-centred norms are stored as 1+w already (MLX) */
     uint64_t n_params, weight_bytes;
-    unsigned dtypes_seen;   /* bit per lily_dtype of bound matrices */
-    lily_comp comp;         /* component the next binds count towards */
+    unsigned dtypes_seen; /* bit per lily_dtype of bound matrices */
+    lily_comp comp;       /* component the next binds count towards */
     uint64_t comp_params[LILY_COMP_N], comp_bytes[LILY_COMP_N];
-    void **owned;           /* arrays freed with the model */
+    void **owned; /* arrays freed with the model */
     int n_owned, cap_owned;
     lily_err *err;
 } lily_binder;

@@ -14,7 +14,7 @@
 #include "base/file.h"
 
 /* Upper bounds that keep every derived size (rows * cols, per-layer byte counts) in range. */
-#define MAX_DIM (1 << 20)
+#define MAX_DIM   (1 << 20)
 #define MAX_HEADS 4096
 #define MAX_VOCAB (1 << 24)
 
@@ -53,15 +53,15 @@ static int get_bool(const src *s, const char *key, int def, int *out) {
         *out = def;
         return 0;
     }
-    if (!cJSON_IsBool(j)) return lily_fail(s->err, "%s: field \"%s\" must be true or false",
-                                           s->name, key);
+    if (!cJSON_IsBool(j))
+        return lily_fail(s->err, "%s: field \"%s\" must be true or false", s->name, key);
     *out = cJSON_IsTrue(j);
     return 0;
 }
 
 /* A number field; absent gives def. Must be finite and in (lo, hi]. */
-static int get_num(const cJSON *j, const src *s, const char *key, double def, double lo,
-                   double hi, double *out) {
+static int get_num(const cJSON *j, const src *s, const char *key, double def, double lo, double hi,
+                   double *out) {
     if (!j || cJSON_IsNull(j)) {
         *out = def;
         return 0;
@@ -97,8 +97,9 @@ static int parse_eos(const cJSON *j, const char *name, const char *key, lily_con
     if (!cJSON_IsArray(j)) return lily_fail(err, "%s: \"%s\" must be an id or a list", name, key);
     const cJSON *e;
     cJSON_ArrayForEach(e, j) {
-        if (!cJSON_IsNumber(e) || parse_eos(e, name, key, cfg, err)) return lily_fail(
-            err, "%s: \"%s\" must be a token id or a list of token ids", name, key);
+        if (!cJSON_IsNumber(e) || parse_eos(e, name, key, cfg, err))
+            return lily_fail(err, "%s: \"%s\" must be a token id or a list of token ids", name,
+                             key);
     }
     return 0;
 }
@@ -118,32 +119,39 @@ static int parse_model_type(const src *s, lily_config *cfg) {
             cfg->is_moe = strcmp(base, "qwen3_5") != 0;
             return 0;
         }
-    return lily_fail(s->err, "%s: model_type \"%.60s\" is not supported (qwen3_5_moe, qwen3_5, "
-                     "qwen3_next)", s->name, mt->valuestring);
+    return lily_fail(s->err,
+                     "%s: model_type \"%.60s\" is not supported (qwen3_5_moe, qwen3_5, "
+                     "qwen3_next)",
+                     s->name, mt->valuestring);
 }
 
 static int parse_layers(const src *s, lily_config *cfg) {
     const cJSON *lt = field(s, "layer_types");
     if (lt) {
         if (!cJSON_IsArray(lt) || cJSON_GetArraySize(lt) != cfg->n_layers)
-            return lily_fail(s->err, "%s: field \"layer_types\" must list %d layer types",
-                             s->name, cfg->n_layers);
+            return lily_fail(s->err, "%s: field \"layer_types\" must list %d layer types", s->name,
+                             cfg->n_layers);
         int i = 0;
         const cJSON *e;
         cJSON_ArrayForEach(e, lt) {
             const char *v = cJSON_IsString(e) ? e->valuestring : "";
-            if (!strcmp(v, "full_attention")) cfg->layer_is_attn[i] = 1;
-            else if (!strcmp(v, "linear_attention")) cfg->layer_is_attn[i] = 0;
+            if (!strcmp(v, "full_attention"))
+                cfg->layer_is_attn[i] = 1;
+            else if (!strcmp(v, "linear_attention"))
+                cfg->layer_is_attn[i] = 0;
             else
-                return lily_fail(s->err, "%s: layer_types[%d] must be \"full_attention\" or "
-                                 "\"linear_attention\"", s->name, i);
+                return lily_fail(s->err,
+                                 "%s: layer_types[%d] must be \"full_attention\" or "
+                                 "\"linear_attention\"",
+                                 s->name, i);
             i++;
         }
         return 0;
     }
     int interval;
     if (get_int(s, "full_attention_interval", 4, 1, LILY_MAX_LAYERS, &interval)) return -1;
-    for (int i = 0; i < cfg->n_layers; i++) cfg->layer_is_attn[i] = (i + 1) % interval == 0;
+    for (int i = 0; i < cfg->n_layers; i++)
+        cfg->layer_is_attn[i] = (i + 1) % interval == 0;
     return 0;
 }
 
@@ -161,8 +169,10 @@ static int parse_rope(const src *s, lily_config *cfg) {
     if (get_num(prf, s, "partial_rotary_factor", 0.25, 0.0, 1.0, &f)) return -1;
     cfg->rope_dim = (int)(cfg->head_dim * f);
     if (cfg->rope_dim < 2 || cfg->rope_dim % 2)
-        return lily_fail(s->err, "%s: head_dim %d x partial_rotary_factor %g gives %d rotary dims; "
-                         "must be even and at least 2", s->name, cfg->head_dim, f, cfg->rope_dim);
+        return lily_fail(s->err,
+                         "%s: head_dim %d x partial_rotary_factor %g gives %d rotary dims; "
+                         "must be even and at least 2",
+                         s->name, cfg->head_dim, f, cfg->rope_dim);
     if (rp) {
         const cJSON *rt = cJSON_GetObjectItemCaseSensitive(rp, "rope_type");
         if (!rt) rt = cJSON_GetObjectItemCaseSensitive(rp, "type");
@@ -178,8 +188,9 @@ static int parse_override(const cJSON *e, const char *name, lily_qoverride *o, l
     if (cJSON_IsFalse(e)) return 0;
     const cJSON *b = cJSON_GetObjectItemCaseSensitive(e, "bits");
     const cJSON *g = cJSON_GetObjectItemCaseSensitive(e, "group_size");
-    if (!cJSON_IsNumber(b) || !cJSON_IsNumber(g) || !(b->valuedouble >= 1 && b->valuedouble <= 16)
-        || !(g->valuedouble >= 1 && g->valuedouble <= 4096))
+    if (!cJSON_IsNumber(b) || !cJSON_IsNumber(g) ||
+        !(b->valuedouble >= 1 && b->valuedouble <= 16) ||
+        !(g->valuedouble >= 1 && g->valuedouble <= 4096))
         return lily_fail(err, "%s: quantization entry \"%.200s\" needs integer bits and group_size",
                          name, e->string);
     o->bits = (int)b->valuedouble;
@@ -190,7 +201,8 @@ static int parse_override(const cJSON *e, const char *name, lily_qoverride *o, l
 static int parse_quant(const cJSON *root, const char *name, lily_qconfig *q, lily_err *err) {
     const char *key = "quantization";
     const cJSON *qj = cJSON_GetObjectItemCaseSensitive(root, key);
-    if (!qj || cJSON_IsNull(qj)) qj = cJSON_GetObjectItemCaseSensitive(root, key = "quantization_config");
+    if (!qj || cJSON_IsNull(qj))
+        qj = cJSON_GetObjectItemCaseSensitive(root, key = "quantization_config");
     if (!qj || cJSON_IsNull(qj)) return 0;
     if (!cJSON_IsObject(qj)) return lily_fail(err, "%s: \"%s\" must be an object", name, key);
     const cJSON *method = cJSON_GetObjectItemCaseSensitive(qj, "quant_method");
@@ -232,8 +244,10 @@ static int parse_all(const src *s, lily_config *cfg) {
     int dh_def = cfg->hidden % cfg->n_q_heads == 0 ? cfg->hidden / cfg->n_q_heads : -1;
     if (get_int(s, "head_dim", dh_def, 1, 65536, &cfg->head_dim)) return -1;
     if (cfg->n_q_heads % cfg->n_kv_heads)
-        return lily_fail(s->err, "%s: num_attention_heads %d is not a multiple of "
-                         "num_key_value_heads %d", s->name, cfg->n_q_heads, cfg->n_kv_heads);
+        return lily_fail(s->err,
+                         "%s: num_attention_heads %d is not a multiple of "
+                         "num_key_value_heads %d",
+                         s->name, cfg->n_q_heads, cfg->n_kv_heads);
     if (parse_rope(s, cfg) || parse_layers(s, cfg)) return -1;
     if (get_bool(s, "attn_output_gate", 1, &cfg->attn_output_gate)) return -1;
     /* GDN sizes are required (lo = 1 > default 0) only when some layer is linear attention. */
@@ -245,8 +259,10 @@ static int parse_all(const src *s, lily_config *cfg) {
         get_int(s, "linear_conv_kernel_dim", 4, 1, 64, &cfg->conv_k))
         return -1;
     if (n_lin && cfg->lin_nv % cfg->lin_nk)
-        return lily_fail(s->err, "%s: linear_num_value_heads %d is not a multiple of "
-                         "linear_num_key_heads %d", s->name, cfg->lin_nv, cfg->lin_nk);
+        return lily_fail(s->err,
+                         "%s: linear_num_value_heads %d is not a multiple of "
+                         "linear_num_key_heads %d",
+                         s->name, cfg->lin_nv, cfg->lin_nk);
     if (cfg->is_moe) {
         if (get_int(s, "num_experts", 0, 1, 65536, &cfg->n_experts) ||
             get_int(s, "num_experts_per_tok", 0, 1, 65536, &cfg->top_k) ||
@@ -261,8 +277,10 @@ static int parse_all(const src *s, lily_config *cfg) {
         if (!strcmp(cfg->model_type, "qwen3_5_moe")) cfg->norm_topk_prob = 1;
         const cJSON *mol = field(s, "mlp_only_layers");
         if (mol && (!cJSON_IsArray(mol) || cJSON_GetArraySize(mol) > 0))
-            return lily_fail(s->err, "%s: \"mlp_only_layers\" (dense layers inside a MoE model) is "
-                             "not supported", s->name);
+            return lily_fail(s->err,
+                             "%s: \"mlp_only_layers\" (dense layers inside a MoE model) is "
+                             "not supported",
+                             s->name);
         int step;
         if (get_int(s, "decoder_sparse_step", 1, 1, 1, &step)) return -1;
     } else {
@@ -276,7 +294,8 @@ static int parse_all(const src *s, lily_config *cfg) {
     const cJSON *tie = cJSON_GetObjectItemCaseSensitive(s->top, "tie_word_embeddings");
     if (!tie && s->tc) tie = cJSON_GetObjectItemCaseSensitive(s->tc, "tie_word_embeddings");
     if (tie && !cJSON_IsBool(tie))
-        return lily_fail(s->err, "%s: field \"tie_word_embeddings\" must be true or false", s->name);
+        return lily_fail(s->err, "%s: field \"tie_word_embeddings\" must be true or false",
+                         s->name);
     cfg->tie_embeddings = tie && cJSON_IsTrue(tie);
     const cJSON *act = field(s, "hidden_act");
     if (act && (!cJSON_IsString(act) || strcmp(act->valuestring, "silu")))
@@ -284,8 +303,8 @@ static int parse_all(const src *s, lily_config *cfg) {
     int bias;
     if (get_bool(s, "attention_bias", 0, &bias)) return -1;
     if (bias) return lily_fail(s->err, "%s: attention_bias = true is not supported", s->name);
-    if (parse_eos(cJSON_GetObjectItemCaseSensitive(s->top, "eos_token_id"), s->name,
-                  "eos_token_id", cfg, s->err))
+    if (parse_eos(cJSON_GetObjectItemCaseSensitive(s->top, "eos_token_id"), s->name, "eos_token_id",
+                  cfg, s->err))
         return -1;
     if (s->tc && parse_eos(cJSON_GetObjectItemCaseSensitive(s->tc, "eos_token_id"), s->name,
                            "text_config.eos_token_id", cfg, s->err))
@@ -296,7 +315,8 @@ static int parse_all(const src *s, lily_config *cfg) {
 int lily_config_parse(const char *text, size_t len, const char *name, lily_config *cfg,
                       lily_qconfig *q, lily_err *err) {
     memset(cfg, 0, sizeof *cfg);
-    for (int i = 0; i < 4; i++) cfg->eos_ids[i] = -1;
+    for (int i = 0; i < 4; i++)
+        cfg->eos_ids[i] = -1;
     if (q) memset(q, 0, sizeof *q);
     cJSON *root = cJSON_ParseWithLength(text, len);
     if (!root) return lily_fail(err, "%s: not valid JSON", name);
@@ -305,9 +325,10 @@ int lily_config_parse(const char *text, size_t len, const char *name, lily_confi
         rc = lily_fail(err, "%s: not a JSON object", name);
     } else {
         src s = {cJSON_GetObjectItemCaseSensitive(root, "text_config"), root, name, err};
-        if (s.tc && !cJSON_IsObject(s.tc)) rc = lily_fail(err, "%s: text_config is not an object",
-                                                          name);
-        else rc = parse_all(&s, cfg);
+        if (s.tc && !cJSON_IsObject(s.tc))
+            rc = lily_fail(err, "%s: text_config is not an object", name);
+        else
+            rc = parse_all(&s, cfg);
         if (rc == 0 && q) rc = parse_quant(root, name, q, err);
     }
     cJSON_Delete(root);
@@ -341,7 +362,8 @@ int lily_config_load(const char *dir, lily_config *cfg, lily_qconfig *q, lily_er
 
 void lily_qconfig_free(lily_qconfig *q) {
     if (!q) return;
-    for (int i = 0; i < q->n_over; i++) free(q->over[i].path);
+    for (int i = 0; i < q->n_over; i++)
+        free(q->over[i].path);
     free(q->over);
     memset(q, 0, sizeof *q);
 }
@@ -358,6 +380,7 @@ int lily_qconfig_lookup(const lily_qconfig *q, const char *path, int *bits, int 
 
 int lily_config_n_attn(const lily_config *cfg) {
     int n = 0;
-    for (int i = 0; i < cfg->n_layers; i++) n += cfg->layer_is_attn[i];
+    for (int i = 0; i < cfg->n_layers; i++)
+        n += cfg->layer_is_attn[i];
     return n;
 }

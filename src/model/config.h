@@ -19,8 +19,8 @@ typedef struct lily_qoverride {
 
 /* The "quantization" (or "quantization_config") block of an MLX checkpoint. */
 typedef struct lily_qconfig {
-    int present;       /* a block was found */
-    int bits, group;   /* defaults for modules that have .scales */
+    int present;     /* a block was found */
+    int bits, group; /* defaults for modules that have .scales */
     lily_qoverride *over;
     int n_over;
 } lily_qconfig;

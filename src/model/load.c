@@ -46,8 +46,8 @@ static int bind_attn(layer_ctx *x, lily_layer *L) {
     char n[512];
     int H = c->hidden, qd = c->n_q_heads * c->head_dim, kvd = c->n_kv_heads * c->head_dim;
     b->comp = LILY_COMP_ATTN;
-    if (lily_bind_mat(b, nm(x, n, sizeof n, "self_attn.q_proj"),
-                      qd * (c->attn_output_gate ? 2 : 1), H, &L->q_proj) ||
+    if (lily_bind_mat(b, nm(x, n, sizeof n, "self_attn.q_proj"), qd * (c->attn_output_gate ? 2 : 1),
+                      H, &L->q_proj) ||
         lily_bind_mat(b, nm(x, n, sizeof n, "self_attn.k_proj"), kvd, H, &L->k_proj) ||
         lily_bind_mat(b, nm(x, n, sizeof n, "self_attn.v_proj"), kvd, H, &L->v_proj) ||
         lily_bind_mat(b, nm(x, n, sizeof n, "self_attn.o_proj"), H, qd, &L->o_proj))
@@ -68,8 +68,10 @@ static int bind_gdn(layer_ctx *x, lily_layer *L) {
     int H = c->hidden, kd = c->lin_nk * c->lin_dk, vd = c->lin_nv * c->lin_dv;
     if (!lily_st_find(b->st, nm(x, n, sizeof n, "linear_attn.in_proj_qkv.weight")) &&
         lily_st_find(b->st, nm(x, n, sizeof n, "linear_attn.in_proj_qkvz.weight")))
-        return lily_fail(b->err, "%s: tensor \"%s\": the fused qwen3_next in_proj_qkvz layout is "
-                         "not supported (expected in_proj_qkv + in_proj_z)", b->dir, n);
+        return lily_fail(b->err,
+                         "%s: tensor \"%s\": the fused qwen3_next in_proj_qkvz layout is "
+                         "not supported (expected in_proj_qkv + in_proj_z)",
+                         b->dir, n);
     b->comp = LILY_COMP_GDN;
     if (lily_bind_mat(b, nm(x, n, sizeof n, "linear_attn.in_proj_qkv"), 2 * kd + vd, H,
                       &L->qkv_proj) ||
@@ -85,8 +87,7 @@ static int bind_gdn(layer_ctx *x, lily_layer *L) {
     b->comp = LILY_COMP_NORMS;
     if (lily_bind_vec(b, nm(x, n, sizeof n, "linear_attn.dt_bias"), c->lin_nv, 0, &L->dt_bias) ||
         lily_bind_vec(b, nm(x, n, sizeof n, "linear_attn.A_log"), c->lin_nv, 0, &L->A_log) ||
-        lily_bind_vec(b, nm(x, n, sizeof n, "linear_attn.norm.weight"), c->lin_dv, 0,
-                      &L->gdn_norm))
+        lily_bind_vec(b, nm(x, n, sizeof n, "linear_attn.norm.weight"), c->lin_dv, 0, &L->gdn_norm))
         return -1;
     return 0;
 }
@@ -104,8 +105,8 @@ static int bind_experts(layer_ctx *x, lily_layer *L, int layer) {
     if (lily_st_find(b->st, nm(x, n, sizeof n, "mlp.switch_mlp.gate_proj.weight"))) {
         if (lily_bind_stack(b, nm(x, n, sizeof n, "mlp.switch_mlp.gate_proj"), 0, E, I, H,
                             L->exp_gate, NULL) ||
-            lily_bind_stack(b, nm(x, n, sizeof n, "mlp.switch_mlp.up_proj"), 0, E, I, H,
-                            L->exp_up, NULL) ||
+            lily_bind_stack(b, nm(x, n, sizeof n, "mlp.switch_mlp.up_proj"), 0, E, I, H, L->exp_up,
+                            NULL) ||
             lily_bind_stack(b, nm(x, n, sizeof n, "mlp.switch_mlp.down_proj"), 0, E, H, I,
                             L->exp_down, NULL))
             return -1;
@@ -113,13 +114,14 @@ static int bind_experts(layer_ctx *x, lily_layer *L, int layer) {
     }
     if (lily_st_find(b->st, nm(x, n, sizeof n, "mlp.experts.gate_up_proj"))) {
         if (lily_bind_stack(b, n, 1, E, I, H, L->exp_gate, L->exp_up) ||
-            lily_bind_stack(b, nm(x, n, sizeof n, "mlp.experts.down_proj"), 1, E, H, I,
-                            L->exp_down, NULL))
+            lily_bind_stack(b, nm(x, n, sizeof n, "mlp.experts.down_proj"), 1, E, H, I, L->exp_down,
+                            NULL))
             return -1;
         return 0;
     }
     if (!lily_st_find(b->st, nm(x, n, sizeof n, "mlp.experts.0.gate_proj.weight")))
-        return lily_fail(b->err, "%s: missing the experts of layer %d: none of \"%s\", "
+        return lily_fail(b->err,
+                         "%s: missing the experts of layer %d: none of \"%s\", "
                          "\"%smlp.experts.gate_up_proj\", \"%smlp.switch_mlp.gate_proj.weight\"",
                          b->dir, layer, n, x->lp, x->lp);
     for (int e = 0; e < E; e++) {
@@ -143,8 +145,7 @@ static int bind_ffn(layer_ctx *x, lily_layer *L, int layer) {
         if (lily_bind_mat(b, nm(x, n, sizeof n, "mlp.gate_proj"), c->intermediate, H,
                           &L->mlp_gate) ||
             lily_bind_mat(b, nm(x, n, sizeof n, "mlp.up_proj"), c->intermediate, H, &L->mlp_up) ||
-            lily_bind_mat(b, nm(x, n, sizeof n, "mlp.down_proj"), H, c->intermediate,
-                          &L->mlp_down))
+            lily_bind_mat(b, nm(x, n, sizeof n, "mlp.down_proj"), H, c->intermediate, &L->mlp_down))
             return -1;
         return 0;
     }
@@ -222,8 +223,10 @@ static int check_no_bias(const lily_st_set *st, const char *prefix, lily_err *er
         const lily_st_tensor *t = lily_st_at(st, i);
         size_t l = strlen(t->name);
         if (!strncmp(t->name, lp, pl) && l > 5 && !strcmp(t->name + l - 5, ".bias"))
-            return lily_fail(err, "%s: tensor \"%s\": linear biases are not supported by this "
-                             "architecture", lily_st_path_of(st, t), t->name);
+            return lily_fail(err,
+                             "%s: tensor \"%s\": linear biases are not supported by this "
+                             "architecture",
+                             lily_st_path_of(st, t), t->name);
     }
     return 0;
 }
@@ -240,12 +243,15 @@ static int load(const char *dir, lily_model *m, lily_model_priv *p, lily_err *er
         if (lily_st_find(p->st, n)) li = i;
     }
     if (rc == 0 && li < 0)
-        rc = lily_fail(err, "%s: no embedding tensor (model.language_model.embed_tokens.weight, "
+        rc = lily_fail(err,
+                       "%s: no embedding tensor (model.language_model.embed_tokens.weight, "
                        "language_model.model.embed_tokens.weight or model.embed_tokens.weight)",
                        dir);
     if (rc == 0 && !strcmp(c->model_type, "qwen3_next"))
-        rc = lily_fail(err, "%s: model_type qwen3_next: its fused in_proj_qkvz/in_proj_ba layout "
-                       "is not supported yet", dir);
+        rc = lily_fail(err,
+                       "%s: model_type qwen3_next: its fused in_proj_qkvz/in_proj_ba layout "
+                       "is not supported yet",
+                       dir);
     if (rc) {
         lily_qconfig_free(&q);
         return -1;
@@ -264,8 +270,10 @@ static int load(const char *dir, lily_model *m, lily_model_priv *p, lily_err *er
     rc = lily_bind_mat(&b, n, -1, c->hidden, &m->embed);
     if (rc == 0) {
         if (c->vocab && c->vocab != m->embed.rows)
-            rc = lily_fail(err, "%s: tensor \"%s.weight\" has %d rows but config.json vocab_size "
-                           "is %d", dir, n, m->embed.rows, c->vocab);
+            rc = lily_fail(err,
+                           "%s: tensor \"%s.weight\" has %d rows but config.json vocab_size "
+                           "is %d",
+                           dir, n, m->embed.rows, c->vocab);
         c->vocab = m->embed.rows;
     }
     if (rc == 0 && c->tie_embeddings) {
@@ -281,8 +289,8 @@ static int load(const char *dir, lily_model *m, lily_model_priv *p, lily_err *er
     b.comp = LILY_COMP_NORMS;
     snprintf(n, sizeof n, "%snorm.weight", prefix);
     if (rc == 0) rc = lily_bind_vec(&b, n, c->hidden, !b.shifted_norms, &m->final_norm);
-    if (rc == 0) m->layers = lily_binder_own(&b, lily_xcalloc((size_t)c->n_layers,
-                                                              sizeof *m->layers));
+    if (rc == 0)
+        m->layers = lily_binder_own(&b, lily_xcalloc((size_t)c->n_layers, sizeof *m->layers));
     for (int l = 0; rc == 0 && l < c->n_layers; l++)
         rc = bind_layer(&b, c, prefix, l, &m->layers[l]);
     if (rc == 0) {
@@ -325,7 +333,8 @@ void lily_model_free(lily_model *m) {
 uint64_t lily_model_file_bytes(const lily_model *m) {
     const lily_model_priv *p = m->priv;
     uint64_t n = 0;
-    for (int i = 0; p && i < lily_st_n_files(p->st); i++) n += lily_st_file_at(p->st, i)->map.size;
+    for (int i = 0; p && i < lily_st_n_files(p->st); i++)
+        n += lily_st_file_at(p->st, i)->map.size;
     return n;
 }
 

@@ -20,7 +20,7 @@
 #include "model/mkmodel_plan.h"
 #include "model/st_write.h"
 
-#define MK_CHUNK (4u << 20) /* bytes generated and written per task */
+#define MK_CHUNK         (4u << 20) /* bytes generated and written per task */
 #define MK_SHARD_DEFAULT 5000000000ull
 
 static void set_common(lily_mk_opts *o) {
@@ -32,7 +32,8 @@ static void set_common(lily_mk_opts *o) {
     c->attn_output_gate = 1;
     c->norm_topk_prob = 1;
     c->rms_eps = 1e-6f;
-    for (int i = 0; i < 4; i++) c->eos_ids[i] = -1;
+    for (int i = 0; i < 4; i++)
+        c->eos_ids[i] = -1;
     o->bos_id = -1;
     o->bits = 4;
     o->seed = 1;
@@ -78,13 +79,16 @@ int lily_mk_check(lily_mk_opts *o, lily_err *err) {
     if (c->n_layers < 1 || c->n_layers > LILY_MAX_LAYERS)
         return lily_fail(err, "layers must be in [1, %d]", LILY_MAX_LAYERS);
     if (o->attn_interval < 1) return lily_fail(err, "attention interval must be >= 1");
-    for (int l = 0; l < c->n_layers; l++) c->layer_is_attn[l] = (l + 1) % o->attn_interval == 0;
+    for (int l = 0; l < c->n_layers; l++)
+        c->layer_is_attn[l] = (l + 1) % o->attn_interval == 0;
     if (c->rope_dim <= 0) c->rope_dim = c->head_dim / 4;
     if (c->vocab < 2) return lily_fail(err, "vocab must be >= 2");
     int bad_eos = c->eos_ids[0] < 0;
-    for (int i = 0; i < 4; i++) bad_eos |= c->eos_ids[i] >= c->vocab;
+    for (int i = 0; i < 4; i++)
+        bad_eos |= c->eos_ids[i] >= c->vocab;
     if (bad_eos) { /* the last two ids stand in for <|im_end|> and <|endoftext|> */
-        for (int i = 0; i < 4; i++) c->eos_ids[i] = -1;
+        for (int i = 0; i < 4; i++)
+            c->eos_ids[i] = -1;
         c->eos_ids[0] = c->vocab - 1;
         c->eos_ids[1] = c->vocab - 2;
         o->bos_id = c->vocab - 2;
@@ -108,8 +112,8 @@ int lily_mk_check(lily_mk_opts *o, lily_err *err) {
     free(json);
     if (rc) return lily_fail_prefix(err, "invalid shape");
     if (back.rope_dim != c->rope_dim)
-        return lily_fail(err, "rope dims %d do not survive the config round trip (%d)",
-                         c->rope_dim, back.rope_dim);
+        return lily_fail(err, "rope dims %d do not survive the config round trip (%d)", c->rope_dim,
+                         back.rope_dim);
     return 0;
 }
 
@@ -119,7 +123,7 @@ typedef struct {
     const lily_mk_tensor *t;
     uint64_t e0, e1; /* element range */
     int fd;
-    uint64_t off;    /* file offset of element e0 */
+    uint64_t off; /* file offset of element e0 */
 } mk_task;
 
 typedef struct {
@@ -128,7 +132,9 @@ typedef struct {
     atomic_int failed;
 } mk_job;
 
-static size_t elem_size(const lily_mk_tensor *t) { return lily_st_dtype_size(t->dtype); }
+static size_t elem_size(const lily_mk_tensor *t) {
+    return lily_st_dtype_size(t->dtype);
+}
 
 static void run_task(void *ctx, int i, int thread) {
     mk_job *j = ctx;
@@ -149,8 +155,10 @@ static void run_task(void *ctx, int i, int thread) {
 }
 
 static void shard_name(char *buf, size_t len, int i, int n) {
-    if (n == 1) snprintf(buf, len, "model.safetensors");
-    else snprintf(buf, len, "model-%05d-of-%05d.safetensors", i + 1, n);
+    if (n == 1)
+        snprintf(buf, len, "model.safetensors");
+    else
+        snprintf(buf, len, "model-%05d-of-%05d.safetensors", i + 1, n);
 }
 
 /* Writes plan tensors [a, b) as one shard file. */
@@ -202,8 +210,8 @@ static int write_shard(const char *path, const lily_mk_plan *p, int a, int b, li
      * map with one PMD entry). So big shards are flushed and dropped from the cache here. */
     if (rc == 0 && off >= ((uint64_t)256 << 20) && fdatasync(fd) == 0)
         (void)posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
-    if (close(fd) != 0 && rc == 0) rc = lily_fail(err, "%s: close failed: %s", path,
-                                                  strerror(errno));
+    if (close(fd) != 0 && rc == 0)
+        rc = lily_fail(err, "%s: close failed: %s", path, strerror(errno));
     *bytes = off;
     return rc;
 }
@@ -256,11 +264,13 @@ int lily_mk_write(const char *dir, lily_mk_opts *o, lily_mk_result *res, lily_er
     lily_pool *pool = lily_pool_create(o->n_threads);
     int nt = lily_pool_threads(pool);
     unsigned char **bufs = lily_xcalloc((size_t)nt, sizeof *bufs);
-    for (int i = 0; i < nt; i++) bufs[i] = lily_xmalloc(MK_CHUNK);
+    for (int i = 0; i < nt; i++)
+        bufs[i] = lily_xmalloc(MK_CHUNK);
     uint64_t total_data = 0;
     for (int s = 0, a = 0; s < n_shards && rc == 0; s++) {
         int b = a;
-        while (b < p.n && shard_of[b] == s) b++;
+        while (b < p.n && shard_of[b] == s)
+            b++;
         char name[64], path[4096];
         shard_name(name, sizeof name, s, n_shards);
         if (lily_path_join(path, sizeof path, dir, name)) {
@@ -270,7 +280,8 @@ int lily_mk_write(const char *dir, lily_mk_opts *o, lily_mk_result *res, lily_er
         uint64_t bytes = 0;
         rc = write_shard(path, &p, a, b, pool, bufs, &bytes, err);
         res->bytes += bytes;
-        for (int i = a; i < b; i++) total_data += p.t[i].nbytes;
+        for (int i = a; i < b; i++)
+            total_data += p.t[i].nbytes;
         if (o->verbose && rc == 0)
             fprintf(stderr, "mkmodel: %s: %d tensors, %.2f GB, %.1f s\n", name, b - a,
                     (double)bytes / 1e9, lily_now() - t0);
@@ -282,7 +293,8 @@ int lily_mk_write(const char *dir, lily_mk_opts *o, lily_mk_result *res, lily_er
     if (rc == 0 && n_shards == 1 &&
         lily_path_join(path, sizeof path, dir, "model.safetensors.index.json") == 0)
         unlink(path);
-    for (int i = 0; i < nt; i++) free(bufs[i]);
+    for (int i = 0; i < nt; i++)
+        free(bufs[i]);
     free(bufs);
     lily_pool_free(pool);
     free(shard_of);

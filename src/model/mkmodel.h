@@ -21,23 +21,23 @@ typedef enum lily_mk_layout {
 } lily_mk_layout;
 
 typedef struct lily_mk_opts {
-    lily_config cfg;            /* shapes; model_type "qwen3_5_moe" or "qwen3_5" (dense) */
-    int attn_interval;          /* full_attention_interval; sets cfg.layer_is_attn */
+    lily_config cfg;   /* shapes; model_type "qwen3_5_moe" or "qwen3_5" (dense) */
+    int attn_interval; /* full_attention_interval; sets cfg.layer_is_attn */
     lily_mk_layout layout;
-    int bits;                   /* MLX: 4 or 8 (router and shared-expert gate are always 8) */
-    int fused_experts;          /* HF: experts.gate_up_proj / down_proj instead of per-expert */
+    int bits;          /* MLX: 4 or 8 (router and shared-expert gate are always 8) */
+    int fused_experts; /* HF: experts.gate_up_proj / down_proj instead of per-expert */
     uint64_t seed;
-    int n_threads;              /* 0: one per core */
-    uint64_t shard_bytes;       /* max data bytes per shard; 0: 5e9 */
-    const char *tokenizer_dir;  /* copy tokenizer files from here and size the vocab to them */
-    int bos_id;                 /* bos/pad id written to the configs (-1: none) */
-    int verbose;                /* progress lines on stderr, one per shard */
+    int n_threads;             /* 0: one per core */
+    uint64_t shard_bytes;      /* max data bytes per shard; 0: 5e9 */
+    const char *tokenizer_dir; /* copy tokenizer files from here and size the vocab to them */
+    int bos_id;                /* bos/pad id written to the configs (-1: none) */
+    int verbose;               /* progress lines on stderr, one per shard */
 } lily_mk_opts;
 
 typedef struct lily_mk_result {
-    int n_files;       /* safetensors shards */
+    int n_files; /* safetensors shards */
     int n_tensors;
-    uint64_t bytes;    /* total bytes of the shards */
+    uint64_t bytes; /* total bytes of the shards */
     double seconds;
 } lily_mk_result;
 

@@ -12,14 +12,18 @@
 #include "base/file.h"
 #include "model/config.h"
 
-static void add_int(cJSON *o, const char *k, double v) { cJSON_AddNumberToObject(o, k, v); }
+static void add_int(cJSON *o, const char *k, double v) {
+    cJSON_AddNumberToObject(o, k, v);
+}
 
 static cJSON *eos_value(const lily_config *c, int first_only) {
     int n = 0;
-    while (n < 4 && c->eos_ids[n] >= 0) n++;
+    while (n < 4 && c->eos_ids[n] >= 0)
+        n++;
     if (first_only || n == 1) return cJSON_CreateNumber(n ? c->eos_ids[0] : 0);
     cJSON *a = cJSON_CreateArray();
-    for (int i = 0; i < n; i++) cJSON_AddItemToArray(a, cJSON_CreateNumber(c->eos_ids[i]));
+    for (int i = 0; i < n; i++)
+        cJSON_AddItemToArray(a, cJSON_CreateNumber(c->eos_ids[i]));
     return a;
 }
 
@@ -56,8 +60,8 @@ static cJSON *text_config(const lily_mk_opts *o) {
     cJSON_AddBoolToObject(t, "attn_output_gate", c->attn_output_gate);
     cJSON *lt = cJSON_AddArrayToObject(t, "layer_types");
     for (int l = 0; l < c->n_layers; l++)
-        cJSON_AddItemToArray(lt, cJSON_CreateString(c->layer_is_attn[l] ? "full_attention"
-                                                                         : "linear_attention"));
+        cJSON_AddItemToArray(
+            lt, cJSON_CreateString(c->layer_is_attn[l] ? "full_attention" : "linear_attention"));
     add_int(t, "full_attention_interval", o->attn_interval);
     add_int(t, "max_position_embeddings", c->max_position);
     double prf = (double)c->rope_dim / c->head_dim;
@@ -79,8 +83,10 @@ static cJSON *text_config(const lily_mk_opts *o) {
     cJSON_AddNumberToObject(t, "initializer_range", 0.02);
     cJSON_AddTrueToObject(t, "use_cache");
     cJSON_AddStringToObject(t, "dtype", "bfloat16");
-    if (c->eos_ids[1] >= 0) add_int(t, "eos_token_id", c->eos_ids[1]);
-    else if (c->eos_ids[0] >= 0) add_int(t, "eos_token_id", c->eos_ids[0]);
+    if (c->eos_ids[1] >= 0)
+        add_int(t, "eos_token_id", c->eos_ids[1]);
+    else if (c->eos_ids[0] >= 0)
+        add_int(t, "eos_token_id", c->eos_ids[0]);
     if (o->bos_id >= 0) {
         add_int(t, "bos_token_id", o->bos_id);
         add_int(t, "pad_token_id", o->bos_id);
@@ -113,8 +119,8 @@ static cJSON *quant_table(const lily_mk_opts *o) {
 char *lily_mk_config_json(const lily_mk_opts *o) {
     const lily_config *c = &o->cfg;
     cJSON *root = cJSON_CreateObject();
-    const char *arch = c->is_moe ? "Qwen3_5MoeForConditionalGeneration"
-                                 : "Qwen3_5ForConditionalGeneration";
+    const char *arch =
+        c->is_moe ? "Qwen3_5MoeForConditionalGeneration" : "Qwen3_5ForConditionalGeneration";
     cJSON_AddItemToObject(root, "architectures", cJSON_CreateStringArray(&arch, 1));
     cJSON_AddStringToObject(root, "model_type", c->is_moe ? "qwen3_5_moe" : "qwen3_5");
     cJSON_AddBoolToObject(root, "tie_word_embeddings", c->tie_embeddings);
@@ -144,7 +150,8 @@ char *lily_mk_generation_json(const lily_mk_opts *o) {
 
 int lily_mk_write_text(const char *dir, const char *name, const char *text, lily_err *err) {
     char path[4096];
-    if (lily_path_join(path, sizeof path, dir, name)) return lily_fail(err, "%s: path too long", dir);
+    if (lily_path_join(path, sizeof path, dir, name))
+        return lily_fail(err, "%s: path too long", dir);
     FILE *f = fopen(path, "wb");
     if (!f) return lily_fail(err, "%s: cannot create: %s", path, strerror(errno));
     size_t n = strlen(text);
@@ -181,8 +188,8 @@ static int token_id(const cJSON *tok, const char *s) {
             return (int)id->valuedouble;
     }
     const cJSON *model = cJSON_GetObjectItemCaseSensitive(tok, "model");
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(
-        cJSON_GetObjectItemCaseSensitive(model, "vocab"), s);
+    const cJSON *v =
+        cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(model, "vocab"), s);
     return cJSON_IsNumber(v) ? (int)v->valuedouble : -1;
 }
 
@@ -196,8 +203,8 @@ int lily_mk_tokenizer_size(lily_mk_opts *o, lily_err *err) {
     }
     double max_id = -1;
     const cJSON *e;
-    const cJSON *vocab = cJSON_GetObjectItemCaseSensitive(
-        cJSON_GetObjectItemCaseSensitive(tok, "model"), "vocab");
+    const cJSON *vocab =
+        cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(tok, "model"), "vocab");
     cJSON_ArrayForEach(e, vocab) if (cJSON_IsNumber(e) && e->valuedouble > max_id) max_id =
         e->valuedouble;
     cJSON_ArrayForEach(e, cJSON_GetObjectItemCaseSensitive(tok, "added_tokens")) {
@@ -215,7 +222,8 @@ int lily_mk_tokenizer_size(lily_mk_opts *o, lily_err *err) {
         if (cJSON_IsObject(eos)) eos = cJSON_GetObjectItemCaseSensitive(eos, "content");
         int eid = cJSON_IsString(eos) ? token_id(tok, eos->valuestring) : -1;
         int end = token_id(tok, "<|endoftext|>");
-        for (int i = 0; i < 4; i++) o->cfg.eos_ids[i] = -1;
+        for (int i = 0; i < 4; i++)
+            o->cfg.eos_ids[i] = -1;
         int n = 0;
         if (eid >= 0) o->cfg.eos_ids[n++] = eid;
         if (end >= 0 && end != eid) o->cfg.eos_ids[n++] = end;
@@ -229,7 +237,8 @@ int lily_mk_tokenizer_size(lily_mk_opts *o, lily_err *err) {
 static int copy_file(const char *src_dir, const char *dir, const char *name, int required,
                      lily_err *err) {
     char src[4096], dst[4096];
-    if (lily_path_join(src, sizeof src, src_dir, name) || lily_path_join(dst, sizeof dst, dir, name))
+    if (lily_path_join(src, sizeof src, src_dir, name) ||
+        lily_path_join(dst, sizeof dst, dir, name))
         return lily_fail(err, "%s: path too long", dir);
     if (!lily_file_exists(src)) return required ? lily_fail(err, "%s: missing", src) : 0;
     FILE *in = fopen(src, "rb");
@@ -242,7 +251,8 @@ static int copy_file(const char *src_dir, const char *dir, const char *name, int
     char buf[1 << 16];
     size_t n;
     int ok = 1;
-    while (ok && (n = fread(buf, 1, sizeof buf, in)) > 0) ok = fwrite(buf, 1, n, out) == n;
+    while (ok && (n = fread(buf, 1, sizeof buf, in)) > 0)
+        ok = fwrite(buf, 1, n, out) == n;
     ok &= !ferror(in);
     fclose(in);
     if (fclose(out) != 0) ok = 0;

@@ -19,7 +19,9 @@ static inline uint64_t mix64(uint64_t z) {
     return z ^ (z >> 31);
 }
 
-static inline uint64_t stream(uint64_t key, uint64_t i) { return mix64(key + (i + 1) * GOLDEN); }
+static inline uint64_t stream(uint64_t key, uint64_t i) {
+    return mix64(key + (i + 1) * GOLDEN);
+}
 
 static inline uint64_t derive(uint64_t key, uint64_t e) {
     return mix64(key ^ mix64((e + 1) * 0xd1b54a32d192ed03ull));
@@ -40,10 +42,14 @@ static inline uint16_t to_bf16(float f) {
     return (uint16_t)(u >> 16);
 }
 
-static inline double uniform(uint64_t x) { return (double)(x >> 11) * (1.0 / 9007199254740992.0); }
+static inline double uniform(uint64_t x) {
+    return (double)(x >> 11) * (1.0 / 9007199254740992.0);
+}
 
 /* std of a code drawn uniformly from [0, 2^bits): sqrt((4^bits - 1) / 12). */
-static double code_std(int bits) { return sqrt((pow(4.0, bits) - 1.0) / 12.0); }
+static double code_std(int bits) {
+    return sqrt((pow(4.0, bits) - 1.0) / 12.0);
+}
 
 static float group_scale(const lily_mk_tensor *t, uint64_t i) {
     float s = t->scale_base * (1.0f + 0.1f * normal(stream(t->key, i)));
@@ -111,9 +117,11 @@ static void gen_normal(const lily_mk_tensor *t, uint64_t e0, uint64_t e1, unsign
         }
         unsigned char *o = d + es * (i - e0);
         if (dt == LILY_ST_BF16) {
-            for (; i < end; i++, o += 2) store(LILY_ST_BF16, o, mean + sd * normal(stream(key, i - base)));
+            for (; i < end; i++, o += 2)
+                store(LILY_ST_BF16, o, mean + sd * normal(stream(key, i - base)));
         } else {
-            for (; i < end; i++, o += 4) store(LILY_ST_F32, o, mean + sd * normal(stream(key, i - base)));
+            for (; i < end; i++, o += 4)
+                store(LILY_ST_F32, o, mean + sd * normal(stream(key, i - base)));
         }
     }
 }
@@ -133,7 +141,8 @@ void lily_mk_gen(const lily_mk_tensor *t, uint64_t e0, uint64_t e1, void *dst) {
         }
     } else {
         size_t es = lily_st_dtype_size(t->dtype);
-        for (uint64_t i = e0; i < e1; i++) store(t->dtype, d + es * (i - e0), value(t, i));
+        for (uint64_t i = e0; i < e1; i++)
+            store(t->dtype, d + es * (i - e0), value(t, i));
     }
 }
 
@@ -148,15 +157,17 @@ typedef struct {
 
 static uint64_t name_key(const lily_mk_opts *o, const char *name) {
     uint64_t h = 1469598103934665603ull;
-    for (const char *s = name; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211ull;
+    for (const char *s = name; *s; s++)
+        h = (h ^ (unsigned char)*s) * 1099511628211ull;
     return mix64(h ^ mix64(o->seed + GOLDEN));
 }
 
-static lily_mk_tensor *add(builder *b, lily_st_dtype dt, mk_kind kind, int ndim, const int64_t *shape,
-                           const char *fmt, ...) __attribute__((format(printf, 6, 7)));
+static lily_mk_tensor *add(builder *b, lily_st_dtype dt, mk_kind kind, int ndim,
+                           const int64_t *shape, const char *fmt, ...)
+    __attribute__((format(printf, 6, 7)));
 
-static lily_mk_tensor *add(builder *b, lily_st_dtype dt, mk_kind kind, int ndim, const int64_t *shape,
-                           const char *fmt, ...) {
+static lily_mk_tensor *add(builder *b, lily_st_dtype dt, mk_kind kind, int ndim,
+                           const int64_t *shape, const char *fmt, ...) {
     lily_mk_plan *p = b->p;
     if (p->n == p->cap) {
         p->cap = p->cap ? 2 * p->cap : 256;
@@ -181,7 +192,8 @@ static lily_mk_tensor *add(builder *b, lily_st_dtype dt, mk_kind kind, int ndim,
 }
 
 /* A 1-D tensor `name` of n values, mean + std * N(0,1). */
-static void add_vec(builder *b, const char *name, int64_t n, float mean, float std, lily_st_dtype dt) {
+static void add_vec(builder *b, const char *name, int64_t n, float mean, float std,
+                    lily_st_dtype dt) {
     lily_mk_tensor *t = add(b, dt, MK_NORMAL, 1, &n, "%s", name);
     t->mean = mean;
     t->std = std;
@@ -247,7 +259,8 @@ static void add_experts(builder *b, const char *lp, int l, float res) {
     uint64_t kd = name_key(b->o, logical);
     if (b->o->fused_experts) {
         int64_t gu[3] = {E, 2 * I, H}, dn[3] = {E, H, I};
-        lily_mk_tensor *t = add(b, LILY_ST_BF16, MK_NORMAL, 3, gu, "%smlp.experts.gate_up_proj", lp);
+        lily_mk_tensor *t =
+            add(b, LILY_ST_BF16, MK_NORMAL, 3, gu, "%smlp.experts.gate_up_proj", lp);
         t->std = sin;
         t->key = kg;
         t->key2 = ku;
@@ -262,7 +275,8 @@ static void add_experts(builder *b, const char *lp, int l, float res) {
     }
     int64_t up[2] = {I, H}, dn[2] = {H, I};
     for (int e = 0; e < E; e++) {
-        lily_mk_tensor *t = add(b, LILY_ST_BF16, MK_NORMAL, 2, up, "%smlp.experts.%d.gate_proj.weight", lp, e);
+        lily_mk_tensor *t =
+            add(b, LILY_ST_BF16, MK_NORMAL, 2, up, "%smlp.experts.%d.gate_proj.weight", lp, e);
         t->std = sin;
         t->key = derive(kg, (uint64_t)e);
         t = add(b, LILY_ST_BF16, MK_NORMAL, 2, up, "%smlp.experts.%d.up_proj.weight", lp, e);
@@ -310,7 +324,8 @@ static void add_layer(builder *b, int l) {
         add_lin(b, n, 0, c->lin_nv, H, sin, bits);
         /* HF [C,1,K]; MLX moves the kernel axis to the middle: [C,K,1]. Same element order. */
         int64_t cs[3] = {C, b->mlx ? c->conv_k : 1, b->mlx ? 1 : c->conv_k};
-        lily_mk_tensor *t = add(b, LILY_ST_BF16, MK_NORMAL, 3, cs, "%slinear_attn.conv1d.weight", lp);
+        lily_mk_tensor *t =
+            add(b, LILY_ST_BF16, MK_NORMAL, 3, cs, "%slinear_attn.conv1d.weight", lp);
         t->std = 0.5f;
         int64_t nv = c->lin_nv;
         add(b, LILY_ST_BF16, MK_DTBIAS, 1, &nv, "%slinear_attn.dt_bias", lp);
@@ -354,7 +369,8 @@ void lily_mk_plan_build(const lily_mk_opts *o, lily_mk_plan *p) {
     char n[256];
     snprintf(n, sizeof n, "%sembed_tokens", b.prefix);
     add_lin(&b, n, 0, c->vocab, c->hidden, 1.0f, o->bits);
-    for (int l = 0; l < c->n_layers; l++) add_layer(&b, l);
+    for (int l = 0; l < c->n_layers; l++)
+        add_layer(&b, l);
     snprintf(n, sizeof n, "%snorm.weight", b.prefix);
     add_norm(&b, n, c->hidden);
     if (!c->tie_embeddings)

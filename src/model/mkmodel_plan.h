@@ -28,9 +28,9 @@ typedef struct lily_mk_tensor {
     int64_t shape[LILY_ST_MAX_DIMS];
     mk_kind kind;
     float mean, std;
-    int bits;            /* MK_SCALES / MK_BIASES */
-    float scale_base;    /* MK_SCALES / MK_BIASES: std / (std of a uniform b-bit code) */
-    uint64_t key;        /* value stream */
+    int bits;         /* MK_SCALES / MK_BIASES */
+    float scale_base; /* MK_SCALES / MK_BIASES: std / (std of a uniform b-bit code) */
+    uint64_t key;     /* value stream */
     /* Expert stacks in HF layout share values with per-expert keys: element i belongs to expert
      * i / per_expert and is drawn from stream derive(key, expert); with split_rows > 0 the rows at
      * or past split_rows (of row length cols) come from derive(key2, expert) instead. */

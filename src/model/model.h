@@ -30,22 +30,22 @@ typedef enum lily_dtype {
 typedef struct lily_mat {
     lily_dtype dt;
     int rows, cols;
-    int group;                /* quantization group size (64); 0 for float types */
-    const void *w;            /* borrowed from the mapping */
-    const uint16_t *scales;   /* bf16 [rows][cols/group], Q types only */
-    const uint16_t *biases;   /* bf16 [rows][cols/group], Q types only */
+    int group;              /* quantization group size (64); 0 for float types */
+    const void *w;          /* borrowed from the mapping */
+    const uint16_t *scales; /* bf16 [rows][cols/group], Q types only */
+    const uint16_t *biases; /* bf16 [rows][cols/group], Q types only */
 } lily_mat;
 
 typedef struct lily_config {
-    char model_type[32];  /* "qwen3_5_moe" | "qwen3_5" | "qwen3_next" */
-    int is_moe;           /* routed experts in every layer (else a dense SwiGLU MLP) */
-    int hidden;           /* H */
-    int n_layers;         /* L */
-    int vocab;            /* V: rows of embed_tokens / lm_head */
-    int n_q_heads;        /* Nq */
-    int n_kv_heads;       /* Nkv */
-    int head_dim;         /* Dh */
-    int rope_dim;         /* R = Dh * partial_rotary_factor, even */
+    char model_type[32]; /* "qwen3_5_moe" | "qwen3_5" | "qwen3_next" */
+    int is_moe;          /* routed experts in every layer (else a dense SwiGLU MLP) */
+    int hidden;          /* H */
+    int n_layers;        /* L */
+    int vocab;           /* V: rows of embed_tokens / lm_head */
+    int n_q_heads;       /* Nq */
+    int n_kv_heads;      /* Nkv */
+    int head_dim;        /* Dh */
+    int rope_dim;        /* R = Dh * partial_rotary_factor, even */
     double rope_theta;
     int attn_output_gate; /* q_proj carries a per-head sigmoid gate (interleaved) */
     int lin_nk, lin_nv;   /* GDN key heads, value heads */
@@ -59,22 +59,22 @@ typedef struct lily_config {
     int tie_embeddings;
     float rms_eps;
     int max_position;
-    int eos_ids[4];       /* -1 padded */
+    int eos_ids[4]; /* -1 padded */
     uint8_t layer_is_attn[LILY_MAX_LAYERS];
 } lily_config;
 
 typedef struct lily_layer {
     int is_attn;
-    float *in_norm;    /* [H], effective scale (1+w already applied for HF) */
-    float *post_norm;  /* [H], effective scale */
+    float *in_norm;   /* [H], effective scale (1+w already applied for HF) */
+    float *post_norm; /* [H], effective scale */
 
     /* Full attention (is_attn). */
-    lily_mat q_proj;   /* [Nq*Dh*(1+gate), H]: per head [q(Dh) | gate(Dh)] when gated */
-    lily_mat k_proj;   /* [Nkv*Dh, H] */
-    lily_mat v_proj;   /* [Nkv*Dh, H] */
-    lily_mat o_proj;   /* [H, Nq*Dh] */
-    float *q_norm;     /* [Dh], effective scale */
-    float *k_norm;     /* [Dh], effective scale */
+    lily_mat q_proj; /* [Nq*Dh*(1+gate), H]: per head [q(Dh) | gate(Dh)] when gated */
+    lily_mat k_proj; /* [Nkv*Dh, H] */
+    lily_mat v_proj; /* [Nkv*Dh, H] */
+    lily_mat o_proj; /* [H, Nq*Dh] */
+    float *q_norm;   /* [Dh], effective scale */
+    float *k_norm;   /* [Dh], effective scale */
 
     /* Gated DeltaNet (!is_attn). */
     lily_mat qkv_proj; /* [2*Nk*Dk + Nv*Dv, H]: rows [q | k | v], head-major */
@@ -88,32 +88,32 @@ typedef struct lily_layer {
     float *gdn_norm;   /* [Dv], plain weight (never shifted) */
 
     /* Sparse MoE (cfg.is_moe). */
-    lily_mat router;      /* [E, H] */
-    lily_mat *exp_gate;   /* [E] of [I, H] */
-    lily_mat *exp_up;     /* [E] of [I, H] */
-    lily_mat *exp_down;   /* [E] of [H, I] */
-    lily_mat sh_gate;     /* [Is, H] */
-    lily_mat sh_up;       /* [Is, H] */
-    lily_mat sh_down;     /* [H, Is] */
-    lily_mat sh_gate_w;   /* [1, H] scalar sigmoid gate of the shared expert */
+    lily_mat router;    /* [E, H] */
+    lily_mat *exp_gate; /* [E] of [I, H] */
+    lily_mat *exp_up;   /* [E] of [I, H] */
+    lily_mat *exp_down; /* [E] of [H, I] */
+    lily_mat sh_gate;   /* [Is, H] */
+    lily_mat sh_up;     /* [Is, H] */
+    lily_mat sh_down;   /* [H, Is] */
+    lily_mat sh_gate_w; /* [1, H] scalar sigmoid gate of the shared expert */
 
     /* Dense SwiGLU MLP (!cfg.is_moe). */
-    lily_mat mlp_gate;    /* [intermediate, H] */
-    lily_mat mlp_up;      /* [intermediate, H] */
-    lily_mat mlp_down;    /* [H, intermediate] */
+    lily_mat mlp_gate; /* [intermediate, H] */
+    lily_mat mlp_up;   /* [intermediate, H] */
+    lily_mat mlp_down; /* [H, intermediate] */
 } lily_layer;
 
 typedef struct lily_model {
     lily_config cfg;
-    char layout[8];       /* "hf" | "mlx" */
-    char quant[32];       /* "bf16", "f32", "mlx-4bit", "mlx-8bit", "mixed" */
-    lily_mat embed;       /* [V, H] */
-    lily_mat lm_head;     /* [V, H] (the embedding when tied) */
-    float *final_norm;    /* [H], effective scale */
-    lily_layer *layers;   /* [L] */
-    uint64_t n_params;    /* text-model parameters bound */
-    uint64_t weight_bytes;/* bytes of the bound tensors as stored */
-    void *priv;           /* loader-owned: mappings, owned arrays */
+    char layout[8];        /* "hf" | "mlx" */
+    char quant[32];        /* "bf16", "f32", "mlx-4bit", "mlx-8bit", "mixed" */
+    lily_mat embed;        /* [V, H] */
+    lily_mat lm_head;      /* [V, H] (the embedding when tied) */
+    float *final_norm;     /* [H], effective scale */
+    lily_layer *layers;    /* [L] */
+    uint64_t n_params;     /* text-model parameters bound */
+    uint64_t weight_bytes; /* bytes of the bound tensors as stored */
+    void *priv;            /* loader-owned: mappings, owned arrays */
 } lily_model;
 
 /* Loads dir. On failure returns -1 with a message naming the file and tensor at fault. */

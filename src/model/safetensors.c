@@ -81,7 +81,8 @@ uint16_t lily_st_f32_bf16(float f) {
 
 uint64_t lily_st_numel(const lily_st_tensor *t) {
     uint64_t n = 1;
-    for (int i = 0; i < t->ndim; i++) n *= (uint64_t)t->shape[i];
+    for (int i = 0; i < t->ndim; i++)
+        n *= (uint64_t)t->shape[i];
     return n;
 }
 
@@ -100,7 +101,8 @@ const char *lily_st_shape_str(const lily_st_tensor *t, char *buf, size_t len) {
 
 static uint64_t hash_str(const char *s) {
     uint64_t h = 1469598103934665603ull;
-    for (; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211ull;
+    for (; *s; s++)
+        h = (h ^ (unsigned char)*s) * 1099511628211ull;
     return h;
 }
 
@@ -111,7 +113,8 @@ typedef struct {
 
 static void table_init(name_table *t, size_t n) {
     t->cap = 16;
-    while (t->cap < 2 * n + 2) t->cap *= 2;
+    while (t->cap < 2 * n + 2)
+        t->cap *= 2;
     t->slot = lily_xcalloc(t->cap, sizeof *t->slot);
 }
 
@@ -168,9 +171,12 @@ static int parse_tensor(const cJSON *e, lily_st_tensor *t, uint64_t data_size, l
         uint64_t v;
         if (json_uint(d, &v)) return lily_fail(err, "shape[%d] is not a non-negative integer", i);
         t->shape[i++] = (int64_t)v;
-        if (v == 0) zero = 1;
-        else if (numel > UINT64_MAX / v) return lily_fail(err, "shape overflows");
-        else numel *= v;
+        if (v == 0)
+            zero = 1;
+        else if (numel > UINT64_MAX / v)
+            return lily_fail(err, "shape overflows");
+        else
+            numel *= v;
     }
     if (zero) numel = 0;
     uint64_t es = lily_st_dtype_size(t->dtype);
@@ -180,8 +186,9 @@ static int parse_tensor(const cJSON *e, lily_st_tensor *t, uint64_t data_size, l
     uint64_t b, en;
     if (json_uint(cJSON_GetArrayItem(off, 0), &b) || json_uint(cJSON_GetArrayItem(off, 1), &en))
         return lily_fail(err, "\"data_offsets\" are not non-negative integers");
-    if (en < b) return lily_fail(err, "data_offsets end %llu < begin %llu",
-                                 (unsigned long long)en, (unsigned long long)b);
+    if (en < b)
+        return lily_fail(err, "data_offsets end %llu < begin %llu", (unsigned long long)en,
+                         (unsigned long long)b);
     if (en > data_size)
         return lily_fail(err, "data_offsets [%llu, %llu) beyond the data section (%llu bytes)",
                          (unsigned long long)b, (unsigned long long)en,
@@ -200,7 +207,8 @@ static int parse_tensor(const cJSON *e, lily_st_tensor *t, uint64_t data_size, l
 
 void lily_st_close(lily_st_file *f) {
     if (!f) return;
-    for (int i = 0; i < f->n_tensors; i++) free(f->tensors[i].name);
+    for (int i = 0; i < f->n_tensors; i++)
+        free(f->tensors[i].name);
     free(f->tensors);
     free(f->path);
     lily_mmap_close(&f->map);
@@ -214,15 +222,17 @@ int lily_st_parse(const unsigned char *buf, size_t size, const char *name, lily_
         return lily_fail(err, "%s: truncated: %zu bytes, not even the 8-byte header length", name,
                          size);
     uint64_t hl = 0;
-    for (int i = 7; i >= 0; i--) hl = (hl << 8) | buf[i];
+    for (int i = 7; i >= 0; i--)
+        hl = (hl << 8) | buf[i];
     if (hl > size - 8)
         return lily_fail(err, "%s: header length %llu runs past the end of the file (%zu bytes)",
                          name, (unsigned long long)hl, size);
     if (hl > LILY_ST_MAX_HEADER)
         return lily_fail(err, "%s: header length %llu is implausibly large", name,
                          (unsigned long long)hl);
-    if (hl < 2) return lily_fail(err, "%s: header of %llu bytes is not a JSON object", name,
-                                 (unsigned long long)hl);
+    if (hl < 2)
+        return lily_fail(err, "%s: header of %llu bytes is not a JSON object", name,
+                         (unsigned long long)hl);
     cJSON *root = cJSON_ParseWithLength((const char *)buf + 8, (size_t)hl);
     if (!root) return lily_fail(err, "%s: header is not valid JSON", name);
     if (!cJSON_IsObject(root)) {
@@ -308,8 +318,8 @@ static int cmp_str(const void *a, const void *b) {
 }
 
 /* Shard files named by the index: the weight_map values, each once, in order of first use. */
-static int set_from_index(lily_st_set *s, const char *dir, const char *index_path,
-                          cJSON **wm_out, lily_err *err) {
+static int set_from_index(lily_st_set *s, const char *dir, const char *index_path, cJSON **wm_out,
+                          lily_err *err) {
     char *text = NULL;
     size_t len = 0;
     if (lily_read_file(index_path, 64u << 20, &text, &len, err)) return -1;
@@ -356,7 +366,8 @@ static int set_from_scan(lily_st_set *s, const char *dir, lily_err *err) {
     int rc = n ? 0 : lily_fail(err, "%s: no *.safetensors files", dir);
     for (int i = 0; i < n && !rc; i++)
         if (set_add_file(s, dir, names[i], err) < 0) rc = -1;
-    for (int i = 0; i < n; i++) free(names[i]);
+    for (int i = 0; i < n; i++)
+        free(names[i]);
     free(names);
     return rc;
 }
@@ -378,7 +389,8 @@ int lily_st_set_open(const char *dir, lily_st_set **out, lily_err *err) {
         rc = set_from_scan(s, dir, err);
     }
     if (rc == 0) {
-        for (int i = 0; i < s->n_files; i++) s->n_tensors += s->files[i].n_tensors;
+        for (int i = 0; i < s->n_files; i++)
+            s->n_tensors += s->files[i].n_tensors;
         table_init(&s->names, (size_t)s->n_tensors);
         for (int i = 0; i < s->n_files && rc == 0; i++) {
             for (int j = 0; j < s->files[i].n_tensors; j++) {
@@ -401,8 +413,10 @@ int lily_st_set_open(const char *dir, lily_st_set **out, lily_err *err) {
             char want[4096];
             lily_path_join(want, sizeof want, dir, e->valuestring);
             if (!t || strcmp(s->files[t->file].path, want)) {
-                rc = lily_fail(err, "%s/model.safetensors.index.json: tensor \"%.200s\" is not "
-                               "in %s", dir, e->string ? e->string : "", e->valuestring);
+                rc = lily_fail(err,
+                               "%s/model.safetensors.index.json: tensor \"%.200s\" is not "
+                               "in %s",
+                               dir, e->string ? e->string : "", e->valuestring);
                 break;
             }
         }
@@ -418,7 +432,8 @@ int lily_st_set_open(const char *dir, lily_st_set **out, lily_err *err) {
 
 void lily_st_set_free(lily_st_set *s) {
     if (!s) return;
-    for (int i = 0; i < s->n_files; i++) lily_st_close(&s->files[i]);
+    for (int i = 0; i < s->n_files; i++)
+        lily_st_close(&s->files[i]);
     free(s->files);
     free(s->names.slot);
     free(s);
@@ -428,7 +443,9 @@ const lily_st_tensor *lily_st_find(const lily_st_set *s, const char *name) {
     return table_get(&s->names, name);
 }
 
-int lily_st_count(const lily_st_set *s) { return s->n_tensors; }
+int lily_st_count(const lily_st_set *s) {
+    return s->n_tensors;
+}
 
 const lily_st_tensor *lily_st_at(const lily_st_set *s, int i) {
     for (int f = 0; f < s->n_files; f++) {
@@ -438,9 +455,13 @@ const lily_st_tensor *lily_st_at(const lily_st_set *s, int i) {
     return NULL;
 }
 
-int lily_st_n_files(const lily_st_set *s) { return s->n_files; }
+int lily_st_n_files(const lily_st_set *s) {
+    return s->n_files;
+}
 
-const lily_st_file *lily_st_file_at(const lily_st_set *s, int i) { return &s->files[i]; }
+const lily_st_file *lily_st_file_at(const lily_st_set *s, int i) {
+    return &s->files[i];
+}
 
 const char *lily_st_path_of(const lily_st_set *s, const lily_st_tensor *t) {
     return s->files[t->file].path;

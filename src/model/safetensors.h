@@ -45,13 +45,13 @@ typedef struct lily_st_tensor {
     int64_t shape[LILY_ST_MAX_DIMS];
     const unsigned char *data; /* into the mapping (or the caller's buffer) */
     uint64_t nbytes;
-    uint64_t offset;           /* of the data from the start of the file */
-    int file;                  /* index of the owning file in a lily_st_set */
+    uint64_t offset; /* of the data from the start of the file */
+    int file;        /* index of the owning file in a lily_st_set */
 } lily_st_tensor;
 
 typedef struct lily_st_file {
-    char *path;                /* for messages */
-    lily_mmap map;             /* empty when parsed from a caller buffer */
+    char *path;    /* for messages */
+    lily_mmap map; /* empty when parsed from a caller buffer */
     lily_st_tensor *tensors;
     int n_tensors;
     uint64_t header_len;

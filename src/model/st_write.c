@@ -10,7 +10,8 @@
 
 uint64_t lily_st_entry_bytes(const lily_st_entry *t) {
     uint64_t n = lily_st_dtype_size(t->dtype);
-    for (int i = 0; i < t->ndim; i++) n *= (uint64_t)t->shape[i];
+    for (int i = 0; i < t->ndim; i++)
+        n *= (uint64_t)t->shape[i];
     return n;
 }
 
@@ -21,7 +22,8 @@ typedef struct {
 
 static void put(sbuf *b, const char *s, size_t n) {
     if (b->len + n + 1 > b->cap) {
-        while (b->len + n + 1 > b->cap) b->cap = b->cap ? 2 * b->cap : 4096;
+        while (b->len + n + 1 > b->cap)
+            b->cap = b->cap ? 2 * b->cap : 4096;
         b->p = lily_xrealloc(b->p, b->cap);
     }
     memcpy(b->p + b->len, s, n);
@@ -29,7 +31,9 @@ static void put(sbuf *b, const char *s, size_t n) {
     b->p[b->len] = 0;
 }
 
-static void puts_(sbuf *b, const char *s) { put(b, s, strlen(s)); }
+static void puts_(sbuf *b, const char *s) {
+    put(b, s, strlen(s));
+}
 
 /* A JSON string literal (names are ASCII in practice; anything else is escaped). */
 static void put_json_str(sbuf *b, const char *s) {
@@ -74,9 +78,11 @@ unsigned char *lily_st_header(const lily_st_entry *t, int n, size_t *len) {
         off += nb;
     }
     puts_(&b, "}");
-    while (b.len % 8) puts_(&b, " ");
+    while (b.len % 8)
+        puts_(&b, " ");
     uint64_t hl = b.len - 8;
-    for (int i = 0; i < 8; i++) b.p[i] = (char)(hl >> (8 * i));
+    for (int i = 0; i < 8; i++)
+        b.p[i] = (char)(hl >> (8 * i));
     *len = b.len;
     return (unsigned char *)b.p;
 }

@@ -23,10 +23,10 @@ typedef enum lily_comp {
 
 typedef struct lily_model_stats {
     uint64_t params[LILY_COMP_N];
-    uint64_t bytes[LILY_COMP_N];     /* as stored in the checkpoint */
-    uint64_t bytes_per_token;        /* weights read per decoded token (top-k experts only) */
-    uint64_t kv_bytes_per_token;     /* bf16 K and V of every attention layer */
-    uint64_t recurrent_state_bytes;  /* fp32 GDN state + bf16 conv state, all GDN layers */
+    uint64_t bytes[LILY_COMP_N];    /* as stored in the checkpoint */
+    uint64_t bytes_per_token;       /* weights read per decoded token (top-k experts only) */
+    uint64_t kv_bytes_per_token;    /* bf16 K and V of every attention layer */
+    uint64_t recurrent_state_bytes; /* fp32 GDN state + bf16 conv state, all GDN layers */
     int n_attn, n_gdn;
 } lily_model_stats;
 

@@ -15,12 +15,12 @@ struct lily_sampler {
     int vocab;
     lily_logit_bias *bias; /* the create-time bias list, ids in range */
     int n_bias;
-    int32_t ban_id;        /* the bias list is this one id at -inf (-1: it is not) */
-    float *w;              /* [vocab] working logits */
-    lily_draw_cand *c;     /* [vocab] the draw's scratch */
-    uint8_t *mark;         /* [vocab] scratch marks for distinct-token passes, kept all zero */
-    int32_t *count;        /* [vocab] accepted-token counts */
-    int32_t *seen;         /* distinct accepted tokens, in first-seen order */
+    int32_t ban_id;    /* the bias list is this one id at -inf (-1: it is not) */
+    float *w;          /* [vocab] working logits */
+    lily_draw_cand *c; /* [vocab] the draw's scratch */
+    uint8_t *mark;     /* [vocab] scratch marks for distinct-token passes, kept all zero */
+    int32_t *count;    /* [vocab] accepted-token counts */
+    int32_t *seen;     /* distinct accepted tokens, in first-seen order */
     int n_seen;
 };
 
@@ -93,16 +93,21 @@ void lily_sampler_accept(lily_sampler *s, int32_t token) {
 }
 
 void lily_sampler_reset(lily_sampler *s) {
-    for (int i = 0; i < s->n_seen; i++) s->count[s->seen[i]] = 0;
+    for (int i = 0; i < s->n_seen; i++)
+        s->count[s->seen[i]] = 0;
     s->n_seen = 0;
 }
 
-const lily_sampler_params *lily_sampler_get_params(const lily_sampler *s) { return &s->p; }
+const lily_sampler_params *lily_sampler_get_params(const lily_sampler *s) {
+    return &s->p;
+}
 
 /* ---- the chain -------------------------------------------------------------------------------- */
 
 /* Keeps a penalised logit usable: a huge negative value times a penalty must not become -inf. */
-static float clamp_finite(float x) { return x < -FLT_MAX ? -FLT_MAX : (x > FLT_MAX ? FLT_MAX : x); }
+static float clamp_finite(float x) {
+    return x < -FLT_MAX ? -FLT_MAX : (x > FLT_MAX ? FLT_MAX : x);
+}
 
 static void apply_penalties(lily_sampler *s, const int32_t *history, int n_history) {
     const lily_sampler_params *p = &s->p;
@@ -135,8 +140,8 @@ static void apply_penalties(lily_sampler *s, const int32_t *history, int n_histo
 
 /* Whether the penalties could change a logit of some call (the backend cannot apply them). */
 static int penalties_on(const lily_sampler_params *p) {
-    return (p->repeat_penalty > 0.0f && p->repeat_penalty != 1.0f) ||
-           p->presence_penalty != 0.0f || p->frequency_penalty != 0.0f;
+    return (p->repeat_penalty > 0.0f && p->repeat_penalty != 1.0f) || p->presence_penalty != 0.0f ||
+           p->frequency_penalty != 0.0f;
 }
 
 /* Whether the penalties would change any logit of this call. */
@@ -244,6 +249,7 @@ int lily_logprobs_top(const float *logits, int vocab, int n, int32_t *ids, float
         lp[j] = x;
         ids[j] = i;
     }
-    for (int i = 0; i < have; i++) lp[i] = (float)((double)lp[i] - lse);
+    for (int i = 0; i < have; i++)
+        lp[i] = (float)((double)lp[i] - lse);
     return have;
 }

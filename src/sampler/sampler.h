@@ -59,8 +59,7 @@ typedef struct lily_sampler lily_sampler;
 lily_sampler_params lily_sampler_params_default(void);
 
 /* Checks the parameters (a message names the bad one) and allocates the scratch. */
-int lily_sampler_create(const lily_sampler_params *p, int vocab, lily_sampler **out,
-                        lily_err *err);
+int lily_sampler_create(const lily_sampler_params *p, int vocab, lily_sampler **out, lily_err *err);
 void lily_sampler_free(lily_sampler *s);
 
 /* Draws the token at step from logits[vocab]. history holds the context tokens (prompt and

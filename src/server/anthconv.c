@@ -353,22 +353,14 @@ cJSON *lily_anth_to_chat(const cJSON *b, lily_api_error *e) {
 
 static const char *error_type(int status) {
     switch (status) {
-    case 400:
-        return "invalid_request_error";
-    case 401:
-        return "authentication_error";
-    case 403:
-        return "permission_error";
-    case 404:
-        return "not_found_error";
-    case 413:
-        return "request_too_large";
-    case 429:
-        return "rate_limit_error";
-    case 503:
-        return "overloaded_error";
-    default:
-        return status >= 500 ? "api_error" : "invalid_request_error";
+    case 400: return "invalid_request_error";
+    case 401: return "authentication_error";
+    case 403: return "permission_error";
+    case 404: return "not_found_error";
+    case 413: return "request_too_large";
+    case 429: return "rate_limit_error";
+    case 503: return "overloaded_error";
+    default: return status >= 500 ? "api_error" : "invalid_request_error";
     }
 }
 

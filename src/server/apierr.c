@@ -8,8 +8,11 @@
 /* Length of the valid UTF-8 sequence at s[0..n), 0 if invalid or cut short. */
 static size_t utf8_seq(const unsigned char *s, size_t n) {
     unsigned char c = s[0];
-    size_t k = c < 0x80 ? 1 : (c >= 0xC2 && c <= 0xDF) ? 2 : (c >> 4) == 14 ? 3
-             : (c >= 0xF0 && c <= 0xF4) ? 4 : 0;
+    size_t k = c < 0x80                   ? 1
+               : (c >= 0xC2 && c <= 0xDF) ? 2
+               : (c >> 4) == 14           ? 3
+               : (c >= 0xF0 && c <= 0xF4) ? 4
+                                          : 0;
     if (!k || k > n) return 0;
     for (size_t j = 1; j < k; j++)
         if ((s[j] & 0xC0) != 0x80) return 0;

@@ -25,7 +25,7 @@
 #include "server/reqlog.h"
 #include "server/srv.h"
 
-#define WINDOW (16 * 1024 + 64 * 1024 + 1024) /* a head and a chunked body (httphead.c) */
+#define WINDOW   (16 * 1024 + 64 * 1024 + 1024) /* a head and a chunked body (httphead.c) */
 #define LINGER_S 2.0
 
 /* ---- connections ---------------------------------------------------------------------------- */
@@ -56,11 +56,11 @@ static void write_error(int fd, const lily_api_error *e, int anthropic) {
     else
         lily_api_error_json(e, &b);
     char head[320];
-    int n = snprintf(head, sizeof head,
-                     "HTTP/1.1 %d %s\r\nContent-Type: application/json\r\nContent-Length: %zu\r\n"
-                     "Connection: close\r\n%s\r\n",
-                     e->status, reason(e->status), b.len,
-                     e->retry_after ? "Retry-After: 1\r\n" : "");
+    int n =
+        snprintf(head, sizeof head,
+                 "HTTP/1.1 %d %s\r\nContent-Type: application/json\r\nContent-Length: %zu\r\n"
+                 "Connection: close\r\n%s\r\n",
+                 e->status, reason(e->status), b.len, e->retry_after ? "Retry-After: 1\r\n" : "");
     lily_sb out = {0};
     lily_sb_append(&out, head, (size_t)n);
     lily_sb_append(&out, b.data, b.len);
@@ -71,7 +71,10 @@ static void write_error(int fd, const lily_api_error *e, int anthropic) {
 }
 
 /* Per-address counts: a small open-addressing table (under lmu). */
-typedef struct { unsigned char ip[16]; int n; } ipcount;
+typedef struct {
+    unsigned char ip[16];
+    int n;
+} ipcount;
 static ipcount *g_ips;
 static size_t g_ips_cap;
 
@@ -101,8 +104,10 @@ static lily_conn *g_byfd[1 << 16]; /* the record of each open socket, for STARTE
 
 static void conn_unlink(lily_srv *s, lily_conn *c) {
     if (c->fd >= 0 && c->fd < (1 << 16) && g_byfd[c->fd] == c) g_byfd[c->fd] = NULL;
-    if (c->prev) c->prev->next = c->next;
-    else s->conns = c->next;
+    if (c->prev)
+        c->prev->next = c->next;
+    else
+        s->conns = c->next;
     if (c->next) c->next->prev = c->prev;
     s->n_conns--;
     ipcount *ic = ip_slot(c->ip, 0);
@@ -163,8 +168,7 @@ static void conn_reject(lily_srv *s, lily_conn *c, const lily_api_error *e, doub
     log_reject(s, c->addr, c->t0, now, method, path, e->status);
     const char *url = !strncmp(path, "/v1/", 4) ? path + 3 : path;
     int anthropic = !strncmp(url, "/messages", 9) && (!url[9] || url[9] == '/' || url[9] == '?');
-    while (recv(c->fd, junk, sizeof junk, MSG_DONTWAIT) > 0) {
-    }
+    while (recv(c->fd, junk, sizeof junk, MSG_DONTWAIT) > 0) {}
     write_error(c->fd, e, anthropic);
     shutdown(c->fd, SHUT_WR);
     c->state = CONN_LINGER;
@@ -202,8 +206,8 @@ static void on_accept(lily_srv *s, double now) {
     for (int k = 0; k < 64; k++) {
         struct sockaddr_storage addr;
         socklen_t alen = sizeof addr;
-        int fd = accept4(s->listen_fd, (struct sockaddr *)&addr, &alen,
-                         SOCK_NONBLOCK | SOCK_CLOEXEC);
+        int fd =
+            accept4(s->listen_fd, (struct sockaddr *)&addr, &alen, SOCK_NONBLOCK | SOCK_CLOEXEC);
         if (fd < 0) return;
         unsigned char ip[16] = {0};
         if (addr.ss_family == AF_INET) {
@@ -263,8 +267,7 @@ static void on_readable(lily_srv *s, lily_conn *c, double now) {
     if (c->state == CONN_LINGER) {
         char junk[4096];
         ssize_t r;
-        while ((r = recv(c->fd, junk, sizeof junk, MSG_DONTWAIT)) > 0) {
-        }
+        while ((r = recv(c->fd, junk, sizeof junk, MSG_DONTWAIT)) > 0) {}
         if (r == 0 || (r < 0 && errno != EAGAIN && errno != EWOULDBLOCK)) conn_close(s, c);
         return;
     }
@@ -276,8 +279,10 @@ static void on_readable(lily_srv *s, lily_conn *c, double now) {
     if (r < 0) return;
     lily_api_error e;
     int rc = lily_http_screen(g_window, (size_t)r, (size_t)r == sizeof g_window, &c->http11, &e);
-    if (rc < 0) conn_reject(s, c, &e, now);
-    else if (rc == 0) conn_handoff(s, c);
+    if (rc < 0)
+        conn_reject(s, c, &e, now);
+    else if (rc == 0)
+        conn_handoff(s, c);
 }
 
 static void sweep(lily_srv *s, double now) {
@@ -304,8 +309,10 @@ static void *front_main(void *arg) {
         double now = lily_now();
         pthread_mutex_lock(&s->lmu);
         for (int i = 0; i < n; i++) {
-            if (!evs[i].data.ptr) on_accept(s, now);
-            else on_readable(s, evs[i].data.ptr, now);
+            if (!evs[i].data.ptr)
+                on_accept(s, now);
+            else
+                on_readable(s, evs[i].data.ptr, now);
         }
         if (now - last_sweep >= 0.2) {
             sweep(s, now);

@@ -501,8 +501,8 @@ static enum MHD_Result start_stream(lily_srv *s, struct MHD_Connection *c, lily_
     j->refs++;
     j->last_drain = lily_now();
     pthread_mutex_unlock(&j->mu);
-    struct MHD_Response *r =
-        MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16 * 1024, stream_read, st, stream_free);
+    struct MHD_Response *r = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16 * 1024,
+                                                               stream_read, st, stream_free);
     if (!r) {
         stream_free(st);
         return MHD_NO;
@@ -639,8 +639,7 @@ static int json_content_type(struct MHD_Connection *c) {
     if (!t) return 0;
     while (*t == ' ')
         t++;
-    return !strncasecmp(t, "application/json", 16) &&
-           (t[16] == 0 || t[16] == ';' || t[16] == ' ');
+    return !strncasecmp(t, "application/json", 16) && (t[16] == 0 || t[16] == ';' || t[16] == ' ');
 }
 
 typedef struct {
@@ -654,8 +653,10 @@ static enum MHD_Result scan_clen(void *cls, enum MHD_ValueKind kind, const char 
     (void)kind;
     clen_scan *cs = cls;
     if (strcasecmp(key, "Content-Length")) return MHD_YES;
-    if (cs->n++ == 0) snprintf(cs->first, sizeof cs->first, "%s", value ? value : "");
-    else if (strcmp(cs->first, value ? value : "")) cs->conflict = 1;
+    if (cs->n++ == 0)
+        snprintf(cs->first, sizeof cs->first, "%s", value ? value : "");
+    else if (strcmp(cs->first, value ? value : ""))
+        cs->conflict = 1;
     return MHD_YES;
 }
 
@@ -934,12 +935,11 @@ int lily_http_serve(lily_srv *s, volatile int *stop, lily_err *e) {
     /* idle limit between bytes once libmicrohttpd has the connection (the read deadlines are
      * the sweep's); a suspended connection does not time out */
     unsigned idle = (unsigned)(s->opts.body_timeout + 0.5);
-    s->mhd = MHD_start_daemon(
-        flags, 0, NULL, NULL, handler, s, MHD_OPTION_NOTIFY_COMPLETED, completed, s,
-        MHD_OPTION_NOTIFY_CONNECTION, notify_conn, s, MHD_OPTION_CONNECTION_TIMEOUT, idle,
-        MHD_OPTION_CONNECTION_LIMIT, (unsigned)s->opts.max_conns + 16,
-        MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)64 * 1024, MHD_OPTION_ARRAY, tls,
-        MHD_OPTION_END);
+    s->mhd = MHD_start_daemon(flags, 0, NULL, NULL, handler, s, MHD_OPTION_NOTIFY_COMPLETED,
+                              completed, s, MHD_OPTION_NOTIFY_CONNECTION, notify_conn, s,
+                              MHD_OPTION_CONNECTION_TIMEOUT, idle, MHD_OPTION_CONNECTION_LIMIT,
+                              (unsigned)s->opts.max_conns + 16, MHD_OPTION_CONNECTION_MEMORY_LIMIT,
+                              (size_t)64 * 1024, MHD_OPTION_ARRAY, tls, MHD_OPTION_END);
     if (!s->mhd) {
         free(cert), free(key);
         close(s->listen_fd);

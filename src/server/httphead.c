@@ -8,10 +8,10 @@
 
 #include "server/srv.h"
 
-#define MAX_LINE (8 * 1024)     /* the request line; 414 beyond */
-#define MAX_HEAD (16 * 1024)    /* request line + headers; 431 beyond */
+#define MAX_LINE    (8 * 1024)  /* the request line; 414 beyond */
+#define MAX_HEAD    (16 * 1024) /* request line + headers; 431 beyond */
 #define MAX_CHUNKED (64 * 1024) /* a chunked body must be whole within this; 411 beyond */
-#define MAX_FIELDS 100
+#define MAX_FIELDS  100
 
 /* ---- the request head screen ---------------------------------------------------------------- */
 
@@ -33,16 +33,19 @@ static const char *eol(const char *p, const char *end) {
 static int screen_chunked(const char *p, const char *end, lily_api_error *e) {
     for (;;) {
         const char *nl = eol(p, end);
-        if (!nl) return (size_t)(end - p) > 32 ? bad(e, 400, "malformed_chunked_encoding",
-                                                      "malformed chunk size line")
-                                                : 1;
+        if (!nl)
+            return (size_t)(end - p) > 32
+                       ? bad(e, 400, "malformed_chunked_encoding", "malformed chunk size line")
+                       : 1;
         const char *q = p;
         unsigned long long size = 0;
         int digits = 0;
         for (; q < nl; q++, digits++) {
             char c = *q;
-            int v = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10
-                    : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+            int v = c >= '0' && c <= '9'   ? c - '0'
+                    : c >= 'a' && c <= 'f' ? c - 'a' + 10
+                    : c >= 'A' && c <= 'F' ? c - 'A' + 10
+                                           : -1;
             if (v < 0) break;
             if (digits >= 8) return bad(e, 411, "length_required", "chunk too large");
             size = size * 16 + (unsigned)v;
@@ -76,7 +79,8 @@ int lily_http_screen(const char *buf, size_t n, int full, int *http11, lily_api_
             return bad(e, 414, "uri_too_long", "the request line is too long");
         return 1;
     }
-    if ((size_t)(nl - p) > MAX_LINE) return bad(e, 414, "uri_too_long", "the request line is too long");
+    if ((size_t)(nl - p) > MAX_LINE)
+        return bad(e, 414, "uri_too_long", "the request line is too long");
     /* METHOD SP target SP HTTP/x.y */
     const char *q = p, *le = nl > p && nl[-1] == '\r' ? nl - 1 : nl;
     while (q < le && is_tchar((unsigned char)*q))
@@ -88,8 +92,8 @@ int lily_http_screen(const char *buf, size_t n, int full, int *http11, lily_api_
     if (q == t || q >= le || *q != ' ') return bad(e, 400, "bad_request", "malformed request line");
     const char *v = q + 1;
     size_t vn = (size_t)(le - v);
-    if (vn != 8 || memcmp(v, "HTTP/", 5) || v[5] < '0' || v[5] > '9' || v[6] != '.' ||
-        v[7] < '0' || v[7] > '9')
+    if (vn != 8 || memcmp(v, "HTTP/", 5) || v[5] < '0' || v[5] > '9' || v[6] != '.' || v[7] < '0' ||
+        v[7] > '9')
         return bad(e, 400, "bad_request", "malformed request line");
     if (v[5] != '1' || (v[7] != '0' && v[7] != '1'))
         return lily_api_fail(e, 505, "invalid_request_error", "http_version_not_supported", NULL,
@@ -119,7 +123,8 @@ int lily_http_screen(const char *buf, size_t n, int full, int *http11, lily_api_
         q = p;
         while (q < le && is_tchar((unsigned char)*q))
             q++;
-        if (q == p || q >= le || *q != ':') return bad(e, 400, "bad_request", "malformed header field");
+        if (q == p || q >= le || *q != ':')
+            return bad(e, 400, "bad_request", "malformed header field");
         size_t kn = (size_t)(q - p);
         const char *val = q + 1, *ve = le;
         for (const char *c = val; c < ve; c++)
@@ -132,7 +137,8 @@ int lily_http_screen(const char *buf, size_t n, int full, int *http11, lily_api_
         size_t vl = (size_t)(ve - val);
         if (kn == 14 && !strncasecmp(p, "Content-Length", 14)) {
             long long x = 0;
-            if (!vl || vl > 15) return bad(e, 400, "invalid_content_length", "invalid Content-Length");
+            if (!vl || vl > 15)
+                return bad(e, 400, "invalid_content_length", "invalid Content-Length");
             for (size_t i = 0; i < vl; i++) {
                 if (val[i] < '0' || val[i] > '9')
                     return bad(e, 400, "invalid_content_length", "invalid Content-Length");
@@ -143,8 +149,9 @@ int lily_http_screen(const char *buf, size_t n, int full, int *http11, lily_api_
             clen = x;
         } else if (kn == 17 && !strncasecmp(p, "Transfer-Encoding", 17)) {
             if (vl != 7 || strncasecmp(val, "chunked", 7) || chunked)
-                return lily_api_fail(e, 501, "invalid_request_error", "unsupported_transfer_encoding",
-                                     NULL, "only Transfer-Encoding: chunked is supported");
+                return lily_api_fail(e, 501, "invalid_request_error",
+                                     "unsupported_transfer_encoding", NULL,
+                                     "only Transfer-Encoding: chunked is supported");
             chunked = 1;
         } else if (kn == 4 && !strncasecmp(p, "Host", 4)) {
             hosts++;
@@ -152,7 +159,8 @@ int lily_http_screen(const char *buf, size_t n, int full, int *http11, lily_api_
         p = nl + 1;
     }
     if (hosts > 1) return bad(e, 400, "bad_request", "more than one Host header");
-    if (!hosts && *http11) return bad(e, 400, "bad_request", "HTTP/1.1 requests need a Host header");
+    if (!hosts && *http11)
+        return bad(e, 400, "bad_request", "HTTP/1.1 requests need a Host header");
     if (chunked && clen >= 0)
         return bad(e, 400, "invalid_content_length",
                    "Content-Length and Transfer-Encoding: chunked together");

@@ -49,8 +49,10 @@ static int utf8_ok(const char *s, size_t n, size_t *bad) {
 /* Skips a JSON string starting at s[i] == '"'; returns the index after its closing quote. */
 static size_t skip_str(const char *s, size_t n, size_t i) {
     for (i++; i < n; i++) {
-        if (s[i] == '\\') i++;
-        else if (s[i] == '"') return i + 1;
+        if (s[i] == '\\')
+            i++;
+        else if (s[i] == '"')
+            return i + 1;
     }
     return n;
 }

@@ -65,7 +65,8 @@ int lily_server_main(const lily_server_opts *o) {
     if (s->opts.conns_per_ip <= 0) s->opts.conns_per_ip = 256;
     if (s->opts.header_timeout <= 0) s->opts.header_timeout = 10;
     if (s->opts.body_timeout <= 0) s->opts.body_timeout = 60;
-    if (s->opts.body_timeout < s->opts.header_timeout) s->opts.body_timeout = s->opts.header_timeout;
+    if (s->opts.body_timeout < s->opts.header_timeout)
+        s->opts.body_timeout = s->opts.header_timeout;
     if (s->opts.send_timeout <= 0) s->opts.send_timeout = 30;
     if (!s->opts.send_buffer) s->opts.send_buffer = (size_t)4 << 20;
     if (!s->opts.tls_cert != !s->opts.tls_key) {

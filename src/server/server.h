@@ -32,15 +32,15 @@ typedef struct lily_server_opts {
     const char *const *allow_hosts; /* extra Host header names ("*": any); localhost names and
                                        the bound address are always allowed */
     int n_allow_hosts;
-    int max_tokens_cap;      /* generated tokens per request; 0 = the rest of the context */
-    double request_timeout;  /* s of generation per request, then finish "length"; 0 = 600 */
-    int max_conns;           /* open connections; 0 = 2048 */
-    int conns_per_ip;        /* open connections from one client address; 0 = 256 */
-    double header_timeout;   /* s from accept to the end of the request head; 0 = 10 */
-    double body_timeout;     /* s from accept to the end of the body; 0 = 60 */
-    double send_timeout;     /* s a stream may hold unsent bytes before it is cancelled; 0 = 30 */
-    size_t send_buffer;      /* bytes a stream may hold unsent; 0 = 4 MiB */
-    const char *tls_cert;    /* PEM files: serve HTTPS (both or neither) */
+    int max_tokens_cap;     /* generated tokens per request; 0 = the rest of the context */
+    double request_timeout; /* s of generation per request, then finish "length"; 0 = 600 */
+    int max_conns;          /* open connections; 0 = 2048 */
+    int conns_per_ip;       /* open connections from one client address; 0 = 256 */
+    double header_timeout;  /* s from accept to the end of the request head; 0 = 10 */
+    double body_timeout;    /* s from accept to the end of the body; 0 = 60 */
+    double send_timeout;    /* s a stream may hold unsent bytes before it is cancelled; 0 = 30 */
+    size_t send_buffer;     /* bytes a stream may hold unsent; 0 = 4 MiB */
+    const char *tls_cert;   /* PEM files: serve HTTPS (both or neither) */
     const char *tls_key;
 } lily_server_opts;
 

@@ -62,16 +62,16 @@ typedef struct lily_conn {
     struct lily_conn *prev, *next;
     int fd;
     lily_conn_state state;
-    double t0;                /* accepted */
-    double linger_until;      /* CONN_LINGER: close by then */
-    int phase;                /* 0 reading the head, 1 the body, 2 the request is in */
-    int killed;               /* shut down by a deadline */
-    int http11;               /* the request said HTTP/1.1 */
-    unsigned char ip[16];     /* client address (IPv4 mapped into the first 4 bytes) */
+    double t0;            /* accepted */
+    double linger_until;  /* CONN_LINGER: close by then */
+    int phase;            /* 0 reading the head, 1 the body, 2 the request is in */
+    int killed;           /* shut down by a deadline */
+    int http11;           /* the request said HTTP/1.1 */
+    unsigned char ip[16]; /* client address (IPv4 mapped into the first 4 bytes) */
     int ip_len;
     struct sockaddr_storage *addr;
     unsigned addr_len;
-    struct lily_job *job;     /* the job its request waits on, or NULL */
+    struct lily_job *job; /* the job its request waits on, or NULL */
 } lily_conn;
 
 /* An answer shape other than OpenAI chat completions (anthropic.c: /v1/messages, responses.c:
@@ -89,9 +89,9 @@ typedef struct lily_apiout {
 struct lily_job {
     lily_srv *srv;
     lily_task task;
-    lily_sb body;  /* the raw request body, until prepared */
-    int prepared;  /* preparation is over (failed or not) */
-    int failed;    /* ... and failed: answer err */
+    lily_sb body; /* the raw request body, until prepared */
+    int prepared; /* preparation is over (failed or not) */
+    int failed;   /* ... and failed: answer err */
     lily_api_error err;
     struct MHD_Connection *conn; /* the waiting connection (NULL once it is gone) */
     int suspended;               /* conn is suspended until lily_job_wake */

@@ -45,12 +45,15 @@ void lily_added_finish(lily_added_set *s, int skip_special) {
             key[k++] = first << 56 | (uint64_t)(0xFFFFFFu - s->tok[i].len) << 32 | i;
         }
         qsort(key, k, sizeof *key, cmp_u64);
-        for (size_t i = 0; i < k; i++) s->grp[g].order[i] = (uint32_t)key[i];
+        for (size_t i = 0; i < k; i++)
+            s->grp[g].order[i] = (uint32_t)key[i];
         s->grp[g].n = k;
         uint32_t *start = s->grp[g].start;
         memset(start, 0, sizeof s->grp[g].start);
-        for (size_t i = 0; i < k; i++) start[(key[i] >> 56) + 1]++;
-        for (int b = 0; b < 256; b++) start[b + 1] += start[b];
+        for (size_t i = 0; i < k; i++)
+            start[(key[i] >> 56) + 1]++;
+        for (int b = 0; b < 256; b++)
+            start[b + 1] += start[b];
         s->grp[g].one_first = k > 0;
         if (k) s->grp[g].first = (unsigned char)(key[0] >> 56);
         for (size_t i = 0; i < k; i++)
@@ -62,7 +65,8 @@ void lily_added_finish(lily_added_set *s, int skip_special) {
 /* The code point ending just before t[end] (t valid UTF-8, end > 0); *start gets its offset. */
 static uint32_t cp_before(const char *t, size_t end, size_t *start) {
     size_t i = end - 1;
-    while (i > 0 && ((unsigned char)t[i] & 0xC0) == 0x80) i--;
+    while (i > 0 && ((unsigned char)t[i] & 0xC0) == 0x80)
+        i--;
     uint32_t cp;
     lily_utf8_decode((const unsigned char *)t + i, &cp);
     *start = i;

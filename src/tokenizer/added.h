@@ -27,10 +27,10 @@ typedef struct lily_added_set {
     size_t n, cap;
     lily_u8buf strs;
     struct {
-        uint32_t *order;      /* token indices sorted by first byte, then longest first */
-        uint32_t start[257];  /* order[start[b] .. start[b+1]) begin with byte b */
-        size_t n;             /* tokens in the group */
-        int one_first;        /* all tokens start with byte `first` */
+        uint32_t *order;     /* token indices sorted by first byte, then longest first */
+        uint32_t start[257]; /* order[start[b] .. start[b+1]) begin with byte b */
+        size_t n;            /* tokens in the group */
+        int one_first;       /* all tokens start with byte `first` */
         unsigned char first;
     } grp[2];
 } lily_added_set;

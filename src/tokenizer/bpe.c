@@ -18,8 +18,10 @@ int lily_bpe_init(lily_bpe *b, const lily_vocab *v, lily_err *e) {
         int k = lily_utf8_encode(lily_bytelevel_cp(c), u);
         b->byte_id[c] = lily_vocab_find(v, (const char *)u, (size_t)k);
         if (b->byte_id[c] < 0)
-            return lily_fail(e, "vocabulary has no token for byte 0x%02X ('%.*s'); only "
-                                "byte-level BPE vocabularies are supported", c, k, (char *)u);
+            return lily_fail(e,
+                             "vocabulary has no token for byte 0x%02X ('%.*s'); only "
+                             "byte-level BPE vocabularies are supported",
+                             c, k, (char *)u);
     }
     return 0;
 }
@@ -27,16 +29,17 @@ int lily_bpe_init(lily_bpe *b, const lily_vocab *v, lily_err *e) {
 int lily_bpe_add_merge(lily_bpe *b, const lily_vocab *v, const char *l, size_t ln, const char *r,
                        size_t rn, int32_t rank, lily_err *e) {
     int32_t a = lily_vocab_find(v, l, ln), c = lily_vocab_find(v, r, rn);
-    if (a < 0) return lily_fail(e, "merge %d: '%.*s' is not in the vocabulary", (int)rank,
-                                (int)ln, l);
-    if (c < 0) return lily_fail(e, "merge %d: '%.*s' is not in the vocabulary", (int)rank,
-                                (int)rn, r);
+    if (a < 0)
+        return lily_fail(e, "merge %d: '%.*s' is not in the vocabulary", (int)rank, (int)ln, l);
+    if (c < 0)
+        return lily_fail(e, "merge %d: '%.*s' is not in the vocabulary", (int)rank, (int)rn, r);
     lily_u8buf_put(&b->mapped, l, ln);
     lily_u8buf_put(&b->mapped, r, rn);
     int32_t m = lily_vocab_find(v, (const char *)b->mapped.p, ln + rn);
     b->mapped.n = 0;
-    if (m < 0) return lily_fail(e, "merge %d: '%.*s%.*s' is not in the vocabulary", (int)rank,
-                                (int)ln, l, (int)rn, r);
+    if (m < 0)
+        return lily_fail(e, "merge %d: '%.*s%.*s' is not in the vocabulary", (int)rank, (int)ln, l,
+                         (int)rn, r);
     /* A repeated pair keeps its first (lowest) rank, as a later duplicate can never apply. */
     lily_pairmap_put(&b->merges, a, c, rank, m);
     return 0;
@@ -72,7 +75,7 @@ static size_t merge_scan(const lily_pairmap *m, int32_t *s, size_t n) {
 }
 
 typedef struct heap_item {
-    int32_t rank, pos; /* ordered by rank, then by position (leftmost first) */
+    int32_t rank, pos;   /* ordered by rank, then by position (leftmost first) */
     int32_t left, right; /* the ids the pair had when pushed; stale entries no longer match */
 } heap_item;
 
@@ -135,8 +138,7 @@ static size_t merge_heap(lily_bpe *b, int32_t *s, size_t n) {
         s[q] = -1; /* dead */
         next[p] = next[q];
         if (next[q] >= 0) prev[next[q]] = p;
-        if (prev[p] >= 0 &&
-            lily_pairmap_get(&b->merges, s[prev[p]], s[p], &rank, &merged))
+        if (prev[p] >= 0 && lily_pairmap_get(&b->merges, s[prev[p]], s[p], &rank, &merged))
             heap_push(h, &hn, (heap_item){rank, prev[p], s[prev[p]], s[p]});
         if (next[p] >= 0 && lily_pairmap_get(&b->merges, s[p], s[next[p]], &rank, &merged))
             heap_push(h, &hn, (heap_item){rank, p, s[p], s[next[p]]});
@@ -176,8 +178,8 @@ static const lily_bpe_cache_entry *cache_find(const lily_bpe *b, const unsigned 
     return NULL;
 }
 
-static void cache_put(lily_bpe *b, const unsigned char *w, size_t n, uint64_t h,
-                      const int32_t *ids, size_t k) {
+static void cache_put(lily_bpe *b, const unsigned char *w, size_t n, uint64_t h, const int32_t *ids,
+                      size_t k) {
     if (b->n_ent >= CACHE_MAX_ENTRIES) cache_clear(b);
     if (!b->slot_cap) {
         b->slot_cap = 2 * CACHE_MAX_ENTRIES;
@@ -194,9 +196,11 @@ static void cache_put(lily_bpe *b, const unsigned char *w, size_t n, uint64_t h,
     c->ids_off = (uint32_t)b->ids.n;
     c->ids_n = (uint32_t)k;
     lily_u8buf_put(&b->keys, w, n);
-    for (size_t i = 0; i < k; i++) lily_ids_push(&b->ids, ids[i]);
+    for (size_t i = 0; i < k; i++)
+        lily_ids_push(&b->ids, ids[i]);
     size_t mask = b->slot_cap - 1, i = (size_t)h & mask;
-    while (b->slots[i]) i = (i + 1) & mask;
+    while (b->slots[i])
+        i = (i + 1) & mask;
     b->slots[i] = (uint32_t)++b->n_ent;
 }
 
@@ -212,7 +216,8 @@ void lily_bpe_word(lily_bpe *b, const lily_vocab *v, const unsigned char *w, siz
         h = lily_tok_hash(w, n);
         const lily_bpe_cache_entry *c = cache_find(b, w, n, h);
         if (c) {
-            for (uint32_t i = 0; i < c->ids_n; i++) lily_ids_push(out, b->ids.p[c->ids_off + i]);
+            for (uint32_t i = 0; i < c->ids_n; i++)
+                lily_ids_push(out, b->ids.p[c->ids_off + i]);
             return;
         }
     }
@@ -234,10 +239,12 @@ void lily_bpe_word(lily_bpe *b, const lily_vocab *v, const unsigned char *w, siz
         b->sym_cap = n < 256 ? 256 : n;
         b->sym = lily_xmalloc(b->sym_cap * sizeof *b->sym);
     }
-    for (size_t i = 0; i < n; i++) b->sym[i] = b->byte_id[w[i]];
+    for (size_t i = 0; i < n; i++)
+        b->sym[i] = b->byte_id[w[i]];
     size_t k = n;
     lily_bpe_merge(b, b->sym, &k, 0);
-    for (size_t i = 0; i < k; i++) lily_ids_push(out, b->sym[i]);
+    for (size_t i = 0; i < k; i++)
+        lily_ids_push(out, b->sym[i]);
     if (cacheable) cache_put(b, w, n, h, b->sym, k);
 }
 

@@ -49,7 +49,9 @@ void lily_detok_flush(lily_detok *d, const char **text, size_t *len) {
     *len = d->out.n;
 }
 
-void lily_detok_reset(lily_detok *d) { d->n_held = 0; }
+void lily_detok_reset(lily_detok *d) {
+    d->n_held = 0;
+}
 
 void lily_detok_free(lily_detok *d) {
     if (!d) return;

@@ -36,7 +36,8 @@ static void pairmap_grow(lily_pairmap *m) {
         uint64_t k = m->keys[j];
         if (k == UINT64_MAX) continue;
         size_t i = (size_t)((k * 0x9E3779B97F4A7C15ull) >> 29) & (cap - 1);
-        while (keys[i] != UINT64_MAX) i = (i + 1) & (cap - 1);
+        while (keys[i] != UINT64_MAX)
+            i = (i + 1) & (cap - 1);
         keys[i] = k;
         vals[i] = m->vals[j];
     }

@@ -35,8 +35,7 @@ static int get_id(const cJSON *n, int32_t *id) {
 
 /* Empty string or null: the BPE options we do not implement must be off. */
 static int is_empty_opt(const cJSON *o) {
-    return !o || cJSON_IsNull(o) || (cJSON_IsString(o) && !o->valuestring[0]) ||
-           cJSON_IsFalse(o);
+    return !o || cJSON_IsNull(o) || (cJSON_IsString(o) && !o->valuestring[0]) || cJSON_IsFalse(o);
 }
 
 /* ---- normalizer ---------------------------------------------------------------------- */
@@ -52,9 +51,13 @@ static int load_normalizer(struct lily_tokenizer *t, const cJSON *n, lily_err *e
         cJSON_ArrayForEach(it, list) if (load_normalizer(t, it, e)) return -1;
         return 0;
     }
-    static const struct { const char *name; int form; } forms[] = {
-        {"NFC", LILY_NORM_NFC}, {"NFD", LILY_NORM_NFD},
-        {"NFKC", LILY_NORM_NFKC}, {"NFKD", LILY_NORM_NFKD}};
+    static const struct {
+        const char *name;
+        int form;
+    } forms[] = {{"NFC", LILY_NORM_NFC},
+                 {"NFD", LILY_NORM_NFD},
+                 {"NFKC", LILY_NORM_NFKC},
+                 {"NFKD", LILY_NORM_NFKD}};
     for (size_t i = 0; i < sizeof forms / sizeof forms[0]; i++)
         if (!strcmp(type, forms[i].name)) return lily_pretok_add_norm(&t->pre, forms[i].form, e);
     return lily_fail(e, "unsupported normalizer type '%s'", type);
@@ -101,11 +104,11 @@ static int load_pretok(struct lily_tokenizer *t, const cJSON *p, int *n_byteleve
         else
             return lily_fail(e, "Split behavior '%s' is not supported", beh->valuestring);
         if (cJSON_IsString(re))
-            return lily_pretok_add_split(&t->pre, re->valuestring, strlen(re->valuestring), 1,
-                                         b, e);
+            return lily_pretok_add_split(&t->pre, re->valuestring, strlen(re->valuestring), 1, b,
+                                         e);
         if (cJSON_IsString(str) && str->valuestring[0])
-            return lily_pretok_add_split(&t->pre, str->valuestring, strlen(str->valuestring), 0,
-                                         b, e);
+            return lily_pretok_add_split(&t->pre, str->valuestring, strlen(str->valuestring), 0, b,
+                                         e);
         return lily_fail(e, "Split has no Regex or String pattern");
     }
     return lily_fail(e, "unsupported pre_tokenizer type '%s'", type);
@@ -141,8 +144,7 @@ static int load_added(struct lily_tokenizer *t, const cJSON *a, int32_t id, cons
         return lily_fail(e, "%s: added token %d has no content", where, (int)id);
     int special = 0, lstrip = 0, rstrip = 0, single = 0, normalized = 0;
     if (get_bool(a, "special", &special, where, e) || get_bool(a, "lstrip", &lstrip, where, e) ||
-        get_bool(a, "rstrip", &rstrip, where, e) ||
-        get_bool(a, "single_word", &single, where, e) ||
+        get_bool(a, "rstrip", &rstrip, where, e) || get_bool(a, "single_word", &single, where, e) ||
         get_bool(a, "normalized", &normalized, where, e))
         return -1;
     size_t len = strlen(c->valuestring);
@@ -154,9 +156,12 @@ static int load_added(struct lily_tokenizer *t, const cJSON *a, int32_t id, cons
     size_t norm_len = 0;
     if (normalized && lily_pretok_normalize(&t->pre, c->valuestring, len, &norm, &norm_len, e))
         return -1;
-    lily_added_tok tok = {.id = id, .len = (uint32_t)(norm ? norm_len : len),
-                          .special = (uint8_t)special, .lstrip = (uint8_t)lstrip,
-                          .rstrip = (uint8_t)rstrip, .single_word = (uint8_t)single,
+    lily_added_tok tok = {.id = id,
+                          .len = (uint32_t)(norm ? norm_len : len),
+                          .special = (uint8_t)special,
+                          .lstrip = (uint8_t)lstrip,
+                          .rstrip = (uint8_t)rstrip,
+                          .single_word = (uint8_t)single,
                           .normalized = (uint8_t)normalized};
     if (tok.len) lily_added_add(&t->added, &tok, norm ? norm : c->valuestring);
     free(norm);
@@ -235,11 +240,13 @@ int lily_tokenizer_load(struct lily_tokenizer *t, const cJSON *root, const cJSON
     int n_bytelevel = 0;
     if (pre && !cJSON_IsNull(pre) && load_pretok(t, pre, &n_bytelevel, e)) return -1;
     if (n_bytelevel != 1)
-        return lily_fail(e, "pre_tokenizer must contain exactly one ByteLevel step (has %d); "
-                            "only byte-level BPE is supported", n_bytelevel);
+        return lily_fail(e,
+                         "pre_tokenizer must contain exactly one ByteLevel step (has %d); "
+                         "only byte-level BPE is supported",
+                         n_bytelevel);
     if (check_bytelevel(cJSON_GetObjectItemCaseSensitive(root, "decoder"), "decoder", 0, e) ||
-        check_bytelevel(cJSON_GetObjectItemCaseSensitive(root, "post_processor"),
-                        "post_processor", 1, e))
+        check_bytelevel(cJSON_GetObjectItemCaseSensitive(root, "post_processor"), "post_processor",
+                        1, e))
         return -1;
     if (load_model(t, cJSON_GetObjectItemCaseSensitive(root, "model"), e)) return -1;
 
@@ -269,8 +276,10 @@ int lily_tokenizer_load(struct lily_tokenizer *t, const cJSON *root, const cJSON
             return -1;
     }
     /* Merges last: they may refer to tokens listed only in added_tokens. */
-    if (load_merges(t, cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(root,
-                                                        "model"), "merges"), e))
+    if (load_merges(t,
+                    cJSON_GetObjectItemCaseSensitive(
+                        cJSON_GetObjectItemCaseSensitive(root, "model"), "merges"),
+                    e))
         return -1;
     lily_vocab_finish(&t->vocab);
     lily_added_finish(&t->added, split_special);

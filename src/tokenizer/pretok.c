@@ -192,7 +192,8 @@ static int split_stage(lily_pretok *p, int k, const char *s, size_t n, lily_word
         if (me == ms) {
             /* An empty match splits nothing; step over one character and search again. */
             pos = ms + 1;
-            while (pos < n && ((unsigned char)s[pos] & 0xC0) == 0x80) pos++;
+            while (pos < n && ((unsigned char)s[pos] & 0xC0) == 0x80)
+                pos++;
             continue;
         }
         if (emit(p, k, s + gap, ms - gap, fn, ud, e)) return -1;
@@ -210,7 +211,8 @@ int lily_pretok_split(lily_pretok *p, const char *s, size_t n, lily_word_fn fn, 
 }
 
 void lily_pretok_free(lily_pretok *p) {
-    for (int k = 0; k < p->n_split; k++) pcre2_code_free(p->split[k].re);
+    for (int k = 0; k < p->n_split; k++)
+        pcre2_code_free(p->split[k].re);
     pcre2_match_data_free(p->md);
     pcre2_match_context_free(p->mctx);
     pcre2_jit_stack_free(p->jit_stack);

@@ -20,8 +20,8 @@ static int parse_json(const char *buf, size_t len, const char *name, cJSON **out
     if (!*out) {
         size_t at = end && end >= buf && end <= buf + len ? (size_t)(end - buf) : len;
         size_t rest = at;
-        while (rest < len && (buf[rest] == ' ' || buf[rest] == '\n' || buf[rest] == '\r' ||
-                              buf[rest] == '\t'))
+        while (rest < len &&
+               (buf[rest] == ' ' || buf[rest] == '\n' || buf[rest] == '\r' || buf[rest] == '\t'))
             rest++;
         if (rest >= len)
             return lily_fail(e, "%s: JSON is truncated or empty (%zu bytes)", name, len);
@@ -109,8 +109,7 @@ static int on_word(void *ud, const char *w, size_t n) {
 }
 
 /* Text between raw-matched added tokens: normalize, cut out normalized added tokens, split. */
-static int encode_segment(lily_tokenizer *t, const char *s, size_t n, lily_ids *out,
-                          lily_err *e) {
+static int encode_segment(lily_tokenizer *t, const char *s, size_t n, lily_ids *out, lily_err *e) {
     if (!n) return 0;
     char *norm = NULL;
     size_t nn = 0;
@@ -133,8 +132,8 @@ static int encode_segment(lily_tokenizer *t, const char *s, size_t n, lily_ids *
     return rc;
 }
 
-int lily_tokenizer_encode(lily_tokenizer *t, const char *text, size_t len, int32_t **ids,
-                          size_t *n, lily_err *e) {
+int lily_tokenizer_encode(lily_tokenizer *t, const char *text, size_t len, int32_t **ids, size_t *n,
+                          lily_err *e) {
     *ids = NULL;
     *n = 0;
     size_t ok = lily_utf8_valid_prefix((const unsigned char *)text, len);
@@ -173,8 +172,8 @@ int lily_tokenizer_decode(const lily_tokenizer *t, const int32_t *ids, size_t n,
         size_t k;
         if (ids[i] < 0 || ids[i] >= t->vocab.n) {
             lily_u8buf_free(&raw);
-            return lily_fail(e, "token id %d at position %zu is out of range [0, %d)",
-                             (int)ids[i], i, (int)t->vocab.n);
+            return lily_fail(e, "token id %d at position %zu is out of range [0, %d)", (int)ids[i],
+                             i, (int)t->vocab.n);
         }
         const char *b = lily_tokenizer_token_bytes(t, ids[i], &k);
         if (b) lily_u8buf_put(&raw, b, k);
@@ -187,7 +186,9 @@ int lily_tokenizer_decode(const lily_tokenizer *t, const int32_t *ids, size_t n,
     return 0;
 }
 
-int32_t lily_tokenizer_vocab_size(const lily_tokenizer *t) { return t->vocab.n; }
+int32_t lily_tokenizer_vocab_size(const lily_tokenizer *t) {
+    return t->vocab.n;
+}
 
 int32_t lily_tokenizer_token_to_id(const lily_tokenizer *t, const char *token) {
     return lily_vocab_find_any(&t->vocab, token, strlen(token));

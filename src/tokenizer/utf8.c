@@ -9,7 +9,8 @@
 void lily_u8buf_put(lily_u8buf *b, const void *s, size_t n) {
     if (b->n + n > b->cap) {
         size_t cap = b->cap ? b->cap : 64;
-        while (cap < b->n + n) cap *= 2;
+        while (cap < b->n + n)
+            cap *= 2;
         b->p = lily_xrealloc(b->p, cap);
         b->cap = cap;
     }
@@ -140,7 +141,7 @@ int lily_utf8_is_space(uint32_t cp) {
 
 size_t lily_utf8_lossy(const unsigned char *s, size_t n, int final, lily_u8buf *out) {
     static const unsigned char fffd[3] = {0xEF, 0xBF, 0xBD};
-    if (!n) return 0; /* s may be NULL then */
+    if (!n) return 0;      /* s may be NULL then */
     size_t i = 0, run = 0; /* [run, i) is valid text not yet copied */
     while (i < n) {
         if (s[i] < 0x80) {
@@ -171,8 +172,10 @@ static int hex4(const char *s, uint32_t *v) {
     *v = 0;
     for (int i = 0; i < 4; i++) {
         char c = s[i];
-        int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10
-              : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+        int d = c >= '0' && c <= '9'   ? c - '0'
+                : c >= 'a' && c <= 'f' ? c - 'a' + 10
+                : c >= 'A' && c <= 'F' ? c - 'A' + 10
+                                       : -1;
         if (d < 0) return -1;
         *v = *v * 16 + (uint32_t)d;
     }
@@ -181,7 +184,8 @@ static int hex4(const char *s, uint32_t *v) {
 
 int lily_utf8_json_string(const char *s, size_t n, lily_u8buf *out) {
     size_t i = 0;
-    while (i < n && (s[i] == ' ' || s[i] == '\t' || s[i] == '\r')) i++;
+    while (i < n && (s[i] == ' ' || s[i] == '\t' || s[i] == '\r'))
+        i++;
     if (i >= n || s[i] != '"') return -1;
     i++;
     for (;;) {
@@ -191,7 +195,8 @@ int lily_utf8_json_string(const char *s, size_t n, lily_u8buf *out) {
         if (c < 0x20) return -1;
         if (c != '\\') {
             size_t k = i;
-            while (k < n && s[k] != '"' && s[k] != '\\' && (unsigned char)s[k] >= 0x20) k++;
+            while (k < n && s[k] != '"' && s[k] != '\\' && (unsigned char)s[k] >= 0x20)
+                k++;
             lily_u8buf_put(out, s + i, k - i);
             i = k;
             continue;
@@ -220,6 +225,7 @@ int lily_utf8_json_string(const char *s, size_t n, lily_u8buf *out) {
         lily_u8buf_put(out, u, (size_t)lily_utf8_encode(cp, u));
     }
     i++;
-    while (i < n && (s[i] == ' ' || s[i] == '\t' || s[i] == '\r')) i++;
+    while (i < n && (s[i] == ' ' || s[i] == '\t' || s[i] == '\r'))
+        i++;
     return i == n ? 0 : -1;
 }

@@ -16,7 +16,8 @@ static int printable_byte(unsigned b) {
 uint32_t lily_bytelevel_cp(unsigned b) {
     if (printable_byte(b)) return b;
     uint32_t k = 0;
-    for (unsigned c = 0; c < b; c++) k += !printable_byte(c);
+    for (unsigned c = 0; c < b; c++)
+        k += !printable_byte(c);
     return 256 + k;
 }
 
@@ -40,7 +41,8 @@ static void map_insert(const lily_vocab *v, vocab_map *m, int32_t id) {
     size_t n;
     const char *s = tok_str(v, id, &n);
     size_t mask = m->cap - 1, i = (size_t)lily_tok_hash(s, n) & mask;
-    while (m->slot[i]) i = (i + 1) & mask;
+    while (m->slot[i])
+        i = (i + 1) & mask;
     m->slot[i] = (uint32_t)id + 1;
     m->count++;
 }
@@ -78,7 +80,8 @@ int32_t lily_vocab_find_any(const lily_vocab *v, const char *s, size_t n) {
 
 static void grow_ids(lily_vocab *v, size_t need) {
     size_t cap = v->cap_ids ? v->cap_ids : 1024;
-    while (cap < need) cap *= 2;
+    while (cap < need)
+        cap *= 2;
     v->str_off = lily_xrealloc(v->str_off, cap * sizeof *v->str_off);
     v->str_len = lily_xrealloc(v->str_len, cap * sizeof *v->str_len);
     v->flags = lily_xrealloc(v->flags, cap);
@@ -111,12 +114,10 @@ int lily_vocab_add(lily_vocab *v, int32_t id, const char *s, size_t n, unsigned 
         }
         size_t m;
         const char *t = tok_str(v, id, &m);
-        return lily_fail(e, "token id %d is both '%.*s' and '%.*s'", (int)id, (int)m, t, (int)n,
-                         s);
+        return lily_fail(e, "token id %d is both '%.*s' and '%.*s'", (int)id, (int)m, t, (int)n, s);
     }
     if (other >= 0)
-        return lily_fail(e, "token '%.*s' has two ids (%d and %d)", (int)n, s, (int)other,
-                         (int)id);
+        return lily_fail(e, "token '%.*s' has two ids (%d and %d)", (int)n, s, (int)other, (int)id);
     if (v->strs.n + n > UINT32_MAX) return lily_fail(e, "vocabulary strings exceed 4 GiB");
     v->str_off[id] = (uint32_t)v->strs.n;
     v->str_len[id] = (uint32_t)n;
@@ -130,7 +131,8 @@ int lily_vocab_add(lily_vocab *v, int32_t id, const char *s, size_t n, unsigned 
 
 void lily_vocab_finish(lily_vocab *v) {
     int rev[0x144];
-    for (uint32_t cp = 0; cp < 0x144; cp++) rev[cp] = lily_bytelevel_byte(cp);
+    for (uint32_t cp = 0; cp < 0x144; cp++)
+        rev[cp] = lily_bytelevel_byte(cp);
     v->dec_off = lily_xcalloc(v->cap_ids, sizeof *v->dec_off);
     v->dec_len = lily_xcalloc(v->cap_ids, sizeof *v->dec_len);
     for (int32_t id = 0; id < v->n; id++) {

@@ -17,7 +17,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         for (int i = 0; i < f.n_tensors; i++) {
             const lily_st_tensor *t = &f.tensors[i];
             if (t->nbytes) sum += t->data[0] + t->data[t->nbytes - 1];
-            sum += (unsigned)lily_st_numel(t) + (unsigned)lily_st_shape_str(t, shape, sizeof shape)[0];
+            sum +=
+                (unsigned)lily_st_numel(t) + (unsigned)lily_st_shape_str(t, shape, sizeof shape)[0];
         }
         (void)sum;
         lily_st_close(&f);

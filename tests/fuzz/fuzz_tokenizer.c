@@ -28,8 +28,8 @@ static lily_detok *g_detok;
 
 /* 256 byte tokens, a few merges, a few ASCII added tokens, NFC and the Qwen split regex. */
 static lily_tokenizer *builtin(void) {
-    static const char *const merges[][2] = {{"t", "h"}, {"th", "e"}, {" ", "the"}, {"i", "n"},
-                                            {"in", "g"}, {" ", " "}, {"\xC3", "\xA9"}};
+    static const char *const merges[][2] = {{"t", "h"},  {"th", "e"}, {" ", "the"},    {"i", "n"},
+                                            {"in", "g"}, {" ", " "},  {"\xC3", "\xA9"}};
     cJSON *root = cJSON_CreateObject(), *model = cJSON_CreateObject();
     cJSON *vocab = cJSON_CreateObject(), *ml = cJSON_CreateArray();
     char a[16], b[16], m[40];
@@ -56,10 +56,11 @@ static lily_tokenizer *builtin(void) {
     cJSON_AddItemToObject(model, "vocab", vocab);
     cJSON_AddItemToObject(model, "merges", ml);
     cJSON_AddItemToObject(root, "model", model);
-    cJSON_AddItemToObject(root, "added_tokens", cJSON_Parse(
-        "[{\"id\": 300, \"content\": \"<|end|>\", \"special\": true},"
-        " {\"id\": 301, \"content\": \"<think>\"},"
-        " {\"id\": 302, \"content\": \"dog\", \"single_word\": true}]"));
+    cJSON_AddItemToObject(
+        root, "added_tokens",
+        cJSON_Parse("[{\"id\": 300, \"content\": \"<|end|>\", \"special\": true},"
+                    " {\"id\": 301, \"content\": \"<think>\"},"
+                    " {\"id\": 302, \"content\": \"dog\", \"single_word\": true}]"));
     cJSON_AddItemToObject(root, "normalizer", cJSON_Parse("{\"type\": \"NFC\"}"));
     cJSON *pre = cJSON_Parse(
         "{\"type\": \"Sequence\", \"pretokenizers\": [{\"type\": \"Split\", \"behavior\": "
@@ -123,8 +124,8 @@ static void fuzz_text(const uint8_t *s, size_t n) {
     size_t dl;
     LILY_ASSERT(lily_tokenizer_decode(g_tok, ids, k, &dec, &dl, &e) == 0);
     utf8proc_uint8_t *nfc = NULL;
-    utf8proc_ssize_t m = utf8proc_map(s, (utf8proc_ssize_t)n, &nfc,
-                                      UTF8PROC_STABLE | UTF8PROC_COMPOSE);
+    utf8proc_ssize_t m =
+        utf8proc_map(s, (utf8proc_ssize_t)n, &nfc, UTF8PROC_STABLE | UTF8PROC_COMPOSE);
     LILY_ASSERT(m >= 0 && (size_t)m == dl && memcmp(nfc, dec, dl) == 0);
     check_stream(ids, k, dec, dl);
     free(nfc);

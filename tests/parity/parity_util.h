@@ -35,7 +35,8 @@ static inline float pt_frand(void) {
 }
 
 static inline void pt_fill(float *x, size_t n, float scale) {
-    for (size_t i = 0; i < n; i++) x[i] = pt_frand() * scale;
+    for (size_t i = 0; i < n; i++)
+        x[i] = pt_frand() * scale;
 }
 
 /* L2 error of got vs ref relative to the L2 norm of mag (NaN anywhere fails), with the max abs
@@ -54,8 +55,10 @@ static inline int pt_check_scaled(const char *what, const float *got, const floa
     }
     double rel = den > 0 ? sqrt(num / den) : sqrt(num);
     int ok = !nan && rel <= tol;
-    if (ok) pt_pass++;
-    else pt_fail++;
+    if (ok)
+        pt_pass++;
+    else
+        pt_fail++;
     printf("%s %-60s n=%-8zu rel=%.3g maxabs=%.3g (tol %.1g)%s\n", ok ? "ok  " : "FAIL", what, n,
            rel, mx, tol, nan ? " NaN" : "");
     return ok;
@@ -68,8 +71,10 @@ static inline int pt_check(const char *what, const float *got, const float *ref,
 }
 
 static inline void pt_check_true(const char *what, int ok) {
-    if (ok) pt_pass++;
-    else pt_fail++;
+    if (ok)
+        pt_pass++;
+    else
+        pt_fail++;
     printf("%s %s\n", ok ? "ok  " : "FAIL", what);
 }
 
@@ -93,7 +98,8 @@ static inline lily_mat pt_mat(lily_dtype dt, int rows, int cols) {
         m.group = 64;
         size_t ng = n / 64;
         uint8_t *w = malloc(n * bits / 8);
-        for (size_t i = 0; i < n * bits / 8; i++) w[i] = (uint8_t)pt_rnd();
+        for (size_t i = 0; i < n * bits / 8; i++)
+            w[i] = (uint8_t)pt_rnd();
         uint16_t *s = malloc(ng * 2), *b = malloc(ng * 2);
         for (size_t g = 0; g < ng; g++) {
             float sc = (0.5f + 0.5f * fabsf(pt_frand())) * 2.0f * amp / qmax * 1.7f;
@@ -105,11 +111,13 @@ static inline lily_mat pt_mat(lily_dtype dt, int rows, int cols) {
         m.biases = b;
     } else if (dt == LILY_DT_BF16) {
         uint16_t *w = malloc(n * 2);
-        for (size_t i = 0; i < n; i++) w[i] = lily_f32_to_bf16(pt_frand() * 1.7f * amp);
+        for (size_t i = 0; i < n; i++)
+            w[i] = lily_f32_to_bf16(pt_frand() * 1.7f * amp);
         m.w = w;
     } else {
         float *w = malloc(n * 4);
-        for (size_t i = 0; i < n; i++) w[i] = pt_frand() * 1.7f * amp;
+        for (size_t i = 0; i < n; i++)
+            w[i] = pt_frand() * 1.7f * amp;
         m.w = w;
     }
     return m;
@@ -154,7 +162,8 @@ static inline float pt_time_median(pt_time_fn f, void *ctx, cudaStream_t st) {
     cudaEventCreate(&b);
     float ms[20], r = -1.f;
     int bad = 0;
-    for (int i = 0; i < 3 && !bad; i++) bad = f(ctx) != 0;
+    for (int i = 0; i < 3 && !bad; i++)
+        bad = f(ctx) != 0;
     for (int i = 0; i < 20 && !bad; i++) {
         cudaEventRecord(a, st);
         bad = f(ctx) != 0;

@@ -38,17 +38,18 @@ int main(void) {
 /* RMS relative bounds (pt_check) of the two modes: exact products leave fp32 accumulation error
  * (tensor-core sums, exp2f: ~1e-5); one bf16 pass rounds q, K, V and P to 8 bits (~2e-3). */
 #define TOL_EXACT 5e-5 /* relative to the RMS of sum p |v| / l: pt_check_scaled */
-#define TOL_FAST 1e-2
+#define TOL_FAST  1e-2
 
-static float sig(float x) { return 1.0f / (1.0f + expf(-x)); }
+static float sig(float x) {
+    return 1.0f / (1.0f + expf(-x));
+}
 
 /* The reference: causal GQA attention as lily_cpu_attention computes it, but with the softmax
  * sum and the weighted sum of V accumulated in double. lily_cpu_attention's fp32 sums over a long
  * context are themselves off by ~1e-5 of the output's RMS where attention is flat (|O| much
  * smaller than the sum of |p v|), which is the size of TOL_EXACT. scr: [ctx] floats. */
-static void ref_attention(const float *q, int n, int pos, const float *kc, const float *vc,
-                          int Nq, int Nkv, int Dh, float scale, float *out, float *mag,
-                          float *scr) {
+static void ref_attention(const float *q, int n, int pos, const float *kc, const float *vc, int Nq,
+                          int Nkv, int Dh, float scale, float *out, float *mag, float *scr) {
     int rep = Nq / Nkv, qd = Nq * Dh, kd = Nkv * Dh;
     double *acc = malloc((size_t)Dh * 2 * sizeof(double)), *am = acc + Dh;
     for (int t = 0; t < n; t++)
@@ -59,21 +60,25 @@ static void ref_attention(const float *q, int n, int pos, const float *kc, const
             for (int s = 0; s < len; s++) {
                 const float *kv = kc + (size_t)s * kd + (size_t)g * Dh;
                 double dot = 0;
-                for (int d = 0; d < Dh; d++) dot += (double)qv[d] * kv[d];
+                for (int d = 0; d < Dh; d++)
+                    dot += (double)qv[d] * kv[d];
                 scr[s] = (float)(dot * scale);
                 mx = fmaxf(mx, scr[s]);
             }
             double sum = 0;
-            for (int d = 0; d < Dh; d++) acc[d] = am[d] = 0;
+            for (int d = 0; d < Dh; d++)
+                acc[d] = am[d] = 0;
             for (int s = 0; s < len; s++) {
                 double w = exp((double)scr[s] - mx);
                 const float *vv = vc + (size_t)s * kd + (size_t)g * Dh;
                 sum += w;
-                for (int d = 0; d < Dh; d++) acc[d] += w * vv[d], am[d] += w * fabsf(vv[d]);
+                for (int d = 0; d < Dh; d++)
+                    acc[d] += w * vv[d], am[d] += w * fabsf(vv[d]);
             }
             float *o = out + (size_t)t * qd + (size_t)h * Dh;
             float *m = mag + (size_t)t * qd + (size_t)h * Dh;
-            for (int d = 0; d < Dh; d++) o[d] = (float)(acc[d] / sum), m[d] = (float)(am[d] / sum);
+            for (int d = 0; d < Dh; d++)
+                o[d] = (float)(acc[d] / sum), m[d] = (float)(am[d] / sum);
         }
     free(acc);
 }
@@ -94,9 +99,15 @@ static void set_want(int want) {
 /* Prefill modes: the default (exact, split auto), fast, and the ws kernel unsplit and split in 3
  * (modes 2 and 3 differ from mode 0 at head dim 256 only). */
 static const int k_pre_modes = 4;
-static int pre_mode_exact(int m) { return m != 1; }
-static int pre_mode_dh256_only(int m) { return m >= 2; }
-static double pre_mode_tol(int m) { return pre_mode_exact(m) ? TOL_EXACT : TOL_FAST; }
+static int pre_mode_exact(int m) {
+    return m != 1;
+}
+static int pre_mode_dh256_only(int m) {
+    return m >= 2;
+}
+static double pre_mode_tol(int m) {
+    return pre_mode_exact(m) ? TOL_EXACT : TOL_FAST;
+}
 static void set_pre_mode(int m) {
     set_exact(pre_mode_exact(m));
     lily_cuda_attn_prefill_force_splits(m == 2 ? 1 : m == 3 ? 3 : 0);
@@ -113,7 +124,8 @@ static void kv_pack_row(float *x, int Nkv, int Dh, uint8_t *row) {
     float *scales = (float *)(row + (size_t)Nkv * Dh * 2);
     for (int j = 0; j < Nkv; j++) {
         float *xj = x + (size_t)j * Dh, mx = 0.f;
-        for (int d = 0; d < Dh; d++) mx = fmaxf(mx, fabsf(xj[d]));
+        for (int d = 0; d < Dh; d++)
+            mx = fmaxf(mx, fabsf(xj[d]));
         const float cm = (float)LILY_CUDA_KV_CODE_MAX;
         float sc = mx / cm;
         scales[j] = sc;
@@ -137,7 +149,8 @@ static void make_cache(int ctx, int Nkv, int Dh, float **h, void **d) {
         float *x = *h + (size_t)p * w;
         for (int j = 0; j < Nkv; j++) {
             float amp = (p % 37 == 5 && j == 0) ? 0.f : 1.125f + 0.875f * pt_frand();
-            for (int i = 0; i < Dh; i++) x[(size_t)j * Dh + i] = pt_frand() * amp;
+            for (int i = 0; i < Dh; i++)
+                x[(size_t)j * Dh + i] = pt_frand() * amp;
         }
         kv_pack_row(x, Nkv, Dh, b + (size_t)p * rb);
     }
@@ -170,7 +183,8 @@ static void decode_case(int Nq, int Nkv, int Dh, int ctx, int splits, int gated)
     float *scr = malloc((size_t)ctx * 4);
     ref_attention(q, 1, ctx - 1, kc, vc, Nq, Nkv, Dh, scale, ref, mag, scr);
     if (gated)
-        for (int i = 0; i < qd; i++) ref[i] *= sig(gate[i]), mag[i] *= sig(gate[i]);
+        for (int i = 0; i < qd; i++)
+            ref[i] *= sig(gate[i]), mag[i] *= sig(gate[i]);
     float *dq = pt_dup(q, qd), *dg = pt_dup(gate, qd), *dout = pt_dalloc(qd * 4);
     float *dscr = pt_dalloc(lily_cuda_attn_decode_scratch(Nq, Dh, splits) * 4);
     int32_t *dp = dev_pos(ctx - 1);
@@ -179,8 +193,8 @@ static void decode_case(int Nq, int Nkv, int Dh, int ctx, int splits, int gated)
     if (g_want) snprintf(want, sizeof want, " want=%d", g_want);
     for (int ex = 1; ex >= 0; ex--) {
         set_exact(ex);
-        int rc = lily_cuda_attn_decode(dq, dk, dv, dp, Nq, Nkv, Dh, scale, gated ? dg : NULL,
-                                       dscr, splits, dout, NULL, &e);
+        int rc = lily_cuda_attn_decode(dq, dk, dv, dp, Nq, Nkv, Dh, scale, gated ? dg : NULL, dscr,
+                                       splits, dout, NULL, &e);
         if (!pt_ok(rc, "decode launch", &e)) break;
         pt_get(got, dout, qd);
         snprintf(name, sizeof name, "attn decode%s Nq=%d Nkv=%d Dh=%d ctx=%d splits=%d%s%s",
@@ -210,7 +224,8 @@ static void prefill_case(int Nq, int Nkv, int Dh, int pos0, int n, int gated) {
     float *scr = malloc((size_t)ctx * 4);
     ref_attention(q, n, pos0, kc, vc, Nq, Nkv, Dh, scale, ref, mag, scr);
     if (gated)
-        for (size_t i = 0; i < nq; i++) ref[i] *= sig(gate[i]), mag[i] *= sig(gate[i]);
+        for (size_t i = 0; i < nq; i++)
+            ref[i] *= sig(gate[i]), mag[i] *= sig(gate[i]);
     float *dq = pt_dup(q, nq), *dg = pt_dup(gate, nq), *dout = pt_dalloc(nq * 4);
     const size_t np = lily_cuda_attn_prefill_scratch(Nq, Nkv, Dh);
     float *dpart = np ? pt_dalloc(np * 4) : NULL;
@@ -254,7 +269,8 @@ static void check_rows(const char *what, const void *dcache, int pos0, int n, in
             const float *r = ref + (size_t)t * w + (size_t)j * Dh;
             float mx = 0.f, sc = scales[j];
             const float cm = (float)LILY_CUDA_KV_CODE_MAX;
-            for (int d = 0; d < Dh; d++) mx = fmaxf(mx, fabsf(r[d]));
+            for (int d = 0; d < Dh; d++)
+                mx = fmaxf(mx, fabsf(r[d]));
             if (fabsf(sc - mx / cm) > 1e-5f * mx / cm + 1e-30f) bad++;
             for (int d = 0; d < Dh; d++) {
                 const int c = (int)codes[(size_t)j * Dh + d] - 32768;
@@ -288,10 +304,13 @@ static void prep_case(int Nq, int Nkv, int Dh, int R, int pos0, int n, int gated
     pt_fill(k, (size_t)n * ldkv, 2.0f);
     pt_fill(v, (size_t)n * ldkv, 2.0f);
     if (n > 1) /* an all-zero V row: scale 0, codes 0 */
-        for (int d = 0; d < Dh; d++) v[(size_t)1 * ldkv + d] = 0.f;
-    for (int i = 0; i < Dh; i++) qn[i] = 1 + 0.3f * pt_frand(), kn[i] = 1 + 0.3f * pt_frand();
+        for (int d = 0; d < Dh; d++)
+            v[(size_t)1 * ldkv + d] = 0.f;
+    for (int i = 0; i < Dh; i++)
+        qn[i] = 1 + 0.3f * pt_frand(), kn[i] = 1 + 0.3f * pt_frand();
     float *inv = malloc((R / 2 + 1) * 4);
-    for (int i = 0; i < R / 2; i++) inv[i] = 1.0f / powf((float)theta, (float)(2 * i) / (float)R);
+    for (int i = 0; i < R / 2; i++)
+        inv[i] = 1.0f / powf((float)theta, (float)(2 * i) / (float)R);
     float *dqg = pt_dup(qg, (size_t)n * ldqg), *dk = pt_dup(k, (size_t)n * ldkv);
     float *dv = pt_dup(v, (size_t)n * ldkv), *dqn = pt_dup(qn, Dh), *dkn = pt_dup(kn, Dh);
     float *dinv = pt_dup(inv, R / 2 + 1);
@@ -386,10 +405,18 @@ static int t_graph10(const tctx *c) {
 }
 
 /* the timed calls as pt_time_fn */
-static int t_decode_v(void *c) { return t_decode(c); }
-static int t_prefill_v(void *c) { return t_prefill(c); }
-static int t_graph10_v(void *c) { return t_graph10(c); }
-static float time_median(pt_time_fn f, tctx *c) { return pt_time_median(f, c, c->st); }
+static int t_decode_v(void *c) {
+    return t_decode(c);
+}
+static int t_prefill_v(void *c) {
+    return t_prefill(c);
+}
+static int t_graph10_v(void *c) {
+    return t_graph10(c);
+}
+static float time_median(pt_time_fn f, tctx *c) {
+    return pt_time_median(f, c, c->st);
+}
 
 /* Decode at 4K-128K (alone, in a graph of 10, split sweep) and one prefill chunk: one mode. */
 static void time_mode(tctx *cp, int maxc, int n) {
@@ -423,7 +450,8 @@ static void time_mode(tctx *cp, int maxc, int n) {
         lily_cuda_h2d(c.pos, &p0, 4, &e);
         c.n = pn[k];
         double fl = 0; /* q.k and p.v multiply-adds of the causal chunk, 16 heads */
-        for (int i = 0; i < c.n; i++) fl += 2.0 * 2 * 256 * 16 * (p0 + i + 1);
+        for (int i = 0; i < c.n; i++)
+            fl += 2.0 * 2 * 256 * 16 * (p0 + i + 1);
         float t = time_median(t_prefill_v, &c);
         printf("time prefill n=%d pos0=%d %10.1f us (%.1f TFLOP/s)\n", c.n, p0, t, fl / t / 1e6);
     }
@@ -539,9 +567,9 @@ int main(void) {
     prefill_case(8, 2, 256, 130, 67, 0);  /* G 4 */
     prefill_case(2, 2, 256, 999, 200, 1); /* G 1: 128 positions per block, two blocks */
     lily_err e;
-    pt_check_true("attention rejects Dh=96", lily_cuda_attn_prefill(NULL, 1, NULL, NULL, NULL, 2,
-                                                                    1, 96, 1, NULL, NULL, NULL,
-                                                                    NULL, &e) == -1);
+    pt_check_true("attention rejects Dh=96",
+                  lily_cuda_attn_prefill(NULL, 1, NULL, NULL, NULL, 2, 1, 96, 1, NULL, NULL, NULL,
+                                         NULL, &e) == -1);
     if (getenv("LILY_CUDA_TIME") && getenv("LILY_CUDA_TIME")[0] == '1') time_all();
     return pt_finish();
 }

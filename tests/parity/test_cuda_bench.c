@@ -107,8 +107,10 @@ int main(void) {
     lily_engine_opts o = {0};
     o.prefill_chunk = chunk;
     const char *pv = getenv("LILY_CUDA_BENCH_PRECISION");
-    if (pv && !strcmp(pv, "exact")) o.precision = LILY_PRECISION_EXACT;
-    else if (pv && !strcmp(pv, "fast")) o.precision = LILY_PRECISION_FAST;
+    if (pv && !strcmp(pv, "exact"))
+        o.precision = LILY_PRECISION_EXACT;
+    else if (pv && !strcmp(pv, "fast"))
+        o.precision = LILY_PRECISION_FAST;
     else if (pv && *pv && strcmp(pv, "default"))
         return printf("FAIL LILY_CUDA_BENCH_PRECISION=%s (default, exact or fast)\n", pv), 1;
     printf("precision: %s\n", pv && *pv ? pv : "default");
@@ -128,7 +130,8 @@ int main(void) {
         int pctx = 2 * chunk + 8;
         logits = malloc((size_t)V * 4);
         int32_t *pt = malloc((size_t)chunk * 4);
-        for (int i = 0; i < chunk; i++) pt[i] = (int32_t)(pt_rnd() % V);
+        for (int i = 0; i < chunk; i++)
+            pt[i] = (int32_t)(pt_rnd() % V);
         if (g->state_create(gb, pctx, &gs, &e)) return printf("FAIL state: %s\n", e.msg), 1;
         int rc = 0;
         if (!strcmp(prof, "prefill")) {
@@ -151,16 +154,19 @@ int main(void) {
     logits = malloc((size_t)V * 4);
     int n4k = 4096;
     int32_t *tok = malloc((size_t)(n4k + chunk) * 4);
-    for (int i = 0; i < n4k + chunk; i++) tok[i] = (int32_t)(pt_rnd() % V);
+    for (int i = 0; i < n4k + chunk; i++)
+        tok[i] = (int32_t)(pt_rnd() % V);
     /* warm-up: one chunk, then reset */
     if (prefill(tok, chunk, 0, chunk) < 0) return 1;
     g->state_reset(gb, gs);
     double tp = prefill(tok, n4k, 0, chunk);
     if (tp < 0) return 1;
     int finite = 1;
-    for (int i = 0; i < V; i++) finite &= isfinite(logits[i]) != 0;
+    for (int i = 0; i < V; i++)
+        finite &= isfinite(logits[i]) != 0;
     printf("prefill %d tokens from 0 (chunk %d): %.3f s = %.0f tok/s; logits finite: %s, "
-           "argmax %d\n", n4k, chunk, tp, n4k / tp, finite ? "yes" : "NO", argmax_h(logits, V));
+           "argmax %d\n",
+           n4k, chunk, tp, n4k / tp, finite ? "yes" : "NO", argmax_h(logits, V));
     pt_check_true("35B prefill logits are finite", finite);
     double td = decode(n4k, 64);
     if (td < 0) return 1;

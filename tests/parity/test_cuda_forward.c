@@ -22,8 +22,8 @@ int main(void) {
 #include "parity_util.h"
 
 /* one draw at a time through the pipelined ops: enqueue, then read */
-static int dsample(const lily_backend_ops *o, lily_backend *b, lily_bstate *s, int32_t tok,
-                   int pos, const lily_draw *d, int32_t *out, lily_err *e) {
+static int dsample(const lily_backend_ops *o, lily_backend *b, lily_bstate *s, int32_t tok, int pos,
+                   const lily_draw *d, int32_t *out, lily_err *e) {
     return o->draw_enqueue(b, s, tok, pos, d, e) || o->draw_next(b, s, out, e) ? -1 : 0;
 }
 
@@ -96,7 +96,8 @@ static void run_model(const char *dir, const char *label) {
         return;
     }
     int32_t *tok = malloc(ctx * 4);
-    for (int i = 0; i < ctx; i++) tok[i] = (int32_t)(pt_rnd() % V);
+    for (int i = 0; i < ctx; i++)
+        tok[i] = (int32_t)(pt_rnd() % V);
     float *lc = malloc((size_t)64 * V * 4), *lg = malloc((size_t)64 * V * 4);
     char what[160];
     /* chunked prefill, last-row logits (chunks of 64, 64, 64, 58) */
@@ -153,10 +154,11 @@ static void run_model(const char *dir, const char *label) {
             host[i] = cur = argmax_h(lg, V);
         }
         int same = gok;
-        for (int i = 0; i < NG && same; i++) same = dev[i] == host[i];
+        for (int i = 0; i < NG && same; i++)
+            same = dev[i] == host[i];
         if (!gok) printf("  greedy decode failed: %s\n", e.msg);
-        snprintf(what, sizeof what, "%s greedy decode on the device = host loop (%d tokens)",
-                 label, NG);
+        snprintf(what, sizeof what, "%s greedy decode on the device = host loop (%d tokens)", label,
+                 NG);
         pt_check_true(what, same && rel_err(lg2, lg, V) == 0.0);
     }
     /* device draws (decode_sample): at T = 0 the host's argmax loop; at T > 0 the same tokens
@@ -173,7 +175,8 @@ static void run_model(const char *dir, const char *label) {
             hb[i] = h = argmax_h(lg, V);
         }
         int same = sok;
-        for (int i = 0; i < NS && same; i++) same = da[i] == hb[i];
+        for (int i = 0; i < NS && same; i++)
+            same = da[i] == hb[i];
         if (!sok) printf("  decode_sample failed: %s\n", e.msg);
         snprintf(what, sizeof what, "%s decode_sample at T=0 = the host argmax loop (%d tokens)",
                  label, NS);
@@ -221,7 +224,8 @@ static void run_model(const char *dir, const char *label) {
         pok = pok && !gpu->draw_next(bg, sg2, &pipe[NP - 1], &e);
         int32_t extra;
         int over = pok && gpu->draw_next(bg, sg2, &extra, &e) != 0; /* nothing left: refused */
-        for (int i = 0; i < NP && pok; i++) pok = pipe[i] == sync[i];
+        for (int i = 0; i < NP && pok; i++)
+            pok = pipe[i] == sync[i];
         if (!sok || !pok) printf("  pipelined draws: %s\n", e.msg);
         snprintf(what, sizeof what,
                  "%s pipelined draws (one ahead, a forced token) = one at a time (%d tokens)",
@@ -246,7 +250,8 @@ static void run_model(const char *dir, const char *label) {
         pt_fail++;
         return;
     }
-    for (int r = 0; r < 37; r++) acc(&all, lg + (size_t)r * V, lc + (size_t)r * V, V);
+    for (int r = 0; r < 37; r++)
+        acc(&all, lg + (size_t)r * V, lc + (size_t)r * V, V);
     snprintf(what, sizeof what, "%s reset + all-rows prefill of 37", label);
     report(what, &all, 3e-2, 0.2);
     /* decode right after a reset at position 0 (graph replays at a new position) */

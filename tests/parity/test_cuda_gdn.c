@@ -17,9 +17,15 @@ int main(void) {
 #include "backend/cuda/gdn.h"
 #include "parity_util.h"
 
-static float sig(float x) { return 1.0f / (1.0f + expf(-x)); }
-static float silu_h(float x) { return x / (1.0f + expf(-x)); }
-static float softplus_h(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
+static float sig(float x) {
+    return 1.0f / (1.0f + expf(-x));
+}
+static float silu_h(float x) {
+    return x / (1.0f + expf(-x));
+}
+static float softplus_h(float x) {
+    return x > 20.0f ? x : log1pf(expf(x));
+}
 
 static const char *const kernel_name[] = {"auto", "token", "tiled4"};
 #define N_KERNELS 3
@@ -34,7 +40,8 @@ static void scan_case(int Nk, int Nv, int Dv, int n) {
     pt_fill(qkv, (size_t)n * ld, 1.0f);
     pt_fill(ba, (size_t)n * ldba, 3.0f);
     float *A_log = malloc(Nv * 4), *dtb = malloc(Nv * 4);
-    for (int j = 0; j < Nv; j++) A_log[j] = pt_frand() * 1.5f, dtb[j] = pt_frand();
+    for (int j = 0; j < Nv; j++)
+        A_log[j] = pt_frand() * 1.5f, dtb[j] = pt_frand();
     size_t sn = (size_t)Nv * Dk * Dv;
     float *S = malloc(sn * 4), *Sg = malloc(sn * 4);
     pt_fill(S, sn, 0.3f);
@@ -53,9 +60,11 @@ static void scan_case(int Nk, int Nv, int Dv, int n) {
         for (int i = 0; i < 2 * Nk; i++) {
             float *h = row + (size_t)i * Dk;
             double ss = 0;
-            for (int d = 0; d < Dk; d++) ss += (double)h[d] * h[d];
+            for (int d = 0; d < Dk; d++)
+                ss += (double)h[d] * h[d];
             float r = (i < Nk ? 1.0f / sqrtf((float)Dk) : 1.0f) / sqrtf((float)ss + 1e-6f);
-            for (int d = 0; d < Dk; d++) h[d] *= r;
+            for (int d = 0; d < Dk; d++)
+                h[d] *= r;
         }
         for (int j = 0; j < Nv; j++) {
             float bb = ba[(size_t)t * ldba + j], aa = ba[(size_t)t * ldba + Nv + j];
@@ -76,8 +85,8 @@ static void scan_case(int Nk, int Nv, int Dv, int n) {
     float *gop = malloc((size_t)n * Nv * Dv * 4);
     for (int kern = 0; kern < N_KERNELS; kern++) {
         float *dS = pt_dup(Sg, sn), *dO = pt_dalloc((size_t)n * ldo * 4);
-        int rc = lily_cuda_gdn_scan_with(kern, dS, Nk, Nv, Dk, Dv, n, dqkv, ld, dba, dba + Nv,
-                                         ldba, dA, ddt, dO, ldo, NULL, &e);
+        int rc = lily_cuda_gdn_scan_with(kern, dS, Nk, Nv, Dk, Dv, n, dqkv, ld, dba, dba + Nv, ldba,
+                                         dA, ddt, dO, ldo, NULL, &e);
         snprintf(name, sizeof name, "gdn scan %s launch", kernel_name[kern]);
         if (!pt_ok(rc, name, &e)) return;
         pt_get(go, dO, (size_t)n * ldo);
@@ -125,10 +134,12 @@ static void scan_timing(void) {
     float *dS = pt_dup(h, (size_t)Nv * Dk * Dv);
     float *dO = pt_dalloc((size_t)nmax * Nv * Dv * 4);
     cudaEvent_t ev[2 * reps];
-    for (int r = 0; r < 2 * reps; r++) cudaEventCreate(&ev[r]);
+    for (int r = 0; r < 2 * reps; r++)
+        cudaEventCreate(&ev[r]);
     printf("timing (us per layer, median of %d), Nk=%d Nv=%d Dk=Dv=%d:\n%6s", reps, Nk, Nv, Dk,
            "n");
-    for (int k = 0; k < N_KERNELS; k++) printf(" %9s", kernel_name[k]);
+    for (int k = 0; k < N_KERNELS; k++)
+        printf(" %9s", kernel_name[k]);
     printf("\n");
     for (size_t li = 0; li < sizeof lens / sizeof *lens; li++) {
         int n = lens[li];
@@ -148,14 +159,16 @@ static void scan_timing(void) {
                 pt_fail++;
                 goto done;
             }
-            for (int r = 0; r < reps; r++) cudaEventElapsedTime(&ms[r], ev[2 * r], ev[2 * r + 1]);
+            for (int r = 0; r < reps; r++)
+                cudaEventElapsedTime(&ms[r], ev[2 * r], ev[2 * r + 1]);
             qsort(ms, reps, sizeof *ms, cmp_float);
             printf(" %9.1f", 1000.0f * (ms[reps / 2 - 1] + ms[reps / 2]) / 2);
         }
         printf("\n");
     }
 done:
-    for (int r = 0; r < 2 * reps; r++) cudaEventDestroy(ev[r]);
+    for (int r = 0; r < 2 * reps; r++)
+        cudaEventDestroy(ev[r]);
     lily_cuda_free(dqkv), lily_cuda_free(dba), lily_cuda_free(dA), lily_cuda_free(ddt);
     lily_cuda_free(dS), lily_cuda_free(dO);
     free(h);
@@ -175,7 +188,8 @@ static void conv_case(int C, int K, int n) {
     int rc = lily_cuda_conv_silu(din, ld, n, C, K, dst, dw, dout, C, NULL, &e);
     if (!pt_ok(rc, "conv launch", &e)) return;
     float *inp = malloc((size_t)n * C * 4);
-    for (int t = 0; t < n; t++) memcpy(inp + (size_t)t * C, in + (size_t)t * ld, C * 4);
+    for (int t = 0; t < n; t++)
+        memcpy(inp + (size_t)t * C, in + (size_t)t * ld, C * 4);
     lily_cpu_conv_silu(inp, n, C, K, st, w, out);
     float *g = malloc((size_t)n * C * 4), *gs = malloc((size_t)(K - 1) * C * 4);
     pt_get(g, dout, (size_t)n * C);
@@ -195,7 +209,8 @@ static void gnorm_case(int n, int nh, int hd) {
     float *o = malloc((size_t)n * ldo * 4), *z = malloc((size_t)n * ldz * 4), *w = malloc(hd * 4);
     pt_fill(o, (size_t)n * ldo, 1.5f);
     pt_fill(z, (size_t)n * ldz, 3.0f);
-    for (int i = 0; i < hd; i++) w[i] = 1.0f + 0.3f * pt_frand();
+    for (int i = 0; i < hd; i++)
+        w[i] = 1.0f + 0.3f * pt_frand();
     float *d_o = pt_dup(o, (size_t)n * ldo), *dz = pt_dup(z, (size_t)n * ldz), *dw = pt_dup(w, hd);
     int rc = lily_cuda_gated_rmsnorm(d_o, ldo, dz, ldz, n, nh, hd, dw, 1e-6f, NULL, &e);
     if (!pt_ok(rc, "gated rmsnorm launch", &e)) return;
@@ -203,7 +218,8 @@ static void gnorm_case(int n, int nh, int hd) {
         for (int h = 0; h < nh; h++) {
             float *oh = o + (size_t)t * ldo + h * hd;
             lily_cpu_rmsnorm(oh, w, hd, 1e-6f, oh);
-            for (int i = 0; i < hd; i++) oh[i] *= silu_h(z[(size_t)t * ldz + h * hd + i]);
+            for (int i = 0; i < hd; i++)
+                oh[i] *= silu_h(z[(size_t)t * ldz + h * hd + i]);
         }
     float *g = malloc((size_t)n * ldo * 4);
     pt_get(g, d_o, (size_t)n * ldo);
@@ -238,8 +254,8 @@ int main(void) {
                   lily_cuda_gdn_scan(NULL, 1, 1, 64, 64, 1, NULL, 4, NULL, NULL, 1, NULL, NULL,
                                      NULL, 1, NULL, &e) == -1);
     pt_check_true("gdn scan rejects an unknown kernel",
-                  lily_cuda_gdn_scan_with(LILY_GDN_TILED4 + 1, NULL, 1, 1, 128, 8, 1, NULL, 4,
-                                          NULL, NULL, 1, NULL, NULL, NULL, 1, NULL, &e) == -1);
+                  lily_cuda_gdn_scan_with(LILY_GDN_TILED4 + 1, NULL, 1, 1, 128, 8, 1, NULL, 4, NULL,
+                                          NULL, 1, NULL, NULL, NULL, 1, NULL, &e) == -1);
     const char *tm = getenv("LILY_CUDA_TIME");
     if (tm && tm[0] == '1') scan_timing();
     return pt_finish();

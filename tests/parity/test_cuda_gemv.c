@@ -13,7 +13,9 @@ int main(void) {
 #include "backend/cuda/gemv.h"
 #include "parity_util.h"
 
-static float silu_h(float x) { return x / (1.0f + expf(-x)); }
+static float silu_h(float x) {
+    return x / (1.0f + expf(-x));
+}
 
 /* Segments with the given row counts, one dtype, cols wide; prologue kind pk. */
 static void run_case(lily_dtype dt, int cols, const int *rows, int nseg, int pk, int epi) {
@@ -25,7 +27,8 @@ static void run_case(lily_dtype dt, int cols, const int *rows, int nseg, int pk,
     float *x = malloc(cols * 4), *xp = malloc(cols * 4), *w = malloc(cols * 4);
     float *z = malloc(cols * 4);
     pt_fill(x, cols, 2.0f);
-    for (int i = 0; i < cols; i++) w[i] = 0.5f + pt_frand() * 0.5f;
+    for (int i = 0; i < cols; i++)
+        w[i] = 0.5f + pt_frand() * 0.5f;
     pt_fill(z, cols, 3.0f);
     int head = 128 <= cols && cols % 128 == 0 ? 128 : 64;
     /* the CPU form of the prologue */
@@ -34,7 +37,8 @@ static void run_case(lily_dtype dt, int cols, const int *rows, int nseg, int pk,
     } else if (pk == LILY_GP_GATED) {
         for (int h = 0; h < cols / head; h++) {
             lily_cpu_rmsnorm(x + h * head, w, head, 1e-6f, xp + h * head);
-            for (int i = 0; i < head; i++) xp[h * head + i] *= silu_h(z[h * head + i]);
+            for (int i = 0; i < head; i++)
+                xp[h * head + i] *= silu_h(z[h * head + i]);
         }
     } else {
         memcpy(xp, x, cols * 4);
@@ -58,7 +62,8 @@ static void run_case(lily_dtype dt, int cols, const int *rows, int nseg, int pk,
         dcw[s] = pt_dup(cw[s], (size_t)K * rows[s]);
         if (epi == LILY_GV_ADD) {
             dy[s] = pt_dup(y0, rows[s]);
-            for (int r = 0; r < rows[s]; r++) ref[s][r] += y0[r];
+            for (int r = 0; r < rows[s]; r++)
+                ref[s][r] += y0[r];
         } else {
             dy[s] = pt_dalloc(rows[s] * 4);
         }
@@ -80,8 +85,8 @@ static void run_case(lily_dtype dt, int cols, const int *rows, int nseg, int pk,
     for (int s = 0; s < nseg; s++) {
         float *got = malloc(rows[s] * 4);
         pt_get(got, dy[s], rows[s]);
-        snprintf(name, sizeof name, "gemv %s [%d x %d] seg %d/%d %s %s", dts[dt], rows[s], cols,
-                 s, nseg, pks[pk], eps[epi]);
+        snprintf(name, sizeof name, "gemv %s [%d x %d] seg %d/%d %s %s", dts[dt], rows[s], cols, s,
+                 nseg, pks[pk], eps[epi]);
         /* bf16 rounding of F32 weights on upload: ~2^-9 relative per weight */
         pt_check(name, got, ref[s], rows[s], dt == LILY_DT_F32 ? 1e-2 : 1e-4);
         if (epi == LILY_GV_CONV) {

@@ -170,12 +170,16 @@ static void moe_ref(moe_fix *f, const float *u, int n, const int *idx, const flo
 }
 
 /* The fused router allowed (1, the default) or not (0) for the launches that follow. */
-static void set_fused(int on) { lily_cuda_moe_force_unfused(!on); }
+static void set_fused(int on) {
+    lily_cuda_moe_force_unfused(!on);
+}
 
 /* Whether the fixture's decode should take the fused-router path when the switch is on: the
  * fixtures have a Q8 router and Q4 experts, so it is the tensor-core gate/up kernel's shapes
  * (and every grid here is small enough to be resident). */
-static int expect_fused(const moe_fix *f) { return f->k > 0 && f->H % 256 == 0; }
+static int expect_fused(const moe_fix *f) {
+    return f->k > 0 && f->H % 256 == 0;
+}
 
 /* One decode step of x [H] on scratch scr: the output, and the routing when k > 0. */
 static int dec_run(moe_fix *f, const float *x, const float *dw, void *scr, float *got, int *gidx,
@@ -437,7 +441,7 @@ int main(void) {
     decode_case(&f);
     prefill_case(&f, 200, 0);
     prefill_case(&f, 64, 1);
-    prefill_case(&f, 1000, 2);             /* 8000 assignments: 16 scatter chunks, skewed */
+    prefill_case(&f, 1000, 2); /* 8000 assignments: 16 scatter chunks, skewed */
     fix_free(&f);
     if (fix_make(&f, 16, 2, 320, 192, 0, 0)) return pt_finish();
     decode_case(&f);

@@ -127,8 +127,8 @@ static void cfg_str(const lily_cuda_sampling *c, char *b, size_t n) {
 /* ---- host: the reference against the CPU sampler and the CPU draw ---------------------------- */
 
 static lily_draw as_draw(const lily_cuda_sampling *c, uint64_t step) {
-    return (lily_draw){c->temperature, c->top_k, c->top_p, c->min_p, c->n_ids, c->ban_id,
-                       c->seed,        step};
+    return (lily_draw){c->temperature, c->top_k,  c->top_p, c->min_p,
+                       c->n_ids,       c->ban_id, c->seed,  step};
 }
 
 /* The race of sample.h over the reference set, plainly: every survivor's Gumbel computed */
@@ -176,14 +176,18 @@ static void cpu_draws_in_set(const float *l, int V, const lily_cuda_sampling *c,
         int j = 0;
         while (j < m && ids[j] != t)
             j++;
-        if (j == m) ok = 0;
-        else cnt[j]++;
+        if (j == m)
+            ok = 0;
+        else
+            cnt[j]++;
         if (i < 8) same = same && lily_draw_pick(l, V, &d, keys) == t;
     }
     char b[160], w[400];
     cfg_str(c, b, sizeof b);
-    snprintf(w, sizeof w, "cpu draw %s V=%d %s: %d draws in the reference set of %d, repeatable, "
-             "%d = the full race", what, V, b, n, m, n_race);
+    snprintf(w, sizeof w,
+             "cpu draw %s V=%d %s: %d draws in the reference set of %d, repeatable, "
+             "%d = the full race",
+             what, V, b, n, m, n_race);
     pt_check_true(w, ok && same && n_race == n);
     if (chi && ok && m > 1) {
         double x2 = 0;

@@ -51,7 +51,8 @@ static void fill_x(float *X, int rows, int ld) {
     if (g_spread <= 0) return;
     for (int t = 0; t < rows; t++) {
         float f = powf(10.f, g_spread * (float)(t % 13 - 6) / 6.f);
-        for (int c = 0; c < ld; c++) X[(size_t)t * ld + c] *= f;
+        for (int c = 0; c < ld; c++)
+            X[(size_t)t * ld + c] *= f;
     }
 }
 
@@ -61,21 +62,25 @@ static void grouped_case(int M, int K, int E, const int *counts, int n, int use_
     lily_err e;
     char name[240];
     int R = 0, ntmax = 0;
-    for (int x = 0; x < E; x++) R += counts[x], ntmax += (counts[x] + 15) / 16;
+    for (int x = 0; x < E; x++)
+        R += counts[x], ntmax += (counts[x] + 15) / 16;
     const int xrows = use_gather ? n : R, ldx = K + 4, ldy = M + 3;
     lily_mat *G = malloc(sizeof(lily_mat) * E);
-    for (int x = 0; x < E; x++) G[x] = pt_mat(LILY_DT_Q4, M, K);
+    for (int x = 0; x < E; x++)
+        G[x] = pt_mat(LILY_DT_Q4, M, K);
     lily_dmat dG;
     if (!pt_ok(lily_cuda_dmat_upload(G, E, &dG, &e), "upload", &e)) return;
     float *X = malloc((size_t)xrows * ldx * 4);
     fill_x(X, xrows, ldx);
     int32_t *gather = malloc((size_t)(R + 1) * 4), *tiles = malloc((size_t)(ntmax + 1) * 12);
-    for (int r = 0; r < R; r++) gather[r] = use_gather ? (int32_t)(pt_rnd() % n) : r;
+    for (int r = 0; r < R; r++)
+        gather[r] = use_gather ? (int32_t)(pt_rnd() % n) : r;
     const int nt = pt_make_tiles(counts, E, LILY_GEMM_SKINNY_BN, tiles);
     const size_t ny = (size_t)(R > 0 ? R : 1) * ldy;
     float *ref = malloc(ny * 4), *got = malloc(ny * 4);
     float *xg = malloc((size_t)(R + 1) * K * 4), *tg = malloc((size_t)(R + 1) * M * 4);
-    for (size_t i = 0; i < ny; i++) ref[i] = kSentinel;
+    for (size_t i = 0; i < ny; i++)
+        ref[i] = kSentinel;
     for (int x = 0, r0 = 0; x < E; r0 += counts[x], x++) {
         if (!counts[x]) continue;
         for (int i = 0; i < counts[x]; i++)
@@ -87,7 +92,8 @@ static void grouped_case(int M, int K, int E, const int *counts, int n, int use_
     int32_t *dgather = pt_idup(gather, (size_t)R + 1), *dtiles = pt_idup(tiles, (size_t)3 * nt + 1);
     int32_t *dnt = pt_idup(&nt, 1);
     float *dX = pt_dup(X, (size_t)xrows * ldx);
-    for (size_t i = 0; i < ny; i++) got[i] = kSentinel;
+    for (size_t i = 0; i < ny; i++)
+        got[i] = kSentinel;
     float *dY = pt_dup(got, ny);
     /* max_tiles above the valid count: the extra tiles must exit on *d_ntiles */
     int rc = lily_cuda_gemm_grouped(&dG, dX, ldx, xrows, use_gather ? dgather : NULL, dtiles, dnt,
@@ -104,13 +110,16 @@ static void grouped_case(int M, int K, int E, const int *counts, int n, int use_
                 mx = fmax(mx, fabs(f));
                 d = fmax(d, fabs((double)g - f));
             }
-            for (int o = M; o < ldy; o++) pad += got[(size_t)r * ldy + o] != kSentinel;
+            for (int o = M; o < ldy; o++)
+                pad += got[(size_t)r * ldy + o] != kSentinel;
             const double rel = mx > 0 ? d / mx : d;
             if (rel > worst) worst = rel;
         }
         const int ok = !bad && !pad && worst <= 1e-5;
-        if (ok) pt_pass++;
-        else pt_fail++;
+        if (ok)
+            pt_pass++;
+        else
+            pt_fail++;
         int k = snprintf(name, sizeof name, "skinny W[%d x %d] x %d rows {", M, K, E);
         for (int x = 0; x < E && k < 150; x++)
             k += snprintf(name + k, sizeof name - k, "%s%d", x ? "," : "", counts[x]);
@@ -122,7 +131,8 @@ static void grouped_case(int M, int K, int E, const int *counts, int n, int use_
     lily_cuda_free(dX), lily_cuda_free(dY), lily_cuda_free(dgather), lily_cuda_free(dtiles);
     lily_cuda_free(dnt);
     lily_cuda_dmat_free(&dG);
-    for (int x = 0; x < E; x++) pt_mat_free(&G[x]);
+    for (int x = 0; x < E; x++)
+        pt_mat_free(&G[x]);
     free(G), free(X), free(gather), free(tiles), free(ref), free(got), free(xg), free(tg);
 }
 
@@ -131,10 +141,12 @@ static void grouped_case(int M, int K, int E, const int *counts, int n, int use_
 static void pair_case(int M, int K, int E, const int *counts, int n) {
     lily_err e;
     int R = 0, ntmax = 0;
-    for (int x = 0; x < E; x++) R += counts[x], ntmax += (counts[x] + 15) / 16;
+    for (int x = 0; x < E; x++)
+        R += counts[x], ntmax += (counts[x] + 15) / 16;
     const int ldx = K + 4, ldy = M + 3;
     lily_mat *G = malloc(sizeof(lily_mat) * E), *U = malloc(sizeof(lily_mat) * E);
-    for (int x = 0; x < E; x++) G[x] = pt_mat(LILY_DT_Q4, M, K), U[x] = pt_mat(LILY_DT_Q4, M, K);
+    for (int x = 0; x < E; x++)
+        G[x] = pt_mat(LILY_DT_Q4, M, K), U[x] = pt_mat(LILY_DT_Q4, M, K);
     lily_dmat dG, dU;
     if (!pt_ok(lily_cuda_dmat_upload(G, E, &dG, &e), "upload", &e) ||
         !pt_ok(lily_cuda_dmat_upload(U, E, &dU, &e), "upload", &e))
@@ -142,7 +154,8 @@ static void pair_case(int M, int K, int E, const int *counts, int n) {
     float *X = malloc((size_t)n * ldx * 4);
     fill_x(X, n, ldx);
     int32_t *gather = malloc((size_t)(R + 1) * 4), *tiles = malloc((size_t)(ntmax + 1) * 12);
-    for (int r = 0; r < R; r++) gather[r] = (int32_t)(pt_rnd() % n);
+    for (int r = 0; r < R; r++)
+        gather[r] = (int32_t)(pt_rnd() % n);
     const int nt = pt_make_tiles(counts, E, LILY_GEMM_SKINNY_BN, tiles);
     int32_t *dgather = pt_idup(gather, (size_t)R + 1), *dtiles = pt_idup(tiles, (size_t)3 * nt + 1);
     int32_t *dnt = pt_idup(&nt, 1);
@@ -151,26 +164,32 @@ static void pair_case(int M, int K, int E, const int *counts, int n) {
     float *h[4], *d[4];
     for (int i = 0; i < 4; i++) {
         h[i] = malloc(ny * 4);
-        for (size_t j = 0; j < ny; j++) h[i][j] = kSentinel;
+        for (size_t j = 0; j < ny; j++)
+            h[i][j] = kSentinel;
         d[i] = pt_dup(h[i], ny);
     }
-    int rc = lily_cuda_gemm_skinny_grouped(&dG, dX, ldx, n, dgather, dtiles, dnt, nt + 3, d[0],
-                                           ldy, NULL, &e) ||
-             lily_cuda_gemm_skinny_grouped(&dU, dX, ldx, n, dgather, dtiles, dnt, nt + 3, d[1],
-                                           ldy, NULL, &e) ||
+    int rc = lily_cuda_gemm_skinny_grouped(&dG, dX, ldx, n, dgather, dtiles, dnt, nt + 3, d[0], ldy,
+                                           NULL, &e) ||
+             lily_cuda_gemm_skinny_grouped(&dU, dX, ldx, n, dgather, dtiles, dnt, nt + 3, d[1], ldy,
+                                           NULL, &e) ||
              lily_cuda_gemm_skinny_grouped_pair(&dG, &dU, dX, ldx, n, dgather, dtiles, dnt, nt + 3,
                                                 d[2], d[3], ldy, NULL, &e);
     if (pt_ok(rc, "skinny pair launch", &e)) {
-        for (int i = 0; i < 4; i++) pt_get(h[i], d[i], ny);
+        for (int i = 0; i < 4; i++)
+            pt_get(h[i], d[i], ny);
         char name[240];
-        snprintf(name, sizeof name, "skinny pair W[%d x %d] x %d experts, %d rows: same bits as "
-                 "two launches%s", M, K, E, R, g_tag);
+        snprintf(name, sizeof name,
+                 "skinny pair W[%d x %d] x %d experts, %d rows: same bits as "
+                 "two launches%s",
+                 M, K, E, R, g_tag);
         pt_check_true(name, !memcmp(h[0], h[2], ny * 4) && !memcmp(h[1], h[3], ny * 4));
     }
-    for (int i = 0; i < 4; i++) lily_cuda_free(d[i]), free(h[i]);
+    for (int i = 0; i < 4; i++)
+        lily_cuda_free(d[i]), free(h[i]);
     lily_cuda_free(dX), lily_cuda_free(dgather), lily_cuda_free(dtiles), lily_cuda_free(dnt);
     lily_cuda_dmat_free(&dG), lily_cuda_dmat_free(&dU);
-    for (int x = 0; x < E; x++) pt_mat_free(&G[x]), pt_mat_free(&U[x]);
+    for (int x = 0; x < E; x++)
+        pt_mat_free(&G[x]), pt_mat_free(&U[x]);
     free(G), free(U), free(X), free(gather), free(tiles);
 }
 
@@ -184,7 +203,8 @@ static void route_counts(int n, int E, int k, int *counts) {
             do {
                 x = (int)(pt_rnd() % E);
                 dup = 0;
-                for (int i = 0; i < j; i++) dup |= sel[i] == x;
+                for (int i = 0; i < j; i++)
+                    dup |= sel[i] == x;
             } while (dup);
             sel[j] = x;
             counts[x]++;
@@ -205,8 +225,8 @@ static void all_cases(void) {
     pair_case(200, 576, 12, c1, 40);
     if (g_san) return;
     pair_case(512, 2048, 5, c2, 60);
-    grouped_case(512, 2048, 12, c1, 40, 1);  /* gate / up shape */
-    grouped_case(2048, 512, 12, c1, 0, 0);   /* down shape */
+    grouped_case(512, 2048, 12, c1, 40, 1); /* gate / up shape */
+    grouped_case(2048, 512, 12, c1, 0, 0);  /* down shape */
     grouped_case(2048, 512, 5, c2, 60, 1);
     grouped_case(512, 2048, 5, c2, 0, 0);
     {
@@ -233,14 +253,19 @@ static int t_grouped(tctx *c) {
                                   c->max_tiles, c->bn, c->Y, c->ldy, NULL, &e);
 }
 
-static int t_grouped_v(void *c) { return t_grouped(c); }
-static float time_median(tctx *c) { return pt_time_median(t_grouped_v, c, 0); }
+static int t_grouped_v(void *c) {
+    return t_grouped(c);
+}
+static float time_median(tctx *c) {
+    return pt_time_median(t_grouped_v, c, 0);
+}
 
 static lily_dmat up_q4(int M, int K, int E) {
     lily_err e;
     lily_mat m = pt_mat(LILY_DT_Q4, M, K); /* one random expert, uploaded E times */
     lily_mat *ms = malloc(sizeof(lily_mat) * E);
-    for (int x = 0; x < E; x++) ms[x] = m;
+    for (int x = 0; x < E; x++)
+        ms[x] = m;
     lily_dmat d;
     if (lily_cuda_dmat_upload(ms, E, &d, &e)) {
         printf("FAIL upload: %s\n", e.msg);
@@ -267,12 +292,13 @@ static void timing(void) {
         const int n = ns[j];
         if (only_n && atoi(only_n) != n) continue;
         route_counts(n, E, k, counts);
-        for (int r = 0; r < n * k; r++) gather[r] = (int32_t)(pt_rnd() % n);
+        for (int r = 0; r < n * k; r++)
+            gather[r] = (int32_t)(pt_rnd() % n);
         int32_t *dgather = pt_idup(gather, (size_t)n * k);
         for (int v = 0; v < 8; v++) { /* 32-row tiles, then the skinny variants */
             if (only_v && atoi(only_v) != v) continue;
-            static const char *vn[8] = {"32-row tiles", "skinny denorm", "skinny sub",
-                                        "skinny cp",    "skinny pf1",    "skinny pf2",
+            static const char *vn[8] = {"32-row tiles",  "skinny denorm", "skinny sub",
+                                        "skinny cp",     "skinny pf1",    "skinny pf2",
                                         "skinny cp pf1", "skinny cp pf2"};
             const int bn = v == 0 ? LILY_GEMM_GROUP_BN : LILY_GEMM_SKINNY_BN;
             if (v) lily_cuda_skinny_variant(v == 2 ? LILY_SKINNY_SUB : LILY_SKINNY_DENORM);

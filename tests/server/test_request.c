@@ -356,7 +356,7 @@ static void test_response_format(void) {
         lily_api_error e;
         int rc = lily_request_parse(LILY_REQ_CHAT, bodies[i], strlen(bodies[i]), &lim, &r, &e);
         check(rc == 0 && (i < 2 ? r.grammar != NULL : r.grammar == NULL),
-              i == 0 ? "response_format json_object gives a grammar"
+              i == 0   ? "response_format json_object gives a grammar"
               : i == 1 ? "response_format json_schema gives a grammar"
                        : "response_format text gives none");
         if (!rc) lily_request_free(&r);
@@ -367,8 +367,8 @@ static void test_response_format(void) {
  * 400, with no float-to-integer cast out of range (the sanitizer build traps those). */
 static void seed_ok(const char *lit, uint64_t want) {
     char body[256];
-    snprintf(body, sizeof body, "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"seed\":%s}",
-             lit);
+    snprintf(body, sizeof body,
+             "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"seed\":%s}", lit);
     lily_request r;
     int ok = !parse(LILY_REQ_CHAT, body, &r) && r.has_seed && r.seed == want;
     char what[160];
@@ -380,8 +380,8 @@ static void seed_ok(const char *lit, uint64_t want) {
 
 static void seed_bad(const char *lit) {
     char body[256];
-    snprintf(body, sizeof body, "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"seed\":%s}",
-             lit);
+    snprintf(body, sizeof body,
+             "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"seed\":%s}", lit);
     reject(LILY_REQ_CHAT, body, 400, "invalid_value", "seed");
 }
 
@@ -401,8 +401,8 @@ static void test_seeds(void) {
     seed_bad("1.9e19"); /* above 2^64 */
     seed_bad("1.5");
     seed_bad("1e300");
-    reject(LILY_REQ_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"seed\":\"1\"}", 400,
-           "invalid_type", "seed");
+    reject(LILY_REQ_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"seed\":\"1\"}",
+           400, "invalid_type", "seed");
     /* a nested "seed" is not the top-level one */
     lily_request r;
     int ok = !parse(LILY_REQ_CHAT,
@@ -417,9 +417,8 @@ static void test_seeds(void) {
 /* NUL in a string: rejected with 400 (cJSON would cut the string at it); an escaped backslash
  * followed by "u0000" is plain text. */
 static void test_nul(void) {
-    reject(LILY_REQ_CHAT,
-           "{\"messages\":[{\"role\":\"user\",\"content\":\"a\\u0000 b c d e f\"}]}", 400,
-           "invalid_value", "");
+    reject(LILY_REQ_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"a\\u0000 b c d e f\"}]}",
+           400, "invalid_value", "");
     reject(LILY_REQ_COMPLETION, "{\"prompt\":\"x\\u0000\"}", 400, "invalid_value", "");
     lily_request r;
     int ok = !parse(LILY_REQ_CHAT,

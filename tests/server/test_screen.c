@@ -36,8 +36,7 @@ int main(void) {
     expect("HTTP/1.1 without Host: 400", "GET / HTTP/1.1\r\n\r\n", -1, 400);
     expect("two Hosts: 400", "GET / HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n", -1, 400);
     expect("conflicting Content-Length: 400",
-           "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\n", -1,
-           400);
+           "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\n", -1, 400);
     expect("repeated equal Content-Length passes",
            "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\nContent-Length: 5\r\n\r\n", 0, 0);
     expect("Content-Length not a number: 400",
@@ -60,12 +59,14 @@ int main(void) {
            0, 0);
     expect("a chunked body in pieces waits",
            "POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhel", 1, 0);
-    expect("chunk size not hex: 400",
-           "POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\nhello\r\n0\r\n\r\n",
-           -1, 400);
-    expect("chunk data without CRLF: 400",
-           "POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nhello\r\n0\r\n\r\n",
-           -1, 400);
+    expect(
+        "chunk size not hex: 400",
+        "POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\nhello\r\n0\r\n\r\n",
+        -1, 400);
+    expect(
+        "chunk data without CRLF: 400",
+        "POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nhello\r\n0\r\n\r\n",
+        -1, 400);
 
     /* sizes: a long request line is 414, long headers 431, a chunked body beyond the window 411 */
     size_t big = 20000;
@@ -76,8 +77,8 @@ int main(void) {
     strcpy(r + 9005, " HTTP/1.1\r\nHost: a\r\n\r\n");
     check(screen(r, strlen(r), 0, &e) == -1 && e.status == 414, "request line over 8 KiB: 414",
           "%d", e.status);
-    check(screen(r, 8500, 0, &e) == -1 && e.status == 414, "request line still coming past 8 KiB: 414",
-          "%d", e.status);
+    check(screen(r, 8500, 0, &e) == -1 && e.status == 414,
+          "request line still coming past 8 KiB: 414", "%d", e.status);
     strcpy(r, "GET / HTTP/1.1\r\nHost: a\r\n");
     size_t n = strlen(r);
     while (n < 17000) {
@@ -94,8 +95,8 @@ int main(void) {
         n += 6;
     }
     strcpy(r + n, "\r\n");
-    check(screen(r, strlen(r), 0, &e) == -1 && e.status == 431, "over 100 header fields: 431",
-          "%d", e.status);
+    check(screen(r, strlen(r), 0, &e) == -1 && e.status == 431, "over 100 header fields: 431", "%d",
+          e.status);
     const char *ch = "POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhel";
     check(screen(ch, strlen(ch), 1, &e) == -1 && e.status == 411,
           "a chunked body that fills the window: 411", "%d", e.status);

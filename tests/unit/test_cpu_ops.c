@@ -18,11 +18,15 @@ static uint32_t rnd(void) {
     rng ^= rng << 17;
     return (uint32_t)(rng >> 11);
 }
-static float frand(void) { return (float)((rnd() & 0xffffff) / 16777216.0 * 2.0 - 1.0); }
+static float frand(void) {
+    return (float)((rnd() & 0xffffff) / 16777216.0 * 2.0 - 1.0);
+}
 
 static void check(int ok, const char *what, double err) {
-    if (ok) n_pass++;
-    else n_fail++;
+    if (ok)
+        n_pass++;
+    else
+        n_fail++;
     printf("%s %-48s err=%.3g\n", ok ? "ok  " : "FAIL", what, err);
 }
 
@@ -53,8 +57,7 @@ static void group_scale_bias(const lily_mat *W, int r, int c, float *s, float *b
 /* Element (r, c) of W by the format's definition, independent of the library's dequant. */
 static double ref_elem(const lily_mat *W, int r, int c) {
     switch (W->dt) {
-    case LILY_DT_F32:
-        return ((const float *)W->w)[(size_t)r * W->cols + c];
+    case LILY_DT_F32: return ((const float *)W->w)[(size_t)r * W->cols + c];
     case LILY_DT_BF16: {
         uint32_t u = (uint32_t)((const uint16_t *)W->w)[(size_t)r * W->cols + c] << 16;
         float f;
@@ -96,7 +99,8 @@ static void make_mat(lily_mat *W, lily_dtype dt, int rows, int cols, void **mem)
     float amp = 1.0f / sqrtf((float)cols);
     if (dt == LILY_DT_F32) {
         float *p = malloc(n * 4);
-        for (size_t i = 0; i < n; i++) p[i] = frand() * amp;
+        for (size_t i = 0; i < n; i++)
+            p[i] = frand() * amp;
         W->w = p;
         mem[0] = p;
     } else if (dt == LILY_DT_BF16 || dt == LILY_DT_F16) {
@@ -110,7 +114,8 @@ static void make_mat(lily_mat *W, lily_dtype dt, int rows, int cols, void **mem)
         W->group = 64;
         int ng = cols / 64;
         uint32_t *q = malloc(n * bits / 8);
-        for (size_t i = 0; i < n * bits / 32; i++) q[i] = rnd() ^ (rnd() << 16);
+        for (size_t i = 0; i < n * bits / 32; i++)
+            q[i] = rnd() ^ (rnd() << 16);
         uint16_t *s = malloc((size_t)rows * ng * 2), *b = malloc((size_t)rows * ng * 2);
         float qmax = (float)((1 << bits) - 1);
         for (size_t i = 0; i < (size_t)rows * ng; i++) {
@@ -136,7 +141,9 @@ static void test_matmul(lily_pool *pool) {
     const int ns[] = {1, 2, 3, 4, 5, 17, 33, 70};
     for (int d = 0; d < 5; d++) {
         int quant = dts[d] == LILY_DT_Q4 || dts[d] == LILY_DT_Q8;
-        int shapes[][2] = {{37, quant ? 192 : 71}, {129, quant ? 64 : 200}, {16, quant ? 320 : 5},
+        int shapes[][2] = {{37, quant ? 192 : 71},
+                           {129, quant ? 64 : 200},
+                           {16, quant ? 320 : 5},
                            {5, quant ? 17408 : 33}};
         for (int si = 0; si < 4; si++)
             for (int ni = 0; ni < 8; ni++) {
@@ -146,8 +153,10 @@ static void test_matmul(lily_pool *pool) {
                 make_mat(&W, dts[d], rows, cols, mem);
                 int ldx = cols + 3, ldy = rows + 5;
                 float *X = malloc((size_t)n * ldx * 4), *Y = malloc((size_t)n * ldy * 4);
-                for (int i = 0; i < n * ldx; i++) X[i] = frand();
-                for (int i = 0; i < n * ldy; i++) Y[i] = NAN; /* poison */
+                for (int i = 0; i < n * ldx; i++)
+                    X[i] = frand();
+                for (int i = 0; i < n * ldy; i++)
+                    Y[i] = NAN; /* poison */
                 lily_cpu_matmul(&K, &W, X, n, ldx, Y, ldy, (ni & 1) ? pool : NULL);
                 const int qx = lily_cpu_matmul_quantizes_x(&K, &W, n);
                 double worst = 0;
@@ -199,11 +208,14 @@ static void test_matmul_glu(lily_pool *pool) {
         int ldx = cols + 1, ldy = rows + 3;
         float *X = malloc((size_t)n * ldx * 4), *Y = malloc((size_t)n * ldy * 4);
         float *g = malloc((size_t)n * rows * 4), *u = malloc((size_t)n * rows * 4);
-        for (int i = 0; i < n * ldx; i++) X[i] = frand();
-        for (int i = 0; i < n * ldy; i++) Y[i] = NAN;
+        for (int i = 0; i < n * ldx; i++)
+            X[i] = frand();
+        for (int i = 0; i < n * ldy; i++)
+            Y[i] = NAN;
         int took = lily_cpu_matmul_glu(&K, &G, &U, X, n, ldx, Y, ldy, (si & 1) ? pool : NULL);
         char what[96];
-        snprintf(what, sizeof what, "matmul_glu %dx%d n=%d%s", rows, cols, n, (si & 1) ? " pool" : "");
+        snprintf(what, sizeof what, "matmul_glu %dx%d n=%d%s", rows, cols, n,
+                 (si & 1) ? " pool" : "");
         if (!took) {
             check(!lily_cpu_matmul_quantizes_x(&K, &G, n), what, 0); /* declined: no int16 path */
         } else {
@@ -219,7 +231,8 @@ static void test_matmul_glu(lily_pool *pool) {
             check(same, what, 0);
         }
         free(X), free(Y), free(g), free(u);
-        for (int i = 0; i < 3; i++) free(mg[i]), free(mu[i]);
+        for (int i = 0; i < 3; i++)
+            free(mg[i]), free(mu[i]);
     }
     lily_mat F;
     void *mf[3] = {0};
@@ -247,8 +260,10 @@ static void test_matmul_many(lily_pool *pool) {
             X[i] = malloc((size_t)shapes[i][1] * 4);
             Y[i] = malloc((size_t)shapes[i][0] * 4);
             R[i] = malloc((size_t)shapes[i][0] * 4);
-            for (int c = 0; c < shapes[i][1]; c++) X[i][c] = frand();
-            for (int r = 0; r < shapes[i][0]; r++) Y[i][r] = NAN;
+            for (int c = 0; c < shapes[i][1]; c++)
+                X[i][c] = frand();
+            for (int r = 0; r < shapes[i][0]; r++)
+                Y[i][r] = NAN;
             const float *x = shared ? X[0] : X[i];
             lily_cpu_matmul(&K, &W[i], x, 1, shapes[i][1], R[i], shapes[i][0], pool);
             ops[i] = (lily_mm_op){&W[i], x, Y[i]};
@@ -262,11 +277,13 @@ static void test_matmul_many(lily_pool *pool) {
             }
         check(worst < 1e-5,
               qtype == 2 ? "matmul_many (shared x)"
-                         : qtype ? "matmul_many (with a Q8 op)" : "matmul_many q4 ops",
+              : qtype    ? "matmul_many (with a Q8 op)"
+                         : "matmul_many q4 ops",
               worst);
         for (int i = 0; i < 5; i++) {
             free(X[i]), free(Y[i]), free(R[i]);
-            for (int m = 0; m < 3; m++) free(mem[i][m]);
+            for (int m = 0; m < 3; m++)
+                free(mem[i][m]);
         }
     }
 }
@@ -276,8 +293,10 @@ static void test_conv(void) {
     float *in = malloc((size_t)n * C * 4), *w = malloc((size_t)C * K * 4);
     float *st = calloc((size_t)(K - 1) * C, 4), *st2 = calloc((size_t)(K - 1) * C, 4);
     float *o1 = malloc((size_t)n * C * 4), *o2 = malloc((size_t)n * C * 4);
-    for (int i = 0; i < n * C; i++) in[i] = frand();
-    for (int i = 0; i < C * K; i++) w[i] = frand();
+    for (int i = 0; i < n * C; i++)
+        in[i] = frand();
+    for (int i = 0; i < C * K; i++)
+        w[i] = frand();
     lily_cpu_conv_silu(in, n, C, K, st, w, o1);
     /* the same sequence fed in pieces of 1, 2 and 5 tokens must give the same outputs */
     int pieces[] = {1, 2, 1, 5, 2}, at = 0;
@@ -307,13 +326,17 @@ static void test_gdn(void) {
     int Dk = 7, Dv = 9, n = 23;
     float *S = malloc((size_t)Dk * Dv * 4);
     double *R = malloc((size_t)Dk * Dv * 8);
-    for (int i = 0; i < Dk * Dv; i++) R[i] = S[i] = frand();
+    for (int i = 0; i < Dk * Dv; i++)
+        R[i] = S[i] = frand();
     float *q = malloc((size_t)n * Dk * 4), *k = malloc((size_t)n * Dk * 4);
     float *v = malloc((size_t)n * Dv * 4), *o = malloc((size_t)n * Dv * 4);
     float beta[64], lam[64];
-    for (int i = 0; i < n * Dk; i++) q[i] = frand(), k[i] = frand() * 0.4f;
-    for (int i = 0; i < n * Dv; i++) v[i] = frand();
-    for (int t = 0; t < n; t++) beta[t] = 0.5f + 0.5f * fabsf(frand()), lam[t] = 0.7f + 0.3f * fabsf(frand());
+    for (int i = 0; i < n * Dk; i++)
+        q[i] = frand(), k[i] = frand() * 0.4f;
+    for (int i = 0; i < n * Dv; i++)
+        v[i] = frand();
+    for (int t = 0; t < n; t++)
+        beta[t] = 0.5f + 0.5f * fabsf(frand()), lam[t] = 0.7f + 0.3f * fabsf(frand());
     lily_cpu_gdn_scan(S, Dk, Dv, n, q, Dk, k, Dk, v, Dv, beta, lam, 1, o, Dv);
     /* closed form: S_t = lam (I - beta k k^T) S_{t-1} + beta k v^T; o_t = S_t^T q */
     double worst = 0;
@@ -323,19 +346,22 @@ static void test_gdn(void) {
         for (int i = 0; i < Dk; i++)
             for (int j = 0; j < Dv; j++) {
                 double kS = 0;
-                for (int a = 0; a < Dk; a++) kS += (double)kt[a] * R[a * Dv + j];
+                for (int a = 0; a < Dk; a++)
+                    kS += (double)kt[a] * R[a * Dv + j];
                 T[i * Dv + j] = lam[t] * (R[i * Dv + j] - beta[t] * kt[i] * kS) +
                                 (double)beta[t] * kt[i] * vt[j];
             }
         memcpy(R, T, (size_t)Dk * Dv * 8);
         for (int j = 0; j < Dv; j++) {
             double acc = 0;
-            for (int i = 0; i < Dk; i++) acc += R[i * Dv + j] * qt[i];
+            for (int i = 0; i < Dk; i++)
+                acc += R[i * Dv + j] * qt[i];
             worst = fmax(worst, fabs(acc - o[t * Dv + j]));
         }
     }
     double sw = 0;
-    for (int i = 0; i < Dk * Dv; i++) sw = fmax(sw, fabs(R[i] - S[i]));
+    for (int i = 0; i < Dk * Dv; i++)
+        sw = fmax(sw, fabs(R[i] - S[i]));
     check(worst < 1e-4, "gdn scan outputs vs closed form", worst);
     check(sw < 1e-4, "gdn scan final state vs closed form", sw);
     free(S), free(R), free(T), free(q), free(k), free(v), free(o);
@@ -349,9 +375,12 @@ static void attention_case(lily_pool *pool, int Nq, int Nkv, int Dh, int pos, in
     size_t per = lily_cpu_attention_scratch(Nq, Nkv, Dh, ctx);
     float *scr = lily_xaligned((size_t)threads * per * 4);
     double *sc = malloc((size_t)ctx * sizeof(double));
-    for (int i = 0; i < n * qd; i++) q[i] = frand() * 2;
-    for (int i = 0; i < ctx * kd; i++) kc[i] = frand() * 2, vc[i] = frand();
-    for (int i = 0; i < n * qd; i++) o[i] = NAN; /* poison */
+    for (int i = 0; i < n * qd; i++)
+        q[i] = frand() * 2;
+    for (int i = 0; i < ctx * kd; i++)
+        kc[i] = frand() * 2, vc[i] = frand();
+    for (int i = 0; i < n * qd; i++)
+        o[i] = NAN; /* poison */
     lily_cpu_attention(&K, q, n, pos, kc, vc, Nq, Nkv, Dh, 0.3f, o, scr, (n & 1) ? pool : NULL);
     double worst = 0;
     for (int t = 0; t < n; t++)
@@ -365,10 +394,12 @@ static void attention_case(lily_pool *pool, int Nq, int Nkv, int Dh, int pos, in
                 sc[p] = d * 0.3;
                 mx = fmax(mx, sc[p]);
             }
-            for (int p = 0; p < len; p++) sum += sc[p] = exp(sc[p] - mx);
+            for (int p = 0; p < len; p++)
+                sum += sc[p] = exp(sc[p] - mx);
             for (int i = 0; i < Dh; i++) {
                 double acc = 0;
-                for (int p = 0; p < len; p++) acc += sc[p] / sum * vc[(size_t)p * kd + g * Dh + i];
+                for (int p = 0; p < len; p++)
+                    acc += sc[p] / sum * vc[(size_t)p * kd + g * Dh + i];
                 double e = fabs(acc - o[(size_t)t * qd + h * Dh + i]);
                 if (!(e <= worst)) worst = e != e ? INFINITY : e;
             }
@@ -384,9 +415,10 @@ static void attention_case(lily_pool *pool, int Nq, int Nkv, int Dh, int pos, in
  * several tokens, of part of a token's heads), one token (decode), contexts across several
  * 64-position blocks; on every kernel (AVX-512 and the plain one). */
 static void test_attention(lily_pool *pool) {
-    const int cases[][5] = {{6, 2, 37, 37, 9},   {16, 2, 256, 0, 5},  {16, 2, 256, 300, 1},
-                            {16, 2, 64, 131, 18}, {8, 8, 40, 70, 3},  {32, 1, 48, 5, 2},
-                            {4, 1, 16, 200, 7},   {16, 2, 256, 1000, 2}, {16, 2, 256, 4000, 1}, {16, 2, 256, 4000, 3}};
+    const int cases[][5] = {{6, 2, 37, 37, 9},    {16, 2, 256, 0, 5},    {16, 2, 256, 300, 1},
+                            {16, 2, 64, 131, 18}, {8, 8, 40, 70, 3},     {32, 1, 48, 5, 2},
+                            {4, 1, 16, 200, 7},   {16, 2, 256, 1000, 2}, {16, 2, 256, 4000, 1},
+                            {16, 2, 256, 4000, 3}};
     const lily_cpu_isa isas[] = {LILY_CPU_ISA_AVX512, LILY_CPU_ISA_SCALAR};
     for (int k = 0; k < 2; k++) {
         K = lily_cpu_kern_for(isas[k], LILY_PRECISION_DEFAULT);
@@ -400,7 +432,8 @@ static void test_attention(lily_pool *pool) {
 static void test_misc(void) {
     /* RoPE: rotation of the first rot dims, half-split pairs, rest untouched */
     float x[24], y[24];
-    for (int i = 0; i < 24; i++) x[i] = y[i] = frand();
+    for (int i = 0; i < 24; i++)
+        x[i] = y[i] = frand();
     lily_cpu_rope(y, 16, 123, 10000.0);
     double worst = 0;
     for (int i = 0; i < 8; i++) {
@@ -408,19 +441,23 @@ static void test_misc(void) {
         worst = fmax(worst, fabs(y[i] - (x[i] * cos(a) - x[i + 8] * sin(a))));
         worst = fmax(worst, fabs(y[i + 8] - (x[i + 8] * cos(a) + x[i] * sin(a))));
     }
-    for (int i = 16; i < 24; i++) worst = fmax(worst, fabs(y[i] - x[i]));
+    for (int i = 16; i < 24; i++)
+        worst = fmax(worst, fabs(y[i] - x[i]));
     check(worst < 1e-4, "rope half-split, partial", worst);
     /* RMSNorm */
     float w[37], z[37], r[37];
     double ss = 0;
-    for (int i = 0; i < 37; i++) z[i] = frand() * 3, w[i] = frand(), ss += (double)z[i] * z[i];
+    for (int i = 0; i < 37; i++)
+        z[i] = frand() * 3, w[i] = frand(), ss += (double)z[i] * z[i];
     lily_cpu_rmsnorm(z, w, 37, 1e-6f, r);
     worst = 0;
-    for (int i = 0; i < 37; i++) worst = fmax(worst, fabs(r[i] - z[i] / sqrt(ss / 37 + 1e-6) * w[i]));
+    for (int i = 0; i < 37; i++)
+        worst = fmax(worst, fabs(r[i] - z[i] / sqrt(ss / 37 + 1e-6) * w[i]));
     check(worst < 1e-5, "rmsnorm", worst);
     /* top-k softmax: the k largest, weights renormalised, descending */
     float lg[19];
-    for (int i = 0; i < 19; i++) lg[i] = frand() * 4;
+    for (int i = 0; i < 19; i++)
+        lg[i] = frand() * 4;
     int idx[5];
     float wt[5];
     lily_cpu_topk_softmax(lg, 19, 5, 1, idx, wt);
@@ -428,7 +465,8 @@ static void test_misc(void) {
     double wsum = 0;
     for (int j = 0; j < 5; j++) {
         int above = 0;
-        for (int e = 0; e < 19; e++) above += lg[e] > lg[idx[j]];
+        for (int e = 0; e < 19; e++)
+            above += lg[e] > lg[idx[j]];
         ok &= above == j;
         wsum += wt[j];
         if (j) ok &= wt[j] <= wt[j - 1];
@@ -443,7 +481,8 @@ static void test_misc(void) {
     float row[128];
     lily_mat_row_f32(&W, 3, row);
     worst = 0;
-    for (int c = 0; c < 128; c++) worst = fmax(worst, fabs(row[c] - ref_elem(&W, 3, c)));
+    for (int c = 0; c < 128; c++)
+        worst = fmax(worst, fabs(row[c] - ref_elem(&W, 3, c)));
     check(worst < 1e-6, "q4 row dequant", worst);
     free(mem[0]), free(mem[1]), free(mem[2]);
 }

@@ -39,7 +39,9 @@ static lily_model *make(const char *name, lily_mk_opts *o) {
     return m;
 }
 
-static float bf16(uint16_t h) { return lily_st_bf16_f32(h); }
+static float bf16(uint16_t h) {
+    return lily_st_bf16_f32(h);
+}
 
 /* W[r][c] of any stored format, following model.md section 7.2 for the packed codes. */
 static float deq(const lily_mat *m, int r, int c) {
@@ -53,8 +55,8 @@ static float deq(const lily_mat *m, int r, int c) {
 }
 
 /* What the writer says element (r, c) of quantized module `mod` is (stack index e, rows R). */
-static float want_q(const lily_mk_opts *o, const char *mod, int e, int R, int cols, int bits,
-                    int r, int c) {
+static float want_q(const lily_mk_opts *o, const char *mod, int e, int R, int cols, int bits, int r,
+                    int c) {
     char n[256];
     double w, s, b;
     int per = 32 / bits;
@@ -220,13 +222,14 @@ int main(void) {
     o[4].cfg.tie_embeddings = 1;
     for (int i = 0; i < 6; i++) {
         m[i] = make(names[i], &o[i]);
-        if (m[i]) check(all_bound(m[i]), names[i], "every tensor of %d layers bound",
-                        m[i]->cfg.n_layers);
+        if (m[i])
+            check(all_bound(m[i]), names[i], "every tensor of %d layers bound", m[i]->cfg.n_layers);
     }
     if (m[0] && m[1]) check_same_experts(m[0], m[1]);
     if (m[0]) {
         check(!strcmp(m[0]->layout, "hf") && !strcmp(m[0]->quant, "bf16") &&
-                  m[0]->cfg.vocab == 512 && m[0]->embed.rows == 512 && m[0]->lm_head.w != m[0]->embed.w,
+                  m[0]->cfg.vocab == 512 && m[0]->embed.rows == 512 &&
+                  m[0]->lm_head.w != m[0]->embed.w,
               "hf", "layout %s quant %s vocab %d", m[0]->layout, m[0]->quant, m[0]->cfg.vocab);
         check_norms(m[0], &o[0], "hf");
     }
@@ -257,8 +260,8 @@ int main(void) {
     lily_model *bad = NULL;
     lily_err err = {{0}};
     int rc = lily_model_load("/nonexistent/lily", &bad, &err);
-    check(rc != 0 && bad == NULL && strstr(err.msg, "config.json"), "missing directory",
-          "%s", err.msg);
+    check(rc != 0 && bad == NULL && strstr(err.msg, "config.json"), "missing directory", "%s",
+          err.msg);
     for (int i = 0; i < 6; i++) {
         lily_model_free(m[i]);
         rm_tree(names[i]);

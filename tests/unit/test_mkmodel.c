@@ -29,7 +29,8 @@ static int same_file(const char *a, const char *b, const char *file) {
     size_t la = 0, lb = 0;
     snprintf(pa, sizeof pa, "%s/%s/%s", root, a, file);
     snprintf(pb, sizeof pb, "%s/%s/%s", root, b, file);
-    if (lily_read_file(pa, 1u << 30, &ta, &la, NULL) || lily_read_file(pb, 1u << 30, &tb, &lb, NULL)) {
+    if (lily_read_file(pa, 1u << 30, &ta, &la, NULL) ||
+        lily_read_file(pb, 1u << 30, &tb, &lb, NULL)) {
         free(ta);
         return -1;
     }
@@ -74,8 +75,7 @@ static void test_determinism(void) {
     rc |= write_model("c", &o, &r, &err);
     check(rc == 0, "write three tiny models", "%s", err.msg);
     check(same_file("a", "b", "model.safetensors") == 1 && same_file("a", "b", "config.json") == 1,
-          "1 thread and 3 threads give identical files", "%llu bytes",
-          (unsigned long long)r.bytes);
+          "1 thread and 3 threads give identical files", "%llu bytes", (unsigned long long)r.bytes);
     check(same_file("a", "c", "model.safetensors") == 0 && same_file("a", "c", "config.json") == 1,
           "another seed gives other weights, same config", NULL);
     /* Sharded into ~300 KB files: an index, several shards, the same tensors. */
@@ -96,8 +96,8 @@ static void test_determinism(void) {
     snprintf(path, sizeof path, "%s/sharded", root);
     rc |= lily_model_load(path, &m, &err);
     snprintf(path, sizeof path, "%s/sharded/model.safetensors.index.json", root);
-    check(rc == 0 && !lily_file_exists(path) && r.n_files == 1, "single-file rewrite loads",
-          "%s", err.msg);
+    check(rc == 0 && !lily_file_exists(path) && r.n_files == 1, "single-file rewrite loads", "%s",
+          err.msg);
     lily_model_free(m);
 }
 
@@ -152,8 +152,8 @@ static void test_bad_shapes(void) {
     }
     lily_mk_opts o;
     lily_err err = {{0}};
-    check(lily_mk_preset("huge", &o, &err) != 0 && strstr(err.msg, "huge"), "unknown preset",
-          "%s", err.msg);
+    check(lily_mk_preset("huge", &o, &err) != 0 && strstr(err.msg, "huge"), "unknown preset", "%s",
+          err.msg);
 }
 
 /* Sizes of the 35B presets from the plan alone (model.md sections 7.1, 7.2, 9.1). */

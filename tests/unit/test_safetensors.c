@@ -14,8 +14,10 @@
 static int n_pass, n_fail;
 
 static void check(int ok, const char *what, const char *detail) {
-    if (ok) n_pass++;
-    else n_fail++;
+    if (ok)
+        n_pass++;
+    else
+        n_fail++;
     printf("%s %s%s%s\n", ok ? "PASS" : "FAIL", what, detail ? ": " : "", detail ? detail : "");
 }
 
@@ -32,9 +34,11 @@ static uint64_t next(void) {
 static void expect_header(const char *what, const char *json, size_t data_len, const char *want) {
     size_t hl = strlen(json), size = 8 + hl + data_len;
     unsigned char *buf = malloc(size);
-    for (int i = 0; i < 8; i++) buf[i] = (unsigned char)((uint64_t)hl >> (8 * i));
+    for (int i = 0; i < 8; i++)
+        buf[i] = (unsigned char)((uint64_t)hl >> (8 * i));
     memcpy(buf + 8, json, hl);
-    for (size_t i = 0; i < data_len; i++) buf[8 + hl + i] = (unsigned char)next();
+    for (size_t i = 0; i < data_len; i++)
+        buf[8 + hl + i] = (unsigned char)next();
     lily_st_file f;
     lily_err err = {{0}};
     int rc = lily_st_parse(buf, size, "bad.safetensors", &f, &err);
@@ -70,8 +74,7 @@ static void test_malformed(void) {
     expect_header("bad JSON", "{\"a\":{\"dtype\":\"F32\",\"shape\":[3],", 12, "not valid JSON");
     expect_header("header not an object", "[1,2,3]", 0, "not a JSON object");
     expect_header("offsets beyond the data",
-                  "{\"w\":{\"dtype\":\"F32\",\"shape\":[4],\"data_offsets\":[0,16]}}", 12,
-                  "\"w\"");
+                  "{\"w\":{\"dtype\":\"F32\",\"shape\":[4],\"data_offsets\":[0,16]}}", 12, "\"w\"");
     expect_header("end before begin",
                   "{\"w\":{\"dtype\":\"U8\",\"shape\":[0],\"data_offsets\":[8,4]}}", 12, "end");
     expect_header("byte size != shape x dtype",
@@ -84,8 +87,9 @@ static void test_malformed(void) {
                   "{\"w\":{\"dtype\":\"U8\",\"shape\":[4],\"data_offsets\":[0,4]},"
                   "\"w\":{\"dtype\":\"U8\",\"shape\":[4],\"data_offsets\":[4,8]}}",
                   8, "twice");
-    expect_header("negative dim", "{\"w\":{\"dtype\":\"U8\",\"shape\":[-4],\"data_offsets\":[0,4]}}",
-                  4, "shape[0]");
+    expect_header("negative dim",
+                  "{\"w\":{\"dtype\":\"U8\",\"shape\":[-4],\"data_offsets\":[0,4]}}", 4,
+                  "shape[0]");
     expect_header("fractional dim",
                   "{\"w\":{\"dtype\":\"U8\",\"shape\":[2.5],\"data_offsets\":[0,4]}}", 4,
                   "shape[0]");
@@ -131,7 +135,8 @@ static void test_roundtrip(const char *dir) {
     for (int i = 0; i < n; i++) {
         size_t nb = (size_t)lily_st_entry_bytes(&ent[i]);
         unsigned char *p = malloc(nb ? nb : 1);
-        for (size_t j = 0; j < nb; j++) p[j] = (unsigned char)next();
+        for (size_t j = 0; j < nb; j++)
+            p[j] = (unsigned char)next();
         data[i] = p;
     }
     char path[512];
@@ -149,7 +154,8 @@ static void test_roundtrip(const char *dir) {
             same = !strcmp(t->name, ent[i].name) && t->dtype == ent[i].dtype &&
                    t->ndim == ent[i].ndim && t->nbytes == lily_st_entry_bytes(&ent[i]) &&
                    !memcmp(t->data, data[i], (size_t)t->nbytes);
-            for (int d = 0; same && d < t->ndim; d++) same = t->shape[d] == ent[i].shape[d];
+            for (int d = 0; same && d < t->ndim; d++)
+                same = t->shape[d] == ent[i].shape[d];
         }
         char msg[64];
         snprintf(msg, sizeof msg, "%d tensors", f.n_tensors);
@@ -160,15 +166,15 @@ static void test_roundtrip(const char *dir) {
     /* The same directory as a set (single model.safetensors), then truncated. */
     lily_st_set *s = NULL;
     rc = lily_st_set_open(dir, &s, &err);
-    check(rc == 0 && lily_st_count(s) == n && lily_st_find(s, "scalar") &&
-              !lily_st_find(s, "nope"),
+    check(rc == 0 && lily_st_count(s) == n && lily_st_find(s, "scalar") && !lily_st_find(s, "nope"),
           "set over model.safetensors, lookup by name", err.msg);
     lily_st_set_free(s);
     truncate(path, 100);
     rc = lily_st_set_open(dir, &s, &err);
     check(rc != 0 && strstr(err.msg, "model.safetensors"), "truncated file rejected", err.msg);
     unlink(path);
-    for (int i = 0; i < n; i++) free(data[i]);
+    for (int i = 0; i < n; i++)
+        free(data[i]);
 }
 
 static void write_shard(const char *dir, const char *name, const char *t1, const char *t2) {
@@ -176,8 +182,10 @@ static void write_shard(const char *dir, const char *name, const char *t1, const
     snprintf(path, sizeof path, "%s/%s", dir, name);
     lily_st_entry ent[2] = {{t1, LILY_ST_BF16, 2, {3, 5}}, {t2, LILY_ST_F32, 1, {7}}};
     unsigned char a[30], b[28];
-    for (size_t i = 0; i < sizeof a; i++) a[i] = (unsigned char)next();
-    for (size_t i = 0; i < sizeof b; i++) b[i] = (unsigned char)next();
+    for (size_t i = 0; i < sizeof a; i++)
+        a[i] = (unsigned char)next();
+    for (size_t i = 0; i < sizeof b; i++)
+        b[i] = (unsigned char)next();
     const void *data[2] = {a, b};
     lily_st_write_file(path, ent, data, 2, NULL);
 }
@@ -203,9 +211,10 @@ static void test_sets(const char *dir) {
               strstr(lily_st_file_at(s, 0)->path, "a.safetensors"),
           "scan without index: both shards, sorted, lookup", err.msg);
     lily_st_set_free(s);
-    write_text(dir, "model.safetensors.index.json",
-               "{\"metadata\":{},\"weight_map\":{\"x.1\":\"b.safetensors\",\"x.2\":\"b.safetensors\","
-               "\"y.1\":\"a.safetensors\",\"y.2\":\"a.safetensors\"}}");
+    write_text(
+        dir, "model.safetensors.index.json",
+        "{\"metadata\":{},\"weight_map\":{\"x.1\":\"b.safetensors\",\"x.2\":\"b.safetensors\","
+        "\"y.1\":\"a.safetensors\",\"y.2\":\"a.safetensors\"}}");
     rc = lily_st_set_open(dir, &s, &err);
     check(rc == 0 && lily_st_count(s) == 4 && lily_st_find(s, "y.1"), "index with two shards",
           err.msg);

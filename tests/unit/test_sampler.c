@@ -25,7 +25,8 @@ static double trand(void) {
     return (double)(tstate >> 11) * 0x1p-53;
 }
 static void random_logits(float *l, int n, float scale) {
-    for (int i = 0; i < n; i++) l[i] = (float)((trand() * 2.0 - 1.0) * scale);
+    for (int i = 0; i < n; i++)
+        l[i] = (float)((trand() * 2.0 - 1.0) * scale);
 }
 
 static lily_sampler *make(lily_sampler_params p, int vocab) {
@@ -59,7 +60,8 @@ static void test_greedy(void) {
         lily_sampler_free(s);
     }
     /* ties: lowest id */
-    for (int i = 0; i < V; i++) l[i] = 0.5f;
+    for (int i = 0; i < V; i++)
+        l[i] = 0.5f;
     l[17] = l[400] = l[999] = 3.0f;
     lily_sampler *s = make(zero, V);
     int32_t t = lily_sampler_sample(s, l, NULL, 0, 0, NULL);
@@ -79,9 +81,9 @@ static void test_greedy(void) {
     CHECK(lily_sampler_sample(s5, g, NULL, 0, 0, NULL) == 2, "greedy: FLT_MAX before +inf");
     g[2] = 0.0f;
     CHECK(lily_sampler_sample(s5, g, NULL, 0, 0, NULL) == 3, "greedy: +inf wins");
-    for (int i = 0; i < 5; i++) g[i] = i % 2 ? -INFINITY : NAN;
-    CHECK(lily_sampler_sample(s5, g, NULL, 0, 0, &err) == -1 &&
-              strstr(err.msg, "no usable logit"),
+    for (int i = 0; i < 5; i++)
+        g[i] = i % 2 ? -INFINITY : NAN;
+    CHECK(lily_sampler_sample(s5, g, NULL, 0, 0, &err) == -1 && strstr(err.msg, "no usable logit"),
           "greedy: all NaN / -inf must fail with a message");
     lily_sampler_free(s5);
     printf("greedy: argmax over 20 random vocabularies of %d, ties -> lowest id\n", V);
@@ -130,8 +132,10 @@ static void softmax_t(const float *l, int V, double t, double *out) {
     double m = -INFINITY, sum = 0;
     for (int i = 0; i < V; i++)
         if (l[i] > m) m = l[i];
-    for (int i = 0; i < V; i++) sum += out[i] = exp((l[i] - m) / t);
-    for (int i = 0; i < V; i++) out[i] /= sum;
+    for (int i = 0; i < V; i++)
+        sum += out[i] = exp((l[i] - m) / t);
+    for (int i = 0; i < V; i++)
+        out[i] /= sum;
 }
 
 static void test_distribution(void) {
@@ -159,7 +163,8 @@ static void test_top_p_min_p(void) {
     enum { V = 6 };
     float l[V];
     const double pr[V] = {0.2, 0.0, 0.4, 0.1, 0.3, 0.0};
-    for (int i = 0; i < V; i++) l[i] = pr[i] > 0 ? (float)log(pr[i]) : -INFINITY;
+    for (int i = 0; i < V; i++)
+        l[i] = pr[i] > 0 ? (float)log(pr[i]) : -INFINITY;
     struct {
         float top_p, min_p;
         double want[V];
@@ -201,7 +206,8 @@ static void test_top_p_large(void) {
         memcpy(sorted, l, sizeof l);
         qsort(sorted, V, sizeof(float), cmp_desc);
         double total = 0, cum = 0;
-        for (int i = 0; i < V; i++) total += exp((double)sorted[i] - sorted[0]);
+        for (int i = 0; i < V; i++)
+            total += exp((double)sorted[i] - sorted[0]);
         int keep = 0;
         while (keep < V) {
             cum += exp((double)sorted[keep] - sorted[0]);
@@ -219,7 +225,8 @@ static void test_top_p_large(void) {
             if (t < 0 || l[t] < threshold) bad++;
         }
         printf("top_p 0.9 over %d tokens (scale %.1f): nucleus %d tokens, %d of %d draws "
-               "outside\n", V, (double)scales[k], keep, bad, N);
+               "outside\n",
+               V, (double)scales[k], keep, bad, N);
         CHECK(bad == 0, "top-p drew %d tokens outside the nucleus", bad);
         lily_sampler_free(s);
     }
@@ -343,7 +350,8 @@ static void test_seeds(void) {
         c[i] = lily_sampler_sample(s3, l, NULL, 0, (uint64_t)i, NULL);
     }
     int diff = 0;
-    for (int i = 0; i < N; i++) diff += a[i] != c[i];
+    for (int i = 0; i < N; i++)
+        diff += a[i] != c[i];
     printf("seeds: same seed identical over %d draws: %s; seed+1 differs in %d draws\n", N,
            memcmp(a, b, sizeof a) == 0 ? "yes" : "no", diff);
     CHECK(memcmp(a, b, sizeof a) == 0, "same seed gave different sequences");
@@ -372,7 +380,8 @@ static void test_edges(void) {
     /* all -inf but one, with NaNs around */
     enum { V = 9 };
     float l[V];
-    for (int i = 0; i < V; i++) l[i] = i % 2 ? NAN : -INFINITY;
+    for (int i = 0; i < V; i++)
+        l[i] = i % 2 ? NAN : -INFINITY;
     l[6] = -50.0f;
     p.top_p = 0.5f;
     p.min_p = 0.1f;
@@ -389,7 +398,8 @@ static void test_edges(void) {
     CHECK(t == -1 && strstr(err.msg, "no usable logit"), "all NaN must fail with a message");
     lily_sampler_free(s);
     /* +inf wins over finite values, and two +inf share the draw without NaN */
-    for (int i = 0; i < V; i++) l[i] = (float)i;
+    for (int i = 0; i < V; i++)
+        l[i] = (float)i;
     l[2] = INFINITY;
     l[5] = INFINITY;
     p = lily_sampler_params_default();
@@ -428,8 +438,10 @@ static void test_logprobs(void) {
     float lp[N];
     int got = lily_logprobs_top(l, V, N, ids, lp);
     double m = -INFINITY, sum = 0;
-    for (int i = 0; i < V; i++) m = l[i] > m ? l[i] : m;
-    for (int i = 0; i < V; i++) sum += exp(l[i] - m);
+    for (int i = 0; i < V; i++)
+        m = l[i] > m ? l[i] : m;
+    for (int i = 0; i < V; i++)
+        sum += exp(l[i] - m);
     double lse = m + log(sum);
     float sorted[V];
     memcpy(sorted, l, sizeof l);
@@ -449,7 +461,8 @@ static void test_logprobs(void) {
     CHECK(worst < 1e-5 && tie_first, "logprob values or tie order wrong");
     /* sums to one over the whole vocabulary */
     double total = 0;
-    for (int i = 0; i < V; i++) total += exp(lily_logprob(l, V, i));
+    for (int i = 0; i < V; i++)
+        total += exp(lily_logprob(l, V, i));
     CHECK(fabs(total - 1) < 1e-4, "probabilities sum to %.6f", total);
     /* unusable entries never listed; more requested than usable */
     float l3[4] = {NAN, -INFINITY, 1.0f, 2.0f};
@@ -469,7 +482,7 @@ static void test_matches_draw_chain(void) {
     static const struct {
         float t, p, mp;
         int k;
-    } cf[] = {{0, 1, 0, 0},     {1, 1, 0, 0},        {0.7f, 0.8f, 0, 0},
+    } cf[] = {{0, 1, 0, 0},         {1, 1, 0, 0},     {0.7f, 0.8f, 0, 0},
               {0.6f, 0.95f, 0, 20}, {1, 1, 0.05f, 0}, {1.3f, 0.9f, 0.02f, 50}};
     const int NC = (int)(sizeof cf / sizeof cf[0]);
     for (size_t z = 0; z < sizeof sizes / sizeof sizes[0]; z++) {
@@ -485,8 +498,8 @@ static void test_matches_draw_chain(void) {
             p.n_ids = V > 3 ? V - 2 : 0; /* padding rows the draw never returns */
             lily_sampler *s = make(p, V);
             lily_draw d;
-            as_draw &= lily_sampler_as_draw(s, &d) == 0 && d.n_ids == p.n_ids &&
-                       d.ban_id == -1 && d.seed == p.seed;
+            as_draw &= lily_sampler_as_draw(s, &d) == 0 && d.n_ids == p.n_ids && d.ban_id == -1 &&
+                       d.seed == p.seed;
             for (int i = 0; i < steps; i++) {
                 d.step = (uint64_t)i * 7 + 3;
                 int32_t a = lily_sampler_sample(s, l, NULL, 0, d.step, NULL);
@@ -499,7 +512,8 @@ static void test_matches_draw_chain(void) {
             lily_sampler_free(s);
         }
         printf("V=%d: %d of %d draws equal lily_draw_pick's at the same step (%d changes of "
-               "token)\n", V, same, total, distinct);
+               "token)\n",
+               V, same, total, distinct);
         CHECK(same == total && as_draw, "V=%d: the sampler and the draw chain differ", V);
         CHECK(V < 100 || distinct > total / 4, "V=%d: the draws hardly change with the step", V);
         free(l);
@@ -515,9 +529,10 @@ static void test_adjust_then_draw(void) {
     static lily_draw_cand scr[V];
     random_logits(l, V, 4.0f);
     int32_t hist[40];
-    for (int i = 0; i < 40; i++) hist[i] = (int32_t)((i * 131 + 7) % V);
-    const lily_logit_bias bias[] = {{5, 3.5f}, {77, -2.0f}, {V + 10, 50.0f}, {hist[39], 1.0f},
-                                    {-1, 9.0f}};
+    for (int i = 0; i < 40; i++)
+        hist[i] = (int32_t)((i * 131 + 7) % V);
+    const lily_logit_bias bias[] = {
+        {5, 3.5f}, {77, -2.0f}, {V + 10, 50.0f}, {hist[39], 1.0f}, {-1, 9.0f}};
     lily_sampler_params p = lily_sampler_params_default();
     p.temperature = 0.9f, p.top_p = 0.95f, p.seed = 4242;
     p.repeat_penalty = 1.3f, p.repeat_last_n = 32;
@@ -537,14 +552,16 @@ static void test_adjust_then_draw(void) {
             if (bias[b].id >= 0 && bias[b].id < V) w[bias[b].id] += bias[b].bias;
         for (int j = 8; j < 40; j++) {
             int dup = 0;
-            for (int k = 8; k < j; k++) dup |= hist[k] == hist[j];
+            for (int k = 8; k < j; k++)
+                dup |= hist[k] == hist[j];
             if (dup) continue;
             float *x = &w[hist[j]];
             *x = *x > 0 ? *x / 1.3f : *x * 1.3f;
         }
         for (int id = 0; id < V; id++) {
             int cnt = 0;
-            for (int k = 0; k < i; k++) cnt += acc[k] == id;
+            for (int k = 0; k < i; k++)
+                cnt += acc[k] == id;
             if (cnt) w[id] -= 0.4f + 0.25f * (float)cnt;
         }
         lily_draw dd = {p.temperature, p.top_k, p.top_p, p.min_p, 0, -1, p.seed, (uint64_t)i};
@@ -553,7 +570,8 @@ static void test_adjust_then_draw(void) {
         lily_sampler_accept(s, t);
     }
     printf("penalties + logit_bias, then the chain: %d of %d draws equal the chain over logits "
-           "adjusted by hand\n", same, n);
+           "adjusted by hand\n",
+           same, n);
     CHECK(same == n, "penalised and biased draws differ from the chain over adjusted logits");
     lily_sampler_free(s);
 }
@@ -583,7 +601,8 @@ static void test_bias(void) {
     memcpy(l2, l, sizeof l);
     l2[top] = -INFINITY;
     const int second = argmax(l2, V);
-    CHECK(lily_sampler_sample(s, l, NULL, 0, 0, NULL) == second, "a ban on the argmax: second best");
+    CHECK(lily_sampler_sample(s, l, NULL, 0, 0, NULL) == second,
+          "a ban on the argmax: second best");
     CHECK(lily_sampler_as_draw(s, &d) == 0 && d.ban_id == top,
           "one banned id: the backend draws with ban_id %d", top);
     lily_sampler_free(s);
@@ -646,7 +665,8 @@ static void report_speed(void) {
     struct timespec a, b;
     clock_gettime(CLOCK_MONOTONIC, &a);
     int32_t sum = 0;
-    for (int i = 0; i < N; i++) sum += lily_sampler_sample(s, l, NULL, 0, (uint64_t)i, NULL);
+    for (int i = 0; i < N; i++)
+        sum += lily_sampler_sample(s, l, NULL, 0, (uint64_t)i, NULL);
     clock_gettime(CLOCK_MONOTONIC, &b);
     double ms = ((double)(b.tv_sec - a.tv_sec) * 1e3 + (double)(b.tv_nsec - a.tv_nsec) / 1e6) / N;
     printf("speed: %.2f ms per draw over %d logits (T 0.7, top_p 0.95, min_p 0.02; checksum %d)\n",

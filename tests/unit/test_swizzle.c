@@ -31,8 +31,10 @@ static void gemm_planes(int NT) {
     memset(owner, 0xff, sizeof(int) * size);
     int ok = 1, bad_read = 0;
     for (int t = 0; t < NT; t++)
-        for (int c = 0; c < 8; c++) ok &= mark(owner, size, lily_swz128(t, c), 16, t * 8 + c);
-    for (int i = 0; i < size; i++) ok &= owner[i] >= 0;
+        for (int c = 0; c < 8; c++)
+            ok &= mark(owner, size, lily_swz128(t, c), 16, t * 8 + c);
+    for (int i = 0; i < size; i++)
+        ok &= owner[i] >= 0;
     for (int s = 0; s < 4; s++)
         for (int t = 0; t < NT; t++)
             for (int b = 0; b < 32; b++) {
@@ -61,12 +63,14 @@ static void gemm_tma(void) {
     memset(owner, 0xff, sizeof(int) * size);
     int ok = 1, conflicts = 0, bad32 = 0, bad128 = 0;
     for (int r = 0; r < 256; r++)
-        for (int p = 0; p < 2; p++) ok &= mark(owner, size, lily_swz32(r, p), 16, 2 * r + p);
+        for (int p = 0; p < 2; p++)
+            ok &= mark(owner, size, lily_swz32(r, p), 16, 2 * r + p);
     for (int r0 = 0; r0 < 256; r0 += 8)
         for (int h = 0; h < 2; h++) {
             uint32_t banks = 0;
             for (int g = 0; g < 8; g++)
-                for (int q = 0; q < 4; q++) banks |= 1u << ((lily_swz32(r0 + g, h) / 4 + q) % 32);
+                for (int q = 0; q < 4; q++)
+                    banks |= 1u << ((lily_swz32(r0 + g, h) / 4 + q) % 32);
             conflicts += banks != 0xffffffffu;
         }
     for (int r = 0; r < 256; r++)
@@ -103,8 +107,10 @@ static void attn_planes(void) {
     memset(owner, 0xff, sizeof(int) * size);
     int ok = 1, bad = 0;
     for (int r = 0; r < 64; r++)
-        for (int x = 0; x < 256; x++) ok &= mark(owner, size, qk_off(r, x), 1, r * 256 + x);
-    for (int i = 0; i < size; i++) ok &= owner[i] >= 0;
+        for (int x = 0; x < 256; x++)
+            ok &= mark(owner, size, qk_off(r, x), 1, r * 256 + x);
+    for (int i = 0; i < size; i++)
+        ok &= owner[i] >= 0;
     check(ok, "attention Q / K planes: a bijection", NULL);
     for (int ks = 0; ks < 8; ks++)
         for (int r = 0; r < 64; r++)
@@ -113,14 +119,15 @@ static void attn_planes(void) {
                                     lily_swz128_read((uint32_t)((ks & 3) * 32), r, b);
                 bad += owner[at] != r * 256 + ks * 32 + b;
             }
-    check(bad == 0, "attention Q / K descriptors read digit ks * 32 + b of row r", "%d wrong",
-          bad);
+    check(bad == 0, "attention Q / K descriptors read digit ks * 32 + b of row r", "%d wrong", bad);
     /* V: dim d's positions 8 pc .. 8 pc + 7 (16 bytes) at lily_swz128(d, pc) */
     memset(owner, 0xff, sizeof(int) * 32768);
     ok = 1, bad = 0;
     for (int d = 0; d < 256; d++)
-        for (int pc = 0; pc < 8; pc++) ok &= mark(owner, 32768, lily_swz128(d, pc), 16, d * 8 + pc);
-    for (int i = 0; i < 32768; i++) ok &= owner[i] >= 0;
+        for (int pc = 0; pc < 8; pc++)
+            ok &= mark(owner, 32768, lily_swz128(d, pc), 16, d * 8 + pc);
+    for (int i = 0; i < 32768; i++)
+        ok &= owner[i] >= 0;
     check(ok, "attention V planes: a bijection", NULL);
     for (int kk = 0; kk < 4; kk++)
         for (int d = 0; d < 256; d++)
@@ -144,7 +151,8 @@ static void attn_k_order(void) {
         ok &= c >= 0 && c < 16;
         if (c >= 0 && c < 16) seen[(u & 63) * 16 + c]++;
     }
-    for (int i = 0; i < 64 * 16; i++) ok &= seen[i] == 1;
+    for (int i = 0; i < 64 * 16; i++)
+        ok &= seen[i] == 1;
     check(ok, "attention K conversion units: each (position, piece) once", NULL);
     for (int u0 = 0; u0 < 1024; u0 += 8) {
         int rd[8] = {0}, wr[8] = {0};

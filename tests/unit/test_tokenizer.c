@@ -45,8 +45,7 @@ static cJSON *tiny(const char *const *merges, int pairs, const char *added) {
         bl(merges[2 * i], a);
         bl(merges[2 * i + 1], b);
         snprintf(m, sizeof m, "%s%s", a, b);
-        if (!cJSON_GetObjectItemCaseSensitive(vocab, m))
-            cJSON_AddNumberToObject(vocab, m, 256 + i);
+        if (!cJSON_GetObjectItemCaseSensitive(vocab, m)) cJSON_AddNumberToObject(vocab, m, 256 + i);
         if (pairs) {
             const char *pr[2] = {a, b};
             cJSON_AddItemToArray(ml, cJSON_CreateStringArray(pr, 2));
@@ -81,8 +80,7 @@ static cJSON *tiny(const char *const *merges, int pairs, const char *added) {
 static lily_tokenizer *open_json(cJSON *root, const char *config, lily_err *e) {
     char *s = cJSON_PrintUnformatted(root);
     lily_tokenizer *t = NULL;
-    if (lily_tokenizer_open_mem(s, strlen(s), config, config ? strlen(config) : 0, &t, e))
-        t = NULL;
+    if (lily_tokenizer_open_mem(s, strlen(s), config, config ? strlen(config) : 0, &t, e)) t = NULL;
     free(s);
     return t;
 }
@@ -97,19 +95,21 @@ static void expect(lily_tokenizer *t, const char *what, const char *text, const 
     int ok = rc == 0 && k == n && (n == 0 || !memcmp(ids, want, n * sizeof *ids));
     if (!ok) {
         printf("  %s: got", what);
-        for (size_t i = 0; i < k; i++) printf(" %d", (int)ids[i]);
+        for (size_t i = 0; i < k; i++)
+            printf(" %d", (int)ids[i]);
         printf("  want");
-        for (size_t i = 0; i < n; i++) printf(" %d", (int)want[i]);
+        for (size_t i = 0; i < n; i++)
+            printf(" %d", (int)want[i]);
         printf("  %s\n", rc ? e.msg : "");
     }
     CHECK(ok, "%s", what);
     free(ids);
 }
 
-#define EXPECT(t, what, text, ...)                                                                 \
-    do {                                                                                           \
-        static const int32_t w_[] = {__VA_ARGS__};                                                 \
-        expect(t, what, text, w_, sizeof w_ / sizeof w_[0]);                                       \
+#define EXPECT(t, what, text, ...)                           \
+    do {                                                     \
+        static const int32_t w_[] = {__VA_ARGS__};           \
+        expect(t, what, text, w_, sizeof w_ / sizeof w_[0]); \
     } while (0)
 
 static void test_merge_order(void) {
@@ -152,15 +152,14 @@ static void test_merge_order(void) {
 static void test_added(void) {
     lily_err e = {{0}};
     static const char *const m[] = {"c", "a", "ca", "t", NULL}; /* 256 "ca", 257 "cat" */
-    const char *added =
-        "[{\"id\": 300, \"content\": \"<s>\", \"special\": true},"
-        " {\"id\": 301, \"content\": \"<x>\", \"special\": false},"
-        " {\"id\": 302, \"content\": \"<xy>\", \"special\": false},"
-        " {\"id\": 303, \"content\": \"[L]\", \"lstrip\": true},"
-        " {\"id\": 304, \"content\": \"[R]\", \"rstrip\": true},"
-        " {\"id\": 305, \"content\": \"dog\", \"single_word\": true},"
-        " {\"id\": 306, \"content\": \"\\u00e9t\\u00e9\", \"normalized\": true},"
-        " {\"id\": 307, \"content\": \"\\u00e0\", \"normalized\": false}]";
+    const char *added = "[{\"id\": 300, \"content\": \"<s>\", \"special\": true},"
+                        " {\"id\": 301, \"content\": \"<x>\", \"special\": false},"
+                        " {\"id\": 302, \"content\": \"<xy>\", \"special\": false},"
+                        " {\"id\": 303, \"content\": \"[L]\", \"lstrip\": true},"
+                        " {\"id\": 304, \"content\": \"[R]\", \"rstrip\": true},"
+                        " {\"id\": 305, \"content\": \"dog\", \"single_word\": true},"
+                        " {\"id\": 306, \"content\": \"\\u00e9t\\u00e9\", \"normalized\": true},"
+                        " {\"id\": 307, \"content\": \"\\u00e0\", \"normalized\": false}]";
     cJSON *j = tiny(m, 0, added);
     lily_tokenizer *t = open_json(j, NULL, &e);
     CHECK(t != NULL, "open tiny tokenizer with added tokens: %s", e.msg);
@@ -208,8 +207,7 @@ static void test_added(void) {
           "decode of an out-of-range id fails: %s", e.msg);
     int32_t *out = NULL;
     size_t n = 0;
-    CHECK(lily_tokenizer_encode(t, "ok\xC3(", 4, &out, &n, &e) == -1 &&
-              strstr(e.msg, "offset 2"),
+    CHECK(lily_tokenizer_encode(t, "ok\xC3(", 4, &out, &n, &e) == -1 && strstr(e.msg, "offset 2"),
           "invalid UTF-8 input is refused: %s", e.msg);
     lily_tokenizer_free(t);
 
@@ -272,7 +270,11 @@ static void test_stream(void) {
     CHECK(n == 3 && !memcmp(s, "\xEF\xBF\xBD", 3), "flush turns a held tail into U+FFFD");
     lily_detok_push(d, 0xC3, &s, &n, &e);
     lily_detok_push(d, 'A', &s, &n, &e);
-    CHECK(n == 4 && !memcmp(s, "\xEF\xBF\xBD" "A", 4), "a broken sequence becomes U+FFFD");
+    CHECK(n == 4 && !memcmp(s,
+                            "\xEF\xBF\xBD"
+                            "A",
+                            4),
+          "a broken sequence becomes U+FFFD");
     lily_detok_push(d, 256, &s, &n, &e);
     CHECK(n == 7 && !memcmp(s, "<|end|>", 7), "special token decodes to its content");
     CHECK(lily_detok_push(d, 257, &s, &n, &e) == -1 && lily_detok_push(d, -1, &s, &n, &e) == -1,
@@ -289,8 +291,9 @@ static void test_stream(void) {
             r ^= r << 13, r ^= r >> 7, r ^= r << 17;
             /* bias towards lead/continuation bytes so sequences are often almost valid */
             unsigned v = (unsigned)(r >> 20);
-            ids[i] = (int32_t)(v % 3 == 0 ? 0x80 + (v >> 2) % 64 : v % 3 == 1 ? 0xC2 + (v >> 2) % 51
-                                                                             : (v >> 2) % 257);
+            ids[i] = (int32_t)(v % 3 == 0   ? 0x80 + (v >> 2) % 64
+                               : v % 3 == 1 ? 0xC2 + (v >> 2) % 51
+                                            : (v >> 2) % 257);
         }
         char *full;
         size_t fl;
@@ -361,8 +364,8 @@ static void bad_normalizer(cJSON *j) {
     cJSON_ReplaceItemInObject(j, "normalizer", cJSON_Parse("{\"type\": \"Lowercase\"}"));
 }
 static void no_bytelevel(cJSON *j) {
-    cJSON_DeleteItemFromArray(cJSON_GetObjectItem(cJSON_GetObjectItem(j, "pre_tokenizer"),
-                                                  "pretokenizers"), 1);
+    cJSON_DeleteItemFromArray(
+        cJSON_GetObjectItem(cJSON_GetObjectItem(j, "pre_tokenizer"), "pretokenizers"), 1);
 }
 static cJSON *split_of(cJSON *j) {
     return cJSON_GetArrayItem(
@@ -375,7 +378,9 @@ static void bad_regex(cJSON *j) {
 static void bad_behavior(cJSON *j) {
     cJSON_ReplaceItemInObject(split_of(j), "behavior", cJSON_CreateString("Contiguous"));
 }
-static void no_decoder(cJSON *j) { cJSON_DeleteItemFromObjectCaseSensitive(j, "decoder"); }
+static void no_decoder(cJSON *j) {
+    cJSON_DeleteItemFromObjectCaseSensitive(j, "decoder");
+}
 static void bad_post(cJSON *j) {
     cJSON_ReplaceItemInObject(j, "post_processor",
                               cJSON_Parse("{\"type\": \"TemplateProcessing\"}"));
@@ -395,7 +400,9 @@ static void prefix_space(cJSON *j) {
         cJSON_GetObjectItem(cJSON_GetObjectItem(j, "pre_tokenizer"), "pretokenizers"), 1);
     cJSON_ReplaceItemInObject(bl, "add_prefix_space", cJSON_CreateTrue());
 }
-static void no_model(cJSON *j) { cJSON_DeleteItemFromObjectCaseSensitive(j, "model"); }
+static void no_model(cJSON *j) {
+    cJSON_DeleteItemFromObjectCaseSensitive(j, "model");
+}
 
 static void test_malformed(void) {
     expect_bad("model type", bad_model_type, "unsupported model type 'WordPiece'");

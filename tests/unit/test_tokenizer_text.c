@@ -24,23 +24,27 @@ static uint32_t rnd(void) {
 }
 
 static void hex(const unsigned char *s, size_t n, char *out) {
-    for (size_t i = 0; i < n && i < 40; i++) sprintf(out + 3 * i, "%02X ", s[i]);
+    for (size_t i = 0; i < n && i < 40; i++)
+        sprintf(out + 3 * i, "%02X ", s[i]);
     if (!n) out[0] = 0;
 }
 
 /* ---- UTF-8 ---------------------------------------------------------------------------- */
 
 static void test_valid_prefix(void) {
-    static const struct { const char *s; size_t n, valid; } cases[] = {
+    static const struct {
+        const char *s;
+        size_t n, valid;
+    } cases[] = {
         {"plain ascii text", 16, 16},
         {"caf\xC3\xA9", 5, 5},
         {"\xF0\x9F\x98\x80!", 5, 5},
-        {"ab\xC3", 3, 2},              /* truncated */
-        {"\xC0\x80", 2, 0},            /* overlong NUL */
-        {"x\xE0\x80\x80", 4, 1},       /* overlong 3-byte */
-        {"\xED\xA0\x80", 3, 0},        /* surrogate */
-        {"\xF4\x90\x80\x80", 4, 0},    /* above U+10FFFF */
-        {"12345678\xFF", 9, 8},        /* after the 8-byte ASCII fast path */
+        {"ab\xC3", 3, 2},           /* truncated */
+        {"\xC0\x80", 2, 0},         /* overlong NUL */
+        {"x\xE0\x80\x80", 4, 1},    /* overlong 3-byte */
+        {"\xED\xA0\x80", 3, 0},     /* surrogate */
+        {"\xF4\x90\x80\x80", 4, 0}, /* above U+10FFFF */
+        {"12345678\xFF", 9, 8},     /* after the 8-byte ASCII fast path */
         {"\xEF\xBF\xBD\xF4\x8F\xBF\xBF", 7, 7},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
@@ -52,13 +56,25 @@ static void test_valid_prefix(void) {
 
 static void test_lossy(void) {
     /* Expected outputs follow the maximal-subpart rule of Rust's from_utf8_lossy. */
-    static const struct { const char *in; size_t n; const char *want; } cases[] = {
+    static const struct {
+        const char *in;
+        size_t n;
+        const char *want;
+    } cases[] = {
         {"ok", 2, "ok"},
         {"\xE2\x82", 2, "\xEF\xBF\xBD"},
-        {"\xF0\x9F\x98" "A", 4, "\xEF\xBF\xBD" "A"},
+        {"\xF0\x9F\x98"
+         "A",
+         4,
+         "\xEF\xBF\xBD"
+         "A"},
         {"\xC0\x80", 2, "\xEF\xBF\xBD\xEF\xBF\xBD"},
         {"\xED\xA0\x80", 3, "\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD"},
-        {"a\x80" "b", 3, "a\xEF\xBF\xBD" "b"},
+        {"a\x80"
+         "b",
+         3,
+         "a\xEF\xBF\xBD"
+         "b"},
         {"\xF4\x90", 2, "\xEF\xBF\xBD\xEF\xBF\xBD"},
         {"\xE0\xA0", 2, "\xEF\xBF\xBD"},
     };
@@ -84,8 +100,8 @@ static void test_json_string(void) {
     int rc = lily_utf8_json_string("\"a\\u0000b\\ud83d\\ude00\\n\\\"\" ", 26, &b);
     CHECK(rc == 0 && b.n == 9 && !memcmp(b.p, "a\0b\xF0\x9F\x98\x80\n\"", 9),
           "json string with NUL and surrogate pair (rc %d, %zu bytes)", rc, b.n);
-    static const char *bad[] = {"\"\\ud800\"", "\"abc", "\"a\"x", "abc", "\"\\q\"",
-                                "\"\\u12G4\"", "\"tab\there\""};
+    static const char *bad[] = {"\"\\ud800\"", "\"abc",       "\"a\"x",       "abc",
+                                "\"\\q\"",     "\"\\u12G4\"", "\"tab\there\""};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         b.n = 0;
         CHECK(lily_utf8_json_string(bad[i], strlen(bad[i]), &b) == -1,
@@ -97,7 +113,9 @@ static void test_json_string(void) {
 /* ---- pre-tokenizer -------------------------------------------------------------------- */
 
 static void test_translate(void) {
-    static const struct { const char *in, *want; } cases[] = {
+    static const struct {
+        const char *in, *want;
+    } cases[] = {
         {"\\s+(?!\\S)", "[\\t-\\r\\x{85}\\p{Z}]+(?![^\\t-\\r\\x{85}\\p{Z}])"},
         {"[^\\s\\p{L}]", "[^\\t-\\r\\x{85}\\p{Z}\\p{L}]"},
         {"[]\\s]x", "[]\\t-\\r\\x{85}\\p{Z}]x"},
@@ -138,7 +156,9 @@ static void test_split(void) {
                        "[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
     int rc = lily_pretok_add_split(&p, qwen, strlen(qwen), 1, LILY_SPLIT_ISOLATED, &e);
     CHECK(rc == 0, "compile qwen pattern: %s", e.msg);
-    static const struct { const char *in, *want; } cases[] = {
+    static const struct {
+        const char *in, *want;
+    } cases[] = {
         {"Hello world", "Hello| world|"},
         {"DON'T stop", "DON|'T| stop|"},
         {"x  y", "x| | y|"},
@@ -146,9 +166,14 @@ static void test_split(void) {
         {"a\r\n\r\nb", "a|\r\n\r\n|b|"},
         {"end   ", "end|   |"},
         /* NEL is whitespace for Oniguruma: two NELs are not one punctuation run */
-        {"a\xC2\x85\xC2\x85" "b", "a|\xC2\x85|\xC2\x85" "b|"},
+        {"a\xC2\x85\xC2\x85"
+         "b",
+         "a|\xC2\x85|\xC2\x85"
+         "b|"},
         /* ...and U+FEFF is not whitespace (it is for JavaScript's \s) */
-        {"a\xEF\xBB\xBF\xEF\xBB\xBF" "b", "a|\xEF\xBB\xBF\xEF\xBB\xBF|b|"},
+        {"a\xEF\xBB\xBF\xEF\xBB\xBF"
+         "b",
+         "a|\xEF\xBB\xBF\xEF\xBB\xBF|b|"},
         {"\xE3\x80\x80\xE4\xB8\xAD", "\xE3\x80\x80\xE4\xB8\xAD|"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0] && !rc; i++) {
@@ -174,8 +199,7 @@ static void test_split(void) {
     rc = lily_pretok_add_split(&r, "x*", 2, 1, LILY_SPLIT_ISOLATED, &e);
     words w2 = {{0}, 0, 0};
     lily_pretok_split(&r, "axxb\xC3\xA9x", 8, collect, &w2, &e);
-    CHECK(rc == 0 && !strcmp(w2.buf, "a|xx|b\xC3\xA9|x|"), "empty-match split: got '%s'",
-          w2.buf);
+    CHECK(rc == 0 && !strcmp(w2.buf, "a|xx|b\xC3\xA9|x|"), "empty-match split: got '%s'", w2.buf);
     lily_pretok_free(&r);
 
     lily_pretok bad = {0};
@@ -187,8 +211,8 @@ static void test_split(void) {
 
 /* Random text mixing the NFC fast-path ranges with characters that do change or compose. */
 static void test_nfc_fastpath(void) {
-    static const uint32_t tricky[] = {0x0301, 0x0308, 0x0323, 0x0344, 0x0958, 0x093C, 0x1100,
-                                      0x1161, 0x11A8, 0x3099, 0x309A, 0x212B, 0x2126, 0xF900,
+    static const uint32_t tricky[] = {0x0301,  0x0308, 0x0323, 0x0344, 0x0958, 0x093C, 0x1100,
+                                      0x1161,  0x11A8, 0x3099, 0x309A, 0x212B, 0x2126, 0xF900,
                                       0x2F800, 0x0B3E, 0x0B47, 0x1E0A, 0x0340, 0x0F73, 0x302A};
     static const uint32_t lo[] = {0x20, 0xC0, 0x4E00, 0x3041, 0x30A1, 0xAC00};
     static const uint32_t hi[] = {0x2FF, 0x2FF, 0x9FFF, 0x3096, 0x30FA, 0xD7A3};
@@ -214,8 +238,8 @@ static void test_nfc_fastpath(void) {
         size_t outn;
         lily_pretok_normalize(&p, (const char *)s, n, &out, &outn, &e);
         utf8proc_uint8_t *ref = NULL;
-        utf8proc_ssize_t m = utf8proc_map(s, (utf8proc_ssize_t)n, &ref,
-                                          UTF8PROC_STABLE | UTF8PROC_COMPOSE);
+        utf8proc_ssize_t m =
+            utf8proc_map(s, (utf8proc_ssize_t)n, &ref, UTF8PROC_STABLE | UTF8PROC_COMPOSE);
         const char *got = out ? out : (const char *)s;
         size_t gotn = out ? outn : n;
         if (m < 0 || (size_t)m != gotn || memcmp(ref, got, gotn)) bad++;
@@ -247,7 +271,8 @@ static void test_bpe_random(void) {
     char toks[200][16];
     int n_toks = 4, n_merges = 0;
     char ml[160][16], mr[160][16];
-    for (int i = 0; i < 4; i++) snprintf(toks[i], sizeof toks[i], "%c", 'a' + i);
+    for (int i = 0; i < 4; i++)
+        snprintf(toks[i], sizeof toks[i], "%c", 'a' + i);
     while (n_merges < 150) {
         const char *l = toks[rnd() % (unsigned)n_toks], *r = toks[rnd() % (unsigned)n_toks];
         if (strlen(l) + strlen(r) > 10) continue;
@@ -265,12 +290,14 @@ static void test_bpe_random(void) {
     for (int iter = 0; iter < 400; iter++) {
         size_t n = 1 + rnd() % (iter < 200 ? 64 : 300);
         char word[301];
-        for (size_t i = 0; i < n; i++) word[i] = (char)('a' + rnd() % 4);
+        for (size_t i = 0; i < n; i++)
+            word[i] = (char)('a' + rnd() % 4);
         word[n] = 0;
         /* reference: symbols as strings, merge the lowest-ranked adjacent pair, leftmost */
         static char sym[301][64];
         size_t ns = n;
-        for (size_t i = 0; i < n; i++) snprintf(sym[i], sizeof sym[i], "%c", word[i]);
+        for (size_t i = 0; i < n; i++)
+            snprintf(sym[i], sizeof sym[i], "%c", word[i]);
         for (;;) {
             int best = n_merges;
             size_t bi = 0;
@@ -288,7 +315,8 @@ static void test_bpe_random(void) {
             ns--;
         }
         int32_t a[301], h[301];
-        for (size_t i = 0; i < n; i++) a[i] = h[i] = b.byte_id[(unsigned char)word[i]];
+        for (size_t i = 0; i < n; i++)
+            a[i] = h[i] = b.byte_id[(unsigned char)word[i]];
         size_t na = n, nh = n;
         if (n <= LILY_BPE_SCAN_MAX) lily_bpe_merge(&b, a, &na, 0);
         lily_bpe_merge(&b, h, &nh, 1);
@@ -297,21 +325,24 @@ static void test_bpe_random(void) {
             ok = h[i] == lily_vocab_find(&v, sym[i], strlen(sym[i]));
         if (n <= LILY_BPE_SCAN_MAX) {
             ok = ok && na == nh;
-            for (size_t i = 0; ok && i < na; i++) ok = a[i] == h[i];
+            for (size_t i = 0; ok && i < na; i++)
+                ok = a[i] == h[i];
         }
         if (!ok && bad++ < 3)
             printf("bpe mismatch on word %s (ref %zu symbols, heap %zu)\n", word, ns, nh);
     }
     CHECK(bad == 0, "BPE scan/heap vs reference: %d of 400 random words differ", bad);
     printf("bpe: 150 random merges, 400 random words (1..300 bytes), "
-           "scan/heap/reference agree: %s\n", bad ? "no" : "yes");
+           "scan/heap/reference agree: %s\n",
+           bad ? "no" : "yes");
     lily_bpe_free(&b);
     lily_vocab_free(&v);
 }
 
 static void test_bytelevel(void) {
     int ok = 1;
-    for (unsigned c = 0; c < 256; c++) ok &= lily_bytelevel_byte(lily_bytelevel_cp(c)) == (int)c;
+    for (unsigned c = 0; c < 256; c++)
+        ok &= lily_bytelevel_byte(lily_bytelevel_cp(c)) == (int)c;
     CHECK(ok, "byte-level map must round-trip all 256 bytes");
     CHECK(lily_bytelevel_cp(' ') == 0x120 && lily_bytelevel_cp('\n') == 0x10A &&
               lily_bytelevel_cp('A') == 'A' && lily_bytelevel_cp(0xAD) == 0x143,

@@ -21,7 +21,7 @@
 #include "backend/cpu/ops.h"
 #include "base/err.h"
 
-#define AT_ISA "avx512f,avx512bw,avx512vl,avx512dq"
+#define AT_ISA   "avx512f,avx512bw,avx512vl,avx512dq"
 #define AT_LANES 16 /* query rows per task (vector lanes) */
 #define AT_BLOCK 64 /* positions per softmax block */
 
@@ -54,7 +54,8 @@ LILY_SIMD_CLONES static void attn_task(void *ctx, int task, int thread) {
     int qd = a->Nq * a->Dh, kd = a->Nkv * a->Dh, Dh = a->Dh;
     float *p = a->scratch + (size_t)thread * a->stride; /* [rep][clen] */
     float mx[64], inv[64];
-    for (int r = 0; r < rep; r++) mx[r] = -FLT_MAX;
+    for (int r = 0; r < rep; r++)
+        mx[r] = -FLT_MAX;
     for (int s = 0; s < len; s++) {
         const float *kv = a->kc + (size_t)s * kd + (size_t)g * Dh;
         for (int r = 0; r < rep; r++) {
@@ -63,10 +64,13 @@ LILY_SIMD_CLONES static void attn_task(void *ctx, int task, int thread) {
             float part[16] = {0};
             int i = 0;
             for (; i + 16 <= Dh; i += 16)
-                for (int l = 0; l < 16; l++) part[l] += qv[i + l] * kv[i + l];
+                for (int l = 0; l < 16; l++)
+                    part[l] += qv[i + l] * kv[i + l];
             float dot = 0;
-            for (; i < Dh; i++) dot += qv[i] * kv[i];
-            for (int l = 0; l < 16; l++) dot += part[l];
+            for (; i < Dh; i++)
+                dot += qv[i] * kv[i];
+            for (int l = 0; l < 16; l++)
+                dot += part[l];
             float sc = dot * a->scale;
             p[(size_t)r * clen + s] = sc;
             if (sc > mx[r]) mx[r] = sc;
@@ -80,14 +84,16 @@ LILY_SIMD_CLONES static void attn_task(void *ctx, int task, int thread) {
         }
         inv[r] = 1.0f / sum;
         float *o = a->out + (size_t)t * qd + (size_t)(g * rep + r) * Dh;
-        for (int i = 0; i < Dh; i++) o[i] = 0;
+        for (int i = 0; i < Dh; i++)
+            o[i] = 0;
     }
     for (int s = 0; s < len; s++) {
         const float *vv = a->vc + (size_t)s * kd + (size_t)g * Dh;
         for (int r = 0; r < rep; r++) {
             float w = p[(size_t)r * clen + s] * inv[r];
             float *o = a->out + (size_t)t * qd + (size_t)(g * rep + r) * Dh;
-            for (int i = 0; i < Dh; i++) o[i] += w * vv[i];
+            for (int i = 0; i < Dh; i++)
+                o[i] += w * vv[i];
         }
     }
 }
@@ -121,8 +127,8 @@ __attribute__((target(AT_ISA))) static void attn_task16(void *ctx, int task, int
     const int nr = total - i0 < AT_LANES ? total - i0 : AT_LANES;
     float *base = a->scratch + (size_t)thread * a->stride;
     float *qt = (float *)(((uintptr_t)base + 63) & ~(uintptr_t)63); /* [Dh][16] */
-    float *o = qt + (size_t)Dh * AT_LANES;                           /* [16][Dh] */
-    float *pb = o + (size_t)AT_LANES * Dh;                           /* [AT_BLOCK][16] */
+    float *o = qt + (size_t)Dh * AT_LANES;                          /* [16][Dh] */
+    float *pb = o + (size_t)AT_LANES * Dh;                          /* [AT_BLOCK][16] */
     /* row i: token t = (i0 + i) / rep, query head g rep + (i0 + i) % rep */
     int len[AT_LANES];
     const float *qrow[AT_LANES];
@@ -135,7 +141,8 @@ __attribute__((target(AT_ISA))) static void attn_task16(void *ctx, int task, int
     const __m512i lenv = _mm512_loadu_si512(len);
     for (int d = 0; d < Dh; d++) {
         float col[AT_LANES];
-        for (int i = 0; i < AT_LANES; i++) col[i] = i < nr ? qrow[i][d] : 0.0f;
+        for (int i = 0; i < AT_LANES; i++)
+            col[i] = i < nr ? qrow[i][d] : 0.0f;
         _mm512_store_ps(qt + (size_t)d * AT_LANES, _mm512_loadu_ps(col));
     }
     memset(o, 0, (size_t)AT_LANES * Dh * sizeof(float));
@@ -152,7 +159,8 @@ __attribute__((target(AT_ISA))) static void attn_task16(void *ctx, int task, int
             }
             /* two sums per score (even and odd d): shorter chains, half the rounding growth */
             __m512 acc[2][8];
-            for (int j = 0; j < 8; j++) acc[0][j] = acc[1][j] = _mm512_setzero_ps();
+            for (int j = 0; j < 8; j++)
+                acc[0][j] = acc[1][j] = _mm512_setzero_ps();
             int d = 0;
             for (; d + 2 <= Dh; d += 2)
                 for (int h = 0; h < 2; h++) {
@@ -170,14 +178,14 @@ __attribute__((target(AT_ISA))) static void attn_task16(void *ctx, int task, int
                 const int s = s0 + j0 + j;
                 __m512 v = _mm512_mul_ps(_mm512_add_ps(acc[0][j], acc[1][j]), scv);
                 if (s >= minlen) /* causal: lane i sees positions < len[i] */
-                    v = _mm512_mask_blend_ps(
-                        _mm512_cmpgt_epi32_mask(lenv, _mm512_set1_epi32(s)),
-                        _mm512_set1_ps(-INFINITY), v);
+                    v = _mm512_mask_blend_ps(_mm512_cmpgt_epi32_mask(lenv, _mm512_set1_epi32(s)),
+                                             _mm512_set1_ps(-INFINITY), v);
                 _mm512_store_ps(pb + (size_t)(j0 + j) * AT_LANES, v); /* j0 + j < AT_BLOCK */
             }
         }
         __m512 mb = m;
-        for (int j = 0; j < nb; j++) mb = _mm512_max_ps(mb, _mm512_load_ps(pb + (size_t)j * AT_LANES));
+        for (int j = 0; j < nb; j++)
+            mb = _mm512_max_ps(mb, _mm512_load_ps(pb + (size_t)j * AT_LANES));
         /* every lane sees position 0 in the first block, so mb is finite from there on (and
          * the first corr, e^-inf, is 0) */
         const __m512 corr = exp16(_mm512_sub_ps(m, mb));
@@ -216,7 +224,8 @@ __attribute__((target(AT_ISA))) static void attn_task16(void *ctx, int task, int
                     }
                     for (int r = 0; r < 4; r++) {
                         const __m512 pv = _mm512_set1_ps(pj[r]);
-                        for (int v = 0; v < 4; v++) acc[r][v] = _mm512_fmadd_ps(pv, vv[v], acc[r][v]);
+                        for (int v = 0; v < 4; v++)
+                            acc[r][v] = _mm512_fmadd_ps(pv, vv[v], acc[r][v]);
                     }
                 }
                 for (int r = 0; r < 4; r++)
@@ -234,7 +243,8 @@ __attribute__((target(AT_ISA))) static void attn_task16(void *ctx, int task, int
         float *dst = a->out + (size_t)t * qd + (size_t)(g * rep + k % rep) * Dh;
         const float inv = 1.0f / li[i];
         const float *src = o + (size_t)i * Dh;
-        for (int d = 0; d < Dh; d++) dst[d] = src[d] * inv;
+        for (int d = 0; d < Dh; d++)
+            dst[d] = src[d] * inv;
     }
 }
 
@@ -242,8 +252,9 @@ void lily_cpu_attention(const lily_cpu_kern *k, const float *q, int n, int pos, 
                         const float *vc, int Nq, int Nkv, int Dh, float scale, float *out,
                         float *scratch, lily_pool *pool) {
     LILY_ASSERT(Nq % Nkv == 0 && Nq / Nkv <= 64);
-    attn_job a = {q, kc, vc, out, n, pos, Nq, Nkv, Dh, scale, scratch,
-                  lily_cpu_attention_scratch(Nq, Nkv, Dh, pos + n), 0};
+    attn_job a = {q,  kc,  vc, out,   n,       pos,
+                  Nq, Nkv, Dh, scale, scratch, lily_cpu_attention_scratch(Nq, Nkv, Dh, pos + n),
+                  0};
     lily_task_fn fn = attn_task;
     int tasks = n * Nkv;
     if (k->isa >= 2) {
@@ -251,7 +262,9 @@ void lily_cpu_attention(const lily_cpu_kern *k, const float *q, int n, int pos, 
         fn = attn_task16;
         tasks = a.chunks * Nkv;
     }
-    if (pool) lily_pool_run(pool, fn, &a, tasks);
+    if (pool)
+        lily_pool_run(pool, fn, &a, tasks);
     else
-        for (int i = 0; i < tasks; i++) fn(&a, i, 0);
+        for (int i = 0; i < tasks; i++)
+            fn(&a, i, 0);
 }

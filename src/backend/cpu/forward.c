@@ -23,31 +23,33 @@ struct lily_backend {
     const lily_model *m;
     lily_pool *pool;
     lily_cpu_kern kern; /* the kernels' instruction set and precision (the engine's options) */
-    int chunk; /* max tokens per forward */
+    int chunk;          /* max tokens per forward */
     pthread_mutex_t mu;
     /* scratch, [chunk][...] each */
-    float *x, *a, *mix, *tmp;  /* [H] residual, normed input, mixer output, MoE output */
-    float *big0, *big1, *big2; /* [maxw] projections */
-    float *small0, *small1;    /* [maxs] per-head gates, router logits */
+    float *x, *a, *mix, *tmp;         /* [H] residual, normed input, mixer output, MoE output */
+    float *big0, *big1, *big2;        /* [maxw] projections */
+    float *small0, *small1;           /* [maxs] per-head gates, router logits */
     float *ex_x, *ex_g, *ex_u, *ex_d; /* expert gather [H], gate/up [I], down out [H] */
-    int *route_idx;            /* [chunk][k] */
-    float *route_wt;           /* [chunk][k] */
+    int *route_idx;                   /* [chunk][k] */
+    float *route_wt;                  /* [chunk][k] */
     int *ex_count, *ex_off, *ex_rows; /* [E], [E+1], [chunk*k] */
-    float *ex_rw;              /* [chunk*k] routing weight per gathered row */
-    float *dec_g, *dec_u, *dec_d; /* one-token MoE: [k+1][max(I, Is)] x2, [k+1][H] */
-    float *attn_scratch;       /* [threads][attn_cap] */
+    float *ex_rw;                     /* [chunk*k] routing weight per gathered row */
+    float *dec_g, *dec_u, *dec_d;     /* one-token MoE: [k+1][max(I, Is)] x2, [k+1][H] */
+    float *attn_scratch;              /* [threads][attn_cap] */
     int attn_cap;
 };
 
 struct lily_bstate {
     int max_ctx;
-    float **k, **v;   /* [L] of [max_ctx][Nkv*Dh] (attention layers) */
-    float **conv;     /* [L] of [conv_k-1][C_qkv] (GDN layers) */
-    float **S;        /* [L] of [Nv][Dk][Dv] (GDN layers) */
+    float **k, **v;     /* [L] of [max_ctx][Nkv*Dh] (attention layers) */
+    float **conv;       /* [L] of [conv_k-1][C_qkv] (GDN layers) */
+    float **S;          /* [L] of [Nv][Dk][Dv] (GDN layers) */
     lily_cpu_drawq *dq; /* pipelined draws (the draw ops), made by the first one */
 };
 
-static int imax(int a, int b) { return a > b ? a : b; }
+static int imax(int a, int b) {
+    return a > b ? a : b;
+}
 
 static int cpu_open(const lily_model *m, const lily_engine_opts *opts, lily_backend **out,
                     lily_err *e) {
@@ -121,7 +123,9 @@ static void cpu_close(lily_backend *b) {
     free(b);
 }
 
-static size_t kv_row(const lily_config *c) { return (size_t)c->n_kv_heads * c->head_dim; }
+static size_t kv_row(const lily_config *c) {
+    return (size_t)c->n_kv_heads * c->head_dim;
+}
 static size_t conv_len(const lily_config *c) {
     return (size_t)(c->conv_k - 1) * (2 * c->lin_nk * c->lin_dk + c->lin_nv * c->lin_dv);
 }
@@ -216,7 +220,9 @@ static int cpu_state_copy(lily_backend *b, lily_bstate *dst, const lily_bstate *
 
 /* ---- layers ----------------------------------------------------------------------------------- */
 
-static inline float sigmoidf(float x) { return 1.0f / (1.0f + expf(-x)); }
+static inline float sigmoidf(float x) {
+    return 1.0f / (1.0f + expf(-x));
+}
 
 static void attn_layer(lily_backend *b, lily_bstate *s, int l, int n, int pos) {
     const lily_config *c = &b->m->cfg;
@@ -258,7 +264,8 @@ static void attn_layer(lily_backend *b, lily_bstate *s, int l, int n, int pos) {
             for (int h = 0; h < Nq; h++) {
                 const float *g = qg + (size_t)t * qw + (size_t)h * Dh * 2 + Dh;
                 float *oh = o + (size_t)t * Nq * Dh + (size_t)h * Dh;
-                for (int i = 0; i < Dh; i++) oh[i] *= sigmoidf(g[i]);
+                for (int i = 0; i < Dh; i++)
+                    oh[i] *= sigmoidf(g[i]);
             }
     }
     lily_cpu_matmul(&b->kern, &ly->o_proj, o, n, Nq * Dh, b->mix, H, b->pool);
@@ -268,9 +275,9 @@ typedef struct {
     lily_backend *b;
     lily_bstate *s;
     int l, n;
-    const float *conv_out; /* [n][C] */
+    const float *conv_out;   /* [n][C] */
     const float *beta, *lam; /* [n][Nv] */
-    float *o;              /* [n][Nv*Dv] */
+    float *o;                /* [n][Nv*Dv] */
 } gdn_job;
 
 static void gdn_head_task(void *ctx, int j, int thread) {
@@ -289,12 +296,16 @@ static void gdn_head_task(void *ctx, int j, int thread) {
 
 static void l2norm_scaled(float *x, int n, float scale) {
     double ss = 0;
-    for (int i = 0; i < n; i++) ss += (double)x[i] * x[i];
+    for (int i = 0; i < n; i++)
+        ss += (double)x[i] * x[i];
     float r = scale / sqrtf((float)ss + 1e-6f);
-    for (int i = 0; i < n; i++) x[i] *= r;
+    for (int i = 0; i < n; i++)
+        x[i] *= r;
 }
 
-static float softplusf(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
+static float softplusf(float x) {
+    return x > 20.0f ? x : log1pf(expf(x));
+}
 
 static void gdn_layer(lily_backend *b, lily_bstate *s, int l, int n) {
     const lily_config *c = &b->m->cfg;
@@ -304,8 +315,10 @@ static void gdn_layer(lily_backend *b, lily_bstate *s, int l, int n) {
     float *qkv = b->big0, *cv = b->big1, *z = b->big2;
     float *bb = b->small0, *aa = b->small1;
     if (n == 1) { /* one parallel job for the four products of one token */
-        lily_mm_op ops[4] = {{&ly->qkv_proj, b->a, qkv}, {&ly->z_proj, b->a, z},
-                             {&ly->b_proj, b->a, bb}, {&ly->a_proj, b->a, aa}};
+        lily_mm_op ops[4] = {{&ly->qkv_proj, b->a, qkv},
+                             {&ly->z_proj, b->a, z},
+                             {&ly->b_proj, b->a, bb},
+                             {&ly->a_proj, b->a, aa}};
         lily_cpu_matmul_many(&b->kern, ops, 4, b->pool);
     } else {
         lily_cpu_matmul(&b->kern, &ly->qkv_proj, b->a, n, H, qkv, C, b->pool);
@@ -337,19 +350,21 @@ static void gdn_layer(lily_backend *b, lily_bstate *s, int l, int n) {
             float *oj = o + (size_t)t * Z + (size_t)j * Dv;
             const float *zj = z + (size_t)t * Z + (size_t)j * Dv;
             lily_cpu_rmsnorm(oj, ly->gdn_norm, Dv, c->rms_eps, oj);
-            for (int d = 0; d < Dv; d++) oj[d] *= lily_silu(zj[d]);
+            for (int d = 0; d < Dv; d++)
+                oj[d] *= lily_silu(zj[d]);
         }
     lily_cpu_matmul(&b->kern, &ly->out_proj, o, n, Z, b->mix, H, b->pool);
 }
 
 /* SwiGLU: out[t] = down(silu(gate x) * up x) for n rows of x. */
-static void swiglu(lily_backend *b, const lily_mat *gate, const lily_mat *up,
-                   const lily_mat *down, const float *x, int n, float *g, float *u, float *out) {
+static void swiglu(lily_backend *b, const lily_mat *gate, const lily_mat *up, const lily_mat *down,
+                   const float *x, int n, float *g, float *u, float *out) {
     int H = b->m->cfg.hidden, I = gate->rows;
     if (!lily_cpu_matmul_glu(&b->kern, gate, up, x, n, H, g, I, b->pool)) {
         lily_cpu_matmul(&b->kern, gate, x, n, H, g, I, b->pool);
         lily_cpu_matmul(&b->kern, up, x, n, H, u, I, b->pool);
-        for (size_t i = 0; i < (size_t)n * I; i++) g[i] = lily_silu(g[i]) * u[i];
+        for (size_t i = 0; i < (size_t)n * I; i++)
+            g[i] = lily_silu(g[i]) * u[i];
     }
     lily_cpu_matmul(&b->kern, down, g, n, I, out, H, b->pool);
 }
@@ -378,19 +393,22 @@ static void moe_one_token(lily_backend *b, const lily_layer *ly, const int *idx,
     for (int j = 0; j < k + has_sh; j++) {
         int w = j < k ? I : Is;
         float *g = b->dec_g + (size_t)j * wi, *u = b->dec_u + (size_t)j * wi;
-        for (int i = 0; i < w; i++) g[i] = lily_silu(g[i]) * u[i];
+        for (int i = 0; i < w; i++)
+            g[i] = lily_silu(g[i]) * u[i];
     }
     n_ops = 0;
     for (int j = 0; j < k; j++)
         ops[n_ops++] = (lily_mm_op){&ly->exp_down[idx[j]], b->dec_g + (size_t)j * wi,
                                     b->dec_d + (size_t)j * H};
     if (has_sh)
-        ops[n_ops++] = (lily_mm_op){&ly->sh_down, b->dec_g + (size_t)k * wi, b->dec_d + (size_t)k * H};
+        ops[n_ops++] =
+            (lily_mm_op){&ly->sh_down, b->dec_g + (size_t)k * wi, b->dec_d + (size_t)k * H};
     lily_cpu_matmul_many(&b->kern, ops, n_ops, b->pool);
     if (has_sh) {
         float gte = sigmoidf(sg);
         const float *d = b->dec_d + (size_t)k * H;
-        for (int i = 0; i < H; i++) out[i] = gte * d[i];
+        for (int i = 0; i < H; i++)
+            out[i] = gte * d[i];
     } else {
         memset(out, 0, (size_t)H * sizeof(float));
     }
@@ -399,7 +417,8 @@ static void moe_one_token(lily_backend *b, const lily_layer *ly, const int *idx,
         for (int j = 0; j < k; j++)
             if (idx[j] == e) {
                 const float *d = b->dec_d + (size_t)j * H;
-                for (int i = 0; i < H; i++) out[i] += wt[j] * d[i];
+                for (int i = 0; i < H; i++)
+                    out[i] += wt[j] * d[i];
             }
 }
 
@@ -423,10 +442,12 @@ static void moe_layer(lily_backend *b, int l, int n) {
     for (int t = 0; t < n; t++) {
         lily_cpu_topk_softmax(logits + (size_t)t * E, E, k, c->norm_topk_prob,
                               b->route_idx + (size_t)t * k, b->route_wt + (size_t)t * k);
-        for (int j = 0; j < k; j++) b->ex_count[b->route_idx[(size_t)t * k + j]]++;
+        for (int j = 0; j < k; j++)
+            b->ex_count[b->route_idx[(size_t)t * k + j]]++;
     }
     b->ex_off[0] = 0;
-    for (int e = 0; e < E; e++) b->ex_off[e + 1] = b->ex_off[e] + b->ex_count[e];
+    for (int e = 0; e < E; e++)
+        b->ex_off[e + 1] = b->ex_off[e] + b->ex_count[e];
     memset(b->ex_count, 0, (size_t)E * sizeof(int));
     for (int t = 0; t < n; t++)
         for (int j = 0; j < k; j++) {
@@ -442,7 +463,8 @@ static void moe_layer(lily_backend *b, int l, int n) {
         lily_cpu_matmul(&b->kern, &ly->sh_gate_w, b->a, n, H, sg, 1, b->pool);
         for (int t = 0; t < n; t++) {
             float gte = sigmoidf(sg[t]);
-            for (int i = 0; i < H; i++) out[(size_t)t * H + i] *= gte;
+            for (int i = 0; i < H; i++)
+                out[(size_t)t * H + i] *= gte;
         }
     } else {
         memset(out, 0, (size_t)n * H * sizeof(float));
@@ -459,7 +481,8 @@ static void moe_layer(lily_backend *b, int l, int n) {
             float w = b->ex_rw[r0 + r];
             float *dst = out + (size_t)b->ex_rows[r0 + r] * H;
             const float *src = b->ex_d + (size_t)r * H;
-            for (int i = 0; i < H; i++) dst[i] += w * src[i];
+            for (int i = 0; i < H; i++)
+                dst[i] += w * src[i];
         }
     }
 }
@@ -478,20 +501,25 @@ static int cpu_forward(lily_backend *b, lily_bstate *s, const int32_t *tokens, i
         if (tokens[t] < 0 || tokens[t] >= c->vocab)
             return lily_fail(e, "token id %d out of range [0, %d)", tokens[t], c->vocab);
     pthread_mutex_lock(&b->mu);
-    for (int t = 0; t < n; t++) lily_mat_row_f32(&m->embed, tokens[t], b->x + (size_t)t * H);
+    for (int t = 0; t < n; t++)
+        lily_mat_row_f32(&m->embed, tokens[t], b->x + (size_t)t * H);
     for (int l = 0; l < c->n_layers; l++) {
         const lily_layer *ly = &m->layers[l];
         for (int t = 0; t < n; t++)
             lily_cpu_rmsnorm(b->x + (size_t)t * H, ly->in_norm, H, c->rms_eps,
                              b->a + (size_t)t * H);
-        if (ly->is_attn) attn_layer(b, s, l, n, pos);
-        else gdn_layer(b, s, l, n);
-        for (size_t i = 0; i < (size_t)n * H; i++) b->x[i] += b->mix[i];
+        if (ly->is_attn)
+            attn_layer(b, s, l, n, pos);
+        else
+            gdn_layer(b, s, l, n);
+        for (size_t i = 0; i < (size_t)n * H; i++)
+            b->x[i] += b->mix[i];
         for (int t = 0; t < n; t++)
             lily_cpu_rmsnorm(b->x + (size_t)t * H, ly->post_norm, H, c->rms_eps,
                              b->a + (size_t)t * H);
         moe_layer(b, l, n);
-        for (size_t i = 0; i < (size_t)n * H; i++) b->x[i] += b->tmp[i];
+        for (size_t i = 0; i < (size_t)n * H; i++)
+            b->x[i] += b->tmp[i];
     }
     int first = all_logits ? 0 : n - 1;
     for (int t = first; t < n; t++)

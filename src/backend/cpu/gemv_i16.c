@@ -7,8 +7,8 @@
 
 #include "base/err.h"
 
-#define GV_ISA "avx512f,avx512bw,avx512vl,avx512vnni"
-#define GV_CODE_MAX 32639 /* as matmul_i16.c: c + 128 < 2^15, so c = 256 h + l in signed bytes */
+#define GV_ISA        "avx512f,avx512bw,avx512vl,avx512vnni"
+#define GV_CODE_MAX   32639 /* as matmul_i16.c: c + 128 < 2^15, so c = 256 h + l in signed bytes */
 #define GV_MAX_GROUPS (LILY_GEMV_I16_MAX_COLS / 64)
 
 /* xq, per token (tok_stride bytes): per block of 128 columns 256 bytes of digits, [h of the even
@@ -20,13 +20,17 @@
  * (the error term s sum (q - 8)(x - sx c)), so the rounding of x meets s (q - 8), not s q (1.9x
  * smaller on average). Here the products take q as stored and the centring is applied per
  * group as 8 s (sum x - sx sum c), an fp32 term beside the bias. */
-static size_t n_blocks(int cols) { return ((size_t)cols + 127) / 128; }
+static size_t n_blocks(int cols) {
+    return ((size_t)cols + 127) / 128;
+}
 static size_t tok_stride(int cols) {
     size_t nb = n_blocks(cols);
     return nb * 256 + ((nb * 24 + 63) & ~(size_t)63);
 }
 
-size_t lily_cpu_gemv_i16_x_bytes(int n, int cols) { return (size_t)n * tok_stride(cols); }
+size_t lily_cpu_gemv_i16_x_bytes(int n, int cols) {
+    return (size_t)n * tok_stride(cols);
+}
 
 /* 16 int32 digits (each in [-128, 127]) as bytes into quarter i of a 64-byte vector. */
 __attribute__((target(GV_ISA), always_inline)) static inline __m512i put16(__m512i acc, __m512i d,
@@ -40,10 +44,10 @@ __attribute__((target(GV_ISA))) void lily_cpu_gemv_i16_quant(const float *X, int
     const int ng = cols / 64;
     const size_t nb = n_blocks(cols), ts = tok_stride(cols);
     /* per 128-bit lane (16 columns): the 8 even columns' bytes, then the 8 odd ones' */
-    const __m512i split = _mm512_set_epi8(
-        15, 13, 11, 9, 7, 5, 3, 1, 14, 12, 10, 8, 6, 4, 2, 0, 15, 13, 11, 9, 7, 5, 3, 1, 14, 12,
-        10, 8, 6, 4, 2, 0, 15, 13, 11, 9, 7, 5, 3, 1, 14, 12, 10, 8, 6, 4, 2, 0, 15, 13, 11, 9, 7,
-        5, 3, 1, 14, 12, 10, 8, 6, 4, 2, 0);
+    const __m512i split =
+        _mm512_set_epi8(15, 13, 11, 9, 7, 5, 3, 1, 14, 12, 10, 8, 6, 4, 2, 0, 15, 13, 11, 9, 7, 5,
+                        3, 1, 14, 12, 10, 8, 6, 4, 2, 0, 15, 13, 11, 9, 7, 5, 3, 1, 14, 12, 10, 8,
+                        6, 4, 2, 0, 15, 13, 11, 9, 7, 5, 3, 1, 14, 12, 10, 8, 6, 4, 2, 0);
     /* even halves of the four lanes into the low 256 bits, odd halves into the high */
     const __m512i gather = _mm512_set_epi64(7, 5, 3, 1, 6, 4, 2, 0);
     const __m512i lim = _mm512_set1_epi32(GV_CODE_MAX), nlim = _mm512_set1_epi32(-GV_CODE_MAX);
@@ -54,7 +58,8 @@ __attribute__((target(GV_ISA))) void lily_cpu_gemv_i16_quant(const float *X, int
         float *sx = (float *)(d + nb * 256), *xsum = sx + 2 * nb, *dq = xsum + 2 * nb;
         if (ng & 1) { /* the missing half of the last block: zero digits, scale and sums */
             uint8_t *last = d + (nb - 1) * 256;
-            for (int p = 0; p < 4; p++) memset(last + 64 * p + 32, 0, 32);
+            for (int p = 0; p < 4; p++)
+                memset(last + 64 * p + 32, 0, 32);
             sx[ng] = xsum[ng] = dq[ng] = 0.0f;
         }
         for (int g = 0; g < ng; g++) {
@@ -91,7 +96,7 @@ __attribute__((target(GV_ISA))) void lily_cpu_gemv_i16_quant(const float *X, int
 }
 
 __attribute__((target(GV_ISA), always_inline)) static inline __m512 bf16x16(__mmask16 m,
-                                                                          const uint16_t *p) {
+                                                                            const uint16_t *p) {
     return _mm512_castsi512_ps(
         _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, p)), 16));
 }
@@ -119,8 +124,8 @@ row_terms(const lily_mat *W, int r, const uint8_t *xt, int nb, float *sc) {
 }
 
 /* Per lane sum q c of one 64-byte block (nibbles split into lo / hi) against the digits x. */
-__attribute__((target(GV_ISA), always_inline)) static inline __m512i block_dot(__m512i lo, __m512i hi,
-                                                                             const uint8_t *x) {
+__attribute__((target(GV_ISA), always_inline)) static inline __m512i
+block_dot(__m512i lo, __m512i hi, const uint8_t *x) {
     __m512i a = _mm512_dpbusd_epi32(_mm512_setzero_si512(), lo, _mm512_loadu_si512(x));
     a = _mm512_dpbusd_epi32(a, hi, _mm512_loadu_si512(x + 64));
     a = _mm512_slli_epi32(a, 8);
@@ -130,7 +135,7 @@ __attribute__((target(GV_ISA), always_inline)) static inline __m512i block_dot(_
 
 /* Block b's scales by lane: lanes 0-7 the first group's, 8-15 the second's. */
 __attribute__((target(GV_ISA), always_inline)) static inline __m512 lane_scales(const float *sc,
-                                                                              int b) {
+                                                                                int b) {
     const __m512i sidx = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
     return _mm512_permutexvar_ps(
         sidx, _mm512_castps128_ps512(_mm_castpd_ps(_mm_load_sd((const double *)(sc + 2 * b)))));
@@ -191,7 +196,8 @@ rows_n(const lily_mat *W, int r0, int r1, const uint8_t *xq, float *Y, int ldy, 
     for (int r = r0; r < r1; r++) {
         const uint8_t *q = (const uint8_t *)W->w + (size_t)r * rb;
         __m512 acc[LILY_GEMV_I16_MAX_N];
-        for (int t = 0; t < NT; t++) acc[t] = row_terms(W, r, xq + (size_t)t * ts, nb, sc[t]);
+        for (int t = 0; t < NT; t++)
+            acc[t] = row_terms(W, r, xq + (size_t)t * ts, nb, sc[t]);
         const char *pf = (const char *)q + (rb > GV_PREFETCH_BYTES ? rb : GV_PREFETCH_BYTES);
         for (int b = 0; b < nb; b++) {
             if (pf + (size_t)b * 64 < end) _mm_prefetch(pf + (size_t)b * 64, _MM_HINT_T0);
@@ -204,7 +210,8 @@ rows_n(const lily_mat *W, int r0, int r1, const uint8_t *xq, float *Y, int ldy, 
                 acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d), lane_scales(sc[t], b), acc[t]);
             }
         }
-        for (int t = 0; t < NT; t++) Y[(size_t)t * ldy + r] = _mm512_reduce_add_ps(acc[t]);
+        for (int t = 0; t < NT; t++)
+            Y[(size_t)t * ldy + r] = _mm512_reduce_add_ps(acc[t]);
     }
 }
 

@@ -21,7 +21,7 @@
 #include "model/model.h"
 
 #define LILY_GEMV_I16_MAX_COLS 16384 /* the kernel keeps a row's group scales on the stack */
-#define LILY_GEMV_I16_MAX_N 4
+#define LILY_GEMV_I16_MAX_N    4
 
 /* Bytes of the quantised X of n tokens of cols columns (cols % 64 == 0). */
 size_t lily_cpu_gemv_i16_x_bytes(int n, int cols);

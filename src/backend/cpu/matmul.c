@@ -23,7 +23,7 @@
 #include "backend/cpu/ops.h"
 #include "base/err.h"
 
-#define MM_TILE_ROWS 16
+#define MM_TILE_ROWS   16
 #define MM_TILE_TOKENS 32
 
 /* Instruction set of the matmul kernels: 2 = AVX-512, 1 = AVX2+FMA, 0 = plain C; what the CPU
@@ -49,8 +49,10 @@ static int cpu_isa_level(void) {
 
 lily_cpu_kern lily_cpu_kern_for(lily_cpu_isa isa, lily_precision precision) {
     int lvl = cpu_isa_level();
-    if (isa == LILY_CPU_ISA_SCALAR) lvl = 0;
-    else if (isa == LILY_CPU_ISA_AVX2 && lvl > 1) lvl = 1;
+    if (isa == LILY_CPU_ISA_SCALAR)
+        lvl = 0;
+    else if (isa == LILY_CPU_ISA_AVX2 && lvl > 1)
+        lvl = 1;
     lily_cpu_kern k = {lvl, 0};
     /* the one place that maps a precision to the CPU kernels: EXACT keeps every product in fp32,
      * DEFAULT and FAST take the int16 products where the CPU has VNNI */
@@ -58,9 +60,15 @@ lily_cpu_kern lily_cpu_kern_for(lily_cpu_isa isa, lily_precision precision) {
     return k;
 }
 
-static int have_avx512(const lily_cpu_kern *k) { return k->isa >= 2; }
-static int have_avx2(const lily_cpu_kern *k) { return k->isa >= 1; }
-static int have_i16(const lily_cpu_kern *k) { return k->isa >= 2 && k->i16; }
+static int have_avx512(const lily_cpu_kern *k) {
+    return k->isa >= 2;
+}
+static int have_avx2(const lily_cpu_kern *k) {
+    return k->isa >= 1;
+}
+static int have_i16(const lily_cpu_kern *k) {
+    return k->isa >= 2 && k->i16;
+}
 
 /* ---- per-thread scratch owned by the pool ---------------------------------------------------- */
 
@@ -71,15 +79,15 @@ typedef struct {
     int n, ldx;
     float *Y;
     int ldy;
-    int n_tiles;      /* row tiles of MM_TILE_ROWS */
-    int n_tblocks;    /* token blocks of MM_TILE_TOKENS */
-    const void *xq;   /* int16 path: X quantised (matmul_i16.h) */
+    int n_tiles;       /* row tiles of MM_TILE_ROWS */
+    int n_tblocks;     /* token blocks of MM_TILE_TOKENS */
+    const void *xq;    /* int16 path: X quantised (matmul_i16.h) */
     const lily_mat *U; /* lily_cpu_matmul_glu: the up matrix (W is the gate) */
     int rows_per_task; /* decode: rows of W per task */
-    const float *Xr;  /* decode: X reordered per group (even | odd), [n][cols] */
-    const float *xs;  /* decode: per-group sums of X, [n][cols/group] */
+    const float *Xr;   /* decode: X reordered per group (even | odd), [n][cols] */
+    const float *xs;   /* decode: per-group sums of X, [n][cols/group] */
     lily_pool *pool;
-    void *tile_buf;   /* serial path only */
+    void *tile_buf; /* serial path only */
 } mm_job;
 
 /* ---- scalar reference kernels ---------------------------------------------------------------- */
@@ -91,7 +99,8 @@ static void tile_mul_scalar(const float *Wt, int R, int cols, const float *X, in
         for (int r = 0; r < R; r++) {
             const float *w = Wt + (size_t)r * cols;
             float acc = 0;
-            for (int c = 0; c < cols; c++) acc += w[c] * x[c];
+            for (int c = 0; c < cols; c++)
+                acc += w[c] * x[c];
             Y[(size_t)t * ldy + r] = acc;
         }
     }
@@ -106,27 +115,36 @@ tile_mul_avx512(const float *Wt, int R, int cols, const float *X, int ldx, int T
     __mmask16 tail = (__mmask16)((1u << (cols - full)) - 1u);
     for (int r0 = 0; r0 < R; r0 += 4) {
         const float *w[4];
-        for (int i = 0; i < 4; i++) w[i] = Wt + (size_t)(r0 + i < R ? r0 + i : r0) * cols;
+        for (int i = 0; i < 4; i++)
+            w[i] = Wt + (size_t)(r0 + i < R ? r0 + i : r0) * cols;
         for (int t0 = 0; t0 < T; t0 += 4) {
             const float *x[4];
-            for (int j = 0; j < 4; j++) x[j] = X + (size_t)(t0 + j < T ? t0 + j : t0) * ldx;
+            for (int j = 0; j < 4; j++)
+                x[j] = X + (size_t)(t0 + j < T ? t0 + j : t0) * ldx;
             __m512 acc[4][4];
             for (int i = 0; i < 4; i++)
-                for (int j = 0; j < 4; j++) acc[i][j] = _mm512_setzero_ps();
+                for (int j = 0; j < 4; j++)
+                    acc[i][j] = _mm512_setzero_ps();
             int c = 0;
             for (; c < full; c += 16) {
                 __m512 wv[4], xv[4];
-                for (int i = 0; i < 4; i++) wv[i] = _mm512_loadu_ps(w[i] + c);
-                for (int j = 0; j < 4; j++) xv[j] = _mm512_loadu_ps(x[j] + c);
                 for (int i = 0; i < 4; i++)
-                    for (int j = 0; j < 4; j++) acc[i][j] = _mm512_fmadd_ps(wv[i], xv[j], acc[i][j]);
+                    wv[i] = _mm512_loadu_ps(w[i] + c);
+                for (int j = 0; j < 4; j++)
+                    xv[j] = _mm512_loadu_ps(x[j] + c);
+                for (int i = 0; i < 4; i++)
+                    for (int j = 0; j < 4; j++)
+                        acc[i][j] = _mm512_fmadd_ps(wv[i], xv[j], acc[i][j]);
             }
             if (c < cols) {
                 __m512 wv[4], xv[4];
-                for (int i = 0; i < 4; i++) wv[i] = _mm512_maskz_loadu_ps(tail, w[i] + c);
-                for (int j = 0; j < 4; j++) xv[j] = _mm512_maskz_loadu_ps(tail, x[j] + c);
                 for (int i = 0; i < 4; i++)
-                    for (int j = 0; j < 4; j++) acc[i][j] = _mm512_fmadd_ps(wv[i], xv[j], acc[i][j]);
+                    wv[i] = _mm512_maskz_loadu_ps(tail, w[i] + c);
+                for (int j = 0; j < 4; j++)
+                    xv[j] = _mm512_maskz_loadu_ps(tail, x[j] + c);
+                for (int i = 0; i < 4; i++)
+                    for (int j = 0; j < 4; j++)
+                        acc[i][j] = _mm512_fmadd_ps(wv[i], xv[j], acc[i][j]);
             }
             for (int j = 0; j < 4 && t0 + j < T; j++)
                 for (int i = 0; i < 4 && r0 + i < R; i++)
@@ -157,7 +175,8 @@ dequant_q4_avx512(const lily_mat *W, int r0, int R, float *Wt) {
             __m128i e0 = _mm256_castsi256_si128(a), e2 = _mm256_extracti128_si256(a, 1);
             __m128i e1 = _mm256_castsi256_si128(c), e3 = _mm256_extracti128_si256(c, 1);
             float *og = o + (size_t)g * 64;
-            _mm512_storeu_ps(og, _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(e0)), s, b));
+            _mm512_storeu_ps(og,
+                             _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(e0)), s, b));
             _mm512_storeu_ps(og + 16,
                              _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(e1)), s, b));
             _mm512_storeu_ps(og + 32,
@@ -192,12 +211,15 @@ q4_rows1_avx512(const lily_mat *W, int r0, int r1, const float *Xd, const float 
         const uint8_t *q[2];
         for (int k = 0; k < nr; k++) {
             q[k] = (const uint8_t *)W->w + (size_t)(r + k) * cols / 2;
-            const uint16_t *s = W->scales + (size_t)(r + k) * ng, *b = W->biases + (size_t)(r + k) * ng;
+            const uint16_t *s = W->scales + (size_t)(r + k) * ng,
+                           *b = W->biases + (size_t)(r + k) * ng;
             __m512 bacc = _mm512_setzero_ps();
             int g = 0;
             for (; g + 16 <= ng; g += 16) {
-                __m512 sv = _mm512_mul_ps(s16, _mm512_castsi512_ps(_mm512_slli_epi32(
-                    _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(s + g))), 16)));
+                __m512 sv = _mm512_mul_ps(
+                    s16,
+                    _mm512_castsi512_ps(_mm512_slli_epi32(
+                        _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(s + g))), 16)));
                 __m512 bv = _mm512_castsi512_ps(_mm512_slli_epi32(
                     _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(b + g))), 16));
                 _mm512_storeu_ps(sc[k] + g, sv);
@@ -234,21 +256,28 @@ q4_rows1_avx512(const lily_mat *W, int r0, int r1, const float *Xd, const float 
                 __m512 p0 = _mm512_mul_ps(LILY_NIB(_mm512_slli_epi32(v, 19)), _mm512_loadu_ps(x));
                 __m512 p1 =
                     _mm512_mul_ps(LILY_NIB(_mm512_slli_epi32(v, 15)), _mm512_loadu_ps(x + 16));
-                p0 = _mm512_fmadd_ps(LILY_NIB(_mm512_slli_epi32(v, 11)), _mm512_loadu_ps(x + 32), p0);
-                p1 = _mm512_fmadd_ps(LILY_NIB(_mm512_slli_epi32(v, 7)), _mm512_loadu_ps(x + 48), p1);
-                p0 = _mm512_fmadd_ps(LILY_NIB(_mm512_slli_epi32(v, 3)), _mm512_loadu_ps(x + 64), p0);
-                p1 = _mm512_fmadd_ps(LILY_NIB(_mm512_srli_epi32(v, 1)), _mm512_loadu_ps(x + 80), p1);
-                p0 = _mm512_fmadd_ps(LILY_NIB(_mm512_srli_epi32(v, 5)), _mm512_loadu_ps(x + 96), p0);
-                p1 = _mm512_fmadd_ps(LILY_NIB(_mm512_srli_epi32(v, 9)), _mm512_loadu_ps(x + 112), p1);
+                p0 = _mm512_fmadd_ps(LILY_NIB(_mm512_slli_epi32(v, 11)), _mm512_loadu_ps(x + 32),
+                                     p0);
+                p1 =
+                    _mm512_fmadd_ps(LILY_NIB(_mm512_slli_epi32(v, 7)), _mm512_loadu_ps(x + 48), p1);
+                p0 =
+                    _mm512_fmadd_ps(LILY_NIB(_mm512_slli_epi32(v, 3)), _mm512_loadu_ps(x + 64), p0);
+                p1 =
+                    _mm512_fmadd_ps(LILY_NIB(_mm512_srli_epi32(v, 1)), _mm512_loadu_ps(x + 80), p1);
+                p0 =
+                    _mm512_fmadd_ps(LILY_NIB(_mm512_srli_epi32(v, 5)), _mm512_loadu_ps(x + 96), p0);
+                p1 = _mm512_fmadd_ps(LILY_NIB(_mm512_srli_epi32(v, 9)), _mm512_loadu_ps(x + 112),
+                                     p1);
 #undef LILY_NIB
                 /* lanes 0-7 take group 2*blk's scale, lanes 8-15 group 2*blk+1's */
-                __m512 sv = _mm512_permutexvar_ps(
-                    sidx, _mm512_castps128_ps512(_mm_castpd_ps(
-                              _mm_load_sd((const double *)(sc[k] + 2 * (size_t)blk)))));
+                __m512 sv =
+                    _mm512_permutexvar_ps(sidx, _mm512_castps128_ps512(_mm_castpd_ps(_mm_load_sd(
+                                                    (const double *)(sc[k] + 2 * (size_t)blk)))));
                 acc[k] = _mm512_fmadd_ps(_mm512_add_ps(p0, p1), sv, acc[k]);
             }
         }
-        for (int k = 0; k < nr; k++) Y[r + k] = _mm512_reduce_add_ps(acc[k]) + bsum[k];
+        for (int k = 0; k < nr; k++)
+            Y[r + k] = _mm512_reduce_add_ps(acc[k]) + bsum[k];
     }
 }
 
@@ -281,8 +310,8 @@ q8_rows1_avx512(const lily_mat *W, int r0, int r1, const float *x, const float *
 
 /* Decode kernel: rows [r0, r1) of a Q4 matrix times n <= 4 reordered token vectors. */
 __attribute__((target("avx512f,avx512bw,avx512vl"))) static void
-q4_rows_avx512(const lily_mat *W, int r0, int r1, const float *Xr, const float *xs, int n,
-               float *Y, int ldy) {
+q4_rows_avx512(const lily_mat *W, int r0, int r1, const float *Xr, const float *xs, int n, float *Y,
+               int ldy) {
     int cols = W->cols, ng = cols / 64;
     const __m256i m4 = _mm256_set1_epi8(0x0f);
     for (int r = r0; r < r1; r++) {
@@ -311,7 +340,8 @@ q4_rows_avx512(const lily_mat *W, int r0, int r1, const float *Xr, const float *
                 bsum[t] += b * xs[(size_t)t * ng + g];
             }
         }
-        for (int t = 0; t < n; t++) Y[(size_t)t * ldy + r] = _mm512_reduce_add_ps(acc[t]) + bsum[t];
+        for (int t = 0; t < n; t++)
+            Y[(size_t)t * ldy + r] = _mm512_reduce_add_ps(acc[t]) + bsum[t];
     }
 }
 
@@ -329,7 +359,8 @@ static void q4_rows_scalar(const lily_mat *W, int r0, int r1, const float *Xr, c
                 float p = 0;
                 for (int i = 0; i < 32; i++)
                     p += (float)(qg[i] & 15) * x[i] + (float)(qg[i] >> 4) * x[32 + i];
-                acc += p * lily_bf16_to_f32(sc[g]) + lily_bf16_to_f32(bi[g]) * xs[(size_t)t * ng + g];
+                acc +=
+                    p * lily_bf16_to_f32(sc[g]) + lily_bf16_to_f32(bi[g]) * xs[(size_t)t * ng + g];
             }
             Y[(size_t)t * ldy + r] = acc;
         }
@@ -345,18 +376,20 @@ __attribute__((target("avx2,fma"))) static float hsum256(__m256 v) {
     return _mm_cvtss_f32(a);
 }
 
-__attribute__((target("avx2,fma"))) static void tile_mul_avx2(const float *Wt, int R, int cols,
-                                                              const float *X, int ldx, int T,
-                                                              float *Y, int ldy) {
+__attribute__((target("avx2,fma"))) static void
+tile_mul_avx2(const float *Wt, int R, int cols, const float *X, int ldx, int T, float *Y, int ldy) {
     int full = cols & ~7;
     for (int r0 = 0; r0 < R; r0 += 4) {
         const float *w[4];
-        for (int i = 0; i < 4; i++) w[i] = Wt + (size_t)(r0 + i < R ? r0 + i : r0) * cols;
+        for (int i = 0; i < 4; i++)
+            w[i] = Wt + (size_t)(r0 + i < R ? r0 + i : r0) * cols;
         for (int t0 = 0; t0 < T; t0 += 2) {
             const float *x[2];
-            for (int j = 0; j < 2; j++) x[j] = X + (size_t)(t0 + j < T ? t0 + j : t0) * ldx;
+            for (int j = 0; j < 2; j++)
+                x[j] = X + (size_t)(t0 + j < T ? t0 + j : t0) * ldx;
             __m256 acc[4][2];
-            for (int i = 0; i < 4; i++) acc[i][0] = acc[i][1] = _mm256_setzero_ps();
+            for (int i = 0; i < 4; i++)
+                acc[i][0] = acc[i][1] = _mm256_setzero_ps();
             for (int c = 0; c < full; c += 8) {
                 __m256 x0 = _mm256_loadu_ps(x[0] + c), x1 = _mm256_loadu_ps(x[1] + c);
                 for (int i = 0; i < 4; i++) {
@@ -368,16 +401,17 @@ __attribute__((target("avx2,fma"))) static void tile_mul_avx2(const float *Wt, i
             for (int j = 0; j < 2 && t0 + j < T; j++)
                 for (int i = 0; i < 4 && r0 + i < R; i++) {
                     float v = hsum256(acc[i][j]);
-                    for (int c = full; c < cols; c++) v += w[i][c] * x[j][c];
+                    for (int c = full; c < cols; c++)
+                        v += w[i][c] * x[j][c];
                     Y[(size_t)(t0 + j) * ldy + r0 + i] = v;
                 }
         }
     }
 }
 
-__attribute__((target("avx2,fma"))) static void
-q4_rows_avx2(const lily_mat *W, int r0, int r1, const float *Xr, const float *xs, int n,
-             float *Y, int ldy) {
+__attribute__((target("avx2,fma"))) static void q4_rows_avx2(const lily_mat *W, int r0, int r1,
+                                                             const float *Xr, const float *xs,
+                                                             int n, float *Y, int ldy) {
     int cols = W->cols, ng = cols / 64;
     const __m128i m4 = _mm_set1_epi8(0x0f);
     for (int r = r0; r < r1; r++) {
@@ -401,14 +435,16 @@ q4_rows_avx2(const lily_mat *W, int r0, int r1, const float *Xr, const float *xs
             for (int t = 0; t < n; t++) {
                 const float *x = Xr + (size_t)t * cols + (size_t)g * 64;
                 __m256 p = _mm256_mul_ps(lo[0], _mm256_loadu_ps(x));
-                for (int k = 1; k < 4; k++) p = _mm256_fmadd_ps(lo[k], _mm256_loadu_ps(x + 8 * k), p);
+                for (int k = 1; k < 4; k++)
+                    p = _mm256_fmadd_ps(lo[k], _mm256_loadu_ps(x + 8 * k), p);
                 for (int k = 0; k < 4; k++)
                     p = _mm256_fmadd_ps(hi[k], _mm256_loadu_ps(x + 32 + 8 * k), p);
                 acc[t] = _mm256_fmadd_ps(p, s, acc[t]);
                 bsum[t] += b * xs[(size_t)t * ng + g];
             }
         }
-        for (int t = 0; t < n; t++) Y[(size_t)t * ldy + r] = hsum256(acc[t]) + bsum[t];
+        for (int t = 0; t < n; t++)
+            Y[(size_t)t * ldy + r] = hsum256(acc[t]) + bsum[t];
     }
 }
 
@@ -419,7 +455,8 @@ static void dequant_tile(const lily_cpu_kern *k, const lily_mat *W, int r0, int 
         dequant_q4_avx512(W, r0, R, Wt);
         return;
     }
-    for (int r = 0; r < R; r++) lily_mat_row_f32(W, r0 + r, Wt + (size_t)r * W->cols);
+    for (int r = 0; r < R; r++)
+        lily_mat_row_f32(W, r0 + r, Wt + (size_t)r * W->cols);
 }
 
 static void mm_tile_task(void *ctx, int task, int thread) {
@@ -433,9 +470,12 @@ static void mm_tile_task(void *ctx, int task, int thread) {
     dequant_tile(j->k, W, r0, R, Wt);
     const float *X = j->X + (size_t)t0 * j->ldx;
     float *Y = j->Y + (size_t)t0 * j->ldy + r0;
-    if (have_avx512(j->k)) tile_mul_avx512(Wt, R, W->cols, X, j->ldx, T, Y, j->ldy);
-    else if (have_avx2(j->k)) tile_mul_avx2(Wt, R, W->cols, X, j->ldx, T, Y, j->ldy);
-    else tile_mul_scalar(Wt, R, W->cols, X, j->ldx, T, Y, j->ldy);
+    if (have_avx512(j->k))
+        tile_mul_avx512(Wt, R, W->cols, X, j->ldx, T, Y, j->ldy);
+    else if (have_avx2(j->k))
+        tile_mul_avx2(Wt, R, W->cols, X, j->ldx, T, Y, j->ldy);
+    else
+        tile_mul_scalar(Wt, R, W->cols, X, j->ldx, T, Y, j->ldy);
 }
 
 /* int16 path: one 16-row tile of W times every token. */
@@ -466,7 +506,8 @@ static void mm_glu_task(void *ctx, int task, int thread) {
     for (int t = 0; t < n; t++) {
         float *y = j->Y + (size_t)t * j->ldy + r0;
         const float *u = up + (size_t)t * LILY_I16_ROWS;
-        for (int r = 0; r < R; r++) y[r] = lily_silu(y[r]) * u[r];
+        for (int r = 0; r < R; r++)
+            y[r] = lily_silu(y[r]) * u[r];
     }
 }
 
@@ -496,7 +537,8 @@ static void x_prep(const float *x, int cols, int dw, float *Xr, float *xs) {
     for (int g = 0; g < ng; g++) {
         const float *xg = x + (size_t)g * 64;
         float s = 0;
-        for (int i = 0; i < 64; i++) s += xg[i];
+        for (int i = 0; i < 64; i++)
+            s += xg[i];
         xs[g] = s;
     }
     if (!dw) {
@@ -522,13 +564,18 @@ static void mm_q4_task(void *ctx, int task, int thread) {
     mm_job *j = ctx;
     int r0 = task * j->rows_per_task, r1 = r0 + j->rows_per_task;
     if (r1 > j->W->rows) r1 = j->W->rows;
-    if (j->W->dt == LILY_DT_Q8) q8_rows1_avx512(j->W, r0, r1, j->X, j->xs, j->Y);
+    if (j->W->dt == LILY_DT_Q8)
+        q8_rows1_avx512(j->W, r0, r1, j->X, j->xs, j->Y);
     else if (use_gemv_i16(j->k, j->W, j->n))
         lily_cpu_gemv_i16_rows(j->W, r0, r1, j->xq, j->n, j->Y, j->ldy);
-    else if (use_rows1(j->k, j->W, j->n)) q4_rows1_avx512(j->W, r0, r1, j->Xr, j->xs, j->Y);
-    else if (have_avx512(j->k)) q4_rows_avx512(j->W, r0, r1, j->Xr, j->xs, j->n, j->Y, j->ldy);
-    else if (have_avx2(j->k)) q4_rows_avx2(j->W, r0, r1, j->Xr, j->xs, j->n, j->Y, j->ldy);
-    else q4_rows_scalar(j->W, r0, r1, j->Xr, j->xs, j->n, j->Y, j->ldy);
+    else if (use_rows1(j->k, j->W, j->n))
+        q4_rows1_avx512(j->W, r0, r1, j->Xr, j->xs, j->Y);
+    else if (have_avx512(j->k))
+        q4_rows_avx512(j->W, r0, r1, j->Xr, j->xs, j->n, j->Y, j->ldy);
+    else if (have_avx2(j->k))
+        q4_rows_avx2(j->W, r0, r1, j->Xr, j->xs, j->n, j->Y, j->ldy);
+    else
+        q4_rows_scalar(j->W, r0, r1, j->Xr, j->xs, j->n, j->Y, j->ldy);
 }
 
 /* The int16 path's driver: X quantised once (the caller's scratch slot), then one task per
@@ -545,10 +592,12 @@ static void run_i16(mm_job *j, const float *X, int ldx, lily_task_fn fn, size_t 
         lily_pool_run(pool, fn, j, tasks);
         return;
     }
-    size_t tb = ((lily_cpu_i16_tile_bytes(W->cols) + 63) & ~(size_t)63) + ((extra + 63) & ~(size_t)63);
+    size_t tb =
+        ((lily_cpu_i16_tile_bytes(W->cols) + 63) & ~(size_t)63) + ((extra + 63) & ~(size_t)63);
     j->tile_buf = aligned_alloc(64, tb); /* the tile's vector loads are aligned */
     if (!j->tile_buf) lily_abort(__FILE__, __LINE__, "out of memory allocating %zu bytes", tb);
-    for (int t = 0; t < tasks; t++) fn(j, t, 0);
+    for (int t = 0; t < tasks; t++)
+        fn(j, t, 0);
     free(j->tile_buf);
     free(xq);
 }
@@ -564,8 +613,8 @@ int lily_cpu_matmul_quantizes_x(const lily_cpu_kern *k, const lily_mat *W, int n
 
 int lily_cpu_matmul_glu(const lily_cpu_kern *k, const lily_mat *G, const lily_mat *U,
                         const float *X, int n, int ldx, float *Y, int ldy, lily_pool *pool) {
-    if (!use_gemm_i16(k, G, n) || !use_gemm_i16(k, U, n) ||
-        G->rows != U->rows || G->cols != U->cols)
+    if (!use_gemm_i16(k, G, n) || !use_gemm_i16(k, U, n) || G->rows != U->rows ||
+        G->cols != U->cols)
         return 0;
     mm_job j = {0};
     j.k = k;
@@ -593,8 +642,8 @@ void lily_cpu_matmul(const lily_cpu_kern *k, const lily_mat *W, const float *X, 
     j.pool = pool;
     int threads = pool ? lily_pool_threads(pool) : 1;
     /* fused decode kernels: Q4 for up to 4 tokens; Q8 for one token with AVX-512 */
-    if (W->group == 64 && ((W->dt == LILY_DT_Q4 && n <= 4) ||
-                           (W->dt == LILY_DT_Q8 && n == 1 && have_avx512(k)))) {
+    if (W->group == 64 &&
+        ((W->dt == LILY_DT_Q4 && n <= 4) || (W->dt == LILY_DT_Q8 && n == 1 && have_avx512(k)))) {
         int cols = W->cols, ng = cols / 64;
         void *buf;
         if (use_gemv_i16(k, W, n)) {
@@ -623,9 +672,11 @@ void lily_cpu_matmul(const lily_cpu_kern *k, const lily_mat *W, const float *X, 
         per = (per + MM_Q4_ROWS - 1) / MM_Q4_ROWS * MM_Q4_ROWS;
         j.rows_per_task = per;
         int tasks = (W->rows + per - 1) / per;
-        if (pool) lily_pool_run(pool, mm_q4_task, &j, tasks);
+        if (pool)
+            lily_pool_run(pool, mm_q4_task, &j, tasks);
         else
-            for (int t = 0; t < tasks; t++) mm_q4_task(&j, t, 0);
+            for (int t = 0; t < tasks; t++)
+                mm_q4_task(&j, t, 0);
         if (!pool) free(buf);
         return;
     }
@@ -640,7 +691,8 @@ void lily_cpu_matmul(const lily_cpu_kern *k, const lily_mat *W, const float *X, 
         lily_pool_run(pool, mm_tile_task, &j, tasks);
     } else {
         j.tile_buf = lily_xmalloc((size_t)MM_TILE_ROWS * W->cols * sizeof(float));
-        for (int t = 0; t < tasks; t++) mm_tile_task(&j, t, 0);
+        for (int t = 0; t < tasks; t++)
+            mm_tile_task(&j, t, 0);
         free(j.tile_buf);
     }
 }
@@ -650,8 +702,8 @@ void lily_cpu_matmul(const lily_cpu_kern *k, const lily_mat *W, const float *X, 
 typedef struct {
     const lily_cpu_kern *k;
     const lily_mm_op *ops;
-    const char *buf;              /* prepared x of every op, at byte offsets xoff[i] / soff[i] */
-    const size_t *xoff, *soff;    /* soff: the fp32 kernels' group sums of x */
+    const char *buf;               /* prepared x of every op, at byte offsets xoff[i] / soff[i] */
+    const size_t *xoff, *soff;     /* soff: the fp32 kernels' group sums of x */
     const int *t_op, *t_r0, *t_r1; /* task table */
 } mm_many_job;
 
@@ -663,12 +715,18 @@ static void mm_many_task(void *ctx, int task, int thread) {
     const lily_mat *W = op->W;
     const void *xp = j->buf + j->xoff[i];
     const float *Xr = xp, *xs = (const float *)(j->buf + j->soff[i]);
-    if (W->dt == LILY_DT_Q8) q8_rows1_avx512(W, r0, r1, op->X, xs, op->Y);
-    else if (use_gemv_i16(j->k, W, 1)) lily_cpu_gemv_i16_rows(W, r0, r1, xp, 1, op->Y, W->rows);
-    else if (use_rows1(j->k, W, 1)) q4_rows1_avx512(W, r0, r1, Xr, xs, op->Y);
-    else if (have_avx512(j->k)) q4_rows_avx512(W, r0, r1, Xr, xs, 1, op->Y, W->rows);
-    else if (have_avx2(j->k)) q4_rows_avx2(W, r0, r1, Xr, xs, 1, op->Y, W->rows);
-    else q4_rows_scalar(W, r0, r1, Xr, xs, 1, op->Y, W->rows);
+    if (W->dt == LILY_DT_Q8)
+        q8_rows1_avx512(W, r0, r1, op->X, xs, op->Y);
+    else if (use_gemv_i16(j->k, W, 1))
+        lily_cpu_gemv_i16_rows(W, r0, r1, xp, 1, op->Y, W->rows);
+    else if (use_rows1(j->k, W, 1))
+        q4_rows1_avx512(W, r0, r1, Xr, xs, op->Y);
+    else if (have_avx512(j->k))
+        q4_rows_avx512(W, r0, r1, Xr, xs, 1, op->Y, W->rows);
+    else if (have_avx2(j->k))
+        q4_rows_avx2(W, r0, r1, Xr, xs, 1, op->Y, W->rows);
+    else
+        q4_rows_scalar(W, r0, r1, Xr, xs, 1, op->Y, W->rows);
 }
 
 /* Which prepared form of x an op reads: 2 = gemv_i16's, 1 = q4_rows1's, 0 = even | odd. */

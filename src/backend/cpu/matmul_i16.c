@@ -6,7 +6,7 @@
 
 #include "backend/cpu/ops.h"
 
-#define I16_ISA "avx512f,avx512bw,avx512vl,avx512vnni"
+#define I16_ISA      "avx512f,avx512bw,avx512vl,avx512vnni"
 #define I16_CODE_MAX 32639 /* c + 128 < 2^15: c = 256 h + l with h, l signed bytes */
 
 int lily_cpu_i16_available(void) {
@@ -23,16 +23,16 @@ size_t lily_cpu_i16_x_bytes(int n, int cols) {
     return (size_t)n * cols * 2 + (size_t)n * (cols / 64) * 12;
 }
 
-__attribute__((target(I16_ISA))) void lily_cpu_i16_quant(const float *X, int n, int ldx,
-                                                          int cols, void *xq) {
+__attribute__((target(I16_ISA))) void lily_cpu_i16_quant(const float *X, int n, int ldx, int cols,
+                                                         void *xq) {
     const int ng = cols / 64, nw = cols / 2; /* int32 words of digits per token */
     int32_t *xd = (int32_t *)xq, *cs8 = xd + (size_t)n * nw;
     float *xs = (float *)(cs8 + (size_t)n * ng), *xsum = xs + (size_t)n * ng;
     /* bytes of a group's h (or l) digits in column order -> [block][even 4 | odd 4] */
     const __m512i order = _mm512_set_epi8(
-        63, 61, 59, 57, 62, 60, 58, 56, 55, 53, 51, 49, 54, 52, 50, 48, 47, 45, 43, 41, 46, 44,
-        42, 40, 39, 37, 35, 33, 38, 36, 34, 32, 31, 29, 27, 25, 30, 28, 26, 24, 23, 21, 19, 17,
-        22, 20, 18, 16, 15, 13, 11, 9, 14, 12, 10, 8, 7, 5, 3, 1, 6, 4, 2, 0);
+        63, 61, 59, 57, 62, 60, 58, 56, 55, 53, 51, 49, 54, 52, 50, 48, 47, 45, 43, 41, 46, 44, 42,
+        40, 39, 37, 35, 33, 38, 36, 34, 32, 31, 29, 27, 25, 30, 28, 26, 24, 23, 21, 19, 17, 22, 20,
+        18, 16, 15, 13, 11, 9, 14, 12, 10, 8, 7, 5, 3, 1, 6, 4, 2, 0);
     for (int t = 0; t < n; t++) {
         const float *x = X + (size_t)t * ldx;
         for (int g = 0; g < ng; g++) {
@@ -52,7 +52,8 @@ __attribute__((target(I16_ISA))) void lily_cpu_i16_quant(const float *X, int n, 
             for (int i = 0; i < 4; i++) {
                 /* round to nearest (MXCSR), clamp, split c = 256 h + l */
                 __m512i c = _mm512_cvtps_epi32(_mm512_mul_ps(v[i], inv));
-                c = _mm512_max_epi32(_mm512_min_epi32(c, lim), _mm512_sub_epi32(_mm512_setzero_si512(), lim));
+                c = _mm512_max_epi32(_mm512_min_epi32(c, lim),
+                                     _mm512_sub_epi32(_mm512_setzero_si512(), lim));
                 cs = _mm512_add_epi32(cs, c);
                 const __m512i h = _mm512_srai_epi32(_mm512_add_epi32(c, k128), 8);
                 const __m512i l = _mm512_sub_epi32(c, _mm512_slli_epi32(h, 8));
@@ -69,10 +70,10 @@ __attribute__((target(I16_ISA))) void lily_cpu_i16_quant(const float *X, int n, 
             const __m512i lo = _mm512_unpacklo_epi64(hb, lb), hi = _mm512_unpackhi_epi64(hb, lb);
             int32_t *dst = xd + (size_t)t * nw + g * 32; /* 8 blocks x 4 words */
             /* unpack works per 128-bit lane: lane j of lo = blocks 2 j, of hi = blocks 2 j + 1 */
-            const __m512i b0 = _mm512_permutex2var_epi64(
-                lo, _mm512_set_epi64(15, 14, 7, 6, 13, 12, 5, 4), hi);
-            const __m512i a0 = _mm512_permutex2var_epi64(
-                lo, _mm512_set_epi64(11, 10, 3, 2, 9, 8, 1, 0), hi);
+            const __m512i b0 =
+                _mm512_permutex2var_epi64(lo, _mm512_set_epi64(15, 14, 7, 6, 13, 12, 5, 4), hi);
+            const __m512i a0 =
+                _mm512_permutex2var_epi64(lo, _mm512_set_epi64(11, 10, 3, 2, 9, 8, 1, 0), hi);
             _mm512_storeu_si512((__m512i *)dst, a0);
             _mm512_storeu_si512((__m512i *)(dst + 16), b0);
         }
@@ -91,9 +92,11 @@ size_t lily_cpu_i16_tile_bytes(int cols) {
 __attribute__((target(I16_ISA), always_inline)) static inline void
 transpose16x4(__m512i a, __m512i b, __m512i c, __m512i d, __m512i *out) {
     const __m512i s01 = _mm512_set_epi32(29, 25, 21, 17, 13, 9, 5, 1, 28, 24, 20, 16, 12, 8, 4, 0);
-    const __m512i s23 = _mm512_set_epi32(31, 27, 23, 19, 15, 11, 7, 3, 30, 26, 22, 18, 14, 10, 6, 2);
+    const __m512i s23 =
+        _mm512_set_epi32(31, 27, 23, 19, 15, 11, 7, 3, 30, 26, 22, 18, 14, 10, 6, 2);
     const __m512i lo = _mm512_set_epi32(23, 22, 21, 20, 19, 18, 17, 16, 7, 6, 5, 4, 3, 2, 1, 0);
-    const __m512i hi = _mm512_set_epi32(31, 30, 29, 28, 27, 26, 25, 24, 15, 14, 13, 12, 11, 10, 9, 8);
+    const __m512i hi =
+        _mm512_set_epi32(31, 30, 29, 28, 27, 26, 25, 24, 15, 14, 13, 12, 11, 10, 9, 8);
     const __m512i ab01 = _mm512_permutex2var_epi32(a, s01, b); /* w0 rows 0-7 | w1 rows 0-7 */
     const __m512i ab23 = _mm512_permutex2var_epi32(a, s23, b);
     const __m512i cd01 = _mm512_permutex2var_epi32(c, s01, d);
@@ -105,16 +108,16 @@ transpose16x4(__m512i a, __m512i b, __m512i c, __m512i d, __m512i *out) {
 }
 
 /* 16 bytes of 4 rows (row pointers p[0..3]) in one vector. */
-__attribute__((target(I16_ISA), always_inline)) static inline __m512i
-rows4(const uint8_t *const *p, size_t off) {
+__attribute__((target(I16_ISA), always_inline)) static inline __m512i rows4(const uint8_t *const *p,
+                                                                            size_t off) {
     __m512i v = _mm512_castsi128_si512(_mm_loadu_si128((const __m128i *)(p[0] + off)));
     v = _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i *)(p[1] + off)), 1);
     v = _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i *)(p[2] + off)), 2);
     return _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i *)(p[3] + off)), 3);
 }
 
-__attribute__((target(I16_ISA))) static void repack(const lily_mat *W, int r0, int R,
-                                                    int32_t *Wt, float *s, float *b) {
+__attribute__((target(I16_ISA))) static void repack(const lily_mat *W, int r0, int R, int32_t *Wt,
+                                                    float *s, float *b) {
     const int cols = W->cols, ng = cols / 64, rb = cols / 2; /* bytes per row */
     const uint8_t *p[16];
     for (int r = 0; r < 16; r++) /* rows past R repeat row 0 (their outputs are not stored) */
@@ -132,8 +135,9 @@ __attribute__((target(I16_ISA))) static void repack(const lily_mat *W, int r0, i
         }
     }
     /* scales and biases of two groups per gather (rows past R: 0) */
-    const __m512i sidx = _mm512_mullo_epi32(
-        _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0), _mm512_set1_epi32(ng));
+    const __m512i sidx =
+        _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
+                           _mm512_set1_epi32(ng));
     const __mmask16 m = R >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << R) - 1u);
     const __m512i hi16 = _mm512_set1_epi32((int)0xffff0000u);
     const __m512 eight = _mm512_set1_ps(8.0f);
@@ -175,9 +179,11 @@ dpbusd_bcast(__m512i *acc, __m512i w, const int32_t *x) {
 #define I16_T(M) M(0) M(1) M(2) M(3) M(4) M(5) M(6) M(7)
 __attribute__((target(I16_ISA), always_inline)) static inline void
 tile_tokens(const int32_t *Wt, const float *s, const float *b, int ng, const int32_t *xd, int nw,
-            const int32_t *cs8, const float *xs, const float *xsum, float *Y, int ldy,
-            __mmask16 rm, const int NT) {
-#define I16_DECL(t) __m512 f##t = _mm512_setzero_ps(); __m512i h##t, l##t;
+            const int32_t *cs8, const float *xs, const float *xsum, float *Y, int ldy, __mmask16 rm,
+            const int NT) {
+#define I16_DECL(t)                    \
+    __m512 f##t = _mm512_setzero_ps(); \
+    __m512i h##t, l##t;
     I16_T(I16_DECL)
     for (int g = 0; g < ng; g++) {
 #define I16_ZERO(t) h##t = _mm512_setzero_si512(), l##t = _mm512_setzero_si512();
@@ -186,29 +192,30 @@ tile_tokens(const int32_t *Wt, const float *s, const float *b, int ng, const int
         for (int d = 0; d < 8; d++) {
             const __m512i we = _mm512_load_si512((const __m512i *)(wg + d * 32));
             const __m512i wo = _mm512_load_si512((const __m512i *)(wg + d * 32 + 16));
-#define I16_DOT(t)                                                                                \
-    if (t < NT) {                                                                                 \
-        const int32_t *xt = xg + (size_t)t * nw + d * 4;                                          \
-        dpbusd_bcast(&h##t, we, xt);                                                              \
-        dpbusd_bcast(&h##t, wo, xt + 1);                                                          \
-        dpbusd_bcast(&l##t, we, xt + 2);                                                          \
-        dpbusd_bcast(&l##t, wo, xt + 3);                                                          \
+#define I16_DOT(t)                                       \
+    if (t < NT) {                                        \
+        const int32_t *xt = xg + (size_t)t * nw + d * 4; \
+        dpbusd_bcast(&h##t, we, xt);                     \
+        dpbusd_bcast(&h##t, wo, xt + 1);                 \
+        dpbusd_bcast(&l##t, we, xt + 2);                 \
+        dpbusd_bcast(&l##t, wo, xt + 3);                 \
     }
             I16_T(I16_DOT)
         }
         const __m512 sg = _mm512_load_ps(s + g * 16), bg = _mm512_load_ps(b + g * 16);
-#define I16_GROUP(t)                                                                              \
-    if (t < NT) {                                                                                 \
-        const size_t tg = (size_t)t * ng + g;                                                     \
-        const __m512i a = _mm512_sub_epi32(_mm512_add_epi32(_mm512_slli_epi32(h##t, 8), l##t),    \
-                                           _mm512_set1_epi32(cs8[tg]));                           \
-        f##t = _mm512_fmadd_ps(_mm512_cvtepi32_ps(a), _mm512_mul_ps(sg, _mm512_set1_ps(xs[tg])),  \
-                               f##t);                                                             \
-        f##t = _mm512_fmadd_ps(bg, _mm512_set1_ps(xsum[tg]), f##t);                               \
+#define I16_GROUP(t)                                                                             \
+    if (t < NT) {                                                                                \
+        const size_t tg = (size_t)t * ng + g;                                                    \
+        const __m512i a = _mm512_sub_epi32(_mm512_add_epi32(_mm512_slli_epi32(h##t, 8), l##t),   \
+                                           _mm512_set1_epi32(cs8[tg]));                          \
+        f##t = _mm512_fmadd_ps(_mm512_cvtepi32_ps(a), _mm512_mul_ps(sg, _mm512_set1_ps(xs[tg])), \
+                               f##t);                                                            \
+        f##t = _mm512_fmadd_ps(bg, _mm512_set1_ps(xsum[tg]), f##t);                              \
     }
         I16_T(I16_GROUP)
     }
-#define I16_STORE(t) if (t < NT) _mm512_mask_storeu_ps(Y + (size_t)t * ldy, rm, f##t);
+#define I16_STORE(t) \
+    if (t < NT) _mm512_mask_storeu_ps(Y + (size_t)t * ldy, rm, f##t);
     I16_T(I16_STORE)
 #undef I16_DECL
 #undef I16_ZERO
@@ -217,20 +224,19 @@ tile_tokens(const int32_t *Wt, const float *s, const float *b, int ng, const int
 #undef I16_STORE
 }
 
-#define I16_NT(NT)                                                                                \
-    __attribute__((target(I16_ISA))) static void tile_nt##NT(                                     \
-        const int32_t *Wt, const float *s, const float *b, int ng, const int32_t *xd, int nw,     \
-        const int32_t *cs8, const float *xs, const float *xsum, float *Y, int ldy,                \
-        __mmask16 rm) {                                                                           \
-        tile_tokens(Wt, s, b, ng, xd, nw, cs8, xs, xsum, Y, ldy, rm, NT);                         \
+#define I16_NT(NT)                                                                                 \
+    __attribute__((target(I16_ISA))) static void tile_nt##NT(                                      \
+        const int32_t *Wt, const float *s, const float *b, int ng, const int32_t *xd, int nw,      \
+        const int32_t *cs8, const float *xs, const float *xsum, float *Y, int ldy, __mmask16 rm) { \
+        tile_tokens(Wt, s, b, ng, xd, nw, cs8, xs, xsum, Y, ldy, rm, NT);                          \
     }
 I16_NT(8)
 I16_NT(4)
 I16_NT(2)
 I16_NT(1)
 
-void lily_cpu_i16_rows(const lily_mat *W, int r0, int R, const void *xq, int n, float *Y,
-                       int ldy, void *tile, int ahead) {
+void lily_cpu_i16_rows(const lily_mat *W, int r0, int R, const void *xq, int n, float *Y, int ldy,
+                       void *tile, int ahead) {
     const int cols = W->cols, ng = cols / 64, nw = cols / 2;
     int32_t *Wt = (int32_t *)tile;
     float *s = (float *)(Wt + (size_t)cols / 8 * 32), *b = s + (size_t)ng * 16;
@@ -249,7 +255,8 @@ void lily_cpu_i16_rows(const lily_mat *W, int r0, int R, const void *xq, int n, 
 #define I16_CALL(NT)                                                                              \
     tile_nt##NT(Wt, s, b, ng, xd + (size_t)t * nw, nw, cs8 + (size_t)t * ng, xs + (size_t)t * ng, \
                 xsum + (size_t)t * ng, Y + (size_t)t * ldy, ldy, rm)
-    for (; n - t >= 8; t += 8) I16_CALL(8);
+    for (; n - t >= 8; t += 8)
+        I16_CALL(8);
     if (n - t >= 4) I16_CALL(4), t += 4;
     if (n - t >= 2) I16_CALL(2), t += 2;
     if (n - t >= 1) I16_CALL(1), t += 1;

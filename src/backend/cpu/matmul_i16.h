@@ -34,7 +34,7 @@ size_t lily_cpu_i16_tile_bytes(int cols);
  * 64-byte aligned scratch.
  * ahead > 0: the weights of the tile ahead tiles further are prefetched into L2 (the pool hands
  * tiles out in order, one per thread: ahead = the thread count). */
-void lily_cpu_i16_rows(const lily_mat *W, int r0, int R, const void *xq, int n, float *Y,
-                       int ldy, void *tile, int ahead);
+void lily_cpu_i16_rows(const lily_mat *W, int r0, int R, const void *xq, int n, float *Y, int ldy,
+                       void *tile, int ahead);
 
 #endif

@@ -26,8 +26,10 @@ float lily_f16_to_f32(uint16_t h) {
         float f = ldexpf((float)man, -24);
         return sign ? -f : f;
     }
-    if (exp == 31) v.u = sign | 0x7f800000u | (man << 13);
-    else v.u = sign | ((exp + 112u) << 23) | (man << 13);
+    if (exp == 31)
+        v.u = sign | 0x7f800000u | (man << 13);
+    else
+        v.u = sign | ((exp + 112u) << 23) | (man << 13);
     return v.f;
 }
 
@@ -39,12 +41,14 @@ void lily_mat_row_f32(const lily_mat *W, int r, float *out) {
         return;
     case LILY_DT_BF16: {
         const uint16_t *p = (const uint16_t *)W->w + (size_t)r * cols;
-        for (int c = 0; c < cols; c++) out[c] = lily_bf16_to_f32(p[c]);
+        for (int c = 0; c < cols; c++)
+            out[c] = lily_bf16_to_f32(p[c]);
         return;
     }
     case LILY_DT_F16: {
         const uint16_t *p = (const uint16_t *)W->w + (size_t)r * cols;
-        for (int c = 0; c < cols; c++) out[c] = lily_f16_to_f32(p[c]);
+        for (int c = 0; c < cols; c++)
+            out[c] = lily_f16_to_f32(p[c]);
         return;
     }
     case LILY_DT_Q4:
@@ -64,7 +68,8 @@ void lily_mat_row_f32(const lily_mat *W, int r, float *out) {
                 }
             } else {
                 const uint8_t *qg = q + (size_t)g * W->group;
-                for (int i = 0; i < W->group; i++) o[i] = s * (float)qg[i] + b;
+                for (int i = 0; i < W->group; i++)
+                    o[i] = s * (float)qg[i] + b;
             }
         }
         return;
@@ -75,9 +80,11 @@ void lily_mat_row_f32(const lily_mat *W, int r, float *out) {
 
 void lily_cpu_rmsnorm(const float *x, const float *w, int n, float eps, float *y) {
     double ss = 0;
-    for (int i = 0; i < n; i++) ss += (double)x[i] * x[i];
+    for (int i = 0; i < n; i++)
+        ss += (double)x[i] * x[i];
     float r = 1.0f / sqrtf((float)(ss / n) + eps);
-    for (int i = 0; i < n; i++) y[i] = x[i] * r * w[i];
+    for (int i = 0; i < n; i++)
+        y[i] = x[i] * r * w[i];
 }
 
 void lily_cpu_rope(float *x, int rot, int pos, double theta) {
@@ -94,9 +101,8 @@ void lily_cpu_rope(float *x, int rot, int pos, double theta) {
     }
 }
 
-
-LILY_SIMD_CLONES void lily_cpu_conv_silu(const float *in, int n, int C, int K, float *state, const float *w,
-                        float *out) {
+LILY_SIMD_CLONES void lily_cpu_conv_silu(const float *in, int n, int C, int K, float *state,
+                                         const float *w, float *out) {
     for (int t = 0; t < n; t++) {
         const float *cur = in + (size_t)t * C;
         float *o = out + (size_t)t * C;
@@ -106,8 +112,8 @@ LILY_SIMD_CLONES void lily_cpu_conv_silu(const float *in, int n, int C, int K, f
             /* tap tau (0..K-2) multiplies input t-(K-1)+tau: from the state or earlier rows */
             for (int tau = 0; tau < K - 1; tau++) {
                 int src = t - (K - 1) + tau;
-                float v = src >= 0 ? in[(size_t)src * C + ch]
-                                   : state[(size_t)(K - 1 + src) * C + ch];
+                float v =
+                    src >= 0 ? in[(size_t)src * C + ch] : state[(size_t)(K - 1 + src) * C + ch];
                 acc += wc[tau] * v;
             }
             o[ch] = lily_silu(acc);
@@ -126,9 +132,10 @@ LILY_SIMD_CLONES void lily_cpu_conv_silu(const float *in, int n, int C, int K, f
     }
 }
 
-LILY_SIMD_CLONES void lily_cpu_gdn_scan(float *S, int Dk, int Dv, int n, const float *q, int ldq, const float *k,
-                       int ldk, const float *v, int ldv, const float *beta, const float *lambda,
-                       int ldg, float *o, int ldo) {
+LILY_SIMD_CLONES void lily_cpu_gdn_scan(float *S, int Dk, int Dv, int n, const float *q, int ldq,
+                                        const float *k, int ldk, const float *v, int ldv,
+                                        const float *beta, const float *lambda, int ldg, float *o,
+                                        int ldo) {
     float m[512], buf[2][512];
     LILY_ASSERT(Dv <= 512);
     if (n <= 0) return;
@@ -138,7 +145,8 @@ LILY_SIMD_CLONES void lily_cpu_gdn_scan(float *S, int Dk, int Dv, int n, const f
      * the rows are in registers: one read + one write of the state per token (the state is 64 KB
      * per head at the model's 128 x 128, in L2). Same sums in the same order as two passes. */
     float *d = buf[0], *dn = buf[1]; /* S^T q of the token; then its d */
-    for (int j = 0; j < Dv; j++) m[j] = 0, d[j] = 0; /* m = S^T k */
+    for (int j = 0; j < Dv; j++)
+        m[j] = 0, d[j] = 0; /* m = S^T k */
     for (int i = 0; i < Dk; i++) {
         const float *Si = S + (size_t)i * Dv;
         float ki = k[i], qi = q[i];
@@ -153,7 +161,8 @@ LILY_SIMD_CLONES void lily_cpu_gdn_scan(float *S, int Dk, int Dv, int n, const f
         float *ot = o + (size_t)t * ldo;
         float lam = lambda[(size_t)t * ldg], bt = beta[(size_t)t * ldg];
         float kq = 0;
-        for (int i = 0; i < Dk; i++) kq += kt[i] * qt[i];
+        for (int i = 0; i < Dk; i++)
+            kq += kt[i] * qt[i];
         for (int j = 0; j < Dv; j++) {
             float dj = bt * (vt[j] - lam * m[j]);
             ot[j] = lam * d[j] + kq * dj;
@@ -163,12 +172,14 @@ LILY_SIMD_CLONES void lily_cpu_gdn_scan(float *S, int Dk, int Dv, int n, const f
             for (int i = 0; i < Dk; i++) {
                 float *Si = S + (size_t)i * Dv;
                 float ki = kt[i];
-                for (int j = 0; j < Dv; j++) Si[j] = lam * Si[j] + ki * d[j];
+                for (int j = 0; j < Dv; j++)
+                    Si[j] = lam * Si[j] + ki * d[j];
             }
             break;
         }
         const float *qn = qt + ldq, *kn = kt + ldk;
-        for (int j = 0; j < Dv; j++) m[j] = 0, dn[j] = 0;
+        for (int j = 0; j < Dv; j++)
+            m[j] = 0, dn[j] = 0;
         for (int i = 0; i < Dk; i++) {
             float *Si = S + (size_t)i * Dv;
             float ki = kt[i], kni = kn[i], qni = qn[i];
@@ -189,13 +200,15 @@ void lily_cpu_topk_softmax(const float *logits, int E, int k, int norm, int *idx
     for (int e = 0; e < E; e++)
         if (logits[e] > mx) mx = logits[e];
     double sum = 0;
-    for (int e = 0; e < E; e++) sum += exp((double)logits[e] - mx);
+    for (int e = 0; e < E; e++)
+        sum += exp((double)logits[e] - mx);
     /* top-k by logit (same order as by probability); ties go to the lower id */
     for (int j = 0; j < k; j++) {
         int best = -1;
         for (int e = 0; e < E; e++) {
             int taken = 0;
-            for (int i = 0; i < j; i++) taken |= idx[i] == e;
+            for (int i = 0; i < j; i++)
+                taken |= idx[i] == e;
             if (taken) continue;
             if (best < 0 || logits[e] > logits[best]) best = e;
         }
@@ -204,7 +217,9 @@ void lily_cpu_topk_softmax(const float *logits, int E, int k, int norm, int *idx
     }
     if (norm) {
         float s = 0;
-        for (int j = 0; j < k; j++) s += wt[j];
-        for (int j = 0; j < k; j++) wt[j] /= s;
+        for (int j = 0; j < k; j++)
+            s += wt[j];
+        for (int j = 0; j < k; j++)
+            wt[j] /= s;
     }
 }

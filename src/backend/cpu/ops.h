@@ -35,7 +35,9 @@ float lily_f16_to_f32(uint16_t h);
 
 /* SiLU, x sigmoid(x): the one form every CPU path uses (the SwiGLU products, the gated norm,
  * the causal conv), so they agree bit for bit. */
-static inline float lily_silu(float x) { return x / (1.0f + expf(-x)); }
+static inline float lily_silu(float x) {
+    return x / (1.0f + expf(-x));
+}
 
 /* Dequantizes row r of W (cols values) into out. */
 void lily_mat_row_f32(const lily_mat *W, int r, float *out);

@@ -36,12 +36,11 @@ __device__ __forceinline__ uint16_t kv_code(float x, float s) {
 /* grid (n, Nq + Nkv), block Dh threads. Block y < Nq: query head; else KV head y - Nq (the branch
  * is uniform per block, so the KV blocks' reductions may synchronise). */
 __global__ void attn_prep_kernel(const float *__restrict__ qg, int ldqg,
-                                 const float *__restrict__ k,
-                                 const float *__restrict__ v, int ldkv, const int32_t *d_pos,
-                                 int Nq, int Nkv, int Dh, int R, const float *__restrict__ inv_freq,
-                                 const float *__restrict__ qn, const float *__restrict__ kn,
-                                 float eps, int gated, float *q_out, float *gate_out,
-                                 uint8_t *kc, uint8_t *vc) {
+                                 const float *__restrict__ k, const float *__restrict__ v, int ldkv,
+                                 const int32_t *d_pos, int Nq, int Nkv, int Dh, int R,
+                                 const float *__restrict__ inv_freq, const float *__restrict__ qn,
+                                 const float *__restrict__ kn, float eps, int gated, float *q_out,
+                                 float *gate_out, uint8_t *kc, uint8_t *vc) {
     __shared__ float red[32];
     __shared__ float xs[256];
     int t = blockIdx.x, h = blockIdx.y, d = threadIdx.x;
@@ -184,8 +183,8 @@ __device__ __forceinline__ void split_f16x2(float x0, float x1, uint32_t *hi, ui
 template <bool LOB = false>
 __device__ __forceinline__ void codes_f16(uint32_t u, uint32_t *hi, uint32_t *lo) {
     const uint32_t k1152 = 0x64806480u, k4 = 0x44004400u; /* fp16 1152 and 4 */
-    uint32_t h = __byte_perm(u, 0x64u, 0x4341); /* 1024 + (hi + 128) */
-    uint32_t l = __byte_perm(u, 0x44u, 0x4240); /* 4 + lo */
+    uint32_t h = __byte_perm(u, 0x64u, 0x4341);           /* 1024 + (hi + 128) */
+    uint32_t l = __byte_perm(u, 0x44u, 0x4240);           /* 4 + lo */
     __half2 hh = __hsub2(*(const __half2 *)&h, *(const __half2 *)&k1152);
     *hi = *(uint32_t *)&hh;
     if constexpr (LOB) {
@@ -204,7 +203,8 @@ __device__ __forceinline__ void byte_products(float *c0, float *c1, const uint32
                                               const uint32_t *al, const uint32_t *b) {
     uint32_t bh[4], bl[4];
 #pragma unroll
-    for (int x = 0; x < 4; x++) codes_f16<LOB>(b[x], &bh[x], &bl[x]);
+    for (int x = 0; x < 4; x++)
+        codes_f16<LOB>(b[x], &bh[x], &bl[x]);
     mma16816h(c0, a, bh);
     mma16816h(c1, a, bh + 2);
     mma16816h(c0, a, bl);
@@ -213,7 +213,9 @@ __device__ __forceinline__ void byte_products(float *c0, float *c1, const uint32
     mma16816h(c1, al, bh + 2);
 }
 
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;"); }
+__device__ __forceinline__ void cp_async_commit() {
+    asm volatile("cp.async.commit_group;");
+}
 template <int N> __device__ __forceinline__ void cp_async_wait() {
     asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
 }
@@ -239,9 +241,8 @@ template <int DH> struct dec2_cfg {
 template <int DH, bool EX>
 __global__ void __launch_bounds__(kDw * 32, 1)
     attn_decode_mma_kernel(const float *__restrict__ q, const uint8_t *__restrict__ kc,
-                           const uint8_t *__restrict__ vc, const int32_t *d_pos, int Nkv,
-                           int G, float qscale, int max_splits, int want,
-                           float *__restrict__ part) {
+                           const uint8_t *__restrict__ vc, const int32_t *d_pos, int Nkv, int G,
+                           float qscale, int max_splits, int want, float *__restrict__ part) {
     typedef dec2_cfg<DH> C;
     constexpr int LD = C::LD;
     extern __shared__ uint4 dec_smem[];
@@ -268,7 +269,7 @@ __global__ void __launch_bounds__(kDw * 32, 1)
         *(uint32_t *)(Qs + (r + 8) * LD + d) = lo;
     }
     const int pb = s * chunk, pe = min(ctx, pb + chunk);
-    const int nch = (pe - pb + 15) / 16;                              /* chunks of this split */
+    const int nch = (pe - pb + 15) / 16;                            /* chunks of this split */
     const int mine = nch > warp ? (nch - warp + kDw - 1) / kDw : 0; /* this warp's: w, w+kDw.. */
     uint16_t *stg = Qs + 16 * LD + warp * kDst * C::kChunk;
     const uint32_t row = (uint32_t)kv_row_bytes(Nkv, DH);
@@ -297,11 +298,13 @@ __global__ void __launch_bounds__(kDw * 32, 1)
         cp_async_commit(); /* an empty group past the end keeps the wait count uniform */
     };
 #pragma unroll
-    for (int i = 0; i < kDst - 1; i++) load(i);
+    for (int i = 0; i < kDst - 1; i++)
+        load(i);
     __syncthreads(); /* Q tile written */
     float o[DH / 8][4];
 #pragma unroll
-    for (int i = 0; i < DH / 8; i++) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.f;
+    for (int i = 0; i < DH / 8; i++)
+        o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.f;
     float m = -INFINITY, l = 0.f; /* head g; l: this thread's positions only */
     for (int i = 0; i < mine; i++) {
         load(i + kDst - 1);
@@ -314,14 +317,16 @@ __global__ void __launch_bounds__(kDw * 32, 1)
 #pragma unroll
         for (int u = 0; u < 2; u++)
 #pragma unroll
-            for (int n = 0; n < 2; n++) sa[u][n][0] = sa[u][n][1] = sa[u][n][2] = sa[u][n][3] = 0.f;
+            for (int n = 0; n < 2; n++)
+                sa[u][n][0] = sa[u][n][1] = sa[u][n][2] = sa[u][n][3] = 0.f;
 #pragma unroll
         for (int kk = 0; kk < DH / 16; kk++) {
             uint32_t a[4], b[4], bh[4], bl[4];
             ldsm_x4(a, Qs + (lane & 15) * LD + kk * 16 + (lane >> 4) * 8);
             ldsm_x4(b, Ks + ((lane >> 4) * 8 + (lane & 7)) * LD + kk * 16 + ((lane >> 3) & 1) * 8);
 #pragma unroll
-            for (int x = 0; x < 4; x++) codes_bf16<EX>(b[x], &bh[x], &bl[x]);
+            for (int x = 0; x < 4; x++)
+                codes_bf16<EX>(b[x], &bh[x], &bl[x]);
             mma16816(sa[kk & 1][0], a, bh);
             mma16816(sa[kk & 1][1], a, bh + 2);
             if (EX) {
@@ -360,16 +365,18 @@ __global__ void __launch_bounds__(kDw * 32, 1)
         l = l * c + ps;
         if (__any_sync(0xffffffffu, c != 1.f)) { /* the running max moved: rescale */
 #pragma unroll
-            for (int d = 0; d < DH / 8; d++) o[d][0] *= c, o[d][1] *= c, o[d][2] *= c, o[d][3] *= c;
+            for (int d = 0; d < DH / 8; d++)
+                o[d][0] *= c, o[d][1] *= c, o[d][2] *= c, o[d][3] *= c;
         }
         /* O += P V: A = P (rows hi / lo, k = the 16 positions), B = V via transposed ldmatrix */
 #pragma unroll
         for (int dp = 0; dp < DH / 16; dp++) {
             uint32_t b[4], bh[4], bl[4];
-            ldsm_x4_t(b, Vs + ((lane & 7) + ((lane >> 3) & 1) * 8) * LD + dp * 16 +
-                             (lane >> 4) * 8);
+            ldsm_x4_t(b,
+                      Vs + ((lane & 7) + ((lane >> 3) & 1) * 8) * LD + dp * 16 + (lane >> 4) * 8);
 #pragma unroll
-            for (int x = 0; x < 4; x++) codes_bf16<EX>(b[x], &bh[x], &bl[x]);
+            for (int x = 0; x < 4; x++)
+                codes_bf16<EX>(b[x], &bh[x], &bl[x]);
             mma16816(o[2 * dp], a, bh);
             mma16816(o[2 * dp + 1], a, bh + 2);
             if (EX) {
@@ -390,7 +397,8 @@ __global__ void __launch_bounds__(kDw * 32, 1)
     __syncthreads();
     if (tid < 8) {
         float mm = -INFINITY, ll = 0.f;
-        for (int w = 0; w < kDw; w++) mm = fmaxf(mm, wm[w * 8 + tid]);
+        for (int w = 0; w < kDw; w++)
+            mm = fmaxf(mm, wm[w * 8 + tid]);
         for (int w = 0; w < kDw; w++)
             if (wm[w * 8 + tid] != -INFINITY) ll += wl[w * 8 + tid] * exp2f(wm[w * 8 + tid] - mm);
         M[tid] = mm, L[tid] = ll;
@@ -403,8 +411,10 @@ __global__ void __launch_bounds__(kDw * 32, 1)
             for (int d = 0; d < DH / 8; d++) {
                 float *ap = acc + g * DH + d * 8 + 2 * tq;
                 float v0 = (o[d][0] + o[d][2]) * f, v1 = (o[d][1] + o[d][3]) * f;
-                if (w == 0) ap[0] = v0, ap[1] = v1;
-                else ap[0] += v0, ap[1] += v1;
+                if (w == 0)
+                    ap[0] = v0, ap[1] = v1;
+                else
+                    ap[0] += v0, ap[1] += v1;
             }
         __syncthreads();
     }
@@ -431,12 +441,14 @@ __global__ void __launch_bounds__(256)
     const size_t st = (size_t)Nq * (Dh + 2);
     const float *ph = part + (size_t)h * (Dh + 2);
     float mx = -INFINITY;
-    for (int s = tid; s < ns; s += 256) mx = fmaxf(mx, ph[s * st + Dh]);
+    for (int s = tid; s < ns; s += 256)
+        mx = fmaxf(mx, ph[s * st + Dh]);
     mx = warp_max(mx);
     if (lane == 0) red[warp] = mx;
     __syncthreads();
     mx = red[0];
-    for (int w = 1; w < 8; w++) mx = fmaxf(mx, red[w]);
+    for (int w = 1; w < 8; w++)
+        mx = fmaxf(mx, red[w]);
     float ls = 0.f;
     for (int s = tid; s < ns; s += 256) {
         float f = expf(ph[s * st + Dh] - mx);
@@ -445,12 +457,14 @@ __global__ void __launch_bounds__(256)
     }
     const float L = block_sum(ls, red); /* its barriers also publish fs */
     float a = 0.f;
-    for (int s = warp; s < ns; s += 8) a = fmaf(ph[s * st + d], fs[s], a);
+    for (int s = warp; s < ns; s += 8)
+        a = fmaf(ph[s * st + d], fs[s], a);
     accs[warp][lane] = a;
     __syncthreads();
     if (warp == 0) {
         float o = accs[0][lane];
-        for (int w = 1; w < 8; w++) o += accs[w][lane];
+        for (int w = 1; w < 8; w++)
+            o += accs[w][lane];
         o /= L;
         if (gate) o *= sigmoid_f(gate[(size_t)h * Dh + d]);
         out[(size_t)h * Dh + d] = o;
@@ -461,9 +475,9 @@ __global__ void __launch_bounds__(256)
 int g_decode_want = 0;
 
 template <int DH, bool EX>
-int launch_decode_mma(const float *q, const uint8_t *kc, const uint8_t *vc,
-                      const int32_t *d_pos, int Nq, int Nkv, float scale, const float *gate,
-                      float *part, int max_splits, float *out, lily_cuda_stream st, lily_err *e) {
+int launch_decode_mma(const float *q, const uint8_t *kc, const uint8_t *vc, const int32_t *d_pos,
+                      int Nq, int Nkv, float scale, const float *gate, float *part, int max_splits,
+                      float *out, lily_cuda_stream st, lily_err *e) {
     const size_t smem = dec2_cfg<DH>::smem;
     /* blocks resident at once, per device (and variant): set up once, so the host cost stays off
      * the step */
@@ -488,13 +502,12 @@ int launch_decode_mma(const float *q, const uint8_t *kc, const uint8_t *vc,
     int want = g_decode_want > 0 ? g_decode_want : resident[dev] / (Nkv * MT);
     if (want < 1) want = 1;
     dim3 grid(max_splits, Nkv * MT);
-    attn_decode_mma_kernel<DH, EX><<<grid, kDw * 32, smem, st>>>(q, kc, vc, d_pos, Nkv, G,
-                                                                 scale * kLog2e, max_splits,
-                                                                 want, part);
+    attn_decode_mma_kernel<DH, EX><<<grid, kDw * 32, smem, st>>>(
+        q, kc, vc, d_pos, Nkv, G, scale * kLog2e, max_splits, want, part);
     LILY_CU_LAUNCHED(e);
     size_t fsm = (size_t)(want < max_splits ? want : max_splits) * sizeof(float);
-    attn_combine2_kernel<<<dim3(Nq, DH / 32), 256, fsm, st>>>(part, d_pos, Nq, DH, max_splits,
-                                                              want, gate, out);
+    attn_combine2_kernel<<<dim3(Nq, DH / 32), 256, fsm, st>>>(part, d_pos, Nq, DH, max_splits, want,
+                                                              gate, out);
     LILY_CU_LAUNCHED(e);
     return 0;
 }
@@ -527,19 +540,21 @@ __device__ __forceinline__ void group_bar(int grp) {
  * [2^12, 2^13) (undone on S), each KV tile's V scales relative to its largest (O rescaled when
  * that factor changes, like the running max); cheaper than the bf16 split. */
 template <int DH, bool EX> struct fa_cfg {
-    static constexpr int LD = DH + 8;     /* padded smem row (16-bit words): no ldmatrix conflicts */
+    static constexpr int LD = DH + 8; /* padded smem row (16-bit words): no ldmatrix conflicts */
     static constexpr int QT = EX ? 2 : 1; /* Q tiles in smem: hi (and lo) */
     /* one stage (16-bit words): K code rows, V code rows, kFaKv K then kFaKv V scales (fp32) */
     static constexpr int TILE = 2 * kFaKv * LD + 2 * kFaKv * 2;
     /* bytes: the Q tiles, then two stages per warp group */
-    static constexpr size_t smem(int NG) { return (size_t)(QT * kFaRows * LD + NG * 2 * TILE) * 2; }
+    static constexpr size_t smem(int NG) {
+        return (size_t)(QT * kFaRows * LD + NG * 2 * TILE) * 2;
+    }
 };
 
 template <int DH, int G, int NG, bool EX, int KB>
 __global__ void __launch_bounds__(128 * NG)
     attn_prefill_kernel(const float *__restrict__ q, int n, const uint8_t *__restrict__ kc,
-                        const uint8_t *__restrict__ vc, const int32_t *d_pos, int Nkv,
-                        float scale, const float *__restrict__ gate, float *__restrict__ out) {
+                        const uint8_t *__restrict__ vc, const int32_t *d_pos, int Nkv, float scale,
+                        const float *__restrict__ gate, float *__restrict__ out) {
     typedef fa_cfg<DH, EX> C;
     constexpr int P = kFaRows / G; /* positions per block */
     constexpr int LD = C::LD, QT = C::QT, TILE = C::TILE;
@@ -562,25 +577,25 @@ __global__ void __launch_bounds__(128 * NG)
     /* thread gt < 2 kFaKv copies one scale per tile: K (gt < kFaKv) or V of row gt % kFaKv */
     const uint8_t *ss = (gt < kFaKv ? kc : vc) + (size_t)Nkv * DH * 2 + (size_t)j * 4;
     auto load = [&](int i) { /* tile i of this group into stage i & 1 */
-        if (i < mine) {
-            int kv0 = (grp + i * NG) * kFaKv;
-            uint16_t *Ks = stg + (i & 1) * TILE, *Vs = Ks + kFaKv * LD;
-            float *Ss = (float *)(Vs + kFaKv * LD);
-            for (int x = gt; x < kFaKv * DH / 8; x += 128) {
-                int r = x / (DH / 8), c8 = x % (DH / 8);
-                int p = kv0 + r;
-                bool ok = p < kv_end;
-                size_t go = (size_t)(ok ? p : 0) * row + c8 * 16;
-                cp_async16(Ks + r * LD + c8 * 8, kh + go, ok);
-                cp_async16(Vs + r * LD + c8 * 8, vh + go, ok);
-            }
-            if (gt < 2 * kFaKv) {
-                int p = kv0 + gt % kFaKv;
-                bool ok = p < kv_end;
-                cp_async4(Ss + gt, ss + (size_t)(ok ? p : 0) * row, ok);
-            }
-        }
-        cp_async_commit();
+                             if (i < mine) {
+                                 int kv0 = (grp + i * NG) * kFaKv;
+                                 uint16_t *Ks = stg + (i & 1) * TILE, *Vs = Ks + kFaKv * LD;
+                                 float *Ss = (float *)(Vs + kFaKv * LD);
+                                 for (int x = gt; x < kFaKv * DH / 8; x += 128) {
+                                     int r = x / (DH / 8), c8 = x % (DH / 8);
+                                     int p = kv0 + r;
+                                     bool ok = p < kv_end;
+                                     size_t go = (size_t)(ok ? p : 0) * row + c8 * 16;
+                                     cp_async16(Ks + r * LD + c8 * 8, kh + go, ok);
+                                     cp_async16(Vs + r * LD + c8 * 8, vh + go, ok);
+                                 }
+                                 if (gt < 2 * kFaKv) {
+                                     int p = kv0 + gt % kFaKv;
+                                     bool ok = p < kv_end;
+                                     cp_async4(Ss + gt, ss + (size_t)(ok ? p : 0) * row, ok);
+                                 }
+                             }
+                             cp_async_commit();
     };
     load(0);
     /* EX: each query row scaled by a power of two that puts its max |q| in [2^12, 2^13): fp16's
@@ -630,9 +645,11 @@ __global__ void __launch_bounds__(128 * NG)
     if (KB) {
         for (int r = warp; r < kFaRows; r += 4 * NG) {
             float sm = 0.f;
-            for (int d = lane; d < DH; d += 32) sm += __half2float(((const __half *)Qs)[r * LD + d]);
+            for (int d = lane; d < DH; d += 32)
+                sm += __half2float(((const __half *)Qs)[r * LD + d]);
 #pragma unroll
-            for (int o2 = 16; o2 > 0; o2 >>= 1) sm += __shfl_xor_sync(0xffffffffu, sm, o2);
+            for (int o2 = 16; o2 > 0; o2 >>= 1)
+                sm += __shfl_xor_sync(0xffffffffu, sm, o2);
             if (lane == 0) s_qb[r] = 4.f * sm;
         }
         __syncthreads();
@@ -645,7 +662,8 @@ __global__ void __launch_bounds__(128 * NG)
     const float sl2 = scale * kLog2e;
     float o[DH / 8][4];
 #pragma unroll
-    for (int i = 0; i < DH / 8; i++) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.f;
+    for (int i = 0; i < DH / 8; i++)
+        o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.f;
     float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.f, l1 = 0.f;
     float of_vf = 1.f; /* EX: the V-scale factor O is kept in (see the softmax step) */
     for (int it = 0; it < mine; it++) {
@@ -658,7 +676,8 @@ __global__ void __launch_bounds__(128 * NG)
         /* S = Q K^T for this warp's 16 rows x 32 positions */
         float sacc[4][4];
 #pragma unroll
-        for (int i = 0; i < 4; i++) sacc[i][0] = sacc[i][1] = sacc[i][2] = sacc[i][3] = 0.f;
+        for (int i = 0; i < 4; i++)
+            sacc[i][0] = sacc[i][1] = sacc[i][2] = sacc[i][3] = 0.f;
 #pragma unroll
         for (int kk = 0; kk < DH / 16; kk++) {
             uint32_t a[4], al[4];
@@ -673,7 +692,8 @@ __global__ void __launch_bounds__(128 * NG)
                     byte_products<(KB >= 1)>(sacc[2 * np], sacc[2 * np + 1], a, al, b);
                 } else {
 #pragma unroll
-                    for (int x = 0; x < 4; x++) codes_bf16<false>(b[x], &bh[x], &bl[x]);
+                    for (int x = 0; x < 4; x++)
+                        codes_bf16<false>(b[x], &bh[x], &bl[x]);
                     mma16816(sacc[2 * np], a, bh);
                     mma16816(sacc[2 * np + 1], a, bh + 2);
                 }
@@ -735,7 +755,8 @@ __global__ void __launch_bounds__(128 * NG)
                     byte_products(o[2 * dp], o[2 * dp + 1], a, al, b);
                 } else {
 #pragma unroll
-                    for (int x = 0; x < 4; x++) codes_bf16<false>(b[x], &bh[x], &bl[x]);
+                    for (int x = 0; x < 4; x++)
+                        codes_bf16<false>(b[x], &bh[x], &bl[x]);
                     mma16816(o[2 * dp], a, bh);
                     mma16816(o[2 * dp + 1], a, bh + 2);
                 }
@@ -747,7 +768,8 @@ __global__ void __launch_bounds__(128 * NG)
     if (EX) { /* undo the tile factor and the byte products' 1/256 */
         const float u = 256.f / of_vf;
 #pragma unroll
-        for (int i = 0; i < DH / 8; i++) o[i][0] *= u, o[i][1] *= u, o[i][2] *= u, o[i][3] *= u;
+        for (int i = 0; i < DH / 8; i++)
+            o[i][0] *= u, o[i][1] *= u, o[i][2] *= u, o[i][3] *= u;
     }
     if (NG > 1) { /* group 1 hands its (m, l, O) to group 0 through the stage memory */
         __syncthreads();
@@ -756,7 +778,8 @@ __global__ void __launch_bounds__(128 * NG)
 #pragma unroll
             for (int i = 0; i < DH / 8; i++)
 #pragma unroll
-                for (int e = 0; e < 4; e++) xo[(i * 4 + e) * 128 + gt] = o[i][e];
+                for (int e = 0; e < 4; e++)
+                    xo[(i * 4 + e) * 128 + gt] = o[i][e];
             xo[(DH / 2) * 128 + gt] = m0, xo[(DH / 2 + 1) * 128 + gt] = m1;
             xo[(DH / 2 + 2) * 128 + gt] = l0, xo[(DH / 2 + 3) * 128 + gt] = l1;
         }
@@ -810,8 +833,8 @@ int launch_prefill_ng(const float *q, int n, const uint8_t *kc, const uint8_t *v
                                      cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem),
                 e);
     dim3 grid((n + P - 1) / P, Nkv);
-    attn_prefill_kernel<DH, G, NG, EX, KB><<<grid, 128 * NG, smem, st>>>(q, n, kc, vc, d_pos, Nkv,
-                                                                          scale, gate, out);
+    attn_prefill_kernel<DH, G, NG, EX, KB>
+        <<<grid, 128 * NG, smem, st>>>(q, n, kc, vc, d_pos, Nkv, scale, gate, out);
     LILY_CU_LAUNCHED(e);
     return 0;
 }
@@ -823,8 +846,8 @@ int launch_prefill(const float *q, int n, const uint8_t *kc, const uint8_t *vc,
     if (lily_cuda_prec_get().attn_exact)
         return launch_prefill_ng<DH, G, kFaGroups, true, 1>(q, n, kc, vc, d_pos, Nkv, scale, gate,
                                                             out, st, e);
-    return launch_prefill_ng<DH, G, kFaGroups, false, 0>(q, n, kc, vc, d_pos, Nkv, scale, gate,
-                                                         out, st, e);
+    return launch_prefill_ng<DH, G, kFaGroups, false, 0>(q, n, kc, vc, d_pos, Nkv, scale, gate, out,
+                                                         st, e);
 }
 
 bool shape_ok(int Nq, int Nkv, int Dh) {
@@ -853,14 +876,16 @@ extern "C" int lily_cuda_attn_prep(const float *qg, int ldqg, const float *k, co
         return lily_fail(e, "attention: unsupported shape Nq=%d Nkv=%d Dh=%d R=%d", Nq, Nkv, Dh, R);
     if (n < 1) return 0;
     dim3 grid(n, Nq + Nkv);
-    attn_prep_kernel<<<grid, Dh, 0, st>>>(qg, ldqg, k, v, ldkv, d_pos, Nq, Nkv, Dh, R, inv_freq,
-                                          qn, kn, eps, gated, q_out, gate_out, (uint8_t *)kc,
+    attn_prep_kernel<<<grid, Dh, 0, st>>>(qg, ldqg, k, v, ldkv, d_pos, Nq, Nkv, Dh, R, inv_freq, qn,
+                                          kn, eps, gated, q_out, gate_out, (uint8_t *)kc,
                                           (uint8_t *)vc);
     LILY_CU_LAUNCHED(e);
     return 0;
 }
 
-extern "C" void lily_cuda_attn_decode_force_splits(int want) { g_decode_want = want > 0 ? want : 0; }
+extern "C" void lily_cuda_attn_decode_force_splits(int want) {
+    g_decode_want = want > 0 ? want : 0;
+}
 
 extern "C" size_t lily_cuda_attn_decode_scratch(int Nq, int Dh, int max_splits) {
     return (size_t)max_splits * Nq * (Dh + 2);
@@ -872,8 +897,8 @@ int launch_decode(const float *q, const uint8_t *kc, const uint8_t *vc, const in
                   int Nq, int Nkv, float scale, const float *gate, float *part, int max_splits,
                   float *out, lily_cuda_stream st, lily_err *e) {
     if (lily_cuda_prec_get().attn_exact)
-        return launch_decode_mma<DH, true>(q, kc, vc, d_pos, Nq, Nkv, scale, gate, part,
-                                           max_splits, out, st, e);
+        return launch_decode_mma<DH, true>(q, kc, vc, d_pos, Nq, Nkv, scale, gate, part, max_splits,
+                                           out, st, e);
     return launch_decode_mma<DH, false>(q, kc, vc, d_pos, Nq, Nkv, scale, gate, part, max_splits,
                                         out, st, e);
 }
@@ -890,14 +915,14 @@ extern "C" int lily_cuda_attn_decode(const float *q, const void *kc_, const void
         return launch_decode<64>(q, kc, vc, d_pos, Nq, Nkv, scale, gate, scratch, max_splits, out,
                                  st, e);
     if (Dh == 128)
-        return launch_decode<128>(q, kc, vc, d_pos, Nq, Nkv, scale, gate, scratch, max_splits,
-                                  out, st, e);
-    return launch_decode<256>(q, kc, vc, d_pos, Nq, Nkv, scale, gate, scratch, max_splits, out,
-                              st, e);
+        return launch_decode<128>(q, kc, vc, d_pos, Nq, Nkv, scale, gate, scratch, max_splits, out,
+                                  st, e);
+    return launch_decode<256>(q, kc, vc, d_pos, Nq, Nkv, scale, gate, scratch, max_splits, out, st,
+                              e);
 }
 
-#define LILY_PRE_CASE(DH, G)                                                                       \
-    if (Dh == DH && G_ == G)                                                                       \
+#define LILY_PRE_CASE(DH, G) \
+    if (Dh == DH && G_ == G) \
         return launch_prefill<DH, G>(q, n, kc, vc, d_pos, Nkv, scale, gate, out, st, e);
 
 extern "C" int lily_cuda_attn_prefill(const float *q, int n, const void *kc_, const void *vc_,
@@ -908,8 +933,8 @@ extern "C" int lily_cuda_attn_prefill(const float *q, int n, const void *kc_, co
         return lily_fail(e, "attention: unsupported shape Nq=%d Nkv=%d Dh=%d", Nq, Nkv, Dh);
     if (n < 1) return 0;
     if (lily_cuda_prec_get().attn_exact && lily_cuda_attn_wg_ok(Nq, Nkv, Dh))
-        return lily_cuda_attn_prefill_ws(q, n, kc_, vc_, d_pos, Nq, Nkv, Dh, scale, gate, out,
-                                         part, st, e);
+        return lily_cuda_attn_prefill_ws(q, n, kc_, vc_, d_pos, Nq, Nkv, Dh, scale, gate, out, part,
+                                         st, e);
     const uint8_t *kc = (const uint8_t *)kc_, *vc = (const uint8_t *)vc_;
     int G_ = Nq / Nkv;
     // clang-format off
@@ -917,6 +942,6 @@ extern "C" int lily_cuda_attn_prefill(const float *q, int n, const void *kc_, co
     LILY_PRE_CASE(64, 16) LILY_PRE_CASE(128, 1) LILY_PRE_CASE(128, 2) LILY_PRE_CASE(128, 4)
     LILY_PRE_CASE(128, 8) LILY_PRE_CASE(128, 16) LILY_PRE_CASE(256, 1) LILY_PRE_CASE(256, 2)
     LILY_PRE_CASE(256, 4) LILY_PRE_CASE(256, 8) LILY_PRE_CASE(256, 16)
-    // clang-format on
-    return lily_fail(e, "attention: no kernel for Dh=%d G=%d", Dh, G_);
+        // clang-format on
+        return lily_fail(e, "attention: no kernel for Dh=%d G=%d", Dh, G_);
 }

@@ -59,21 +59,19 @@ size_t lily_cuda_kv_prefix_bytes(int pos, int Nkv, int Dh);
  * k [n][ldkv] is normalised with kn and rotated, v taken as is: both quantised into row p0+t of
  * kc/vc (the format above).
  * inv_freq: [R/2] device, 1/theta^(2i/R) as the CPU reference computes it (fp32). */
-int lily_cuda_attn_prep(const float *qg, int ldqg, const float *k, const float *v, int ldkv,
-                        int n, const int32_t *d_pos, int Nq, int Nkv, int Dh, int R,
-                        const float *inv_freq, const float *qn, const float *kn, float eps,
-                        int gated, float *q_out, float *gate_out, void *kc, void *vc,
-                        lily_cuda_stream st, lily_err *e);
+int lily_cuda_attn_prep(const float *qg, int ldqg, const float *k, const float *v, int ldkv, int n,
+                        const int32_t *d_pos, int Nq, int Nkv, int Dh, int R, const float *inv_freq,
+                        const float *qn, const float *kn, float eps, int gated, float *q_out,
+                        float *gate_out, void *kc, void *vc, lily_cuda_stream st, lily_err *e);
 
 /* Floats of split scratch lily_cuda_attn_decode needs. */
 size_t lily_cuda_attn_decode_scratch(int Nq, int Dh, int max_splits);
 
 /* One query per head (q [Nq*Dh]) at position p = *d_pos over cache rows 0..p; scale multiplies
  * q.k. out [Nq*Dh] = softmax(q k^T) V, times sigmoid(gate) when gate != NULL. */
-int lily_cuda_attn_decode(const float *q, const void *kc, const void *vc,
-                          const int32_t *d_pos, int Nq, int Nkv, int Dh, float scale,
-                          const float *gate, float *scratch, int max_splits, float *out,
-                          lily_cuda_stream st, lily_err *e);
+int lily_cuda_attn_decode(const float *q, const void *kc, const void *vc, const int32_t *d_pos,
+                          int Nq, int Nkv, int Dh, float scale, const float *gate, float *scratch,
+                          int max_splits, float *out, lily_cuda_stream st, lily_err *e);
 
 /* Forces the split target of the decode calls that follow (want > 0: that many splits, capped
  * by max_splits) or restores the automatic one (0: as many as fill the SMs). Tests and

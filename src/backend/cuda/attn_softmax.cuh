@@ -18,8 +18,10 @@ static __device__ __forceinline__ void softmax_tile(float *s, const float *vs, f
     float mx0 = -INFINITY, mx1 = -INFINITY;
 #pragma unroll
     for (int i = 0; i < 4 * NB; i++) {
-        if ((i & 3) < 2) mx0 = fmaxf(mx0, s[i]);
-        else mx1 = fmaxf(mx1, s[i]);
+        if ((i & 3) < 2)
+            mx0 = fmaxf(mx0, s[i]);
+        else
+            mx1 = fmaxf(mx1, s[i]);
     }
     mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
     mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));

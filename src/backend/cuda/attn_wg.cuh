@@ -17,16 +17,16 @@
 
 namespace attn_wg {
 
-constexpr int DH = 256; /* head dim (the model's; others run attn.cu's kernel) */
+constexpr int DH = 256;    /* head dim (the model's; others run attn.cu's kernel) */
 constexpr int kRows = 128; /* query rows per block: two warpgroups of 64 */
 constexpr int kKt = 64;    /* KV positions per tile */
 constexpr float kLog2e = 1.4426950408889634f;
 
 /* Dynamic shared memory (bytes), the same in both kernels. */
-constexpr int OFF_Q = 0;               /* [warpgroup][qh, ql][64 rows x 256] s8: LBO 1024 */
-constexpr int OFF_K = 65536;           /* [kh, kl][64 positions x 256] s8: LBO 1024 */
-constexpr int OFF_V = OFF_K + 32768;   /* [vh, vl][256 dims x 64 positions] f16: LBO 4096 */
-constexpr int OFF_RAW = OFF_V + 65536; /* cp.async landing: 64 K rows then 64 V rows (512 B) */
+constexpr int OFF_Q = 0;                /* [warpgroup][qh, ql][64 rows x 256] s8: LBO 1024 */
+constexpr int OFF_K = 65536;            /* [kh, kl][64 positions x 256] s8: LBO 1024 */
+constexpr int OFF_V = OFF_K + 32768;    /* [vh, vl][256 dims x 64 positions] f16: LBO 4096 */
+constexpr int OFF_RAW = OFF_V + 65536;  /* cp.async landing: 64 K rows then 64 V rows (512 B) */
 constexpr int OFF_SC = OFF_RAW + 65536; /* landing: 64 K scales then 64 V scales (fp32) */
 constexpr int kSmem = OFF_SC + 512;     /* 229,888 of the 232,448 an SM gives a block */
 
@@ -67,7 +67,9 @@ __device__ __forceinline__ uint64_t sdesc_sw128(uint32_t addr) {
     return sdesc(addr, 16, 1024) | (1ull << 62);
 }
 
-__device__ __forceinline__ void wg_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
+__device__ __forceinline__ void wg_fence() {
+    asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
+}
 __device__ __forceinline__ void wg_commit() {
     asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
 }
@@ -80,8 +82,12 @@ __device__ __forceinline__ void proxy_fence() {
 }
 /* Keep the compiler from moving accesses of a register across a wgmma that writes it (no
  * instruction: the operand keeps its register class). */
-__device__ __forceinline__ void reg_fence(float &x) { asm volatile("" : "+f"(x)::"memory"); }
-__device__ __forceinline__ void reg_fence(int &x) { asm volatile("" : "+r"(x)::"memory"); }
+__device__ __forceinline__ void reg_fence(float &x) {
+    asm volatile("" : "+f"(x)::"memory");
+}
+__device__ __forceinline__ void reg_fence(int &x) {
+    asm volatile("" : "+r"(x)::"memory");
+}
 
 /* 0, which the compiler cannot see through (keeps loop-invariant values from being hoisted). */
 __device__ __forceinline__ uint32_t opaque_zero() {
@@ -98,7 +104,9 @@ __device__ __forceinline__ void cp_async4(uint32_t dst, const void *src, bool ok
     asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(dst), "l"(src),
                  "r"(ok ? 4 : 0));
 }
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;"); }
+__device__ __forceinline__ void cp_async_commit() {
+    asm volatile("cp.async.commit_group;");
+}
 __device__ __forceinline__ void cp_async_wait0() {
     asm volatile("cp.async.wait_group 0;" ::: "memory");
 }
@@ -117,9 +125,9 @@ __device__ __forceinline__ void wgmma_s8_64_first(int *d, uint64_t a, uint64_t b
         "\n}"
         : "=r"(d[0]), "=r"(d[1]), "=r"(d[2]), "=r"(d[3]), "=r"(d[4]), "=r"(d[5]), "=r"(d[6]),
           "=r"(d[7]), "=r"(d[8]), "=r"(d[9]), "=r"(d[10]), "=r"(d[11]), "=r"(d[12]), "=r"(d[13]),
-          "=r"(d[14]), "=r"(d[15]), "=r"(d[16]), "=r"(d[17]), "=r"(d[18]), "=r"(d[19]),
-          "=r"(d[20]), "=r"(d[21]), "=r"(d[22]), "=r"(d[23]), "=r"(d[24]), "=r"(d[25]),
-          "=r"(d[26]), "=r"(d[27]), "=r"(d[28]), "=r"(d[29]), "=r"(d[30]), "=r"(d[31])
+          "=r"(d[14]), "=r"(d[15]), "=r"(d[16]), "=r"(d[17]), "=r"(d[18]), "=r"(d[19]), "=r"(d[20]),
+          "=r"(d[21]), "=r"(d[22]), "=r"(d[23]), "=r"(d[24]), "=r"(d[25]), "=r"(d[26]), "=r"(d[27]),
+          "=r"(d[28]), "=r"(d[29]), "=r"(d[30]), "=r"(d[31])
         : "l"(a), "l"(b));
 }
 
@@ -131,9 +139,9 @@ __device__ __forceinline__ void wgmma_s8_64(int *d, uint64_t a, uint64_t b) {
         "%19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, 1;"
         : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3]), "+r"(d[4]), "+r"(d[5]), "+r"(d[6]),
           "+r"(d[7]), "+r"(d[8]), "+r"(d[9]), "+r"(d[10]), "+r"(d[11]), "+r"(d[12]), "+r"(d[13]),
-          "+r"(d[14]), "+r"(d[15]), "+r"(d[16]), "+r"(d[17]), "+r"(d[18]), "+r"(d[19]),
-          "+r"(d[20]), "+r"(d[21]), "+r"(d[22]), "+r"(d[23]), "+r"(d[24]), "+r"(d[25]),
-          "+r"(d[26]), "+r"(d[27]), "+r"(d[28]), "+r"(d[29]), "+r"(d[30]), "+r"(d[31])
+          "+r"(d[14]), "+r"(d[15]), "+r"(d[16]), "+r"(d[17]), "+r"(d[18]), "+r"(d[19]), "+r"(d[20]),
+          "+r"(d[21]), "+r"(d[22]), "+r"(d[23]), "+r"(d[24]), "+r"(d[25]), "+r"(d[26]), "+r"(d[27]),
+          "+r"(d[28]), "+r"(d[29]), "+r"(d[30]), "+r"(d[31])
         : "l"(a), "l"(b));
 }
 
@@ -153,20 +161,18 @@ __device__ __forceinline__ void wgmma_f16_256(float *d, const uint32_t *a, uint6
         "{%128, %129, %130, %131}, %132, 1, 1, 1, 0;"
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
           "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),
-          "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]),
-          "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]),
-          "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
-          "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]),
-          "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]),
-          "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]),
-          "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
-          "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]),
-          "+f"(d[62]), "+f"(d[63]), "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]),
-          "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]), "+f"(d[72]), "+f"(d[73]),
-          "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]),
-          "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]),
-          "+f"(d[86]), "+f"(d[87]), "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]),
-          "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]), "+f"(d[96]), "+f"(d[97]),
+          "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]),
+          "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]),
+          "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]),
+          "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]),
+          "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]),
+          "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+          "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]),
+          "+f"(d[63]), "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]),
+          "+f"(d[70]), "+f"(d[71]), "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]),
+          "+f"(d[77]), "+f"(d[78]), "+f"(d[79]), "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]),
+          "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]), "+f"(d[88]), "+f"(d[89]), "+f"(d[90]),
+          "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]), "+f"(d[96]), "+f"(d[97]),
           "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]),
           "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]),
           "+f"(d[110]), "+f"(d[111]), "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]),
@@ -192,7 +198,9 @@ __device__ __forceinline__ uint32_t pack_s8x4(int a, int b, int c, int d) {
 
 /* Two cache words u = c + 32768 plus 128 per half: the bytes become c's balanced digits plus 128
  * (c = 256 h + l, h and l in [-128, 127]; needs |c| <= kKvCodeMax, attn_kv.cuh). */
-__device__ __forceinline__ uint32_t balance(uint32_t w) { return w + 0x00800080u; }
+__device__ __forceinline__ uint32_t balance(uint32_t w) {
+    return w + 0x00800080u;
+}
 
 /* Row rr of the 16 rows warp wi of warpgroup wg converts: q row r = 64 wg + 16 wi + rr of the
  * block as a 16-bit code row with scale max|q| / kKvCodeMax, split into balanced s8 digits qh, ql
@@ -215,7 +223,8 @@ __device__ __forceinline__ void q_planes(uint8_t *smem, float *qs, const float *
         }
         float mx = 0.f;
 #pragma unroll
-        for (int i = 0; i < 8; i++) mx = fmaxf(mx, fabsf(x[i]));
+        for (int i = 0; i < 8; i++)
+            mx = fmaxf(mx, fabsf(x[i]));
         mx = warp_max(mx);
         const float inv = mx > 0.f ? (float)kKvCodeMax / mx : 0.f;
         int hi[8], lo[8];
@@ -373,8 +382,8 @@ __device__ __forceinline__ void issue_pv(uint32_t vz, float *o, const uint32_t (
 
 /* The rows' outputs: O was kept as sum P vf (vh + vl) = vf / 256 sum P v (of_vf: the last
  * tile's vf); normalise by l, gate, store rows t0, t1 (heads h0, h1) where they are < n. */
-__device__ __forceinline__ void store_rows(const float *o, float l0, float l1, float of_vf,
-                                           int t0, int t1, int h0, int h1, int n, int Nq, int tq,
+__device__ __forceinline__ void store_rows(const float *o, float l0, float l1, float of_vf, int t0,
+                                           int t1, int h0, int h1, int n, int Nq, int tq,
                                            const float *__restrict__ gate,
                                            float *__restrict__ out) {
     const float u = 256.f / of_vf;
@@ -428,17 +437,16 @@ __device__ __forceinline__ void empty_partial(float *__restrict__ part, const Bl
 /* A thread's two rows (t0, head h0; t1, h1) of a split's partial, where they are < n; O was kept
  * as sum P vf (vh + vl) = vf / 256 sum P v (store_rows). */
 __device__ __forceinline__ void store_partial(float *__restrict__ part, int sp, const float *o,
-                                              float m0, float m1, float l0, float l1,
-                                              float of_vf, int t0, int t1, int h0, int h1, int n,
-                                              int Nq, int tq) {
+                                              float m0, float m1, float l0, float l1, float of_vf,
+                                              int t0, int t1, int h0, int h1, int n, int Nq,
+                                              int tq) {
     const float u = 256.f / of_vf;
     float *p0 = part + split_row(sp, n, Nq, t0, h0) * DH + 2 * tq;
     float *p1 = part + split_row(sp, n, Nq, t1, h1) * DH + 2 * tq;
 #pragma unroll
     for (int nb = 0; nb < 32; nb++) {
         if (t0 < n) *(float2 *)(p0 + nb * 8) = make_float2(o[4 * nb] * u, o[4 * nb + 1] * u);
-        if (t1 < n)
-            *(float2 *)(p1 + nb * 8) = make_float2(o[4 * nb + 2] * u, o[4 * nb + 3] * u);
+        if (t1 < n) *(float2 *)(p1 + nb * 8) = make_float2(o[4 * nb + 2] * u, o[4 * nb + 3] * u);
     }
     if (tq == 0) {
         if (t0 < n) *(float2 *)(part + split_ml(sp, n, Nq, t0, h0)) = make_float2(m0, l0);
@@ -448,11 +456,10 @@ __device__ __forceinline__ void store_partial(float *__restrict__ part, int sp, 
 
 /* A thread's two rows at the end of the span: its split's partial (SPLIT) or the output. */
 template <bool SPLIT>
-__device__ __forceinline__ void finish_rows(float *__restrict__ part, const float *o, float m0,
-                                            float m1, float l0, float l1, float of_vf, int t0,
-                                            int t1, int h0, int h1, int n, int Nq, int tq,
-                                            const float *__restrict__ gate,
-                                            float *__restrict__ out) {
+__device__ __forceinline__ void
+finish_rows(float *__restrict__ part, const float *o, float m0, float m1, float l0, float l1,
+            float of_vf, int t0, int t1, int h0, int h1, int n, int Nq, int tq,
+            const float *__restrict__ gate, float *__restrict__ out) {
     if constexpr (SPLIT)
         store_partial(part, blockIdx.z, o, m0, m1, l0, l1, of_vf, t0, t1, h0, h1, n, Nq, tq);
     else

@@ -31,8 +31,8 @@ namespace {
 
 using namespace attn_wg;
 
-constexpr int kThreads = 384;  /* producer warpgroup + two consumer warpgroups */
-constexpr int kProdRegs = 40;  /* setmaxnreg: 128 x 40 + 256 x 232 = 64 K registers */
+constexpr int kThreads = 384; /* producer warpgroup + two consumer warpgroups */
+constexpr int kProdRegs = 40; /* setmaxnreg: 128 x 40 + 256 x 232 = 64 K registers */
 constexpr int kConsRegs = 232;
 
 /* KFULL: [consumer][K buffer], KEMPTY: [K buffer] */
@@ -94,9 +94,8 @@ __global__ void __launch_bounds__(kThreads, 1)
         }
         if (!which) {
             const int p = kv0 + (tid & (kKt - 1));
-            sc_next = p < kv_end
-                          ? __ldg((const float *)((tid < kKt ? ksc : vsc) + (size_t)p * row))
-                          : 0.f;
+            sc_next = p < kv_end ? __ldg((const float *)((tid < kKt ? ksc : vsc) + (size_t)p * row))
+                                 : 0.f;
         }
     };
     const int cw = wgi - 1, g = lane >> 2, tq = lane & 3;
@@ -120,14 +119,17 @@ __global__ void __launch_bounds__(kThreads, 1)
         for (int it = it_beg; it < it_end; it++) {
             const int b = it & 1;
             const uint32_t ph = (it - it_beg) & 1; /* the landings' phase */
-            lily_mbar_wait(&s_land[0], ph);      /* K of tile it */
+            lily_mbar_wait(&s_land[0], ph);        /* K of tile it */
             /* both consumers done with the K planes' last tile (S, scales) */
             if (it > it_beg) bar_sync(BAR_KEMPTY, 384);
 #pragma unroll 2
-            for (int x = 0; x < 8; x++) k_unit<SWZ>(smem, tid + 128 * x, OFF_K);
+            for (int x = 0; x < 8; x++)
+                k_unit<SWZ>(smem, tid + 128 * x, OFF_K);
             const float sc = sc_next;
-            if (tid < kKt) s_ks[b][tid] = sc;
-            else s_vs[b][tid - kKt] = sc;
+            if (tid < kKt)
+                s_ks[b][tid] = sc;
+            else
+                s_vs[b][tid - kKt] = sc;
             proxy_fence();
             bar_arrive(BAR_KFULL, 256);
             bar_arrive(BAR_KFULL + 2, 256);
@@ -137,9 +139,11 @@ __global__ void __launch_bounds__(kThreads, 1)
                 load(it + 1, 0);
             }
             lily_mbar_wait(&s_land[1], ph); /* V of tile it */
-            if (it > it_beg) bar_sync(BAR_VEMPTY, 384); /* both consumers' P V of tile it - 1 done */
+            if (it > it_beg)
+                bar_sync(BAR_VEMPTY, 384); /* both consumers' P V of tile it - 1 done */
 #pragma unroll 2
-            for (int x = 0; x < 8; x++) v_unit<SWZ>(smem, tid + 128 * x);
+            for (int x = 0; x < 8; x++)
+                v_unit<SWZ>(smem, tid + 128 * x);
             proxy_fence();
             bar_arrive(BAR_VFULL, 256);
             bar_arrive(BAR_VFULL + 1, 256);
@@ -162,7 +166,8 @@ __global__ void __launch_bounds__(kThreads, 1)
     const uint32_t qa = sb + OFF_Q + cw * 32768;
     float o[128];
 #pragma unroll
-    for (int i = 0; i < 128; i++) o[i] = 0.f;
+    for (int i = 0; i < 128; i++)
+        o[i] = 0.f;
     float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.f, l1 = 0.f;
     float of_vf = 1.f; /* the V-scale factor O is kept in (attn.cu's exact prefill) */
     if (cw == 1) bar_arrive(BAR_TURN, 256); /* consumer 0 takes the first turn */
@@ -208,19 +213,21 @@ __global__ void __launch_bounds__(kThreads, 1)
             bar_sync(BAR_VFULL + cw, 256);
             bar_sync(BAR_TURN + cw, 256);
 #pragma unroll
-            for (int i = 0; i < 128; i++) reg_fence(o[i]);
+            for (int i = 0; i < 128; i++)
+                reg_fence(o[i]);
             wg_fence();
             issue_pv<SWZ>(sb + OFF_V + opaque_zero(), o, ph, pl);
             wg_commit();
             pass_turn();
             wg_wait0();
 #pragma unroll
-            for (int i = 0; i < 128; i++) reg_fence(o[i]);
+            for (int i = 0; i < 128; i++)
+                reg_fence(o[i]);
         }
         if (it + 1 < it_end) bar_arrive(BAR_VEMPTY, 384);
     }
-    finish_rows<SPLIT>(part, o, m0, m1, l0, l1, of_vf, t0, t1, j * G + r0 % G, j * G + r1 % G,
-                       n, Nq, tq, gate, out);
+    finish_rows<SPLIT>(part, o, m0, m1, l0, l1, of_vf, t0, t1, j * G + r0 % G, j * G + r1 % G, n,
+                       Nq, tq, gate, out);
 }
 
 /* The tensor map of a K or V cache at c: every row its allocation holds. */
@@ -258,8 +265,8 @@ int launch(const float *q, int n, const uint8_t *kc, const uint8_t *vc, const in
 
 template <int G>
 int launch_s(int S, const float *q, int n, const uint8_t *kc, const uint8_t *vc,
-             const int32_t *d_pos, int Nkv, float scale, const float *gate, float *out,
-             float *part, lily_cuda_stream st, lily_err *e) {
+             const int32_t *d_pos, int Nkv, float scale, const float *gate, float *out, float *part,
+             lily_cuda_stream st, lily_err *e) {
     if (S > 1) return launch<G, true>(q, n, kc, vc, d_pos, Nkv, scale, gate, out, part, S, st, e);
     return launch<G, false>(q, n, kc, vc, d_pos, Nkv, scale, gate, out, part, 1, st, e);
 }
@@ -267,9 +274,9 @@ int launch_s(int S, const float *q, int n, const uint8_t *kc, const uint8_t *vc,
 } // namespace
 
 extern "C" int lily_cuda_attn_prefill_ws(const float *q, int n, const void *kc, const void *vc,
-                                         const int32_t *d_pos, int Nq, int Nkv, int Dh,
-                                         float scale, const float *gate, float *out,
-                                         float *part, lily_cuda_stream st, lily_err *e) {
+                                         const int32_t *d_pos, int Nq, int Nkv, int Dh, float scale,
+                                         const float *gate, float *out, float *part,
+                                         lily_cuda_stream st, lily_err *e) {
     if (!lily_cuda_attn_wg_ok(Nq, Nkv, Dh))
         return lily_fail(e, "attention (wgmma, specialised): unsupported shape Nq=%d Nkv=%d Dh=%d",
                          Nq, Nkv, Dh);

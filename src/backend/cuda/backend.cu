@@ -82,7 +82,7 @@ struct lily_backend {
     void *moe_dec, *moe_pre;
     int32_t *d_tok, *d_pos, *d_argmax;
     int32_t *d_ring, *d_step; /* greedy loop: tokens of consecutive graph replays */
-    int32_t *h_tok, *h_pos; /* pinned */
+    int32_t *h_tok, *h_pos;   /* pinned */
     /* draws: the settings, step and token the sampler reads and writes (device; smp_h, a pinned
      * copy, is no longer written per step: draw_setup passes them by value), the sampler's
      * scratch, and the sampler's launches captured once as a graph */
@@ -133,7 +133,8 @@ int up_rows(const lily_mat *ms, int n, lily_dmat *cat, lily_dmat *const *views, 
     lily_dmat v[8];
     if (n > 8 || lily_cuda_dmat_upload_cat(ms, n, cat, v, e))
         return lily_fail_prefix(e, "layer %d %s", l, what);
-    for (int i = 0; i < n; i++) *views[i] = v[i];
+    for (int i = 0; i < n; i++)
+        *views[i] = v[i];
     *bytes += lily_cuda_dmat_bytes(cat);
     return 0;
 }
@@ -148,34 +149,39 @@ int up_f32(const float *h, size_t n, float **d, lily_err *e) {
 }
 
 void free_layer(cu_layer *c) {
-    lily_dmat *ms[] = {&c->q,      &c->k,     &c->v,     &c->kv,   &c->o,    &c->qkv,
-                       &c->z,      &c->b,     &c->a,     &c->ba,   &c->out,  &c->router,
-                       &c->gate,   &c->up,    &c->down,  &c->sh_gate, &c->sh_up, &c->sh_down,
-                       &c->sh_gw,  &c->router_gw, &c->sh_gu, &c->in_all};
-    for (lily_dmat *d : ms) lily_cuda_dmat_free(d);
-    float *fs[] = {c->in_norm, c->post_norm, c->q_norm, c->k_norm, c->conv_w, c->dt_bias,
-                   c->A_log, c->gdn_norm};
-    for (float *f : fs) lily_cuda_free(f);
+    lily_dmat *ms[] = {&c->q,     &c->k,         &c->v,     &c->kv,      &c->o,     &c->qkv,
+                       &c->z,     &c->b,         &c->a,     &c->ba,      &c->out,   &c->router,
+                       &c->gate,  &c->up,        &c->down,  &c->sh_gate, &c->sh_up, &c->sh_down,
+                       &c->sh_gw, &c->router_gw, &c->sh_gu, &c->in_all};
+    for (lily_dmat *d : ms)
+        lily_cuda_dmat_free(d);
+    float *fs[] = {c->in_norm, c->post_norm, c->q_norm, c->k_norm,
+                   c->conv_w,  c->dt_bias,   c->A_log,  c->gdn_norm};
+    for (float *f : fs)
+        lily_cuda_free(f);
 }
 
 int check_config(const lily_config *c, lily_err *e) {
     int has_gdn = 0, has_attn = 0;
-    for (int l = 0; l < c->n_layers; l++) (c->layer_is_attn[l] ? has_attn : has_gdn) = 1;
+    for (int l = 0; l < c->n_layers; l++)
+        (c->layer_is_attn[l] ? has_attn : has_gdn) = 1;
     if (has_gdn && (c->lin_dk != 128 || c->lin_dv % 8 || c->lin_nk < 1 || c->lin_nv % c->lin_nk))
-        return lily_fail(e, "CUDA backend: GDN shape Nk=%d Nv=%d Dk=%d Dv=%d unsupported (needs"
-                            " Dk=128, Dv%%8==0)", c->lin_nk, c->lin_nv, c->lin_dk, c->lin_dv);
+        return lily_fail(e,
+                         "CUDA backend: GDN shape Nk=%d Nv=%d Dk=%d Dv=%d unsupported (needs"
+                         " Dk=128, Dv%%8==0)",
+                         c->lin_nk, c->lin_nv, c->lin_dk, c->lin_dv);
     if (has_gdn && (c->conv_k < 2 || c->conv_k > 6))
         return lily_fail(e, "CUDA backend: conv width %d unsupported (2..6)", c->conv_k);
     if (has_attn) {
         int G = c->n_kv_heads > 0 ? c->n_q_heads / c->n_kv_heads : 0;
-        if ((c->head_dim != 64 && c->head_dim != 128 && c->head_dim != 256) ||
-            c->n_kv_heads < 1 || c->n_q_heads % c->n_kv_heads ||
-            (G != 1 && G != 2 && G != 4 && G != 8 && G != 16) || c->rope_dim > c->head_dim)
+        if ((c->head_dim != 64 && c->head_dim != 128 && c->head_dim != 256) || c->n_kv_heads < 1 ||
+            c->n_q_heads % c->n_kv_heads || (G != 1 && G != 2 && G != 4 && G != 8 && G != 16) ||
+            c->rope_dim > c->head_dim)
             return lily_fail(e, "CUDA backend: attention shape Nq=%d Nkv=%d Dh=%d unsupported",
                              c->n_q_heads, c->n_kv_heads, c->head_dim);
     }
-    if (c->hidden % 64) return lily_fail(e, "CUDA backend: hidden size %d not a multiple of 64",
-                                         c->hidden);
+    if (c->hidden % 64)
+        return lily_fail(e, "CUDA backend: hidden size %d not a multiple of 64", c->hidden);
     return 0;
 }
 
@@ -193,11 +199,9 @@ int upload_layer(const lily_model *m, int l, cu_layer *c, size_t *bytes, lily_er
         lily_dmat *const inv[3] = {&c->q, &c->k, &c->v};
         const lily_mat kv[2] = {ly->k_proj, ly->v_proj};
         lily_dmat *const kvv[2] = {&c->k, &c->v};
-        if (up_rows(in, 3, &c->in_all, inv, false, bytes, e, "q_proj/k_proj/v_proj", l))
-            return -1;
-        if ((!c->in_all.w &&
-             (up_mat(&ly->q_proj, &c->q, bytes, e, "q_proj", l) ||
-              up_rows(kv, 2, &c->kv, kvv, true, bytes, e, "k_proj/v_proj", l))) ||
+        if (up_rows(in, 3, &c->in_all, inv, false, bytes, e, "q_proj/k_proj/v_proj", l)) return -1;
+        if ((!c->in_all.w && (up_mat(&ly->q_proj, &c->q, bytes, e, "q_proj", l) ||
+                              up_rows(kv, 2, &c->kv, kvv, true, bytes, e, "k_proj/v_proj", l))) ||
             up_mat(&ly->o_proj, &c->o, bytes, e, "o_proj", l) ||
             up_f32(ly->q_norm, cf->head_dim, &c->q_norm, e) ||
             up_f32(ly->k_norm, cf->head_dim, &c->k_norm, e))
@@ -231,8 +235,7 @@ int upload_layer(const lily_model *m, int l, cu_layer *c, size_t *bytes, lily_er
         const lily_mat gu[2] = {ly->sh_gate, ly->sh_up};
         const lily_mat rg[2] = {ly->router, ly->sh_gate_w};
         lily_dmat *const rgv[2] = {&c->router, &c->sh_gw};
-        if (gw ? up_rows(rg, 2, &c->router_gw, rgv, true, bytes, e, "router/shared_expert_gate",
-                         l)
+        if (gw ? up_rows(rg, 2, &c->router_gw, rgv, true, bytes, e, "router/shared_expert_gate", l)
                : up_mat(&ly->router, &c->router, bytes, e, "router", l))
             return -1;
         if (lily_cuda_dmat_upload(ly->exp_gate, E, &c->gate, e) ||
@@ -291,14 +294,17 @@ int gemv_any(const lily_gemv_seg *segs, int n, const float *x, const lily_gemv_p
 void cu_close_impl(lily_backend *b) {
     if (!b) return;
     if (b->L) {
-        for (int l = 0; l < b->m->cfg.n_layers; l++) free_layer(&b->L[l]);
+        for (int l = 0; l < b->m->cfg.n_layers; l++)
+            free_layer(&b->L[l]);
         free(b->L);
     }
     lily_cuda_dmat_free(&b->embed);
     lily_cuda_dmat_free(&b->lm_head_own);
-    float *fs[] = {b->final_norm, b->inv_freq, b->x, b->a, b->buf[0], b->buf[1], b->buf[2],
-                   b->buf[3], b->buf[4], b->attn_part, b->attn_pre, b->logits, b->logits_all};
-    for (float *f : fs) lily_cuda_free(f);
+    float *fs[] = {b->final_norm, b->inv_freq, b->x,         b->a,      b->buf[0],
+                   b->buf[1],     b->buf[2],   b->buf[3],    b->buf[4], b->attn_part,
+                   b->attn_pre,   b->logits,   b->logits_all};
+    for (float *f : fs)
+        lily_cuda_free(f);
     lily_cuda_free(b->moe_dec);
     lily_cuda_free(b->moe_pre);
     lily_cuda_free(b->d_tok);
@@ -321,7 +327,8 @@ int cu_open(const lily_model *m, const lily_engine_opts *opts, lily_backend **ou
     const lily_config *c = &m->cfg;
     *out = nullptr;
     if (check_config(c, e)) return -1;
-    if (opts->prefill_chunk < 1) return lily_fail(e, "prefill chunk of %d tokens", opts->prefill_chunk);
+    if (opts->prefill_chunk < 1)
+        return lily_fail(e, "prefill chunk of %d tokens", opts->prefill_chunk);
     if (lily_cuda_set_device(opts->device, e)) return -1;
     lily_backend *b = (lily_backend *)calloc(1, sizeof *b);
     if (!b) return lily_fail(e, "out of memory");
@@ -340,7 +347,8 @@ int cu_open(const lily_model *m, const lily_engine_opts *opts, lily_backend **ou
     b->Zw = c->lin_nv * c->lin_dv;
     int maxw = H;
     int ws[] = {b->C, b->qw, 2 * b->kvw, b->Zw, c->n_q_heads * c->head_dim, 2 * c->lin_nv};
-    for (int w : ws) maxw = w > maxw ? w : maxw;
+    for (int w : ws)
+        maxw = w > maxw ? w : maxw;
     b->maxw = (maxw + 3) & ~3;
     /* buf[0] also takes the stacked input projections (GDN qkv | z | b | a, attention q | k | v) */
     const int inw0 = c->lin_nk > 0 ? b->C + b->Zw + 2 * c->lin_nv : 0;
@@ -440,9 +448,13 @@ int cu_open(const lily_model *m, const lily_engine_opts *opts, lily_backend **ou
     return 0;
 }
 
-void cu_close(lily_backend *b) { cu_close_impl(b); }
+void cu_close(lily_backend *b) {
+    cu_close_impl(b);
+}
 
-size_t s_len(const lily_config *c) { return (size_t)c->lin_nv * c->lin_dk * c->lin_dv; }
+size_t s_len(const lily_config *c) {
+    return (size_t)c->lin_nv * c->lin_dk * c->lin_dv;
+}
 size_t conv_len(const lily_config *c) {
     return (size_t)(c->conv_k - 1) * (2 * c->lin_nk * c->lin_dk + c->lin_nv * c->lin_dv);
 }
@@ -468,7 +480,8 @@ void cu_state_free(lily_backend *b, lily_bstate *s) {
     if (s->graph) cudaGraphExecDestroy(s->graph);
     if (s->h_draw) {
         cudaStreamSynchronize(b->st); /* no enqueued step may still write them */
-        for (int i = 0; i < LILY_DRAW_AHEAD; i++) cudaEventDestroy(s->draw_ev[i]);
+        for (int i = 0; i < LILY_DRAW_AHEAD; i++)
+            cudaEventDestroy(s->draw_ev[i]);
         cudaFreeHost(s->h_draw);
     }
     lily_cuda_free(s->d_last);
@@ -529,8 +542,7 @@ int cu_state_create(lily_backend *b, int max_ctx, lily_bstate **out, lily_err *e
     return 0;
 }
 
-int cu_state_copy(lily_backend *b, lily_bstate *dst, const lily_bstate *src, int pos,
-                  lily_err *e) {
+int cu_state_copy(lily_backend *b, lily_bstate *dst, const lily_bstate *src, int pos, lily_err *e) {
     const lily_config *c = &b->m->cfg;
     if (pos > dst->max_ctx || pos > src->max_ctx)
         return lily_fail(e, "state copy of %d positions exceeds a context of %d", pos,
@@ -576,8 +588,8 @@ int decode_layers(lily_backend *b, lily_bstate *s, lily_err *e) {
                                     c->n_kv_heads, c->head_dim, c->rope_dim, b->inv_freq,
                                     ly->q_norm, ly->k_norm, eps, c->attn_output_gate, q, gt,
                                     s->k[l], s->v[l], st, e) ||
-                lily_cuda_attn_decode(q, s->k[l], s->v[l], b->d_pos, c->n_q_heads,
-                                      c->n_kv_heads, c->head_dim, 1.0f / sqrtf((float)c->head_dim),
+                lily_cuda_attn_decode(q, s->k[l], s->v[l], b->d_pos, c->n_q_heads, c->n_kv_heads,
+                                      c->head_dim, 1.0f / sqrtf((float)c->head_dim),
                                       c->attn_output_gate ? gt : nullptr, b->attn_part, s->splits,
                                       o, st, e))
                 return -1;
@@ -597,14 +609,12 @@ int decode_layers(lily_backend *b, lily_bstate *s, lily_err *e) {
             lily_gemv_seg os = {&ly->out, b->x, LILY_GV_ADD, nullptr, nullptr, 0};
             if (lily_cuda_gemv(&os, 1, o, &gp, st, e)) return -1;
         }
-        if (lily_cuda_moe_decode(&ly->moe, b->x, ly->post_norm, eps, b->moe_dec, st, e))
-            return -1;
+        if (lily_cuda_moe_decode(&ly->moe, b->x, ly->post_norm, eps, b->moe_dec, st, e)) return -1;
     }
     lily_gemv_pro fn = {LILY_GP_RMSNORM, b->final_norm, nullptr, 0, eps};
     lily_gemv_seg hs = {b->lm_head, b->logits, LILY_GV_STORE, nullptr, nullptr, 0};
     if (lily_cuda_gemv(&hs, 1, b->x, &fn, st, e)) return -1;
-    return lily_cuda_argmax(b->logits, c->vocab, (uint64_t *)(b->d_argmax + 2), b->d_argmax, st,
-                            e);
+    return lily_cuda_argmax(b->logits, c->vocab, (uint64_t *)(b->d_argmax + 2), b->d_argmax, st, e);
 }
 
 /* RMSNorm of rows that the exact GEMMs read next (held right after): the norm also writes their
@@ -633,7 +643,7 @@ int prefill_layers(lily_backend *b, lily_bstate *s, int n, int all_logits, lily_
             int gated = c->attn_output_gate;
             int ldkv = b->kvw, ldq = b->qw, rc;
             lily_cuda_xsplit_hold(A); /* the exact GEMMs split A once for q, k, v */
-            if (ly->in_all.w) { /* one GEMM, rows [q k v] */
+            if (ly->in_all.w) {       /* one GEMM, rows [q k v] */
                 ldq = ldkv = ly->in_all.rows;
                 kb = qg + b->qw, vb = kb + b->kvw;
                 rc = lily_cuda_gemm(&ly->in_all, A, H, n, qg, ldq, 0, st, e);
@@ -648,8 +658,8 @@ int prefill_layers(lily_backend *b, lily_bstate *s, int n, int all_logits, lily_
             lily_cuda_xsplit_hold(nullptr);
             if (rc ||
                 lily_cuda_attn_prep(qg, ldq, kb, vb, ldkv, n, b->d_pos, Nq, c->n_kv_heads, Dh,
-                                    c->rope_dim, b->inv_freq, ly->q_norm, ly->k_norm, eps, gated,
-                                    q, gt, s->k[l], s->v[l], st, e) ||
+                                    c->rope_dim, b->inv_freq, ly->q_norm, ly->k_norm, eps, gated, q,
+                                    gt, s->k[l], s->v[l], st, e) ||
                 lily_cuda_attn_prefill(q, n, s->k[l], s->v[l], b->d_pos, Nq, c->n_kv_heads, Dh,
                                        1.0f / sqrtf((float)Dh), gated ? gt : nullptr, o,
                                        b->attn_pre, st, e) ||
@@ -660,7 +670,7 @@ int prefill_layers(lily_backend *b, lily_bstate *s, int n, int all_logits, lily_
             float *cv = b->buf[4];
             int C = b->C, Zw = b->Zw, ldr = C, ldz = Zw, ldba = 2 * Nv, rc;
             lily_cuda_xsplit_hold(A); /* split once for the four input projections */
-            if (ly->in_all.w) { /* one GEMM: [qkv z b a] */
+            if (ly->in_all.w) {       /* one GEMM: [qkv z b a] */
                 ldr = ldz = ldba = ly->in_all.rows;
                 z = raw + C, ba = raw + C + Zw;
                 rc = lily_cuda_gemm(&ly->in_all, A, H, n, raw, ldr, 0, st, e);
@@ -702,9 +712,8 @@ int capture_decode(lily_backend *b, lily_bstate *s, lily_err *e) {
     LILY_CU_TRY(cudaStreamBeginCapture(b->st, cudaStreamCaptureModeRelaxed), e);
     /* the step ends by feeding its argmax into the next replay's input (used by
      * decode_greedy; forward() overwrites token and position before each replay) */
-    int rc = decode_layers(b, s, e) ||
-             lily_cuda_advance(b->d_argmax, b->d_tok, b->d_pos, b->d_ring, kRing, b->d_step,
-                               b->st, e);
+    int rc = decode_layers(b, s, e) || lily_cuda_advance(b->d_argmax, b->d_tok, b->d_pos, b->d_ring,
+                                                         kRing, b->d_step, b->st, e);
     cudaError_t ce = cudaStreamEndCapture(b->st, &g);
     if (rc) {
         if (g) cudaGraphDestroy(g);
@@ -749,8 +758,7 @@ int forward_locked(lily_backend *b, lily_bstate *s, const int32_t *tokens, int n
             bytes *= n;
         }
     }
-    if (logits)
-        LILY_CU_TRY(cudaMemcpyAsync(logits, src, bytes, cudaMemcpyDeviceToHost, b->st), e);
+    if (logits) LILY_CU_TRY(cudaMemcpyAsync(logits, src, bytes, cudaMemcpyDeviceToHost, b->st), e);
     LILY_CU_TRY(cudaStreamSynchronize(b->st), e);
     LILY_CU_TRY(cudaGetLastError(), e);
     return 0;
@@ -801,10 +809,12 @@ int cu_decode_greedy(lily_backend *b, lily_bstate *s, int32_t token, int pos, in
         while (done < n) {
             int batch = n - done < kRing ? n - done : kRing;
             int ok = 1;
-            for (int i = 0; i < batch && ok; i++) ok = cudaGraphLaunch(s->graph, b->st) == cudaSuccess;
+            for (int i = 0; i < batch && ok; i++)
+                ok = cudaGraphLaunch(s->graph, b->st) == cudaSuccess;
             /* the ring holds replays done .. done + batch at indices done % kRing .. */
-            if (!ok || cudaMemcpyAsync(out + done, b->d_ring, (size_t)batch * 4,
-                                       cudaMemcpyDeviceToHost, b->st) != cudaSuccess ||
+            if (!ok ||
+                cudaMemcpyAsync(out + done, b->d_ring, (size_t)batch * 4, cudaMemcpyDeviceToHost,
+                                b->st) != cudaSuccess ||
                 cudaStreamSynchronize(b->st) != cudaSuccess) {
                 lily_fail(e, "greedy decode: %s", cudaGetErrorString(cudaGetLastError()));
                 ok = 0;
@@ -856,7 +866,8 @@ int draw_init(lily_bstate *s, lily_err *e) {
         n++;
     if (n < LILY_DRAW_AHEAD ||
         cudaMallocHost((void **)&s->h_draw, LILY_DRAW_AHEAD * sizeof(int32_t)) != cudaSuccess) {
-        while (n-- > 0) cudaEventDestroy(s->draw_ev[n]);
+        while (n-- > 0)
+            cudaEventDestroy(s->draw_ev[n]);
         s->h_draw = nullptr;
         lily_cuda_free(s->d_last);
         s->d_last = nullptr;
@@ -893,7 +904,7 @@ int cu_draw_enqueue(lily_backend *b, lily_bstate *s, int32_t token, int pos, con
         }
         if (!s->graph && capture_decode(b, s, e)) break;
         if (!b->smp_graph && capture_sample(b, e)) break;
-        lily_cuda_sampling cfg = {d->temperature, d->top_k, d->top_p, d->min_p,
+        lily_cuda_sampling cfg = {d->temperature, d->top_k,  d->top_p, d->min_p,
                                   d->n_ids,       d->ban_id, d->seed};
         const unsigned slot = s->n_enq % LILY_DRAW_AHEAD;
         if (lily_cuda_draw_setup(b->d_tok, b->d_pos, s->d_last, token, pos, &b->smp_d->cfg, &cfg,
@@ -954,7 +965,9 @@ void cu_device_name(lily_backend *b, char *buf, size_t len) {
  * itself by default (sample.h). */
 extern "C" const lily_backend_ops lily_backend_cuda = {
     "cuda",          8192,           1,
-    cu_open,         cu_close,       cu_state_create, cu_state_free,
-    cu_state_reset,  cu_state_copy,  cu_state_bytes, cu_forward,      cu_decode_greedy,
-    cu_draw_enqueue, cu_draw_next,    cu_draw_discard, cu_device_name,
+    cu_open,         cu_close,       cu_state_create,
+    cu_state_free,   cu_state_reset, cu_state_copy,
+    cu_state_bytes,  cu_forward,     cu_decode_greedy,
+    cu_draw_enqueue, cu_draw_next,   cu_draw_discard,
+    cu_device_name,
 };

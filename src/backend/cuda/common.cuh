@@ -24,18 +24,20 @@ extern "C" {
 }
 
 /* Checks a runtime call; on failure fills e and returns -1 from the enclosing function. */
-#define LILY_CU_TRY(call, e)                                                                       \
-    do {                                                                                           \
-        cudaError_t err_ = (call);                                                                 \
-        if (err_ != cudaSuccess)                                                                   \
-            return lily_fail((e), "%s: %s (%s:%d)", #call, cudaGetErrorString(err_), __FILE__,   \
-                             __LINE__);                                                            \
+#define LILY_CU_TRY(call, e)                                                                   \
+    do {                                                                                       \
+        cudaError_t err_ = (call);                                                             \
+        if (err_ != cudaSuccess)                                                               \
+            return lily_fail((e), "%s: %s (%s:%d)", #call, cudaGetErrorString(err_), __FILE__, \
+                             __LINE__);                                                        \
     } while (0)
 
 /* After a launch: reports a launch-configuration error (not an asynchronous fault). */
 #define LILY_CU_LAUNCHED(e) LILY_CU_TRY(cudaGetLastError(), e)
 
-static __device__ __forceinline__ float lo_bf16(uint32_t v) { return __uint_as_float(v << 16); }
+static __device__ __forceinline__ float lo_bf16(uint32_t v) {
+    return __uint_as_float(v << 16);
+}
 static __device__ __forceinline__ float hi_bf16(uint32_t v) {
     return __uint_as_float(v & 0xffff0000u);
 }
@@ -55,23 +57,30 @@ static __device__ __forceinline__ uint32_t pack_bf16x2(float a, float b) {
 
 static __device__ __forceinline__ float warp_sum(float v) {
 #pragma unroll
-    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    for (int o = 16; o > 0; o >>= 1)
+        v += __shfl_xor_sync(0xffffffffu, v, o);
     return v;
 }
 static __device__ __forceinline__ float warp_max(float v) {
 #pragma unroll
-    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    for (int o = 16; o > 0; o >>= 1)
+        v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
     return v;
 }
 /* Sum over aligned groups of W lanes (W a power of two <= 32). */
 template <int W> static __device__ __forceinline__ float group_sum(float v) {
 #pragma unroll
-    for (int o = W / 2; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    for (int o = W / 2; o > 0; o >>= 1)
+        v += __shfl_xor_sync(0xffffffffu, v, o);
     return v;
 }
 
-static __device__ __forceinline__ float sigmoid_f(float x) { return 1.0f / (1.0f + expf(-x)); }
-static __device__ __forceinline__ float silu_f(float x) { return x / (1.0f + expf(-x)); }
+static __device__ __forceinline__ float sigmoid_f(float x) {
+    return 1.0f / (1.0f + expf(-x));
+}
+static __device__ __forceinline__ float silu_f(float x) {
+    return x / (1.0f + expf(-x));
+}
 
 /* Weights per 16-byte chunk for each device weight type. */
 template <int DT> struct wtype;
@@ -102,7 +111,7 @@ static __device__ __forceinline__ float chunk_dot(uint4 w, const float4 *xs4, in
 
 template <>
 __device__ __forceinline__ float chunk_dot<LILY_CW_Q4>(uint4 w, const float4 *xs4, int c,
-                                                        int nchunk) {
+                                                       int nchunk) {
     const uint32_t ws[4] = {w.x, w.y, w.z, w.w};
     /* two accumulators: dependent fma chains of 16, not 32 (more instruction-level parallelism) */
     float acc = 0.f, acc2 = 0.f;
@@ -125,7 +134,7 @@ __device__ __forceinline__ float chunk_dot<LILY_CW_Q4>(uint4 w, const float4 *xs
 
 template <>
 __device__ __forceinline__ float chunk_dot<LILY_CW_Q8>(uint4 w, const float4 *xs4, int c,
-                                                        int nchunk) {
+                                                       int nchunk) {
     const uint32_t ws[4] = {w.x, w.y, w.z, w.w};
     float acc = 0.f;
 #pragma unroll
@@ -142,7 +151,7 @@ __device__ __forceinline__ float chunk_dot<LILY_CW_Q8>(uint4 w, const float4 *xs
 
 template <>
 __device__ __forceinline__ float chunk_dot<LILY_CW_BF16>(uint4 w, const float4 *xs4, int c,
-                                                          int nchunk) {
+                                                         int nchunk) {
     float4 a = xs4[c], b = xs4[nchunk + c];
     float acc = lo_bf16(w.x) * a.x;
     acc = fmaf(hi_bf16(w.x), a.y, acc);
@@ -193,19 +202,20 @@ static __host__ __device__ __forceinline__ size_t dmat_row_bytes(int dt, int col
  * the caller reduces over the LPR lanes. All NR rows' loads of one step are issued before any
  * use, so each lane has NR (x unroll) 16-byte loads in flight. */
 template <int DT, int LPR, int NR>
-static __device__ __forceinline__ void rows_dot(const uint8_t *const *wr,
-                                                const uint32_t *const *sbr, const float4 *xs4,
-                                                const float *xsum, int nchunk, int sl, float *acc,
-                                                const uint4 *first = nullptr) {
+static __device__ __forceinline__ void
+rows_dot(const uint8_t *const *wr, const uint32_t *const *sbr, const float4 *xs4, const float *xsum,
+         int nchunk, int sl, float *acc, const uint4 *first = nullptr) {
     constexpr int cpg = wtype<DT>::cpg;
 #pragma unroll
-    for (int i = 0; i < NR; i++) acc[i] = 0.f;
+    for (int i = 0; i < NR; i++)
+        acc[i] = 0.f;
 #pragma unroll 2
     for (int c = sl; c < nchunk; c += LPR) {
         uint4 w[NR];
         if (first && c == sl) { /* chunk sl was loaded ahead by the caller */
 #pragma unroll
-            for (int i = 0; i < NR; i++) w[i] = first[i];
+            for (int i = 0; i < NR; i++)
+                w[i] = first[i];
         } else {
 #pragma unroll
             for (int i = 0; i < NR; i++)
@@ -213,11 +223,13 @@ static __device__ __forceinline__ void rows_dot(const uint8_t *const *wr,
         }
         if (DT == LILY_CW_BF16) {
 #pragma unroll
-            for (int i = 0; i < NR; i++) acc[i] += chunk_dot<DT>(w[i], xs4, c, nchunk);
+            for (int i = 0; i < NR; i++)
+                acc[i] += chunk_dot<DT>(w[i], xs4, c, nchunk);
         } else {
             uint32_t sb[NR];
 #pragma unroll
-            for (int i = 0; i < NR; i++) sb[i] = wr[i] ? __ldg(sbr[i] + c / cpg) : 0u;
+            for (int i = 0; i < NR; i++)
+                sb[i] = wr[i] ? __ldg(sbr[i] + c / cpg) : 0u;
             float xsm = xsum[c];
 #pragma unroll
             for (int i = 0; i < NR; i++)

@@ -103,8 +103,7 @@ static int dev_type(const lily_mat *m, lily_err *e) {
         return m->dt == LILY_DT_Q4 ? LILY_CW_Q4 : LILY_CW_Q8;
     case LILY_DT_BF16:
     case LILY_DT_F16:
-    case LILY_DT_F32:
-        return LILY_CW_BF16;
+    case LILY_DT_F32: return LILY_CW_BF16;
     }
     return lily_fail(e, "unknown weight dtype %d", (int)m->dt);
 }
@@ -252,6 +251,10 @@ namespace {
 thread_local lily_cuda_prec t_prec = {1, 1};
 } // namespace
 
-extern "C" void lily_cuda_prec_set(lily_cuda_prec p) { t_prec = p; }
+extern "C" void lily_cuda_prec_set(lily_cuda_prec p) {
+    t_prec = p;
+}
 
-extern "C" lily_cuda_prec lily_cuda_prec_get(void) { return t_prec; }
+extern "C" lily_cuda_prec lily_cuda_prec_get(void) {
+    return t_prec;
+}

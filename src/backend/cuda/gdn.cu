@@ -481,23 +481,12 @@ extern "C" int lily_cuda_conv_silu(const float *in, int ldin, int n, int C, int 
     if (n > 65535) return lily_fail(e, "conv: %d tokens in one call (at most 65535)", n);
     if (out == in) return lily_fail(e, "conv: the output must not alias the input");
     switch (K) {
-    case 2:
-        conv_launch<2>(in, ldin, n, C, state, w, out, ldout, st);
-        break;
-    case 3:
-        conv_launch<3>(in, ldin, n, C, state, w, out, ldout, st);
-        break;
-    case 4:
-        conv_launch<4>(in, ldin, n, C, state, w, out, ldout, st);
-        break;
-    case 5:
-        conv_launch<5>(in, ldin, n, C, state, w, out, ldout, st);
-        break;
-    case 6:
-        conv_launch<6>(in, ldin, n, C, state, w, out, ldout, st);
-        break;
-    default:
-        return lily_fail(e, "conv: kernel width %d is not supported (2..6)", K);
+    case 2: conv_launch<2>(in, ldin, n, C, state, w, out, ldout, st); break;
+    case 3: conv_launch<3>(in, ldin, n, C, state, w, out, ldout, st); break;
+    case 4: conv_launch<4>(in, ldin, n, C, state, w, out, ldout, st); break;
+    case 5: conv_launch<5>(in, ldin, n, C, state, w, out, ldout, st); break;
+    case 6: conv_launch<6>(in, ldin, n, C, state, w, out, ldout, st); break;
+    default: return lily_fail(e, "conv: kernel width %d is not supported (2..6)", K);
     }
     LILY_CU_LAUNCHED(e);
     return 0;

@@ -28,8 +28,8 @@ static inline size_t lily_cuda_gdn_sidx(int Dk, int Dv, int j, int k, int v) {
  * Per token and head: q, k are L2-normalised (eps 1e-6 inside the sum), q scaled by 1/sqrt(Dk),
  * beta = sigmoid(b), lambda = exp(-exp(A_log) * softplus(a + dt_bias)); then the delta rule.
  * o: [n][ldo], head j at columns j*Dv. Picks the kernel by n (LILY_GDN_AUTO below). */
-int lily_cuda_gdn_scan(float *S, int Nk, int Nv, int Dk, int Dv, int n, const float *qkv,
-                       int ldqkv, const float *b, const float *a, int ldba, const float *A_log,
+int lily_cuda_gdn_scan(float *S, int Nk, int Nv, int Dk, int Dv, int n, const float *qkv, int ldqkv,
+                       const float *b, const float *a, int ldba, const float *A_log,
                        const float *dt_bias, float *o, int ldo, lily_cuda_stream st, lily_err *e);
 
 /* Scan kernels, for tests and timing: AUTO = what lily_cuda_gdn_scan runs (TOKEN for short

@@ -25,10 +25,10 @@
 
 namespace {
 
-constexpr int BK = 64;       /* k-step: one quantization group */
+constexpr int BK = 64;        /* k-step: one quantization group */
 constexpr int kThreads = 256; /* 8 warps, stacked along the weight rows */
-constexpr int XRS = BK + 4;  /* fp32 staged X row stride (floats): 16-byte rows, fewer conflicts */
-constexpr int LDX = BK + 8;  /* bf16 X row stride (elements): conflict-free ldmatrix */
+constexpr int XRS = BK + 4;   /* fp32 staged X row stride (floats): 16-byte rows, fewer conflicts */
+constexpr int LDX = BK + 8;   /* bf16 X row stride (elements): conflict-free ldmatrix */
 /* Scale words are staged SBC groups (k-steps) at a time into two slots: one 32-byte copy per row
  * (a whole L2 sector) instead of a 4-byte copy per row and k-step, since the time per k-step
  * tracks the number of L2 sectors requested (NOTES-cuda-gemm.md). A slot is refilled by the
@@ -119,13 +119,15 @@ __device__ __forceinline__ uint32_t apair(const araw<DT> &r, int h, int s, int h
             return dq4h(r.w[h][hw], jj, r.sc2[h], r.bi2[h]);
         } else if (DT == LILY_CW_Q8) {
             const float sc = lo_bf16(r.sb[h]), bi = hi_bf16(r.sb[h]);
-            uint32_t b0 = (r.w[h][2 * hw] >> (8 * jj)) & 255u, b1 = (r.w[h][2 * hw + 1] >> (8 * jj)) & 255u;
+            uint32_t b0 = (r.w[h][2 * hw] >> (8 * jj)) & 255u,
+                     b1 = (r.w[h][2 * hw + 1] >> (8 * jj)) & 255u;
             float q0 = __uint_as_float(0x4B000000u | b0) - 8388608.f;
             float q1 = __uint_as_float(0x4B000000u | b1) - 8388608.f;
             return h2(fmaf(sc, q0, bi), fmaf(sc, q1, bi));
         } else {
-            const uint32_t p = __byte_perm(r.w[h][4 * hw + (jj >> 1)], r.w[h][4 * hw + 2 + (jj >> 1)],
-                                           (jj & 1) ? 0x7632 : 0x5410);
+            const uint32_t p =
+                __byte_perm(r.w[h][4 * hw + (jj >> 1)], r.w[h][4 * hw + 2 + (jj >> 1)],
+                            (jj & 1) ? 0x7632 : 0x5410);
             return h2(lo_bf16(p), hi_bf16(p));
         }
     }
@@ -135,7 +137,8 @@ __device__ __forceinline__ uint32_t apair(const araw<DT> &r, int h, int s, int h
     } else if (DT == LILY_CW_Q8) {
         /* bytes jj of words 2hw (column c) and 2hw + 1 (column c + 4); 2^23 + q is exact */
         const float sc = lo_bf16(r.sb[h]), bi = hi_bf16(r.sb[h]);
-        uint32_t b0 = (r.w[h][2 * hw] >> (8 * jj)) & 255u, b1 = (r.w[h][2 * hw + 1] >> (8 * jj)) & 255u;
+        uint32_t b0 = (r.w[h][2 * hw] >> (8 * jj)) & 255u,
+                 b1 = (r.w[h][2 * hw + 1] >> (8 * jj)) & 255u;
         float q0 = __uint_as_float(0x4B000000u | b0) - 8388608.f;
         float q1 = __uint_as_float(0x4B000000u | b1) - 8388608.f;
         return bf2(fmaf(sc, q0, bi), fmaf(sc, q1, bi));
@@ -173,8 +176,8 @@ __global__ void __launch_bounds__(kThreads, (shape<DT, MT, NT, NMAT, EX>::MINB))
     /* [2][BN][LDX] bf16 (EX: fp16 hi), then EX: [2][BN][LDX] fp16 lo */
     uint16_t *Xs = (uint16_t *)(smem + NS * S::STAGE);
     uint16_t *Xl = Xs + 2 * BN * LDX;
-    long long *s_xoff = (long long *)(Xs + S::XT * 2 * BN * LDX); /* X row offsets, -1: none */
-    float *s_mul = (float *)(s_xoff + BN);                         /* EX: row multipliers */
+    long long *s_xoff = (long long *)(Xs + S::XT * 2 * BN * LDX);      /* X row offsets, -1: none */
+    float *s_mul = (float *)(s_xoff + BN);                             /* EX: row multipliers */
     uint32_t *sbuf = (uint32_t *)(smem + NS * S::STAGE + S::XS_BYTES); /* [2][NMAT][BM][SBC] */
 
     const uint8_t *W[NMAT];
@@ -193,7 +196,8 @@ __global__ void __launch_bounds__(kThreads, (shape<DT, MT, NT, NMAT, EX>::MINB))
         m0 = blockIdx.x * BM;
     } else {
 #pragma unroll
-        for (int m = 0; m < NMAT; m++) W[m] = a.w[m], SB[m] = a.sb[m];
+        for (int m = 0; m < NMAT; m++)
+            W[m] = a.w[m], SB[m] = a.sb[m];
         row0 = blockIdx.x * BN;
         rows = min(BN, a.n - row0);
         m0 = blockIdx.y * BM;
@@ -225,8 +229,8 @@ __global__ void __launch_bounds__(kThreads, (shape<DT, MT, NT, NMAT, EX>::MINB))
                 if (WCH % kThreads && c >= WCH) break;
                 int r = c / (RB / 16), part = c % (RB / 16);
                 bool ok = m0 + r < M;
-                const uint8_t *src = ok ? W[m] + (size_t)(m0 + r) * rbytes + (size_t)kt * RB + part * 16
-                                        : W[m];
+                const uint8_t *src =
+                    ok ? W[m] + (size_t)(m0 + r) * rbytes + (size_t)kt * RB + part * 16 : W[m];
                 cp_async16(st + (m * BM + r) * RS + part * 16, src, ok);
             }
         if (wfmt<DT>::Q && kt % SBC == 0) { /* scale words of groups kt .. kt + SBC - 1 */
@@ -275,7 +279,8 @@ __global__ void __launch_bounds__(kThreads, (shape<DT, MT, NT, NMAT, EX>::MINB))
             uint32_t v0[4], v1[4], l0[4], l1[4];
 #pragma unroll
             for (int qq = 0; qq < 4; qq++) {
-                float2 lo = *(const float2 *)(xr + 16 * qq), hi = *(const float2 *)(xr + 16 * qq + 4);
+                float2 lo = *(const float2 *)(xr + 16 * qq),
+                       hi = *(const float2 *)(xr + 16 * qq + 4);
                 if constexpr (EX) { /* split words: (hi, lo) fp16 of each column */
                     const uint2 u = *(const uint2 *)&lo, w = *(const uint2 *)&hi;
                     v0[qq] = hi_pair(u.x, w.x), v1[qq] = hi_pair(u.y, w.y);
@@ -302,10 +307,11 @@ __global__ void __launch_bounds__(kThreads, (shape<DT, MT, NT, NMAT, EX>::MINB))
 #pragma unroll
         for (int i = 0; i < MT; i++)
 #pragma unroll
-            for (int j = 0; j < NT; j++) acc[m][i][j][0] = acc[m][i][j][1] = acc[m][i][j][2] = acc[m][i][j][3] = 0.f;
+            for (int j = 0; j < NT; j++)
+                acc[m][i][j][0] = acc[m][i][j][1] = acc[m][i][j][2] = acc[m][i][j][3] = 0.f;
 
     const bool active = m0 + warp * MT * 16 < M; /* warp has rows to compute */
-    const int ntv = (rows + 7) / 8;               /* 8-token tiles holding tokens */
+    const int ntv = (rows + 7) / 8;              /* 8-token tiles holding tokens */
 
 #pragma unroll
     for (int s = 0; s < NS - 1; s++) {
@@ -329,14 +335,14 @@ __global__ void __launch_bounds__(kThreads, (shape<DT, MT, NT, NMAT, EX>::MINB))
         for (int m = 0; m < NMAT; m++)
 #pragma unroll
             for (int i = 0; i < MT; i++)
-                load_araw<DT, EX>(raw[m][i], sW + m * BM * RS, sSB + m * BM * SBC, (warp * MT + i) * 16 + g,
-                              q);
+                load_araw<DT, EX>(raw[m][i], sW + m * BM * RS, sSB + m * BM * SBC,
+                                  (warp * MT + i) * 16 + g, q);
         const uint16_t *xb = Xs + b * BN * LDX;
         const int xl = (int)(Xl - Xs); /* EX: offset of the lo tile */
 #pragma unroll
         for (int s = 0; s < BK / 16; s++) {
-            const uint16_t *xp = xb + ((lane >> 4) * 8 + (lane & 7)) * LDX + s * 16 +
-                                 ((lane >> 3) & 1) * 8;
+            const uint16_t *xp =
+                xb + ((lane >> 4) * 8 + (lane & 7)) * LDX + s * 16 + ((lane >> 3) & 1) * 8;
             if constexpr (S::AHOIST) {
                 uint32_t af[NMAT][MT][4];
 #pragma unroll
@@ -434,7 +440,8 @@ int launch_ex(const gemm_args &a, int grouped, int ytiles, lily_cuda_stream st, 
     auto k = gemm_kernel<DT, MT, NT, NMAT, EX>;
     static bool attr = false; /* benign race: the call is idempotent */
     if (!attr) {
-        LILY_CU_TRY(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, S::SMEM), e);
+        LILY_CU_TRY(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, S::SMEM),
+                    e);
         attr = true;
     }
     const int mblocks = (a.M + S::BM - 1) / S::BM;
@@ -577,12 +584,16 @@ bool use_wg(int dt, int M, int n, bool grouped) {
 
 } // namespace
 
-extern "C" void lily_cuda_gemm_select(int which) { g_select = which; }
+extern "C" void lily_cuda_gemm_select(int which) {
+    g_select = which;
+}
 
-extern "C" void lily_cuda_gemm_force_split(int split) { g_force_split = split; }
+extern "C" void lily_cuda_gemm_force_split(int split) {
+    g_force_split = split;
+}
 
-extern "C" int lily_cuda_gemm(const lily_dmat *W, const float *X, int ldx, int n, float *Y,
-                              int ldy, int accumulate, lily_cuda_stream st, lily_err *e) {
+extern "C" int lily_cuda_gemm(const lily_dmat *W, const float *X, int ldx, int n, float *Y, int ldy,
+                              int accumulate, lily_cuda_stream st, lily_err *e) {
     if (W->n_mats != 1) return lily_fail(e, "gemm: a stack of %d matrices", W->n_mats);
     if (check_x(X, ldx, e)) return -1;
     if (use_wg(W->dt, W->rows, n, false))
@@ -607,11 +618,11 @@ extern "C" int lily_cuda_gemm_grouped(const lily_dmat *W, const float *X, int ld
     if (tile_rows != LILY_GEMM_GROUP_BN && tile_rows != 64)
         return lily_fail(e, "gemm_grouped: tiles of %d rows (16, 32 or 64)", tile_rows);
     if (tile_rows == 64 && use_wg(W->dt, W->rows, nx, true))
-        return lily_cuda_gemm_wg_grouped(W, X, ldx, nx, gather, tiles, d_ntiles, max_tiles, Y,
-                                         ldy, st, e);
+        return lily_cuda_gemm_wg_grouped(W, X, ldx, nx, gather, tiles, d_ntiles, max_tiles, Y, ldy,
+                                         st, e);
     if (use_q4(W->dt, W->rows, W->cols, 0, true) && tile_rows == LILY_GEMM_GROUP_BN)
-        return lily_cuda_gemm_q4_grouped(W, X, ldx, nx, gather, tiles, d_ntiles, max_tiles, Y,
-                                         ldy, st, e);
+        return lily_cuda_gemm_q4_grouped(W, X, ldx, nx, gather, tiles, d_ntiles, max_tiles, Y, ldy,
+                                         st, e);
     if (max_tiles < 1 || W->rows < 1) return 0;
     gemm_args a = make_args(W, nullptr, X, ldx, 0, gather, tiles, d_ntiles, Y, ldy, 0);
     if (split_x(a, nx, st, e)) return -1;
@@ -630,9 +641,9 @@ extern "C" int lily_cuda_gemm_glu(const lily_dmat *G, const lily_dmat *U, const 
 
 extern "C" int lily_cuda_gemm_grouped_glu(const lily_dmat *G, const lily_dmat *U, const float *X,
                                           int ldx, int nx, const int32_t *gather,
-                                          const int32_t *tiles,
-                                          const int32_t *d_ntiles, int max_tiles, float *Y,
-                                          int ldy, lily_cuda_stream st, lily_err *e) {
+                                          const int32_t *tiles, const int32_t *d_ntiles,
+                                          int max_tiles, float *Y, int ldy, lily_cuda_stream st,
+                                          lily_err *e) {
     if (check_pair(G, U, e) || check_x(X, ldx, e)) return -1;
     if (max_tiles < 1 || G->rows < 1) return 0;
     gemm_args a = make_args(G, U, X, ldx, 0, gather, tiles, d_ntiles, Y, ldy, 0);

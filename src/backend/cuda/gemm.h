@@ -45,9 +45,9 @@ int lily_cuda_gemm(const lily_dmat *W, const float *X, int ldx, int n, float *Y,
  * row gather[r] (or r when gather is NULL) and writes Y row r. X has nx rows (every gather[r] and
  * grouped row read is < nx). */
 int lily_cuda_gemm_grouped(const lily_dmat *W, const float *X, int ldx, int nx,
-                           const int32_t *gather,
-                           const int32_t *tiles, const int32_t *d_ntiles, int max_tiles,
-                           int tile_rows, float *Y, int ldy, lily_cuda_stream st, lily_err *e);
+                           const int32_t *gather, const int32_t *tiles, const int32_t *d_ntiles,
+                           int max_tiles, int tile_rows, float *Y, int ldy, lily_cuda_stream st,
+                           lily_err *e);
 
 /* Which kernel runs Q4 weights. AUTO (the default): in exact mode, the wgmma kernel (gemm_wg.h)
  * for dense GEMMs of at least 16 of its 256 x 128 blocks and for grouped ones with 64-row tiles;

@@ -21,7 +21,9 @@ __device__ __forceinline__ void cp_async4(void *dst, const void *src, bool valid
     asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(d), "l"(src),
                  "r"(valid ? 4 : 0));
 }
-__device__ __forceinline__ void cp_commit() { asm volatile("cp.async.commit_group;"); }
+__device__ __forceinline__ void cp_commit() {
+    asm volatile("cp.async.commit_group;");
+}
 template <int N> __device__ __forceinline__ void cp_wait() {
     asm volatile("cp.async.wait_group %0;" ::"n"(N));
 }

@@ -9,7 +9,7 @@ namespace {
  * block finished first (fp32 atomics would make the last bits, and a router's near-ties, vary
  * from run to run). One thread per 4 outputs of a row (M % 4 == 0) or per output. */
 __global__ void reduce_kernel(const float *__restrict__ P, int split, int n, int M,
-                                    float *__restrict__ Y, int ldy, int accumulate) {
+                              float *__restrict__ Y, int ldy, int accumulate) {
     const size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     const size_t plane = (size_t)n * M;
     if ((M & 3) == 0) {
@@ -27,7 +27,8 @@ __global__ void reduce_kernel(const float *__restrict__ P, int split, int n, int
         if (i >= plane) return;
         const size_t t = i / M, o = i % M;
         float s = P[i];
-        for (int z = 1; z < split; z++) s += P[z * plane + i];
+        for (int z = 1; z < split; z++)
+            s += P[z * plane + i];
         float *y = Y + t * ldy + o;
         *y = accumulate ? *y + s : s;
     }
@@ -57,13 +58,12 @@ extern "C" float *lily_cuda_partials(size_t floats, lily_cuda_stream st, lily_er
     return g_part;
 }
 
-extern "C" int lily_cuda_partials_reduce(const float *P, int split, int n, int M, float *Y,
-                                         int ldy, int accumulate, lily_cuda_stream st,
-                                         lily_err *e) {
+extern "C" int lily_cuda_partials_reduce(const float *P, int split, int n, int M, float *Y, int ldy,
+                                         int accumulate, lily_cuda_stream st, lily_err *e) {
     if (split < 1 || n < 1 || M < 1) return 0;
     const size_t work = M % 4 == 0 ? (size_t)n * M / 4 : (size_t)n * M;
     reduce_kernel<<<(unsigned)((work + 255) / 256), 256, 0, (cudaStream_t)st>>>(P, split, n, M, Y,
-                                                                               ldy, accumulate);
+                                                                                ldy, accumulate);
     LILY_CU_LAUNCHED(e);
     return 0;
 }

@@ -48,7 +48,7 @@ template <int MT, int NT, int WR, int WC> struct shape {
     static constexpr int BM = WR * MT * 16, BN = WC * NT * 8;
     static constexpr int W_BYTES = BM * 32, X_BYTES = BN * BK * 4;
     static constexpr int STAGE = W_BYTES + X_BYTES;
-    static constexpr int TAIL = BN * 12;        /* X row offsets, row multipliers (exact) */
+    static constexpr int TAIL = BN * 12;          /* X row offsets, row multipliers (exact) */
     static constexpr int SBUF = 2 * BM * SBC * 4; /* scale words: 2 slots of SBC groups per row */
     /* two blocks per SM: 2 x (SMEM + 1 KB reserved) within the H200's 228 KB; at most 5 stages,
      * so a scale slot is refilled only after its last k-step (see load_sb) */
@@ -72,8 +72,8 @@ struct q4_args {
     const uint32_t *sb; /* scale/bias words */
     size_t w_stride, sb_stride;
     int M, K;
-    const float *X;     /* fp32 rows, or the split words of gemm_split.h (EX) */
-    const float *mul;   /* EX: the rows' multipliers */
+    const float *X;   /* fp32 rows, or the split words of gemm_split.h (EX) */
+    const float *mul; /* EX: the rows' multipliers */
     int ldx, n;
     const int32_t *gather, *tiles, *d_ntiles;
     float *Y;
@@ -88,8 +88,8 @@ __global__ void __launch_bounds__(kThreads, 2) q4_kernel(const q4_args a) {
     using S = shape<MT, NT, WR, WC>;
     constexpr int BM = S::BM, BN = S::BN, NS = S::NS;
     extern __shared__ __align__(16) uint8_t smem[];
-    long long *s_xoff = (long long *)(smem + NS * S::STAGE); /* X row offsets, -1: none */
-    float *s_mul = (float *)(s_xoff + BN);                   /* EX: row multipliers */
+    long long *s_xoff = (long long *)(smem + NS * S::STAGE);       /* X row offsets, -1: none */
+    float *s_mul = (float *)(s_xoff + BN);                         /* EX: row multipliers */
     uint32_t *sbuf = (uint32_t *)(smem + NS * S::STAGE + S::TAIL); /* [2][BM][SBC] */
 
     const uint8_t *W = a.w;
@@ -156,7 +156,8 @@ __global__ void __launch_bounds__(kThreads, 2) q4_kernel(const q4_args a) {
             if (WCH % kThreads && c >= WCH) break;
             const int r = c >> 1, part = c & 1;
             const bool ok = m0 + r < M;
-            const uint8_t *src = ok ? W + (size_t)(m0 + r) * rbytes + (size_t)kt * 32 + part * 16 : W;
+            const uint8_t *src =
+                ok ? W + (size_t)(m0 + r) * rbytes + (size_t)kt * 32 + part * 16 : W;
             cp_async16(st + r * 32 + ((part ^ ((r >> 2) & 1)) << 4), src, ok);
         }
         float *sx = (float *)(st + S::W_BYTES);
@@ -181,7 +182,8 @@ __global__ void __launch_bounds__(kThreads, 2) q4_kernel(const q4_args a) {
 #pragma unroll
     for (int i = 0; i < MT; i++)
 #pragma unroll
-        for (int j = 0; j < NT; j++) acc[i][j][0] = acc[i][j][1] = acc[i][j][2] = acc[i][j][3] = 0.f;
+        for (int j = 0; j < NT; j++)
+            acc[i][j][0] = acc[i][j][1] = acc[i][j][2] = acc[i][j][3] = 0.f;
 
 #pragma unroll
     for (int s = 0; s < NS - 1; s++) {
@@ -217,7 +219,8 @@ __global__ void __launch_bounds__(kThreads, 2) q4_kernel(const q4_args a) {
 #pragma unroll
                     for (int hr = 0; hr < 2; hr++) {
                         const int r = rbase + i * 16 + g + 8 * hr;
-                        v[i][hr] = ((const uint32_t *)(sW + r * 32))[((h ^ ((r >> 2) & 1)) << 2) + q];
+                        v[i][hr] =
+                            ((const uint32_t *)(sW + r * 32))[((h ^ ((r >> 2) & 1)) << 2) + q];
                     }
 #pragma unroll
                 for (int m = 0; m < 2; m++) {
@@ -254,46 +257,46 @@ __global__ void __launch_bounds__(kThreads, 2) q4_kernel(const q4_args a) {
             }
         } else {
 #pragma unroll
-        for (int h = 0; h < 2; h++) {
-            const int w = q + 4 * h; /* this lane's code word (8 columns) of the k-step */
-            uint32_t bf[NT][2][2];   /* [token tile][slice m][register] */
+            for (int h = 0; h < 2; h++) {
+                const int w = q + 4 * h; /* this lane's code word (8 columns) of the k-step */
+                uint32_t bf[NT][2][2];   /* [token tile][slice m][register] */
 #pragma unroll
-            for (int nt = 0; nt < NT; nt++) {
-                if (nt < ntv) {
-                    const int tr = tbase + nt * 8 + g, sw = tr & 1;
-                    const float4 c0 = sX[tr * 16 + ((2 * w) ^ sw)];
-                    const float4 c1 = sX[tr * 16 + ((2 * w + 1) ^ sw)];
-                    bf[nt][0][0] = bf2(c0.x, c1.x), bf[nt][0][1] = bf2(c0.y, c1.y);
-                    bf[nt][1][0] = bf2(c0.z, c1.z), bf[nt][1][1] = bf2(c0.w, c1.w);
-                } else {
-                    bf[nt][0][0] = bf[nt][0][1] = bf[nt][1][0] = bf[nt][1][1] = 0u;
+                for (int nt = 0; nt < NT; nt++) {
+                    if (nt < ntv) {
+                        const int tr = tbase + nt * 8 + g, sw = tr & 1;
+                        const float4 c0 = sX[tr * 16 + ((2 * w) ^ sw)];
+                        const float4 c1 = sX[tr * 16 + ((2 * w + 1) ^ sw)];
+                        bf[nt][0][0] = bf2(c0.x, c1.x), bf[nt][0][1] = bf2(c0.y, c1.y);
+                        bf[nt][1][0] = bf2(c0.z, c1.z), bf[nt][1][1] = bf2(c0.w, c1.w);
+                    } else {
+                        bf[nt][0][0] = bf[nt][0][1] = bf[nt][1][0] = bf[nt][1][1] = 0u;
+                    }
+                }
+#pragma unroll
+                for (int i = 0; i < MT; i++) {
+                    uint32_t v[2], sc[2], bi[2];
+#pragma unroll
+                    for (int hr = 0; hr < 2; hr++) {
+                        const int r = rbase + i * 16 + g + 8 * hr;
+                        const uint32_t *p = (const uint32_t *)(sW + r * 32);
+                        v[hr] = p[((h ^ ((r >> 2) & 1)) << 2) + q];
+                        const uint32_t s = sSB[r * SBC];
+                        sc[hr] = __byte_perm(s, 0, 0x1010);
+                        bi[hr] = __byte_perm(s, 0, 0x3232);
+                    }
+#pragma unroll
+                    for (int m = 0; m < 2; m++) {
+                        uint32_t af[4];
+                        af[0] = dq4(v[0], 2 * m, sc[0], bi[0]);
+                        af[1] = dq4(v[1], 2 * m, sc[1], bi[1]);
+                        af[2] = dq4(v[0], 2 * m + 1, sc[0], bi[0]);
+                        af[3] = dq4(v[1], 2 * m + 1, sc[1], bi[1]);
+#pragma unroll
+                        for (int nt = 0; nt < NT; nt++)
+                            if (nt < ntv) mma_bf16(acc[i][nt], af, bf[nt][m]);
+                    }
                 }
             }
-#pragma unroll
-            for (int i = 0; i < MT; i++) {
-                uint32_t v[2], sc[2], bi[2];
-#pragma unroll
-                for (int hr = 0; hr < 2; hr++) {
-                    const int r = rbase + i * 16 + g + 8 * hr;
-                    const uint32_t *p = (const uint32_t *)(sW + r * 32);
-                    v[hr] = p[((h ^ ((r >> 2) & 1)) << 2) + q];
-                    const uint32_t s = sSB[r * SBC];
-                    sc[hr] = __byte_perm(s, 0, 0x1010);
-                    bi[hr] = __byte_perm(s, 0, 0x3232);
-                }
-#pragma unroll
-                for (int m = 0; m < 2; m++) {
-                    uint32_t af[4];
-                    af[0] = dq4(v[0], 2 * m, sc[0], bi[0]);
-                    af[1] = dq4(v[1], 2 * m, sc[1], bi[1]);
-                    af[2] = dq4(v[0], 2 * m + 1, sc[0], bi[0]);
-                    af[3] = dq4(v[1], 2 * m + 1, sc[1], bi[1]);
-#pragma unroll
-                    for (int nt = 0; nt < NT; nt++)
-                        if (nt < ntv) mma_bf16(acc[i][nt], af, bf[nt][m]);
-                }
-            }
-        }
         }
     }
     cp_wait<0>(); /* no copy may be in flight at exit */
@@ -324,7 +327,8 @@ int launch_ex(const q4_args &a, dim3 grid, lily_cuda_stream st, lily_err *e) {
     auto k = q4_kernel<MT, NT, WR, WC, EX>;
     static bool attr = false; /* benign race: the call is idempotent */
     if (!attr) {
-        LILY_CU_TRY(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, S::SMEM), e);
+        LILY_CU_TRY(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, S::SMEM),
+                    e);
         attr = true;
     }
     if (grid.y > 65535 || grid.z > 65535)
@@ -422,7 +426,9 @@ extern "C" int lily_cuda_gemm_q4(const lily_dmat *W, const float *X, int ldx, in
     const unsigned mb = (unsigned)((W->rows + 127) / 128);
     int rc;
     switch (tile) {
-    case LILY_Q4T_128x128: rc = launch<4, 4, 2, 4>(a, dim3((n + 127) / 128, mb, split), st, e); break;
+    case LILY_Q4T_128x128:
+        rc = launch<4, 4, 2, 4>(a, dim3((n + 127) / 128, mb, split), st, e);
+        break;
     case LILY_Q4T_128x64: rc = launch<2, 4, 4, 2>(a, dim3((n + 63) / 64, mb, split), st, e); break;
     default: rc = launch<2, 2, 4, 2>(a, dim3((n + 31) / 32, mb, split), st, e); break;
     }
@@ -432,8 +438,8 @@ extern "C" int lily_cuda_gemm_q4(const lily_dmat *W, const float *X, int ldx, in
 
 extern "C" int lily_cuda_gemm_q4_grouped(const lily_dmat *W, const float *X, int ldx, int nx,
                                          const int32_t *gather, const int32_t *tiles,
-                                         const int32_t *d_ntiles, int max_tiles, float *Y,
-                                         int ldy, lily_cuda_stream st, lily_err *e) {
+                                         const int32_t *d_ntiles, int max_tiles, float *Y, int ldy,
+                                         lily_cuda_stream st, lily_err *e) {
     if (W->dt != LILY_CW_Q4) return lily_fail(e, "gemm_q4: weights of type %d", W->dt);
     if (ldx % 4 || ((uintptr_t)X & 15))
         return lily_fail(e, "gemm: X must be 16-byte aligned with ldx %% 4 == 0 (ldx %d)", ldx);

@@ -25,9 +25,8 @@ int lily_cuda_gemm_q4(const lily_dmat *W, const float *X, int ldx, int n, float 
 
 /* As lily_cuda_gemm_grouped, W a Q4 expert stack. */
 int lily_cuda_gemm_q4_grouped(const lily_dmat *W, const float *X, int ldx, int nx,
-                              const int32_t *gather,
-                              const int32_t *tiles, const int32_t *d_ntiles, int max_tiles,
-                              float *Y, int ldy, lily_cuda_stream st, lily_err *e);
+                              const int32_t *gather, const int32_t *tiles, const int32_t *d_ntiles,
+                              int max_tiles, float *Y, int ldy, lily_cuda_stream st, lily_err *e);
 
 /* Tile shapes (for tests and measurements): dense rows x tokens, and the grouped 128-row form. */
 enum {

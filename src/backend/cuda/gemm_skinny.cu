@@ -26,8 +26,8 @@
 
 namespace {
 
-constexpr int kWarps = 4;       /* warps per block, stacked along the weight rows */
-constexpr int kMT = 2;          /* 16-row slabs per warp */
+constexpr int kWarps = 4;              /* warps per block, stacked along the weight rows */
+constexpr int kMT = 2;                 /* 16-row slabs per warp */
 constexpr int kBM = kWarps * kMT * 16; /* weight rows per block */
 /* Quantization groups of codes in flight per lane (the ring). ptxas, sm_90a (CUDA 12), 2 slabs
  * per warp: a ring of 2 takes 160 registers, no spill, at 3 blocks (12 warps) per SM: ~24 KB of
@@ -50,10 +50,10 @@ struct sk_args {
     const uint8_t *w;   /* codes of expert 0 */
     const uint32_t *sb; /* scale/bias words of expert 0 */
     size_t w_stride, sb_stride;
-    int M, K, kg4;      /* kg4: xs row stride (groups rounded up to 4) */
-    const uint4 *xp;    /* prepped B words [nx][K / 4] */
-    const float *xs;    /* group sums [nx][kg4] */
-    const float *mul;   /* row multipliers [nx] (gemm_split.h) */
+    int M, K, kg4;    /* kg4: xs row stride (groups rounded up to 4) */
+    const uint4 *xp;  /* prepped B words [nx][K / 4] */
+    const float *xs;  /* group sums [nx][kg4] */
+    const float *mul; /* row multipliers [nx] (gemm_split.h) */
     const int32_t *gather, *tiles, *d_ntiles;
     float *Y;
     int ldy;
@@ -89,8 +89,7 @@ template <bool SUB> __device__ __forceinline__ uint32_t apair(uint32_t v, int j)
  * expert codes W / words SB, against NT 8-token tiles of the tile (rows tokens from row0). */
 template <int NT, bool SUB, bool CP>
 __device__ __forceinline__ void run(const sk_args &a, const uint8_t *W, const uint32_t *SB,
-                                    float *Y, int row0, int rows, int mw, int lane,
-                                    uint8_t *sm) {
+                                    float *Y, int row0, int rows, int mw, int lane, uint8_t *sm) {
     const int g = lane >> 2, q = lane & 3;
     const int K = a.K, KG = K >> 6, M = a.M;
     /* CP: stage t (groups 4 t .. 4 t + 3) into slot t % kStages; lane copies 16-byte pieces
@@ -112,7 +111,8 @@ __device__ __forceinline__ void run(const sk_args &a, const uint8_t *W, const ui
     };
     if constexpr (CP) {
 #pragma unroll
-        for (int t = 0; t < kStages - 1; t++) issue(t);
+        for (int t = 0; t < kStages - 1; t++)
+            issue(t);
     }
     /* 32-bit offsets from four base pointers (fewer registers than a pointer per row) */
     const uint8_t *wb = W + 8 * q;
@@ -136,14 +136,16 @@ __device__ __forceinline__ void run(const sk_args &a, const uint8_t *W, const ui
     for (int j = 0; j < NT; j++) {
         xo[j] = (uint32_t)xrow(8 * j + g) * (uint32_t)(K / 4);
 #pragma unroll
-        for (int c = 0; c < 2; c++) xso[j][c] = (uint32_t)xrow(8 * j + 2 * q + c) * (uint32_t)a.kg4;
+        for (int c = 0; c < 2; c++)
+            xso[j][c] = (uint32_t)xrow(8 * j + 2 * q + c) * (uint32_t)a.kg4;
     }
 
     float y[kMT][NT][4];
 #pragma unroll
     for (int i = 0; i < kMT; i++)
 #pragma unroll
-        for (int j = 0; j < NT; j++) y[i][j][0] = y[i][j][1] = y[i][j][2] = y[i][j][3] = 0.f;
+        for (int j = 0; j < NT; j++)
+            y[i][j][0] = y[i][j][1] = y[i][j][2] = y[i][j][3] = 0.f;
 
     /* Codes: a ring of kRing groups per lane. Scale words and group sums: 4 groups per load,
      * spread over the lanes (lane (g, q) holds the scale word of group G4 + q of each of its rows,
@@ -154,7 +156,7 @@ __device__ __forceinline__ void run(const sk_args &a, const uint8_t *W, const ui
     uint2 wq[CP ? 1 : kRing][kMT][2];
     uint32_t scur[kMT][2], snext[kMT][2];
     float xcur[NT][2], xnext[NT][2];
-    auto load_sx = [&](int G4, uint32_t (&sv)[kMT][2], float (&xv4)[NT][2]) {
+    auto load_sx = [&](int G4, uint32_t(&sv)[kMT][2], float(&xv4)[NT][2]) {
 #pragma unroll
         for (int i = 0; i < kMT; i++)
 #pragma unroll
@@ -172,7 +174,8 @@ __device__ __forceinline__ void run(const sk_args &a, const uint8_t *W, const ui
 #pragma unroll
             for (int i = 0; i < kMT; i++)
 #pragma unroll
-                for (int h = 0; h < 2; h++) wq[d][i][h] = ldg_stream8(wb + wo[i][h] + 32 * d);
+                for (int h = 0; h < 2; h++)
+                    wq[d][i][h] = ldg_stream8(wb + wo[i][h] + 32 * d);
     load_sx(0, scur, xcur);
     load_sx(4, snext, xnext);
 
@@ -213,14 +216,15 @@ __device__ __forceinline__ void run(const sk_args &a, const uint8_t *W, const ui
             if (a.pf && G + a.pf < KG && q < 2) /* the B lines of a later group, into L1 */
 #pragma unroll
                 for (int j = 0; j < NT; j++)
-                    asm volatile("prefetch.global.L1 [%0];" ::"l"(a.xp + xo[j] + 16 * (G + a.pf) +
-                                                                  8 * q));
+                    asm volatile(
+                        "prefetch.global.L1 [%0];" ::"l"(a.xp + xo[j] + 16 * (G + a.pf) + 8 * q));
             uint4 b[NT][4];
             float xv[NT][2];
 #pragma unroll
             for (int j = 0; j < NT; j++) {
 #pragma unroll
-                for (int s = 0; s < 4; s++) b[j][s] = __ldg(xpb + xo[j] + 16 * G + 4 * s);
+                for (int s = 0; s < 4; s++)
+                    b[j][s] = __ldg(xpb + xo[j] + 16 * G + 4 * s);
                 xv[j][0] = __shfl_sync(0xffffffffu, xcur[j][0], (d << 2) | q);
                 xv[j][1] = __shfl_sync(0xffffffffu, xcur[j][1], (d << 2) | q);
             }
@@ -246,7 +250,7 @@ __device__ __forceinline__ void run(const sk_args &a, const uint8_t *W, const ui
                         mma_f16(acc[i][j], af, bp + 2); /* lo plane */
                     }
                 }
-            /* y += scale * acc + bias * xsum (scale * 2^24: the codes were q * 2^-24) */
+                /* y += scale * acc + bias * xsum (scale * 2^24: the codes were q * 2^-24) */
 #pragma unroll
             for (int i = 0; i < kMT; i++) {
                 const float f = SUB ? 1.f : 16777216.f;
@@ -265,9 +269,11 @@ __device__ __forceinline__ void run(const sk_args &a, const uint8_t *W, const ui
 #pragma unroll
         for (int i = 0; i < kMT; i++)
 #pragma unroll
-            for (int h = 0; h < 2; h++) scur[i][h] = snext[i][h];
+            for (int h = 0; h < 2; h++)
+                scur[i][h] = snext[i][h];
 #pragma unroll
-        for (int j = 0; j < NT; j++) xcur[j][0] = xnext[j][0], xcur[j][1] = xnext[j][1];
+        for (int j = 0; j < NT; j++)
+            xcur[j][0] = xnext[j][0], xcur[j][1] = xnext[j][1];
         if (G0 + 8 < KG) load_sx(G0 + 8, snext, xnext);
     }
     /* D element e: row g + 8 (e / 2) of the slab, token 2q + e % 2 of the n-tile */
@@ -305,8 +311,10 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks) skinny_kernel(const s
     const uint32_t *SB = (second ? a.sb2 : a.sb) + (size_t)ex * a.sb_stride;
     float *Y = second ? a.Y2 : a.Y;
     uint8_t *sm = sk_smem + (CP ? warp * kStages * kStageBytes : 0);
-    if (rows > 8) run<2, SUB, CP>(a, W, SB, Y, row0, rows, mw, lane, sm);
-    else run<1, SUB, CP>(a, W, SB, Y, row0, rows, mw, lane, sm);
+    if (rows > 8)
+        run<2, SUB, CP>(a, W, SB, Y, row0, rows, mw, lane, sm);
+    else
+        run<1, SUB, CP>(a, W, SB, Y, row0, rows, mw, lane, sm);
     if constexpr (CP) cp_wait<0>(); /* no copy outstanding at exit */
 }
 
@@ -341,7 +349,7 @@ __global__ void __launch_bounds__(kPrepThreads)
 #pragma unroll
         for (int s = 0; s < 4; s++)
             dst[4 * s] = make_uint4(hi_pair(w[s], w[s + 4]), hi_pair(w[8 + s], w[12 + s]),
-                                lo_pair(w[s], w[s + 4]), lo_pair(w[8 + s], w[12 + s]));
+                                    lo_pair(w[s], w[s + 4]), lo_pair(w[8 + s], w[12 + s]));
     }
     sum += __shfl_xor_sync(0xffffffffu, sum, 1);
     sum += __shfl_xor_sync(0xffffffffu, sum, 2);
@@ -373,19 +381,31 @@ int g_variant = LILY_SKINNY_DENORM;
 int g_cp = 1;
 int g_pf = 1;
 
-int pf_dist() { return g_pf; }
+int pf_dist() {
+    return g_pf;
+}
 
-bool cp_on() { return g_cp == 1; }
+bool cp_on() {
+    return g_cp == 1;
+}
 
-int variant() { return g_variant; }
+int variant() {
+    return g_variant;
+}
 
 } // namespace
 
-extern "C" void lily_cuda_skinny_variant(int v) { g_variant = v; }
+extern "C" void lily_cuda_skinny_variant(int v) {
+    g_variant = v;
+}
 
-extern "C" void lily_cuda_skinny_cp(int on) { g_cp = on ? 1 : 0; }
+extern "C" void lily_cuda_skinny_cp(int on) {
+    g_cp = on ? 1 : 0;
+}
 
-extern "C" void lily_cuda_skinny_pf(int groups) { g_pf = groups < 0 ? 0 : groups > 8 ? 8 : groups; }
+extern "C" void lily_cuda_skinny_pf(int groups) {
+    g_pf = groups < 0 ? 0 : groups > 8 ? 8 : groups;
+}
 
 namespace {
 
@@ -401,8 +421,8 @@ int skinny(const lily_dmat *W, const lily_dmat *W2, const float *X, int ldx, int
         return lily_fail(e, "gemm_skinny: %d columns (a multiple of 64)", W->cols);
     if (W2 && (W2->rows != W->rows || W2->cols != W->cols || W2->w_stride != W->w_stride ||
                W2->sb_stride != W->sb_stride))
-        return lily_fail(e, "gemm_skinny: a pair of different shapes (%d x %d, %d x %d)",
-                         W->rows, W->cols, W2->rows, W2->cols);
+        return lily_fail(e, "gemm_skinny: a pair of different shapes (%d x %d, %d x %d)", W->rows,
+                         W->cols, W2->rows, W2->cols);
     if (max_tiles < 1 || W->rows < 1 || nx < 1) return 0;
     if (max_tiles > 65535) return lily_fail(e, "gemm_skinny: %d tiles", max_tiles);
     const int K = W->cols, KG = K / 64, kg4 = (KG + 3) & ~3;
@@ -430,8 +450,9 @@ int skinny(const lily_dmat *W, const lily_dmat *W2, const float *X, int ldx, int
     if (cp) {
         static bool attr_set[2];
         if (!attr_set[sub]) {
-            LILY_CU_TRY(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                             kCpSmem), e);
+            LILY_CU_TRY(
+                cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, kCpSmem),
+                e);
             attr_set[sub] = true;
         }
     }
@@ -453,8 +474,8 @@ extern "C" int lily_cuda_gemm_skinny_grouped(const lily_dmat *W, const float *X,
 extern "C" int lily_cuda_gemm_skinny_grouped_pair(const lily_dmat *W, const lily_dmat *W2,
                                                   const float *X, int ldx, int nx,
                                                   const int32_t *gather, const int32_t *tiles,
-                                                  const int32_t *d_ntiles, int max_tiles,
-                                                  float *Y, float *Y2, int ldy,
-                                                  lily_cuda_stream st, lily_err *e) {
+                                                  const int32_t *d_ntiles, int max_tiles, float *Y,
+                                                  float *Y2, int ldy, lily_cuda_stream st,
+                                                  lily_err *e) {
     return skinny(W, W2, X, ldx, nx, gather, tiles, d_ntiles, max_tiles, Y, Y2, ldy, st, e);
 }

@@ -46,10 +46,9 @@ int lily_cuda_gemm_skinny_grouped(const lily_dmat *W, const float *X, int ldx, i
 /* The same for two expert stacks of one shape (a MoE layer's gate and up) over the same tiles:
  * W into Y and W2 into Y2 (both [.][ldy]), in one launch. */
 int lily_cuda_gemm_skinny_grouped_pair(const lily_dmat *W, const lily_dmat *W2, const float *X,
-                                       int ldx, int nx, const int32_t *gather,
-                                       const int32_t *tiles, const int32_t *d_ntiles,
-                                       int max_tiles, float *Y, float *Y2, int ldy,
-                                       lily_cuda_stream st, lily_err *e);
+                                       int ldx, int nx, const int32_t *gather, const int32_t *tiles,
+                                       const int32_t *d_ntiles, int max_tiles, float *Y, float *Y2,
+                                       int ldy, lily_cuda_stream st, lily_err *e);
 
 /* A operand form: LILY_SKINNY_DENORM (the default) = codes as fp16 subnormals q * 2^-24 (one
  * mask per pair); LILY_SKINNY_SUB = normal fp16 q = (1024 + q) - 1024 (one subtraction more per

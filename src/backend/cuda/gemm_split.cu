@@ -10,8 +10,7 @@ namespace {
 constexpr int kThreads = 256;
 
 /* x, or silu(x) * u for the SwiGLU down projections (GLU). */
-template <bool GLU>
-__device__ __forceinline__ float xval(const float *x, const float *u, int c) {
+template <bool GLU> __device__ __forceinline__ float xval(const float *x, const float *u, int c) {
     if (!GLU) return x[c];
     const float g = x[c];
     return g / (1.0f + expf(-g)) * u[c];
@@ -26,7 +25,8 @@ __device__ __forceinline__ float block_max_row(float m, float *red) {
     __syncthreads();
     m = red[0];
 #pragma unroll
-    for (int i = 1; i < kThreads / 32; i++) m = fmaxf(m, red[i]);
+    for (int i = 1; i < kThreads / 32; i++)
+        m = fmaxf(m, red[i]);
     return m;
 }
 
@@ -52,10 +52,9 @@ __device__ __forceinline__ uint32_t split_word(float v) {
  * then every column split in a second pass (the row is re-read from L2). GLU: the row is
  * silu(X) * U (same layout), computed in both passes, as silu_mul computes it. */
 template <bool GLU>
-__global__ void __launch_bounds__(kThreads) xsplit_kernel(const float *__restrict__ X,
-                                                          const float *__restrict__ U, int ldx,
-                                                          int K, uint32_t *__restrict__ out,
-                                                          float *__restrict__ mul) {
+__global__ void __launch_bounds__(kThreads)
+    xsplit_kernel(const float *__restrict__ X, const float *__restrict__ U, int ldx, int K,
+                  uint32_t *__restrict__ out, float *__restrict__ mul) {
     const int t = blockIdx.x;
     const float *x = X + (size_t)t * ldx;
     const float *u = GLU ? U + (size_t)t * ldx : nullptr;
@@ -67,7 +66,8 @@ __global__ void __launch_bounds__(kThreads) xsplit_kernel(const float *__restric
     __shared__ float red[kThreads / 32];
     const float s = row_scale(block_max_row(m, red), mul + t);
     uint32_t *o = out + (size_t)t * K;
-    for (int c = threadIdx.x; c < K; c += kThreads) o[c] = split_word(xval<GLU>(x, u, c) * s);
+    for (int c = threadIdx.x; c < K; c += kThreads)
+        o[c] = split_word(xval<GLU>(x, u, c) * s);
 }
 
 /* RMSNorm (as misc.cu's rmsnorm_kernel: y = x / sqrt(mean(x^2) + eps) * w, the same sums with
@@ -81,7 +81,8 @@ __global__ void __launch_bounds__(kThreads)
     const float *xr = x + (size_t)t * ldx;
     float *yr = y + (size_t)t * ldy;
     float ss = 0.f;
-    for (int i = threadIdx.x; i < dim; i += blockDim.x) ss += xr[i] * xr[i];
+    for (int i = threadIdx.x; i < dim; i += blockDim.x)
+        ss += xr[i] * xr[i];
     ss = block_sum(ss, red);
     const float r = 1.0f / sqrtf(ss / dim + eps);
     float m = 0.f;
@@ -93,7 +94,8 @@ __global__ void __launch_bounds__(kThreads)
     }
     const float s = row_scale(block_max_row(m, red), mul + t); /* red: block_sum's too */
     uint32_t *o = out + (size_t)t * dim;
-    for (int c = threadIdx.x; c < dim; c += kThreads) o[c] = split_word(yr[c] * s);
+    for (int c = threadIdx.x; c < dim; c += kThreads)
+        o[c] = split_word(yr[c] * s);
 }
 
 uint32_t *g_words = nullptr;
@@ -114,7 +116,9 @@ extern "C" void lily_cuda_xsplit_hold(const float *X) {
     g_fresh = nullptr;
 }
 
-extern "C" int lily_cuda_gemm_exact(void) { return lily_cuda_prec_get().gemm_exact; }
+extern "C" int lily_cuda_gemm_exact(void) {
+    return lily_cuda_prec_get().gemm_exact;
+}
 
 namespace {
 
@@ -135,8 +139,7 @@ int reserve(int n, int K, lily_cuda_stream st, lily_err *e) {
     return 0;
 }
 
-int split(const float *X, const float *U, int ldx, int n, int K, lily_cuda_stream st,
-          lily_err *e) {
+int split(const float *X, const float *U, int ldx, int n, int K, lily_cuda_stream st, lily_err *e) {
     if (n < 1 || K < 1 || ldx < K)
         return lily_fail(e, "gemm: activations of %d rows x %d (ld %d)", n, K, ldx);
     g_last = nullptr, g_fresh = nullptr;
@@ -176,8 +179,8 @@ extern "C" int lily_cuda_rmsnorm_split(const float *x, int ldx, const float *w, 
         return lily_fail(e, "rmsnorm_split: rows of %d values (ld %d)", dim, ldy);
     g_last = nullptr, g_fresh = nullptr;
     if (reserve(n, dim, st, e)) return -1;
-    rmsnorm_split_kernel<<<n, kThreads, 0, (cudaStream_t)st>>>(x, ldx, w, dim, eps, y, ldy,
-                                                               g_words, g_mul);
+    rmsnorm_split_kernel<<<n, kThreads, 0, (cudaStream_t)st>>>(x, ldx, w, dim, eps, y, ldy, g_words,
+                                                               g_mul);
     LILY_CU_LAUNCHED(e);
     g_last = y, g_last_ldx = ldy, g_last_n = n, g_last_k = dim, g_fresh = y;
     return 0;

@@ -39,8 +39,8 @@ void lily_cuda_xsplit_hold(const float *X);
  * G as if G held them, so the next GEMM with X = G (ldx ld, n rows, K columns) reads the split
  * words without splitting again and without silu_mul having written G: G keeps the gate values.
  * Release with lily_cuda_xsplit_hold(NULL) after that GEMM. */
-int lily_cuda_xsplit_silu_mul(float *G, const float *U, int ld, int n, int K,
-                              lily_cuda_stream st, lily_err *e);
+int lily_cuda_xsplit_silu_mul(float *G, const float *U, int ld, int n, int K, lily_cuda_stream st,
+                              lily_err *e);
 
 /* lily_cuda_rmsnorm (misc.h) of n rows that also splits y's rows into the words a later
  * lily_cuda_xsplit(y, ldy, n, dim) returns, provided lily_cuda_xsplit_hold(y) comes before any

@@ -58,16 +58,15 @@ __device__ __forceinline__ void wgmma_128(float *d, const uint32_t *a, uint64_t 
         "%53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
         "{%64, %65, %66, %67}, %68, 1, 1, 1, 0;"
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
-          "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]),
-          "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]),
-          "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]),
-          "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]),
-          "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]),
-          "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]),
-          "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]),
-          "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]),
-          "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]),
-          "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+          "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),
+          "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]),
+          "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]),
+          "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]),
+          "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]),
+          "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]),
+          "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+          "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]),
+          "+f"(d[63])
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b));
 }
 
@@ -79,15 +78,16 @@ __device__ __forceinline__ void wgmma_64(float *d, const uint32_t *a, uint64_t b
         "%19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
         "{%32, %33, %34, %35}, %36, 1, 1, 1, 0;"
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
-          "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]),
-          "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]),
-          "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]),
-          "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]),
-          "+f"(d[31])
+          "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),
+          "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]),
+          "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]),
+          "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b));
 }
 
-__device__ __forceinline__ void wg_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
+__device__ __forceinline__ void wg_fence() {
+    asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
+}
 __device__ __forceinline__ void wg_commit() {
     asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
 }
@@ -96,7 +96,9 @@ __device__ __forceinline__ void wg_wait0() {
 }
 /* Keeps the compiler from moving uses of an accumulator across the wgmma that is still writing
  * it (no instruction is emitted). */
-__device__ __forceinline__ void fence_operand(float &x) { asm volatile("" : "+f"(x)::"memory"); }
+__device__ __forceinline__ void fence_operand(float &x) {
+    asm volatile("" : "+f"(x)::"memory");
+}
 /* cp.async writes are generic-proxy writes; wgmma reads shared memory through the async proxy:
  * each thread fences its landed copies before the barrier after which the wgmma read them */
 __device__ __forceinline__ void proxy_fence() {
@@ -149,12 +151,12 @@ struct wg_args {
     size_t w_stride, sb_stride; /* grouped: between experts */
     int M, K, n;
     const int32_t *gather, *tiles, *d_ntiles; /* grouped: tiles (expert, first row, rows) */
-    const uint16_t *hi, *lo; /* planes [n][K] */
+    const uint16_t *hi, *lo;                  /* planes [n][K] */
     const float *mul;
     float *Y;
     int ldy, accumulate;
-    int kper;  /* dense split-K: blockIdx.z runs k-steps [z kper, (z + 1) kper) */
-    float *P;  /* split > 1: partial sums [split][n][M] (gemm_partial.h), else nullptr */
+    int kper; /* dense split-K: blockIdx.z runs k-steps [z kper, (z + 1) kper) */
+    float *P; /* split > 1: partial sums [split][n][M] (gemm_partial.h), else nullptr */
 };
 
 /* LOOP 4 (TMA): a stage's codes [M][K / 2] bytes (box 32 x 256, the 32-byte swizzle: exactly
@@ -177,7 +179,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     uint8_t *smem =
         smem_raw + (SWZ ? lily_swz128_pad((uint32_t)__cvta_generic_to_shared(smem_raw)) : 0);
     float *s_mul = (float *)(smem + NS * STAGE);
-    int *s_xrow = (int *)(s_mul + NT); /* X row of token t, -1: none */
+    int *s_xrow = (int *)(s_mul + NT);           /* X row of token t, -1: none */
     uint64_t *s_bar = (uint64_t *)(s_xrow + NT); /* TMA: stage s landed */
     const int tid = threadIdx.x, lane = tid & 31, g = lane >> 2, q = lane & 3;
     const int wg = tid >> 7, wi = (tid >> 5) & 3;
@@ -203,7 +205,8 @@ __global__ void __launch_bounds__(kThreads, 1)
         s_mul[tid] = xr >= 0 ? a.mul[xr] : 0.f;
     }
     if (TMA && tid == 0) {
-        for (int i = 0; i < NS; i++) lily_mbar_init(s_bar + i, 1);
+        for (int i = 0; i < NS; i++)
+            lily_mbar_init(s_bar + i, 1);
         lily_mbar_init_fence();
     }
     __syncthreads();
@@ -264,12 +267,13 @@ __global__ void __launch_bounds__(kThreads, 1)
     constexpr int NA = NT / 2; /* accumulator registers per m64 tile */
     float acc[2][NA];
 #pragma unroll
-    for (int i = 0; i < NA; i++) acc[0][i] = acc[1][i] = 0.f;
+    for (int i = 0; i < NA; i++)
+        acc[0][i] = acc[1][i] = 0.f;
 
     /* the lane's rows in the block: tile u (0, 1) of its warpgroup, rows ru and ru + 8 */
     const int rb = wg * 128 + wi * 16 + g;
     /* the A registers of k-step kt (slot kt % NS): [tile][slice][register] */
-    auto dequant = [&](int kt, uint32_t (&af)[2][4][4]) {
+    auto dequant = [&](int kt, uint32_t(&af)[2][4][4]) {
         const uint8_t *st = smem + (kt % NS) * STAGE;
         const uint32_t *sSB = (const uint32_t *)(st + S::OFF_SB);
 #pragma unroll
@@ -298,11 +302,12 @@ __global__ void __launch_bounds__(kThreads, 1)
         }
     };
     /* k-step kt's 2 x 4 x 2 wgmma (tiles, slices, hi / lo planes) as one commit group */
-    auto issue = [&](int kt, const uint32_t (&af)[2][4][4]) {
+    auto issue = [&](int kt, const uint32_t(&af)[2][4][4]) {
         const uint8_t *st = smem + (kt % NS) * STAGE;
         wg_fence();
 #pragma unroll
-        for (int i = 0; i < NA; i++) fence_operand(acc[0][i]), fence_operand(acc[1][i]);
+        for (int i = 0; i < NA; i++)
+            fence_operand(acc[0][i]), fence_operand(acc[1][i]);
 #pragma unroll
         for (int sl = 0; sl < 4; sl++) {
             const uint64_t dh = SWZ ? desc_sw128(st + S::OFF_HI + 32 * sl, 1024)
@@ -325,7 +330,8 @@ __global__ void __launch_bounds__(kThreads, 1)
     auto retire = [&]() {
         wg_wait0();
 #pragma unroll
-        for (int i = 0; i < NA; i++) fence_operand(acc[0][i]), fence_operand(acc[1][i]);
+        for (int i = 0; i < NA; i++)
+            fence_operand(acc[0][i]), fence_operand(acc[1][i]);
     };
     /* the first nst stages in flight, one cp.async group each (empty past the last k-step) */
     auto prime = [&](int nst) {
@@ -363,7 +369,8 @@ __global__ void __launch_bounds__(kThreads, 1)
              * ends the step which freed it, and each warp waits on the stage's mbarrier (phase
              * parity: the slot's use count) instead of a block barrier before dequantizing */
             if (tid == 0)
-                for (int i = 0; i < NS && i < NK; i++) load(i, i);
+                for (int i = 0; i < NS && i < NK; i++)
+                    load(i, i);
             lily_mbar_wait(s_bar, 0);
             pipelined([&](int kt, const areg &cur, areg &nxt) {
                 issue(kt, cur);
@@ -454,7 +461,8 @@ __global__ void __launch_bounds__(kThreads, 1)
             }
             *(float4 *)y = r;
         } else {
-            for (int i = 0; i < 4 && o + i < M; i++) y[i] = add ? y[i] + v[i] : v[i];
+            for (int i = 0; i < 4 && o + i < M; i++)
+                y[i] = add ? y[i] + v[i] : v[i];
         }
     }
 }
@@ -487,11 +495,12 @@ int make_planes(const float *X, int ldx, int nx, int K, const uint16_t **hi, con
 template <int NT, int LOOP, bool SWZ>
 int launch_p(const wg_args &a, const wg_maps &mp, dim3 grid, lily_cuda_stream st, lily_err *e) {
     /* SWZ: room to align to 1 KB */
-    constexpr int smem = wshape<NT, LOOP == 4 ? 4 : 1>::SMEM + (SWZ ? 1024 : 0);
+    constexpr int smem = wshape < NT, LOOP == 4 ? 4 : 1 > ::SMEM + (SWZ ? 1024 : 0);
     static bool attr = false; /* benign race: the call is idempotent */
     if (!attr) {
         LILY_CU_TRY(cudaFuncSetAttribute(wg_kernel<NT, LOOP, SWZ>,
-                                         cudaFuncAttributeMaxDynamicSharedMemorySize, smem), e);
+                                         cudaFuncAttributeMaxDynamicSharedMemorySize, smem),
+                    e);
         attr = true;
     }
     if (grid.y > 65535) return lily_fail(e, "gemm_wg: grid of %u x %u blocks", grid.x, grid.y);
@@ -511,7 +520,8 @@ int g_force_split = 0; /* > 0: the dense kernel's split-K factor (tests) */
 template <int NT>
 int launch(const wg_args &a, const wg_maps &mp, bool tma, dim3 grid, lily_cuda_stream st,
            lily_err *e) {
-    return tma ? launch_p<NT, 4, true>(a, mp, grid, st, e) : launch_p<NT, 2, true>(a, mp, grid, st, e);
+    return tma ? launch_p<NT, 4, true>(a, mp, grid, st, e)
+               : launch_p<NT, 2, true>(a, mp, grid, st, e);
 }
 
 /* The TMA maps of a dense launch (wg_maps): 0, 1 = this launch cannot use them (it runs form
@@ -554,7 +564,9 @@ extern "C" int lily_cuda_gemm_wg_dense_nt(int M, int n) {
     return 128;
 }
 
-extern "C" void lily_cuda_gemm_wg_force_split(int split) { g_force_split = split; }
+extern "C" void lily_cuda_gemm_wg_force_split(int split) {
+    g_force_split = split;
+}
 
 extern "C" int lily_cuda_gemm_wg(const lily_dmat *W, const float *X, int ldx, int n, float *Y,
                                  int ldy, int accumulate, lily_cuda_stream st, lily_err *e) {
@@ -571,8 +583,9 @@ extern "C" int lily_cuda_gemm_wg(const lily_dmat *W, const float *X, int ldx, in
     const int tb = (n + nt - 1) / nt, rb = (W->rows + BM - 1) / BM, KG = W->cols / BK;
     /* split-K for grids of at most half a wave (one block per SM): enough splits for ~132
      * blocks, at most 8, each >= 4 k-steps, no k range left empty */
-    int split = g_force_split > 0 ? g_force_split
-                : 2 * tb * rb <= 132 ? (132 + tb * rb - 1) / (tb * rb) : 1;
+    int split = g_force_split > 0    ? g_force_split
+                : 2 * tb * rb <= 132 ? (132 + tb * rb - 1) / (tb * rb)
+                                     : 1;
     if (g_force_split <= 0) split = min(split, min(8, KG / 4));
     split = max(1, min(split, KG));
     a.kper = (KG + split - 1) / split;
@@ -589,8 +602,8 @@ extern "C" int lily_cuda_gemm_wg(const lily_dmat *W, const float *X, int ldx, in
 
 extern "C" int lily_cuda_gemm_wg_grouped(const lily_dmat *W, const float *X, int ldx, int nx,
                                          const int32_t *gather, const int32_t *tiles,
-                                         const int32_t *d_ntiles, int max_tiles, float *Y,
-                                         int ldy, lily_cuda_stream st, lily_err *e) {
+                                         const int32_t *d_ntiles, int max_tiles, float *Y, int ldy,
+                                         lily_cuda_stream st, lily_err *e) {
     if (check(W, nx, e)) return -1;
     if (max_tiles < 1 || W->rows < 1 || nx < 1) return 0;
     wg_args a;

@@ -33,9 +33,8 @@ int lily_cuda_gemm_wg(const lily_dmat *W, const float *X, int ldx, int n, float 
 /* As lily_cuda_gemm_grouped (gemm.h) with tiles of at most 64 rows, W a Q4 expert stack: blocks
  * of 256 weight rows x one tile (m64n64k16). */
 int lily_cuda_gemm_wg_grouped(const lily_dmat *W, const float *X, int ldx, int nx,
-                              const int32_t *gather, const int32_t *tiles,
-                              const int32_t *d_ntiles, int max_tiles, float *Y, int ldy,
-                              lily_cuda_stream st, lily_err *e);
+                              const int32_t *gather, const int32_t *tiles, const int32_t *d_ntiles,
+                              int max_tiles, float *Y, int ldy, lily_cuda_stream st, lily_err *e);
 
 /* Token tile of a dense M-row, n-token product (128). */
 int lily_cuda_gemm_wg_dense_nt(int M, int n);

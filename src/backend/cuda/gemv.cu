@@ -39,8 +39,7 @@ struct gv_params {
  * dot products; GATED needs its per-head factors inside x' and rescales in place. red: shared
  * scratch of blockDim/32 + cols/head floats. */
 template <int DT>
-__device__ float gv_prologue(const gv_params &p, float4 *xs4, float *xsum, int nchunk,
-                             float *red) {
+__device__ float gv_prologue(const gv_params &p, float4 *xs4, float *xsum, int nchunk, float *red) {
     constexpr int q_per_chunk = wtype<DT>::epc / 4; /* float4s per chunk */
     const int nq = p.cols / 4, nw = blockDim.x >> 5;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -64,7 +63,8 @@ __device__ float gv_prologue(const gv_params &p, float4 *xs4, float *xsum, int n
         const int nh = p.cols / p.head;
         for (int h = warp; h < nh; h += nw) {
             float s = 0.f;
-            for (int j = lane; j < hq; j += 32) s += part[h * hq + j];
+            for (int j = lane; j < hq; j += 32)
+                s += part[h * hq + j];
             s = warp_sum(s);
             __syncwarp();
             if (lane == 0) red[nw + nq + h] = 1.0f / sqrtf(s / p.head + p.eps);
@@ -116,7 +116,8 @@ __device__ float gv_prologue(const gv_params &p, float4 *xs4, float *xsum, int n
     __syncthreads();
     if (!norm) return 1.0f;
     float t = 0.f;
-    for (int i = 0; i < nw; i++) t += red[i]; /* same order in every thread and block */
+    for (int i = 0; i < nw; i++)
+        t += red[i]; /* same order in every thread and block */
     return 1.0f / sqrtf(t / p.cols + p.eps);
 }
 
@@ -127,7 +128,8 @@ __device__ __forceinline__ void gv_epilogue(const gv_seg &s, int r, float acc) {
         int K = s.ck;
         const float *w = s.cw + (size_t)r * K;
         float out = w[K - 1] * acc;
-        for (int t = 0; t < K - 1; t++) out += w[t] * s.cs[(size_t)t * s.rows + r];
+        for (int t = 0; t < K - 1; t++)
+            out += w[t] * s.cs[(size_t)t * s.rows + r];
         for (int t = 0; t < K - 2; t++)
             s.cs[(size_t)t * s.rows + r] = s.cs[(size_t)(t + 1) * s.rows + r];
         s.cs[(size_t)(K - 2) * s.rows + r] = acc;
@@ -207,8 +209,8 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(const __grid_constant__ 
     float4 *xs4 = smem4;
     float *xsum = (float *)(smem4 + p.cols / 4);
     float *red = xsum + nchunk;
-    constexpr int rpg = 32 / LPR;  /* rows per warp per row slot */
-    constexpr int rps = rpg * NR;  /* rows per warp step */
+    constexpr int rpg = 32 / LPR; /* rows per warp per row slot */
+    constexpr int rps = rpg * NR; /* rows per warp step */
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
     const int sub = lane / LPR, sl = lane % LPR;
     const int ng = p.cols / 64;
@@ -229,7 +231,8 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(const __grid_constant__ 
         }
         float acc[NR];
 #pragma unroll
-        for (int i = 0; i < NR; i++) acc[i] = 0.f;
+        for (int i = 0; i < NR; i++)
+            acc[i] = 0.f;
         for (int c0 = 0;;) {
             gv_dot<DT, LPR, NR, CB>(w, sb, xs4, xsum, c0, sl, nchunk, acc);
             c0 += LPR * CB;
@@ -275,7 +278,7 @@ __global__ void __launch_bounds__(kThreads) gemv_q4mma_kernel(const __grid_const
     const int nchunk = p.cols / 32, ng = p.cols / 64, nsteps = p.cols / 256;
     float4 *xs4 = smem4;
     float *xsum = (float *)(smem4 + p.cols / 4);
-    float *red = xsum + nchunk;                         /* prologue scratch */
+    float *red = xsum + nchunk;                        /* prologue scratch */
     uint32_t *xh = (uint32_t *)(red + 8 + p.cols / 2); /* past any prologue's scratch */
     uint32_t *xl = xh + p.cols / 2;
     float *xs2 = (float *)(xl + p.cols / 2);
@@ -294,7 +297,8 @@ __global__ void __launch_bounds__(kThreads) gemv_q4mma_kernel(const __grid_const
     if (sg + NSG < nsteps) q4_step_load(r0, s0, r1, s1, sg + NSG, lane, R[1]);
     const float scale = gv_prologue<LILY_CW_Q4>(p, xs4, xsum, nchunk, red);
     const float *xsf = (const float *)xs4;
-    q4x_convert(p.cols, [&](int col) { return xsf[xs_index(col, 32, nchunk)]; }, xh, xl, xs2);
+    q4x_convert(
+        p.cols, [&](int col) { return xsf[xs_index(col, 32, nchunk)]; }, xh, xl, xs2);
     __syncthreads();
     for (int grp = blockIdx.x; grp < ngroups; grp += gridDim.x) {
         if (grp != (int)blockIdx.x) {
@@ -322,7 +326,8 @@ __global__ void __launch_bounds__(kThreads) gemv_q4mma_kernel(const __grid_const
             const int row = grp * ROWS + threadIdx.x;
             float a = 0.f;
 #pragma unroll
-            for (int g = 0; g < NSG; g++) a += part[g * ROWS + threadIdx.x];
+            for (int g = 0; g < NSG; g++)
+                a += part[g * ROWS + threadIdx.x];
             a *= scale;
 #pragma unroll
             for (int s = 0; s < LILY_GEMV_SEGS; s++)
@@ -333,7 +338,8 @@ __global__ void __launch_bounds__(kThreads) gemv_q4mma_kernel(const __grid_const
     }
 }
 
-template <int T> int launch_q4mma_t(const gv_params &p, size_t smem, lily_cuda_stream st, lily_err *e) {
+template <int T>
+int launch_q4mma_t(const gv_params &p, size_t smem, lily_cuda_stream st, lily_err *e) {
     if (smem > 48 * 1024)
         LILY_CU_TRY(cudaFuncSetAttribute(gemv_q4mma_kernel<T>,
                                          cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem),
@@ -350,8 +356,8 @@ int launch_q4mma(const gv_params &p, lily_cuda_stream st, lily_err *e) {
     /* x' (fp32), its chunk sums, the prologue's scratch (8 + cols / 4 + cols / head floats at
      * most, head >= 4), then the hi/lo planes, their chunk sums and the partials (128 floats) */
     size_t floats = (size_t)p.cols + nchunk + 8 + p.cols / 2; /* up to xh */
-    size_t smem = floats * 4 + (size_t)p.cols * 4 /* xh + xl: 2 bf16 planes */ + (size_t)nchunk * 4 +
-                  128 * 4;
+    size_t smem =
+        floats * 4 + (size_t)p.cols * 4 /* xh + xl: 2 bf16 planes */ + (size_t)nchunk * 4 + 128 * 4;
     smem = (smem + 15) & ~(size_t)15;
     if (!g_sms) {
         int dev = 0;
@@ -453,8 +459,7 @@ extern "C" int lily_cuda_gemv(const lily_gemv_seg *segs, int nseg, const float *
             return lily_fail(e, "gemv: gated prologue head %d (a multiple of 4 dividing %d)",
                              p.head, p.cols);
     }
-    if (dt == LILY_CW_Q4 && p.cols % 256 == 0)
-        return launch_q4mma(p, st, e);
+    if (dt == LILY_CW_Q4 && p.cols % 256 == 0) return launch_q4mma(p, st, e);
     switch (dt) {
     case LILY_CW_Q4: return launch_dt<LILY_CW_Q4>(p, st, e);
     case LILY_CW_Q8: return launch_dt<LILY_CW_Q8>(p, st, e);

@@ -22,19 +22,19 @@ enum { LILY_GV_STORE = 0, LILY_GV_ADD = 1, LILY_GV_CONV = 2 };
 enum { LILY_GP_NONE = 0, LILY_GP_RMSNORM = 1, LILY_GP_GATED = 2 };
 
 typedef struct lily_gemv_seg {
-    const lily_dmat *m;      /* one matrix (n_mats == 1) */
-    float *y;                /* [rows] output */
-    int epi;                 /* LILY_GV_* */
-    float *conv_state;       /* CONV: [K-1][rows] previous pre-conv values, oldest first */
-    const float *conv_w;     /* CONV: [rows][K], tap K-1 multiplies the current value */
-    int conv_k;              /* CONV: K (2..8) */
+    const lily_dmat *m;  /* one matrix (n_mats == 1) */
+    float *y;            /* [rows] output */
+    int epi;             /* LILY_GV_* */
+    float *conv_state;   /* CONV: [K-1][rows] previous pre-conv values, oldest first */
+    const float *conv_w; /* CONV: [rows][K], tap K-1 multiplies the current value */
+    int conv_k;          /* CONV: K (2..8) */
 } lily_gemv_seg;
 
 typedef struct lily_gemv_pro {
-    int kind;        /* LILY_GP_* */
-    const float *w;  /* RMSNORM: [cols]; GATED: [head] */
-    const float *z;  /* GATED: [cols], the output is multiplied by silu(z) */
-    int head;        /* GATED: values per head; cols % head == 0 */
+    int kind;       /* LILY_GP_* */
+    const float *w; /* RMSNORM: [cols]; GATED: [head] */
+    const float *z; /* GATED: [cols], the output is multiplied by silu(z) */
+    int head;       /* GATED: values per head; cols % head == 0 */
     float eps;
 } lily_gemv_pro;
 

@@ -16,8 +16,8 @@ int lily_cuda_embed(const lily_dmat *E, const int32_t *d_tok, int n, float *x, i
                     lily_cuda_stream st, lily_err *e);
 
 /* y[t] = x[t] / sqrt(mean(x[t]^2) + eps) * w for n rows of dim values (in place allowed). */
-int lily_cuda_rmsnorm(const float *x, int ldx, const float *w, int n, int dim, float eps,
-                      float *y, int ldy, lily_cuda_stream st, lily_err *e);
+int lily_cuda_rmsnorm(const float *x, int ldx, const float *w, int n, int dim, float eps, float *y,
+                      int ldy, lily_cuda_stream st, lily_err *e);
 
 /* *out = the index of the largest of x[0..n) (the lowest such index on ties). key: 8 bytes of
  * device scratch (a packed value/index maximum that the blocks combine with atomicMax). */

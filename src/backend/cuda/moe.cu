@@ -105,7 +105,8 @@ __device__ float xs_build(const float *x, const float *w, float eps, int cols, f
     __syncthreads();
     if (!w) return 1.0f;
     float t = 0.f;
-    for (int i = 0; i < nw; i++) t += red[i]; /* one fixed order everywhere */
+    for (int i = 0; i < nw; i++)
+        t += red[i]; /* one fixed order everywhere */
     return 1.0f / sqrtf(t / cols + eps);
 }
 
@@ -128,7 +129,8 @@ __global__ void __launch_bounds__(kThreads)
                                                                       publishes s_idx/s_wt */
     const int slot = blockIdx.y;
     if (blockIdx.x == 0 && slot == 0 && threadIdx.x == 0) {
-        for (int j = 0; j < p.k; j++) p.idx[j] = s_idx[j], p.wt[j] = s_wt[j];
+        for (int j = 0; j < p.k; j++)
+            p.idx[j] = s_idx[j], p.wt[j] = s_wt[j];
         *p.sg = p.has_sgate ? sigmoid_f(p.logits[p.E]) : 1.0f;
     }
     const bool shared = slot >= p.k;
@@ -195,8 +197,8 @@ __device__ __forceinline__ void bar_reset(uint32_t *bar) {
 constexpr int kDnBatch = 9;
 
 template <int DT, int LPR>
-__device__ __forceinline__ void dn_slot(const dn_params &p, int s, int ns, int o,
-                                        const uint8_t *&w, const uint32_t *&sb, int &nc) {
+__device__ __forceinline__ void dn_slot(const dn_params &p, int s, int ns, int o, const uint8_t *&w,
+                                        const uint32_t *&sb, int &nc) {
     constexpr int epc = wtype<DT>::epc;
     bool ok = s < ns && o < p.H;
     int cols = s < p.k ? p.I : p.Is;
@@ -273,18 +275,19 @@ __global__ void __launch_bounds__(kThreads) moe_down_kernel(const __grid_constan
             }
             int ncmax = 0;
 #pragma unroll
-            for (int i = 0; i < B; i++) ncmax = nc[i] > ncmax ? nc[i] : ncmax;
+            for (int i = 0; i < B; i++)
+                ncmax = nc[i] > ncmax ? nc[i] : ncmax;
             float acc[B];
 #pragma unroll
-            for (int i = 0; i < B; i++) acc[i] = 0.f;
+            for (int i = 0; i < B; i++)
+                acc[i] = 0.f;
             for (int c = sl; c < ncmax; c += LPR) {
                 if (!(pre && c == sl)) {
 #pragma unroll
                     for (int i = 0; i < B; i++) {
                         bool ok = c < nc[i];
                         w[i] = ok ? ldg_stream(wr[i] + (size_t)c * 16) : make_uint4(0, 0, 0, 0);
-                        sbv[i] = ok && DT != LILY_CW_BF16 ? __ldg(sbr[i] + c / wtype<DT>::cpg)
-                                                          : 0u;
+                        sbv[i] = ok && DT != LILY_CW_BF16 ? __ldg(sbr[i] + c / wtype<DT>::cpg) : 0u;
                     }
                 }
 #pragma unroll
@@ -321,8 +324,8 @@ struct gu_rows {
 };
 
 /* This lane's two rows (g, g + 8 of its tile) of slot's gate or up; ex: the slot's expert. */
-__device__ __forceinline__ gu_rows gu_q4mma_rows(const gu_params &p, int slot, bool shared,
-                                                 int ex, int warp, int lane) {
+__device__ __forceinline__ gu_rows gu_q4mma_rows(const gu_params &p, int slot, bool shared, int ex,
+                                                 int warp, int lane) {
     gu_rows g;
     g.rows = shared ? p.Is : p.I;
     g.tile = warp & 3;
@@ -383,7 +386,8 @@ __device__ __forceinline__ void gu_q4mma_main(const gu_params &p, const gu_rows 
     }
 }
 
-__global__ void __launch_bounds__(kThreads) moe_gate_up_q4mma_kernel(const __grid_constant__ gu_params p) {
+__global__ void __launch_bounds__(kThreads)
+    moe_gate_up_q4mma_kernel(const __grid_constant__ gu_params p) {
     extern __shared__ float4 smem4[];
     __shared__ int s_idx[kMaxK];
     __shared__ float s_wt[kMaxK];
@@ -398,7 +402,8 @@ __global__ void __launch_bounds__(kThreads) moe_gate_up_q4mma_kernel(const __gri
     if (!shared && warp == 0) topk_warp(p.logits, p.E, p.k, p.norm, s_sl, s_idx, s_wt);
     __syncthreads();
     if (blockIdx.x == 0 && slot == 0 && threadIdx.x == 0) {
-        for (int j = 0; j < p.k; j++) p.idx[j] = s_idx[j], p.wt[j] = s_wt[j];
+        for (int j = 0; j < p.k; j++)
+            p.idx[j] = s_idx[j], p.wt[j] = s_wt[j];
         *p.sg = p.has_sgate ? sigmoid_f(p.logits[p.E]) : 1.0f;
     }
     const gu_rows g = gu_q4mma_rows(p, slot, shared, shared ? 0 : s_idx[slot], warp, lane);
@@ -410,8 +415,12 @@ __global__ void __launch_bounds__(kThreads) moe_gate_up_q4mma_kernel(const __gri
         ss += a.x * a.x + a.y * a.y + a.z * a.z + a.w * a.w;
     }
     const float *xv = p.x, *nw = p.norm_w;
-    if (nw) q4x_convert(p.H, [&](int col) { return xv[col] * nw[col]; }, xh, xl, xs2);
-    else q4x_convert(p.H, [&](int col) { return xv[col]; }, xh, xl, xs2);
+    if (nw)
+        q4x_convert(
+            p.H, [&](int col) { return xv[col] * nw[col]; }, xh, xl, xs2);
+    else
+        q4x_convert(
+            p.H, [&](int col) { return xv[col]; }, xh, xl, xs2);
     ss = block_sum(ss, red); /* its barriers also publish the planes */
     const float rs = p.norm_w ? 1.0f / sqrtf(ss / p.H + p.eps) : 1.0f;
     gu_q4mma_main(p, g, slot, lane, R, xh, xl, xs2, rs, part);
@@ -450,11 +459,12 @@ __global__ void __launch_bounds__(kThreads)
     const float rs = p.norm_w ? 1.0f / sqrtf(ss / p.H + p.eps) : 1.0f;
     const uint8_t *sgw = p.has_sgate ? p.sgw.w : nullptr;
     auto convert = [&]() {
-        q4x_convert(p.H, [&](int col) { return xr[xs_index(col, 16, nc16)]; }, xh, xl, xs2);
+        q4x_convert(
+            p.H, [&](int col) { return xr[xs_index(col, 16, nc16)]; }, xh, xl, xs2);
     };
     if (ready) {
-        router_rows(p.router.w, p.router.sb, sgw, p.sgw.sb, p.E, p.H, p.rlpr,
-                    (const float4 *)xr, xrsum, rs_router, b, nb, p.rlog, nullptr, nullptr);
+        router_rows(p.router.w, p.router.sb, sgw, p.sgw.sb, p.E, p.H, p.rlpr, (const float4 *)xr,
+                    xrsum, rs_router, b, nb, p.rlog, nullptr, nullptr);
         __syncthreads(); /* every warp's logits stores before the arrival */
         uint32_t old = 0;
         if (threadIdx.x == 0) old = bar_arrive(p.bar, b == 0, (uint32_t)nb);
@@ -462,7 +472,8 @@ __global__ void __launch_bounds__(kThreads)
         if (!shared && threadIdx.x == 0) bar_wait(p.bar, old);
         __syncthreads(); /* the barrier for the whole block; publishes the planes */
         if (!shared && warp == 0) {
-            for (int e = lane; e < p.E; e += 32) s_sl[e] = __ldcg(p.rlog + e); /* past L1 */
+            for (int e = lane; e < p.E; e += 32)
+                s_sl[e] = __ldcg(p.rlog + e); /* past L1 */
             __syncwarp();
             topk_warp(s_sl, p.E, p.k, p.norm, s_sl, s_idx, s_wt);
         }
@@ -476,7 +487,8 @@ __global__ void __launch_bounds__(kThreads)
     }
     __syncthreads(); /* s_idx, s_wt */
     if (blockIdx.x == 0 && slot == 0 && threadIdx.x == 0) {
-        for (int j = 0; j < p.k; j++) p.idx[j] = s_idx[j], p.wt[j] = s_wt[j];
+        for (int j = 0; j < p.k; j++)
+            p.idx[j] = s_idx[j], p.wt[j] = s_wt[j];
         *p.sg = p.has_sgate ? sigmoid_f(ready ? __ldcg(p.rlog + p.E) : s_sgl) : 1.0f;
     }
     const gu_rows g = gu_q4mma_rows(p, slot, shared, shared ? 0 : s_idx[slot], warp, lane);
@@ -488,7 +500,8 @@ __global__ void __launch_bounds__(kThreads)
 /* grid ceil(H / 16). A block owns 16 output rows; its warps take the (slot, 256-column step)
  * units w, w + 8, ... (8 routed experts x 2 steps + the shared expert's 2 for the 35B shape);
  * each slot's h goes to shared memory as hi/lo planes at imax-column strides. */
-__global__ void __launch_bounds__(kThreads) moe_down_q4mma_kernel(const __grid_constant__ dn_params p) {
+__global__ void __launch_bounds__(kThreads)
+    moe_down_q4mma_kernel(const __grid_constant__ dn_params p) {
     extern __shared__ float4 smem4[];
     __shared__ float s_f[kMaxK + 1];
     __shared__ float part[8][16];
@@ -544,7 +557,8 @@ __global__ void __launch_bounds__(kThreads) moe_down_q4mma_kernel(const __grid_c
      * slot past its width are never read) */
     {
         const float *hv = p.h;
-        q4x_convert(ns * p.imax, [&](int col) { return hv[col]; }, xh, xl, xs2);
+        q4x_convert(
+            ns * p.imax, [&](int col) { return hv[col]; }, xh, xl, xs2);
     }
     if (threadIdx.x < ns) s_f[threadIdx.x] = (int)threadIdx.x < p.k ? p.wt[threadIdx.x] : *p.sg;
     __syncthreads();
@@ -572,7 +586,8 @@ __global__ void __launch_bounds__(kThreads) moe_down_q4mma_kernel(const __grid_c
     if (threadIdx.x < 16) {
         const int i = threadIdx.x, row = blockIdx.x * 16 + i;
         float t = 0.f;
-        for (int w = 0; w < 8; w++) t += part[w][i];
+        for (int w = 0; w < 8; w++)
+            t += part[w][i];
         if (row < p.H) p.x[row] += t;
     }
 }
@@ -637,8 +652,7 @@ bool fused_shape(const lily_cuda_moe *m) {
     if (H % 256) return false;
     const lily_dmat *r = m->router, *s = m->sh_gate_w;
     if (r->dt != LILY_CW_Q8 || r->cols != H || r->rows != m->E || r->n_mats != 1) return false;
-    if (s && (s->dt != LILY_CW_Q8 || s->cols != H || s->rows != 1 || s->n_mats != 1))
-        return false;
+    if (s && (s->dt != LILY_CW_Q8 || s->cols != H || s->rows != 1 || s->n_mats != 1)) return false;
     return true;
 }
 
@@ -658,7 +672,7 @@ int launch_gu_q4mma_fused(const gu_params &p, int slots, lily_cuda_stream st, li
     dim3 grid((p.imax + 31) / 32, slots);
     /* the shared memory attribute was set by gu_fused_resident */
     LILY_CU_TRY(launch_kernel(moe_gate_up_q4mma_fused_kernel, grid, dim3(kThreads),
-                           gu_fused_smem(p.H), st, p),
+                              gu_fused_smem(p.H), st, p),
                 e);
     return 0;
 }
@@ -670,9 +684,9 @@ int launch_dn_q4mma(const dn_params &p, lily_cuda_stream st, lily_err *e) {
         LILY_CU_TRY(cudaFuncSetAttribute(moe_down_q4mma_kernel,
                                          cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem),
                     e);
-    LILY_CU_TRY(launch_kernel(moe_down_q4mma_kernel, dim3((p.H + 15) / 16), dim3(kThreads), smem, st,
-                           p),
-                e);
+    LILY_CU_TRY(
+        launch_kernel(moe_down_q4mma_kernel, dim3((p.H + 15) / 16), dim3(kThreads), smem, st, p),
+        e);
     return 0;
 }
 
@@ -689,8 +703,7 @@ int launch_gu(const gu_params &p, int slots, lily_cuda_stream st, lily_err *e) {
     return 0;
 }
 
-template <int DT, int LPR>
-int launch_dn(const dn_params &p, lily_cuda_stream st, lily_err *e) {
+template <int DT, int LPR> int launch_dn(const dn_params &p, lily_cuda_stream st, lily_err *e) {
     int ns = p.k + p.has_shared;
     size_t smem = (size_t)ns * ((p.imax + p.imax / wtype<DT>::epc + 3) & ~3) * 4;
     if (smem > 40 * 1024)
@@ -727,7 +740,9 @@ template <int DT> int launch_dn_dt(const dn_params &p, lily_cuda_stream st, lily
 
 } // namespace
 
-extern "C" void lily_cuda_moe_force_unfused(int on) { g_unfused = on != 0; }
+extern "C" void lily_cuda_moe_force_unfused(int on) {
+    g_unfused = on != 0;
+}
 
 extern "C" int lily_cuda_moe_decode_scratch_init(void *scratch, lily_cuda_stream st, lily_err *e) {
     LILY_CU_TRY(cudaMemsetAsync(scratch, 0, 2 * sizeof(uint32_t), (cudaStream_t)st), e);
@@ -807,9 +822,9 @@ extern "C" int lily_cuda_moe_decode(const lily_cuda_moe *m, float *x, const floa
     int rc;
     switch (g->dt) {
     case LILY_CW_Q4:
-        rc = fused                      ? launch_gu_q4mma_fused(p, slots, st, e)
+        rc = fused            ? launch_gu_q4mma_fused(p, slots, st, e)
              : p.H % 256 == 0 ? launch_gu_q4mma(p, slots, st, e)
-                                        : launch_gu_dt<LILY_CW_Q4>(p, slots, st, e);
+                              : launch_gu_dt<LILY_CW_Q4>(p, slots, st, e);
         break;
     case LILY_CW_Q8: rc = launch_gu_dt<LILY_CW_Q8>(p, slots, st, e); break;
     default: rc = launch_gu_dt<LILY_CW_BF16>(p, slots, st, e); break;

@@ -28,17 +28,17 @@ extern "C" {
 #endif
 
 typedef struct lily_cuda_moe {
-    int E, k;                    /* routed experts and experts per token (0, 0 for a dense MLP) */
-    int norm;                    /* renormalise the top-k weights */
-    const lily_dmat *router;     /* [E, H], NULL when E == 0 */
-    const lily_dmat *gate, *up;  /* stacks of E: [I, H] */
-    const lily_dmat *down;       /* stack of E: [H, I] */
+    int E, k;                   /* routed experts and experts per token (0, 0 for a dense MLP) */
+    int norm;                   /* renormalise the top-k weights */
+    const lily_dmat *router;    /* [E, H], NULL when E == 0 */
+    const lily_dmat *gate, *up; /* stacks of E: [I, H] */
+    const lily_dmat *down;      /* stack of E: [H, I] */
     const lily_dmat *sh_gate, *sh_up, *sh_down; /* shared expert [Is,H],[Is,H],[H,Is]; or NULL */
-    const lily_dmat *sh_gate_w;  /* [1, H]: scalar sigmoid gate of the shared expert; or NULL */
+    const lily_dmat *sh_gate_w; /* [1, H]: scalar sigmoid gate of the shared expert; or NULL */
     /* Optional stacks, one allocation each with the matrices above as views of its rows (or
      * NULL): the prefill runs each as one GEMM instead of two. */
-    const lily_dmat *router_gw;  /* [E + 1, H]: router over sh_gate_w */
-    const lily_dmat *sh_gu;      /* [2 Is, H]: sh_gate over sh_up */
+    const lily_dmat *router_gw; /* [E + 1, H]: router over sh_gate_w */
+    const lily_dmat *sh_gu;     /* [2 Is, H]: sh_gate over sh_up */
 } lily_cuda_moe;
 
 /* Bytes of scratch the decode step needs. Layers may share one scratch (the fused router's
@@ -72,9 +72,9 @@ const int32_t *lily_cuda_moe_prefill_idx(const lily_cuda_moe *m, int n, const vo
 const float *lily_cuda_moe_prefill_wt(const lily_cuda_moe *m, int n, const void *scratch);
 /* Same, with the routing given instead of computed: idx/wt [n][k] device arrays (tests use this
  * to force uneven loads: experts with no rows and with every row). */
-int lily_cuda_moe_prefill_routed(const lily_cuda_moe *m, const float *u, int n,
-                                 const int32_t *idx, const float *wt, float *x, void *scratch,
-                                 lily_cuda_stream st, lily_err *e);
+int lily_cuda_moe_prefill_routed(const lily_cuda_moe *m, const float *u, int n, const int32_t *idx,
+                                 const float *wt, float *x, void *scratch, lily_cuda_stream st,
+                                 lily_err *e);
 
 #ifdef __cplusplus
 }

@@ -266,8 +266,8 @@ int prefill_body(const lily_cuda_moe *m, const float *u, int n, const int32_t *g
             LILY_CU_LAUNCHED(e);
         } else {
             /* with router_gw the shared expert's gate logit comes with the router's (column E) */
-            if (lily_cuda_gemm(m->router_gw ? m->router_gw : m->router, u, H, n, logits, ldl, 0,
-                               st, e))
+            if (lily_cuda_gemm(m->router_gw ? m->router_gw : m->router, u, H, n, logits, ldl, 0, st,
+                               e))
                 return -1;
             gw_done = m->router_gw != nullptr;
             route_kernel<<<(n + 7) / 8, 256, 8 * E * sizeof(float), st>>>(

@@ -25,7 +25,8 @@ __device__ void topk_warp(const float *logits, int E, int k, int norm, float *sl
     }
     mx = warp_max(mx);
     float sum = 0.f;
-    for (int e = lane; e < E; e += 32) sum += expf(sl[e] - mx);
+    for (int e = lane; e < E; e += 32)
+        sum += expf(sl[e] - mx);
     sum = warp_sum(sum);
     __syncwarp();
     float wsum = 0.f;
@@ -50,7 +51,8 @@ __device__ void topk_warp(const float *logits, int E, int k, int norm, float *sl
         __syncwarp();
     }
     if (norm && lane == 0)
-        for (int j = 0; j < k; j++) wt[j] /= wsum;
+        for (int j = 0; j < k; j++)
+            wt[j] /= wsum;
     __syncwarp();
 }
 

@@ -53,9 +53,10 @@ __device__ __forceinline__ void bar_wait(const uint32_t *count, uint32_t old) {
         asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(count) : "memory");
         if ((v ^ old) & 0x80000000u) break;
         if (i == kBarSpinLimit) {
-            printf("lily: MoE fused-router grid barrier timed out (block %d,%d): the grid is not"
-                   " co-resident (the host checks the occupancy before it launches the fused form)\n",
-                   (int)blockIdx.x, (int)blockIdx.y);
+            printf(
+                "lily: MoE fused-router grid barrier timed out (block %d,%d): the grid is not"
+                " co-resident (the host checks the occupancy before it launches the fused form)\n",
+                (int)blockIdx.x, (int)blockIdx.y);
             __trap();
         }
     }
@@ -73,10 +74,9 @@ __device__ __forceinline__ void bar_wait(const uint32_t *count, uint32_t old) {
  * sl + lpr, ... in that order, scale and bias applied per chunk, a butterfly over the lpr lanes,
  * then * rs), so the logits, and with them the routing, are bit-identical to it. */
 __device__ __forceinline__ void router_rows(const uint8_t *rw, const uint32_t *rsb,
-                                            const uint8_t *sgw, const uint32_t *sgsb, int E,
-                                            int H, int lpr, const float4 *xs4, const float *xsum,
-                                            float rs, int b, int nb, float *glog, float *slog,
-                                            float *ssg) {
+                                            const uint8_t *sgw, const uint32_t *sgsb, int E, int H,
+                                            int lpr, const float4 *xs4, const float *xsum, float rs,
+                                            int b, int nb, float *glog, float *slog, float *ssg) {
     constexpr int CB = 4; /* chunks per lane in flight */
     const int nchunk = H / 16, ng = H / 64;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
@@ -112,12 +112,16 @@ __device__ __forceinline__ void router_rows(const uint8_t *rw, const uint32_t *r
                            fmaf(hi_bf16(sv[j]), xsum[c], acc));
             }
         }
-        for (int o = lpr / 2; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
+        for (int o = lpr / 2; o > 0; o >>= 1)
+            acc += __shfl_xor_sync(0xffffffffu, acc, o);
         if (ok && sl == 0) {
             const float v = acc * rs;
-            if (glog) glog[r] = v;
-            else if (r < E) slog[r] = v;
-            else *ssg = v;
+            if (glog)
+                glog[r] = v;
+            else if (r < E)
+                slog[r] = v;
+            else
+                *ssg = v;
         }
     }
 }

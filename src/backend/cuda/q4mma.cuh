@@ -57,8 +57,8 @@ static __device__ __forceinline__ void q4x_convert(int cols, Ld ld, uint32_t *xh
  * the two scale/bias words of the groups this lane applies (8-byte loads). A NULL row loads
  * zeros (a zero scale and bias: the row contributes nothing). */
 struct q4_step_regs {
-    uint4 w[4];   /* r0 chunk t, r0 chunk 4+t, r1 chunk t, r1 chunk 4+t */
-    uint2 sb[2];  /* r0, r1: groups G, G+1 */
+    uint4 w[4];  /* r0 chunk t, r0 chunk 4+t, r1 chunk t, r1 chunk 4+t */
+    uint2 sb[2]; /* r0, r1: groups G, G+1 */
 };
 
 static __device__ __forceinline__ void q4_step_load(const uint8_t *r0, const uint32_t *sb0,

@@ -318,8 +318,8 @@ __global__ void draw_setup_kernel(int32_t *d_tok, int32_t *d_pos, const int32_t 
 
 extern "C" int lily_cuda_draw_setup(int32_t *d_tok, int32_t *d_pos, const int32_t *d_last,
                                     int32_t tok, int pos, lily_cuda_sampling *d_cfg,
-                                    const lily_cuda_sampling *cfg, uint64_t *d_step,
-                                    uint64_t step, lily_cuda_stream st, lily_err *e) {
+                                    const lily_cuda_sampling *cfg, uint64_t *d_step, uint64_t step,
+                                    lily_cuda_stream st, lily_err *e) {
     draw_setup_kernel<<<1, 1, 0, st>>>(d_tok, d_pos, d_last, tok, pos, d_cfg, *cfg, d_step, step);
     LILY_CU_LAUNCHED(e);
     return 0;

@@ -32,9 +32,8 @@ static inline int lily_tma_map(CUtensorMap *map, CUtensorMapDataType type, int r
                                const void *base, const uint64_t *dims, const uint64_t *strides,
                                const uint32_t *box, CUtensorMapSwizzle swizzle, lily_err *e) {
     static PFN_cuTensorMapEncodeTiled_v12000 encode = nullptr;
-    if (!encode &&
-        !(encode = (PFN_cuTensorMapEncodeTiled_v12000)lily_driver_fn("cuTensorMapEncodeTiled",
-                                                                    12000, e)))
+    if (!encode && !(encode = (PFN_cuTensorMapEncodeTiled_v12000)lily_driver_fn(
+                         "cuTensorMapEncodeTiled", 12000, e)))
         return -1;
     cuuint64_t d[5], s[4];
     cuuint32_t b[5], one[5];
@@ -53,8 +52,7 @@ static inline int lily_tma_map(CUtensorMap *map, CUtensorMapDataType type, int r
 static inline int lily_alloc_end(const void *p, uintptr_t *end, lily_err *e) {
     static PFN_cuMemGetAddressRange_v3020 range = nullptr;
     if (!range &&
-        !(range = (PFN_cuMemGetAddressRange_v3020)lily_driver_fn("cuMemGetAddressRange", 3020,
-                                                                e)))
+        !(range = (PFN_cuMemGetAddressRange_v3020)lily_driver_fn("cuMemGetAddressRange", 3020, e)))
         return -1;
     CUdeviceptr base = 0;
     size_t size = 0;
