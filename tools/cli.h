@@ -8,21 +8,28 @@
 
 #include "lily.h"
 
-/* Small shared helpers for argument parsing (tools/cli_util.c). */
-/* Returns argv[i+1] for option argv[i], or prints an error and returns NULL. */
-const char *lily_cli_value(int argc, char **argv, int *i);
+#include "args.h"
+
+/* Small shared helpers for argument parsing (tools/cli_util.c); the parser itself is
+ * tools/args.h. */
 /* Parses a size such as 512, 4K, 128k, 1M into *out. Returns 0 or -1. */
 int lily_cli_size(const char *s, long *out);
-/* Parses "cpu" or "cuda". Returns 0 or -1 (with a message on stderr). */
-int lily_cli_backend(const char *s, lily_backend_kind *out);
-/* The engine options every engine command takes: --precision default|exact|fast, --cpu-isa
+/* The engine options' usage lines: --precision default|exact|fast, --cpu-isa
  * auto|avx512|avx2|scalar, --sample-on auto|device|host (device: the backend draws tokens, the
- * CPU backend too). Returns 1 when a was one of them (stored in *o), 0 when it is not, -1 with a
- * message on stderr when v is not one of its values. */
+ * CPU backend too). */
 #define LILY_CLI_ENGINE_USAGE                                                \
     "  --precision default|exact|fast   --cpu-isa auto|avx512|avx2|scalar\n" \
     "  --sample-on auto|device|host     (where tokens are drawn: device = the backend)\n"
-int lily_cli_engine_arg(const char *a, const char *v, lily_engine_opts *o);
+/* The engine options, declared once for every command that opens a model (parsed by
+ * tools/args.c): --backend cpu|cuda, --threads N, --precision, --cpu-isa, --sample-on. Each
+ * field holds the lily.h enum's value (0 = its default). */
+typedef struct lily_cli_engine {
+    int backend, threads, precision, cpu_isa, sample_on;
+} lily_cli_engine;
+#define LILY_CLI_ENGINE_N 6 /* lily_arg entries lily_cli_engine_table() writes, with the end */
+void lily_cli_engine_table(lily_cli_engine *e, lily_arg t[LILY_CLI_ENGINE_N]);
+/* Copies e into o's fields of the same names. */
+void lily_cli_engine_apply(const lily_cli_engine *e, lily_engine_opts *o);
 /* Reads a file of little-endian int32 token ids (caller frees *out). Returns 0 or -1. */
 int lily_cli_read_tokens(const char *path, int32_t **out, int *n);
 

@@ -2,6 +2,7 @@
 #ifndef LILY_TOOLS_CLI_CHAT_H
 #define LILY_TOOLS_CLI_CHAT_H
 
+#include "cli.h"
 #include "clichat.h"
 
 typedef struct lily_chat_args {
@@ -10,12 +11,15 @@ typedef struct lily_chat_args {
     int seed_set;
     double temp, top_p, min_p; /* < 0: the model's generation defaults */
     long top_k, seed;          /* top_k < 0: default */
+    lily_cli_engine eng;       /* --backend --threads --precision --cpu-isa --sample-on */
+    lily_arg tab[10];          /* the table lily_chat_table() fills */
 } lily_chat_args;
 
-/* Parses option a with value v into co / g: --model --temp --top-p --min-p --top-k --seed -n
- * --think --ctx --threads --backend, and the engine options (lily_cli_engine_arg: --precision
- * --cpu-isa --sample-on). Returns 1 when a was one of these, 0 when it is not, -1 when
- * its value is bad (a message is printed). */
-int lily_chat_arg(const char *a, const char *v, lily_clichat_opts *co, lily_chat_args *g);
+/* Fills g->tab (for lily_args_parse) with --model (into co->model_dir) --temp --top-p --min-p
+ * --top-k --seed -n --ctx (into co->ctx), and --think unless no_think; returns g->tab. The
+ * engine options are a second table (lily_cli_engine_table over g->eng); lily_chat_apply()
+ * copies them into co after parsing. */
+lily_arg *lily_chat_table(lily_clichat_opts *co, lily_chat_args *g, int no_think);
+void lily_chat_apply(const lily_chat_args *g, lily_clichat_opts *co);
 
 #endif

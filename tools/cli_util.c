@@ -8,15 +8,6 @@
 
 #include "cli.h"
 
-const char *lily_cli_value(int argc, char **argv, int *i) {
-    if (*i + 1 >= argc) {
-        fprintf(stderr, "lily: option %s needs a value\n", argv[*i]);
-        return NULL;
-    }
-    *i += 1;
-    return argv[*i];
-}
-
 int lily_cli_size(const char *s, long *out) {
     char *end = NULL;
     errno = 0;
@@ -34,48 +25,47 @@ int lily_cli_size(const char *s, long *out) {
     return 0;
 }
 
-int lily_cli_backend(const char *s, lily_backend_kind *out) {
-    if (!strcmp(s, "cpu"))
-        *out = LILY_BACKEND_CPU;
-    else if (!strcmp(s, "cuda"))
-        *out = LILY_BACKEND_CUDA;
-    else {
-        fprintf(stderr, "lily: unknown backend '%s' (cpu or cuda)\n", s);
-        return -1;
-    }
-    return 0;
-}
-
-/* The index of v in names (n of them), or -1 with a message naming option a. */
-static int pick(const char *a, const char *v, const char *const *names, int n) {
-    for (int i = 0; i < n; i++)
-        if (!strcmp(v, names[i])) return i;
-    fprintf(stderr, "lily: %s takes", a);
-    for (int i = 0; i < n; i++)
-        fprintf(stderr, "%s%s", i ? "|" : " ", names[i]);
-    fprintf(stderr, ", not '%s'\n", v);
-    return -1;
-}
-
-int lily_cli_engine_arg(const char *a, const char *v, lily_engine_opts *o) {
+void lily_cli_engine_table(lily_cli_engine *e, lily_arg t[LILY_CLI_ENGINE_N]) {
     /* each list names its enum's values in order (lily.h) */
-    static const char *const prec[] = {"default", "exact", "fast"};
-    static const char *const isa[] = {"auto", "avx512", "avx2", "scalar"};
-    static const char *const on[] = {"auto", "device", "host"};
-    int i;
-    if (!strcmp(a, "--precision")) {
-        if ((i = pick(a, v, prec, 3)) < 0) return -1;
-        o->precision = (lily_precision)i;
-    } else if (!strcmp(a, "--cpu-isa")) {
-        if ((i = pick(a, v, isa, 4)) < 0) return -1;
-        o->cpu_isa = (lily_cpu_isa)i;
-    } else if (!strcmp(a, "--sample-on")) {
-        if ((i = pick(a, v, on, 3)) < 0) return -1;
-        o->sample_on = (lily_sample_on)i;
-    } else {
-        return 0;
-    }
-    return 1;
+    static const char *const backend[] = {"cpu", "cuda", NULL};
+    static const char *const prec[] = {"default", "exact", "fast", NULL};
+    static const char *const isa[] = {"auto", "avx512", "avx2", "scalar", NULL};
+    static const char *const on[] = {"auto", "device", "host", NULL};
+    t[0] = (lily_arg){.name = "--backend",
+                      .kind = LILY_ARG_ENUM,
+                      .dst = &e->backend,
+                      .values = backend,
+                      .help = "cpu|cuda"};
+    t[1] = (lily_arg){.name = "--threads",
+                      .kind = LILY_ARG_INT,
+                      .dst = &e->threads,
+                      .lo = 0,
+                      .hi = 4096,
+                      .help = "CPU threads (0: all cores)"};
+    t[2] = (lily_arg){.name = "--precision",
+                      .kind = LILY_ARG_ENUM,
+                      .dst = &e->precision,
+                      .values = prec,
+                      .help = "default|exact|fast"};
+    t[3] = (lily_arg){.name = "--cpu-isa",
+                      .kind = LILY_ARG_ENUM,
+                      .dst = &e->cpu_isa,
+                      .values = isa,
+                      .help = "auto|avx512|avx2|scalar"};
+    t[4] = (lily_arg){.name = "--sample-on",
+                      .kind = LILY_ARG_ENUM,
+                      .dst = &e->sample_on,
+                      .values = on,
+                      .help = "auto|device|host"};
+    t[5] = (lily_arg){0};
+}
+
+void lily_cli_engine_apply(const lily_cli_engine *e, lily_engine_opts *o) {
+    o->backend = (lily_backend_kind)e->backend;
+    o->n_threads = e->threads;
+    o->precision = (lily_precision)e->precision;
+    o->cpu_isa = (lily_cpu_isa)e->cpu_isa;
+    o->sample_on = (lily_sample_on)e->sample_on;
 }
 
 int lily_cli_read_tokens(const char *path, int32_t **out, int *n) {

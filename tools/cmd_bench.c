@@ -14,6 +14,7 @@
  * already holds D (the D-token context is prefilled once, untimed, and snapshotted; each round
  * restores it and times the N-token prefill). */
 #include <math.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -169,59 +170,98 @@ static void header(FILE *t, cJSON *j, const char *model, const lily_model_info *
     cJSON_AddNumberToObject(j, "rounds", rounds);
 }
 
+typedef struct bench_lists {
+    int *pl, *dl, *tn, *td, npl, ndl, nt, nref;
+    const char **refs;
+} bench_lists;
+
+static int bad_list(const char *a, const char *v) {
+    fprintf(stderr, "lily bench: bad list '%s' for %s\n", v, a);
+    return -1;
+}
+
+static int prefill_list(void *ud, const char *v) {
+    bench_lists *b = ud;
+    return parse_list(v, b->pl, &b->npl) ? bad_list("--prefill", v) : 0;
+}
+
+static int decode_list(void *ud, const char *v) {
+    bench_lists *b = ud;
+    return parse_list(v, b->dl, &b->ndl) ? bad_list("--decode", v) : 0;
+}
+
+static int turn_list(void *ud, const char *v) {
+    bench_lists *b = ud;
+    return parse_turns(v, b->tn, b->td, &b->nt) ? bad_list("--turn", v) : 0;
+}
+
+static int add_ref(void *ud, const char *v) {
+    bench_lists *b = ud;
+    if (b->nref == 8) {
+        fprintf(stderr, "lily bench: at most 8 --plot-ref files\n");
+        return -1;
+    }
+    b->refs[b->nref++] = v;
+    return 0;
+}
+
 int lily_cmd_bench(int argc, char **argv) {
     const char *model = NULL, *json = NULL, *csv = NULL, *plot = NULL, *refs[8];
     int pl[MAX_LENS], dl[MAX_LENS], npl = 0, ndl = 0, gen = 32, rounds = 1, nref = 0;
     int tn[MAX_LENS], td[MAX_LENS], nt = 0;
     lily_engine_opts opts = {0};
-    for (int i = 0; i < argc; i++) {
-        const char *a = argv[i], *v = NULL;
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            usage(stdout);
-            return 0;
-        }
-        if (!(v = lily_cli_value(argc, argv, &i))) return 2;
-        if (!strcmp(a, "--model"))
-            model = v;
-        else if (!strcmp(a, "--json"))
-            json = v;
-        else if (!strcmp(a, "--csv"))
-            csv = v;
-        else if (!strcmp(a, "--plot"))
-            plot = v;
-        else if (!strcmp(a, "--plot-ref")) {
-            if (nref == 8) {
-                fprintf(stderr, "lily bench: at most 8 --plot-ref files\n");
-                return 2;
-            }
-            refs[nref++] = v;
-        } else if (!strcmp(a, "--backend")) {
-            if (lily_cli_backend(v, &opts.backend)) return 2;
-        } else if (!strcmp(a, "--threads"))
-            opts.n_threads = atoi(v);
-        else if (!strcmp(a, "--chunk"))
-            opts.prefill_chunk = atoi(v);
-        else if (!strcmp(a, "--precision") || !strcmp(a, "--cpu-isa")) {
-            if (lily_cli_engine_arg(a, v, &opts) < 0) return 2;
-        } else if (!strcmp(a, "--gen"))
-            gen = atoi(v);
-        else if (!strcmp(a, "--rounds"))
-            rounds = atoi(v);
-        else if (!strcmp(a, "--prefill")) {
-            if (parse_list(v, pl, &npl)) goto badlist;
-        } else if (!strcmp(a, "--decode")) {
-            if (parse_list(v, dl, &ndl)) goto badlist;
-        } else if (!strcmp(a, "--turn")) {
-            if (parse_turns(v, tn, td, &nt)) goto badlist;
-        } else {
-            fprintf(stderr, "lily bench: unknown option '%s'\n", a);
-            usage(stderr);
-            return 2;
-        }
-        continue;
-    badlist:
-        fprintf(stderr, "lily bench: bad list '%s' for %s\n", v, a);
-        return 2;
+    bench_lists bl = {.pl = pl, .dl = dl, .tn = tn, .td = td, .refs = refs};
+    lily_cli_engine ce = {0};
+    lily_arg engt[LILY_CLI_ENGINE_N];
+    lily_cli_engine_table(&ce, engt);
+    const lily_arg own[] = {
+        {.name = "--model", .kind = LILY_ARG_STR, .dst = &model, .help = "model directory"},
+        {.name = "--json", .kind = LILY_ARG_STR, .dst = &json, .help = "JSON output (- stdout)"},
+        {.name = "--csv", .kind = LILY_ARG_STR, .dst = &csv, .help = "CSV output"},
+        {.name = "--plot", .kind = LILY_ARG_STR, .dst = &plot, .help = "SVG plot"},
+        {.name = "--plot-ref",
+         .kind = LILY_ARG_FN,
+         .fn = add_ref,
+         .ud = &bl,
+         .help = "reference series"},
+        {.name = "--chunk",
+         .kind = LILY_ARG_INT,
+         .dst = &opts.prefill_chunk,
+         .lo = 0,
+         .hi = INT_MAX,
+         .help = "prefill chunk"},
+        {.name = "--gen",
+         .kind = LILY_ARG_INT,
+         .dst = &gen,
+         .lo = 1,
+         .hi = INT_MAX,
+         .help = "decode tokens"},
+        {.name = "--rounds",
+         .kind = LILY_ARG_INT,
+         .dst = &rounds,
+         .lo = 1,
+         .hi = MAX_ROUNDS,
+         .help = "rounds"},
+        {.name = "--prefill",
+         .kind = LILY_ARG_FN,
+         .fn = prefill_list,
+         .ud = &bl,
+         .help = "prefill lengths"},
+        {.name = "--decode",
+         .kind = LILY_ARG_FN,
+         .fn = decode_list,
+         .ud = &bl,
+         .help = "decode depths"},
+        {.name = "--turn", .kind = LILY_ARG_FN, .fn = turn_list, .ud = &bl, .help = "turns"},
+        {0}};
+    const lily_arg *tabs[] = {own, engt};
+    const int pr = lily_args_parse("bench", tabs, 2, argc, argv, NULL, 0, NULL, usage);
+    if (pr) return lily_args_exit(pr);
+    npl = bl.npl, ndl = bl.ndl, nt = bl.nt, nref = bl.nref;
+    {
+        const int chunk = opts.prefill_chunk;
+        lily_cli_engine_apply(&ce, &opts);
+        opts.prefill_chunk = chunk;
     }
     char mbuf[4096];
     if (model && !(model = lily_cli_model(model, mbuf, sizeof mbuf))) return 1;

@@ -369,29 +369,18 @@ int lily_cmd_chat(int argc, char **argv) {
     chat ch = {.ga = {.n_new = 0, .think = -1, .temp = -1, .top_p = -1, .min_p = -1, .top_k = -1}};
     lily_clichat_opts co = {.cache_bytes = (size_t)1 << 30};
     const char *histfile = NULL;
-    for (int i = 0; i < argc; i++) {
-        const char *a = argv[i], *v;
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            usage(stdout);
-            return 0;
-        }
-        if (!(v = lily_cli_value(argc, argv, &i))) return 2;
-        if (!strcmp(a, "--system")) {
-            free(ch.system), ch.system = strdup(v);
-            continue;
-        }
-        if (!strcmp(a, "--history")) {
-            histfile = v;
-            continue;
-        }
-        int r = lily_chat_arg(a, v, &co, &ch.ga);
-        if (r <= 0) {
-            if (!r) fprintf(stderr, "lily chat: bad option %s %s\n", a, v);
-            if (!r) usage(stderr);
-            free(ch.system);
-            return 2;
-        }
-    }
+    const char *system = NULL;
+    lily_arg eng[LILY_CLI_ENGINE_N];
+    lily_cli_engine_table(&ch.ga.eng, eng);
+    const lily_arg own[] = {
+        {.name = "--system", .kind = LILY_ARG_STR, .dst = &system, .help = "system prompt"},
+        {.name = "--history", .kind = LILY_ARG_STR, .dst = &histfile, .help = "history file"},
+        {0}};
+    const lily_arg *tabs[] = {own, lily_chat_table(&co, &ch.ga, 0), eng};
+    const int pr = lily_args_parse("chat", tabs, 3, argc, argv, NULL, 0, NULL, usage);
+    if (pr) return lily_args_exit(pr);
+    lily_chat_apply(&ch.ga, &co);
+    if (system) ch.system = strdup(system);
     char mbuf[4096];
     if (co.model_dir && !(co.model_dir = lily_cli_model(co.model_dir, mbuf, sizeof mbuf))) {
         free(ch.system);

@@ -288,23 +288,13 @@ static int write_config(const char *from, const char *to, lily_err *e) {
 
 int lily_cmd_convert(int argc, char **argv) {
     const char *model = NULL, *out = NULL;
-    for (int i = 0; i < argc; i++) {
-        const char *a = argv[i], *v = NULL;
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            usage(stdout);
-            return 0;
-        }
-        if (strcmp(a, "--model") && strcmp(a, "--out")) {
-            fprintf(stderr, "lily convert: unknown option '%s'\n", a);
-            usage(stderr);
-            return 2;
-        }
-        if (!(v = lily_cli_value(argc, argv, &i))) return 2;
-        if (!strcmp(a, "--model"))
-            model = v;
-        else
-            out = v;
-    }
+    const lily_arg own[] = {
+        {.name = "--model", .kind = LILY_ARG_STR, .dst = &model, .help = "MLX checkpoint"},
+        {.name = "--out", .kind = LILY_ARG_STR, .dst = &out, .help = "output directory"},
+        {0}};
+    const lily_arg *tabs[] = {own};
+    const int pr = lily_args_parse("convert", tabs, 1, argc, argv, NULL, 0, NULL, usage);
+    if (pr) return lily_args_exit(pr);
     if (!model || !out) {
         usage(stderr);
         return 2;

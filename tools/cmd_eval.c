@@ -11,6 +11,7 @@
  * two proper distributions; the fp16 rounding adds about 1e-7 to the mean KL. */
 #include <math.h>
 #include <stdint.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -137,52 +138,44 @@ int lily_cmd_eval(int argc, char **argv) {
     double max_ppl_delta = -1, max_mean_kl = -1, min_top1 = -1;
     int json = 0, chunk = 0;
     lily_engine_opts opts = {0};
-    for (int i = 0; i < argc; i++) {
-        const char *a = argv[i], *v = NULL;
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            usage(stdout);
-            return 0;
-        }
-        if (!strcmp(a, "--json")) {
-            json = 1;
-            continue;
-        }
-        static const char *const valued[] = {"--model",    "--text",          "--ref",
-                                             "--backend",  "--threads",       "--mode",
-                                             "--chunk",    "--max-ppl-delta", "--max-mean-kl",
-                                             "--min-top1", "--precision",     "--cpu-isa"};
-        int known = 0;
-        for (size_t k = 0; k < sizeof valued / sizeof valued[0]; k++)
-            known |= !strcmp(a, valued[k]);
-        if (!known) {
-            fprintf(stderr, "lily eval: unknown option '%s'\n", a);
-            usage(stderr);
-            return 2;
-        }
-        if (!(v = lily_cli_value(argc, argv, &i))) return 2;
-        if (!strcmp(a, "--model"))
-            model = v;
-        else if (!strcmp(a, "--text"))
-            text_path = v;
-        else if (!strcmp(a, "--ref"))
-            ref_path = v;
-        else if (!strcmp(a, "--backend") && lily_cli_backend(v, &opts.backend))
-            return 2;
-        else if (!strcmp(a, "--threads"))
-            opts.n_threads = atoi(v);
-        else if (!strcmp(a, "--mode"))
-            mode = v;
-        else if (!strcmp(a, "--chunk"))
-            chunk = atoi(v);
-        else if (!strcmp(a, "--max-ppl-delta"))
-            max_ppl_delta = atof(v);
-        else if (!strcmp(a, "--max-mean-kl"))
-            max_mean_kl = atof(v);
-        else if (!strcmp(a, "--min-top1"))
-            min_top1 = atof(v);
-        else if (lily_cli_engine_arg(a, v, &opts) < 0)
-            return 2;
-    }
+    lily_cli_engine ce = {0};
+    lily_arg engt[LILY_CLI_ENGINE_N];
+    lily_cli_engine_table(&ce, engt);
+    const lily_arg own[] = {
+        {.name = "--json", .kind = LILY_ARG_FLAG, .dst = &json, .help = "JSON output"},
+        {.name = "--model", .kind = LILY_ARG_STR, .dst = &model, .help = "model directory"},
+        {.name = "--text", .kind = LILY_ARG_STR, .dst = &text_path, .help = "text file"},
+        {.name = "--ref", .kind = LILY_ARG_STR, .dst = &ref_path, .help = "reference logits"},
+        {.name = "--mode", .kind = LILY_ARG_STR, .dst = &mode, .help = "prefill|decode"},
+        {.name = "--chunk",
+         .kind = LILY_ARG_INT,
+         .dst = &chunk,
+         .lo = 0,
+         .hi = INT_MAX,
+         .help = "window length"},
+        {.name = "--max-ppl-delta",
+         .kind = LILY_ARG_FLOAT,
+         .dst = &max_ppl_delta,
+         .lo = 0,
+         .hi = 1e9,
+         .help = "quality bar"},
+        {.name = "--max-mean-kl",
+         .kind = LILY_ARG_FLOAT,
+         .dst = &max_mean_kl,
+         .lo = 0,
+         .hi = 1e9,
+         .help = "quality bar"},
+        {.name = "--min-top1",
+         .kind = LILY_ARG_FLOAT,
+         .dst = &min_top1,
+         .lo = 0,
+         .hi = 100,
+         .help = "quality bar"},
+        {0}};
+    const lily_arg *tabs[] = {own, engt};
+    const int pr = lily_args_parse("eval", tabs, 2, argc, argv, NULL, 0, NULL, usage);
+    if (pr) return lily_args_exit(pr);
+    lily_cli_engine_apply(&ce, &opts);
     int decode = !strcmp(mode, "decode");
     if (!model || !text_path || (!decode && strcmp(mode, "prefill")) || chunk < 0) {
         if (model && text_path) fprintf(stderr, "lily eval: bad --mode or --chunk\n");

@@ -26,24 +26,15 @@ int lily_cmd_generate(int argc, char **argv) {
     lily_clichat_opts co = {0};
     lily_chat_args ga = {
         .n_new = 32, .think = -1, .temp = -1, .top_p = -1, .min_p = -1, .top_k = -1};
-    for (int i = 0; i < argc; i++) {
-        const char *a = argv[i], *v;
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            usage(stdout);
-            return 0;
-        }
-        if (!(v = lily_cli_value(argc, argv, &i))) return 2;
-        if (!strcmp(a, "--tokens")) {
-            tokstr = v;
-        } else {
-            const int r = strcmp(a, "--think") ? lily_chat_arg(a, v, &co, &ga) : 0;
-            if (r < 0) return 2;
-            if (!r) {
-                fprintf(stderr, "lily generate: unknown option '%s'\n", a);
-                return 2;
-            }
-        }
-    }
+    lily_arg engt[LILY_CLI_ENGINE_N];
+    lily_cli_engine_table(&ga.eng, engt);
+    const lily_arg own[] = {
+        {.name = "--tokens", .kind = LILY_ARG_STR, .dst = &tokstr, .help = "prompt token ids"},
+        {0}};
+    const lily_arg *tabs[] = {own, lily_chat_table(&co, &ga, 1), engt};
+    const int pr = lily_args_parse("generate", tabs, 3, argc, argv, NULL, 0, NULL, usage);
+    if (pr) return lily_args_exit(pr);
+    lily_chat_apply(&ga, &co);
     const char *model = co.model_dir;
     const int n_gen = ga.n_new, ctx = co.ctx;
     lily_engine_opts opts = {.backend = co.backend,

@@ -75,18 +75,11 @@ static void print_model(const char *dir, const lily_model *m) {
 
 int lily_cmd_info(int argc, char **argv) {
     const char *dir = NULL;
-    for (int i = 0; i < argc; i++) {
-        if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
-            usage(stdout);
-            return 0;
-        } else if (!strcmp(argv[i], "--model")) {
-            if (!(dir = lily_cli_value(argc, argv, &i))) return 2;
-        } else {
-            fprintf(stderr, "lily info: unknown option '%s'\n", argv[i]);
-            usage(stderr);
-            return 2;
-        }
-    }
+    const lily_arg own[] = {
+        {.name = "--model", .kind = LILY_ARG_STR, .dst = &dir, .help = "model directory"}, {0}};
+    const lily_arg *tabs[] = {own};
+    const int pr = lily_args_parse("info", tabs, 1, argc, argv, NULL, 0, NULL, usage);
+    if (pr) return lily_args_exit(pr);
     if (!dir) {
         usage(stderr);
         return 2;

@@ -87,6 +87,70 @@ static const int_opt int_opts[] = {
     {"--threads", offsetof(lily_mk_opts, n_threads), 1},
 };
 
+static int mk_layout(void *ud, const char *v) {
+    lily_mk_opts *o = ud;
+    if (!strcmp(v, "hf"))
+        o->layout = LILY_MK_HF;
+    else if (!strcmp(v, "mlx4") || !strcmp(v, "mlx8")) {
+        o->layout = LILY_MK_MLX;
+        o->bits = v[3] - '0';
+    } else {
+        fprintf(stderr, "lily mkmodel: --layout takes hf|mlx4|mlx8, not '%s'\n", v);
+        return -1;
+    }
+    return 0;
+}
+
+static int mk_experts(void *ud, const char *v) {
+    lily_mk_opts *o = ud;
+    if (!strcmp(v, "fused"))
+        o->fused_experts = 1;
+    else if (!strcmp(v, "per") || !strcmp(v, "per-expert"))
+        o->fused_experts = 0;
+    else if (parse_int("--experts", v, 1, &o->cfg.n_experts))
+        return -1;
+    return 0;
+}
+
+static int mk_seed(void *ud, const char *v) {
+    lily_mk_opts *o = ud;
+    char *end;
+    errno = 0;
+    o->seed = strtoull(v, &end, 0);
+    if (errno || end == v || *end) {
+        fprintf(stderr, "lily mkmodel: --seed needs an integer, not '%s'\n", v);
+        return -1;
+    }
+    return 0;
+}
+
+static int mk_shard(void *ud, const char *v) {
+    lily_mk_opts *o = ud;
+    if (parse_bytes(v, &o->shard_bytes)) {
+        fprintf(stderr, "lily mkmodel: bad --shard-size '%s' (a size such as 64M)\n", v);
+        return -1;
+    }
+    return 0;
+}
+
+static int mk_dense(void *ud, const char *v) {
+    lily_mk_opts *o = ud;
+    if (parse_int("--dense", v, 1, &o->cfg.intermediate)) return -1;
+    snprintf(o->cfg.model_type, sizeof o->cfg.model_type, "qwen3_5");
+    return 0;
+}
+
+static int mk_theta(void *ud, const char *v) {
+    lily_mk_opts *o = ud;
+    char *end;
+    o->cfg.rope_theta = strtod(v, &end);
+    if (end == v || *end || !(o->cfg.rope_theta > 0)) {
+        fprintf(stderr, "lily mkmodel: bad --rope-theta '%s' (a number > 0)\n", v);
+        return -1;
+    }
+    return 0;
+}
+
 int lily_cmd_mkmodel(int argc, char **argv) {
     const char *out = NULL, *preset = "tiny";
     for (int i = 0; i < argc; i++) {
@@ -103,78 +167,33 @@ int lily_cmd_mkmodel(int argc, char **argv) {
         return 2;
     }
     o.verbose = 1;
-    for (int i = 0; i < argc; i++) {
-        const char *a = argv[i], *v;
-        size_t k;
-        for (k = 0; k < sizeof int_opts / sizeof int_opts[0]; k++)
-            if (!strcmp(a, int_opts[k].name)) break;
-        if (k < sizeof int_opts / sizeof int_opts[0]) {
-            if (!(v = lily_cli_value(argc, argv, &i)) ||
-                parse_int(a, v, int_opts[k].lo, (int *)((char *)&o + int_opts[k].off)))
-                return 2;
-            continue;
-        }
-        if (!strcmp(a, "--out") || !strcmp(a, "--preset") || !strcmp(a, "--layout") ||
-            !strcmp(a, "--experts") || !strcmp(a, "--seed") || !strcmp(a, "--tokenizer") ||
-            !strcmp(a, "--shard-size") || !strcmp(a, "--dense") || !strcmp(a, "--rope-theta")) {
-            if (!(v = lily_cli_value(argc, argv, &i))) return 2;
-        } else if (!strcmp(a, "--tied")) {
-            o.cfg.tie_embeddings = 1;
-            continue;
-        } else if (!strcmp(a, "--quiet")) {
-            o.verbose = 0;
-            continue;
-        } else {
-            fprintf(stderr, "lily mkmodel: unknown option '%s'\n", a);
-            usage(stderr);
-            return 2;
-        }
-        if (!strcmp(a, "--out")) {
-            out = v;
-        } else if (!strcmp(a, "--layout")) {
-            if (!strcmp(v, "hf"))
-                o.layout = LILY_MK_HF;
-            else if (!strcmp(v, "mlx4") || !strcmp(v, "mlx8")) {
-                o.layout = LILY_MK_MLX;
-                o.bits = v[3] - '0';
-            } else {
-                fprintf(stderr, "lily mkmodel: --layout must be hf, mlx4 or mlx8\n");
-                return 2;
-            }
-        } else if (!strcmp(a, "--experts")) {
-            if (!strcmp(v, "fused"))
-                o.fused_experts = 1;
-            else if (!strcmp(v, "per") || !strcmp(v, "per-expert"))
-                o.fused_experts = 0;
-            else if (parse_int(a, v, 1, &o.cfg.n_experts))
-                return 2;
-        } else if (!strcmp(a, "--seed")) {
-            char *end;
-            errno = 0;
-            o.seed = strtoull(v, &end, 0);
-            if (errno || end == v || *end) {
-                fprintf(stderr, "lily mkmodel: --seed needs an integer\n");
-                return 2;
-            }
-        } else if (!strcmp(a, "--tokenizer")) {
-            o.tokenizer_dir = v;
-        } else if (!strcmp(a, "--shard-size")) {
-            if (parse_bytes(v, &o.shard_bytes)) {
-                fprintf(stderr, "lily mkmodel: bad --shard-size '%s'\n", v);
-                return 2;
-            }
-        } else if (!strcmp(a, "--dense")) {
-            if (parse_int(a, v, 1, &o.cfg.intermediate)) return 2;
-            snprintf(o.cfg.model_type, sizeof o.cfg.model_type, "qwen3_5");
-        } else if (!strcmp(a, "--rope-theta")) {
-            char *end;
-            o.cfg.rope_theta = strtod(v, &end);
-            if (end == v || *end || !(o.cfg.rope_theta > 0)) {
-                fprintf(stderr, "lily mkmodel: bad --rope-theta '%s'\n", v);
-                return 2;
-            }
-        }
-    }
+    int tied = 0, quiet = 0;
+    const char *preset_again = NULL;
+    lily_arg tab[sizeof int_opts / sizeof int_opts[0] + 12];
+    size_t n = 0;
+    for (size_t k = 0; k < sizeof int_opts / sizeof int_opts[0]; k++)
+        tab[n++] = (lily_arg){.name = int_opts[k].name,
+                              .kind = LILY_ARG_INT,
+                              .dst = (char *)&o + int_opts[k].off,
+                              .lo = int_opts[k].lo,
+                              .hi = 1 << 30};
+    tab[n++] = (lily_arg){.name = "--out", .kind = LILY_ARG_STR, .dst = &out};
+    tab[n++] = (lily_arg){.name = "--preset", .kind = LILY_ARG_STR, .dst = &preset_again};
+    tab[n++] = (lily_arg){.name = "--layout", .kind = LILY_ARG_FN, .fn = mk_layout, .ud = &o};
+    tab[n++] = (lily_arg){.name = "--experts", .kind = LILY_ARG_FN, .fn = mk_experts, .ud = &o};
+    tab[n++] = (lily_arg){.name = "--seed", .kind = LILY_ARG_FN, .fn = mk_seed, .ud = &o};
+    tab[n++] = (lily_arg){.name = "--tokenizer", .kind = LILY_ARG_STR, .dst = &o.tokenizer_dir};
+    tab[n++] = (lily_arg){.name = "--shard-size", .kind = LILY_ARG_FN, .fn = mk_shard, .ud = &o};
+    tab[n++] = (lily_arg){.name = "--dense", .kind = LILY_ARG_FN, .fn = mk_dense, .ud = &o};
+    tab[n++] = (lily_arg){.name = "--rope-theta", .kind = LILY_ARG_FN, .fn = mk_theta, .ud = &o};
+    tab[n++] = (lily_arg){.name = "--tied", .kind = LILY_ARG_FLAG, .dst = &tied};
+    tab[n++] = (lily_arg){.name = "--quiet", .kind = LILY_ARG_FLAG, .dst = &quiet};
+    tab[n] = (lily_arg){0};
+    const lily_arg *tabs[] = {tab};
+    const int pr = lily_args_parse("mkmodel", tabs, 1, argc, argv, NULL, 0, NULL, usage);
+    if (pr) return lily_args_exit(pr);
+    if (tied) o.cfg.tie_embeddings = 1;
+    if (quiet) o.verbose = 0;
     if (!out) {
         fprintf(stderr, "lily mkmodel: --out DIR is required\n");
         usage(stderr);

@@ -22,20 +22,11 @@ static void usage(FILE *f) {
 int lily_cmd_pull(int argc, char **argv) {
     const char *spec = NULL;
     int quiet = 0;
-    for (int i = 0; i < argc; i++) {
-        if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
-            usage(stdout);
-            return 0;
-        }
-        if (!strcmp(argv[i], "--quiet"))
-            quiet = 1;
-        else if (argv[i][0] == '-' || spec) {
-            fprintf(stderr, "lily pull: unexpected argument '%s'\n", argv[i]);
-            usage(stderr);
-            return 2;
-        } else
-            spec = argv[i];
-    }
+    const lily_arg own[] = {
+        {.name = "--quiet", .kind = LILY_ARG_FLAG, .dst = &quiet, .help = "no progress bar"}, {0}};
+    const lily_arg *tabs[] = {own};
+    const int pr = lily_args_parse("pull", tabs, 1, argc, argv, &spec, 1, NULL, usage);
+    if (pr) return lily_args_exit(pr);
     if (!spec) {
         usage(stderr);
         return 2;

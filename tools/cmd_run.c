@@ -35,37 +35,28 @@ int lily_cmd_run(int argc, char **argv) {
     int raw = 0;
     lily_chat_args ga = {
         .n_new = 256, .think = -1, .temp = -1, .top_p = -1, .min_p = -1, .top_k = -1};
-    for (int i = 0; i < argc; i++) {
-        const char *a = argv[i], *v;
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            usage(stdout);
-            return 0;
-        }
-        if (!strcmp(a, "--raw")) {
-            raw = 1;
-            continue;
-        }
-        if (a[0] != '-' && !prompt) { /* the prompt as a positional argument */
-            prompt = a;
-            continue;
-        }
-        if (!(v = lily_cli_value(argc, argv, &i))) return 2;
-        if (!strcmp(a, "-p") || !strcmp(a, "--prompt")) {
-            prompt = v;
-            continue;
-        }
-        if (!strcmp(a, "--system")) {
-            system = v;
-            continue;
-        }
-        int r = lily_chat_arg(a, v, &co, &ga);
-        if (r < 0) return 2;
-        if (!r) {
-            fprintf(stderr, "lily run: bad option %s %s\n", a, v);
-            usage(stderr);
-            return 2;
-        }
+    const char *pos[1] = {NULL};
+    lily_arg eng[LILY_CLI_ENGINE_N];
+    lily_cli_engine_table(&ga.eng, eng);
+    const lily_arg own[] = {
+        {.name = "-p",
+         .alias = "--prompt",
+         .kind = LILY_ARG_STR,
+         .dst = &prompt,
+         .help = "the prompt"},
+        {.name = "--system", .kind = LILY_ARG_STR, .dst = &system, .help = "system prompt"},
+        {.name = "--raw", .kind = LILY_ARG_FLAG, .dst = &raw, .help = "no chat template"},
+        {0}};
+    const lily_arg *tabs[] = {own, lily_chat_table(&co, &ga, 0), eng};
+    int np = 0;
+    const int pr = lily_args_parse("run", tabs, 3, argc, argv, pos, 1, &np, usage);
+    if (pr) return lily_args_exit(pr);
+    lily_chat_apply(&ga, &co);
+    if (np && prompt) {
+        fprintf(stderr, "lily run: two prompts: -p and '%s' (see lily run --help)\n", pos[0]);
+        return 2;
     }
+    if (np) prompt = pos[0];
     int think = ga.think, n_new = ga.n_new, seed_set = ga.seed_set;
     double temp = ga.temp, top_p = ga.top_p, min_p = ga.min_p;
     long top_k = ga.top_k, seed = ga.seed;

@@ -16,36 +16,19 @@ static void usage(FILE *f) {
 int lily_cmd_score(int argc, char **argv) {
     const char *model = NULL, *tokens_path = NULL, *out_path = NULL, *mode = "prefill";
     lily_engine_opts opts = {0};
-    for (int i = 0; i < argc; i++) {
-        const char *a = argv[i], *v = NULL;
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            usage(stdout);
-            return 0;
-        }
-        if (!strcmp(a, "--model") || !strcmp(a, "--tokens") || !strcmp(a, "--logits-out") ||
-            !strcmp(a, "--mode") || !strcmp(a, "--backend") || !strcmp(a, "--threads") ||
-            !strcmp(a, "--precision") || !strcmp(a, "--cpu-isa")) {
-            if (!(v = lily_cli_value(argc, argv, &i))) return 2;
-        } else {
-            fprintf(stderr, "lily score: unknown option '%s'\n", a);
-            usage(stderr);
-            return 2;
-        }
-        if (!strcmp(a, "--model"))
-            model = v;
-        else if (!strcmp(a, "--tokens"))
-            tokens_path = v;
-        else if (!strcmp(a, "--logits-out"))
-            out_path = v;
-        else if (!strcmp(a, "--mode"))
-            mode = v;
-        else if (!strcmp(a, "--backend") && lily_cli_backend(v, &opts.backend))
-            return 2;
-        else if (!strcmp(a, "--threads"))
-            opts.n_threads = atoi(v);
-        else if (lily_cli_engine_arg(a, v, &opts) < 0)
-            return 2;
-    }
+    lily_cli_engine ce = {0};
+    lily_arg engt[LILY_CLI_ENGINE_N];
+    lily_cli_engine_table(&ce, engt);
+    const lily_arg own[] = {
+        {.name = "--model", .kind = LILY_ARG_STR, .dst = &model, .help = "model directory"},
+        {.name = "--tokens", .kind = LILY_ARG_STR, .dst = &tokens_path, .help = "token file"},
+        {.name = "--logits-out", .kind = LILY_ARG_STR, .dst = &out_path, .help = "output"},
+        {.name = "--mode", .kind = LILY_ARG_STR, .dst = &mode, .help = "prefill|decode|chunked:N"},
+        {0}};
+    const lily_arg *tabs[] = {own, engt};
+    const int pr = lily_args_parse("score", tabs, 2, argc, argv, NULL, 0, NULL, usage);
+    if (pr) return lily_args_exit(pr);
+    lily_cli_engine_apply(&ce, &opts);
     char mbuf[4096];
     if (model && !(model = lily_cli_model(model, mbuf, sizeof mbuf))) return 1;
     if (!model || !tokens_path || !out_path) {

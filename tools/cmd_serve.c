@@ -1,4 +1,5 @@
 /* lily serve: the OpenAI-compatible HTTP server (src/server). */
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -61,122 +62,181 @@ static int read_keys(const char *path, char ***keys, int *n) {
     return 0;
 }
 
-/* A positive number of seconds (fractions allowed). */
-static int seconds(const char *v, double *out) {
-    char *end;
-    double x = strtod(v, &end);
-    if (end == v || *end || !(x > 0) || x > 1e6) return 0;
-    *out = x;
-    return 1;
+typedef struct serve_lists {
+    char **keys;
+    const char **hosts;
+    int nkeys, nhosts;
+} serve_lists;
+
+static int add_key(void *ud, const char *v) {
+    serve_lists *l = ud;
+    l->keys = lily_xrealloc(l->keys, (size_t)(l->nkeys + 1) * sizeof *l->keys);
+    l->keys[l->nkeys++] = lily_xstrdup(v);
+    return 0;
+}
+
+static int add_key_file(void *ud, const char *v) {
+    serve_lists *l = ud;
+    return read_keys(v, &l->keys, &l->nkeys);
+}
+
+static int add_host(void *ud, const char *v) {
+    serve_lists *l = ud;
+    l->hosts = lily_xrealloc(l->hosts, (size_t)(l->nhosts + 1) * sizeof *l->hosts);
+    l->hosts[l->nhosts++] = v;
+    return 0;
+}
+
+static int log_format(void *ud, const char *v) {
+    lily_log_format f;
+    if (lily_reqlog_parse_format(v, &f)) {
+        fprintf(stderr, "lily serve: --log-format takes text|json|none, not '%s'\n", v);
+        return -1;
+    }
+    *(int *)ud = (int)f;
+    return 0;
 }
 
 int lily_cmd_serve(int argc, char **argv) {
     lily_server_opts o = {.port = 8080, .reasoning = -1};
-    char **keys = NULL;
-    const char **hosts = NULL;
-    int nkeys = 0, nhosts = 0, rc = 2;
-    for (int i = 0; i < argc; i++) {
-        const char *a = argv[i], *v = NULL;
-        long x;
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            usage(stdout);
-            rc = 0;
-            goto out;
-        }
-        if (!strcmp(a, "--strict-model")) {
-            o.strict_model = 1;
-            continue;
-        }
-        if (!strcmp(a, "--quiet")) {
-            o.quiet = 1;
-            continue;
-        }
-        if (!(v = lily_cli_value(argc, argv, &i))) goto out;
-        if (!strcmp(a, "--model")) {
-            o.model_dir = v;
-        } else if (!strcmp(a, "--host")) {
-            o.host = v;
-        } else if (!strcmp(a, "--port") && !lily_cli_size(v, &x) && x < 65536) {
-            o.port = (int)x;
-        } else if (!strcmp(a, "--api-key")) {
-            keys = lily_xrealloc(keys, (size_t)(nkeys + 1) * sizeof *keys);
-            keys[nkeys++] = lily_xstrdup(v);
-        } else if (!strcmp(a, "--api-key-file")) {
-            if (read_keys(v, &keys, &nkeys)) goto out;
-        } else if (!strcmp(a, "--model-id")) {
-            o.model_id = v;
-        } else if (!strcmp(a, "--ctx") && !lily_cli_size(v, &x) && x > 1) {
-            o.ctx = (int)x;
-        } else if (!strcmp(a, "--parallel-queue") && !lily_cli_size(v, &x) && x > 0) {
-            o.queue = (int)x;
-        } else if (!strcmp(a, "--max-body") && !lily_cli_size(v, &x) && x > 0) {
-            o.max_body = (size_t)x;
-        } else if (!strcmp(a, "--snapshot-mem") && !lily_cli_size(v, &x)) {
-            o.snapshot_mem = (size_t)x << 20;
-            if (!x) o.snapshot_mem = 1; /* effectively no cache */
-        } else if (!strcmp(a, "--backend")) {
-            if (lily_cli_backend(v, &o.backend)) goto out;
-        } else if (!strcmp(a, "--threads") && !lily_cli_size(v, &x)) {
-            o.threads = (int)x;
-        } else if (!strcmp(a, "--precision") || !strcmp(a, "--cpu-isa") ||
-                   !strcmp(a, "--sample-on")) {
-            lily_engine_opts eo = {
-                .precision = o.precision, .cpu_isa = o.cpu_isa, .sample_on = o.sample_on};
-            if (lily_cli_engine_arg(a, v, &eo) < 0) goto out;
-            o.precision = eo.precision, o.cpu_isa = eo.cpu_isa, o.sample_on = eo.sample_on;
-        } else if (!strcmp(a, "--cors-origins")) {
-            o.cors_origins = v;
-        } else if (!strcmp(a, "--reasoning") && (!strcmp(v, "on") || !strcmp(v, "off"))) {
-            o.reasoning = !strcmp(v, "on");
-        } else if (!strcmp(a, "--log-format")) {
-            lily_log_format f;
-            if (lily_reqlog_parse_format(v, &f)) {
-                fprintf(stderr, "lily serve: --log-format must be text, json or none\n");
-                goto out;
-            }
-            o.log_format = (int)f;
-        } else if (!strcmp(a, "--port-file")) {
-            o.port_file = v;
-        } else if (!strcmp(a, "--allow-host")) {
-            hosts = lily_xrealloc(hosts, (size_t)(nhosts + 1) * sizeof *hosts);
-            hosts[nhosts++] = v;
-        } else if (!strcmp(a, "--tls-cert")) {
-            o.tls_cert = v;
-        } else if (!strcmp(a, "--tls-key")) {
-            o.tls_key = v;
-        } else if (!strcmp(a, "--max-tokens-cap") && !lily_cli_size(v, &x) && x > 0 &&
-                   x < 1000000000) {
-            o.max_tokens_cap = (int)x;
-        } else if (!strcmp(a, "--request-timeout") && seconds(v, &o.request_timeout)) {
-        } else if (!strcmp(a, "--header-timeout") && seconds(v, &o.header_timeout)) {
-        } else if (!strcmp(a, "--body-timeout") && seconds(v, &o.body_timeout)) {
-        } else if (!strcmp(a, "--send-timeout") && seconds(v, &o.send_timeout)) {
-        } else if (!strcmp(a, "--send-buffer") && !lily_cli_size(v, &x) && x > 0) {
-            o.send_buffer = (size_t)x;
-        } else if (!strcmp(a, "--max-conns") && !lily_cli_size(v, &x) && x > 0 && x < 1000000) {
-            o.max_conns = (int)x;
-        } else if (!strcmp(a, "--conns-per-ip") && !lily_cli_size(v, &x) && x > 0 && x < 1000000) {
-            o.conns_per_ip = (int)x;
-        } else {
-            fprintf(stderr, "lily serve: bad option %s %s\n", a, v);
-            usage(stderr);
-            goto out;
-        }
+    serve_lists l = {0};
+    long max_body = -1, snapshot_mb = -1, send_buffer = -1;
+    static const char *const on_off[] = {"off", "on", NULL};
+    lily_cli_engine eng = {0};
+    lily_arg engt[LILY_CLI_ENGINE_N];
+    lily_cli_engine_table(&eng, engt);
+#define SECS(n, f, h) \
+    { .name = n, .kind = LILY_ARG_FLOAT, .dst = &o.f, .lo = 0.001, .hi = 1e6, .help = h }
+    const lily_arg own[] = {
+        {.name = "--model", .kind = LILY_ARG_STR, .dst = &o.model_dir, .help = "model directory"},
+        {.name = "--host", .kind = LILY_ARG_STR, .dst = &o.host, .help = "bind address"},
+        {.name = "--port",
+         .kind = LILY_ARG_INT,
+         .dst = &o.port,
+         .lo = 0,
+         .hi = 65535,
+         .help = "port"},
+        {.name = "--api-key", .kind = LILY_ARG_FN, .fn = add_key, .ud = &l, .help = "API key"},
+        {.name = "--api-key-file",
+         .kind = LILY_ARG_FN,
+         .fn = add_key_file,
+         .ud = &l,
+         .help = "file of API keys"},
+        {.name = "--model-id", .kind = LILY_ARG_STR, .dst = &o.model_id, .help = "model id"},
+        {.name = "--strict-model",
+         .kind = LILY_ARG_FLAG,
+         .dst = &o.strict_model,
+         .help = "404 for another model"},
+        {.name = "--quiet", .kind = LILY_ARG_FLAG, .dst = &o.quiet, .help = "no request log"},
+        {.name = "--ctx",
+         .kind = LILY_ARG_INT,
+         .dst = &o.ctx,
+         .lo = 2,
+         .hi = INT_MAX,
+         .help = "context per request"},
+        {.name = "--parallel-queue",
+         .kind = LILY_ARG_INT,
+         .dst = &o.queue,
+         .lo = 1,
+         .hi = INT_MAX,
+         .help = "waiting requests before 503"},
+        {.name = "--max-body",
+         .kind = LILY_ARG_SIZE,
+         .dst = &max_body,
+         .lo = 1,
+         .hi = (double)LONG_MAX,
+         .help = "request body limit"},
+        {.name = "--snapshot-mem",
+         .kind = LILY_ARG_SIZE,
+         .dst = &snapshot_mb,
+         .lo = 0,
+         .hi = 1 << 30,
+         .help = "prefix-cache MB"},
+        {.name = "--cors-origins",
+         .kind = LILY_ARG_STR,
+         .dst = &o.cors_origins,
+         .help = "allowed browser origins"},
+        {.name = "--reasoning",
+         .kind = LILY_ARG_ENUM,
+         .dst = &o.reasoning,
+         .values = on_off,
+         .help = "default thinking switch"},
+        {.name = "--log-format",
+         .kind = LILY_ARG_FN,
+         .fn = log_format,
+         .ud = &o.log_format,
+         .help = "text|json|none"},
+        {.name = "--port-file",
+         .kind = LILY_ARG_STR,
+         .dst = &o.port_file,
+         .help = "write the port here"},
+        {.name = "--allow-host",
+         .kind = LILY_ARG_FN,
+         .fn = add_host,
+         .ud = &l,
+         .help = "extra Host header"},
+        {.name = "--tls-cert", .kind = LILY_ARG_STR, .dst = &o.tls_cert, .help = "PEM cert"},
+        {.name = "--tls-key", .kind = LILY_ARG_STR, .dst = &o.tls_key, .help = "PEM key"},
+        {.name = "--max-tokens-cap",
+         .kind = LILY_ARG_INT,
+         .dst = &o.max_tokens_cap,
+         .lo = 1,
+         .hi = 999999999,
+         .help = "generated tokens per request"},
+        SECS("--request-timeout", request_timeout, "generation seconds per request"),
+        SECS("--header-timeout", header_timeout, "request head deadline"),
+        SECS("--body-timeout", body_timeout, "whole-request deadline"),
+        SECS("--send-timeout", send_timeout, "unsent stream deadline"),
+        {.name = "--send-buffer",
+         .kind = LILY_ARG_SIZE,
+         .dst = &send_buffer,
+         .lo = 1,
+         .hi = (double)LONG_MAX,
+         .help = "unsent bytes per stream"},
+        {.name = "--max-conns",
+         .kind = LILY_ARG_INT,
+         .dst = &o.max_conns,
+         .lo = 1,
+         .hi = 999999,
+         .help = "open connections"},
+        {.name = "--conns-per-ip",
+         .kind = LILY_ARG_INT,
+         .dst = &o.conns_per_ip,
+         .lo = 1,
+         .hi = 999999,
+         .help = "connections per client"},
+        {0}};
+#undef SECS
+    const lily_arg *tabs[] = {own, engt};
+    const int pr = lily_args_parse("serve", tabs, 2, argc, argv, NULL, 0, NULL, usage);
+    int rc = 2;
+    if (pr) {
+        rc = lily_args_exit(pr);
+        goto out;
     }
+    o.backend = (lily_backend_kind)eng.backend;
+    o.threads = eng.threads;
+    o.precision = (lily_precision)eng.precision;
+    o.cpu_isa = (lily_cpu_isa)eng.cpu_isa;
+    o.sample_on = (lily_sample_on)eng.sample_on;
+    if (max_body >= 0) o.max_body = (size_t)max_body;
+    if (snapshot_mb >= 0) /* 0: effectively no cache */
+        o.snapshot_mem = snapshot_mb ? (size_t)snapshot_mb << 20 : 1;
+    if (send_buffer >= 0) o.send_buffer = (size_t)send_buffer;
     if (!o.model_dir) {
         usage(stderr);
         goto out;
     }
-    o.api_keys = (const char *const *)keys;
-    o.n_api_keys = nkeys;
-    o.allow_hosts = hosts;
-    o.n_allow_hosts = nhosts;
+    o.api_keys = (const char *const *)l.keys;
+    o.n_api_keys = l.nkeys;
+    o.allow_hosts = l.hosts;
+    o.n_allow_hosts = l.nhosts;
     rc = lily_server_main(&o);
 out:
-    for (int i = 0; i < nkeys; i++)
-        free(keys[i]);
-    free(keys);
-    free(hosts);
+    for (int i = 0; i < l.nkeys; i++)
+        free(l.keys[i]);
+    free(l.keys);
+    free(l.hosts);
     return rc;
 }
 

@@ -41,22 +41,14 @@ static int read_stdin(char **out, size_t *len) {
 
 int lily_cmd_template(int argc, char **argv) {
     const char *model = NULL, *request = NULL, *tpl_file = NULL;
-    for (int i = 0; i < argc; i++) {
-        if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
-            usage(stdout);
-            return 0;
-        }
-        const char **dst = !strcmp(argv[i], "--model")      ? &model
-                           : !strcmp(argv[i], "--request")  ? &request
-                           : !strcmp(argv[i], "--template") ? &tpl_file
-                                                            : NULL;
-        if (!dst) {
-            fprintf(stderr, "lily template: unknown option '%s'\n", argv[i]);
-            usage(stderr);
-            return 2;
-        }
-        if (!(*dst = lily_cli_value(argc, argv, &i))) return 2;
-    }
+    const lily_arg own[] = {
+        {.name = "--model", .kind = LILY_ARG_STR, .dst = &model, .help = "model directory"},
+        {.name = "--request", .kind = LILY_ARG_STR, .dst = &request, .help = "JSON file or -"},
+        {.name = "--template", .kind = LILY_ARG_STR, .dst = &tpl_file, .help = "template file"},
+        {0}};
+    const lily_arg *tabs[] = {own};
+    const int pr = lily_args_parse("template", tabs, 1, argc, argv, NULL, 0, NULL, usage);
+    if (pr) return lily_args_exit(pr);
     if ((!model == !tpl_file) || !request) {
         usage(stderr);
         return 2;

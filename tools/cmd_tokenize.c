@@ -193,32 +193,32 @@ static int tokenize_jsonl(lily_tokenizer *tok, const char *text, size_t len) {
     return rc || ferror(stdout) ? 1 : 0;
 }
 
+static void tok_usage(FILE *f) {
+    fprintf(f, "usage: lily tokenize --model DIR [--jsonl | --pieces] [--file F | --bench F]\n"
+               "Reads UTF-8 text (stdin or F) and prints its token ids on one line.\n"
+               "--pieces prints one line per token instead: id -> 'piece'.\n"
+               "--jsonl reads one JSON string per line and prints one line of ids each.\n"
+               "--bench F encodes F repeatedly on one thread and prints MB/s.\n");
+}
+
+static void detok_usage(FILE *f) {
+    fprintf(f, "usage: lily detokenize --model DIR\n"
+               "Reads whitespace-separated token ids on stdin and writes their text.\n");
+}
+
 int lily_cmd_tokenize(int argc, char **argv) {
     const char *model = NULL, *file = NULL, *bench_file = NULL;
     int jsonl = 0, pieces = 0;
-    for (int i = 0; i < argc; i++) {
-        if (!strcmp(argv[i], "--pieces")) {
-            pieces = 1;
-        } else if (!strcmp(argv[i], "--model")) {
-            if (!(model = lily_cli_value(argc, argv, &i))) return 2;
-        } else if (!strcmp(argv[i], "--file")) {
-            if (!(file = lily_cli_value(argc, argv, &i))) return 2;
-        } else if (!strcmp(argv[i], "--jsonl")) {
-            jsonl = 1;
-        } else if (!strcmp(argv[i], "--bench")) {
-            if (!(bench_file = lily_cli_value(argc, argv, &i))) return 2;
-        } else if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
-            printf("usage: lily tokenize --model DIR [--jsonl | --pieces] [--file F | --bench F]\n"
-                   "Reads UTF-8 text (stdin or F) and prints its token ids on one line.\n"
-                   "--pieces prints one line per token instead: id -> 'piece'.\n"
-                   "--jsonl reads one JSON string per line and prints one line of ids each.\n"
-                   "--bench F encodes F repeatedly on one thread and prints MB/s.\n");
-            return 0;
-        } else {
-            fprintf(stderr, "lily tokenize: unknown option '%s'\n", argv[i]);
-            return 2;
-        }
-    }
+    const lily_arg own[] = {
+        {.name = "--model", .kind = LILY_ARG_STR, .dst = &model, .help = "model directory"},
+        {.name = "--file", .kind = LILY_ARG_STR, .dst = &file, .help = "input file"},
+        {.name = "--bench", .kind = LILY_ARG_STR, .dst = &bench_file, .help = "bench file"},
+        {.name = "--jsonl", .kind = LILY_ARG_FLAG, .dst = &jsonl, .help = "JSON lines"},
+        {.name = "--pieces", .kind = LILY_ARG_FLAG, .dst = &pieces, .help = "id -> 'piece'"},
+        {0}};
+    const lily_arg *tabs[] = {own};
+    const int pr = lily_args_parse("tokenize", tabs, 1, argc, argv, NULL, 0, NULL, tok_usage);
+    if (pr) return lily_args_exit(pr);
     lily_tokenizer *tok;
     if (open_tok(model, &tok)) return 1;
     if (bench_file) {
@@ -259,18 +259,11 @@ int lily_cmd_tokenize(int argc, char **argv) {
 
 int lily_cmd_detokenize(int argc, char **argv) {
     const char *model = NULL;
-    for (int i = 0; i < argc; i++) {
-        if (!strcmp(argv[i], "--model")) {
-            if (!(model = lily_cli_value(argc, argv, &i))) return 2;
-        } else if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
-            printf("usage: lily detokenize --model DIR\n"
-                   "Reads whitespace-separated token ids on stdin and writes their text.\n");
-            return 0;
-        } else {
-            fprintf(stderr, "lily detokenize: unknown option '%s'\n", argv[i]);
-            return 2;
-        }
-    }
+    const lily_arg own[] = {
+        {.name = "--model", .kind = LILY_ARG_STR, .dst = &model, .help = "model directory"}, {0}};
+    const lily_arg *tabs[] = {own};
+    const int pr = lily_args_parse("detokenize", tabs, 1, argc, argv, NULL, 0, NULL, detok_usage);
+    if (pr) return lily_args_exit(pr);
     lily_tokenizer *tok;
     if (open_tok(model, &tok)) return 1;
     char *in;

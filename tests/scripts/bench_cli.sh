@@ -106,7 +106,7 @@ echo '{"rows": 5}' >"$TMP/bad.json"
 check "bad reference exits 2" "$([ $? = 2 ]; echo $?)"
 check "bad reference says why" "$(grep -q 'neither llama-bench JSON' "$TMP/err.txt"; echo $?)"
 "$LILY" bench --model "$TMP/m" --prefill 8 --rounds 0 >/dev/null 2>"$TMP/err.txt"
-check "--rounds 0 exits 2 with a reason" "$([ $? = 2 ] && grep -q 'rounds must be' "$TMP/err.txt"; echo $?)"
+check "--rounds 0 exits 2 with a reason" "$([ $? = 2 ] && grep -q 'rounds takes an integer from 1 to 64' "$TMP/err.txt"; echo $?)"
 
 for bad in "--prefill 0" "--prefill 12,x" "--turn 5@" "--turn 0@5" "--turn 5" "--turn @5"; do
     "$LILY" bench --model "$TMP/m" $bad >/dev/null 2>"$TMP/err.txt"
