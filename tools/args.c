@@ -46,12 +46,8 @@ static void range_msg(const char *cmd, const char *a, const lily_arg *o, const c
 static int store(const char *cmd, const char *a, const lily_arg *o, const char *v) {
     double x = 0;
     switch (o->kind) {
-    case LILY_ARG_FLAG:
-        *(int *)o->dst = 1;
-        break;
-    case LILY_ARG_STR:
-        *(const char **)o->dst = v;
-        break;
+    case LILY_ARG_FLAG: *(int *)o->dst = 1; break;
+    case LILY_ARG_STR: *(const char **)o->dst = v; break;
     case LILY_ARG_INT:
     case LILY_ARG_LONG:
     case LILY_ARG_SIZE:
@@ -97,9 +93,8 @@ static int store(const char *cmd, const char *a, const lily_arg *o, const char *
     return 0;
 }
 
-int lily_args_parse(const char *cmd, const lily_arg *const *tabs, int ntabs, int argc,
-                    char **argv, const char **pos, int max_pos, int *n_pos,
-                    void (*usage)(FILE *f)) {
+int lily_args_parse(const char *cmd, const lily_arg *const *tabs, int ntabs, int argc, char **argv,
+                    const char **pos, int max_pos, int *n_pos, void (*usage)(FILE *f)) {
     int np = 0;
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
@@ -109,8 +104,8 @@ int lily_args_parse(const char *cmd, const lily_arg *const *tabs, int ntabs, int
         }
         if (a[0] != '-' || !a[1]) {
             if (np >= max_pos) {
-                fprintf(stderr, "lily %s: unexpected argument '%s' (see lily %s --help)\n", cmd,
-                        a, cmd);
+                fprintf(stderr, "lily %s: unexpected argument '%s' (see lily %s --help)\n", cmd, a,
+                        cmd);
                 return 2;
             }
             pos[np++] = a;
@@ -124,8 +119,8 @@ int lily_args_parse(const char *cmd, const lily_arg *const *tabs, int ntabs, int
         const char *v = NULL;
         if (o->kind != LILY_ARG_FLAG) {
             if (i + 1 >= argc) {
-                fprintf(stderr, "lily %s: option '%s' needs a value (see lily %s --help)\n", cmd,
-                        a, cmd);
+                fprintf(stderr, "lily %s: option '%s' needs a value (see lily %s --help)\n", cmd, a,
+                        cmd);
                 return 2;
             }
             v = argv[++i];

@@ -41,11 +41,12 @@ typedef struct lily_arg {
  * are positional: stored in pos[0..max_pos) with their count in *n_pos (pos may be NULL when
  * the command takes none). usage(f) prints the command's usage. Returns 0 to go on, 1 when
  * --help was printed (the command returns 0), 2 after a message (the command returns 2). */
-int lily_args_parse(const char *cmd, const lily_arg *const *tabs, int ntabs, int argc,
-                    char **argv, const char **pos, int max_pos, int *n_pos,
-                    void (*usage)(FILE *f));
+int lily_args_parse(const char *cmd, const lily_arg *const *tabs, int ntabs, int argc, char **argv,
+                    const char **pos, int max_pos, int *n_pos, void (*usage)(FILE *f));
 
 /* The exit code for lily_args_parse()'s result r: 0 for help, r otherwise. */
-static inline int lily_args_exit(int r) { return r == 1 ? 0 : r; }
+static inline int lily_args_exit(int r) {
+    return r == 1 ? 0 : r;
+}
 
 #endif
