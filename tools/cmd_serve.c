@@ -227,6 +227,11 @@ int lily_cmd_serve(int argc, char **argv) {
         usage(stderr);
         goto out;
     }
+    char mbuf[4096]; /* --model OWNER/NAME: the hub cache's snapshot (lily pull) */
+    if (!(o.model_dir = lily_cli_model(o.model_dir, mbuf, sizeof mbuf))) {
+        rc = 1;
+        goto out;
+    }
     o.api_keys = (const char *const *)l.keys;
     o.n_api_keys = l.nkeys;
     o.allow_hosts = l.hosts;

@@ -65,6 +65,16 @@ check "second pull says the files were cached" "$(grep -Eq '([0-9]+) files, .* \
 check "info --model OWNER/NAME from the cache" "$(grep -q "model        $dir" "$TMP/info.txt"; echo $?)"
 "$LILY" run --model test-org/tiny -p hi -n 2 --threads 2 >/dev/null 2>&1
 check "run --model OWNER/NAME" $?
+if "$LILY" --version | grep -q 'HTTP server (lily serve): on'; then
+    "$LILY" serve --model test-org/tiny --port 0 --port-file "$TMP/sport" --threads 1 --quiet \
+        >/dev/null 2>&1 &
+    spid=$!
+    for _ in $(seq 1 100); do [ -s "$TMP/sport" ] && break; sleep 0.1; done
+    h=$(curl -s "http://127.0.0.1:$(cat "$TMP/sport" 2>/dev/null)/health" || true)
+    kill "$spid" 2>/dev/null
+    wait "$spid" 2>/dev/null
+    check "serve --model OWNER/NAME" "$(printf '%s' "$h" | grep -q ok; echo $?)"
+fi
 
 # a download cut in the middle is resumed with Range in the same run
 dir=$("$LILY" pull test-org/tiny-flaky 2>"$TMP/err.txt")
