@@ -132,6 +132,15 @@ int lily_session_prefill(lily_session *s, const int32_t *tokens, int n, float *a
                          lily_prefill_cb cb, void *ud, lily_err *err);
 /* Consumes one token (the decode path). */
 int lily_session_decode(lily_session *s, int32_t token, lily_err *err);
+/* One decode step over several sessions at once (continuous batching): session ss[i] consumes
+ * tokens[i], 1 <= n <= LILY_MAX_ROWS, all sessions of one engine and distinct. Afterwards each
+ * session's logits are on the host (lily_session_logits), exactly those lily_session_decode
+ * would give that session alone (bit for bit: a row's result never depends on the other rows).
+ * A backend with a batched step reads the weights once for all rows; otherwise the engine runs
+ * the sessions one after another. Everything is checked before any session moves; when the
+ * backend then fails, every session of the call must be reset. */
+#define LILY_MAX_ROWS 8
+int lily_session_decode_rows(lily_session *const *ss, const int32_t *tokens, int n, lily_err *err);
 /* Greedy decoding of n steps: step i consumes token (i == 0) or out[i-1] and writes the argmax
  * of the logits after it (lowest index on ties) to out[i]; out[n-1] is not consumed. Same
  * results as n lily_session_decode calls with a host argmax; on the CUDA backend the steps run

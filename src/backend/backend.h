@@ -51,6 +51,13 @@ typedef struct lily_backend_ops {
     int (*forward)(lily_backend *b, lily_bstate *s, const int32_t *tokens, int n, int pos,
                    float *logits, int all_logits, lily_err *e);
 
+    /* Optional (NULL: the engine loops over forward): one decode step of n rows (1 <= n <=
+     * LILY_MAX_ROWS), row i consuming tokens[i] at position pos[i] of its own state s[i] (the
+     * states are distinct) and writing its [V] logits to logits[i]. Each row's logits are bit for
+     * bit those forward gives for that state alone. */
+    int (*forward_rows)(lily_backend *b, lily_bstate *const *s, const int32_t *tokens,
+                        const int *pos, int n, float *const *logits, lily_err *e);
+
     /* Optional (NULL: the engine loops over forward): n greedy decode steps without the host in
      * the loop. Step i consumes token (i == 0) or out[i-1] at position pos + i and writes the
      * argmax of its logits (lowest index on ties) to out[i]; logits, when not NULL, receives the

@@ -268,6 +268,44 @@ int lily_session_decode(lily_session *s, int32_t token, lily_err *err) {
     return 0;
 }
 
+int lily_session_decode_rows(lily_session *const *ss, const int32_t *tokens, int n, lily_err *err) {
+    if (!ss || !tokens || n < 1 || n > LILY_MAX_ROWS)
+        return lily_fail(err, "decode rows: %d rows (1 to %d)", n, LILY_MAX_ROWS);
+    lily_engine *eng = ss[0]->eng;
+    int V = eng->model->cfg.vocab;
+    for (int i = 0; i < n; i++) {
+        lily_session *s = ss[i];
+        if (s->eng != eng) return lily_fail(err, "decode rows: sessions of different engines");
+        for (int j = 0; j < i; j++)
+            if (ss[j] == s) return lily_fail(err, "decode rows: session %d appears twice", i);
+        if (s->pos + 1 > s->max_ctx)
+            return lily_fail(err, "context overflow: the session holds its maximum of %d tokens",
+                             s->max_ctx);
+        if (tokens[i] < 0 || tokens[i] >= V)
+            return lily_fail(err, "token id %d out of range [0, %d)", tokens[i], V);
+    }
+    if (!eng->ops->forward_rows || n == 1) {
+        for (int i = 0; i < n; i++)
+            if (lily_session_decode(ss[i], tokens[i], err) != 0) return -1;
+        return 0;
+    }
+    lily_bstate *st[LILY_MAX_ROWS];
+    int pos[LILY_MAX_ROWS];
+    float *lg[LILY_MAX_ROWS];
+    for (int i = 0; i < n; i++) {
+        settle(ss[i]);
+        st[i] = ss[i]->st;
+        pos[i] = ss[i]->pos;
+        lg[i] = ss[i]->logits;
+    }
+    if (eng->ops->forward_rows(eng->be, st, tokens, pos, n, lg, err) != 0) return -1;
+    for (int i = 0; i < n; i++) {
+        ss[i]->pos++;
+        ss[i]->has_logits = 1;
+    }
+    return 0;
+}
+
 int lily_session_can_decode_sample(const lily_session *s) {
     return s->eng->draws;
 }
