@@ -806,3 +806,43 @@ void lily_cpu_matmul_many(const lily_cpu_kern *k, const lily_mm_op *ops, int n_o
     mm_many_job j = {k, ops, buf, xoff, soff, t_op, t_r0, t_r1};
     lily_pool_run(pool, mm_many_task, &j, nt);
 }
+
+/* ---- the one-token decode product by row range (gemv_rows.c runs it over 1..8 rows) ---------- */
+
+int lily_cpu_gemv1_form(const lily_cpu_kern *k, const lily_mat *W) {
+    if (W->group != 64 || !(W->dt == LILY_DT_Q4 || (W->dt == LILY_DT_Q8 && have_avx512(k))))
+        return -1;
+    return W->dt == LILY_DT_Q8 ? 0 : x_form(k, W);
+}
+
+size_t lily_cpu_gemv1_x_bytes(const lily_cpu_kern *k, const lily_mat *W) {
+    return x_form_bytes(k, W);
+}
+
+void lily_cpu_gemv1_prep(const lily_cpu_kern *k, const lily_mat *W, const float *x, void *xp) {
+    int form = x_form(k, W), cols = W->cols;
+    if (form == 2) {
+        lily_cpu_gemv_i16_quant(x, 1, cols, cols, xp);
+        return;
+    }
+    float *Xr = xp, *xs = Xr + xr_len(k, W, 1);
+    x_prep(x, cols, form, Xr, xs);
+    if (W->dt == LILY_DT_Q8) memcpy(Xr, x, (size_t)cols * sizeof(float)); /* it reads x as is */
+}
+
+void lily_cpu_gemv1_rows(const lily_cpu_kern *k, const lily_mat *W, int r0, int r1, const void *xp,
+                         float *y) {
+    const float *Xr = xp, *xs = Xr + xr_len(k, W, 1);
+    if (W->dt == LILY_DT_Q8)
+        q8_rows1_avx512(W, r0, r1, Xr, xs, y);
+    else if (use_gemv_i16(k, W, 1))
+        lily_cpu_gemv_i16_rows(W, r0, r1, xp, 1, y, W->rows);
+    else if (use_rows1(k, W, 1))
+        q4_rows1_avx512(W, r0, r1, Xr, xs, y);
+    else if (have_avx512(k))
+        q4_rows_avx512(W, r0, r1, Xr, xs, 1, y, W->rows);
+    else if (have_avx2(k))
+        q4_rows_avx2(W, r0, r1, Xr, xs, 1, y, W->rows);
+    else
+        q4_rows_scalar(W, r0, r1, Xr, xs, 1, y, W->rows);
+}
