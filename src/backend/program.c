@@ -70,9 +70,12 @@ static lily_op *add(builder *bd, lily_op_kind kind, int layer, uint32_t reads, u
         int seen = 0;
         for (int i = 0; i < op->n_deps; i++)
             seen |= op->deps[i] == w;
-        if (!seen) {
+        if (!seen) { /* kept in ascending order */
             LILY_ASSERT(op->n_deps < LILY_OP_MAX_DEPS);
-            op->deps[op->n_deps++] = w;
+            int j = op->n_deps++;
+            for (; j > 0 && op->deps[j - 1] > w; j--)
+                op->deps[j] = op->deps[j - 1];
+            op->deps[j] = w;
         }
     }
     for (int b = 0; b < LILY_BUF_COUNT; b++)
@@ -98,6 +101,9 @@ void lily_program_build(const lily_model *m, lily_program *p) {
     op->bytes = lily_mat_row_bytes(&m->embed);
     for (int l = 0; l < c->n_layers; l++) {
         const lily_layer *ly = &m->layers[l];
+        /* each layer has its own state: what it holds was written by the previous step */
+        bd.last_writer[LILY_BUF_KV] = bd.last_writer[LILY_BUF_CONV] = -1;
+        bd.last_writer[LILY_BUF_S] = -1;
         add(&bd, LILY_OP_IN_NORM, l, B(X), B(A));
         if (ly->is_attn) {
             op = add(&bd, LILY_OP_ATTN_PROJ, l, B(A), B(QG) | B(KVNEW));
@@ -124,9 +130,9 @@ void lily_program_build(const lily_model *m, lily_program *p) {
             weight(op, &ly->router);
             add(&bd, LILY_OP_TOPK, l, B(RL), B(ROUTE));
             op = add(&bd, LILY_OP_EXPERTS, l, B(A) | B(ROUTE), B(ED));
-            op->bytes = (uint64_t)c->top_k * (mat_bytes(&ly->exp_gate[0]) +
-                                              mat_bytes(&ly->exp_up[0]) +
-                                              mat_bytes(&ly->exp_down[0]));
+            op->bytes =
+                (uint64_t)c->top_k * (mat_bytes(&ly->exp_gate[0]) + mat_bytes(&ly->exp_up[0]) +
+                                      mat_bytes(&ly->exp_down[0]));
             op = add(&bd, LILY_OP_SHARED, l, B(A), B(SD));
             if (c->shared_inter > 0) {
                 weight(op, &ly->sh_gate), weight(op, &ly->sh_up), weight(op, &ly->sh_down);

@@ -80,11 +80,11 @@ typedef enum lily_buf {
 
 typedef struct lily_op {
     lily_op_kind kind;
-    int layer;                         /* -1: before or after the layers */
-    const lily_mat *w[LILY_OP_MAX_W];  /* the dense weights it reads (not the routed experts) */
+    int layer;                        /* -1: before or after the layers */
+    const lily_mat *w[LILY_OP_MAX_W]; /* the dense weights it reads (not the routed experts) */
     int n_w;
-    uint64_t bytes;                    /* weight bytes read per token (experts: top_k of them) */
-    uint32_t reads, writes;            /* masks of 1u << lily_buf */
+    uint64_t bytes;                     /* weight bytes read per token (experts: top_k of them) */
+    uint32_t reads, writes;             /* masks of 1u << lily_buf */
     int deps[LILY_OP_MAX_DEPS], n_deps; /* the last earlier writer of each buffer it reads */
 } lily_op;
 

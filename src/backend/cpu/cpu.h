@@ -59,7 +59,7 @@ typedef struct cpu_step {
     lily_bstate *s[LILY_ROWS_MAX];
     int pos[LILY_ROWS_MAX];
     const int32_t *tokens;
-    float *logits;            /* chunk: [n][V] when all_logits, else the last token's [V] */
+    float *logits; /* chunk: [n][V] when all_logits, else the last token's [V] */
     int all_logits;
     float *const *row_logits; /* rows: [n] of [V] */
 } cpu_step;
@@ -73,8 +73,7 @@ size_t cpu_state_bytes(lily_backend *b, int max_ctx);
 int cpu_state_create(lily_backend *b, int max_ctx, lily_bstate **out, lily_err *e);
 void cpu_state_free(lily_backend *b, lily_bstate *s);
 void cpu_state_reset(lily_backend *b, lily_bstate *s);
-int cpu_state_copy(lily_backend *b, lily_bstate *dst, const lily_bstate *src, int pos,
-                   lily_err *e);
+int cpu_state_copy(lily_backend *b, lily_bstate *dst, const lily_bstate *src, int pos, lily_err *e);
 
 /* step.c: runs the program; the caller holds b->mu. */
 void cpu_step_run(lily_backend *b, const cpu_step *st);

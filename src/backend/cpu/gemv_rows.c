@@ -13,7 +13,7 @@
 typedef struct {
     const lily_cpu_kern *k;
     const lily_rows_op *ops;
-    const char *buf;               /* prepared x: op i's tokens at xoff[i], xb[i] bytes apart */
+    const char *buf; /* prepared x: op i's tokens at xoff[i], xb[i] bytes apart */
     const size_t *xoff, *xb;
     const int *t_op, *t_r0, *t_r1; /* task table */
 } rows_job;
@@ -85,8 +85,9 @@ void lily_cpu_matmul_rows(const lily_cpu_kern *k, const lily_rows_op *ops, int n
     const int threads = pool ? lily_pool_threads(pool) : 1;
     const size_t chunk = btot / ((size_t)threads * 4) + 1;
     const int max_tasks = threads * 4 + n_ops * 2;
-    const size_t tbl = (2 * (size_t)n_ops * sizeof(size_t) + 3 * (size_t)max_tasks * sizeof(int) +
-                        63) & ~(size_t)63;
+    const size_t tbl =
+        (2 * (size_t)n_ops * sizeof(size_t) + 3 * (size_t)max_tasks * sizeof(int) + 63) &
+        ~(size_t)63;
     char *buf = pool ? lily_pool_scratch(pool, threads, tbl + xtot) : lily_xaligned(tbl + xtot);
     size_t *xoff = (size_t *)buf, *xb = xoff + n_ops;
     int *t_op = (int *)(xb + n_ops), *t_r0 = t_op + max_tasks, *t_r1 = t_r0 + max_tasks;
@@ -102,8 +103,8 @@ void lily_cpu_matmul_rows(const lily_cpu_kern *k, const lily_rows_op *ops, int n
         int same = -1;
         for (int q = 0; q < i && same < 0; q++)
             if (ops[q].X == op->X && ops[q].xrow == op->xrow && ops[q].n == op->n &&
-                ops[q].ldx == op->ldx && ops[q].W->cols == W->cols &&
-                ops[q].W->dt == W->dt && lily_cpu_gemv1_form(k, ops[q].W) == form)
+                ops[q].ldx == op->ldx && ops[q].W->cols == W->cols && ops[q].W->dt == W->dt &&
+                lily_cpu_gemv1_form(k, ops[q].W) == form)
                 same = q;
         if (same >= 0) {
             xoff[i] = xoff[same];

@@ -21,11 +21,11 @@
 
 typedef struct lily_rows_op {
     const lily_mat *W;
-    const float *X;    /* token t's x: X + t * ldx, or X + xrow[t] * ldx when xrow is set */
+    const float *X; /* token t's x: X + t * ldx, or X + xrow[t] * ldx when xrow is set */
     int ldx;
-    const int *xrow;   /* NULL or [n] */
-    int n;             /* 1..LILY_ROWS_MAX */
-    float *Y;          /* token t's y: Y + t * ldy, [W->rows] */
+    const int *xrow; /* NULL or [n] */
+    int n;           /* 1..LILY_ROWS_MAX */
+    float *Y;        /* token t's y: Y + t * ldy, [W->rows] */
     int ldy;
 } lily_rows_op;
 

@@ -84,7 +84,7 @@ int cpu_state_create(lily_backend *b, int max_ctx, lily_bstate **out, lily_err *
 }
 
 int cpu_state_copy(lily_backend *b, lily_bstate *dst, const lily_bstate *src, int pos,
-                          lily_err *e) {
+                   lily_err *e) {
     const lily_config *c = &b->m->cfg;
     if (pos > dst->max_ctx || pos > src->max_ctx)
         return lily_fail(e, "state copy of %d positions exceeds a context of %d", pos,

@@ -38,8 +38,7 @@ static void op_embed(lily_backend *b, const cpu_step *st) {
 static void norm(lily_backend *b, int t0, int n, const float *w, float *dst) {
     const int H = b->m->cfg.hidden;
     for (int t = t0; t < t0 + n; t++)
-        lily_cpu_rmsnorm(b->x + (size_t)t * H, w, H, b->m->cfg.rms_eps,
-                         dst + (size_t)(t - t0) * H);
+        lily_cpu_rmsnorm(b->x + (size_t)t * H, w, H, b->m->cfg.rms_eps, dst + (size_t)(t - t0) * H);
 }
 
 static void add(lily_backend *b, int n, const float *src) {
@@ -58,8 +57,7 @@ static void op_lm_head(lily_backend *b, const cpu_step *st) {
     const int H = c->hidden, V = c->vocab;
     if (!st->rows) {
         int first = first_out(st);
-        lily_cpu_matmul(&b->kern, &b->m->lm_head, b->a, st->n - first, H, st->logits, V,
-                        b->pool);
+        lily_cpu_matmul(&b->kern, &b->m->lm_head, b->a, st->n - first, H, st->logits, V, b->pool);
         return;
     }
     /* rows: one product for all, then each row's logits to its session */

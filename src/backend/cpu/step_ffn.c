@@ -85,9 +85,9 @@ void cpu_op_experts(lily_backend *b, const cpu_step *st, int l) {
     for (int e = 0; e < E; e++) {
         const int r0 = b->ex_off[e], cnt = b->ex_off[e + 1] - r0;
         if (!cnt) continue;
-        o[n_ops++] = (lily_rows_op){&ly->exp_gate[e], b->a, H, b->ex_rows + r0, cnt,
+        o[n_ops++] = (lily_rows_op){&ly->exp_gate[e],         b->a, H, b->ex_rows + r0, cnt,
                                     b->ex_g + (size_t)r0 * I, I};
-        o[n_ops++] = (lily_rows_op){&ly->exp_up[e], b->a, H, b->ex_rows + r0, cnt,
+        o[n_ops++] = (lily_rows_op){&ly->exp_up[e],           b->a, H, b->ex_rows + r0, cnt,
                                     b->ex_u + (size_t)r0 * I, I};
     }
     lily_cpu_matmul_rows(&b->kern, o, n_ops, b->pool);
@@ -96,8 +96,8 @@ void cpu_op_experts(lily_backend *b, const cpu_step *st, int l) {
     for (int e = 0; e < E; e++) {
         const int r0 = b->ex_off[e], cnt = b->ex_off[e + 1] - r0;
         if (!cnt) continue;
-        o[n_ops++] = (lily_rows_op){&ly->exp_down[e], b->ex_g + (size_t)r0 * I, I, NULL, cnt,
-                                    b->ed + (size_t)r0 * H, H};
+        o[n_ops++] = (lily_rows_op){
+            &ly->exp_down[e], b->ex_g + (size_t)r0 * I, I, NULL, cnt, b->ed + (size_t)r0 * H, H};
     }
     lily_cpu_matmul_rows(&b->kern, o, n_ops, b->pool);
 }
