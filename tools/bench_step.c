@@ -176,8 +176,8 @@ int lily_bench_step_run(const lily_bench_step *o) {
                 by_kind(prog, ms, kms, kb, kc);
                 printf("  per op, depth %d, %d row%s (ms per step; bytes per token, one row):\n", D,
                        R, R > 1 ? "s" : "");
-                printf("  %-10s %5s %14s %9s %6s %8s\n", "op", "count", "bytes/token", "ms",
-                       "%", "GB/s");
+                printf("  %-10s %5s %14s %9s %6s %8s\n", "op", "count", "bytes/token", "ms", "%",
+                       "GB/s");
                 cJSON *jp = cJSON_AddArrayToObject(jr, "ops");
                 for (int k = 0; k < LILY_OP_COUNT; k++) {
                     if (!kc[k]) continue;
@@ -191,8 +191,8 @@ int lily_bench_step_run(const lily_bench_step *o) {
                     cJSON_AddNumberToObject(jo, "ms", kms[k]);
                     cJSON_AddItemToArray(jp, jo);
                 }
-                printf("  %-10s %5d %14s %9.4f (timed steps: %.3f ms)\n", "total", prog->n_ops,
-                       "", tot, sms);
+                printf("  %-10s %5d %14s %9.4f (timed steps: %.3f ms)\n", "total", prog->n_ops, "",
+                       tot, sms);
             }
             cJSON_AddItemToArray(jrows, jr);
         }

@@ -83,8 +83,8 @@ static void make(lily_mat *W, lily_dtype dt, int rows, int cols, void **mem) {
 
 /* Three products in one call over n tokens of a pool of 8 x rows: W0 and W1 read the same x
  * rows (picked by xrow, in a scrambled order), W2 reads the first n rows of another x. */
-static void one(const lily_cpu_kern *k, const char *kname, lily_dtype dt, int rows, int cols,
-                int n, lily_pool *pool) {
+static void one(const lily_cpu_kern *k, const char *kname, lily_dtype dt, int rows, int cols, int n,
+                lily_pool *pool) {
     void *mem[3][3] = {{0}};
     lily_mat W[3];
     make(&W[0], dt, rows, cols, mem[0]);
@@ -153,9 +153,13 @@ int main(void) {
     for (size_t ki = 0; ki < sizeof ks / sizeof ks[0]; ki++) {
         lily_cpu_kern k = lily_cpu_kern_for(ks[ki].isa, ks[ki].prec);
         for (int q = 0; q < 4; q++) {
-            lily_dtype dt = q == 0 ? LILY_DT_Q4 : q == 1 ? LILY_DT_Q8 : q == 2 ? LILY_DT_BF16 : LILY_DT_F32;
+            lily_dtype dt = q == 0   ? LILY_DT_Q4
+                            : q == 1 ? LILY_DT_Q8
+                            : q == 2 ? LILY_DT_BF16
+                                     : LILY_DT_F32;
             int quant = q < 2;
-            int shapes[][2] = {{37, quant ? 192 : 71}, {130, quant ? 64 : 200}, {5, quant ? 17408 : 33}};
+            int shapes[][2] = {
+                {37, quant ? 192 : 71}, {130, quant ? 64 : 200}, {5, quant ? 17408 : 33}};
             for (int si = 0; si < 3; si++)
                 for (int ni = 0; ni < 5; ni++)
                     one(&k, ks[ki].name, dt, shapes[si][0], shapes[si][1], ns[ni],

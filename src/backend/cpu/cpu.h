@@ -2,7 +2,7 @@
  *
  * forward.c holds the backend ops (backend.h), state.c the states, scratch.c the scratch sized at
  * open, step.c the program's runner and its small ops; step_attn.c, step_gdn.c and step_ffn.c
- * the ops of the mixers and of the feed-forward block. */
+ * the ops of the mixers and of the feed-forward block; blocks.c runs them as reference blocks. */
 #ifndef LILY_BACKEND_CPU_CPU_H
 #define LILY_BACKEND_CPU_CPU_H
 
@@ -96,6 +96,9 @@ void cpu_op_gdn_gate(lily_backend *b, const cpu_step *st, int l);
 void cpu_op_gdn_out(lily_backend *b, const cpu_step *st, int l);
 void cpu_op_router(lily_backend *b, const cpu_step *st, int l);
 void cpu_op_topk(lily_backend *b, const cpu_step *st, int l);
+/* Groups the routing in route_idx / route_wt [n][k] by expert: expert e's slots are
+ * ex_off[e] .. ex_off[e + 1] - 1, their rows ex_rows (ascending) and weights ex_rw. */
+void cpu_route_group(lily_backend *b, int n);
 void cpu_op_experts(lily_backend *b, const cpu_step *st, int l);
 void cpu_op_shared(lily_backend *b, const cpu_step *st, int l);
 void cpu_op_combine(lily_backend *b, const cpu_step *st, int l);

@@ -35,19 +35,24 @@ void cpu_op_router(lily_backend *b, const cpu_step *st, int l) {
     cpu_mm(b, st, &b->m->layers[l].router, b->a, c->hidden, b->small0, c->n_experts);
 }
 
-/* Each token's top k, then the slots grouped by expert: expert e's rows are
- * ex_rows[ex_off[e] .. ex_off[e + 1]) (ascending), with weights ex_rw. */
+/* Each token's top k, then the slots grouped by expert (cpu_route_group). */
 void cpu_op_topk(lily_backend *b, const cpu_step *st, int l) {
     (void)l;
     const lily_config *c = &b->m->cfg;
-    const int E = c->n_experts, k = c->top_k, n = st->n;
-    memset(b->ex_count, 0, (size_t)E * sizeof(int));
-    for (int t = 0; t < n; t++) {
+    const int E = c->n_experts, k = c->top_k;
+    for (int t = 0; t < st->n; t++)
         lily_cpu_topk_softmax(b->small0 + (size_t)t * E, E, k, c->norm_topk_prob,
                               b->route_idx + (size_t)t * k, b->route_wt + (size_t)t * k);
+    cpu_route_group(b, st->n);
+}
+
+void cpu_route_group(lily_backend *b, int n) {
+    const lily_config *c = &b->m->cfg;
+    const int E = c->n_experts, k = c->top_k;
+    memset(b->ex_count, 0, (size_t)E * sizeof(int));
+    for (int t = 0; t < n; t++)
         for (int j = 0; j < k; j++)
             b->ex_count[b->route_idx[(size_t)t * k + j]]++;
-    }
     b->ex_off[0] = 0;
     for (int e = 0; e < E; e++)
         b->ex_off[e + 1] = b->ex_off[e] + b->ex_count[e];
@@ -111,13 +116,14 @@ void cpu_op_shared(lily_backend *b, const cpu_step *st, int l) {
     if (!st->rows) {
         swiglu_chunk(b, &ly->sh_gate, &ly->sh_up, &ly->sh_down, b->a, n, b->big0, b->big1, b->sd,
                      H);
-        lily_cpu_matmul(&b->kern, &ly->sh_gate_w, b->a, n, H, b->sg, 1, b->pool);
+        if (ly->sh_gate_w.w)
+            lily_cpu_matmul(&b->kern, &ly->sh_gate_w, b->a, n, H, b->sg, 1, b->pool);
         return;
     }
     lily_rows_op ops[3] = {{&ly->sh_gate, b->a, H, NULL, n, b->sh_g, Is},
                            {&ly->sh_up, b->a, H, NULL, n, b->sh_u, Is},
                            {&ly->sh_gate_w, b->a, H, NULL, n, b->sg, 1}};
-    lily_cpu_matmul_rows(&b->kern, ops, 3, b->pool);
+    lily_cpu_matmul_rows(&b->kern, ops, ly->sh_gate_w.w ? 3 : 2, b->pool);
     glu(b->sh_g, b->sh_u, (size_t)n * Is);
     lily_rows_op down = {&ly->sh_down, b->sh_g, Is, NULL, n, b->sd, H};
     lily_cpu_matmul_rows(&b->kern, &down, 1, b->pool);
@@ -125,12 +131,12 @@ void cpu_op_shared(lily_backend *b, const cpu_step *st, int l) {
 
 /* ffn [n][H] = sigmoid(sg) sd, plus each of the token's experts by ascending id. */
 void cpu_op_combine(lily_backend *b, const cpu_step *st, int l) {
-    (void)l;
     const lily_config *c = &b->m->cfg;
     const int H = c->hidden, E = c->n_experts, n = st->n;
     if (c->shared_inter > 0) {
+        const int gated = b->m->layers[l].sh_gate_w.w != NULL; /* else a gate of 1 (blocks.h) */
         for (int t = 0; t < n; t++) {
-            const float gte = cpu_sigmoid(b->sg[t]);
+            const float gte = gated ? cpu_sigmoid(b->sg[t]) : 1.0f;
             const float *d = b->sd + (size_t)t * H;
             float *out = b->ffn + (size_t)t * H;
             for (int i = 0; i < H; i++)
