@@ -56,7 +56,8 @@ static float sig(float x) {
 static void moe_plain(const lily_cpu_kern *k, const lily_config *c, const lily_layer *ly,
                       const float *u, int n, const int *idx, const float *wt, float *out) {
     const int H = c->hidden, I = c->moe_inter, Is = c->shared_inter;
-    float *g = malloc(sizeof(float) * (I > Is ? I : Is)), *v = malloc(sizeof(float) * (I > Is ? I : Is));
+    float *g = malloc(sizeof(float) * (I > Is ? I : Is)),
+          *v = malloc(sizeof(float) * (I > Is ? I : Is));
     float *y = malloc(sizeof(float) * H);
     for (int t = 0; t < n; t++) {
         const float *x = u + (size_t)t * H;
@@ -96,8 +97,8 @@ static void test_ffn(const lily_model *m, lily_pool *pool) {
     float *lg = malloc(sizeof(float) * c->n_experts);
     const char *pn[] = {"default", "exact"};
     for (int p = 0; p < 2; p++) {
-        lily_cpu_kern kk = lily_cpu_kern_for(LILY_CPU_ISA_AUTO, p ? LILY_PRECISION_EXACT
-                                                                  : LILY_PRECISION_DEFAULT);
+        lily_cpu_kern kk =
+            lily_cpu_kern_for(LILY_CPU_ISA_AUTO, p ? LILY_PRECISION_EXACT : LILY_PRECISION_DEFAULT);
         const lily_layer *ly = &m->layers[1];
         if (!c->is_moe) {
             int rc = lily_cpu_ffn_block(&kk, c, ly, u, n, NULL, NULL, 1, a, pool, &e);
@@ -177,16 +178,16 @@ static void test_mixers(const lily_model *m, lily_pool *pool) {
     double dc = rel(st[1][0], st[0][0], cl);
     check(!rc && d < 1e-4 && ds < 1e-4 && dc < 1e-5, "gdn block",
           "decode vs chunk: out %.3g, state %.3g, conv state %.3g", d, ds, dc);
-    rc = lily_cpu_attn_block(&kk, c, &m->layers[al], st[0][2], st[0][3], ctx, pos, u, n, 1, a,
-                             pool, &e);
+    rc = lily_cpu_attn_block(&kk, c, &m->layers[al], st[0][2], st[0][3], ctx, pos, u, n, 1, a, pool,
+                             &e);
     rc |= lily_cpu_attn_block(&kk, c, &m->layers[al], st[1][2], st[1][3], ctx, pos, u, n, 0, b,
                               pool, &e);
     d = rel(b, a, (size_t)n * H);
     double dk = rel(st[1][2], st[0][2], kl);
-    check(!rc && d < 1e-4 && dk < 1e-5, "attn block", "decode vs chunk: out %.3g, K cache %.3g",
-          d, dk);
-    check(lily_cpu_attn_block(&kk, c, &m->layers[al], st[0][2], st[0][3], ctx, ctx - 2, u, n, 1,
-                              a, pool, &e) != 0,
+    check(!rc && d < 1e-4 && dk < 1e-5, "attn block", "decode vs chunk: out %.3g, K cache %.3g", d,
+          dk);
+    check(lily_cpu_attn_block(&kk, c, &m->layers[al], st[0][2], st[0][3], ctx, ctx - 2, u, n, 1, a,
+                              pool, &e) != 0,
           "attn block", "past the context is refused (%s)", e.msg);
     for (int i = 0; i < 2; i++)
         for (int j = 0; j < 4; j++)

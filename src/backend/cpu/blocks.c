@@ -28,8 +28,8 @@ static void ref_open(ref *r, const lily_cpu_kern *k, const lily_config *c, const
     r->b.chunk = n;
     cpu_scratch_alloc(&r->b);
     if (max_ctx > 0) {
-        size_t per = lily_cpu_attention_scratch(c->n_q_heads, c->n_kv_heads, c->head_dim,
-                                                max_ctx + n);
+        size_t per =
+            lily_cpu_attention_scratch(c->n_q_heads, c->n_kv_heads, c->head_dim, max_ctx + n);
         r->b.attn_scratch =
             lily_xaligned((size_t)lily_pool_threads(r->b.pool) * per * sizeof(float));
     }

@@ -16,6 +16,9 @@
 #include "backend/program.h"
 #include "base/pool.h"
 
+/* The row product takes as many rows as a step of the contract (lily.h) may have. */
+_Static_assert(LILY_MAX_ROWS <= LILY_ROWS_MAX, "forward_rows needs the row product for all rows");
+
 struct lily_backend {
     const lily_model *m;
     lily_pool *pool;
