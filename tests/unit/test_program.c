@@ -80,8 +80,8 @@ static void one(const char *dir, int dense, const char *what) {
           (unsigned long long)bytes);
     /* every dependency: earlier, and the last writer of a buffer the op reads; every scratch
      * buffer read has one (the state buffers may come from the previous step) */
-    const uint32_t state = 1u << LILY_BUF_KV | 1u << LILY_BUF_CONV | 1u << LILY_BUF_S |
-                           1u << LILY_BUF_TOKENS;
+    const uint32_t state =
+        1u << LILY_BUF_KV | 1u << LILY_BUF_CONV | 1u << LILY_BUF_S | 1u << LILY_BUF_TOKENS;
     int bad = 0;
     for (int i = 0; i < p.n_ops; i++) {
         const lily_op *op = &p.ops[i];
@@ -91,6 +91,7 @@ static void one(const char *dir, int dense, const char *what) {
             if (j >= i || j < 0 || (d && op->deps[d - 1] >= j)) bad++;
             uint32_t wr = p.ops[j].writes & op->reads;
             if (!wr) bad++;
+            if ((wr & state) && p.ops[j].layer != op->layer) bad++; /* another layer's state */
             /* no later writer before op i (of the same layer, for a layer's own state) */
             for (int b = 0; b < LILY_BUF_COUNT; b++)
                 if (wr & (1u << b))
