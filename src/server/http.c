@@ -884,8 +884,12 @@ void lily_http_sweep(lily_srv *s, double now) {
             } else if (stream && now - j->last_drain >= KEEPALIVE_S) {
                 lily_job_wake(j);
             }
-        } else if (stream && j->out.len && now - j->last_drain > s->opts.send_timeout) {
-            /* the reader stopped reading: its bytes wait, the slot is held */
+        } else if (stream && j->last_drain > 0 && j->out.len &&
+                   now - j->last_drain > s->opts.send_timeout) {
+            /* the reader stopped reading: its bytes wait, the slot is held. Only once the stream
+             * has started (start_stream sets last_drain): between the wake of a prepared job and
+             * libmicrohttpd calling the handler again, output may already wait in j->out with
+             * nobody to blame (TLS handshakes on the same thread make that window long) */
             j->cancelled = 1;
             shutdown(lc->fd, SHUT_RDWR);
         }

@@ -83,20 +83,13 @@ if command -v node >/dev/null && [ -d tests/js/node_modules/openai ]; then
     (cd tests/js && NODE_EXTRA_CA_CERTS="$tmp/cert.pem" TOOLS_XML=0 \
         node server_conformance.mjs "$url" test-key-1) || status=1
     srv_stop || { echo "conformance-tls: server exited with an error"; status=1; }
-    # The load test over HTTPS is not run by default: in about 2 of 10 runs its first request
-    # ends with "other side closed" (the server closed a TLS connection without an answer), an
-    # open bug of issue 38. LILY_TLS_LOAD=1 runs it (to reproduce and fix it).
-    if [ "${LILY_TLS_LOAD:-0}" = 1 ]; then
-        srv_start "$tmp/m" --ctx 256 --threads 1 --parallel-queue 128 --snapshot-mem 64 \
-            "${TLSF[@]}" || { echo "server did not start"; exit 1; }
-        url=${SRV_URL/http:/https:}
-        (cd tests/js && NODE_EXTRA_CA_CERTS="$tmp/cert.pem" LOAD_REQUESTS=${LOAD_REQUESTS:-$load} \
-            LOAD_CLIENTS=${LOAD_CLIENTS:-$clients} node load_server.mjs "$url" "$SRV_PID") ||
-            status=1
-        srv_stop || { echo "load-tls: server exited with an error"; status=1; }
-    else
-        echo "load over HTTPS: NOT RUN (open bug, issue 38; LILY_TLS_LOAD=1 runs it)"
-    fi
+    srv_start "$tmp/m" --ctx 256 --threads 1 --parallel-queue 128 --snapshot-mem 64 \
+        "${TLSF[@]}" || { echo "server did not start"; exit 1; }
+    url=${SRV_URL/http:/https:}
+    (cd tests/js && NODE_EXTRA_CA_CERTS="$tmp/cert.pem" LOAD_REQUESTS=${LOAD_REQUESTS:-$load} \
+        LOAD_CLIENTS=${LOAD_CLIENTS:-$clients} node load_server.mjs "$url" "$SRV_PID") ||
+        status=1
+    srv_stop || { echo "load-tls: server exited with an error"; status=1; }
 else
     echo "TLS conformance and load: skipped (needs node and tests/js/node_modules)"
 fi
