@@ -182,6 +182,11 @@ static void conn_handoff(lily_srv *s, lily_conn *c) {
     int fd = c->fd;
     struct sockaddr_storage addr = *c->addr;
     socklen_t alen = (socklen_t)c->addr_len;
+    if (c->relayed) { /* a local socket: libmicrohttpd then leaves TCP options alone */
+        memset(&addr, 0, sizeof addr);
+        addr.ss_family = AF_UNIX;
+        alen = sizeof(sa_family_t);
+    }
     pthread_mutex_unlock(&s->lmu);
     enum MHD_Result ok = MHD_add_connection(s->mhd, fd, (struct sockaddr *)&addr, alen);
     pthread_mutex_lock(&s->lmu);
@@ -223,7 +228,7 @@ static void on_accept(lily_srv *s, double now) {
             lily_api_fail(&e, 503, "server_error", "server_overloaded", NULL,
                           "too many open connections (limit %d); retry shortly", s->opts.max_conns);
             e.retry_after = 1;
-            write_error(fd, &e, 0);
+            if (!s->opts.tls_cert) write_error(fd, &e, 0); /* over TLS: no handshake, no answer */
             close(fd);
             log_reject(s, &addr, now, now, "-", "-", e.status);
             continue;
@@ -233,7 +238,7 @@ static void on_accept(lily_srv *s, double now) {
                           "too many open connections from this address (limit %d)",
                           s->opts.conns_per_ip);
             e.retry_after = 1;
-            write_error(fd, &e, 0);
+            if (!s->opts.tls_cert) write_error(fd, &e, 0); /* over TLS: no handshake, no answer */
             close(fd);
             log_reject(s, &addr, now, now, "-", "-", e.status);
             continue;
@@ -250,15 +255,29 @@ static void on_accept(lily_srv *s, double now) {
         if (s->conns) s->conns->prev = c;
         s->conns = c;
         s->n_conns++;
-        g_byfd[fd] = c;
-        if (s->opts.tls_cert) { /* TLS: the head is encrypted; libmicrohttpd reads it */
-            conn_handoff(s, c);
-            continue;
-        }
-        c->state = CONN_SCREEN;
-        struct epoll_event ev = {.events = EPOLLIN | EPOLLRDHUP | EPOLLET, .data.ptr = c};
-        epoll_ctl(s->epoll_fd, EPOLL_CTL_ADD, fd, &ev);
+        if (s->opts.tls_cert) /* TLS: the relay's handshake first, then the screen */
+            lily_relay_start(s, c, now);
+        else
+            lily_front_screen(s, c, fd);
     }
+}
+
+void lily_front_screen(lily_srv *s, lily_conn *c, int fd) {
+    if (fd >= (1 << 16)) {
+        close(fd);
+        conn_unlink(s, c);
+        return;
+    }
+    c->relayed = c->state == CONN_TLS;
+    c->fd = fd;
+    g_byfd[fd] = c;
+    c->state = CONN_SCREEN;
+    struct epoll_event ev = {.events = EPOLLIN | EPOLLRDHUP | EPOLLET, .data.ptr = c};
+    epoll_ctl(s->epoll_fd, EPOLL_CTL_ADD, fd, &ev);
+}
+
+void lily_front_drop(lily_srv *s, lily_conn *c) {
+    conn_unlink(s, c);
 }
 
 static char g_window[WINDOW];
@@ -311,13 +330,17 @@ static void *front_main(void *arg) {
         for (int i = 0; i < n; i++) {
             if (!evs[i].data.ptr)
                 on_accept(s, now);
+            else if (lily_relay_tagged(evs[i].data.ptr))
+                lily_relay_event(s, evs[i].data.ptr, evs[i].events, now);
             else
                 on_readable(s, evs[i].data.ptr, now);
         }
         if (now - last_sweep >= 0.2) {
             sweep(s, now);
+            lily_relay_sweep(s, now);
             last_sweep = now;
         }
+        lily_relay_reap();
         pthread_mutex_unlock(&s->lmu);
     }
     return NULL;
@@ -387,6 +410,7 @@ void lily_front_stop(lily_srv *s) {
     pthread_join(s->front, NULL);
     close(s->listen_fd);
     pthread_mutex_lock(&s->lmu);
+    lily_relay_stop_all(s);
     for (lily_conn *c = s->conns, *next; c; c = next) {
         next = c->next;
         if (c->state != CONN_MHD) conn_close(s, c);

@@ -57,16 +57,18 @@ static inline int lily_task_generates(lily_task t) {
 }
 
 /* One accepted connection (front.c), in srv->conns under srv->lmu. */
-typedef enum { CONN_SCREEN, CONN_LINGER, CONN_MHD } lily_conn_state;
+typedef enum { CONN_SCREEN, CONN_LINGER, CONN_MHD, CONN_TLS } lily_conn_state; /* TLS: handshake */
 typedef struct lily_conn {
     struct lily_conn *prev, *next;
     int fd;
     lily_conn_state state;
-    double t0;            /* accepted */
+    double t0;            /* accepted; on a kept-alive connection, its last answer ended */
     double linger_until;  /* CONN_LINGER: close by then */
     int phase;            /* 0 reading the head, 1 the body, 2 the request is in */
     int killed;           /* shut down by a deadline */
     int http11;           /* the request said HTTP/1.1 */
+    int relayed;          /* fd is the plaintext end of a TLS relay's socketpair (tlsrelay.c) */
+    int n_requests;       /* requests begun on it (keep-alive) */
     unsigned char ip[16]; /* client address (IPv4 mapped into the first 4 bytes) */
     int ip_len;
     struct sockaddr_storage *addr;
@@ -221,5 +223,25 @@ void lily_front_stop(lily_srv *s);
 /* libmicrohttpd's connection notifications: STARTED finds the lily_conn of a socket. */
 lily_conn *lily_front_started(lily_srv *s, int fd);
 void lily_front_closed(lily_srv *s, lily_conn *c);
+/* For the TLS relay: the connection's plaintext socket goes to the screen; a record whose
+ * handshake failed is forgotten (it has no socket of its own). */
+void lily_front_screen(lily_srv *s, lily_conn *c, int fd);
+void lily_front_drop(lily_srv *s, lily_conn *c);
+
+/* ---- tlsrelay.c (front thread) ------------------------------------------------------------- */
+
+typedef struct lily_relay lily_relay;
+/* Loads the PEM certificate and key (once, before serving). */
+int lily_tls_init(const char *cert_pem, const char *key_pem, lily_err *e);
+void lily_tls_free(void);
+/* Takes an accepted TLS connection (its record c, counted; c->fd is the client's socket). */
+void lily_relay_start(lily_srv *s, lily_conn *c, double now);
+/* Whether an epoll data pointer names a relay, and its event. */
+int lily_relay_tagged(void *ptr);
+void lily_relay_event(lily_srv *s, void *tagged, unsigned events, double now);
+/* Handshake and linger deadlines; frees what the last batch of events closed; all, at stop. */
+void lily_relay_sweep(lily_srv *s, double now);
+void lily_relay_reap(void);
+void lily_relay_stop_all(lily_srv *s);
 
 #endif

@@ -25,7 +25,7 @@ slow=1000 load=150 clients=16
 ldd "$LILY" 2>/dev/null | grep -q libasan && slow=300 load=60 clients=8
 R="python3 tests/scripts/lib/reliability.py"
 MAIN=(--header-timeout 2 --body-timeout 3 --conns-per-ip 300 --max-body 65536 --max-tokens-cap 8 --ctx 512
-      --threads 1)
+      --threads 1 --conn-requests 5)
 
 run() { # name, python args..., -- server flags...
     local name=$1
@@ -41,7 +41,7 @@ run() { # name, python args..., -- server flags...
 }
 
 echo "== plain HTTP"
-run main main --slow $slow -- "${MAIN[@]}"
+run main main --slow $slow --conn-requests 5 -- "${MAIN[@]}"
 run timeout timeout -- --ctx 4096 --threads 1 --request-timeout 1.5
 run stall stall -- --ctx 4096 --threads 1 --send-timeout 1 --send-buffer 64K
 
@@ -73,7 +73,7 @@ srv_start() { # as lib/server.sh, over HTTPS
     done
     return 1
 }
-run main-tls main --tls "$tmp/cert.pem" --slow 200 -- "${MAIN[@]}" "${TLSF[@]}"
+run main-tls main --tls "$tmp/cert.pem" --slow 200 --conn-requests 5 -- "${MAIN[@]}" "${TLSF[@]}"
 run stall-tls stall --tls "$tmp/cert.pem" -- --ctx 4096 --threads 1 --send-timeout 1 \
     --send-buffer 64K "${TLSF[@]}"
 if command -v node >/dev/null && [ -d tests/js/node_modules/openai ]; then
