@@ -25,7 +25,7 @@
 #include "server/reqlog.h"
 #include "server/srv.h"
 
-#define WINDOW   (16 * 1024 + 64 * 1024 + 1024) /* a head and a chunked body (httphead.c) */
+#define WINDOW   LILY_SCREEN_WINDOW
 #define LINGER_S 2.0
 
 /* ---- connections ---------------------------------------------------------------------------- */
@@ -47,9 +47,8 @@ static const char *reason(int status) {
     }
 }
 
-/* Writes an error response on a socket that libmicrohttpd has not seen (in Anthropic's shape for
- * /v1/messages). */
-static void write_error(int fd, const lily_api_error *e, int anthropic) {
+/* An error response from the front (in Anthropic's shape for /v1/messages), appended to out. */
+static void error_bytes(const lily_api_error *e, int anthropic, lily_sb *out) {
     lily_sb b = {0};
     if (anthropic)
         lily_anth_error_json(e, &b);
@@ -61,13 +60,18 @@ static void write_error(int fd, const lily_api_error *e, int anthropic) {
                  "HTTP/1.1 %d %s\r\nContent-Type: application/json\r\nContent-Length: %zu\r\n"
                  "Connection: close\r\n%s\r\n",
                  e->status, reason(e->status), b.len, e->retry_after ? "Retry-After: 1\r\n" : "");
+    lily_sb_append(out, head, (size_t)n);
+    lily_sb_append(out, b.data, b.len);
+    lily_sb_free(&b);
+}
+
+/* Writes an error response on a socket that libmicrohttpd has not seen. */
+static void write_error(int fd, const lily_api_error *e, int anthropic) {
     lily_sb out = {0};
-    lily_sb_append(&out, head, (size_t)n);
-    lily_sb_append(&out, b.data, b.len);
+    error_bytes(e, anthropic, &out);
     ssize_t w = send(fd, out.data, out.len, MSG_NOSIGNAL | MSG_DONTWAIT);
     (void)w; /* best effort: a client that does not take ~400 bytes gets nothing */
     lily_sb_free(&out);
-    lily_sb_free(&b);
 }
 
 /* Per-address counts: a small open-addressing table (under lmu). */
@@ -159,15 +163,26 @@ static void log_reject(lily_srv *s, const struct sockaddr_storage *addr, double 
     lily_reqlog_write(stderr, s->log_format, &x);
 }
 
+/* Logs a refused request (its head in head[0..n)); whether it asked for /v1/messages. */
+static int log_refused(lily_srv *s, const struct sockaddr_storage *addr, double t0, double now,
+                       const char *head, size_t n, int status) {
+    char method[16], path[256];
+    head_target(head, n, method, path);
+    log_reject(s, addr, t0, now, method, path, status);
+    const char *url = !strncmp(path, "/v1/", 4) ? path + 3 : path;
+    return !strncmp(url, "/messages", 9) && (!url[9] || url[9] == '/' || url[9] == '?');
+}
+
+void lily_front_refusal(lily_srv *s, const struct sockaddr_storage *addr, double t0, double now,
+                        const char *head, size_t n, const lily_api_error *e, lily_sb *out) {
+    error_bytes(e, log_refused(s, addr, t0, now, head, n, e->status), out);
+}
+
 /* Answers an error and lets the client read it: half-close, then drain until EOF or 2 s. */
 static void conn_reject(lily_srv *s, lily_conn *c, const lily_api_error *e, double now) {
     char junk[4096];
     ssize_t h = recv(c->fd, junk, sizeof junk, MSG_PEEK | MSG_DONTWAIT);
-    char method[16], path[256];
-    head_target(junk, h > 0 ? (size_t)h : 0, method, path);
-    log_reject(s, c->addr, c->t0, now, method, path, e->status);
-    const char *url = !strncmp(path, "/v1/", 4) ? path + 3 : path;
-    int anthropic = !strncmp(url, "/messages", 9) && (!url[9] || url[9] == '/' || url[9] == '?');
+    int anthropic = log_refused(s, c->addr, c->t0, now, junk, h > 0 ? (size_t)h : 0, e->status);
     while (recv(c->fd, junk, sizeof junk, MSG_DONTWAIT) > 0) {}
     write_error(c->fd, e, anthropic);
     shutdown(c->fd, SHUT_WR);
@@ -175,10 +190,23 @@ static void conn_reject(lily_srv *s, lily_conn *c, const lily_api_error *e, doub
     c->linger_until = now + LINGER_S;
 }
 
-static void conn_handoff(lily_srv *s, lily_conn *c) {
+static void conn_handoff(lily_srv *s, lily_conn *c, double now) {
     epoll_ctl(s->epoll_fd, EPOLL_CTL_DEL, c->fd, NULL);
     c->state = CONN_MHD;
     c->phase = 0;
+    if (!c->relayed) { /* plain: the relay screens the requests after this one (keep-alive) */
+        int pfd = lily_relay_wrap(s, c, now);
+        if (pfd >= 0 && pfd < (1 << 16)) {
+            g_byfd[c->fd] = NULL;
+            c->fd = pfd;
+            g_byfd[pfd] = c;
+            c->relayed = 1;
+        } else if (pfd >= 0) {
+            close(pfd); /* the relay sees the pair closed and ends the connection */
+            conn_unlink(s, c);
+            return;
+        }
+    }
     int fd = c->fd;
     struct sockaddr_storage addr = *c->addr;
     socklen_t alen = (socklen_t)c->addr_len;
@@ -301,7 +329,7 @@ static void on_readable(lily_srv *s, lily_conn *c, double now) {
     if (rc < 0)
         conn_reject(s, c, &e, now);
     else if (rc == 0)
-        conn_handoff(s, c);
+        conn_handoff(s, c, now);
 }
 
 static void sweep(lily_srv *s, double now) {

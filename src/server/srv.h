@@ -67,7 +67,7 @@ typedef struct lily_conn {
     int phase;            /* 0 reading the head, 1 the body, 2 the request is in */
     int killed;           /* shut down by a deadline */
     int http11;           /* the request said HTTP/1.1 */
-    int relayed;          /* fd is the plaintext end of a TLS relay's socketpair (tlsrelay.c) */
+    int relayed;          /* fd is libmicrohttpd's end of a relay's socketpair (relay.c) */
     int n_requests;       /* requests begun on it (keep-alive) */
     unsigned char ip[16]; /* client address (IPv4 mapped into the first 4 bytes) */
     int ip_len;
@@ -215,6 +215,15 @@ void lily_http_sweep(lily_srv *s, double now);
  * complete yet, -1 = rejected with e (an HTTP-level error: 400, 411, 414, 431, 501, 505). full
  * says no more bytes can be seen (the window is full): then incomplete is an error too. */
 int lily_http_screen(const char *buf, size_t n, int full, int *http11, lily_api_error *e);
+/* The same, and where an accepted request ends: head_len bytes of head (with a chunked body:
+ * the whole body too), then body_len bytes of body (Content-Length; 0 when chunked). */
+typedef struct {
+    size_t head_len;
+    unsigned long long body_len;
+    int chunked;
+} lily_http_frame;
+int lily_http_screen_frame(const char *buf, size_t n, int full, int *http11, lily_http_frame *f,
+                           lily_api_error *e);
 /* Binds the listening socket (s->port is then the bound port). */
 int lily_front_listen(lily_srv *s, lily_err *e);
 /* Starts / stops the accepting thread (hands connections to s->mhd). */
@@ -228,7 +237,15 @@ void lily_front_closed(lily_srv *s, lily_conn *c);
 void lily_front_screen(lily_srv *s, lily_conn *c, int fd);
 void lily_front_drop(lily_srv *s, lily_conn *c);
 
-/* ---- tlsrelay.c (front thread) ------------------------------------------------------------- */
+/* The bytes of the answer to a request refused by a relay (its head in head[0..n)), and its
+ * request-log line. */
+void lily_front_refusal(lily_srv *s, const struct sockaddr_storage *addr, double t0, double now,
+                        const char *head, size_t n, const lily_api_error *e, lily_sb *out);
+
+/* ---- relay.c (front thread) ---------------------------------------------------------------- */
+
+/* What the screen looks at: a request head and a chunked body (httphead.c). */
+#define LILY_SCREEN_WINDOW (16 * 1024 + 64 * 1024 + 1024)
 
 typedef struct lily_relay lily_relay;
 /* Loads the PEM certificate and key (once, before serving). */
@@ -236,6 +253,9 @@ int lily_tls_init(const char *cert_pem, const char *key_pem, lily_err *e);
 void lily_tls_free(void);
 /* Takes an accepted TLS connection (its record c, counted; c->fd is the client's socket). */
 void lily_relay_start(lily_srv *s, lily_conn *c, double now);
+/* Relays a plain connection whose first head passed the screen: returns the socket for
+ * libmicrohttpd (the relay keeps c->fd), or -1. */
+int lily_relay_wrap(lily_srv *s, lily_conn *c, double now);
 /* Whether an epoll data pointer names a relay, and its event. */
 int lily_relay_tagged(void *ptr);
 void lily_relay_event(lily_srv *s, void *tagged, unsigned events, double now);

@@ -383,6 +383,22 @@ def keepalive(cap):
     cut = c.closed_within(HEADER_TIMEOUT + 2)
     check(cut is not None and cut > HEADER_TIMEOUT - 0.5,
           "keep-alive: an idle connection closes after --header-timeout", cut)
+    # a malformed request after good ones on a kept-alive connection (pipelined): the answers
+    # before it, then the error JSON (not libmicrohttpd's HTML page), then the connection closes
+    for what, want, bad in [("bad Content-Length", 400, "POST /v1/chat/completions HTTP/1.1\r\n"
+                             "Host: localhost\r\nContent-Length: 1x\r\n\r\n"),
+                            ("HTTP/2.0", 505, "GET /health HTTP/2.0\r\nHost: localhost\r\n\r\n"),
+                            ("malformed chunked", 400, "POST /tokenize HTTP/1.1\r\nHost: localhost\r\n"
+                             "Transfer-Encoding: chunked\r\n\r\nzz\r\n")]:
+        c = Conn()
+        c.s.sendall(b"GET /health HTTP/1.1\r\nHost: localhost\r\n\r\n" + bad.encode())
+        try:
+            got = [c.answer(), c.answer()]
+            closed = c.closed_within(2) is not None
+        except (EOFError, OSError) as e:
+            got, closed = [(0, {}, str(e).encode())] * 2, False
+        check(got[0][0] == 200 and got[1][0] == want and is_error_json(got[1][2]) and closed,
+              f"keep-alive: then {what} -> JSON {want}, closed", [(g[0], g[2][:80]) for g in got])
     # the last request a connection may carry says Connection: close, then the server closes
     c = Conn()
     try:
