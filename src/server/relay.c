@@ -148,6 +148,7 @@ static void update_masks(lily_srv *s, lily_relay *r) {
     } else if (r->state == R_CLOSING) {
         cm = EPOLLIN;
     } else {
+        cm = EPOLLERR; /* always in the set: a reset is news even while nothing is read */
         if (!r->c_eof && r->in_len < IN_MAX) cm |= EPOLLIN;
         if (r->out_off < r->out_len) cm |= EPOLLOUT;
         if (!r->p_eof && !r->out_len) pm |= EPOLLIN;
