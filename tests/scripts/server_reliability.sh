@@ -37,7 +37,16 @@ run() { # name, python args..., -- server flags...
     local url=$SRV_URL
     [ -n "${TLS:-}" ] && url=${url/http:/https:}
     $R "$url" "${py[@]}" || status=1
+    case $name in main*) reuse "$url" ;; esac
     srv_stop || { echo "$name: server exited with an error"; status=1; }
+}
+
+reuse() { # curl with three URLs: one connection (keep-alive)
+    local n
+    n=$(curl -sv ${TLS:+--cacert "$tmp/cert.pem"} "$1/health" "$1/v1/models" "$1/health" 2>&1 |
+        grep -c "Re-using existing connection")
+    printf '%-66s %s\n' "curl: 3 requests on one connection" "$([ "$n" = 2 ] && echo ok || echo FAIL)"
+    [ "$n" = 2 ] || status=1
 }
 
 echo "== plain HTTP"
