@@ -286,7 +286,8 @@ static void screen_in(lily_srv *s, lily_relay *r, double now) {
         lily_http_frame f;
         lily_api_error e;
         size_t n = r->in_len - r->fwd;
-        int rc = lily_http_screen_frame(r->in + r->fwd, n, r->in_len >= IN_MAX, &h11, &f, &e);
+        /* full: the head alone fills the window (bytes before it may still wait for the pair) */
+        int rc = lily_http_screen_frame(r->in + r->fwd, n, n >= IN_MAX, &h11, &f, &e);
         if (rc == 1) return;
         if (rc < 0) {
             refuse(s, r, &e, now);
