@@ -892,12 +892,7 @@ void lily_http_sweep(lily_srv *s, double now) {
                 if (stream) {
                     j->last_drain = 0; /* a keep-alive comment at once */
                     lily_job_wake(j);
-                } else if (s->opts.tls_cert) {
-                    /* a TLS client ends its side with close_notify, not a TCP half-close: the
-                     * peer is gone (nothing can be written past TLS to ask) */
-                    j->cancelled = 1;
-                    lily_job_wake(j);
-                } else if (lc->http11) {
+                } else if (lc->http11) { /* through the relay (relay.c), TLS or not */
                     static const char probe[] = "HTTP/1.1 100 Continue\r\n\r\n";
                     ssize_t w = send(lc->fd, probe, sizeof probe - 1, MSG_NOSIGNAL | MSG_DONTWAIT);
                     (void)w;
@@ -947,7 +942,7 @@ int lily_http_serve(lily_srv *s, volatile int *stop, lily_err *e) {
                      MHD_USE_NO_LISTEN_SOCKET;
     /* MHD's own log reports every client that hangs up mid-stream: noise under --quiet */
     if (!s->opts.quiet) flags |= MHD_USE_ERROR_LOG;
-    if (s->opts.tls_cert) { /* terminated by the front (tlsrelay.c) */
+    if (s->opts.tls_cert) { /* terminated by the front (relay.c) */
         char *cert = NULL, *key = NULL;
         int rc = lily_read_file(s->opts.tls_cert, 1 << 20, &cert, NULL, e) ||
                  lily_read_file(s->opts.tls_key, 1 << 20, &key, NULL, e) ||
