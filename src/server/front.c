@@ -1,11 +1,13 @@
 /* The accepting front of `lily serve`: one thread owns the listening socket and an epoll set of
- * connections whose request head has not arrived yet. It counts connections (in all and per client
- * address) and refuses those over the limits with a JSON error; on plain HTTP it peeks at each
- * request head (MSG_PEEK: the bytes stay for libmicrohttpd) and answers what libmicrohttpd would
- * answer with an HTML page (a bad request line, 414, 431, 505, a bad or conflicting
- * Content-Length, a malformed chunked body) with the OpenAI error JSON itself; a head that does
- * not arrive within --header-timeout gets 408. A screened connection (with TLS: an accepted one)
- * goes to libmicrohttpd (MHD_add_connection). Waiting connections cost an fd and ~200 bytes. */
+ * connections whose first request head has not arrived yet. It counts connections (in all and per
+ * client address) and refuses those over the limits with a JSON error; it peeks at the first
+ * request head (MSG_PEEK: the bytes stay in the socket; with TLS, on the plaintext end of the
+ * relay's pair once the handshake is over) and answers what libmicrohttpd would answer with an
+ * HTML page (a bad request line, 414, 431, 505, a bad or conflicting Content-Length, a malformed
+ * chunked body) with the OpenAI error JSON itself; a head that does not arrive within
+ * --header-timeout gets 408. A screened connection goes to libmicrohttpd (MHD_add_connection)
+ * through a relay (relay.c), which screens the later requests of a kept-alive connection. Waiting
+ * connections cost an fd and ~200 bytes. The relays run on this thread too. */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <microhttpd.h>

@@ -2,9 +2,9 @@
  * (http.c), the job preparation and output (job.c, jobrun.c) and the inference thread (sched.c).
  * Not a public interface.
  *
- * Threads: the front thread accepts connections, screens each request head (plain HTTP) and hands
- * the socket to libmicrohttpd, whose one internal thread (epoll) runs every connection without
- * blocking; it also sweeps deadlines every 200 ms. A request that needs work is admitted (a slot
+ * Threads: the front thread accepts connections, terminates TLS, screens each request head and
+ * relays the connection to libmicrohttpd (a socketpair), whose one internal thread (epoll) runs
+ * every connection without blocking; it also sweeps deadlines every 200 ms. A request that needs work is admitted (a slot
  * in the bounded queue) once its body has arrived, and goes as a lily_job to the preparation
  * thread (JSON parse, template, tokenization), then to the single inference thread through a
  * bounded FIFO, while its connection is suspended. The job is also the channel back: the threads
