@@ -400,9 +400,10 @@ int lily_front_listen(lily_srv *s, lily_err *e) {
         rl.rlim_cur = rl.rlim_max;
         setrlimit(RLIMIT_NOFILE, &rl);
     }
+    /* a relayed connection holds 3 fds: the client's socket and the two ends of its pair */
     if (!getrlimit(RLIMIT_NOFILE, &rl) && rl.rlim_cur != RLIM_INFINITY &&
-        (rlim_t)s->opts.max_conns + 64 > rl.rlim_cur)
-        s->opts.max_conns = rl.rlim_cur > 128 ? (int)(rl.rlim_cur - 64) : 64;
+        (rlim_t)s->opts.max_conns * 3 + 64 > rl.rlim_cur)
+        s->opts.max_conns = rl.rlim_cur > 256 ? (int)((rl.rlim_cur - 64) / 3) : 64;
     int fd = socket(ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     int one = 1;
     if (fd < 0) return lily_fail(e, "socket: %s", strerror(errno));
