@@ -36,8 +36,10 @@ static void usage(FILE *f) {
         "  --max-tokens-cap N    generated tokens per request at most (default: the context)\n"
         "  --request-timeout S   generation time per request, then finish \"length\" (600)\n"
         "  --max-conns N         open connections (2048)  --conns-per-ip N (256)\n"
-        "  --header-timeout S    request head deadline from accept (10)\n"
-        "  --body-timeout S      whole-request deadline from accept (60)\n"
+        "  --header-timeout S    request head deadline from accept, or on a kept-alive\n"
+        "                        connection from the previous answer: its idle limit (10)\n"
+        "  --body-timeout S      whole-request deadline from the same start (60)\n"
+        "  --conn-requests N     requests per kept-alive connection (100; 1 = close each)\n"
         "  --send-timeout S      a stream whose reader holds unsent bytes this long is\n"
         "                        cancelled (30)   --send-buffer BYTES: at most (4M)\n"
         "  --log-format F        request log on stderr: text (default), json or none\n"
@@ -199,6 +201,12 @@ int lily_cmd_serve(int argc, char **argv) {
          .lo = 1,
          .hi = 999999,
          .help = "open connections"},
+        {.name = "--conn-requests",
+         .kind = LILY_ARG_INT,
+         .dst = &o.conn_requests,
+         .lo = 1,
+         .hi = 999999999,
+         .help = "requests per connection"},
         {.name = "--conns-per-ip",
          .kind = LILY_ARG_INT,
          .dst = &o.conns_per_ip,

@@ -1,11 +1,13 @@
 /* The accepting front of `lily serve`: one thread owns the listening socket and an epoll set of
- * connections whose request head has not arrived yet. It counts connections (in all and per client
- * address) and refuses those over the limits with a JSON error; on plain HTTP it peeks at each
- * request head (MSG_PEEK: the bytes stay for libmicrohttpd) and answers what libmicrohttpd would
- * answer with an HTML page (a bad request line, 414, 431, 505, a bad or conflicting
- * Content-Length, a malformed chunked body) with the OpenAI error JSON itself; a head that does
- * not arrive within --header-timeout gets 408. A screened connection (with TLS: an accepted one)
- * goes to libmicrohttpd (MHD_add_connection). Waiting connections cost an fd and ~200 bytes. */
+ * connections whose first request head has not arrived yet. It counts connections (in all and per
+ * client address) and refuses those over the limits with a JSON error; it peeks at the first
+ * request head (MSG_PEEK: the bytes stay in the socket; with TLS, on the plaintext end of the
+ * relay's pair once the handshake is over) and answers what libmicrohttpd would answer with an
+ * HTML page (a bad request line, 414, 431, 505, a bad or conflicting Content-Length, a malformed
+ * chunked body) with the OpenAI error JSON itself; a head that does not arrive within
+ * --header-timeout gets 408. A screened connection goes to libmicrohttpd (MHD_add_connection)
+ * through a relay (relay.c), which screens the later requests of a kept-alive connection. Waiting
+ * connections cost an fd and ~200 bytes. The relays run on this thread too. */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <microhttpd.h>
@@ -25,7 +27,7 @@
 #include "server/reqlog.h"
 #include "server/srv.h"
 
-#define WINDOW   (16 * 1024 + 64 * 1024 + 1024) /* a head and a chunked body (httphead.c) */
+#define WINDOW   LILY_SCREEN_WINDOW
 #define LINGER_S 2.0
 
 /* ---- connections ---------------------------------------------------------------------------- */
@@ -47,9 +49,8 @@ static const char *reason(int status) {
     }
 }
 
-/* Writes an error response on a socket that libmicrohttpd has not seen (in Anthropic's shape for
- * /v1/messages). */
-static void write_error(int fd, const lily_api_error *e, int anthropic) {
+/* An error response from the front (in Anthropic's shape for /v1/messages), appended to out. */
+static void error_bytes(const lily_api_error *e, int anthropic, lily_sb *out) {
     lily_sb b = {0};
     if (anthropic)
         lily_anth_error_json(e, &b);
@@ -61,13 +62,18 @@ static void write_error(int fd, const lily_api_error *e, int anthropic) {
                  "HTTP/1.1 %d %s\r\nContent-Type: application/json\r\nContent-Length: %zu\r\n"
                  "Connection: close\r\n%s\r\n",
                  e->status, reason(e->status), b.len, e->retry_after ? "Retry-After: 1\r\n" : "");
+    lily_sb_append(out, head, (size_t)n);
+    lily_sb_append(out, b.data, b.len);
+    lily_sb_free(&b);
+}
+
+/* Writes an error response on a socket that libmicrohttpd has not seen. */
+static void write_error(int fd, const lily_api_error *e, int anthropic) {
     lily_sb out = {0};
-    lily_sb_append(&out, head, (size_t)n);
-    lily_sb_append(&out, b.data, b.len);
+    error_bytes(e, anthropic, &out);
     ssize_t w = send(fd, out.data, out.len, MSG_NOSIGNAL | MSG_DONTWAIT);
     (void)w; /* best effort: a client that does not take ~400 bytes gets nothing */
     lily_sb_free(&out);
-    lily_sb_free(&b);
 }
 
 /* Per-address counts: a small open-addressing table (under lmu). */
@@ -159,15 +165,26 @@ static void log_reject(lily_srv *s, const struct sockaddr_storage *addr, double 
     lily_reqlog_write(stderr, s->log_format, &x);
 }
 
+/* Logs a refused request (its head in head[0..n)); whether it asked for /v1/messages. */
+static int log_refused(lily_srv *s, const struct sockaddr_storage *addr, double t0, double now,
+                       const char *head, size_t n, int status) {
+    char method[16], path[256];
+    head_target(head, n, method, path);
+    log_reject(s, addr, t0, now, method, path, status);
+    const char *url = !strncmp(path, "/v1/", 4) ? path + 3 : path;
+    return !strncmp(url, "/messages", 9) && (!url[9] || url[9] == '/' || url[9] == '?');
+}
+
+void lily_front_refusal(lily_srv *s, const struct sockaddr_storage *addr, double t0, double now,
+                        const char *head, size_t n, const lily_api_error *e, lily_sb *out) {
+    error_bytes(e, log_refused(s, addr, t0, now, head, n, e->status), out);
+}
+
 /* Answers an error and lets the client read it: half-close, then drain until EOF or 2 s. */
 static void conn_reject(lily_srv *s, lily_conn *c, const lily_api_error *e, double now) {
     char junk[4096];
     ssize_t h = recv(c->fd, junk, sizeof junk, MSG_PEEK | MSG_DONTWAIT);
-    char method[16], path[256];
-    head_target(junk, h > 0 ? (size_t)h : 0, method, path);
-    log_reject(s, c->addr, c->t0, now, method, path, e->status);
-    const char *url = !strncmp(path, "/v1/", 4) ? path + 3 : path;
-    int anthropic = !strncmp(url, "/messages", 9) && (!url[9] || url[9] == '/' || url[9] == '?');
+    int anthropic = log_refused(s, c->addr, c->t0, now, junk, h > 0 ? (size_t)h : 0, e->status);
     while (recv(c->fd, junk, sizeof junk, MSG_DONTWAIT) > 0) {}
     write_error(c->fd, e, anthropic);
     shutdown(c->fd, SHUT_WR);
@@ -175,13 +192,31 @@ static void conn_reject(lily_srv *s, lily_conn *c, const lily_api_error *e, doub
     c->linger_until = now + LINGER_S;
 }
 
-static void conn_handoff(lily_srv *s, lily_conn *c) {
+static void conn_handoff(lily_srv *s, lily_conn *c, double now) {
     epoll_ctl(s->epoll_fd, EPOLL_CTL_DEL, c->fd, NULL);
     c->state = CONN_MHD;
     c->phase = 0;
+    if (!c->relayed) { /* plain: the relay screens the requests after this one (keep-alive) */
+        int pfd = lily_relay_wrap(s, c, now);
+        if (pfd >= 0 && pfd < (1 << 16)) {
+            g_byfd[c->fd] = NULL;
+            c->fd = pfd;
+            g_byfd[pfd] = c;
+            c->relayed = 1;
+        } else if (pfd >= 0) {
+            close(pfd); /* the relay sees the pair closed and ends the connection */
+            conn_unlink(s, c);
+            return;
+        }
+    }
     int fd = c->fd;
     struct sockaddr_storage addr = *c->addr;
     socklen_t alen = (socklen_t)c->addr_len;
+    if (c->relayed) { /* a local socket: libmicrohttpd then leaves TCP options alone */
+        memset(&addr, 0, sizeof addr);
+        addr.ss_family = AF_UNIX;
+        alen = sizeof(sa_family_t);
+    }
     pthread_mutex_unlock(&s->lmu);
     enum MHD_Result ok = MHD_add_connection(s->mhd, fd, (struct sockaddr *)&addr, alen);
     pthread_mutex_lock(&s->lmu);
@@ -223,7 +258,7 @@ static void on_accept(lily_srv *s, double now) {
             lily_api_fail(&e, 503, "server_error", "server_overloaded", NULL,
                           "too many open connections (limit %d); retry shortly", s->opts.max_conns);
             e.retry_after = 1;
-            write_error(fd, &e, 0);
+            if (!s->opts.tls_cert) write_error(fd, &e, 0); /* over TLS: no handshake, no answer */
             close(fd);
             log_reject(s, &addr, now, now, "-", "-", e.status);
             continue;
@@ -233,7 +268,7 @@ static void on_accept(lily_srv *s, double now) {
                           "too many open connections from this address (limit %d)",
                           s->opts.conns_per_ip);
             e.retry_after = 1;
-            write_error(fd, &e, 0);
+            if (!s->opts.tls_cert) write_error(fd, &e, 0); /* over TLS: no handshake, no answer */
             close(fd);
             log_reject(s, &addr, now, now, "-", "-", e.status);
             continue;
@@ -250,15 +285,29 @@ static void on_accept(lily_srv *s, double now) {
         if (s->conns) s->conns->prev = c;
         s->conns = c;
         s->n_conns++;
-        g_byfd[fd] = c;
-        if (s->opts.tls_cert) { /* TLS: the head is encrypted; libmicrohttpd reads it */
-            conn_handoff(s, c);
-            continue;
-        }
-        c->state = CONN_SCREEN;
-        struct epoll_event ev = {.events = EPOLLIN | EPOLLRDHUP | EPOLLET, .data.ptr = c};
-        epoll_ctl(s->epoll_fd, EPOLL_CTL_ADD, fd, &ev);
+        if (s->opts.tls_cert) /* TLS: the relay's handshake first, then the screen */
+            lily_relay_start(s, c, now);
+        else
+            lily_front_screen(s, c, fd);
     }
+}
+
+void lily_front_screen(lily_srv *s, lily_conn *c, int fd) {
+    if (fd >= (1 << 16)) {
+        close(fd);
+        conn_unlink(s, c);
+        return;
+    }
+    c->relayed = c->state == CONN_TLS;
+    c->fd = fd;
+    g_byfd[fd] = c;
+    c->state = CONN_SCREEN;
+    struct epoll_event ev = {.events = EPOLLIN | EPOLLRDHUP | EPOLLET, .data.ptr = c};
+    epoll_ctl(s->epoll_fd, EPOLL_CTL_ADD, fd, &ev);
+}
+
+void lily_front_drop(lily_srv *s, lily_conn *c) {
+    conn_unlink(s, c);
 }
 
 static char g_window[WINDOW];
@@ -282,7 +331,7 @@ static void on_readable(lily_srv *s, lily_conn *c, double now) {
     if (rc < 0)
         conn_reject(s, c, &e, now);
     else if (rc == 0)
-        conn_handoff(s, c);
+        conn_handoff(s, c, now);
 }
 
 static void sweep(lily_srv *s, double now) {
@@ -311,13 +360,17 @@ static void *front_main(void *arg) {
         for (int i = 0; i < n; i++) {
             if (!evs[i].data.ptr)
                 on_accept(s, now);
+            else if (lily_relay_tagged(evs[i].data.ptr))
+                lily_relay_event(s, evs[i].data.ptr, evs[i].events, now);
             else
                 on_readable(s, evs[i].data.ptr, now);
         }
         if (now - last_sweep >= 0.2) {
             sweep(s, now);
+            lily_relay_sweep(s, now);
             last_sweep = now;
         }
+        lily_relay_reap();
         pthread_mutex_unlock(&s->lmu);
     }
     return NULL;
@@ -347,9 +400,10 @@ int lily_front_listen(lily_srv *s, lily_err *e) {
         rl.rlim_cur = rl.rlim_max;
         setrlimit(RLIMIT_NOFILE, &rl);
     }
+    /* a relayed connection holds 3 fds: the client's socket and the two ends of its pair */
     if (!getrlimit(RLIMIT_NOFILE, &rl) && rl.rlim_cur != RLIM_INFINITY &&
-        (rlim_t)s->opts.max_conns + 64 > rl.rlim_cur)
-        s->opts.max_conns = rl.rlim_cur > 128 ? (int)(rl.rlim_cur - 64) : 64;
+        (rlim_t)s->opts.max_conns * 3 + 64 > rl.rlim_cur)
+        s->opts.max_conns = rl.rlim_cur > 256 ? (int)((rl.rlim_cur - 64) / 3) : 64;
     int fd = socket(ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     int one = 1;
     if (fd < 0) return lily_fail(e, "socket: %s", strerror(errno));
@@ -387,6 +441,7 @@ void lily_front_stop(lily_srv *s) {
     pthread_join(s->front, NULL);
     close(s->listen_fd);
     pthread_mutex_lock(&s->lmu);
+    lily_relay_stop_all(s);
     for (lily_conn *c = s->conns, *next; c; c = next) {
         next = c->next;
         if (c->state != CONN_MHD) conn_close(s, c);

@@ -13,6 +13,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -124,6 +125,20 @@ static void add_cors(lily_srv *s, struct MHD_Connection *c, struct MHD_Response 
     MHD_add_response_header(r, "Vary", "Origin");
 }
 
+/* Keep-alive (HTTP/1.1 persistent connections, left to libmicrohttpd): the last request a
+ * connection may carry (--conn-requests) is answered with Connection: close; the others say how
+ * long an idle connection is kept (the head deadline, counted from the end of each answer). */
+static void add_conn_headers(lily_srv *s, struct MHD_Response *r) {
+    lily_conn *lc = t_cur ? t_cur->lc : NULL;
+    if (!lc || __atomic_load_n(&lc->n_requests, __ATOMIC_ACQUIRE) >= s->opts.conn_requests) {
+        MHD_add_response_header(r, "Connection", "close");
+        return;
+    }
+    char v[32];
+    snprintf(v, sizeof v, "timeout=%d", (int)s->opts.header_timeout);
+    MHD_add_response_header(r, "Keep-Alive", v);
+}
+
 static void count(lily_srv *s, int status) {
     if (t_cur) t_cur->status = status;
     pthread_mutex_lock(&s->metrics.mu);
@@ -140,7 +155,7 @@ static enum MHD_Result send_body(lily_srv *s, struct MHD_Connection *c, int stat
     if (!r) return MHD_NO;
     if (type) MHD_add_response_header(r, "Content-Type", type);
     if (h1) MHD_add_response_header(r, h1, v1);
-    MHD_add_response_header(r, "Connection", "close"); /* each request is screened afresh */
+    add_conn_headers(s, r);
     add_cors(s, c, r);
     enum MHD_Result rc = MHD_queue_response(c, (unsigned)status, r);
     MHD_destroy_response(r);
@@ -164,7 +179,7 @@ static enum MHD_Result send_error(lily_srv *s, struct MHD_Connection *c, const l
         MHD_add_response_header(r, "Retry-After", v);
     }
     if (e->status >= 500 && !e->retry_after) MHD_add_response_header(r, "x-should-retry", "false");
-    MHD_add_response_header(r, "Connection", "close");
+    add_conn_headers(s, r);
     add_cors(s, c, r);
     enum MHD_Result rc = MHD_queue_response(c, (unsigned)e->status, r);
     MHD_destroy_response(r);
@@ -510,7 +525,7 @@ static enum MHD_Result start_stream(lily_srv *s, struct MHD_Connection *c, lily_
     MHD_add_response_header(r, "Content-Type", "text/event-stream");
     MHD_add_response_header(r, "Cache-Control", "no-cache");
     MHD_add_response_header(r, "X-Accel-Buffering", "no");
-    MHD_add_response_header(r, "Connection", "close");
+    add_conn_headers(s, r);
     add_cors(s, c, r);
     int fd = conn_fd(c);
     if (fd >= 0) {
@@ -683,10 +698,14 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
         snprintf(k->method, sizeof k->method, "%s", method);
         snprintf(k->path, sizeof k->path, "%s", url);
         k->anthropic = rt == R_MESSAGES || rt == R_COUNT_TOKENS;
-        client_name(c, k->client, sizeof k->client);
         const union MHD_ConnectionInfo *ci =
             MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
         k->lc = ci ? ci->socket_context : NULL;
+        if (k->lc) __atomic_add_fetch(&k->lc->n_requests, 1, __ATOMIC_ACQ_REL);
+        if (k->lc && k->lc->relayed) /* libmicrohttpd sees the pair (tlsrelay.c) */
+            lily_reqlog_client((const struct sockaddr *)k->lc->addr, k->client, sizeof k->client);
+        else
+            client_name(c, k->client, sizeof k->client);
         set_phase(k->lc, 1);
         if (!host_allowed(s, c)) {
             lily_api_fail(&e, 403, "invalid_request_error", "host_not_allowed", NULL,
@@ -714,7 +733,7 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
             MHD_add_response_header(r, "Access-Control-Allow-Headers",
                                     hdrs ? hdrs : "Authorization, Content-Type");
             MHD_add_response_header(r, "Access-Control-Max-Age", "600");
-            MHD_add_response_header(r, "Connection", "close");
+            add_conn_headers(s, r);
             add_cors(s, c, r);
             enum MHD_Result rc = MHD_queue_response(c, 204, r);
             MHD_destroy_response(r);
@@ -815,12 +834,14 @@ static void completed(void *cls, struct MHD_Connection *c, void **con_cls,
         }
         lily_reqlog_write(stderr, s->log_format, &x);
     }
+    if (k->lc) { /* a kept-alive connection: the next head's deadlines count from now */
+        pthread_mutex_lock(&s->lmu);
+        k->lc->job = NULL;
+        k->lc->t0 = lily_now();
+        __atomic_store_n(&k->lc->phase, 0, __ATOMIC_RELEASE);
+        pthread_mutex_unlock(&s->lmu);
+    }
     if (j) {
-        if (k->lc) {
-            pthread_mutex_lock(&s->lmu);
-            k->lc->job = NULL;
-            pthread_mutex_unlock(&s->lmu);
-        }
         pthread_mutex_lock(&j->mu);
         j->conn = NULL;
         j->suspended = 0;
@@ -871,12 +892,7 @@ void lily_http_sweep(lily_srv *s, double now) {
                 if (stream) {
                     j->last_drain = 0; /* a keep-alive comment at once */
                     lily_job_wake(j);
-                } else if (s->opts.tls_cert) {
-                    /* a TLS client ends its side with close_notify, not a TCP half-close: the
-                     * peer is gone (nothing can be written past TLS to ask) */
-                    j->cancelled = 1;
-                    lily_job_wake(j);
-                } else if (lc->http11) {
+                } else if (lc->http11) { /* through the relay (relay.c), TLS or not */
                     static const char probe[] = "HTTP/1.1 100 Continue\r\n\r\n";
                     ssize_t w = send(lc->fd, probe, sizeof probe - 1, MSG_NOSIGNAL | MSG_DONTWAIT);
                     (void)w;
@@ -884,8 +900,12 @@ void lily_http_sweep(lily_srv *s, double now) {
             } else if (stream && now - j->last_drain >= KEEPALIVE_S) {
                 lily_job_wake(j);
             }
-        } else if (stream && j->out.len && now - j->last_drain > s->opts.send_timeout) {
-            /* the reader stopped reading: its bytes wait, the slot is held */
+        } else if (stream && j->last_drain > 0 && j->out.len &&
+                   now - j->last_drain > s->opts.send_timeout) {
+            /* the reader stopped reading: its bytes wait, the slot is held. Only once the stream
+             * has started (start_stream sets last_drain): between the wake of a prepared job and
+             * libmicrohttpd calling the handler again, output may already wait in j->out with
+             * nobody to blame (TLS handshakes on the same thread make that window long) */
             j->cancelled = 1;
             shutdown(lc->fd, SHUT_RDWR);
         }
@@ -906,49 +926,52 @@ static void wake_all(lily_srv *s) {
     pthread_mutex_unlock(&s->lmu);
 }
 
+/* libmicrohttpd's error log, less what it says of the TLS relay's local sockets, which have no
+ * TCP options to set (TCP_NODELAY, TCP_CORK and the push it would have made with them). */
+static void mhd_log(void *cls, const char *fmt, va_list ap) {
+    (void)cls;
+    if ((!strncmp(fmt, "Setting ", 8) && strstr(fmt, " option to ")) ||
+        !strncmp(fmt, "Failed to push the data", 23))
+        return;
+    vfprintf(stderr, fmt, ap);
+}
+
 int lily_http_serve(lily_srv *s, volatile int *stop, lily_err *e) {
     if (lily_front_listen(s, e)) return -1;
-    char *cert = NULL, *key = NULL;
     unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME |
                      MHD_USE_NO_LISTEN_SOCKET;
     /* MHD's own log reports every client that hangs up mid-stream: noise under --quiet */
     if (!s->opts.quiet) flags |= MHD_USE_ERROR_LOG;
-    struct MHD_OptionItem tls[3] = {{MHD_OPTION_END, 0, NULL}};
-    if (s->opts.tls_cert) {
-        if (MHD_is_feature_supported(MHD_FEATURE_TLS) != MHD_YES) {
-            close(s->listen_fd);
-            return lily_fail(e, "this libmicrohttpd has no TLS support (GnuTLS)");
-        }
-        if (lily_read_file(s->opts.tls_cert, 1 << 20, &cert, NULL, e) ||
-            lily_read_file(s->opts.tls_key, 1 << 20, &key, NULL, e)) {
-            free(cert);
+    if (s->opts.tls_cert) { /* terminated by the front (relay.c) */
+        char *cert = NULL, *key = NULL;
+        int rc = lily_read_file(s->opts.tls_cert, 1 << 20, &cert, NULL, e) ||
+                 lily_read_file(s->opts.tls_key, 1 << 20, &key, NULL, e) ||
+                 lily_tls_init(cert, key, e);
+        free(cert), free(key);
+        if (rc) {
             close(s->listen_fd);
             return -1;
         }
-        flags |= MHD_USE_TLS;
-        tls[0] = (struct MHD_OptionItem){MHD_OPTION_HTTPS_MEM_CERT, 0, cert};
-        tls[1] = (struct MHD_OptionItem){MHD_OPTION_HTTPS_MEM_KEY, 0, key};
-        tls[2] = (struct MHD_OptionItem){MHD_OPTION_END, 0, NULL};
     }
     s->prep = lily_xcalloc((size_t)s->q_cap, sizeof *s->prep);
     pthread_cond_init(&s->pcv, NULL);
     /* idle limit between bytes once libmicrohttpd has the connection (the read deadlines are
      * the sweep's); a suspended connection does not time out */
     unsigned idle = (unsigned)(s->opts.body_timeout + 0.5);
-    s->mhd = MHD_start_daemon(flags, 0, NULL, NULL, handler, s, MHD_OPTION_NOTIFY_COMPLETED,
-                              completed, s, MHD_OPTION_NOTIFY_CONNECTION, notify_conn, s,
+    s->mhd = MHD_start_daemon(flags, 0, NULL, NULL, handler, s, MHD_OPTION_EXTERNAL_LOGGER, mhd_log,
+                              NULL, MHD_OPTION_NOTIFY_COMPLETED, completed, s,
+                              MHD_OPTION_NOTIFY_CONNECTION, notify_conn, s,
                               MHD_OPTION_CONNECTION_TIMEOUT, idle, MHD_OPTION_CONNECTION_LIMIT,
                               (unsigned)s->opts.max_conns + 16, MHD_OPTION_CONNECTION_MEMORY_LIMIT,
-                              (size_t)64 * 1024, MHD_OPTION_ARRAY, tls, MHD_OPTION_END);
+                              (size_t)64 * 1024, MHD_OPTION_END);
     if (!s->mhd) {
-        free(cert), free(key);
+        lily_tls_free();
         close(s->listen_fd);
-        return lily_fail(e, "cannot start the HTTP daemon (%s)",
-                         s->opts.tls_cert ? "bad TLS certificate or key?" : strerror(errno));
+        return lily_fail(e, "cannot start the HTTP daemon (%s)", strerror(errno));
     }
     if (lily_front_start(s, e) || pthread_create(&s->prep_thread, NULL, prep_main, s)) {
         MHD_stop_daemon(s->mhd);
-        free(cert), free(key);
+        lily_tls_free();
         return e->msg[0] ? -1 : lily_fail(e, "cannot start thread");
     }
     const char *host = s->opts.host ? s->opts.host : "127.0.0.1";
@@ -983,6 +1006,6 @@ int lily_http_serve(lily_srv *s, volatile int *stop, lily_err *e) {
     MHD_stop_daemon(s->mhd);
     free(s->prep);
     pthread_cond_destroy(&s->pcv);
-    free(cert), free(key);
+    lily_tls_free();
     return 0;
 }

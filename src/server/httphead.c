@@ -29,8 +29,9 @@ static const char *eol(const char *p, const char *end) {
     return memchr(p, '\n', (size_t)(end - p));
 }
 
-/* Validates a chunked body in p[0..end): 0 whole, 1 incomplete, -1 malformed. */
-static int screen_chunked(const char *p, const char *end, lily_api_error *e) {
+/* Validates a chunked body in p[0..end): 0 whole (*stop: just past it), 1 incomplete, -1
+ * malformed. */
+static int screen_chunked(const char *p, const char *end, const char **stop, lily_api_error *e) {
     for (;;) {
         const char *nl = eol(p, end);
         if (!nl)
@@ -58,7 +59,10 @@ static int screen_chunked(const char *p, const char *end, lily_api_error *e) {
             for (;;) {
                 nl = eol(p, end);
                 if (!nl) return 1;
-                if (nl == p || (nl == p + 1 && *p == '\r')) return 0;
+                if (nl == p || (nl == p + 1 && *p == '\r')) {
+                    *stop = nl + 1;
+                    return 0;
+                }
                 p = nl + 1;
             }
         }
@@ -70,6 +74,12 @@ static int screen_chunked(const char *p, const char *end, lily_api_error *e) {
 }
 
 int lily_http_screen(const char *buf, size_t n, int full, int *http11, lily_api_error *e) {
+    lily_http_frame f;
+    return lily_http_screen_frame(buf, n, full, http11, &f, e);
+}
+
+int lily_http_screen_frame(const char *buf, size_t n, int full, int *http11, lily_http_frame *f,
+                           lily_api_error *e) {
     const char *p = buf, *end = buf + n;
     while (p + 1 < end && p[0] == '\r' && p[1] == '\n') /* empty lines before a request */
         p += 2;
@@ -164,8 +174,13 @@ int lily_http_screen(const char *buf, size_t n, int full, int *http11, lily_api_
     if (chunked && clen >= 0)
         return bad(e, 400, "invalid_content_length",
                    "Content-Length and Transfer-Encoding: chunked together");
+    f->head_len = (size_t)(nl + 1 - buf);
+    f->body_len = clen > 0 ? (unsigned long long)clen : 0;
+    f->chunked = chunked;
     if (!chunked) return 0;
-    int rc = screen_chunked(nl + 1, end, e);
+    const char *stop = NULL;
+    int rc = screen_chunked(nl + 1, end, &stop, e);
+    if (rc == 0) f->head_len = (size_t)(stop - buf); /* the whole chunked body goes with the head */
     if (rc == 1 && (full || (size_t)(end - (nl + 1)) > MAX_CHUNKED))
         return lily_api_fail(e, 411, "invalid_request_error", "length_required", NULL,
                              "chunked request bodies over %d bytes are not accepted; send "

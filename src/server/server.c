@@ -63,6 +63,7 @@ int lily_server_main(const lily_server_opts *o) {
     if (s->opts.request_timeout <= 0) s->opts.request_timeout = 600;
     if (s->opts.max_conns <= 0) s->opts.max_conns = 2048;
     if (s->opts.conns_per_ip <= 0) s->opts.conns_per_ip = 256;
+    if (s->opts.conn_requests <= 0) s->opts.conn_requests = 100;
     if (s->opts.header_timeout <= 0) s->opts.header_timeout = 10;
     if (s->opts.body_timeout <= 0) s->opts.body_timeout = 60;
     if (s->opts.body_timeout < s->opts.header_timeout)

@@ -36,8 +36,10 @@ typedef struct lily_server_opts {
     double request_timeout; /* s of generation per request, then finish "length"; 0 = 600 */
     int max_conns;          /* open connections; 0 = 2048 */
     int conns_per_ip;       /* open connections from one client address; 0 = 256 */
-    double header_timeout;  /* s from accept to the end of the request head; 0 = 10 */
-    double body_timeout;    /* s from accept to the end of the body; 0 = 60 */
+    double header_timeout;  /* s from accept (or the previous answer's end, on a kept-alive
+                               connection) to the end of the request head; 0 = 10 */
+    double body_timeout;    /* s from the same start to the end of the body; 0 = 60 */
+    int conn_requests;      /* requests per kept-alive connection (1: no keep-alive); 0 = 100 */
     double send_timeout;    /* s a stream may hold unsent bytes before it is cancelled; 0 = 30 */
     size_t send_buffer;     /* bytes a stream may hold unsent; 0 = 4 MiB */
     const char *tls_cert;   /* PEM files: serve HTTPS (both or neither) */

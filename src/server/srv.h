@@ -2,9 +2,9 @@
  * (http.c), the job preparation and output (job.c, jobrun.c) and the inference thread (sched.c).
  * Not a public interface.
  *
- * Threads: the front thread accepts connections, screens each request head (plain HTTP) and hands
- * the socket to libmicrohttpd, whose one internal thread (epoll) runs every connection without
- * blocking; it also sweeps deadlines every 200 ms. A request that needs work is admitted (a slot
+ * Threads: the front thread accepts connections, terminates TLS, screens each request head and
+ * relays the connection to libmicrohttpd (a socketpair), whose one internal thread (epoll) runs
+ * every connection without blocking; it also sweeps deadlines every 200 ms. A request that needs work is admitted (a slot
  * in the bounded queue) once its body has arrived, and goes as a lily_job to the preparation
  * thread (JSON parse, template, tokenization), then to the single inference thread through a
  * bounded FIFO, while its connection is suspended. The job is also the channel back: the threads
@@ -57,16 +57,18 @@ static inline int lily_task_generates(lily_task t) {
 }
 
 /* One accepted connection (front.c), in srv->conns under srv->lmu. */
-typedef enum { CONN_SCREEN, CONN_LINGER, CONN_MHD } lily_conn_state;
+typedef enum { CONN_SCREEN, CONN_LINGER, CONN_MHD, CONN_TLS } lily_conn_state; /* TLS: handshake */
 typedef struct lily_conn {
     struct lily_conn *prev, *next;
     int fd;
     lily_conn_state state;
-    double t0;            /* accepted */
+    double t0;            /* accepted; on a kept-alive connection, its last answer ended */
     double linger_until;  /* CONN_LINGER: close by then */
     int phase;            /* 0 reading the head, 1 the body, 2 the request is in */
     int killed;           /* shut down by a deadline */
     int http11;           /* the request said HTTP/1.1 */
+    int relayed;          /* fd is libmicrohttpd's end of a relay's socketpair (relay.c) */
+    int n_requests;       /* requests begun on it (keep-alive) */
     unsigned char ip[16]; /* client address (IPv4 mapped into the first 4 bytes) */
     int ip_len;
     struct sockaddr_storage *addr;
@@ -213,6 +215,15 @@ void lily_http_sweep(lily_srv *s, double now);
  * complete yet, -1 = rejected with e (an HTTP-level error: 400, 411, 414, 431, 501, 505). full
  * says no more bytes can be seen (the window is full): then incomplete is an error too. */
 int lily_http_screen(const char *buf, size_t n, int full, int *http11, lily_api_error *e);
+/* The same, and where an accepted request ends: head_len bytes of head (with a chunked body:
+ * the whole body too), then body_len bytes of body (Content-Length; 0 when chunked). */
+typedef struct {
+    size_t head_len;
+    unsigned long long body_len;
+    int chunked;
+} lily_http_frame;
+int lily_http_screen_frame(const char *buf, size_t n, int full, int *http11, lily_http_frame *f,
+                           lily_api_error *e);
 /* Binds the listening socket (s->port is then the bound port). */
 int lily_front_listen(lily_srv *s, lily_err *e);
 /* Starts / stops the accepting thread (hands connections to s->mhd). */
@@ -221,5 +232,36 @@ void lily_front_stop(lily_srv *s);
 /* libmicrohttpd's connection notifications: STARTED finds the lily_conn of a socket. */
 lily_conn *lily_front_started(lily_srv *s, int fd);
 void lily_front_closed(lily_srv *s, lily_conn *c);
+/* For the TLS relay: the connection's plaintext socket goes to the screen; a record whose
+ * handshake failed is forgotten (it has no socket of its own). */
+void lily_front_screen(lily_srv *s, lily_conn *c, int fd);
+void lily_front_drop(lily_srv *s, lily_conn *c);
+
+/* The bytes of the answer to a request refused by a relay (its head in head[0..n)), and its
+ * request-log line. */
+void lily_front_refusal(lily_srv *s, const struct sockaddr_storage *addr, double t0, double now,
+                        const char *head, size_t n, const lily_api_error *e, lily_sb *out);
+
+/* ---- relay.c (front thread) ---------------------------------------------------------------- */
+
+/* What the screen looks at: a request head and a chunked body (httphead.c). */
+#define LILY_SCREEN_WINDOW (16 * 1024 + 64 * 1024 + 1024)
+
+typedef struct lily_relay lily_relay;
+/* Loads the PEM certificate and key (once, before serving). */
+int lily_tls_init(const char *cert_pem, const char *key_pem, lily_err *e);
+void lily_tls_free(void);
+/* Takes an accepted TLS connection (its record c, counted; c->fd is the client's socket). */
+void lily_relay_start(lily_srv *s, lily_conn *c, double now);
+/* Relays a plain connection whose first head passed the screen: returns the socket for
+ * libmicrohttpd (the relay keeps c->fd), or -1. */
+int lily_relay_wrap(lily_srv *s, lily_conn *c, double now);
+/* Whether an epoll data pointer names a relay, and its event. */
+int lily_relay_tagged(void *ptr);
+void lily_relay_event(lily_srv *s, void *tagged, unsigned events, double now);
+/* Handshake and linger deadlines; frees what the last batch of events closed; all, at stop. */
+void lily_relay_sweep(lily_srv *s, double now);
+void lily_relay_reap(void);
+void lily_relay_stop_all(lily_srv *s);
 
 #endif

@@ -1,5 +1,6 @@
 /* libFuzzer target: arbitrary bytes as a request head seen by the front of `lily serve`
- * (lily_http_screen, with the window open and full), as an error message (lily_utf8_copy) and as
+ * (lily_http_screen_frame, with the window open and full; an accepted request ends inside the
+ * input), as an error message (lily_utf8_copy) and as
  * a JSON body (lily_json_has_nul, lily_json_seed). Each must answer within its contract: the
  * screen 0, 1, or -1 with an HTTP error status and a message; the copy valid UTF-8 that fits. */
 #include <stdint.h>
@@ -27,8 +28,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         lily_api_error e;
         memset(&e, 0, sizeof e);
         int h11 = 0;
-        int rc = lily_http_screen(s, size, full, &h11, &e);
+        lily_http_frame f = {0};
+        int rc = lily_http_screen_frame(s, size, full, &h11, &f, &e);
         if (rc < -1 || rc > 1) abort();
+        if (rc == 0 && (!f.head_len || f.head_len > size || (f.chunked && f.body_len))) abort();
+        if (rc != lily_http_screen(s, size, full, &h11, &e)) abort();
         if (rc == -1 && (e.status < 400 || e.status > 505 || !e.message[0] || !e.type)) abort();
         if (full && rc == 1) abort(); /* a full window is decided */
     }

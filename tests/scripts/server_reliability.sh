@@ -25,7 +25,7 @@ slow=1000 load=150 clients=16
 ldd "$LILY" 2>/dev/null | grep -q libasan && slow=300 load=60 clients=8
 R="python3 tests/scripts/lib/reliability.py"
 MAIN=(--header-timeout 2 --body-timeout 3 --conns-per-ip 300 --max-body 65536 --max-tokens-cap 8 --ctx 512
-      --threads 1)
+      --threads 1 --conn-requests 5)
 
 run() { # name, python args..., -- server flags...
     local name=$1
@@ -37,11 +37,20 @@ run() { # name, python args..., -- server flags...
     local url=$SRV_URL
     [ -n "${TLS:-}" ] && url=${url/http:/https:}
     $R "$url" "${py[@]}" || status=1
+    case $name in main*) reuse "$url" ;; esac
     srv_stop || { echo "$name: server exited with an error"; status=1; }
 }
 
+reuse() { # curl with three URLs: one connection (keep-alive)
+    local n
+    n=$(curl -sv ${TLS:+--cacert "$tmp/cert.pem"} "$1/health" "$1/v1/models" "$1/health" 2>&1 |
+        grep -c "Re-using existing connection")
+    printf '%-66s %s\n' "curl: 3 requests on one connection" "$([ "$n" = 2 ] && echo ok || echo FAIL)"
+    [ "$n" = 2 ] || status=1
+}
+
 echo "== plain HTTP"
-run main main --slow $slow -- "${MAIN[@]}"
+run main main --slow $slow --conn-requests 5 -- "${MAIN[@]}"
 run timeout timeout -- --ctx 4096 --threads 1 --request-timeout 1.5
 run stall stall -- --ctx 4096 --threads 1 --send-timeout 1 --send-buffer 64K
 
@@ -73,7 +82,7 @@ srv_start() { # as lib/server.sh, over HTTPS
     done
     return 1
 }
-run main-tls main --tls "$tmp/cert.pem" --slow 200 -- "${MAIN[@]}" "${TLSF[@]}"
+run main-tls main --tls "$tmp/cert.pem" --slow 200 --conn-requests 5 -- "${MAIN[@]}" "${TLSF[@]}"
 run stall-tls stall --tls "$tmp/cert.pem" -- --ctx 4096 --threads 1 --send-timeout 1 \
     --send-buffer 64K "${TLSF[@]}"
 if command -v node >/dev/null && [ -d tests/js/node_modules/openai ]; then
@@ -83,20 +92,13 @@ if command -v node >/dev/null && [ -d tests/js/node_modules/openai ]; then
     (cd tests/js && NODE_EXTRA_CA_CERTS="$tmp/cert.pem" TOOLS_XML=0 \
         node server_conformance.mjs "$url" test-key-1) || status=1
     srv_stop || { echo "conformance-tls: server exited with an error"; status=1; }
-    # The load test over HTTPS is not run by default: in about 2 of 10 runs its first request
-    # ends with "other side closed" (the server closed a TLS connection without an answer), an
-    # open bug of issue 38. LILY_TLS_LOAD=1 runs it (to reproduce and fix it).
-    if [ "${LILY_TLS_LOAD:-0}" = 1 ]; then
-        srv_start "$tmp/m" --ctx 256 --threads 1 --parallel-queue 128 --snapshot-mem 64 \
-            "${TLSF[@]}" || { echo "server did not start"; exit 1; }
-        url=${SRV_URL/http:/https:}
-        (cd tests/js && NODE_EXTRA_CA_CERTS="$tmp/cert.pem" LOAD_REQUESTS=${LOAD_REQUESTS:-$load} \
-            LOAD_CLIENTS=${LOAD_CLIENTS:-$clients} node load_server.mjs "$url" "$SRV_PID") ||
-            status=1
-        srv_stop || { echo "load-tls: server exited with an error"; status=1; }
-    else
-        echo "load over HTTPS: NOT RUN (open bug, issue 38; LILY_TLS_LOAD=1 runs it)"
-    fi
+    srv_start "$tmp/m" --ctx 256 --threads 1 --parallel-queue 128 --snapshot-mem 64 \
+        "${TLSF[@]}" || { echo "server did not start"; exit 1; }
+    url=${SRV_URL/http:/https:}
+    (cd tests/js && NODE_EXTRA_CA_CERTS="$tmp/cert.pem" LOAD_REQUESTS=${LOAD_REQUESTS:-$load} \
+        LOAD_CLIENTS=${LOAD_CLIENTS:-$clients} node load_server.mjs "$url" "$SRV_PID") ||
+        status=1
+    srv_stop || { echo "load-tls: server exited with an error"; status=1; }
 else
     echo "TLS conformance and load: skipped (needs node and tests/js/node_modules)"
 fi

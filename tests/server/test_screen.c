@@ -1,7 +1,7 @@
-/* The request-head screen of `lily serve` (front.c, lily_http_screen): what libmicrohttpd would
- * answer with an HTML page is caught here and answered with the OpenAI error JSON (414, 431,
+/* The request-head screen of `lily serve` (front.c and relay.c, lily_http_screen): what
+ * libmicrohttpd would answer with an HTML page is caught here and answered with the OpenAI error JSON (414, 431,
  * 505, a bad or conflicting Content-Length, malformed chunked bodies, 411 for chunked bodies
- * that do not fit the window), incomplete heads wait, good ones pass. */
+ * that do not fit the window), incomplete heads wait, good ones pass and say where they end. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -102,6 +102,33 @@ int main(void) {
           "a chunked body that fills the window: 411", "%d", e.status);
     check(e.message[0] && e.type, "errors carry a message and a type", NULL);
     free(r);
+
+    /* framing (relay.c follows each request on a kept-alive connection to its end) */
+    lily_http_frame f;
+    int h11;
+    const char *two = "POST /a HTTP/1.1\r\nHost: a\r\nContent-Length: 7\r\n\r\n{\"x\":1}"
+                      "GET /b HTTP/1.1\r\nHost: a\r\n\r\n";
+    size_t head1 = strstr(two, "{") - two;
+    int rc = lily_http_screen_frame(two, strlen(two), 0, &h11, &f, &e);
+    check(rc == 0 && f.head_len == head1 && f.body_len == 7 && !f.chunked,
+          "frame: a head with Content-Length", "rc %d head %zu body %llu", rc, f.head_len,
+          f.body_len);
+    const char *next = two + head1 + 7;
+    rc = lily_http_screen_frame(next, strlen(next), 0, &h11, &f, &e);
+    check(rc == 0 && f.head_len == strlen(next) && f.body_len == 0, "frame: the next request",
+          "rc %d head %zu", rc, f.head_len);
+    const char *chk =
+        "POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n"
+        "0\r\nX-T: 1\r\n\r\nGET / HTTP/1.1\r\n";
+    rc = lily_http_screen_frame(chk, strlen(chk), 0, &h11, &f, &e);
+    check(rc == 0 && f.chunked && f.body_len == 0 &&
+              f.head_len == (size_t)(strstr(chk, "GET") - chk),
+          "frame: a chunked body (with a trailer) goes with its head", "rc %d head %zu", rc,
+          f.head_len);
+    const char *lead = "\r\n\r\nGET / HTTP/1.0\r\n\r\n";
+    rc = lily_http_screen_frame(lead, strlen(lead), 0, &h11, &f, &e);
+    check(rc == 0 && f.head_len == strlen(lead) && !h11, "frame: empty lines before a request",
+          "rc %d head %zu", rc, f.head_len);
     printf("%d passed, %d failed\n", n_pass, n_fail);
     return n_fail ? 1 : 0;
 }
