@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend/cpu/gemv_i16.h"
 #include "backend/cpu/ops.h"
 #include "base/err.h"
 #include "base/pool.h"
@@ -487,20 +488,72 @@ static void test_misc(void) {
     free(mem[0]), free(mem[1]), free(mem[2]);
 }
 
+/* The int16 products' AVX2 bodies against the AVX-512 VNNI ones, where the CPU runs both: the
+ * decode product's quantised x byte for byte, and every product (decode: 1-4 tokens; prefill:
+ * the GEMM, 5+ tokens) bit for bit, on odd shapes. */
+static void test_i16_avx2_vs_vnni(lily_pool *pool) {
+    const lily_cpu_kern kv = lily_cpu_kern_for(LILY_CPU_ISA_AVX512, LILY_PRECISION_DEFAULT);
+    const lily_cpu_kern ka = lily_cpu_kern_for(LILY_CPU_ISA_AVX2, LILY_PRECISION_DEFAULT);
+    if (!kv.vnni || !ka.i16) {
+        printf("-- int16 AVX2 vs VNNI: skipped (the CPU lacks one of them)\n");
+        return;
+    }
+    const int shapes[][2] = {{37, 192}, {129, 64}, {16, 320}, {5, 17408}, {70, 2048}};
+    const int ns[] = {1, 2, 3, 4, 5, 9, 33};
+    for (int si = 0; si < 5; si++) {
+        const int rows = shapes[si][0], cols = shapes[si][1], ldx = cols + 7;
+        void *mem[3] = {0};
+        lily_mat W;
+        make_mat(&W, LILY_DT_Q4, rows, cols, mem);
+        float *X = malloc((size_t)33 * ldx * 4), *Y0 = malloc((size_t)33 * rows * 4);
+        float *Y1 = malloc((size_t)33 * rows * 4);
+        for (int i = 0; i < 33 * ldx; i++)
+            X[i] = frand() * (1 + (i % 5)); /* groups of different scales */
+        /* the decode product's x: one layout, two quantisers */
+        size_t xb = lily_cpu_gemv_i16_x_bytes(4, cols);
+        void *q0 = lily_xaligned(xb), *q1 = lily_xaligned(xb);
+        memset(q0, 0xa5, xb), memset(q1, 0x5a, xb);
+        lily_cpu_gemv_i16_quant(X, 4, ldx, cols, q0);
+        lily_cpu_gemv_i16_quant_avx2(X, 4, ldx, cols, q1);
+        /* the bytes after each token's used part are padding: compare what the kernels read */
+        size_t nb = ((size_t)cols + 127) / 128, used = nb * 256 + nb * 24, ts = xb / 4;
+        int same = 1;
+        for (int t = 0; t < 4; t++)
+            same &= !memcmp((char *)q0 + t * ts, (char *)q1 + t * ts, used);
+        char what[96];
+        snprintf(what, sizeof what, "gemv_i16 x: avx2 == vnni bytes, %d cols", cols);
+        check(same, what, 0);
+        for (int ni = 0; ni < 7; ni++) {
+            const int n = ns[ni];
+            if (!lily_cpu_matmul_quantizes_x(&ka, &W, n)) continue; /* over the decode cap */
+            for (int i = 0; i < n * rows; i++)
+                Y0[i] = NAN, Y1[i] = 1.0f;
+            lily_cpu_matmul(&kv, &W, X, n, ldx, Y0, rows, (ni & 1) ? pool : NULL);
+            lily_cpu_matmul(&ka, &W, X, n, ldx, Y1, rows, (ni & 1) ? NULL : pool);
+            snprintf(what, sizeof what, "int16 q4 %dx%d n=%d: avx2 == vnni bit for bit", rows, cols,
+                     n);
+            check(!memcmp(Y0, Y1, (size_t)n * rows * 4), what, 0);
+        }
+        free(q0), free(q1), free(X), free(Y0), free(Y1);
+        free(mem[0]), free(mem[1]), free(mem[2]);
+    }
+}
+
 int main(void) {
     lily_pool *pool = lily_pool_create(3);
-    /* avx512 twice: with the int16 Q4 products where the CPU has VNNI (DEFAULT), and with fp32
-     * only (EXACT) */
+    /* every kernel set this CPU runs (a cap above the CPU gives the best it has); avx512 twice:
+     * with the int16 Q4 products (DEFAULT) and with fp32 only (EXACT) */
     const lily_cpu_isa isas[] = {LILY_CPU_ISA_AVX512, LILY_CPU_ISA_AVX512, LILY_CPU_ISA_AVX2,
                                  LILY_CPU_ISA_SCALAR};
-    const char *names[] = {"avx512", "avx512", "avx2", "scalar"};
     for (int i = 0; i < 4; i++) {
         const lily_precision p = i == 1 ? LILY_PRECISION_EXACT : LILY_PRECISION_DEFAULT;
-        printf("-- matmul kernels capped at %s%s\n", names[i], i == 1 ? " (exact: fp32)" : "");
         K = lily_cpu_kern_for(isas[i], p);
-        check(!K.i16 || (i == 0 && K.isa == 2), "int16 products only on AVX-512 at DEFAULT", 0);
+        printf("-- matmul kernels: %s%s\n", lily_cpu_kern_name(&K), i == 1 ? " (exact: fp32)" : "");
+        check(K.i16 == (K.isa >= 1 && p != LILY_PRECISION_EXACT) && (!K.vnni || K.isa == 2),
+              "int16 products on AVX2 and AVX-512 at DEFAULT", 0);
         test_matmul(pool);
     }
+    test_i16_avx2_vs_vnni(pool);
     K = lily_cpu_kern_for(LILY_CPU_ISA_AUTO, LILY_PRECISION_DEFAULT);
     test_matmul_many(pool);
     test_matmul_glu(pool);

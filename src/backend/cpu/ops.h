@@ -44,12 +44,16 @@ void lily_mat_row_f32(const lily_mat *W, int r, float *out);
 
 /* What the CPU kernels may use, fixed per backend (the engine's cpu_isa and precision). */
 typedef struct lily_cpu_kern {
-    int isa; /* 2 = AVX-512, 1 = AVX2 + FMA, 0 = plain C (never more than the CPU has) */
-    int i16; /* Q4 products with int16 activations (matmul_i16.h, gemv_i16.h); needs VNNI */
+    int isa; /* 2 = AVX-512 (F, BW, VL), 1 = AVX2 + FMA, 0 = plain C (never more than the CPU has) */
+    int vnni; /* AVX-512 VNNI (isa 2 only): the int16 products take their AVX-512 bodies */
+    int i16;  /* Q4 products with int16 activations (matmul_i16.h, gemv_i16.h); isa >= 1 */
 } lily_cpu_kern;
-/* The kernels for an engine's options: isa capped by what the CPU has, and the precision's CPU
- * mapping (EXACT: fp32 products only; DEFAULT and FAST: int16 products where the CPU has VNNI). */
+/* The kernels for an engine's options, chosen here and nowhere else: isa capped by what the CPU
+ * has (cpuid), and the precision's CPU mapping (EXACT: fp32 products only; DEFAULT and FAST: int16
+ * products, on AVX-512 VNNI or AVX2). */
 lily_cpu_kern lily_cpu_kern_for(lily_cpu_isa isa, lily_precision precision);
+/* The kernel set's name: "avx512-vnni", "avx512", "avx2" or "scalar". */
+const char *lily_cpu_kern_name(const lily_cpu_kern *k);
 
 /* Y[t][o] = sum_c W[o][c] * X[t][c] for t < n, o < W->rows.
  * X is [n][ldx] (ldx >= W->cols), Y is [n][ldy] (ldy >= W->rows). Work is split over rows of W;
