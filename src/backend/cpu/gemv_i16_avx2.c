@@ -70,9 +70,8 @@ __attribute__((target(GA_ISA))) void lily_cpu_gemv_i16_quant_avx2(const float *X
             const float mx = hmax8(m);
             /* gemv_i16.c sums 16-lane vectors (v0 + v1) + (v2 + v3): lanes 0-7 of each are the
              * even eighths here, lanes 8-15 the odd ones */
-            xsum[g] =
-                hsum16(_mm256_add_ps(_mm256_add_ps(v[0], v[2]), _mm256_add_ps(v[4], v[6])),
-                       _mm256_add_ps(_mm256_add_ps(v[1], v[3]), _mm256_add_ps(v[5], v[7])));
+            xsum[g] = hsum16(_mm256_add_ps(_mm256_add_ps(v[0], v[2]), _mm256_add_ps(v[4], v[6])),
+                             _mm256_add_ps(_mm256_add_ps(v[1], v[3]), _mm256_add_ps(v[5], v[7])));
             sx[g] = mx / (float)GA_CODE_MAX;
             const __m256 inv = _mm256_set1_ps(mx > 0.0f ? (float)GA_CODE_MAX / mx : 0.0f);
             __m256i cs = _mm256_setzero_si256();
@@ -132,7 +131,8 @@ row_terms(const lily_mat *W, int r, const uint8_t *xt, int nb, float *sc, __m256
             float xa[8] = {0}, ta[8] = {0}, da[8] = {0};
             for (int j = 0; j < 8; j++) {
                 if (j < wl) st[j] = s[g0 + j], bt[j] = bi[g0 + j];
-                if (j < xl) xa[j] = sx[g0 + j], ta[j] = sx[ngp + g0 + j], da[j] = sx[2 * ngp + g0 + j];
+                if (j < xl)
+                    xa[j] = sx[g0 + j], ta[j] = sx[ngp + g0 + j], da[j] = sx[2 * ngp + g0 + j];
             }
             sv = bf16x8(st), bv = bf16x8(bt);
             xv = _mm256_loadu_ps(xa), tv = _mm256_loadu_ps(ta), dv = _mm256_loadu_ps(da);
@@ -160,9 +160,9 @@ group_dot(__m256i lo, __m256i hi, const uint8_t *x) {
     const __m256i ph =
         _mm256_add_epi16(_mm256_maddubs_epi16(lo, _mm256_loadu_si256((const __m256i *)x)),
                          _mm256_maddubs_epi16(hi, _mm256_loadu_si256((const __m256i *)(x + 64))));
-    const __m256i pl = _mm256_add_epi16(
-        _mm256_maddubs_epi16(lo, _mm256_loadu_si256((const __m256i *)(x + 128))),
-        _mm256_maddubs_epi16(hi, _mm256_loadu_si256((const __m256i *)(x + 192))));
+    const __m256i pl =
+        _mm256_add_epi16(_mm256_maddubs_epi16(lo, _mm256_loadu_si256((const __m256i *)(x + 128))),
+                         _mm256_maddubs_epi16(hi, _mm256_loadu_si256((const __m256i *)(x + 192))));
     return _mm256_add_epi32(_mm256_madd_epi16(ph, _mm256_set1_epi16(256)),
                             _mm256_madd_epi16(pl, _mm256_set1_epi16(1)));
 }
@@ -247,9 +247,9 @@ rows_n(const lily_mat *W, int r0, int r1, const uint8_t *xq, float *Y, int ldy, 
     }
 }
 
-__attribute__((target(GA_ISA))) void lily_cpu_gemv_i16_rows_avx2(const lily_mat *W, int r0,
-                                                                 int r1, const void *xq, int n,
-                                                                 float *Y, int ldy) {
+__attribute__((target(GA_ISA))) void lily_cpu_gemv_i16_rows_avx2(const lily_mat *W, int r0, int r1,
+                                                                 const void *xq, int n, float *Y,
+                                                                 int ldy) {
     LILY_ASSERT(W->dt == LILY_DT_Q4 && W->group == 64 && W->cols % 64 == 0 &&
                 W->cols <= LILY_GEMV_I16_MAX_COLS && n >= 1 && n <= LILY_GEMV_I16_MAX_N);
     const uint8_t *x = xq;

@@ -117,7 +117,8 @@ __attribute__((target(IA_ISA))) static void repack(const lily_mat *W, int r0, in
             const float sv = r < R ? lily_bf16_to_f32(sc[(size_t)r * ng + g]) : 0.0f;
             s[g * IA_ROWS + r] = sv;
             /* 8 sv is exact: the same value as matmul_i16.c's fma */
-            b[g * IA_ROWS + r] = r < R ? lily_bf16_to_f32(bi[(size_t)r * ng + g]) + 8.0f * sv : 0.0f;
+            b[g * IA_ROWS + r] =
+                r < R ? lily_bf16_to_f32(bi[(size_t)r * ng + g]) + 8.0f * sv : 0.0f;
         }
 }
 
@@ -168,11 +169,11 @@ tile_tokens(const int32_t *Wt, const float *s, const float *b, int ng, const int
     }
 }
 
-#define IA_NT(NT)                                                                                  \
-    __attribute__((target(IA_ISA))) static void tile_nt##NT(                                       \
-        const int32_t *Wt, const float *s, const float *b, int ng, const int16_t *xc, int cols,    \
-        const float *xs, const float *xsum, float *Y, int ldy, int R) {                            \
-        tile_tokens(Wt, s, b, ng, xc, cols, xs, xsum, Y, ldy, R, NT);                              \
+#define IA_NT(NT)                                                                               \
+    __attribute__((target(IA_ISA))) static void tile_nt##NT(                                    \
+        const int32_t *Wt, const float *s, const float *b, int ng, const int16_t *xc, int cols, \
+        const float *xs, const float *xsum, float *Y, int ldy, int R) {                         \
+        tile_tokens(Wt, s, b, ng, xc, cols, xs, xsum, Y, ldy, R, NT);                           \
     }
 IA_NT(4)
 IA_NT(2)
@@ -194,8 +195,8 @@ void lily_cpu_i16_avx2_rows(const lily_mat *W, int r0, int R, const void *xq, in
     const int16_t *xc = (const int16_t *)xq;
     const float *xs = (const float *)(xc + (size_t)n * cols), *xsum = xs + (size_t)n * ng;
     int t = 0;
-#define IA_CALL(NT)                                                                               \
-    tile_nt##NT(Wt, s, b, ng, xc + (size_t)t * cols, cols, xs + (size_t)t * ng,                  \
+#define IA_CALL(NT)                                                             \
+    tile_nt##NT(Wt, s, b, ng, xc + (size_t)t * cols, cols, xs + (size_t)t * ng, \
                 xsum + (size_t)t * ng, Y + (size_t)t * ldy, ldy, R)
     for (; n - t >= 4; t += 4)
         IA_CALL(4);
