@@ -414,16 +414,16 @@ static void attention_case(lily_pool *pool, int Nq, int Nkv, int Dh, int pos, in
 
 /* Causal GQA attention on random inputs: odd head sizes, group sizes 1 to 16 (task chunks of
  * several tokens, of part of a token's heads), one token (decode), contexts across several
- * 64-position blocks; on every kernel (AVX-512 and the plain one). */
+ * 64-position blocks; on every kernel set the CPU runs (AVX-512, AVX2, plain C). */
 static void test_attention(lily_pool *pool) {
     const int cases[][5] = {{6, 2, 37, 37, 9},    {16, 2, 256, 0, 5},    {16, 2, 256, 300, 1},
                             {16, 2, 64, 131, 18}, {8, 8, 40, 70, 3},     {32, 1, 48, 5, 2},
                             {4, 1, 16, 200, 7},   {16, 2, 256, 1000, 2}, {16, 2, 256, 4000, 1},
                             {16, 2, 256, 4000, 3}};
-    const lily_cpu_isa isas[] = {LILY_CPU_ISA_AVX512, LILY_CPU_ISA_SCALAR};
-    for (int k = 0; k < 2; k++) {
+    const lily_cpu_isa isas[] = {LILY_CPU_ISA_AVX512, LILY_CPU_ISA_AVX2, LILY_CPU_ISA_SCALAR};
+    for (int k = 0; k < 3; k++) {
         K = lily_cpu_kern_for(isas[k], LILY_PRECISION_DEFAULT);
-        printf("-- attention capped at %s\n", k ? "scalar" : "avx512");
+        printf("-- attention: %s\n", lily_cpu_kern_name(&K));
         for (int c = 0; c < (int)(sizeof cases / sizeof cases[0]); c++)
             attention_case(pool, cases[c][0], cases[c][1], cases[c][2], cases[c][3], cases[c][4]);
     }

@@ -223,10 +223,10 @@ rows_n(const lily_mat *W, int r0, int r1, const uint8_t *xq, float *Y, int ldy, 
     const size_t rb = (size_t)cols / 2, ts = tok_stride(cols);
     const __m256i m4 = _mm256_set1_epi8(0x0f);
     const char *end = (const char *)W->w + (size_t)W->rows * rb;
-    float sc[LILY_GEMV_I16_MAX_N][GA_MAX_GROUPS + 8];
+    float sc[4][GA_MAX_GROUPS + 8];
     for (int r = r0; r < r1; r++) {
         const uint8_t *q = (const uint8_t *)W->w + (size_t)r * rb;
-        __m256 acc[LILY_GEMV_I16_MAX_N][2];
+        __m256 acc[4][2];
         for (int t = 0; t < NT; t++)
             row_terms(W, r, xq + (size_t)t * ts, nb, sc[t], &acc[t][0], &acc[t][1]);
         const char *pf = (const char *)q + (rb > GA_PREFETCH ? rb : GA_PREFETCH);
@@ -252,11 +252,17 @@ __attribute__((target(GA_ISA))) void lily_cpu_gemv_i16_rows_avx2(const lily_mat 
                                                                  int ldy) {
     LILY_ASSERT(W->dt == LILY_DT_Q4 && W->group == 64 && W->cols % 64 == 0 &&
                 W->cols <= LILY_GEMV_I16_MAX_COLS && n >= 1 && n <= LILY_GEMV_I16_MAX_N);
-    const uint8_t *x = xq;
-    switch (n) {
-    case 1: rows_1(W, r0, r1, x, Y); break;
-    case 2: rows_n(W, r0, r1, x, Y, ldy, 2); break;
-    case 3: rows_n(W, r0, r1, x, Y, ldy, 3); break;
-    default: rows_n(W, r0, r1, x, Y, ldy, 4); break;
+    /* a token's result does not depend on the others: more than 4 go 4 at a time (16 vector
+     * registers) */
+    const size_t ts = tok_stride(W->cols);
+    for (int t0 = 0; t0 < n; t0 += 4) {
+        const uint8_t *x = (const uint8_t *)xq + (size_t)t0 * ts;
+        float *y = Y + (size_t)t0 * ldy;
+        switch (n - t0) {
+        case 1: rows_1(W, r0, r1, x, y); break;
+        case 2: rows_n(W, r0, r1, x, y, ldy, 2); break;
+        case 3: rows_n(W, r0, r1, x, y, ldy, 3); break;
+        default: rows_n(W, r0, r1, x, y, ldy, 4); break;
+        }
     }
 }
