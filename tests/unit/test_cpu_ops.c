@@ -541,22 +541,23 @@ static void test_i16_avx2_vs_vnni(lily_pool *pool) {
 
 int main(void) {
     lily_pool *pool = lily_pool_create(3);
-    /* every kernel set this CPU runs (a cap above the CPU gives the best it has); avx512 twice:
-     * with the int16 Q4 products (DEFAULT) and with fp32 only (EXACT) */
+    /* every kernel set this CPU runs (a cap above the CPU gives the best it has); avx512 and
+     * avx2 twice: with the int16 Q4 products (DEFAULT) and with fp32 only (EXACT) */
     const lily_cpu_isa isas[] = {LILY_CPU_ISA_AVX512, LILY_CPU_ISA_AVX512, LILY_CPU_ISA_AVX2,
-                                 LILY_CPU_ISA_SCALAR};
-    for (int i = 0; i < 4; i++) {
-        const lily_precision p = i == 1 ? LILY_PRECISION_EXACT : LILY_PRECISION_DEFAULT;
+                                 LILY_CPU_ISA_AVX2, LILY_CPU_ISA_SCALAR};
+    for (int i = 0; i < 5; i++) {
+        const int exact = i == 1 || i == 3;
+        const lily_precision p = exact ? LILY_PRECISION_EXACT : LILY_PRECISION_DEFAULT;
         K = lily_cpu_kern_for(isas[i], p);
-        printf("-- matmul kernels: %s%s\n", lily_cpu_kern_name(&K), i == 1 ? " (exact: fp32)" : "");
+        printf("-- matmul kernels: %s%s\n", lily_cpu_kern_name(&K), exact ? " (exact: fp32)" : "");
         check(K.i16 == (K.isa >= 1 && p != LILY_PRECISION_EXACT) && (!K.vnni || K.isa == 2),
               "int16 products on AVX2 and AVX-512 at DEFAULT", 0);
         test_matmul(pool);
+        test_matmul_many(pool);
+        test_matmul_glu(pool);
     }
     test_i16_avx2_vs_vnni(pool);
     K = lily_cpu_kern_for(LILY_CPU_ISA_AUTO, LILY_PRECISION_DEFAULT);
-    test_matmul_many(pool);
-    test_matmul_glu(pool);
     test_conv();
     test_gdn();
     test_attention(pool);

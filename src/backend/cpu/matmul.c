@@ -22,6 +22,7 @@
 #include <string.h>
 
 #include "backend/cpu/gemv_i16.h"
+#include "backend/cpu/matmul_avx2.h"
 #include "backend/cpu/matmul_i16.h"
 #include "backend/cpu/matmul_i16_avx2.h"
 #include "backend/cpu/ops.h"
@@ -500,6 +501,10 @@ static void dequant_tile(const lily_cpu_kern *k, const lily_mat *W, int r0, int 
         dequant_q4_avx512(W, r0, R, Wt);
         return;
     }
+    if (W->dt == LILY_DT_Q4 && W->group == 64 && have_avx2(k)) {
+        lily_cpu_dequant_q4_avx2(W, r0, R, Wt);
+        return;
+    }
     for (int r = 0; r < R; r++)
         lily_mat_row_f32(W, r0 + r, Wt + (size_t)r * W->cols);
 }
@@ -609,8 +614,10 @@ static void mm_q4_task(void *ctx, int task, int thread) {
     mm_job *j = ctx;
     int r0 = task * j->rows_per_task, r1 = r0 + j->rows_per_task;
     if (r1 > j->W->rows) r1 = j->W->rows;
-    if (j->W->dt == LILY_DT_Q8)
+    if (j->W->dt == LILY_DT_Q8 && have_avx512(j->k))
         q8_rows1_avx512(j->W, r0, r1, j->X, j->xs, j->Y);
+    else if (j->W->dt == LILY_DT_Q8)
+        lily_cpu_q8_rows1_avx2(j->W, r0, r1, j->X, j->xs, j->Y);
     else if (use_gemv_i16(j->k, j->W, j->n))
         gemv_rows(j->k, j->W, r0, r1, j->xq, j->n, j->Y, j->ldy);
     else if (use_rows1(j->k, j->W, j->n))
@@ -685,9 +692,9 @@ void lily_cpu_matmul(const lily_cpu_kern *k, const lily_mat *W, const float *X, 
     j.ldy = ldy;
     j.pool = pool;
     int threads = pool ? lily_pool_threads(pool) : 1;
-    /* fused decode kernels: Q4 for up to 4 tokens; Q8 for one token with AVX-512 */
+    /* fused decode kernels: Q4 for up to 4 tokens; Q8 for one token with AVX-512 or AVX2 */
     if (W->group == 64 &&
-        ((W->dt == LILY_DT_Q4 && n <= 4) || (W->dt == LILY_DT_Q8 && n == 1 && have_avx512(k)))) {
+        ((W->dt == LILY_DT_Q4 && n <= 4) || (W->dt == LILY_DT_Q8 && n == 1 && have_avx2(k)))) {
         int cols = W->cols, ng = cols / 64;
         void *buf;
         if (use_gemv_i16(k, W, n)) {
@@ -759,8 +766,10 @@ static void mm_many_task(void *ctx, int task, int thread) {
     const lily_mat *W = op->W;
     const void *xp = j->buf + j->xoff[i];
     const float *Xr = xp, *xs = (const float *)(j->buf + j->soff[i]);
-    if (W->dt == LILY_DT_Q8)
+    if (W->dt == LILY_DT_Q8 && have_avx512(j->k))
         q8_rows1_avx512(W, r0, r1, op->X, xs, op->Y);
+    else if (W->dt == LILY_DT_Q8)
+        lily_cpu_q8_rows1_avx2(W, r0, r1, op->X, xs, op->Y);
     else if (use_gemv_i16(j->k, W, 1))
         gemv_rows(j->k, W, r0, r1, xp, 1, op->Y, W->rows);
     else if (use_rows1(j->k, W, 1))
@@ -791,7 +800,7 @@ void lily_cpu_matmul_many(const lily_cpu_kern *k, const lily_mm_op *ops, int n_o
     size_t xtot = 0, btot = 0;
     for (int i = 0; ok && i < n_ops; i++) {
         const lily_mat *W = ops[i].W;
-        ok = W->group == 64 && (W->dt == LILY_DT_Q4 || (W->dt == LILY_DT_Q8 && have_avx512(k)));
+        ok = W->group == 64 && (W->dt == LILY_DT_Q4 || (W->dt == LILY_DT_Q8 && have_avx2(k)));
         xtot += x_form_bytes(k, W);
         btot += (size_t)W->rows * (W->cols / (W->dt == LILY_DT_Q8 ? 1 : 2) + W->cols / 16);
     }

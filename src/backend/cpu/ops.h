@@ -85,7 +85,7 @@ typedef struct lily_mm_op {
 
 /* Runs up to 64 independent one-token products as one parallel job (the experts of a decode
  * step), so their rows balance over the threads and the pool synchronises once. Falls back to
- * one lily_cpu_matmul each when an op is not Q4 (or, with AVX-512, Q8) with groups of 64. Same
+ * one lily_cpu_matmul each when an op is not Q4 (or, on AVX2 or AVX-512, Q8) with groups of 64. Same
  * results as lily_cpu_matmul. */
 void lily_cpu_matmul_many(const lily_cpu_kern *k, const lily_mm_op *ops, int n_ops,
                           lily_pool *pool);
