@@ -142,7 +142,7 @@ static const char *kernel_set(const lily_model_info *in, const lily_engine_opts 
     *prod = NULL;
     if (strcmp(in->backend, "cpu") != 0) return NULL;
     const lily_cpu_kern k = lily_cpu_kern_for(o->cpu_isa, o->precision);
-    *prod = k.i16 ? "int16" : "fp32";
+    *prod = k.i8 ? "int8-decode" : k.i16 ? "int16" : "fp32"; /* int8-decode: prefill int16 */
     return lily_cpu_kern_name(&k);
 }
 

@@ -171,16 +171,17 @@ static void test_matmul(lily_pool *pool) {
                             ref += w * x[c];
                             mag += fabs(w * x[c]);
                         }
-                        /* 16-bit x codes per group of 64 (matmul_i16.h): each element off by at
-                         * most half a step (max|x of its group| / 32639 / 2), against the
-                         * centred weight s (q - 8): that bound on top of the fp32 one */
+                        /* x codes per group of 64 (16-bit: matmul_i16.h, 8-bit: gemv_i8.h): each
+                         * element off by at most half a step (max|x of its group| / qx / 2),
+                         * against the centred weight s (q - 8): that bound on top of the fp32
+                         * one */
                         for (int g = 0; qx && g < cols / 64; g++) {
                             double mx = 0, sw = 0;
                             for (int c = 64 * g; c < 64 * g + 64; c++) {
                                 mx = fmax(mx, fabs(x[c]));
                                 sw += fabs(ref_elem(&W, r, c) - ref_elem_mid(&W, r, c));
                             }
-                            qb += sw * mx / 32639.0 / 2.0;
+                            qb += sw * mx / qx / 2.0;
                         }
                         double err = fabs(Y[(size_t)t * ldy + r] - ref) / (mag + 1e-12);
                         double lim = 1e-5 + qb / (mag + 1e-12);
@@ -494,6 +495,8 @@ static void test_misc(void) {
 static void test_i16_avx2_vs_vnni(lily_pool *pool) {
     const lily_cpu_kern kv = lily_cpu_kern_for(LILY_CPU_ISA_AVX512, LILY_PRECISION_DEFAULT);
     const lily_cpu_kern ka = lily_cpu_kern_for(LILY_CPU_ISA_AVX2, LILY_PRECISION_DEFAULT);
+    const lily_cpu_kern k8v = lily_cpu_kern_for(LILY_CPU_ISA_AVX512, LILY_PRECISION_FAST);
+    const lily_cpu_kern k8a = lily_cpu_kern_for(LILY_CPU_ISA_AVX2, LILY_PRECISION_FAST);
     if (!kv.vnni || !ka.i16) {
         printf("-- int16 AVX2 vs VNNI: skipped (the CPU lacks one of them)\n");
         return;
@@ -533,6 +536,15 @@ static void test_i16_avx2_vs_vnni(lily_pool *pool) {
             snprintf(what, sizeof what, "int16 q4 %dx%d n=%d: avx2 == vnni bit for bit", rows, cols,
                      n);
             check(!memcmp(Y0, Y1, (size_t)n * rows * 4), what, 0);
+            if (n > 4) continue;
+            /* the int8 decode product (FAST) likewise */
+            lily_cpu_matmul(&k8v, &W, X, n, ldx, Y0, rows, (ni & 1) ? pool : NULL);
+            lily_cpu_matmul(&k8a, &W, X, n, ldx, Y1, rows, (ni & 1) ? NULL : pool);
+            snprintf(what, sizeof what, "int8 q4 %dx%d n=%d: avx2 == vnni bit for bit", rows, cols,
+                     n);
+            check(lily_cpu_matmul_quantizes_x(&k8a, &W, n) == 127 &&
+                      !memcmp(Y0, Y1, (size_t)n * rows * 4),
+                  what, 0);
         }
         free(q0), free(q1), free(X), free(Y0), free(Y1);
         free(mem[0]), free(mem[1]), free(mem[2]);
@@ -543,15 +555,20 @@ int main(void) {
     lily_pool *pool = lily_pool_create(3);
     /* every kernel set this CPU runs (a cap above the CPU gives the best it has); avx512 and
      * avx2 twice: with the int16 Q4 products (DEFAULT) and with fp32 only (EXACT) */
-    const lily_cpu_isa isas[] = {LILY_CPU_ISA_AVX512, LILY_CPU_ISA_AVX512, LILY_CPU_ISA_AVX2,
-                                 LILY_CPU_ISA_AVX2, LILY_CPU_ISA_SCALAR};
-    for (int i = 0; i < 5; i++) {
-        const int exact = i == 1 || i == 3;
-        const lily_precision p = exact ? LILY_PRECISION_EXACT : LILY_PRECISION_DEFAULT;
+    const lily_cpu_isa isas[] = {LILY_CPU_ISA_AVX512, LILY_CPU_ISA_AVX512, LILY_CPU_ISA_AVX512,
+                                 LILY_CPU_ISA_AVX2,   LILY_CPU_ISA_AVX2,   LILY_CPU_ISA_AVX2,
+                                 LILY_CPU_ISA_SCALAR};
+    const lily_precision precs[] = {
+        LILY_PRECISION_DEFAULT, LILY_PRECISION_EXACT, LILY_PRECISION_FAST,   LILY_PRECISION_DEFAULT,
+        LILY_PRECISION_EXACT,   LILY_PRECISION_FAST,  LILY_PRECISION_DEFAULT};
+    const char *pname[] = {"", " (exact: fp32)", " (fast: int8 decode)"};
+    for (int i = 0; i < 7; i++) {
+        const lily_precision p = precs[i];
         K = lily_cpu_kern_for(isas[i], p);
-        printf("-- matmul kernels: %s%s\n", lily_cpu_kern_name(&K), exact ? " (exact: fp32)" : "");
-        check(K.i16 == (K.isa >= 1 && p != LILY_PRECISION_EXACT) && (!K.vnni || K.isa == 2),
-              "int16 products on AVX2 and AVX-512 at DEFAULT", 0);
+        printf("-- matmul kernels: %s%s\n", lily_cpu_kern_name(&K), pname[p]);
+        check(K.i16 == (K.isa >= 1 && p != LILY_PRECISION_EXACT) && (!K.vnni || K.isa == 2) &&
+                  K.i8 == (K.isa >= 1 && p == LILY_PRECISION_FAST),
+              "int16 products on AVX2 and AVX-512 at DEFAULT, int8 decode at FAST", 0);
         test_matmul(pool);
         test_matmul_many(pool);
         test_matmul_glu(pool);

@@ -172,13 +172,28 @@ static inline const uint8_t *group_x(const uint8_t *xt, int g) {
     return xt + (size_t)(g / 2) * 256 + 32 * (g & 1);
 }
 
+/* Group g of two rows (q0, q1) against one token's digits: a0, a1 += their lanes x scales. */
+__attribute__((target(GA_ISA), always_inline)) static inline void
+pair_step(const uint8_t *q0, const uint8_t *q1, const uint8_t *xq, int g, const float *sc0,
+          const float *sc1, __m256 *a0, __m256 *a1) {
+    const __m256i m4 = _mm256_set1_epi8(0x0f);
+    const __m256i v0 = _mm256_loadu_si256((const __m256i *)(q0 + (size_t)g * 32));
+    const __m256i v1 = _mm256_loadu_si256((const __m256i *)(q1 + (size_t)g * 32));
+    const uint8_t *x = group_x(xq, g);
+    const __m256i d0 =
+        group_dot(_mm256_and_si256(v0, m4), _mm256_and_si256(_mm256_srli_epi16(v0, 4), m4), x);
+    const __m256i d1 =
+        group_dot(_mm256_and_si256(v1, m4), _mm256_and_si256(_mm256_srli_epi16(v1, 4), m4), x);
+    *a0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(d0), _mm256_broadcast_ss(sc0 + g), *a0);
+    *a1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(d1), _mm256_broadcast_ss(sc1 + g), *a1);
+}
+
 /* One token, two rows at a time (sharing each digit load). */
 __attribute__((target(GA_ISA))) static void rows_1(const lily_mat *W, int r0, int r1,
                                                    const uint8_t *xq, float *Y) {
     const int cols = W->cols, ng = cols / 64, nb = (int)n_blocks(cols);
     const size_t rb = (size_t)cols / 2;
     const size_t ahead = 2 * rb > GA_PREFETCH ? 2 * rb : GA_PREFETCH;
-    const __m256i m4 = _mm256_set1_epi8(0x0f);
     const char *end = (const char *)W->w + (size_t)W->rows * rb;
     float sc0[GA_MAX_GROUPS + 8], sc1[GA_MAX_GROUPS + 8];
     for (int r = r0; r < r1; r += 2) {
@@ -193,26 +208,32 @@ __attribute__((target(GA_ISA))) static void rows_1(const lily_mat *W, int r0, in
             _mm_prefetch((const char *)(W->scales + (size_t)ra * ng), _MM_HINT_T0);
             _mm_prefetch((const char *)(W->biases + (size_t)ra * ng), _MM_HINT_T0);
         }
-        for (int g = 0; g < ng; g++) {
-            if ((g & 1) == 0) {
-                const char *p = pf + (size_t)(g / 2) * 128; /* a row pair's block */
-                if (p < end) _mm_prefetch(p, _MM_HINT_T0);
-                if (p + 64 < end) _mm_prefetch(p + 64, _MM_HINT_T0);
-            }
-            const __m256i v0 = _mm256_loadu_si256((const __m256i *)(q0 + (size_t)g * 32));
-            const __m256i v1 = _mm256_loadu_si256((const __m256i *)(q1 + (size_t)g * 32));
-            const uint8_t *x = group_x(xq, g);
-            const __m256i d0 = group_dot(_mm256_and_si256(v0, m4),
-                                         _mm256_and_si256(_mm256_srli_epi16(v0, 4), m4), x);
-            const __m256i d1 = group_dot(_mm256_and_si256(v1, m4),
-                                         _mm256_and_si256(_mm256_srli_epi16(v1, 4), m4), x);
-            a0[g & 1] =
-                _mm256_fmadd_ps(_mm256_cvtepi32_ps(d0), _mm256_broadcast_ss(sc0 + g), a0[g & 1]);
-            a1[g & 1] =
-                _mm256_fmadd_ps(_mm256_cvtepi32_ps(d1), _mm256_broadcast_ss(sc1 + g), a1[g & 1]);
+        /* groups in pairs, so each accumulator half is a fixed register */
+        for (int g = 0; g < ng; g += 2) {
+            const char *p = pf + (size_t)(g / 2) * 128; /* a row pair's block */
+            if (p < end) _mm_prefetch(p, _MM_HINT_T0);
+            if (p + 64 < end) _mm_prefetch(p + 64, _MM_HINT_T0);
+            pair_step(q0, q1, xq, g, sc0, sc1, &a0[0], &a1[0]);
+            if (g + 1 < ng) pair_step(q0, q1, xq, g + 1, sc0, sc1, &a0[1], &a1[1]);
         }
         Y[r] = hsum16(a0[0], a0[1]);
         if (two) Y[r + 1] = hsum16(a1[0], a1[1]);
+    }
+}
+
+/* Group g0 + h (h = 0 or 1: which accumulator half) of row q against NT tokens. */
+__attribute__((target(GA_ISA), always_inline)) static inline void
+group_n(const uint8_t *q, int g0, const int h, const uint8_t *xq, size_t ts,
+        float (*sc)[GA_MAX_GROUPS + 8], __m256 (*acc)[2], const int NT) {
+    const int g = g0 + h;
+    const __m256i m4 = _mm256_set1_epi8(0x0f);
+    const __m256i v = _mm256_loadu_si256((const __m256i *)(q + (size_t)g * 32));
+    const __m256i lo = _mm256_and_si256(v, m4);
+    const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+    for (int t = 0; t < NT; t++) {
+        const __m256i d = group_dot(lo, hi, group_x(xq + (size_t)t * ts, g));
+        acc[t][h] =
+            _mm256_fmadd_ps(_mm256_cvtepi32_ps(d), _mm256_broadcast_ss(sc[t] + g), acc[t][h]);
     }
 }
 
@@ -221,7 +242,6 @@ __attribute__((target(GA_ISA), always_inline)) static inline void
 rows_n(const lily_mat *W, int r0, int r1, const uint8_t *xq, float *Y, int ldy, const int NT) {
     const int cols = W->cols, ng = cols / 64, nb = (int)n_blocks(cols);
     const size_t rb = (size_t)cols / 2, ts = tok_stride(cols);
-    const __m256i m4 = _mm256_set1_epi8(0x0f);
     const char *end = (const char *)W->w + (size_t)W->rows * rb;
     float sc[4][GA_MAX_GROUPS + 8];
     for (int r = r0; r < r1; r++) {
@@ -230,17 +250,11 @@ rows_n(const lily_mat *W, int r0, int r1, const uint8_t *xq, float *Y, int ldy, 
         for (int t = 0; t < NT; t++)
             row_terms(W, r, xq + (size_t)t * ts, nb, sc[t], &acc[t][0], &acc[t][1]);
         const char *pf = (const char *)q + (rb > GA_PREFETCH ? rb : GA_PREFETCH);
-        for (int g = 0; g < ng; g++) {
-            if ((g & 1) == 0 && pf + (size_t)g * 32 < end)
-                _mm_prefetch(pf + (size_t)g * 32, _MM_HINT_T0);
-            const __m256i v = _mm256_loadu_si256((const __m256i *)(q + (size_t)g * 32));
-            const __m256i lo = _mm256_and_si256(v, m4);
-            const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
-            for (int t = 0; t < NT; t++) {
-                const __m256i d = group_dot(lo, hi, group_x(xq + (size_t)t * ts, g));
-                acc[t][g & 1] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(d),
-                                                _mm256_broadcast_ss(sc[t] + g), acc[t][g & 1]);
-            }
+        /* groups in pairs, so each accumulator half is a fixed register */
+        for (int g0 = 0; g0 < ng; g0 += 2) {
+            if (pf + (size_t)g0 * 32 < end) _mm_prefetch(pf + (size_t)g0 * 32, _MM_HINT_T0);
+            group_n(q, g0, 0, xq, ts, sc, acc, NT);
+            if (g0 + 1 < ng) group_n(q, g0, 1, xq, ts, sc, acc, NT);
         }
         for (int t = 0; t < NT; t++)
             Y[(size_t)t * ldy + r] = hsum16(acc[t][0], acc[t][1]);

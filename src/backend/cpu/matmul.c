@@ -22,6 +22,7 @@
 #include <string.h>
 
 #include "backend/cpu/gemv_i16.h"
+#include "backend/cpu/gemv_i8.h"
 #include "backend/cpu/matmul_avx2.h"
 #include "backend/cpu/matmul_i16.h"
 #include "backend/cpu/matmul_i16_avx2.h"
@@ -58,12 +59,13 @@ lily_cpu_kern lily_cpu_kern_for(lily_cpu_isa isa, lily_precision precision) {
         lvl = 0;
     else if (isa == LILY_CPU_ISA_AVX2 && lvl > 1)
         lvl = 1;
-    lily_cpu_kern k = {lvl, 0, 0};
+    lily_cpu_kern k = {lvl, 0, 0, 0};
     /* the one place that maps a precision to the CPU kernels: EXACT keeps every product in fp32,
      * DEFAULT and FAST take the int16 products (AVX-512 VNNI bodies where the CPU has them and
      * the cap allows, else the AVX2 bodies: the same results) */
     k.vnni = lvl == 2 && lily_cpu_i16_available();
     k.i16 = lvl >= 1 && precision != LILY_PRECISION_EXACT;
+    k.i8 = lvl >= 1 && precision == LILY_PRECISION_FAST;
     return k;
 }
 
@@ -563,10 +565,17 @@ static void mm_glu_task(void *ctx, int task, int thread) {
 
 #define MM_Q4_ROWS 8
 
+/* Whether n <= 4 tokens times this matrix run the int8-activation decode product (gemv_i8.h). */
+static int use_gemv_i8(const lily_cpu_kern *k, const lily_mat *W, int n) {
+    return W->dt == LILY_DT_Q4 && W->group == 64 && n >= 1 && n <= LILY_GEMV_I8_MAX_N &&
+           W->cols % 64 == 0 && W->cols <= LILY_GEMV_I8_MAX_COLS && k->isa >= 1 && k->i8;
+}
+
 /* Whether n <= 4 tokens times this matrix run the VNNI decode kernel (gemv_i16.h). */
 static int use_gemv_i16(const lily_cpu_kern *k, const lily_mat *W, int n) {
-    return W->dt == LILY_DT_Q4 && W->group == 64 && n >= 1 && n <= LILY_GEMV_I16_MAX_N &&
-           W->cols % 64 == 0 && W->cols <= LILY_GEMV_I16_MAX_COLS && have_i16(k);
+    return !use_gemv_i8(k, W, n) && W->dt == LILY_DT_Q4 && W->group == 64 && n >= 1 &&
+           n <= LILY_GEMV_I16_MAX_N && W->cols % 64 == 0 && W->cols <= LILY_GEMV_I16_MAX_COLS &&
+           have_i16(k);
 }
 
 /* Whether one token times this matrix runs q4_rows1_avx512 (and so wants x_prep_dw's layout). */
@@ -618,6 +627,8 @@ static void mm_q4_task(void *ctx, int task, int thread) {
         q8_rows1_avx512(j->W, r0, r1, j->X, j->xs, j->Y);
     else if (j->W->dt == LILY_DT_Q8)
         lily_cpu_q8_rows1_avx2(j->W, r0, r1, j->X, j->xs, j->Y);
+    else if (use_gemv_i8(j->k, j->W, j->n))
+        lily_cpu_gemv_i8_rows(j->k->vnni, j->W, r0, r1, j->xq, j->n, j->Y, j->ldy);
     else if (use_gemv_i16(j->k, j->W, j->n))
         gemv_rows(j->k, j->W, r0, r1, j->xq, j->n, j->Y, j->ldy);
     else if (use_rows1(j->k, j->W, j->n))
@@ -659,7 +670,8 @@ static int use_gemm_i16(const lily_cpu_kern *k, const lily_mat *W, int n) {
 }
 
 int lily_cpu_matmul_quantizes_x(const lily_cpu_kern *k, const lily_mat *W, int n) {
-    return use_gemm_i16(k, W, n) || use_gemv_i16(k, W, n);
+    if (use_gemv_i8(k, W, n)) return LILY_GEMV_I8_CODE_MAX;
+    return use_gemm_i16(k, W, n) || use_gemv_i16(k, W, n) ? 32639 : 0;
 }
 
 int lily_cpu_matmul_glu(const lily_cpu_kern *k, const lily_mat *G, const lily_mat *U,
@@ -697,7 +709,12 @@ void lily_cpu_matmul(const lily_cpu_kern *k, const lily_mat *W, const float *X, 
         ((W->dt == LILY_DT_Q4 && n <= 4) || (W->dt == LILY_DT_Q8 && n == 1 && have_avx2(k)))) {
         int cols = W->cols, ng = cols / 64;
         void *buf;
-        if (use_gemv_i16(k, W, n)) {
+        if (use_gemv_i8(k, W, n)) {
+            size_t need = lily_cpu_gemv_i8_x_bytes(n, cols);
+            buf = pool ? lily_pool_scratch(pool, threads, need) : lily_xaligned(need);
+            lily_cpu_gemv_i8_quant(k->vnni, X, n, ldx, cols, buf);
+            j.xq = buf;
+        } else if (use_gemv_i16(k, W, n)) {
             size_t need = lily_cpu_gemv_i16_x_bytes(n, cols);
             buf = pool ? lily_pool_scratch(pool, threads, need) : lily_xaligned(need);
             gemv_quant(k, X, n, ldx, cols, buf);
@@ -770,6 +787,8 @@ static void mm_many_task(void *ctx, int task, int thread) {
         q8_rows1_avx512(W, r0, r1, op->X, xs, op->Y);
     else if (W->dt == LILY_DT_Q8)
         lily_cpu_q8_rows1_avx2(W, r0, r1, op->X, xs, op->Y);
+    else if (use_gemv_i8(j->k, W, 1))
+        lily_cpu_gemv_i8_rows(j->k->vnni, W, r0, r1, xp, 1, op->Y, W->rows);
     else if (use_gemv_i16(j->k, W, 1))
         gemv_rows(j->k, W, r0, r1, xp, 1, op->Y, W->rows);
     else if (use_rows1(j->k, W, 1))
@@ -782,15 +801,18 @@ static void mm_many_task(void *ctx, int task, int thread) {
         q4_rows_scalar(W, r0, r1, Xr, xs, 1, op->Y, W->rows);
 }
 
-/* Which prepared form of x an op reads: 2 = gemv_i16's, 1 = q4_rows1's, 0 = even | odd. */
+/* Which prepared form of x an op reads: 3 = gemv_i8's, 2 = gemv_i16's, 1 = q4_rows1's, 0 = even
+ * | odd. */
 static int x_form(const lily_cpu_kern *k, const lily_mat *W) {
-    return use_gemv_i16(k, W, 1) ? 2 : use_rows1(k, W, 1);
+    return use_gemv_i8(k, W, 1) ? 3 : use_gemv_i16(k, W, 1) ? 2 : use_rows1(k, W, 1);
 }
 
 /* Bytes of an op's prepared x (64-byte multiples, so every region stays aligned). */
 static size_t x_form_bytes(const lily_cpu_kern *k, const lily_mat *W) {
-    size_t b = x_form(k, W) == 2 ? lily_cpu_gemv_i16_x_bytes(1, W->cols)
-                                 : (xr_len(k, W, 1) + (size_t)W->cols / 64) * sizeof(float);
+    const int form = x_form(k, W);
+    size_t b = form == 3   ? lily_cpu_gemv_i8_x_bytes(1, W->cols)
+               : form == 2 ? lily_cpu_gemv_i16_x_bytes(1, W->cols)
+                           : (xr_len(k, W, 1) + (size_t)W->cols / 64) * sizeof(float);
     return (b + 63) & ~(size_t)63;
 }
 
@@ -833,7 +855,10 @@ void lily_cpu_matmul_many(const lily_cpu_kern *k, const lily_mm_op *ops, int n_o
             soff[i] = soff[same];
         } else {
             xoff[i] = xo;
-            if (form == 2) {
+            if (form == 3) {
+                soff[i] = xo;
+                lily_cpu_gemv_i8_quant(k->vnni, ops[i].X, 1, cols, cols, buf + xo);
+            } else if (form == 2) {
                 soff[i] = xo;
                 gemv_quant(k, ops[i].X, 1, cols, cols, buf + xo);
             } else {

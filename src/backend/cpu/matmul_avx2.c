@@ -68,18 +68,18 @@ __attribute__((target(MA_ISA))) void lily_cpu_dequant_q4_avx2(const lily_mat *W,
                 /* element order: e0 = lo0, e1 = hi0, ... */
                 const __m128i e0 = _mm_unpacklo_epi8(lo, hi), e1 = _mm_unpackhi_epi8(lo, hi);
                 float *og = o + (size_t)g * 64 + 32 * h;
-                _mm256_storeu_ps(og, _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(e0)),
-                                                     s, b));
-                _mm256_storeu_ps(og + 8,
-                                 _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(
-                                                     _mm_srli_si128(e0, 8))),
-                                                 s, b));
-                _mm256_storeu_ps(og + 16, _mm256_fmadd_ps(
-                                              _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(e1)), s, b));
-                _mm256_storeu_ps(og + 24,
-                                 _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(
-                                                     _mm_srli_si128(e1, 8))),
-                                                 s, b));
+                _mm256_storeu_ps(
+                    og, _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(e0)), s, b));
+                _mm256_storeu_ps(
+                    og + 8,
+                    _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(e0, 8))),
+                                    s, b));
+                _mm256_storeu_ps(
+                    og + 16, _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(e1)), s, b));
+                _mm256_storeu_ps(
+                    og + 24,
+                    _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(e1, 8))),
+                                    s, b));
             }
         }
     }

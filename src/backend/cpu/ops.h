@@ -47,10 +47,12 @@ typedef struct lily_cpu_kern {
     int isa; /* 2 = AVX-512 (F, BW, VL), 1 = AVX2 + FMA, 0 = plain C (never more than the CPU has) */
     int vnni; /* AVX-512 VNNI (isa 2 only): the int16 products take their AVX-512 bodies */
     int i16;  /* Q4 products with int16 activations (matmul_i16.h, gemv_i16.h); isa >= 1 */
+    int i8;   /* Q4 decode products (1-4 tokens) with int8 activations instead (gemv_i8.h) */
 } lily_cpu_kern;
 /* The kernels for an engine's options, chosen here and nowhere else: isa capped by what the CPU
- * has (cpuid), and the precision's CPU mapping (EXACT: fp32 products only; DEFAULT and FAST: int16
- * products, on AVX-512 VNNI or AVX2). */
+ * has (cpuid), and the precision's CPU mapping (EXACT: fp32 products only; DEFAULT: int16
+ * products, on AVX-512 VNNI or AVX2; FAST: as DEFAULT, but int8 activations in the decode
+ * products). */
 lily_cpu_kern lily_cpu_kern_for(lily_cpu_isa isa, lily_precision precision);
 /* The kernel set's name: "avx512-vnni", "avx512", "avx2" or "scalar". */
 const char *lily_cpu_kern_name(const lily_cpu_kern *k);
@@ -61,9 +63,10 @@ const char *lily_cpu_kern_name(const lily_cpu_kern *k);
 void lily_cpu_matmul(const lily_cpu_kern *k, const lily_mat *W, const float *X, int n, int ldx,
                      float *Y, int ldy, lily_pool *pool);
 
-/* 1 when lily_cpu_matmul(k, W, .., n, ..) quantises X to 16-bit codes per group of 64 columns
- * (k->i16 and Q4: the prefill GEMM, matmul_i16.h, and the decode product, gemv_i16.h; each
- * element within 2^-16 of its group's largest); 0 when it multiplies in fp32. */
+/* The largest code when lily_cpu_matmul(k, W, .., n, ..) quantises X per group of 64 columns
+ * (each element then within half a step, max|x of its group| / code / 2): 32639 for 16-bit codes
+ * (k->i16 and Q4: the prefill GEMM, matmul_i16.h, and the decode product, gemv_i16.h), 127 for
+ * 8-bit ones (k->i8: the decode product, gemv_i8.h); 0 when it multiplies in fp32. */
 int lily_cpu_matmul_quantizes_x(const lily_cpu_kern *k, const lily_mat *W, int n);
 
 /* A CPU kernel written in plain C, compiled for AVX-512, AVX2 and baseline x86-64 and picked at
