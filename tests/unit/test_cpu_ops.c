@@ -290,6 +290,9 @@ static void test_matmul_many(lily_pool *pool) {
     }
 }
 
+/* The conv and GDN bodies under test (lily_cpu_kern.isa of each kernel set). */
+static int KI;
+
 static void test_conv(void) {
     int C = 13, K = 4, n = 11;
     float *in = malloc((size_t)n * C * 4), *w = malloc((size_t)C * K * 4);
@@ -299,11 +302,12 @@ static void test_conv(void) {
         in[i] = frand();
     for (int i = 0; i < C * K; i++)
         w[i] = frand();
-    lily_cpu_conv_silu(in, n, C, K, st, w, o1);
+    lily_cpu_conv_silu_isa(KI, in, n, C, K, st, w, o1);
     /* the same sequence fed in pieces of 1, 2 and 5 tokens must give the same outputs */
     int pieces[] = {1, 2, 1, 5, 2}, at = 0;
     for (int p = 0; p < 5; p++) {
-        lily_cpu_conv_silu(in + (size_t)at * C, pieces[p], C, K, st2, w, o2 + (size_t)at * C);
+        lily_cpu_conv_silu_isa(KI, in + (size_t)at * C, pieces[p], C, K, st2, w,
+                               o2 + (size_t)at * C);
         at += pieces[p];
     }
     double worst = 0, worst2 = 0;
@@ -339,7 +343,7 @@ static void test_gdn(void) {
         v[i] = frand();
     for (int t = 0; t < n; t++)
         beta[t] = 0.5f + 0.5f * fabsf(frand()), lam[t] = 0.7f + 0.3f * fabsf(frand());
-    lily_cpu_gdn_scan(S, Dk, Dv, n, q, Dk, k, Dk, v, Dv, beta, lam, 1, o, Dv);
+    lily_cpu_gdn_scan_isa(KI, S, Dk, Dv, n, q, Dk, k, Dk, v, Dv, beta, lam, 1, o, Dv);
     /* closed form: S_t = lam (I - beta k k^T) S_{t-1} + beta k v^T; o_t = S_t^T q */
     double worst = 0;
     double *T = malloc((size_t)Dk * Dv * 8);
@@ -367,6 +371,58 @@ static void test_gdn(void) {
     check(worst < 1e-4, "gdn scan outputs vs closed form", worst);
     check(sw < 1e-4, "gdn scan final state vs closed form", sw);
     free(S), free(R), free(T), free(q), free(k), free(v), free(o);
+}
+
+/* The conv and GDN bodies (AVX-512, AVX2, plain; those the CPU runs) give the same bits: at the
+ * model's head shape (Dk 128, Dv 128) and an odd one, a prefill chunk and single steps. */
+static void test_scan_bodies_agree(void) {
+    const int best = lily_cpu_kern_for(LILY_CPU_ISA_AUTO, LILY_PRECISION_DEFAULT).isa;
+    const int shapes[][3] = {{128, 128, 9}, {13, 37, 1}, {128, 64, 1}};
+    for (int si = 0; si < 3; si++) {
+        const int Dk = shapes[si][0], Dv = shapes[si][1], n = shapes[si][2];
+        float *S0 = malloc((size_t)Dk * Dv * 4), *q = malloc((size_t)n * Dk * 4);
+        float *k = malloc((size_t)n * Dk * 4), *v = malloc((size_t)n * Dv * 4);
+        float *o[3], *S[3], beta[16], lam[16];
+        for (int i = 0; i < Dk * Dv; i++)
+            S0[i] = frand();
+        for (int i = 0; i < n * Dk; i++)
+            q[i] = frand(), k[i] = frand() * 0.1f;
+        for (int i = 0; i < n * Dv; i++)
+            v[i] = frand();
+        for (int t = 0; t < n; t++)
+            beta[t] = 0.5f + 0.5f * fabsf(frand()), lam[t] = 0.7f + 0.3f * fabsf(frand());
+        int same = 1;
+        for (int isa = best; isa >= 0; isa--) {
+            o[isa] = malloc((size_t)n * Dv * 4), S[isa] = malloc((size_t)Dk * Dv * 4);
+            memcpy(S[isa], S0, (size_t)Dk * Dv * 4);
+            lily_cpu_gdn_scan_isa(isa, S[isa], Dk, Dv, n, q, Dk, k, Dk, v, Dv, beta, lam, 1, o[isa],
+                                  Dv);
+            if (isa < best)
+                same &= !memcmp(o[isa], o[best], (size_t)n * Dv * 4) &&
+                        !memcmp(S[isa], S[best], (size_t)Dk * Dv * 4);
+        }
+        char what[96];
+        snprintf(what, sizeof what, "gdn scan %dx%d n=%d: every body the same bits", Dk, Dv, n);
+        check(same, what, 0);
+        /* the conv over C = Dv channels, K = 4, the n tokens of v */
+        float *st[3], *co[3], w[4 * 64];
+        for (int i = 0; i < 4 * Dv && i < 4 * 64; i++)
+            w[i] = frand();
+        same = 1;
+        const int C = Dv < 64 ? Dv : 64;
+        for (int isa = best; isa >= 0; isa--) {
+            st[isa] = calloc((size_t)3 * C, 4), co[isa] = malloc((size_t)n * C * 4);
+            lily_cpu_conv_silu_isa(isa, v, n, C, 4, st[isa], w, co[isa]);
+            if (isa < best)
+                same &= !memcmp(co[isa], co[best], (size_t)n * C * 4) &&
+                        !memcmp(st[isa], st[best], (size_t)3 * C * 4);
+        }
+        snprintf(what, sizeof what, "conv C=%d n=%d: every body the same bits", C, n);
+        check(same, what, 0);
+        for (int isa = best; isa >= 0; isa--)
+            free(o[isa]), free(S[isa]), free(st[isa]), free(co[isa]);
+        free(S0), free(q), free(k), free(v);
+    }
 }
 
 /* One attention call against a double-precision reference: every (token, head) row. */
@@ -575,8 +631,16 @@ int main(void) {
     }
     test_i16_avx2_vs_vnni(pool);
     K = lily_cpu_kern_for(LILY_CPU_ISA_AUTO, LILY_PRECISION_DEFAULT);
-    test_conv();
-    test_gdn();
+    /* the conv and GDN bodies of every kernel set, then bit for bit against each other */
+    const lily_cpu_isa caps[] = {LILY_CPU_ISA_AVX512, LILY_CPU_ISA_AVX2, LILY_CPU_ISA_SCALAR};
+    for (int i = 0; i < 3; i++) {
+        const lily_cpu_kern kc = lily_cpu_kern_for(caps[i], LILY_PRECISION_DEFAULT);
+        KI = kc.isa;
+        printf("-- conv and gdn scan: %s\n", lily_cpu_kern_name(&kc));
+        test_conv();
+        test_gdn();
+    }
+    test_scan_bodies_agree();
     test_attention(pool);
     test_misc();
     lily_pool_free(pool);

@@ -72,8 +72,7 @@ __attribute__((target(G8_VNNI))) static void quant_vnni(const float *X, int n, i
             xsum[g] = _mm512_reduce_add_ps(
                 _mm512_add_ps(_mm512_add_ps(v[0], v[1]), _mm512_add_ps(v[2], v[3])));
             sx[g] = mx / (float)LILY_GEMV_I8_CODE_MAX;
-            const __m512 inv =
-                _mm512_set1_ps(mx > 0.0f ? (float)LILY_GEMV_I8_CODE_MAX / mx : 0.0f);
+            const __m512 inv = _mm512_set1_ps(mx > 0.0f ? (float)LILY_GEMV_I8_CODE_MAX / mx : 0.0f);
             __m512i cb = _mm512_setzero_si512(), cs = cb;
             for (int i = 0; i < 4; i++) {
                 __m512i c = _mm512_cvtps_epi32(_mm512_mul_ps(v[i], inv)); /* to nearest */
@@ -144,9 +143,9 @@ rows_vnni(const lily_mat *W, int r0, int r1, const uint8_t *xq, float *Y, int ld
                 __m512i d = _mm512_dpbusd_epi32(_mm512_setzero_si512(), lo, _mm512_loadu_si512(x));
                 d = _mm512_dpbusd_epi32(d, hi, _mm512_loadu_si512(x + 64));
                 /* lanes 0-7 take group 2 b's scale, lanes 8-15 group 2 b + 1's */
-                const __m512 sv = _mm512_permutexvar_ps(
-                    sidx, _mm512_castps128_ps512(
-                              _mm_castpd_ps(_mm_load_sd((const double *)(sc[t] + 2 * b)))));
+                const __m512 sv =
+                    _mm512_permutexvar_ps(sidx, _mm512_castps128_ps512(_mm_castpd_ps(
+                                                    _mm_load_sd((const double *)(sc[t] + 2 * b)))));
                 acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d), sv, acc[t]);
             }
         }
@@ -186,9 +185,11 @@ __attribute__((target(G8_VNNI))) static void rows_v2r(const lily_mat *W, int r0,
             __m512i d1 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_and_si512(v1, m4), xe);
             d1 = _mm512_dpbusd_epi32(d1, _mm512_and_si512(_mm512_srli_epi16(v1, 4), m4), xo);
             const __m512 s0 = _mm512_permutexvar_ps(
-                sidx, _mm512_castps128_ps512(_mm_castpd_ps(_mm_load_sd((const double *)(sc0 + 2 * b)))));
+                sidx,
+                _mm512_castps128_ps512(_mm_castpd_ps(_mm_load_sd((const double *)(sc0 + 2 * b)))));
             const __m512 s1 = _mm512_permutexvar_ps(
-                sidx, _mm512_castps128_ps512(_mm_castpd_ps(_mm_load_sd((const double *)(sc1 + 2 * b)))));
+                sidx,
+                _mm512_castps128_ps512(_mm_castpd_ps(_mm_load_sd((const double *)(sc1 + 2 * b)))));
             acc0 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d0), s0, acc0);
             acc1 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d1), s1, acc1);
         }
@@ -197,10 +198,10 @@ __attribute__((target(G8_VNNI))) static void rows_v2r(const lily_mat *W, int r0,
     }
 }
 
-#define G8_VNNI_NT(NT)                                                                          \
-    __attribute__((target(G8_VNNI))) static void rows_v##NT(                                 \
-        const lily_mat *W, int r0, int r1, const uint8_t *xq, float *Y, int ldy) {             \
-        rows_vnni(W, r0, r1, xq, Y, ldy, NT);                                                   \
+#define G8_VNNI_NT(NT)                                                             \
+    __attribute__((target(G8_VNNI))) static void rows_v##NT(                       \
+        const lily_mat *W, int r0, int r1, const uint8_t *xq, float *Y, int ldy) { \
+        rows_vnni(W, r0, r1, xq, Y, ldy, NT);                                      \
     }
 G8_VNNI_NT(2)
 G8_VNNI_NT(3)
@@ -241,8 +242,7 @@ __attribute__((target(G8_AVX2))) static void quant_avx2(const float *X, int n, i
             xsum[g] = hsum16(_mm256_add_ps(_mm256_add_ps(v[0], v[2]), _mm256_add_ps(v[4], v[6])),
                              _mm256_add_ps(_mm256_add_ps(v[1], v[3]), _mm256_add_ps(v[5], v[7])));
             sx[g] = mx / (float)LILY_GEMV_I8_CODE_MAX;
-            const __m256 inv =
-                _mm256_set1_ps(mx > 0.0f ? (float)LILY_GEMV_I8_CODE_MAX / mx : 0.0f);
+            const __m256 inv = _mm256_set1_ps(mx > 0.0f ? (float)LILY_GEMV_I8_CODE_MAX / mx : 0.0f);
             int32_t c[64];
             __m256i cs = _mm256_setzero_si256();
             for (int i = 0; i < 8; i++) {
@@ -396,10 +396,10 @@ rows_avx2(const lily_mat *W, int r0, int r1, const uint8_t *xq, float *Y, int ld
     }
 }
 
-#define G8_AVX2_NT(NT)                                                                          \
-    __attribute__((target(G8_AVX2))) static void rows_a##NT(                                 \
-        const lily_mat *W, int r0, int r1, const uint8_t *xq, float *Y, int ldy) {             \
-        rows_avx2(W, r0, r1, xq, Y, ldy, NT);                                                   \
+#define G8_AVX2_NT(NT)                                                             \
+    __attribute__((target(G8_AVX2))) static void rows_a##NT(                       \
+        const lily_mat *W, int r0, int r1, const uint8_t *xq, float *Y, int ldy) { \
+        rows_avx2(W, r0, r1, xq, Y, ldy, NT);                                      \
     }
 G8_AVX2_NT(2)
 G8_AVX2_NT(3)

@@ -104,6 +104,10 @@ void lily_cpu_rope(float *x, int rot, int pos, double theta);
  * to the last K-1 inputs; w: [C][K] taps, tap K-1 multiplies the current input; out: [n][C]. */
 void lily_cpu_conv_silu(const float *in, int n, int C, int K, float *state, const float *w,
                         float *out);
+/* The same with the body of a kernel set's isa (lily_cpu_kern.isa: 2, 1 or 0; never above what
+ * the CPU has); the form above takes the best the CPU has. Every body gives the same results. */
+void lily_cpu_conv_silu_isa(int isa, const float *in, int n, int C, int K, float *state,
+                            const float *w, float *out);
 
 /* Gated DeltaNet recurrence for one value head over n tokens, in place on the fp32 state
  * S [Dk][Dv]: for each t, S = lambda_t*S; m = S^T k_t; d = beta_t*(v_t - m); S += k_t d^T;
@@ -112,6 +116,10 @@ void lily_cpu_conv_silu(const float *in, int n, int C, int K, float *state, cons
 void lily_cpu_gdn_scan(float *S, int Dk, int Dv, int n, const float *q, int ldq, const float *k,
                        int ldk, const float *v, int ldv, const float *beta, const float *lambda,
                        int ldg, float *o, int ldo);
+/* The same with the body of a kernel set's isa (as lily_cpu_conv_silu_isa). */
+void lily_cpu_gdn_scan_isa(int isa, float *S, int Dk, int Dv, int n, const float *q, int ldq,
+                           const float *k, int ldk, const float *v, int ldv, const float *beta,
+                           const float *lambda, int ldg, float *o, int ldo);
 
 /* Causal GQA attention for n new queries at positions pos..pos+n-1 over a cache holding
  * positions 0..pos+n-1 (attn.c). q: [n][Nq*Dh]; kc, vc: [ctx][Nkv*Dh] caches; out: [n][Nq*Dh].
