@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "backend/cpu/gemv_i16.h"
+#include "backend/cpu/gemv_i8.h"
 #include "backend/cpu/ops.h"
 #include "base/err.h"
 #include "base/pool.h"
@@ -607,6 +608,61 @@ static void test_i16_avx2_vs_vnni(lily_pool *pool) {
     }
 }
 
+/* A decode product's token t gives the same bits whatever the other tokens (the multi-row decode
+ * relies on it): n tokens at once against each alone, for the int16 and int8 products on every
+ * body the CPU runs, odd rows, a missing last half block. */
+static void test_gemv_token_independence(void) {
+    const lily_cpu_kern best = lily_cpu_kern_for(LILY_CPU_ISA_AUTO, LILY_PRECISION_DEFAULT);
+    if (best.isa < 1) return;
+    const int rows = 37, cols = 320, ldx = cols + 3, nmax = 8;
+    void *mem[3] = {0};
+    lily_mat W;
+    make_mat(&W, LILY_DT_Q4, rows, cols, mem);
+    float *X = malloc((size_t)nmax * ldx * 4), *Ya = malloc((size_t)nmax * rows * 4);
+    float *Y1 = malloc((size_t)rows * 4);
+    for (int i = 0; i < nmax * ldx; i++)
+        X[i] = frand() * (1 + i % 3);
+    void *xa =
+        lily_xaligned(lily_cpu_gemv_i8_x_bytes(nmax, cols) + lily_cpu_gemv_i16_x_bytes(nmax, cols));
+    void *x1 =
+        lily_xaligned(lily_cpu_gemv_i8_x_bytes(1, cols) + lily_cpu_gemv_i16_x_bytes(1, cols));
+    for (int vnni = best.vnni; vnni >= 0; vnni--)
+        for (int i8 = 0; i8 < 2; i8++) {
+            const int n = i8 ? LILY_GEMV_I8_MAX_N : LILY_GEMV_I16_MAX_N;
+            if (i8) {
+                lily_cpu_gemv_i8_quant(vnni, X, n, ldx, cols, xa);
+                lily_cpu_gemv_i8_rows(vnni, &W, 0, rows, xa, n, Ya, rows);
+            } else if (vnni) {
+                lily_cpu_gemv_i16_quant(X, n, ldx, cols, xa);
+                lily_cpu_gemv_i16_rows(&W, 0, rows, xa, n, Ya, rows);
+            } else {
+                lily_cpu_gemv_i16_quant_avx2(X, n, ldx, cols, xa);
+                lily_cpu_gemv_i16_rows_avx2(&W, 0, rows, xa, n, Ya, rows);
+            }
+            int same = 1;
+            for (int t = 0; t < n; t++) {
+                const float *xt = X + (size_t)t * ldx;
+                if (i8) {
+                    lily_cpu_gemv_i8_quant(vnni, xt, 1, ldx, cols, x1);
+                    lily_cpu_gemv_i8_rows(vnni, &W, 0, rows, x1, 1, Y1, rows);
+                } else if (vnni) {
+                    lily_cpu_gemv_i16_quant(xt, 1, ldx, cols, x1);
+                    lily_cpu_gemv_i16_rows(&W, 0, rows, x1, 1, Y1, rows);
+                } else {
+                    lily_cpu_gemv_i16_quant_avx2(xt, 1, ldx, cols, x1);
+                    lily_cpu_gemv_i16_rows_avx2(&W, 0, rows, x1, 1, Y1, rows);
+                }
+                same &= !memcmp(Y1, Ya + (size_t)t * rows, (size_t)rows * 4);
+            }
+            char what[96];
+            snprintf(what, sizeof what, "%s %s decode, %d tokens: each as alone",
+                     i8 ? "int8" : "int16", vnni ? "vnni" : "avx2", n);
+            check(same, what, 0);
+        }
+    free(xa), free(x1), free(X), free(Ya), free(Y1);
+    free(mem[0]), free(mem[1]), free(mem[2]);
+}
+
 int main(void) {
     lily_pool *pool = lily_pool_create(3);
     /* every kernel set this CPU runs (a cap above the CPU gives the best it has); avx512 and
@@ -630,6 +686,7 @@ int main(void) {
         test_matmul_glu(pool);
     }
     test_i16_avx2_vs_vnni(pool);
+    test_gemv_token_independence();
     K = lily_cpu_kern_for(LILY_CPU_ISA_AUTO, LILY_PRECISION_DEFAULT);
     /* the conv and GDN bodies of every kernel set, then bit for bit against each other */
     const lily_cpu_isa caps[] = {LILY_CPU_ISA_AVX512, LILY_CPU_ISA_AVX2, LILY_CPU_ISA_SCALAR};

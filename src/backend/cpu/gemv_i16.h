@@ -32,7 +32,7 @@ void lily_cpu_gemv_i16_rows(const lily_mat *W, int r0, int r1, const void *xq, i
                             int ldy);
 
 /* The same two on AVX2 + FMA (gemv_i16_avx2.c): the same xq byte for byte, the same Y bit for
- * bit; either quantiser feeds either product. */
+ * bit (a token's result the same for every n); either quantiser feeds either product. */
 void lily_cpu_gemv_i16_quant_avx2(const float *X, int n, int ldx, int cols, void *xq);
 void lily_cpu_gemv_i16_rows_avx2(const lily_mat *W, int r0, int r1, const void *xq, int n, float *Y,
                                  int ldy);

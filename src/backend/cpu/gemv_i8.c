@@ -125,10 +125,10 @@ rows_vnni(const lily_mat *W, int r0, int r1, const uint8_t *xq, float *Y, int ld
     const __m512i m4 = _mm512_set1_epi8(0x0f);
     const __m512i sidx = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
     const char *end = (const char *)W->w + (size_t)W->rows * rb;
-    float sc[LILY_GEMV_I8_MAX_N][G8_MAX_GROUPS];
+    float sc[4][G8_MAX_GROUPS];
     for (int r = r0; r < r1; r++) {
         const uint8_t *q = (const uint8_t *)W->w + (size_t)r * rb;
-        __m512 acc[LILY_GEMV_I8_MAX_N];
+        __m512 acc[4];
         for (int t = 0; t < NT; t++)
             acc[t] = row_terms_vnni(W, r, xq + (size_t)t * ts, nb, sc[t]);
         const char *pf = (const char *)q + (rb > G8_PREFETCH ? rb : G8_PREFETCH);
@@ -378,10 +378,10 @@ rows_avx2(const lily_mat *W, int r0, int r1, const uint8_t *xq, float *Y, int ld
     const int cols = W->cols, ng = cols / 64, nb = (int)n_blocks(cols);
     const size_t rb = (size_t)cols / 2, ts = tok_stride(cols);
     const char *end = (const char *)W->w + (size_t)W->rows * rb;
-    float sc[LILY_GEMV_I8_MAX_N][G8_MAX_GROUPS + 8];
+    float sc[4][G8_MAX_GROUPS + 8];
     for (int r = r0; r < r1; r++) {
         const uint8_t *q = (const uint8_t *)W->w + (size_t)r * rb;
-        __m256 acc[LILY_GEMV_I8_MAX_N][2];
+        __m256 acc[4][2];
         for (int t = 0; t < NT; t++)
             row_terms_avx2(W, r, xq + (size_t)t * ts, nb, sc[t], acc[t]);
         const char *pf = (const char *)q + (rb > G8_PREFETCH ? rb : G8_PREFETCH);
@@ -421,5 +421,11 @@ void lily_cpu_gemv_i8_rows(int vnni, const lily_mat *W, int r0, int r1, const vo
     typedef void (*rows_fn)(const lily_mat *, int, int, const uint8_t *, float *, int);
     static const rows_fn fv[4] = {rows_v2r, rows_v2, rows_v3, rows_v4};
     static const rows_fn fa[4] = {rows_a2r, rows_a2, rows_a3, rows_a4};
-    (vnni ? fv : fa)[n - 1](W, r0, r1, xq, Y, ldy);
+    /* a token's result does not depend on the others: more than 4 go 4 at a time */
+    const size_t ts = tok_stride(W->cols);
+    for (int t0 = 0; t0 < n; t0 += 4) {
+        const int nt = n - t0 < 4 ? n - t0 : 4;
+        (vnni ? fv : fa)[nt - 1](W, r0, r1, (const uint8_t *)xq + (size_t)t0 * ts,
+                                 Y + (size_t)t0 * ldy, ldy);
+    }
 }

@@ -1,4 +1,4 @@
-/* The Q4 decode product (1 to 4 tokens) with 8-bit activations, as llama.cpp multiplies Q4 by
+/* The Q4 decode product (1 to 8 tokens) with 8-bit activations, as llama.cpp multiplies Q4 by
  * Q8 (matmul.c picks it at LILY_PRECISION_FAST; BENCHMARKS.md gives its quality on the trained
  * model). Bodies for AVX-512 VNNI (vpdpbusd) and AVX2 (vpmaddubsw + vpmaddwd): the same x bytes
  * and the same results, bit for bit.
@@ -20,7 +20,7 @@
 #include "model/model.h"
 
 #define LILY_GEMV_I8_MAX_COLS 16384 /* the kernel keeps a row's group scales on the stack */
-#define LILY_GEMV_I8_MAX_N    4
+#define LILY_GEMV_I8_MAX_N    8     /* as many as gemv_i16.h may take */
 #define LILY_GEMV_I8_CODE_MAX 127
 
 /* 1 when the CPU has AVX-512 VNNI (the VNNI bodies may run). */
@@ -31,7 +31,8 @@ size_t lily_cpu_gemv_i8_x_bytes(int n, int cols);
 /* Quantises X [n][ldx] into xq (lily_cpu_gemv_i8_x_bytes; 64-byte aligned): vnni 1 = the AVX-512
  * body, 0 = the AVX2 one (the same bytes). */
 void lily_cpu_gemv_i8_quant(int vnni, const float *X, int n, int ldx, int cols, void *xq);
-/* Rows [r0, r1) of the Q4 group-64 matrix W times the n <= 4 tokens of xq: Y[t * ldy + r]. */
+/* Rows [r0, r1) of the Q4 group-64 matrix W times the n <= LILY_GEMV_I8_MAX_N tokens of xq:
+ * Y[t * ldy + r]; each token's result is the same for every n. */
 void lily_cpu_gemv_i8_rows(int vnni, const lily_mat *W, int r0, int r1, const void *xq, int n,
                            float *Y, int ldy);
 

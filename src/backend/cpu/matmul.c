@@ -565,10 +565,12 @@ static void mm_glu_task(void *ctx, int task, int thread) {
 
 #define MM_Q4_ROWS 8
 
-/* Whether n <= 4 tokens times this matrix run the int8-activation decode product (gemv_i8.h). */
+/* Whether n tokens times this matrix run the int8-activation decode product (gemv_i8.h): where
+ * the int16 one would (the decode product's token cap) at FAST. */
 static int use_gemv_i8(const lily_cpu_kern *k, const lily_mat *W, int n) {
-    return W->dt == LILY_DT_Q4 && W->group == 64 && n >= 1 && n <= LILY_GEMV_I8_MAX_N &&
-           W->cols % 64 == 0 && W->cols <= LILY_GEMV_I8_MAX_COLS && k->isa >= 1 && k->i8;
+    return W->dt == LILY_DT_Q4 && W->group == 64 && n >= 1 && n <= LILY_GEMV_I16_MAX_N &&
+           n <= LILY_GEMV_I8_MAX_N && W->cols % 64 == 0 && W->cols <= LILY_GEMV_I8_MAX_COLS &&
+           k->isa >= 1 && k->i8;
 }
 
 /* Whether n <= 4 tokens times this matrix run the VNNI decode kernel (gemv_i16.h). */

@@ -10,9 +10,8 @@
 #define SC_AVX512 "avx512f,avx512bw,avx512vl"
 #define SC_AVX2   "avx2,fma"
 
-static inline __attribute__((always_inline)) void conv_body(const float *in, int n, int C, int K,
-                                                           float *state, const float *w,
-                                                           float *out) {
+static inline __attribute__((always_inline)) void
+conv_body(const float *in, int n, int C, int K, float *state, const float *w, float *out) {
     for (int t = 0; t < n; t++) {
         const float *cur = in + (size_t)t * C;
         float *o = out + (size_t)t * C;
@@ -42,10 +41,11 @@ static inline __attribute__((always_inline)) void conv_body(const float *in, int
     }
 }
 
-static inline __attribute__((always_inline)) void
-gdn_body(float *S, int Dk, int Dv, int n, const float *q, int ldq, const float *k, int ldk,
-         const float *v, int ldv, const float *beta, const float *lambda, int ldg, float *o,
-         int ldo) {
+static inline __attribute__((always_inline)) void gdn_body(float *S, int Dk, int Dv, int n,
+                                                           const float *q, int ldq, const float *k,
+                                                           int ldk, const float *v, int ldv,
+                                                           const float *beta, const float *lambda,
+                                                           int ldg, float *o, int ldo) {
     float m[512], buf[2][512];
     LILY_ASSERT(Dv <= 512);
     if (n <= 0) return;
@@ -105,14 +105,12 @@ gdn_body(float *S, int Dk, int Dv, int n, const float *q, int ldq, const float *
     }
 }
 
-
-__attribute__((target(SC_AVX512))) static void conv_avx512(const float *in, int n, int C, int K,
-                                                          float *state, const float *w,
-                                                          float *out) {
+__attribute__((target(SC_AVX512))) static void
+conv_avx512(const float *in, int n, int C, int K, float *state, const float *w, float *out) {
     conv_body(in, n, C, K, state, w, out);
 }
 __attribute__((target(SC_AVX2))) static void conv_avx2(const float *in, int n, int C, int K,
-                                                      float *state, const float *w, float *out) {
+                                                       float *state, const float *w, float *out) {
     conv_body(in, n, C, K, state, w, out);
 }
 static void conv_plain(const float *in, int n, int C, int K, float *state, const float *w,
@@ -131,9 +129,10 @@ void lily_cpu_conv_silu(const float *in, int n, int C, int K, float *state, cons
     lily_cpu_conv_silu_isa(k.isa, in, n, C, K, state, w, out);
 }
 
-#define SC_GDN_ARGS                                                                                \
-    float *S, int Dk, int Dv, int n, const float *q, int ldq, const float *k, int ldk,             \
-        const float *v, int ldv, const float *beta, const float *lambda, int ldg, float *o, int ldo
+#define SC_GDN_ARGS                                                                         \
+    float *S, int Dk, int Dv, int n, const float *q, int ldq, const float *k, int ldk,      \
+        const float *v, int ldv, const float *beta, const float *lambda, int ldg, float *o, \
+        int ldo
 #define SC_GDN_PASS S, Dk, Dv, n, q, ldq, k, ldk, v, ldv, beta, lambda, ldg, o, ldo
 
 __attribute__((target(SC_AVX512))) static void gdn_avx512(SC_GDN_ARGS) {
