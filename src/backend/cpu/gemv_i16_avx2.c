@@ -108,49 +108,46 @@ __attribute__((target(GA_ISA), always_inline)) static inline __m256 bf16x8(const
         _mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p)), 16));
 }
 
+/* Eight groups g0 .. g0 + 7 of row_terms (wl of them with weights, xl with x; the rest 0). */
+__attribute__((target(GA_ISA), always_inline)) static inline void
+terms8(const uint16_t *s, const uint16_t *bi, const float *sx, int ngp, int g0, int wl, int xl,
+       float *sc, __m256 *a) {
+    const __m256i xm =
+        _mm256_cmpgt_epi32(_mm256_set1_epi32(xl), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+    __m256 sv, bv;
+    if (wl >= 8) {
+        sv = bf16x8(s + g0), bv = bf16x8(bi + g0);
+    } else { /* the last groups: zero past the weights' end */
+        uint16_t st[8] = {0}, bt[8] = {0};
+        for (int j = 0; j < wl; j++)
+            st[j] = s[g0 + j], bt[j] = bi[g0 + j];
+        sv = bf16x8(st), bv = bf16x8(bt);
+    }
+    const __m256 scv = _mm256_mul_ps(sv, _mm256_maskload_ps(sx + g0, xm));
+    if (xl >= 8)
+        _mm256_storeu_ps(sc + g0, scv);
+    else
+        _mm256_maskstore_ps(sc + g0, xm, scv);
+    *a = _mm256_fmadd_ps(bv, _mm256_maskload_ps(sx + ngp + g0, xm), *a);
+    *a = _mm256_fmadd_ps(_mm256_mul_ps(sv, _mm256_set1_ps(8.0f)),
+                         _mm256_maskload_ps(sx + 2 * ngp + g0, xm), *a);
+}
+
 /* Row r's group scales (weight scale x x scale; 0 past the last group) into sc, and its bias
  * and centring terms as the two halves of the AVX-512 kernel's starting accumulator (lanes 0-7:
  * groups g0 .. g0 + 7 of each 16, lanes 8-15 the rest), summed in its order. */
 __attribute__((target(GA_ISA), always_inline)) static inline void
 row_terms(const lily_mat *W, int r, const uint8_t *xt, int nb, float *sc, __m256 *lo, __m256 *hi) {
-    const int ng = W->cols / 64, ngp = 2 * nb;
+    const int ng = W->cols / 64, ngp = 2 * nb; /* ngp <= ng + 1 */
     const uint16_t *s = W->scales + (size_t)r * ng, *bi = W->biases + (size_t)r * ng;
     const float *sx = (const float *)(xt + (size_t)nb * 256);
-    const __m256 eight = _mm256_set1_ps(8.0f);
-    __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
-    for (int g0 = 0; g0 < ngp; g0 += 8) {
-        const int wl = ng - g0, xl = ngp - g0; /* xl >= wl >= 1 (ngp <= ng + 1) */
-        __m256 sv, bv, xv, tv, dv;
-        if (xl >= 8 && wl >= 8) {
-            sv = bf16x8(s + g0), bv = bf16x8(bi + g0);
-            xv = _mm256_loadu_ps(sx + g0);
-            tv = _mm256_loadu_ps(sx + ngp + g0);
-            dv = _mm256_loadu_ps(sx + 2 * ngp + g0);
-        } else { /* the last groups: zero past the weights' and x's ends */
-            uint16_t st[8] = {0}, bt[8] = {0};
-            float xa[8] = {0}, ta[8] = {0}, da[8] = {0};
-            for (int j = 0; j < 8; j++) {
-                if (j < wl) st[j] = s[g0 + j], bt[j] = bi[g0 + j];
-                if (j < xl)
-                    xa[j] = sx[g0 + j], ta[j] = sx[ngp + g0 + j], da[j] = sx[2 * ngp + g0 + j];
-            }
-            sv = bf16x8(st), bv = bf16x8(bt);
-            xv = _mm256_loadu_ps(xa), tv = _mm256_loadu_ps(ta), dv = _mm256_loadu_ps(da);
-        }
-        const __m256 scv = _mm256_mul_ps(sv, xv);
-        if (xl >= 8) {
-            _mm256_storeu_ps(sc + g0, scv);
-        } else {
-            float tmp[8];
-            _mm256_storeu_ps(tmp, scv);
-            memcpy(sc + g0, tmp, (size_t)xl * sizeof(float));
-        }
-        __m256 *a = &acc[(g0 / 8) & 1];
-        *a = _mm256_fmadd_ps(bv, tv, *a);
-        *a = _mm256_fmadd_ps(_mm256_mul_ps(sv, eight), dv, *a);
+    __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
+    for (int g0 = 0; g0 < ngp; g0 += 16) {
+        terms8(s, bi, sx, ngp, g0, ng - g0, ngp - g0, sc, &a0);
+        if (g0 + 8 < ngp) terms8(s, bi, sx, ngp, g0 + 8, ng - g0 - 8, ngp - g0 - 8, sc, &a1);
     }
-    *lo = acc[0];
-    *hi = acc[1];
+    *lo = a0;
+    *hi = a1;
 }
 
 /* Per lane sum q c of one group (32 bytes of a row: nibbles split into lo / hi) against its

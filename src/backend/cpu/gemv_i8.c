@@ -269,38 +269,44 @@ __attribute__((target(G8_AVX2), always_inline)) static inline __m256 bf16x8(cons
         _mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p)), 16));
 }
 
-/* row_terms_vnni's sums as two 8-lane halves (groups g0 .. g0 + 7 of each 16 in lo). */
+/* Eight groups g0 .. g0 + 7 of row_terms (wl of them with weights, xl with x; the rest 0). */
+__attribute__((target(G8_AVX2), always_inline)) static inline void
+terms8(const uint16_t *s, const uint16_t *bi, const float *sx, int ngp, int g0, int wl, int xl,
+       float *sc, __m256 *a) {
+    const __m256i xm =
+        _mm256_cmpgt_epi32(_mm256_set1_epi32(xl), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+    __m256 sv, bv;
+    if (wl >= 8) {
+        sv = bf16x8(s + g0), bv = bf16x8(bi + g0);
+    } else { /* the last groups: zero past the weights' end */
+        uint16_t st[8] = {0}, bt[8] = {0};
+        for (int j = 0; j < wl; j++)
+            st[j] = s[g0 + j], bt[j] = bi[g0 + j];
+        sv = bf16x8(st), bv = bf16x8(bt);
+    }
+    const __m256 scv = _mm256_mul_ps(sv, _mm256_maskload_ps(sx + g0, xm));
+    if (xl >= 8)
+        _mm256_storeu_ps(sc + g0, scv);
+    else
+        _mm256_maskstore_ps(sc + g0, xm, scv);
+    *a = _mm256_fmadd_ps(bv, _mm256_maskload_ps(sx + ngp + g0, xm), *a);
+    *a = _mm256_fmadd_ps(_mm256_mul_ps(sv, _mm256_set1_ps(8.0f)),
+                         _mm256_maskload_ps(sx + 2 * ngp + g0, xm), *a);
+}
+
+/* row_terms_vnni's sums as two 8-lane halves (groups g0 .. g0 + 7 of each 16 in acc[0]). */
 __attribute__((target(G8_AVX2), always_inline)) static inline void
 row_terms_avx2(const lily_mat *W, int r, const uint8_t *xt, int nb, float *sc, __m256 *acc) {
-    const int ng = W->cols / 64, ngp = 2 * nb;
+    const int ng = W->cols / 64, ngp = 2 * nb; /* ngp <= ng + 1 */
     const uint16_t *s = W->scales + (size_t)r * ng, *bi = W->biases + (size_t)r * ng;
     const float *sx = (const float *)(xt + (size_t)nb * 128);
-    acc[0] = acc[1] = _mm256_setzero_ps();
-    for (int g0 = 0; g0 < ngp; g0 += 8) {
-        const int wl = ng - g0, xl = ngp - g0; /* xl >= wl >= 1 */
-        __m256 sv, bv, xv, tv, dv;
-        if (wl >= 8) { /* then xl >= 8 too */
-            sv = bf16x8(s + g0), bv = bf16x8(bi + g0);
-            xv = _mm256_loadu_ps(sx + g0), tv = _mm256_loadu_ps(sx + ngp + g0);
-            dv = _mm256_loadu_ps(sx + 2 * ngp + g0);
-        } else { /* the last groups: zero past the weights' and x's ends */
-            uint16_t st[8] = {0}, bt[8] = {0};
-            float xa[8] = {0}, ta[8] = {0}, da[8] = {0};
-            for (int j = 0; j < 8; j++) {
-                if (j < wl) st[j] = s[g0 + j], bt[j] = bi[g0 + j];
-                if (j < xl)
-                    xa[j] = sx[g0 + j], ta[j] = sx[ngp + g0 + j], da[j] = sx[2 * ngp + g0 + j];
-            }
-            sv = bf16x8(st), bv = bf16x8(bt);
-            xv = _mm256_loadu_ps(xa), tv = _mm256_loadu_ps(ta), dv = _mm256_loadu_ps(da);
-        }
-        float scv[8];
-        _mm256_storeu_ps(scv, _mm256_mul_ps(sv, xv));
-        memcpy(sc + g0, scv, (size_t)(xl < 8 ? xl : 8) * sizeof(float));
-        __m256 *a = &acc[(g0 / 8) & 1];
-        *a = _mm256_fmadd_ps(bv, tv, *a);
-        *a = _mm256_fmadd_ps(_mm256_mul_ps(sv, _mm256_set1_ps(8.0f)), dv, *a);
+    __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
+    for (int g0 = 0; g0 < ngp; g0 += 16) {
+        terms8(s, bi, sx, ngp, g0, ng - g0, ngp - g0, sc, &a0);
+        if (g0 + 8 < ngp) terms8(s, bi, sx, ngp, g0 + 8, ng - g0 - 8, ngp - g0 - 8, sc, &a1);
     }
+    acc[0] = a0;
+    acc[1] = a1;
 }
 
 /* Group g0 + h (h = 0 or 1: which accumulator half) of row q against NT tokens. */
