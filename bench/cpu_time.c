@@ -25,8 +25,8 @@ int main(int argc, char **argv) {
                         "[rounds]\n");
         return 2;
     }
-    const char *isas[] = {"auto", "avx512", "avx2", "scalar"}, *precs[] = {"default", "exact",
-                                                                           "fast"};
+    const char *isas[] = {"auto", "avx512", "avx2", "scalar"},
+               *precs[] = {"default", "exact", "fast"};
     lily_engine_opts o = {0};
     o.n_threads = 1;
     for (int i = 0; i < 4; i++)
@@ -49,7 +49,7 @@ int main(int argc, char **argv) {
         tok[i] = (int32_t)(x % (uint64_t)in->vocab_size);
     }
     double best[3] = {0, 0, 0}; /* prefill 512, decode at 64, decode at 512: tokens / CPU s */
-    for (int r = 0; r <= rounds; r++) {   /* round 0: warm-up */
+    for (int r = 0; r <= rounds; r++) { /* round 0: warm-up */
         const int ctx[2] = {64, 512};
         double v[3];
         lily_session_reset(s);
@@ -66,8 +66,8 @@ int main(int argc, char **argv) {
         for (int k = 0; r > 0 && k < 3; k++)
             if (v[k] > best[k]) best[k] = v[k];
     }
-    printf("%s %s %s: prefill512 %.1f decode64 %.2f decode512 %.2f tok/CPU-s\n", argv[1],
-           argv[2], argc > 3 ? argv[3] : "default", best[0], best[1], best[2]);
+    printf("%s %s %s: prefill512 %.1f decode64 %.2f decode512 %.2f tok/CPU-s\n", argv[1], argv[2],
+           argc > 3 ? argv[3] : "default", best[0], best[1], best[2]);
     lily_session_free(s);
     lily_engine_close(eng);
     return 0;
