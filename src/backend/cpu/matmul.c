@@ -3,11 +3,12 @@
  * Two strategies, chosen by the number of token rows n:
  *  - decode (n <= 4), Q4 weights on AVX-512 VNNI or AVX2: gemv_i16.h (X quantised to 16-bit
  *    codes; the AVX2 body gives the same results).
- *  - decode (n <= 4), Q4 weights otherwise (EXACT, or plain C): a fused kernel reads each 4-bit group once, turns
- *    the nibbles into floats in registers and applies them to every token. X is first reordered per group of
- *    64 into [even elements | odd elements], so the low and high nibbles of a byte line up with
- *    two contiguous halves of x and no shuffles are needed; the group's affine bias is applied
- *    as bias * sum(x over the group), computed once per call.
+ *  - decode (n <= 4), Q4 weights otherwise (EXACT, or plain C): a fused kernel reads each 4-bit
+ *    group once, turns the nibbles into floats in registers and applies them to every token. X is
+ *    first reordered per group of 64 into [even elements | odd elements], so the low and high
+ *    nibbles of a byte line up with two contiguous halves of x and no shuffles are needed; the
+ *    group's affine bias is applied as bias * sum(x over the group), computed once per call.
+ *    FAST: the int8 decode product of gemv_i8.h instead of the int16 one.
  *  - prefill, Q4 with AVX-512 VNNI: matmul_i16.h (X quantised to 16-bit codes per group of 64
  *    once per call, int16 products; one task per 16-row tile of W, all tokens); with AVX2 only:
  *    matmul_i16_avx2.h (vpmaddwd, the same results).

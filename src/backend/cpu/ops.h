@@ -44,7 +44,7 @@ void lily_mat_row_f32(const lily_mat *W, int r, float *out);
 
 /* What the CPU kernels may use, fixed per backend (the engine's cpu_isa and precision). */
 typedef struct lily_cpu_kern {
-    int isa; /* 2 = AVX-512 (F, BW, VL), 1 = AVX2 + FMA, 0 = plain C (never more than the CPU has) */
+    int isa;  /* 2 = AVX-512 (F, BW, VL), 1 = AVX2 + FMA, 0 = plain C (at most the CPU's) */
     int vnni; /* AVX-512 VNNI (isa 2 only): the int16 products take their AVX-512 bodies */
     int i16;  /* Q4 products with int16 activations (matmul_i16.h, gemv_i16.h); isa >= 1 */
     int i8;   /* Q4 decode products (1-4 tokens) with int8 activations instead (gemv_i8.h) */
