@@ -25,6 +25,7 @@
 #include "base/err.h"
 #include "base/timer.h"
 #include "bench_plot.h"
+#include "bench_step.h"
 #include "cli.h"
 
 #define MAX_LENS   32
@@ -38,6 +39,7 @@ static void usage(FILE *f) {
         "                  [--turn TURNS] [--json FILE|-] [--csv FILE]\n"
         "                  [--plot FILE.svg [--plot-ref FILE.json]...]\n"
         "                  [--precision default|exact|fast] [--cpu-isa auto|avx512|avx2|scalar]\n"
+        "                  [--rows LIST [--profile]] [--program]\n"
         "LIST is comma-separated lengths such as 256,512,1K,4K (default 128,512).\n"
         "--prefill times prefill at each length; --decode times --gen (default 32) decoded\n"
         "tokens at each context length. Lengths in both lists share one prefill per round.\n"
@@ -47,7 +49,11 @@ static void usage(FILE *f) {
         "standard deviation; rows are printed as they are measured. --json - writes the\n"
         "JSON to stdout (the table then goes to stderr). --plot draws prefill and decode\n"
         "tok/s against context length; --plot-ref adds the series of a reference file\n"
-        "(llama-bench -o json output, or lily bench --json), up to 8 files.\n");
+        "(llama-bench -o json output, or lily bench --json), up to 8 files.\n"
+        "--rows times decode steps of 1..8 rows (sessions) each at every --decode depth\n"
+        "(default 512), --gen steps each: step time and tok/s (CSV/JSON with --csv/--json);\n"
+        "--profile adds the time of each op of the step program; --program lists the\n"
+        "program (ops, weight bytes per token, buffers, dependencies).\n");
 }
 
 static int parse_list(const char *s, int *out, int *n) {
@@ -194,7 +200,7 @@ static void header(FILE *t, cJSON *j, const char *model, const lily_model_info *
 }
 
 typedef struct bench_lists {
-    int *pl, *dl, *tn, *td, npl, ndl, nt, nref;
+    int *pl, *dl, *tn, *td, *rl, npl, ndl, nt, nref, nrl;
     const char **refs;
 } bench_lists;
 
@@ -211,6 +217,14 @@ static int prefill_list(void *ud, const char *v) {
 static int decode_list(void *ud, const char *v) {
     bench_lists *b = ud;
     return parse_list(v, b->dl, &b->ndl) ? bad_list("--decode", v) : 0;
+}
+
+static int rows_list(void *ud, const char *v) {
+    bench_lists *b = ud;
+    if (parse_list(v, b->rl, &b->nrl)) return bad_list("--rows", v);
+    for (int i = 0; i < b->nrl; i++)
+        if (b->rl[i] > LILY_MAX_ROWS) return bad_list("--rows", v);
+    return 0;
 }
 
 static int turn_list(void *ud, const char *v) {
@@ -231,9 +245,9 @@ static int add_ref(void *ud, const char *v) {
 int lily_cmd_bench(int argc, char **argv) {
     const char *model = NULL, *json = NULL, *csv = NULL, *plot = NULL, *refs[8];
     int pl[MAX_LENS], dl[MAX_LENS], npl = 0, ndl = 0, gen = 32, rounds = 1, nref = 0;
-    int tn[MAX_LENS], td[MAX_LENS], nt = 0;
+    int tn[MAX_LENS], td[MAX_LENS], nt = 0, rl[MAX_LENS], profile = 0, program = 0;
     lily_engine_opts opts = {0};
-    bench_lists bl = {.pl = pl, .dl = dl, .tn = tn, .td = td, .refs = refs};
+    bench_lists bl = {.pl = pl, .dl = dl, .tn = tn, .td = td, .rl = rl, .refs = refs};
     lily_cli_engine ce = {0};
     lily_arg engt[LILY_CLI_ENGINE_N];
     lily_cli_engine_table(&ce, engt);
@@ -276,6 +290,9 @@ int lily_cmd_bench(int argc, char **argv) {
          .ud = &bl,
          .help = "decode depths"},
         {.name = "--turn", .kind = LILY_ARG_FN, .fn = turn_list, .ud = &bl, .help = "turns"},
+        {.name = "--rows", .kind = LILY_ARG_FN, .fn = rows_list, .ud = &bl, .help = "row counts"},
+        {.name = "--profile", .kind = LILY_ARG_FLAG, .dst = &profile, .help = "per-op times"},
+        {.name = "--program", .kind = LILY_ARG_FLAG, .dst = &program, .help = "list the step"},
         {0}};
     const lily_arg *tabs[] = {own, engt};
     const int pr = lily_args_parse("bench", tabs, 2, argc, argv, NULL, 0, NULL, usage);
@@ -294,6 +311,22 @@ int lily_cmd_bench(int argc, char **argv) {
             fprintf(stderr, "lily bench: --rounds must be 1 to %d\n", MAX_ROUNDS);
         usage(stderr);
         return 2;
+    }
+    if (bl.nrl || profile || program) {
+        static const int depth512 = 512;
+        const int one = 1;
+        lily_bench_step st = {.model = model,
+                              .eng = opts,
+                              .rows = bl.nrl ? rl : &one,
+                              .n_rows = bl.nrl ? bl.nrl : 1,
+                              .depths = ndl ? dl : &depth512,
+                              .n_depths = ndl ? ndl : 1,
+                              .gen = gen,
+                              .profile = profile,
+                              .program = program,
+                              .json = json,
+                              .csv = csv};
+        return lily_bench_step_run(&st);
     }
     /* reference series first, so a bad file fails before the measurement */
     lily_plot_series *ser = calloc(LILY_PLOT_MAX_SERIES, sizeof *ser);

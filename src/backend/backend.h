@@ -14,6 +14,7 @@
 #include <stdint.h>
 
 #include "lily.h"
+#include "backend/program.h"
 #include "model/model.h"
 
 typedef struct lily_backend lily_backend; /* one per engine, backend-defined */
@@ -78,6 +79,13 @@ typedef struct lily_backend_ops {
                         lily_err *e);
     int (*draw_next)(lily_backend *b, lily_bstate *s, int32_t *out, lily_err *e);
     void (*draw_discard)(lily_backend *b, lily_bstate *s);
+
+    /* Optional (NULL: not run from a program): the step program the backend runs
+     * (backend/program.h), built at open. */
+    const lily_program *(*program)(lily_backend *b);
+    /* Optional: with ms not NULL, every later step adds each op's time in milliseconds to
+     * ms[op] ([the program's n_ops]); NULL stops it. For profiling (lily bench --profile). */
+    void (*set_profile)(lily_backend *b, double *ms);
 
     /* The device's name (the GPU's) into buf; NULL for the CPU backends (the engine reads the
      * CPU's model name itself). */

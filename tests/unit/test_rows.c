@@ -1,7 +1,8 @@
 /* lily_session_decode_rows: each row's logits equal, bit for bit, what lily_session_decode gives
  * that session alone, for 1..LILY_MAX_ROWS sessions at different positions; bad calls fail
- * before any session moves. Runs on a random MLX 4-bit model and on the random HF bf16 one, with
- * the CPU backend's default and exact precisions. */
+ * before any session moves. Runs on random MLX 4-bit and 8-bit models, a dense MLX 4-bit one and
+ * the HF bf16 one, with the CPU backend's default and exact precisions and its AVX2 and plain C
+ * kernels. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,7 +14,8 @@
 
 static char root[64];
 
-static void make(const char *dir, lily_mk_layout layout) {
+/* A tiny model: 4 layers (3 GDN, 1 attention), 8 experts, top 2; dense: an MLP instead. */
+static void make(const char *dir, lily_mk_layout layout, int bits, int dense) {
     lily_err e = {0};
     lily_mk_opts o;
     if (lily_mk_preset("tiny", &o, &e) != 0) {
@@ -21,9 +23,13 @@ static void make(const char *dir, lily_mk_layout layout) {
         exit(1);
     }
     o.layout = layout;
-    o.bits = 4;
+    o.bits = bits;
     o.seed = 77;
     o.n_threads = 1;
+    if (dense) {
+        o.cfg.intermediate = 192;
+        snprintf(o.cfg.model_type, sizeof o.cfg.model_type, "qwen3_5");
+    }
     lily_mk_result r;
     if (lily_mk_write(dir, &o, &r, &e) != 0) {
         printf("FAIL mkmodel: %s\n", e.msg);
@@ -31,53 +37,62 @@ static void make(const char *dir, lily_mk_layout layout) {
     }
 }
 
-/* n sessions, session i prefilled with 3 + 5 i tokens, then steps of rows. */
-static void run(const char *dir, lily_precision prec, const char *what) {
+enum { N = LILY_MAX_ROWS, CTX = 640, LONG = 300 };
+
+/* N sessions, session i prefilled with 3 + 5 i tokens (the last with LONG, past the attention
+ * kernel's blocks of 64 positions), then steps of 1..N rows over rotating subsets of them (odd
+ * counts, rows in any order, at different positions). With 8 experts and top 2, any 5 or more
+ * rows share an expert (the union has repeats). */
+static void run(const char *dir, lily_precision prec, lily_cpu_isa isa, const char *what) {
     lily_err e = {0};
     lily_engine_opts opts = {0};
     opts.n_threads = 2;
     opts.precision = prec;
+    opts.cpu_isa = isa;
     lily_engine *eng;
     if (lily_engine_open(dir, &opts, &eng, &e) != 0) {
         check(0, what, "open: %s", e.msg);
         return;
     }
     int V = lily_engine_info(eng)->vocab_size;
-    enum { N = LILY_MAX_ROWS };
     lily_session *a[N], *b[N];
-    int32_t prompt[64];
-    for (int i = 0; i < 64; i++)
+    int32_t prompt[LONG + N];
+    for (int i = 0; i < LONG + N; i++)
         prompt[i] = (i * 37 + 11) % V;
     for (int i = 0; i < N; i++) {
-        if (lily_session_create(eng, 128, &a[i], &e) || lily_session_create(eng, 128, &b[i], &e)) {
+        if (lily_session_create(eng, CTX, &a[i], &e) || lily_session_create(eng, CTX, &b[i], &e)) {
             check(0, what, "session: %s", e.msg);
             return;
         }
-        int np = 3 + 5 * i;
+        int np = i == N - 1 ? LONG : 3 + 5 * i;
         if (lily_session_prefill(a[i], prompt + i, np, NULL, NULL, NULL, &e) ||
             lily_session_prefill(b[i], prompt + i, np, NULL, NULL, NULL, &e)) {
             check(0, what, "prefill: %s", e.msg);
             return;
         }
     }
-    /* steps with n = 1, 3, 8 rows over the first n sessions */
-    int ns[] = {1, 3, N, 2};
-    int mism = 0, fails = 0;
-    for (int k = 0; k < 4; k++) {
+    int ns[] = {1, 3, N, 2, 5, 7, N, 6, 4, 1, N};
+    int mism = 0, fails = 0, steps = (int)(sizeof ns / sizeof ns[0]);
+    for (int k = 0; k < steps; k++) {
         int n = ns[k];
         int32_t tok[N];
-        for (int i = 0; i < n; i++)
-            tok[i] = (int32_t)((k * 131 + i * 17 + 5) % V);
-        if (lily_session_decode_rows(a, tok, n, &e) != 0) {
+        lily_session *ra[N], *rb[N];
+        for (int i = 0; i < n; i++) {
+            int sidx = (k * 3 + i * 5) % N; /* 5 is prime to N: n distinct sessions */
+            ra[i] = a[sidx], rb[i] = b[sidx];
+            /* two rows with the same token now and then */
+            tok[i] = (int32_t)(((k * 131 + (i / 2) * 17 + 5)) % V);
+        }
+        if (lily_session_decode_rows(ra, tok, n, &e) != 0) {
             fails++;
             printf("rows: %s\n", e.msg);
             continue;
         }
         for (int i = 0; i < n; i++) {
-            if (lily_session_decode(b[i], tok[i], &e) != 0) fails++;
-            const float *la = lily_session_logits(a[i]), *lb = lily_session_logits(b[i]);
+            if (lily_session_decode(rb[i], tok[i], &e) != 0) fails++;
+            const float *la = lily_session_logits(ra[i]), *lb = lily_session_logits(rb[i]);
             if (!la || !lb || memcmp(la, lb, (size_t)V * sizeof(float)) != 0) mism++;
-            if (lily_session_pos(a[i]) != lily_session_pos(b[i])) mism++;
+            if (lily_session_pos(ra[i]) != lily_session_pos(rb[i])) mism++;
         }
     }
     check(!fails && !mism, what, "%d failed calls, %d rows differ from lily_session_decode", fails,
@@ -103,14 +118,25 @@ static void run(const char *dir, lily_precision prec, const char *what) {
 int main(void) {
     snprintf(root, sizeof root, "/tmp/lily_test_rows_XXXXXX");
     if (!mkdtemp(root)) return 1;
-    char mlx[128], hf[128];
+    char mlx[128], mlx8[128], hf[128], dense[128];
     snprintf(mlx, sizeof mlx, "%s/mlx", root);
+    snprintf(mlx8, sizeof mlx8, "%s/mlx8", root);
     snprintf(hf, sizeof hf, "%s/hf", root);
-    make(mlx, LILY_MK_MLX);
-    make(hf, LILY_MK_HF);
-    run(mlx, LILY_PRECISION_DEFAULT, "rows mlx4 default");
-    run(mlx, LILY_PRECISION_EXACT, "rows mlx4 exact");
-    run(hf, LILY_PRECISION_DEFAULT, "rows hf bf16 default");
+    snprintf(dense, sizeof dense, "%s/dense", root);
+    make(mlx, LILY_MK_MLX, 4, 0);
+    make(mlx8, LILY_MK_MLX, 8, 0);
+    make(hf, LILY_MK_HF, 4, 0);
+    make(dense, LILY_MK_MLX, 4, 1);
+    run(mlx, LILY_PRECISION_DEFAULT, LILY_CPU_ISA_AUTO, "rows mlx4 default");
+    run(mlx, LILY_PRECISION_EXACT, LILY_CPU_ISA_AUTO, "rows mlx4 exact");
+    run(mlx, LILY_PRECISION_DEFAULT, LILY_CPU_ISA_AVX2, "rows mlx4 avx2");
+    run(mlx, LILY_PRECISION_FAST, LILY_CPU_ISA_AUTO, "rows mlx4 fast");
+    run(mlx, LILY_PRECISION_FAST, LILY_CPU_ISA_AVX2, "rows mlx4 avx2 fast");
+    run(mlx, LILY_PRECISION_DEFAULT, LILY_CPU_ISA_SCALAR, "rows mlx4 scalar");
+    run(mlx8, LILY_PRECISION_DEFAULT, LILY_CPU_ISA_AUTO, "rows mlx8 default");
+    run(hf, LILY_PRECISION_DEFAULT, LILY_CPU_ISA_AUTO, "rows hf bf16 default");
+    run(dense, LILY_PRECISION_DEFAULT, LILY_CPU_ISA_AUTO, "rows dense mlx4 default");
+    run(dense, LILY_PRECISION_EXACT, LILY_CPU_ISA_AUTO, "rows dense mlx4 exact");
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", root);
     if (system(cmd) != 0) printf("note: cleanup failed\n");

@@ -185,7 +185,7 @@ __attribute__((target(GV_ISA))) static void rows_1(const lily_mat *W, int r0, in
     }
 }
 
-/* NT = 2..4 tokens, one row at a time (each nibble split serves every token). */
+/* NT = 2..8 tokens, one row at a time (each nibble split serves every token). */
 __attribute__((target(GV_ISA), always_inline)) static inline void
 rows_n(const lily_mat *W, int r0, int r1, const uint8_t *xq, float *Y, int ldy, const int NT) {
     const int cols = W->cols, ng = cols / 64, nb = (int)n_blocks(cols);
@@ -225,6 +225,10 @@ __attribute__((target(GV_ISA))) void lily_cpu_gemv_i16_rows(const lily_mat *W, i
     case 1: rows_1(W, r0, r1, x, Y); break;
     case 2: rows_n(W, r0, r1, x, Y, ldy, 2); break;
     case 3: rows_n(W, r0, r1, x, Y, ldy, 3); break;
-    default: rows_n(W, r0, r1, x, Y, ldy, 4); break;
+    case 4: rows_n(W, r0, r1, x, Y, ldy, 4); break;
+    case 5: rows_n(W, r0, r1, x, Y, ldy, 5); break;
+    case 6: rows_n(W, r0, r1, x, Y, ldy, 6); break;
+    case 7: rows_n(W, r0, r1, x, Y, ldy, 7); break;
+    default: rows_n(W, r0, r1, x, Y, ldy, 8); break;
     }
 }

@@ -1,4 +1,4 @@
-/* The Q4 decode product (1 to 4 tokens) with 16-bit activations on AVX-512 VNNI, or AVX2 (below)
+/* The Q4 decode product (1 to 8 tokens) with 16-bit activations on AVX-512 VNNI, or AVX2 (below)
  * (matmul.c picks it unless the engine runs LILY_PRECISION_EXACT, which keeps the fp32 kernels).
  *
  * Decode reads every weight once per token, so the kernel has to keep up with memory: the fp32
@@ -21,13 +21,14 @@
 #include "model/model.h"
 
 #define LILY_GEMV_I16_MAX_COLS 16384 /* the kernel keeps a row's group scales on the stack */
-#define LILY_GEMV_I16_MAX_N    4
+#define LILY_GEMV_I16_MAX_N    8
 
 /* Bytes of the quantised X of n tokens of cols columns (cols % 64 == 0). */
 size_t lily_cpu_gemv_i16_x_bytes(int n, int cols);
 /* Quantises X [n][ldx] into xq (lily_cpu_gemv_i16_x_bytes; 64-byte aligned). */
 void lily_cpu_gemv_i16_quant(const float *X, int n, int ldx, int cols, void *xq);
-/* Rows [r0, r1) of the Q4 group-64 matrix W times the n <= 4 tokens of xq: Y[t * ldy + r]. */
+/* Rows [r0, r1) of the Q4 group-64 matrix W times the n <= 8 tokens of xq: Y[t * ldy + r]; each
+ * token's result is the same for every n (gemv_rows.h relies on it). */
 void lily_cpu_gemv_i16_rows(const lily_mat *W, int r0, int r1, const void *xq, int n, float *Y,
                             int ldy);
 

@@ -569,7 +569,7 @@ static void mm_glu_task(void *ctx, int task, int thread) {
 /* Whether n tokens times this matrix run the int8-activation decode product (gemv_i8.h): where
  * the int16 one would (the decode product's token cap) at FAST. */
 static int use_gemv_i8(const lily_cpu_kern *k, const lily_mat *W, int n) {
-    return W->dt == LILY_DT_Q4 && W->group == 64 && n >= 1 && n <= LILY_GEMV_I16_MAX_N &&
+    return W->dt == LILY_DT_Q4 && W->group == 64 && n >= 1 && n <= 4 && /* the decode branch */
            n <= LILY_GEMV_I8_MAX_N && W->cols % 64 == 0 && W->cols <= LILY_GEMV_I8_MAX_COLS &&
            k->isa >= 1 && k->i8;
 }
@@ -886,4 +886,60 @@ void lily_cpu_matmul_many(const lily_cpu_kern *k, const lily_mm_op *ops, int n_o
     }
     mm_many_job j = {k, ops, buf, xoff, soff, t_op, t_r0, t_r1};
     lily_pool_run(pool, mm_many_task, &j, nt);
+}
+
+/* ---- the one-token decode product by row range (gemv_rows.c runs it over 1..8 rows) ---------- */
+
+int lily_cpu_gemv1_form(const lily_cpu_kern *k, const lily_mat *W) {
+    if (W->group != 64 || !(W->dt == LILY_DT_Q4 || (W->dt == LILY_DT_Q8 && have_avx2(k))))
+        return -1;
+    return W->dt == LILY_DT_Q8 ? 0 : x_form(k, W);
+}
+
+size_t lily_cpu_gemv1_x_bytes(const lily_cpu_kern *k, const lily_mat *W) {
+    return x_form_bytes(k, W);
+}
+
+void lily_cpu_gemv1_prep(const lily_cpu_kern *k, const lily_mat *W, const float *x, void *xp) {
+    int form = x_form(k, W), cols = W->cols;
+    if (form == 3) {
+        lily_cpu_gemv_i8_quant(k->vnni, x, 1, cols, cols, xp);
+        return;
+    }
+    if (form == 2) {
+        gemv_quant(k, x, 1, cols, cols, xp);
+        return;
+    }
+    float *Xr = xp, *xs = Xr + xr_len(k, W, 1);
+    x_prep(x, cols, form, Xr, xs);
+    if (W->dt == LILY_DT_Q8) memcpy(Xr, x, (size_t)cols * sizeof(float)); /* it reads x as is */
+}
+
+void lily_cpu_gemv1_rows(const lily_cpu_kern *k, const lily_mat *W, int r0, int r1, const void *xp,
+                         float *y) {
+    const float *Xr = xp, *xs = Xr + xr_len(k, W, 1);
+    if (W->dt == LILY_DT_Q8 && have_avx512(k))
+        q8_rows1_avx512(W, r0, r1, Xr, xs, y);
+    else if (W->dt == LILY_DT_Q8)
+        lily_cpu_q8_rows1_avx2(W, r0, r1, Xr, xs, y);
+    else if (use_gemv_i8(k, W, 1))
+        lily_cpu_gemv_i8_rows(k->vnni, W, r0, r1, xp, 1, y, W->rows);
+    else if (use_gemv_i16(k, W, 1))
+        gemv_rows(k, W, r0, r1, xp, 1, y, W->rows);
+    else if (use_rows1(k, W, 1))
+        q4_rows1_avx512(W, r0, r1, Xr, xs, y);
+    else if (have_avx512(k))
+        q4_rows_avx512(W, r0, r1, Xr, xs, 1, y, W->rows);
+    else if (have_avx2(k))
+        q4_rows_avx2(W, r0, r1, Xr, xs, 1, y, W->rows);
+    else
+        q4_rows_scalar(W, r0, r1, Xr, xs, 1, y, W->rows);
+}
+
+void lily_cpu_gemv1_rows_n(const lily_cpu_kern *k, const lily_mat *W, int r0, int r1,
+                           const void *xp, int n, float *Y, int ldy) {
+    if (x_form(k, W) == 3)
+        lily_cpu_gemv_i8_rows(k->vnni, W, r0, r1, xp, n, Y, ldy);
+    else
+        gemv_rows(k, W, r0, r1, xp, n, Y, ldy);
 }

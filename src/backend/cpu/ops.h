@@ -93,6 +93,21 @@ typedef struct lily_mm_op {
 void lily_cpu_matmul_many(const lily_cpu_kern *k, const lily_mm_op *ops, int n_ops,
                           lily_pool *pool);
 
+/* The one-token decode product lily_cpu_matmul applies to W (n = 1), by row range, for
+ * gemv_rows.h. Form: -1 when W takes the tiled path instead (its rows then do not depend on n),
+ * 3 for gemv_i8.h, 2 for gemv_i16.h, 1 or 0 for the fp32 kernels' layouts of x. prep writes one token's x in the
+ * form (lily_cpu_gemv1_x_bytes, a multiple of 64; 64-byte aligned), rows computes y[r] for
+ * r0 <= r < r1, each row exactly as lily_cpu_matmul computes it. */
+int lily_cpu_gemv1_form(const lily_cpu_kern *k, const lily_mat *W);
+size_t lily_cpu_gemv1_x_bytes(const lily_cpu_kern *k, const lily_mat *W);
+void lily_cpu_gemv1_prep(const lily_cpu_kern *k, const lily_mat *W, const float *x, void *xp);
+void lily_cpu_gemv1_rows(const lily_cpu_kern *k, const lily_mat *W, int r0, int r1, const void *xp,
+                         float *y);
+/* Forms 2 and 3 (the int16 and int8 products): n <= 8 tokens' x (each
+ * lily_cpu_gemv1_x_bytes apart) at once, each token's rows exactly as alone: Y[t * ldy + r]. */
+void lily_cpu_gemv1_rows_n(const lily_cpu_kern *k, const lily_mat *W, int r0, int r1,
+                           const void *xp, int n, float *Y, int ldy);
+
 /* y[i] = x[i] / sqrt(mean(x^2) + eps) * w[i], over n values (in place allowed). */
 void lily_cpu_rmsnorm(const float *x, const float *w, int n, float eps, float *y);
 
