@@ -12,21 +12,22 @@
 
 static inline __attribute__((always_inline)) void
 conv_body(const float *in, int n, int C, int K, float *state, const float *w, float *out) {
+    /* taps outermost, so the loops over channels vectorise (each channel's sum keeps its order:
+     * the current input's tap, then taps 0 .. K-2) */
     for (int t = 0; t < n; t++) {
         const float *cur = in + (size_t)t * C;
         float *o = out + (size_t)t * C;
-        for (int ch = 0; ch < C; ch++) {
-            const float *wc = w + (size_t)ch * K;
-            float acc = wc[K - 1] * cur[ch];
-            /* tap tau (0..K-2) multiplies input t-(K-1)+tau: from the state or earlier rows */
-            for (int tau = 0; tau < K - 1; tau++) {
-                int src = t - (K - 1) + tau;
-                float v =
-                    src >= 0 ? in[(size_t)src * C + ch] : state[(size_t)(K - 1 + src) * C + ch];
-                acc += wc[tau] * v;
-            }
-            o[ch] = lily_silu(acc);
+        for (int ch = 0; ch < C; ch++)
+            o[ch] = w[(size_t)ch * K + K - 1] * cur[ch];
+        /* tap tau (0..K-2) multiplies input t-(K-1)+tau: from the state or earlier rows */
+        for (int tau = 0; tau < K - 1; tau++) {
+            const int src = t - (K - 1) + tau;
+            const float *row = src >= 0 ? in + (size_t)src * C : state + (size_t)(K - 1 + src) * C;
+            for (int ch = 0; ch < C; ch++)
+                o[ch] += w[(size_t)ch * K + tau] * row[ch];
         }
+        for (int ch = 0; ch < C; ch++)
+            o[ch] = lily_silu(o[ch]);
     }
     /* new state: the last K-1 inputs of (old state ++ in) */
     for (int j = 0; j < K - 1; j++) {
