@@ -43,7 +43,8 @@ typedef enum lily_precision {
      * into exact parts (~1e-5 of the fp32 CPU reference). */
     LILY_PRECISION_EXACT = 1,
     /* One pass: CUDA multiplies bf16 operands once in the prefill GEMMs and attention (faster
-     * prefill, ~1e-2 relative error); the CPU as DEFAULT. */
+     * prefill, ~1e-2 relative error); the CPU as DEFAULT but with 8-bit activations in the decode
+     * products (BENCHMARKS.md gives the quality of each). */
     LILY_PRECISION_FAST = 2,
 } lily_precision;
 

@@ -21,6 +21,7 @@
 
 #include <cjson/cJSON.h>
 
+#include "backend/cpu/ops.h"
 #include "base/err.h"
 #include "base/timer.h"
 #include "bench_plot.h"
@@ -139,15 +140,37 @@ static void cell(char *buf, size_t len, int w, stat s, int prec) {
     }
 }
 
+/* The CPU backend's kernel set for these options (lily_cpu_kern_for, as the backend picks it):
+ * "avx512-vnni", "avx512", "avx2" or "scalar" into set, the products' arithmetic into prod;
+ * NULL set on other backends. */
+static const char *kernel_set(const lily_model_info *in, const lily_engine_opts *o,
+                              const char **prod) {
+    *prod = NULL;
+    if (strcmp(in->backend, "cpu") != 0) return NULL;
+    const lily_cpu_kern k = lily_cpu_kern_for(o->cpu_isa, o->precision);
+    *prod = k.i8 ? "int8-decode" : k.i16 ? "int16" : "fp32"; /* int8-decode: prefill int16 */
+    return lily_cpu_kern_name(&k);
+}
+
 /* Prints the header lines and fills the JSON's description of the run. */
-static void header(FILE *t, cJSON *j, const char *model, const lily_model_info *in, int gen,
-                   int rounds) {
+static void header(FILE *t, cJSON *j, const char *model, const lily_model_info *in,
+                   const lily_engine_opts *o, int gen, int rounds) {
     int gpu = strcmp(in->backend, "cpu") != 0;
+    const char *prod, *kset = kernel_set(in, o, &prod);
+    char kern[96] = "";
+    if (kset) snprintf(kern, sizeof kern, ", kernels %s (%s Q4 products)", kset, prod);
     fprintf(t, "# lily bench: %s (%s, %s), backend %s, commit %s\n", model, in->model_type,
             in->quant, in->backend, lily_cli_commit());
-    fprintf(t, "# %s %s, %d thread%s; %d round%s per row (mean%s), %d decoded tokens per row\n",
-            gpu ? "GPU" : "CPU", in->device, in->n_threads, in->n_threads == 1 ? "" : "s", rounds,
-            rounds == 1 ? "" : "s", rounds == 1 ? "" : " ± sd", gen);
+    fprintf(t, "# %s %s, %d thread%s%s; %d round%s per row (mean%s), %d decoded tokens per row\n",
+            gpu ? "GPU" : "CPU", in->device, in->n_threads, in->n_threads == 1 ? "" : "s", kern,
+            rounds, rounds == 1 ? "" : "s", rounds == 1 ? "" : " ± sd", gen);
+    if (kset) {
+        cJSON_AddStringToObject(j, "kernels", kset);
+        cJSON_AddStringToObject(j, "q4_products", prod);
+    } else {
+        cJSON_AddNullToObject(j, "kernels");
+        cJSON_AddNullToObject(j, "q4_products");
+    }
     cJSON_AddStringToObject(j, "model", model);
     cJSON_AddStringToObject(j, "model_type", in->model_type);
     cJSON_AddStringToObject(j, "quant", in->quant);
@@ -369,12 +392,13 @@ int lily_cmd_bench(int argc, char **argv) {
     int json_out = json && !strcmp(json, "-");
     FILE *t = json_out ? stderr : stdout;
     cJSON *j = cJSON_CreateObject(), *jrows = cJSON_CreateArray(), *jturns = cJSON_CreateArray();
-    header(t, j, model, in, gen, rounds);
+    header(t, j, model, in, &opts, gen, rounds);
+    const char *prod, *kset = kernel_set(in, &opts, &prod);
     FILE *cf = csv ? fopen(csv, "w") : NULL;
     if (csv && !cf) fprintf(stderr, "lily bench: %s: cannot write\n", csv);
     if (cf)
         fprintf(cf, "len,depth,prefill_tok_s,prefill_tok_s_sd,prefill_tflops,decode_tok_s,"
-                    "decode_tok_s_sd,decode_gb_s\n");
+                    "decode_tok_s_sd,decode_gb_s,kernels\n");
     int rc = 0;
     /* Untimed warm-up: each length up to 8K once (prefill + a few decode steps), so the first
      * round does not pay one-time costs: lazy kernel loading on first launch (CUDA loads a
@@ -452,8 +476,9 @@ int lily_cmd_bench(int argc, char **argv) {
             double v[] = {pp.mean, pp.sd, tflops, tg.mean, tg.sd, gbs};
             for (int k = 0; k < 6; k++) {
                 if (!isnan(v[k])) fprintf(cf, "%.4f", v[k]);
-                fputc(k < 5 ? ',' : '\n', cf);
+                fputc(',', cf);
             }
+            fprintf(cf, "%s\n", kset ? kset : "");
         }
         if (row->do_prefill) lily_plot_add(&ser[0], 0, row->len, pp.mean);
         if (row->do_decode) lily_plot_add(&ser[0], 1, row->len, tg.mean);
@@ -501,7 +526,9 @@ int lily_cmd_bench(int argc, char **argv) {
         cJSON_AddNumberToObject(jt, "ms", ms);
         cJSON_AddItemToObject(jt, "prefill_samples", jsamples(ts, rounds));
         cJSON_AddItemToArray(jturns, jt);
-        if (cf) fprintf(cf, "%d,%d,%.4f,,%.4f,,,\n", tn[i], td[i], pp.mean, tflops);
+        if (cf)
+            fprintf(cf, "%d,%d,%.4f,,%.4f,,,,%s\n", tn[i], td[i], pp.mean, tflops,
+                    kset ? kset : "");
     }
     if (rc) fprintf(stderr, "lily bench: %s\n", e.msg);
     cJSON_AddItemToObject(j, "rows", jrows);

@@ -55,9 +55,25 @@ assert "turn" in table and "depth" in table and "context" in table
 assert "commit " + j["commit"] in text and "2 threads" in text and j["cpu"] in text, text
 assert "±" in text, text
 assert c[0]["decode_tok_s"] == "" and c[2]["prefill_tok_s"] == "", c
+# the CPU kernel set: named alike in the three outputs
+assert j["kernels"] in ("avx512-vnni", "avx512", "avx2", "scalar"), j
+assert j["q4_products"] in ("int16", "fp32", "int8-decode"), j
+assert all(r["kernels"] == j["kernels"] for r in c), c
+assert "kernels %s (%s Q4 products)" % (j["kernels"], j["q4_products"]) in text, text
 print("json/csv/table consistent")
 PY
 check "json, csv and table" $?
+
+# the kernel set follows --cpu-isa and --precision
+"$LILY" bench --model "$TMP/m" --threads 2 --prefill 8 --cpu-isa scalar >"$TMP/scalar.txt"
+check "bench --cpu-isa scalar names its kernels" "$(grep -q 'kernels scalar (fp32 Q4 products)' \
+    "$TMP/scalar.txt"; echo $?)"
+if grep -q avx2 /proc/cpuinfo; then
+    "$LILY" bench --model "$TMP/m" --threads 2 --prefill 8 --cpu-isa avx2 --precision exact \
+        >"$TMP/avx2.txt"
+    check "bench --cpu-isa avx2 --precision exact names its kernels" \
+        "$(grep -q 'kernels avx2 (fp32 Q4 products)' "$TMP/avx2.txt"; echo $?)"
+fi
 
 # rows appear as they are measured: the short row is out well before the long one
 "$LILY" bench --model "$TMP/m" --threads 2 --prefill 8 --decode 200 --gen 300 --rounds 2 |

@@ -4,7 +4,8 @@
 # CPU numeric paths. Bars (issue #31; BENCHMARKS.md "Quality gates"):
 #   fp32 products (--precision exact), prefill:  mean KL <= 1e-4, top-1 >= 99.5 %,
 #                                                                  |PPL delta| <= 0.5 %
-#   default products (int16 codes on AVX-512 VNNI), prefill and decode:
+#   default products (int16 codes on AVX-512 VNNI or AVX2), prefill and decode, and the fast ones
+#   (int8 codes in the decode products):
 #                                                                  mean KL <= 2e-3, top-1 >= 98 %,
 #                                                                  |PPL delta| <= 0.5 %
 # Usage: eval_gate.sh LILY_BIN
@@ -39,6 +40,18 @@ default=(--max-mean-kl 2e-3 --min-top1 98 --max-ppl-delta 0.5)
 gate "cpu fp32, prefill" "$m" X=1 -- --precision exact "${strict[@]}"
 gate "cpu default, prefill" "$m" LILY_EVAL_GATE=1 -- "${default[@]}"
 gate "cpu default, decode" "$m" LILY_EVAL_GATE=1 -- --mode decode "${default[@]}"
+# The AVX2 kernel set (int16 products by vpmaddubsw / vpmaddwd), where the CPU has AVX2.
+if grep -qw avx2 /proc/cpuinfo && grep -qw fma /proc/cpuinfo; then
+    gate "cpu avx2 default, prefill" "$m" X=1 -- --cpu-isa avx2 "${default[@]}"
+    gate "cpu avx2 default, decode" "$m" X=1 -- --cpu-isa avx2 --mode decode "${default[@]}"
+fi
+# FAST: int8 activations in the decode products (gemv_i8.h), on each kernel set that has them.
+gate "cpu fast (int8 decode products), decode" "$m" X=1 -- --precision fast --mode decode \
+    "${default[@]}"
+if grep -qw avx2 /proc/cpuinfo && grep -qw fma /proc/cpuinfo; then
+    gate "cpu avx2 fast (int8 decode products), decode" "$m" X=1 -- --cpu-isa avx2 \
+        --precision fast --mode decode "${default[@]}"
+fi
 # The HF bf16 layout derived from the committed MLX files (dequantized, rounded to bf16).
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT

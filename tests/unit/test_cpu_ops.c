@@ -5,6 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend/cpu/gemv_i16.h"
+#include "backend/cpu/gemv_i8.h"
 #include "backend/cpu/ops.h"
 #include "base/err.h"
 #include "base/pool.h"
@@ -170,16 +172,17 @@ static void test_matmul(lily_pool *pool) {
                             ref += w * x[c];
                             mag += fabs(w * x[c]);
                         }
-                        /* 16-bit x codes per group of 64 (matmul_i16.h): each element off by at
-                         * most half a step (max|x of its group| / 32639 / 2), against the
-                         * centred weight s (q - 8): that bound on top of the fp32 one */
+                        /* x codes per group of 64 (16-bit: matmul_i16.h, 8-bit: gemv_i8.h): each
+                         * element off by at most half a step (max|x of its group| / qx / 2),
+                         * against the centred weight s (q - 8): that bound on top of the fp32
+                         * one */
                         for (int g = 0; qx && g < cols / 64; g++) {
                             double mx = 0, sw = 0;
                             for (int c = 64 * g; c < 64 * g + 64; c++) {
                                 mx = fmax(mx, fabs(x[c]));
                                 sw += fabs(ref_elem(&W, r, c) - ref_elem_mid(&W, r, c));
                             }
-                            qb += sw * mx / 32639.0 / 2.0;
+                            qb += sw * mx / qx / 2.0;
                         }
                         double err = fabs(Y[(size_t)t * ldy + r] - ref) / (mag + 1e-12);
                         double lim = 1e-5 + qb / (mag + 1e-12);
@@ -288,6 +291,9 @@ static void test_matmul_many(lily_pool *pool) {
     }
 }
 
+/* The conv and GDN bodies under test (lily_cpu_kern.isa of each kernel set). */
+static int KI;
+
 static void test_conv(void) {
     int C = 13, K = 4, n = 11;
     float *in = malloc((size_t)n * C * 4), *w = malloc((size_t)C * K * 4);
@@ -297,11 +303,12 @@ static void test_conv(void) {
         in[i] = frand();
     for (int i = 0; i < C * K; i++)
         w[i] = frand();
-    lily_cpu_conv_silu(in, n, C, K, st, w, o1);
+    lily_cpu_conv_silu_isa(KI, in, n, C, K, st, w, o1);
     /* the same sequence fed in pieces of 1, 2 and 5 tokens must give the same outputs */
     int pieces[] = {1, 2, 1, 5, 2}, at = 0;
     for (int p = 0; p < 5; p++) {
-        lily_cpu_conv_silu(in + (size_t)at * C, pieces[p], C, K, st2, w, o2 + (size_t)at * C);
+        lily_cpu_conv_silu_isa(KI, in + (size_t)at * C, pieces[p], C, K, st2, w,
+                               o2 + (size_t)at * C);
         at += pieces[p];
     }
     double worst = 0, worst2 = 0;
@@ -337,7 +344,7 @@ static void test_gdn(void) {
         v[i] = frand();
     for (int t = 0; t < n; t++)
         beta[t] = 0.5f + 0.5f * fabsf(frand()), lam[t] = 0.7f + 0.3f * fabsf(frand());
-    lily_cpu_gdn_scan(S, Dk, Dv, n, q, Dk, k, Dk, v, Dv, beta, lam, 1, o, Dv);
+    lily_cpu_gdn_scan_isa(KI, S, Dk, Dv, n, q, Dk, k, Dk, v, Dv, beta, lam, 1, o, Dv);
     /* closed form: S_t = lam (I - beta k k^T) S_{t-1} + beta k v^T; o_t = S_t^T q */
     double worst = 0;
     double *T = malloc((size_t)Dk * Dv * 8);
@@ -365,6 +372,58 @@ static void test_gdn(void) {
     check(worst < 1e-4, "gdn scan outputs vs closed form", worst);
     check(sw < 1e-4, "gdn scan final state vs closed form", sw);
     free(S), free(R), free(T), free(q), free(k), free(v), free(o);
+}
+
+/* The conv and GDN bodies (AVX-512, AVX2, plain; those the CPU runs) give the same bits: at the
+ * model's head shape (Dk 128, Dv 128) and an odd one, a prefill chunk and single steps. */
+static void test_scan_bodies_agree(void) {
+    const int best = lily_cpu_kern_for(LILY_CPU_ISA_AUTO, LILY_PRECISION_DEFAULT).isa;
+    const int shapes[][3] = {{128, 128, 9}, {13, 37, 1}, {128, 64, 1}};
+    for (int si = 0; si < 3; si++) {
+        const int Dk = shapes[si][0], Dv = shapes[si][1], n = shapes[si][2];
+        float *S0 = malloc((size_t)Dk * Dv * 4), *q = malloc((size_t)n * Dk * 4);
+        float *k = malloc((size_t)n * Dk * 4), *v = malloc((size_t)n * Dv * 4);
+        float *o[3], *S[3], beta[16], lam[16];
+        for (int i = 0; i < Dk * Dv; i++)
+            S0[i] = frand();
+        for (int i = 0; i < n * Dk; i++)
+            q[i] = frand(), k[i] = frand() * 0.1f;
+        for (int i = 0; i < n * Dv; i++)
+            v[i] = frand();
+        for (int t = 0; t < n; t++)
+            beta[t] = 0.5f + 0.5f * fabsf(frand()), lam[t] = 0.7f + 0.3f * fabsf(frand());
+        int same = 1;
+        for (int isa = best; isa >= 0; isa--) {
+            o[isa] = malloc((size_t)n * Dv * 4), S[isa] = malloc((size_t)Dk * Dv * 4);
+            memcpy(S[isa], S0, (size_t)Dk * Dv * 4);
+            lily_cpu_gdn_scan_isa(isa, S[isa], Dk, Dv, n, q, Dk, k, Dk, v, Dv, beta, lam, 1, o[isa],
+                                  Dv);
+            if (isa < best)
+                same &= !memcmp(o[isa], o[best], (size_t)n * Dv * 4) &&
+                        !memcmp(S[isa], S[best], (size_t)Dk * Dv * 4);
+        }
+        char what[96];
+        snprintf(what, sizeof what, "gdn scan %dx%d n=%d: every body the same bits", Dk, Dv, n);
+        check(same, what, 0);
+        /* the conv over C = Dv channels, K = 4, the n tokens of v */
+        float *st[3], *co[3], w[4 * 64];
+        for (int i = 0; i < 4 * Dv && i < 4 * 64; i++)
+            w[i] = frand();
+        same = 1;
+        const int C = Dv < 64 ? Dv : 64;
+        for (int isa = best; isa >= 0; isa--) {
+            st[isa] = calloc((size_t)3 * C, 4), co[isa] = malloc((size_t)n * C * 4);
+            lily_cpu_conv_silu_isa(isa, v, n, C, 4, st[isa], w, co[isa]);
+            if (isa < best)
+                same &= !memcmp(co[isa], co[best], (size_t)n * C * 4) &&
+                        !memcmp(st[isa], st[best], (size_t)3 * C * 4);
+        }
+        snprintf(what, sizeof what, "conv C=%d n=%d: every body the same bits", C, n);
+        check(same, what, 0);
+        for (int isa = best; isa >= 0; isa--)
+            free(o[isa]), free(S[isa]), free(st[isa]), free(co[isa]);
+        free(S0), free(q), free(k), free(v);
+    }
 }
 
 /* One attention call against a double-precision reference: every (token, head) row. */
@@ -413,16 +472,16 @@ static void attention_case(lily_pool *pool, int Nq, int Nkv, int Dh, int pos, in
 
 /* Causal GQA attention on random inputs: odd head sizes, group sizes 1 to 16 (task chunks of
  * several tokens, of part of a token's heads), one token (decode), contexts across several
- * 64-position blocks; on every kernel (AVX-512 and the plain one). */
+ * 64-position blocks; on every kernel set the CPU runs (AVX-512, AVX2, plain C). */
 static void test_attention(lily_pool *pool) {
     const int cases[][5] = {{6, 2, 37, 37, 9},    {16, 2, 256, 0, 5},    {16, 2, 256, 300, 1},
                             {16, 2, 64, 131, 18}, {8, 8, 40, 70, 3},     {32, 1, 48, 5, 2},
                             {4, 1, 16, 200, 7},   {16, 2, 256, 1000, 2}, {16, 2, 256, 4000, 1},
                             {16, 2, 256, 4000, 3}};
-    const lily_cpu_isa isas[] = {LILY_CPU_ISA_AVX512, LILY_CPU_ISA_SCALAR};
-    for (int k = 0; k < 2; k++) {
+    const lily_cpu_isa isas[] = {LILY_CPU_ISA_AVX512, LILY_CPU_ISA_AVX2, LILY_CPU_ISA_SCALAR};
+    for (int k = 0; k < 3; k++) {
         K = lily_cpu_kern_for(isas[k], LILY_PRECISION_DEFAULT);
-        printf("-- attention capped at %s\n", k ? "scalar" : "avx512");
+        printf("-- attention: %s\n", lily_cpu_kern_name(&K));
         for (int c = 0; c < (int)(sizeof cases / sizeof cases[0]); c++)
             attention_case(pool, cases[c][0], cases[c][1], cases[c][2], cases[c][3], cases[c][4]);
     }
@@ -487,25 +546,158 @@ static void test_misc(void) {
     free(mem[0]), free(mem[1]), free(mem[2]);
 }
 
+/* The int16 products' AVX2 bodies against the AVX-512 VNNI ones, where the CPU runs both: the
+ * decode product's quantised x byte for byte, and every product (decode: 1-4 tokens; prefill:
+ * the GEMM, 5+ tokens) bit for bit, on odd shapes. */
+static void test_i16_avx2_vs_vnni(lily_pool *pool) {
+    const lily_cpu_kern kv = lily_cpu_kern_for(LILY_CPU_ISA_AVX512, LILY_PRECISION_DEFAULT);
+    const lily_cpu_kern ka = lily_cpu_kern_for(LILY_CPU_ISA_AVX2, LILY_PRECISION_DEFAULT);
+    const lily_cpu_kern k8v = lily_cpu_kern_for(LILY_CPU_ISA_AVX512, LILY_PRECISION_FAST);
+    const lily_cpu_kern k8a = lily_cpu_kern_for(LILY_CPU_ISA_AVX2, LILY_PRECISION_FAST);
+    if (!kv.vnni || !ka.i16) {
+        printf("-- int16 AVX2 vs VNNI: skipped (the CPU lacks one of them)\n");
+        return;
+    }
+    const int shapes[][2] = {{37, 192}, {129, 64}, {16, 320}, {5, 17408}, {70, 2048}};
+    const int ns[] = {1, 2, 3, 4, 5, 9, 33};
+    for (int si = 0; si < 5; si++) {
+        const int rows = shapes[si][0], cols = shapes[si][1], ldx = cols + 7;
+        void *mem[3] = {0};
+        lily_mat W;
+        make_mat(&W, LILY_DT_Q4, rows, cols, mem);
+        float *X = malloc((size_t)33 * ldx * 4), *Y0 = malloc((size_t)33 * rows * 4);
+        float *Y1 = malloc((size_t)33 * rows * 4);
+        for (int i = 0; i < 33 * ldx; i++)
+            X[i] = frand() * (1 + (i % 5)); /* groups of different scales */
+        /* the decode product's x: one layout, two quantisers */
+        size_t xb = lily_cpu_gemv_i16_x_bytes(4, cols);
+        void *q0 = lily_xaligned(xb), *q1 = lily_xaligned(xb);
+        memset(q0, 0xa5, xb), memset(q1, 0x5a, xb);
+        lily_cpu_gemv_i16_quant(X, 4, ldx, cols, q0);
+        lily_cpu_gemv_i16_quant_avx2(X, 4, ldx, cols, q1);
+        /* the bytes after each token's used part are padding: compare what the kernels read */
+        size_t nb = ((size_t)cols + 127) / 128, used = nb * 256 + nb * 24, ts = xb / 4;
+        int same = 1;
+        for (int t = 0; t < 4; t++)
+            same &= !memcmp((char *)q0 + t * ts, (char *)q1 + t * ts, used);
+        char what[96];
+        snprintf(what, sizeof what, "gemv_i16 x: avx2 == vnni bytes, %d cols", cols);
+        check(same, what, 0);
+        for (int ni = 0; ni < 7; ni++) {
+            const int n = ns[ni];
+            if (!lily_cpu_matmul_quantizes_x(&ka, &W, n)) continue; /* over the decode cap */
+            for (int i = 0; i < n * rows; i++)
+                Y0[i] = NAN, Y1[i] = 1.0f;
+            lily_cpu_matmul(&kv, &W, X, n, ldx, Y0, rows, (ni & 1) ? pool : NULL);
+            lily_cpu_matmul(&ka, &W, X, n, ldx, Y1, rows, (ni & 1) ? NULL : pool);
+            snprintf(what, sizeof what, "int16 q4 %dx%d n=%d: avx2 == vnni bit for bit", rows, cols,
+                     n);
+            check(!memcmp(Y0, Y1, (size_t)n * rows * 4), what, 0);
+            if (n > 4) continue;
+            /* the int8 decode product (FAST) likewise */
+            lily_cpu_matmul(&k8v, &W, X, n, ldx, Y0, rows, (ni & 1) ? pool : NULL);
+            lily_cpu_matmul(&k8a, &W, X, n, ldx, Y1, rows, (ni & 1) ? NULL : pool);
+            snprintf(what, sizeof what, "int8 q4 %dx%d n=%d: avx2 == vnni bit for bit", rows, cols,
+                     n);
+            check(lily_cpu_matmul_quantizes_x(&k8a, &W, n) == 127 &&
+                      !memcmp(Y0, Y1, (size_t)n * rows * 4),
+                  what, 0);
+        }
+        free(q0), free(q1), free(X), free(Y0), free(Y1);
+        free(mem[0]), free(mem[1]), free(mem[2]);
+    }
+}
+
+/* A decode product's token t gives the same bits whatever the other tokens (the multi-row decode
+ * relies on it): n tokens at once against each alone, for the int16 and int8 products on every
+ * body the CPU runs, odd rows, a missing last half block. */
+static void test_gemv_token_independence(void) {
+    const lily_cpu_kern best = lily_cpu_kern_for(LILY_CPU_ISA_AUTO, LILY_PRECISION_DEFAULT);
+    if (best.isa < 1) return;
+    const int rows = 37, cols = 320, ldx = cols + 3, nmax = 8;
+    void *mem[3] = {0};
+    lily_mat W;
+    make_mat(&W, LILY_DT_Q4, rows, cols, mem);
+    float *X = malloc((size_t)nmax * ldx * 4), *Ya = malloc((size_t)nmax * rows * 4);
+    float *Y1 = malloc((size_t)rows * 4);
+    for (int i = 0; i < nmax * ldx; i++)
+        X[i] = frand() * (1 + i % 3);
+    void *xa =
+        lily_xaligned(lily_cpu_gemv_i8_x_bytes(nmax, cols) + lily_cpu_gemv_i16_x_bytes(nmax, cols));
+    void *x1 =
+        lily_xaligned(lily_cpu_gemv_i8_x_bytes(1, cols) + lily_cpu_gemv_i16_x_bytes(1, cols));
+    for (int vnni = best.vnni; vnni >= 0; vnni--)
+        for (int i8 = 0; i8 < 2; i8++) {
+            const int n = i8 ? LILY_GEMV_I8_MAX_N : LILY_GEMV_I16_MAX_N;
+            if (i8) {
+                lily_cpu_gemv_i8_quant(vnni, X, n, ldx, cols, xa);
+                lily_cpu_gemv_i8_rows(vnni, &W, 0, rows, xa, n, Ya, rows);
+            } else if (vnni) {
+                lily_cpu_gemv_i16_quant(X, n, ldx, cols, xa);
+                lily_cpu_gemv_i16_rows(&W, 0, rows, xa, n, Ya, rows);
+            } else {
+                lily_cpu_gemv_i16_quant_avx2(X, n, ldx, cols, xa);
+                lily_cpu_gemv_i16_rows_avx2(&W, 0, rows, xa, n, Ya, rows);
+            }
+            int same = 1;
+            for (int t = 0; t < n; t++) {
+                const float *xt = X + (size_t)t * ldx;
+                if (i8) {
+                    lily_cpu_gemv_i8_quant(vnni, xt, 1, ldx, cols, x1);
+                    lily_cpu_gemv_i8_rows(vnni, &W, 0, rows, x1, 1, Y1, rows);
+                } else if (vnni) {
+                    lily_cpu_gemv_i16_quant(xt, 1, ldx, cols, x1);
+                    lily_cpu_gemv_i16_rows(&W, 0, rows, x1, 1, Y1, rows);
+                } else {
+                    lily_cpu_gemv_i16_quant_avx2(xt, 1, ldx, cols, x1);
+                    lily_cpu_gemv_i16_rows_avx2(&W, 0, rows, x1, 1, Y1, rows);
+                }
+                same &= !memcmp(Y1, Ya + (size_t)t * rows, (size_t)rows * 4);
+            }
+            char what[96];
+            snprintf(what, sizeof what, "%s %s decode, %d tokens: each as alone",
+                     i8 ? "int8" : "int16", vnni ? "vnni" : "avx2", n);
+            check(same, what, 0);
+        }
+    free(xa), free(x1), free(X), free(Ya), free(Y1);
+    free(mem[0]), free(mem[1]), free(mem[2]);
+}
+
 int main(void) {
     lily_pool *pool = lily_pool_create(3);
-    /* avx512 twice: with the int16 Q4 products where the CPU has VNNI (DEFAULT), and with fp32
-     * only (EXACT) */
-    const lily_cpu_isa isas[] = {LILY_CPU_ISA_AVX512, LILY_CPU_ISA_AVX512, LILY_CPU_ISA_AVX2,
+    /* every kernel set this CPU runs (a cap above the CPU gives the best it has); avx512 and
+     * avx2 twice: with the int16 Q4 products (DEFAULT) and with fp32 only (EXACT) */
+    const lily_cpu_isa isas[] = {LILY_CPU_ISA_AVX512, LILY_CPU_ISA_AVX512, LILY_CPU_ISA_AVX512,
+                                 LILY_CPU_ISA_AVX2,   LILY_CPU_ISA_AVX2,   LILY_CPU_ISA_AVX2,
                                  LILY_CPU_ISA_SCALAR};
-    const char *names[] = {"avx512", "avx512", "avx2", "scalar"};
-    for (int i = 0; i < 4; i++) {
-        const lily_precision p = i == 1 ? LILY_PRECISION_EXACT : LILY_PRECISION_DEFAULT;
-        printf("-- matmul kernels capped at %s%s\n", names[i], i == 1 ? " (exact: fp32)" : "");
+    const lily_precision precs[] = {
+        LILY_PRECISION_DEFAULT, LILY_PRECISION_EXACT, LILY_PRECISION_FAST,   LILY_PRECISION_DEFAULT,
+        LILY_PRECISION_EXACT,   LILY_PRECISION_FAST,  LILY_PRECISION_DEFAULT};
+    const char *pname[] = {"", " (exact: fp32)", " (fast: int8 decode)"};
+    for (int i = 0; i < 7; i++) {
+        const lily_precision p = precs[i];
         K = lily_cpu_kern_for(isas[i], p);
-        check(!K.i16 || (i == 0 && K.isa == 2), "int16 products only on AVX-512 at DEFAULT", 0);
+        printf("-- matmul kernels: %s%s\n", lily_cpu_kern_name(&K), pname[p]);
+        check(K.i16 == (K.isa >= 1 && p != LILY_PRECISION_EXACT) && (!K.vnni || K.isa == 2) &&
+                  K.i8 == (K.isa >= 1 && p == LILY_PRECISION_FAST),
+              "int16 products on AVX2 and AVX-512 at DEFAULT, int8 decode at FAST", 0);
         test_matmul(pool);
+        test_matmul_many(pool);
+        test_matmul_glu(pool);
     }
+    test_i16_avx2_vs_vnni(pool);
+    test_gemv_token_independence();
     K = lily_cpu_kern_for(LILY_CPU_ISA_AUTO, LILY_PRECISION_DEFAULT);
-    test_matmul_many(pool);
-    test_matmul_glu(pool);
-    test_conv();
-    test_gdn();
+    /* the conv and GDN bodies of every kernel set, then bit for bit against each other */
+    const lily_cpu_isa caps[] = {LILY_CPU_ISA_AVX512, LILY_CPU_ISA_AVX2, LILY_CPU_ISA_SCALAR};
+    for (int i = 0; i < 3; i++) {
+        const lily_cpu_kern kc = lily_cpu_kern_for(caps[i], LILY_PRECISION_DEFAULT);
+        KI = kc.isa;
+        printf("-- conv and gdn scan: %s\n", lily_cpu_kern_name(&kc));
+        test_conv();
+        test_gdn();
+    }
+    test_scan_bodies_agree();
     test_attention(pool);
     test_misc();
     lily_pool_free(pool);

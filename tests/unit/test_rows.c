@@ -130,6 +130,8 @@ int main(void) {
     run(mlx, LILY_PRECISION_DEFAULT, LILY_CPU_ISA_AUTO, "rows mlx4 default");
     run(mlx, LILY_PRECISION_EXACT, LILY_CPU_ISA_AUTO, "rows mlx4 exact");
     run(mlx, LILY_PRECISION_DEFAULT, LILY_CPU_ISA_AVX2, "rows mlx4 avx2");
+    run(mlx, LILY_PRECISION_FAST, LILY_CPU_ISA_AUTO, "rows mlx4 fast");
+    run(mlx, LILY_PRECISION_FAST, LILY_CPU_ISA_AVX2, "rows mlx4 avx2 fast");
     run(mlx, LILY_PRECISION_DEFAULT, LILY_CPU_ISA_SCALAR, "rows mlx4 scalar");
     run(mlx8, LILY_PRECISION_DEFAULT, LILY_CPU_ISA_AUTO, "rows mlx8 default");
     run(hf, LILY_PRECISION_DEFAULT, LILY_CPU_ISA_AUTO, "rows hf bf16 default");

@@ -9,31 +9,21 @@
  *  - softmax per lane, online over blocks of 64 positions (flash style: running max and sum,
  *    O rescaled as it is loaded), the exponential by a polynomial (error < 2 ulp, below);
  *  - O += P V per 4 rows x 64 columns (16 accumulators), V rows of the block read from L1/L2.
- * One pass over K and V, scratch independent of the context. The previous kernel (one token and
- * KV head per task, a 256-long dot product per row and position, each ending in a horizontal
- * sum) stays as the path for other CPUs. */
+ * One pass over K and V, scratch independent of the context. AVX2 (attn_avx2.c): the same with 8
+ * query rows across the lanes. The plain kernel (one token and KV head per task, a 256-long dot
+ * product per row and position, each ending in a horizontal sum) is the reference. */
 #include <float.h>
 #include <immintrin.h>
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
 
+#include "backend/cpu/attn.h"
 #include "backend/cpu/ops.h"
 #include "base/err.h"
 
 #define AT_ISA   "avx512f,avx512bw,avx512vl,avx512dq"
 #define AT_LANES 16 /* query rows per task (vector lanes) */
-#define AT_BLOCK 64 /* positions per softmax block */
-
-typedef struct {
-    const float *q, *kc, *vc;
-    float *out;
-    int n, pos, Nq, Nkv, Dh;
-    float scale;
-    float *scratch;
-    size_t stride; /* floats of scratch per thread */
-    int chunks;    /* tasks per KV head (AVX-512 path) */
-} attn_job;
 
 size_t lily_cpu_attention_scratch(int Nq, int Nkv, int Dh, int ctx) {
     size_t rep = (size_t)(Nkv > 0 ? Nq / Nkv : 1);
@@ -260,6 +250,10 @@ void lily_cpu_attention(const lily_cpu_kern *k, const float *q, int n, int pos, 
     if (k->isa >= 2) {
         a.chunks = (n * (Nq / Nkv) + AT_LANES - 1) / AT_LANES;
         fn = attn_task16;
+        tasks = a.chunks * Nkv;
+    } else if (k->isa == 1) {
+        a.chunks = (n * (Nq / Nkv) + LILY_ATTN_AVX2_LANES - 1) / LILY_ATTN_AVX2_LANES;
+        fn = lily_cpu_attn_task_avx2;
         tasks = a.chunks * Nkv;
     }
     if (pool)

@@ -1,5 +1,5 @@
-/* The Q4 decode product (1 to 8 tokens) on AVX-512 VNNI with 16-bit activations (matmul.c picks
- * it unless the engine runs LILY_PRECISION_EXACT, which keeps the fp32 kernels).
+/* The Q4 decode product (1 to 8 tokens) with 16-bit activations on AVX-512 VNNI, or AVX2 (below)
+ * (matmul.c picks it unless the engine runs LILY_PRECISION_EXACT, which keeps the fp32 kernels).
  *
  * Decode reads every weight once per token, so the kernel has to keep up with memory: the fp32
  * kernel spends ~27 vector instructions on each 64 bytes of a row (nibble to float, FMA); this
@@ -31,5 +31,11 @@ void lily_cpu_gemv_i16_quant(const float *X, int n, int ldx, int cols, void *xq)
  * token's result is the same for every n (gemv_rows.h relies on it). */
 void lily_cpu_gemv_i16_rows(const lily_mat *W, int r0, int r1, const void *xq, int n, float *Y,
                             int ldy);
+
+/* The same two on AVX2 + FMA (gemv_i16_avx2.c): the same xq byte for byte, the same Y bit for
+ * bit (a token's result the same for every n); either quantiser feeds either product. */
+void lily_cpu_gemv_i16_quant_avx2(const float *X, int n, int ldx, int cols, void *xq);
+void lily_cpu_gemv_i16_rows_avx2(const lily_mat *W, int r0, int r1, const void *xq, int n, float *Y,
+                                 int ldy);
 
 #endif

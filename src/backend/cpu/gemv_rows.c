@@ -30,8 +30,9 @@ static void rows_task(void *ctx, int task, int thread) {
     const int r0 = j->t_r0[task], r1 = j->t_r1[task], n = op->n;
     const char *xp = j->buf + j->xoff[j->t_op[task]];
     const size_t xb = j->xb[j->t_op[task]];
-    if (lily_cpu_gemv1_form(j->k, W) == 2) {
-        lily_cpu_gemv_i16_rows(W, r0, r1, xp, n, op->Y, op->ldy);
+    const int form = lily_cpu_gemv1_form(j->k, W);
+    if (form == 2 || form == 3) { /* the int16 and int8 products: every token in one pass */
+        lily_cpu_gemv1_rows_n(j->k, W, r0, r1, xp, n, op->Y, op->ldy);
         return;
     }
     if (n == 1) {

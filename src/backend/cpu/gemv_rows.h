@@ -4,8 +4,9 @@
  * Each row's result is bit for bit what lily_cpu_matmul gives for that token alone, whatever n
  * and the other rows are: a row of several sessions' step equals that session's own step. The
  * weights are read from memory once for all n rows:
- *  - Q4 on AVX-512 VNNI (gemv_i16.h): one kernel for 1..8 tokens, each 64-byte block of W split
- *    into nibbles once and applied to every token with the 1-token arithmetic;
+ *  - Q4 with int16 or int8 activations (gemv_i16.h, gemv_i8.h; AVX-512 VNNI or AVX2): one kernel
+ *    for 1..8 tokens, each block of W split into nibbles once and applied to every token with
+ *    the 1-token arithmetic;
  *  - the fp32 Q4 and Q8 kernels: W is walked in blocks of rows small enough to stay in L1, and
  *    each block is applied to every token with the 1-token kernel (lily_cpu_gemv1_rows);
  *  - other formats (bf16, f16, f32, other groups): the tiled product, whose rows do not depend on

@@ -1,25 +1,32 @@
 /* Y = X W^T with W in its stored format (F32, BF16, F16, MLX Q4/Q8), dequantized on the fly.
  *
  * Two strategies, chosen by the number of token rows n:
- *  - decode (n <= 4), Q4 weights on AVX-512 VNNI: gemv_i16.h (X quantised to 16-bit codes).
- *  - decode (n <= 4), Q4 weights otherwise: a fused kernel reads each 4-bit group once, turns
- *    the nibbles into floats in registers and applies them to every token. X is first reordered per group of
- *    64 into [even elements | odd elements], so the low and high nibbles of a byte line up with
- *    two contiguous halves of x and no shuffles are needed; the group's affine bias is applied
- *    as bias * sum(x over the group), computed once per call.
+ *  - decode (n <= 4), Q4 weights on AVX-512 VNNI or AVX2: gemv_i16.h (X quantised to 16-bit
+ *    codes; the AVX2 body gives the same results).
+ *  - decode (n <= 4), Q4 weights otherwise (EXACT, or plain C): a fused kernel reads each 4-bit
+ *    group once, turns the nibbles into floats in registers and applies them to every token. X is
+ *    first reordered per group of 64 into [even elements | odd elements], so the low and high
+ *    nibbles of a byte line up with two contiguous halves of x and no shuffles are needed; the
+ *    group's affine bias is applied as bias * sum(x over the group), computed once per call.
+ *    FAST: the int8 decode product of gemv_i8.h instead of the int16 one.
  *  - prefill, Q4 with AVX-512 VNNI: matmul_i16.h (X quantised to 16-bit codes per group of 64
- *    once per call, int16 products; one task per 16-row tile of W, all tokens).
+ *    once per call, int16 products; one task per 16-row tile of W, all tokens); with AVX2 only:
+ *    matmul_i16_avx2.h (vpmaddwd, the same results).
  *  - prefill (and the other types): work is split into (token block, row tile) tasks. A task
  *    dequantizes a 16-row tile of W into per-thread fp32 scratch, then a 4x4 register-blocked
  *    micro-kernel multiplies it with a 32-token block of X that stays in L2.
- * AVX-512 bodies are compiled with target attributes and picked at run time; plain C otherwise. */
+ * AVX-512 and AVX2 bodies are compiled with target attributes and picked at run time
+ * (lily_cpu_kern_for); plain C otherwise. */
 #include <immintrin.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "backend/cpu/gemv_i16.h"
+#include "backend/cpu/gemv_i8.h"
+#include "backend/cpu/matmul_avx2.h"
 #include "backend/cpu/matmul_i16.h"
+#include "backend/cpu/matmul_i16_avx2.h"
 #include "backend/cpu/ops.h"
 #include "base/err.h"
 
@@ -53,11 +60,18 @@ lily_cpu_kern lily_cpu_kern_for(lily_cpu_isa isa, lily_precision precision) {
         lvl = 0;
     else if (isa == LILY_CPU_ISA_AVX2 && lvl > 1)
         lvl = 1;
-    lily_cpu_kern k = {lvl, 0};
+    lily_cpu_kern k = {lvl, 0, 0, 0};
     /* the one place that maps a precision to the CPU kernels: EXACT keeps every product in fp32,
-     * DEFAULT and FAST take the int16 products where the CPU has VNNI */
-    k.i16 = lvl == 2 && lily_cpu_i16_available() && precision != LILY_PRECISION_EXACT;
+     * DEFAULT and FAST take the int16 products (AVX-512 VNNI bodies where the CPU has them and
+     * the cap allows, else the AVX2 bodies: the same results) */
+    k.vnni = lvl == 2 && lily_cpu_i16_available();
+    k.i16 = lvl >= 1 && precision != LILY_PRECISION_EXACT;
+    k.i8 = lvl >= 1 && precision == LILY_PRECISION_FAST;
     return k;
+}
+
+const char *lily_cpu_kern_name(const lily_cpu_kern *k) {
+    return k->isa >= 2 ? (k->vnni ? "avx512-vnni" : "avx512") : k->isa == 1 ? "avx2" : "scalar";
 }
 
 static int have_avx512(const lily_cpu_kern *k) {
@@ -67,7 +81,42 @@ static int have_avx2(const lily_cpu_kern *k) {
     return k->isa >= 1;
 }
 static int have_i16(const lily_cpu_kern *k) {
-    return k->isa >= 2 && k->i16;
+    return k->isa >= 1 && k->i16;
+}
+
+/* The int16 products' bodies: AVX-512 VNNI (matmul_i16.h, gemv_i16.h) or AVX2
+ * (matmul_i16_avx2.h, gemv_i16_avx2.c); the decode product's two share one layout of x. */
+static size_t i16_x_bytes(const lily_cpu_kern *k, int n, int cols) {
+    return k->vnni ? lily_cpu_i16_x_bytes(n, cols) : lily_cpu_i16_avx2_x_bytes(n, cols);
+}
+static void i16_quant(const lily_cpu_kern *k, const float *X, int n, int ldx, int cols, void *xq) {
+    if (k->vnni)
+        lily_cpu_i16_quant(X, n, ldx, cols, xq);
+    else
+        lily_cpu_i16_avx2_quant(X, n, ldx, cols, xq);
+}
+static size_t i16_tile_bytes(const lily_cpu_kern *k, int cols) {
+    return k->vnni ? lily_cpu_i16_tile_bytes(cols) : lily_cpu_i16_avx2_tile_bytes(cols);
+}
+static void i16_rows(const lily_cpu_kern *k, const lily_mat *W, int r0, int R, const void *xq,
+                     int n, float *Y, int ldy, void *tile, int ahead) {
+    if (k->vnni)
+        lily_cpu_i16_rows(W, r0, R, xq, n, Y, ldy, tile, ahead);
+    else
+        lily_cpu_i16_avx2_rows(W, r0, R, xq, n, Y, ldy, tile, ahead);
+}
+static void gemv_quant(const lily_cpu_kern *k, const float *X, int n, int ldx, int cols, void *xq) {
+    if (k->vnni)
+        lily_cpu_gemv_i16_quant(X, n, ldx, cols, xq);
+    else
+        lily_cpu_gemv_i16_quant_avx2(X, n, ldx, cols, xq);
+}
+static void gemv_rows(const lily_cpu_kern *k, const lily_mat *W, int r0, int r1, const void *xq,
+                      int n, float *Y, int ldy) {
+    if (k->vnni)
+        lily_cpu_gemv_i16_rows(W, r0, r1, xq, n, Y, ldy);
+    else
+        lily_cpu_gemv_i16_rows_avx2(W, r0, r1, xq, n, Y, ldy);
 }
 
 /* ---- per-thread scratch owned by the pool ---------------------------------------------------- */
@@ -455,6 +504,10 @@ static void dequant_tile(const lily_cpu_kern *k, const lily_mat *W, int r0, int 
         dequant_q4_avx512(W, r0, R, Wt);
         return;
     }
+    if (W->dt == LILY_DT_Q4 && W->group == 64 && have_avx2(k)) {
+        lily_cpu_dequant_q4_avx2(W, r0, R, Wt);
+        return;
+    }
     for (int r = 0; r < R; r++)
         lily_mat_row_f32(W, r0 + r, Wt + (size_t)r * W->cols);
 }
@@ -484,10 +537,10 @@ static void mm_i16_task(void *ctx, int task, int thread) {
     const lily_mat *W = j->W;
     int r0 = task * LILY_I16_ROWS;
     int R = W->rows - r0 < LILY_I16_ROWS ? W->rows - r0 : LILY_I16_ROWS;
-    size_t need = lily_cpu_i16_tile_bytes(W->cols);
+    size_t need = i16_tile_bytes(j->k, W->cols);
     void *tile = j->pool ? lily_pool_scratch(j->pool, thread, need) : j->tile_buf;
-    lily_cpu_i16_rows(W, r0, R, j->xq, j->n, j->Y + r0, j->ldy, tile,
-                      j->pool ? lily_pool_threads(j->pool) : 1);
+    i16_rows(j->k, W, r0, R, j->xq, j->n, j->Y + r0, j->ldy, tile,
+             j->pool ? lily_pool_threads(j->pool) : 1);
 }
 
 /* lily_cpu_matmul_glu: one 16-row tile of the gate and of the up matrix times every token, then
@@ -497,12 +550,12 @@ static void mm_glu_task(void *ctx, int task, int thread) {
     const lily_mat *G = j->W;
     int r0 = task * LILY_I16_ROWS, n = j->n;
     int R = G->rows - r0 < LILY_I16_ROWS ? G->rows - r0 : LILY_I16_ROWS;
-    size_t tb = (lily_cpu_i16_tile_bytes(G->cols) + 63) & ~(size_t)63;
+    size_t tb = (i16_tile_bytes(j->k, G->cols) + 63) & ~(size_t)63;
     int ahead = j->pool ? lily_pool_threads(j->pool) : 1;
     uint8_t *buf = j->pool ? lily_pool_scratch(j->pool, thread, tb + (size_t)n * 64) : j->tile_buf;
     float *up = (float *)(buf + tb); /* [n][16]: the up tile */
-    lily_cpu_i16_rows(G, r0, R, j->xq, n, j->Y + r0, j->ldy, buf, ahead);
-    lily_cpu_i16_rows(j->U, r0, R, j->xq, n, up, LILY_I16_ROWS, buf, ahead);
+    i16_rows(j->k, G, r0, R, j->xq, n, j->Y + r0, j->ldy, buf, ahead);
+    i16_rows(j->k, j->U, r0, R, j->xq, n, up, LILY_I16_ROWS, buf, ahead);
     for (int t = 0; t < n; t++) {
         float *y = j->Y + (size_t)t * j->ldy + r0;
         const float *u = up + (size_t)t * LILY_I16_ROWS;
@@ -513,10 +566,19 @@ static void mm_glu_task(void *ctx, int task, int thread) {
 
 #define MM_Q4_ROWS 8
 
+/* Whether n tokens times this matrix run the int8-activation decode product (gemv_i8.h): where
+ * the int16 one would (the decode product's token cap) at FAST. */
+static int use_gemv_i8(const lily_cpu_kern *k, const lily_mat *W, int n) {
+    return W->dt == LILY_DT_Q4 && W->group == 64 && n >= 1 && n <= 4 && /* the decode branch */
+           n <= LILY_GEMV_I8_MAX_N && W->cols % 64 == 0 && W->cols <= LILY_GEMV_I8_MAX_COLS &&
+           k->isa >= 1 && k->i8;
+}
+
 /* Whether n <= 4 tokens times this matrix run the VNNI decode kernel (gemv_i16.h). */
 static int use_gemv_i16(const lily_cpu_kern *k, const lily_mat *W, int n) {
-    return W->dt == LILY_DT_Q4 && W->group == 64 && n >= 1 && n <= LILY_GEMV_I16_MAX_N &&
-           W->cols % 64 == 0 && W->cols <= LILY_GEMV_I16_MAX_COLS && have_i16(k);
+    return !use_gemv_i8(k, W, n) && W->dt == LILY_DT_Q4 && W->group == 64 && n >= 1 &&
+           n <= LILY_GEMV_I16_MAX_N && W->cols % 64 == 0 && W->cols <= LILY_GEMV_I16_MAX_COLS &&
+           have_i16(k);
 }
 
 /* Whether one token times this matrix runs q4_rows1_avx512 (and so wants x_prep_dw's layout). */
@@ -564,10 +626,14 @@ static void mm_q4_task(void *ctx, int task, int thread) {
     mm_job *j = ctx;
     int r0 = task * j->rows_per_task, r1 = r0 + j->rows_per_task;
     if (r1 > j->W->rows) r1 = j->W->rows;
-    if (j->W->dt == LILY_DT_Q8)
+    if (j->W->dt == LILY_DT_Q8 && have_avx512(j->k))
         q8_rows1_avx512(j->W, r0, r1, j->X, j->xs, j->Y);
+    else if (j->W->dt == LILY_DT_Q8)
+        lily_cpu_q8_rows1_avx2(j->W, r0, r1, j->X, j->xs, j->Y);
+    else if (use_gemv_i8(j->k, j->W, j->n))
+        lily_cpu_gemv_i8_rows(j->k->vnni, j->W, r0, r1, j->xq, j->n, j->Y, j->ldy);
     else if (use_gemv_i16(j->k, j->W, j->n))
-        lily_cpu_gemv_i16_rows(j->W, r0, r1, j->xq, j->n, j->Y, j->ldy);
+        gemv_rows(j->k, j->W, r0, r1, j->xq, j->n, j->Y, j->ldy);
     else if (use_rows1(j->k, j->W, j->n))
         q4_rows1_avx512(j->W, r0, r1, j->Xr, j->xs, j->Y);
     else if (have_avx512(j->k))
@@ -583,17 +649,16 @@ static void mm_q4_task(void *ctx, int task, int thread) {
 static void run_i16(mm_job *j, const float *X, int ldx, lily_task_fn fn, size_t extra) {
     const lily_mat *W = j->W;
     lily_pool *pool = j->pool;
-    size_t xb = lily_cpu_i16_x_bytes(j->n, W->cols);
-    void *xq = pool ? lily_pool_scratch(pool, lily_pool_threads(pool), xb) : lily_xmalloc(xb);
-    lily_cpu_i16_quant(X, j->n, ldx, W->cols, xq);
+    size_t xb = i16_x_bytes(j->k, j->n, W->cols);
+    void *xq = pool ? lily_pool_scratch(pool, lily_pool_threads(pool), xb) : lily_xaligned(xb);
+    i16_quant(j->k, X, j->n, ldx, W->cols, xq);
     j->xq = xq;
     int tasks = (W->rows + LILY_I16_ROWS - 1) / LILY_I16_ROWS;
     if (pool) {
         lily_pool_run(pool, fn, j, tasks);
         return;
     }
-    size_t tb =
-        ((lily_cpu_i16_tile_bytes(W->cols) + 63) & ~(size_t)63) + ((extra + 63) & ~(size_t)63);
+    size_t tb = ((i16_tile_bytes(j->k, W->cols) + 63) & ~(size_t)63) + ((extra + 63) & ~(size_t)63);
     j->tile_buf = aligned_alloc(64, tb); /* the tile's vector loads are aligned */
     if (!j->tile_buf) lily_abort(__FILE__, __LINE__, "out of memory allocating %zu bytes", tb);
     for (int t = 0; t < tasks; t++)
@@ -608,7 +673,8 @@ static int use_gemm_i16(const lily_cpu_kern *k, const lily_mat *W, int n) {
 }
 
 int lily_cpu_matmul_quantizes_x(const lily_cpu_kern *k, const lily_mat *W, int n) {
-    return use_gemm_i16(k, W, n) || use_gemv_i16(k, W, n);
+    if (use_gemv_i8(k, W, n)) return LILY_GEMV_I8_CODE_MAX;
+    return use_gemm_i16(k, W, n) || use_gemv_i16(k, W, n) ? 32639 : 0;
 }
 
 int lily_cpu_matmul_glu(const lily_cpu_kern *k, const lily_mat *G, const lily_mat *U,
@@ -641,15 +707,20 @@ void lily_cpu_matmul(const lily_cpu_kern *k, const lily_mat *W, const float *X, 
     j.ldy = ldy;
     j.pool = pool;
     int threads = pool ? lily_pool_threads(pool) : 1;
-    /* fused decode kernels: Q4 for up to 4 tokens; Q8 for one token with AVX-512 */
+    /* fused decode kernels: Q4 for up to 4 tokens; Q8 for one token with AVX-512 or AVX2 */
     if (W->group == 64 &&
-        ((W->dt == LILY_DT_Q4 && n <= 4) || (W->dt == LILY_DT_Q8 && n == 1 && have_avx512(k)))) {
+        ((W->dt == LILY_DT_Q4 && n <= 4) || (W->dt == LILY_DT_Q8 && n == 1 && have_avx2(k)))) {
         int cols = W->cols, ng = cols / 64;
         void *buf;
-        if (use_gemv_i16(k, W, n)) {
+        if (use_gemv_i8(k, W, n)) {
+            size_t need = lily_cpu_gemv_i8_x_bytes(n, cols);
+            buf = pool ? lily_pool_scratch(pool, threads, need) : lily_xaligned(need);
+            lily_cpu_gemv_i8_quant(k->vnni, X, n, ldx, cols, buf);
+            j.xq = buf;
+        } else if (use_gemv_i16(k, W, n)) {
             size_t need = lily_cpu_gemv_i16_x_bytes(n, cols);
             buf = pool ? lily_pool_scratch(pool, threads, need) : lily_xaligned(need);
-            lily_cpu_gemv_i16_quant(X, n, ldx, cols, buf);
+            gemv_quant(k, X, n, ldx, cols, buf);
             j.xq = buf;
         } else {
             size_t xl = xr_len(k, W, n);
@@ -715,10 +786,14 @@ static void mm_many_task(void *ctx, int task, int thread) {
     const lily_mat *W = op->W;
     const void *xp = j->buf + j->xoff[i];
     const float *Xr = xp, *xs = (const float *)(j->buf + j->soff[i]);
-    if (W->dt == LILY_DT_Q8)
+    if (W->dt == LILY_DT_Q8 && have_avx512(j->k))
         q8_rows1_avx512(W, r0, r1, op->X, xs, op->Y);
+    else if (W->dt == LILY_DT_Q8)
+        lily_cpu_q8_rows1_avx2(W, r0, r1, op->X, xs, op->Y);
+    else if (use_gemv_i8(j->k, W, 1))
+        lily_cpu_gemv_i8_rows(j->k->vnni, W, r0, r1, xp, 1, op->Y, W->rows);
     else if (use_gemv_i16(j->k, W, 1))
-        lily_cpu_gemv_i16_rows(W, r0, r1, xp, 1, op->Y, W->rows);
+        gemv_rows(j->k, W, r0, r1, xp, 1, op->Y, W->rows);
     else if (use_rows1(j->k, W, 1))
         q4_rows1_avx512(W, r0, r1, Xr, xs, op->Y);
     else if (have_avx512(j->k))
@@ -729,15 +804,18 @@ static void mm_many_task(void *ctx, int task, int thread) {
         q4_rows_scalar(W, r0, r1, Xr, xs, 1, op->Y, W->rows);
 }
 
-/* Which prepared form of x an op reads: 2 = gemv_i16's, 1 = q4_rows1's, 0 = even | odd. */
+/* Which prepared form of x an op reads: 3 = gemv_i8's, 2 = gemv_i16's, 1 = q4_rows1's, 0 = even
+ * | odd. */
 static int x_form(const lily_cpu_kern *k, const lily_mat *W) {
-    return use_gemv_i16(k, W, 1) ? 2 : use_rows1(k, W, 1);
+    return use_gemv_i8(k, W, 1) ? 3 : use_gemv_i16(k, W, 1) ? 2 : use_rows1(k, W, 1);
 }
 
 /* Bytes of an op's prepared x (64-byte multiples, so every region stays aligned). */
 static size_t x_form_bytes(const lily_cpu_kern *k, const lily_mat *W) {
-    size_t b = x_form(k, W) == 2 ? lily_cpu_gemv_i16_x_bytes(1, W->cols)
-                                 : (xr_len(k, W, 1) + (size_t)W->cols / 64) * sizeof(float);
+    const int form = x_form(k, W);
+    size_t b = form == 3   ? lily_cpu_gemv_i8_x_bytes(1, W->cols)
+               : form == 2 ? lily_cpu_gemv_i16_x_bytes(1, W->cols)
+                           : (xr_len(k, W, 1) + (size_t)W->cols / 64) * sizeof(float);
     return (b + 63) & ~(size_t)63;
 }
 
@@ -747,7 +825,7 @@ void lily_cpu_matmul_many(const lily_cpu_kern *k, const lily_mm_op *ops, int n_o
     size_t xtot = 0, btot = 0;
     for (int i = 0; ok && i < n_ops; i++) {
         const lily_mat *W = ops[i].W;
-        ok = W->group == 64 && (W->dt == LILY_DT_Q4 || (W->dt == LILY_DT_Q8 && have_avx512(k)));
+        ok = W->group == 64 && (W->dt == LILY_DT_Q4 || (W->dt == LILY_DT_Q8 && have_avx2(k)));
         xtot += x_form_bytes(k, W);
         btot += (size_t)W->rows * (W->cols / (W->dt == LILY_DT_Q8 ? 1 : 2) + W->cols / 16);
     }
@@ -780,9 +858,12 @@ void lily_cpu_matmul_many(const lily_cpu_kern *k, const lily_mm_op *ops, int n_o
             soff[i] = soff[same];
         } else {
             xoff[i] = xo;
-            if (form == 2) {
+            if (form == 3) {
                 soff[i] = xo;
-                lily_cpu_gemv_i16_quant(ops[i].X, 1, cols, cols, buf + xo);
+                lily_cpu_gemv_i8_quant(k->vnni, ops[i].X, 1, cols, cols, buf + xo);
+            } else if (form == 2) {
+                soff[i] = xo;
+                gemv_quant(k, ops[i].X, 1, cols, cols, buf + xo);
             } else {
                 soff[i] = xo + xr_len(k, W, 1) * sizeof(float);
                 x_prep(ops[i].X, cols, form, (float *)(buf + xo), (float *)(buf + soff[i]));
@@ -810,7 +891,7 @@ void lily_cpu_matmul_many(const lily_cpu_kern *k, const lily_mm_op *ops, int n_o
 /* ---- the one-token decode product by row range (gemv_rows.c runs it over 1..8 rows) ---------- */
 
 int lily_cpu_gemv1_form(const lily_cpu_kern *k, const lily_mat *W) {
-    if (W->group != 64 || !(W->dt == LILY_DT_Q4 || (W->dt == LILY_DT_Q8 && have_avx512(k))))
+    if (W->group != 64 || !(W->dt == LILY_DT_Q4 || (W->dt == LILY_DT_Q8 && have_avx2(k))))
         return -1;
     return W->dt == LILY_DT_Q8 ? 0 : x_form(k, W);
 }
@@ -821,8 +902,12 @@ size_t lily_cpu_gemv1_x_bytes(const lily_cpu_kern *k, const lily_mat *W) {
 
 void lily_cpu_gemv1_prep(const lily_cpu_kern *k, const lily_mat *W, const float *x, void *xp) {
     int form = x_form(k, W), cols = W->cols;
+    if (form == 3) {
+        lily_cpu_gemv_i8_quant(k->vnni, x, 1, cols, cols, xp);
+        return;
+    }
     if (form == 2) {
-        lily_cpu_gemv_i16_quant(x, 1, cols, cols, xp);
+        gemv_quant(k, x, 1, cols, cols, xp);
         return;
     }
     float *Xr = xp, *xs = Xr + xr_len(k, W, 1);
@@ -833,10 +918,14 @@ void lily_cpu_gemv1_prep(const lily_cpu_kern *k, const lily_mat *W, const float 
 void lily_cpu_gemv1_rows(const lily_cpu_kern *k, const lily_mat *W, int r0, int r1, const void *xp,
                          float *y) {
     const float *Xr = xp, *xs = Xr + xr_len(k, W, 1);
-    if (W->dt == LILY_DT_Q8)
+    if (W->dt == LILY_DT_Q8 && have_avx512(k))
         q8_rows1_avx512(W, r0, r1, Xr, xs, y);
+    else if (W->dt == LILY_DT_Q8)
+        lily_cpu_q8_rows1_avx2(W, r0, r1, Xr, xs, y);
+    else if (use_gemv_i8(k, W, 1))
+        lily_cpu_gemv_i8_rows(k->vnni, W, r0, r1, xp, 1, y, W->rows);
     else if (use_gemv_i16(k, W, 1))
-        lily_cpu_gemv_i16_rows(W, r0, r1, xp, 1, y, W->rows);
+        gemv_rows(k, W, r0, r1, xp, 1, y, W->rows);
     else if (use_rows1(k, W, 1))
         q4_rows1_avx512(W, r0, r1, Xr, xs, y);
     else if (have_avx512(k))
@@ -845,4 +934,12 @@ void lily_cpu_gemv1_rows(const lily_cpu_kern *k, const lily_mat *W, int r0, int 
         q4_rows_avx2(W, r0, r1, Xr, xs, 1, y, W->rows);
     else
         q4_rows_scalar(W, r0, r1, Xr, xs, 1, y, W->rows);
+}
+
+void lily_cpu_gemv1_rows_n(const lily_cpu_kern *k, const lily_mat *W, int r0, int r1,
+                           const void *xp, int n, float *Y, int ldy) {
+    if (x_form(k, W) == 3)
+        lily_cpu_gemv_i8_rows(k->vnni, W, r0, r1, xp, n, Y, ldy);
+    else
+        gemv_rows(k, W, r0, r1, xp, n, Y, ldy);
 }

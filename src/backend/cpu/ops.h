@@ -44,12 +44,18 @@ void lily_mat_row_f32(const lily_mat *W, int r, float *out);
 
 /* What the CPU kernels may use, fixed per backend (the engine's cpu_isa and precision). */
 typedef struct lily_cpu_kern {
-    int isa; /* 2 = AVX-512, 1 = AVX2 + FMA, 0 = plain C (never more than the CPU has) */
-    int i16; /* Q4 products with int16 activations (matmul_i16.h, gemv_i16.h); needs VNNI */
+    int isa;  /* 2 = AVX-512 (F, BW, VL), 1 = AVX2 + FMA, 0 = plain C (at most the CPU's) */
+    int vnni; /* AVX-512 VNNI (isa 2 only): the int16 products take their AVX-512 bodies */
+    int i16;  /* Q4 products with int16 activations (matmul_i16.h, gemv_i16.h); isa >= 1 */
+    int i8;   /* Q4 decode products (1-4 tokens) with int8 activations instead (gemv_i8.h) */
 } lily_cpu_kern;
-/* The kernels for an engine's options: isa capped by what the CPU has, and the precision's CPU
- * mapping (EXACT: fp32 products only; DEFAULT and FAST: int16 products where the CPU has VNNI). */
+/* The kernels for an engine's options, chosen here and nowhere else: isa capped by what the CPU
+ * has (cpuid), and the precision's CPU mapping (EXACT: fp32 products only; DEFAULT: int16
+ * products, on AVX-512 VNNI or AVX2; FAST: as DEFAULT, but int8 activations in the decode
+ * products). */
 lily_cpu_kern lily_cpu_kern_for(lily_cpu_isa isa, lily_precision precision);
+/* The kernel set's name: "avx512-vnni", "avx512", "avx2" or "scalar". */
+const char *lily_cpu_kern_name(const lily_cpu_kern *k);
 
 /* Y[t][o] = sum_c W[o][c] * X[t][c] for t < n, o < W->rows.
  * X is [n][ldx] (ldx >= W->cols), Y is [n][ldy] (ldy >= W->rows). Work is split over rows of W;
@@ -57,9 +63,10 @@ lily_cpu_kern lily_cpu_kern_for(lily_cpu_isa isa, lily_precision precision);
 void lily_cpu_matmul(const lily_cpu_kern *k, const lily_mat *W, const float *X, int n, int ldx,
                      float *Y, int ldy, lily_pool *pool);
 
-/* 1 when lily_cpu_matmul(k, W, .., n, ..) quantises X to 16-bit codes per group of 64 columns
- * (k->i16 and Q4: the prefill GEMM, matmul_i16.h, and the decode product, gemv_i16.h; each
- * element within 2^-16 of its group's largest); 0 when it multiplies in fp32. */
+/* The largest code when lily_cpu_matmul(k, W, .., n, ..) quantises X per group of 64 columns
+ * (each element then within half a step, max|x of its group| / code / 2): 32639 for 16-bit codes
+ * (k->i16 and Q4: the prefill GEMM, matmul_i16.h, and the decode product, gemv_i16.h), 127 for
+ * 8-bit ones (k->i8: the decode product, gemv_i8.h); 0 when it multiplies in fp32. */
 int lily_cpu_matmul_quantizes_x(const lily_cpu_kern *k, const lily_mat *W, int n);
 
 /* A CPU kernel written in plain C, compiled for AVX-512, AVX2 and baseline x86-64 and picked at
@@ -81,14 +88,14 @@ typedef struct lily_mm_op {
 
 /* Runs up to 64 independent one-token products as one parallel job (the experts of a decode
  * step), so their rows balance over the threads and the pool synchronises once. Falls back to
- * one lily_cpu_matmul each when an op is not Q4 (or, with AVX-512, Q8) with groups of 64. Same
+ * one lily_cpu_matmul each when an op is not Q4 (or, on AVX2 or AVX-512, Q8) with groups of 64. Same
  * results as lily_cpu_matmul. */
 void lily_cpu_matmul_many(const lily_cpu_kern *k, const lily_mm_op *ops, int n_ops,
                           lily_pool *pool);
 
 /* The one-token decode product lily_cpu_matmul applies to W (n = 1), by row range, for
  * gemv_rows.h. Form: -1 when W takes the tiled path instead (its rows then do not depend on n),
- * 2 for gemv_i16.h, 1 or 0 for the fp32 kernels' layouts of x. prep writes one token's x in the
+ * 3 for gemv_i8.h, 2 for gemv_i16.h, 1 or 0 for the fp32 kernels' layouts of x. prep writes one token's x in the
  * form (lily_cpu_gemv1_x_bytes, a multiple of 64; 64-byte aligned), rows computes y[r] for
  * r0 <= r < r1, each row exactly as lily_cpu_matmul computes it. */
 int lily_cpu_gemv1_form(const lily_cpu_kern *k, const lily_mat *W);
@@ -96,6 +103,10 @@ size_t lily_cpu_gemv1_x_bytes(const lily_cpu_kern *k, const lily_mat *W);
 void lily_cpu_gemv1_prep(const lily_cpu_kern *k, const lily_mat *W, const float *x, void *xp);
 void lily_cpu_gemv1_rows(const lily_cpu_kern *k, const lily_mat *W, int r0, int r1, const void *xp,
                          float *y);
+/* Forms 2 and 3 (the int16 and int8 products): n <= 8 tokens' x (each
+ * lily_cpu_gemv1_x_bytes apart) at once, each token's rows exactly as alone: Y[t * ldy + r]. */
+void lily_cpu_gemv1_rows_n(const lily_cpu_kern *k, const lily_mat *W, int r0, int r1,
+                           const void *xp, int n, float *Y, int ldy);
 
 /* y[i] = x[i] / sqrt(mean(x^2) + eps) * w[i], over n values (in place allowed). */
 void lily_cpu_rmsnorm(const float *x, const float *w, int n, float eps, float *y);
@@ -108,6 +119,10 @@ void lily_cpu_rope(float *x, int rot, int pos, double theta);
  * to the last K-1 inputs; w: [C][K] taps, tap K-1 multiplies the current input; out: [n][C]. */
 void lily_cpu_conv_silu(const float *in, int n, int C, int K, float *state, const float *w,
                         float *out);
+/* The same with the body of a kernel set's isa (lily_cpu_kern.isa: 2, 1 or 0; never above what
+ * the CPU has); the form above takes the best the CPU has. Every body gives the same results. */
+void lily_cpu_conv_silu_isa(int isa, const float *in, int n, int C, int K, float *state,
+                            const float *w, float *out);
 
 /* Gated DeltaNet recurrence for one value head over n tokens, in place on the fp32 state
  * S [Dk][Dv]: for each t, S = lambda_t*S; m = S^T k_t; d = beta_t*(v_t - m); S += k_t d^T;
@@ -116,6 +131,10 @@ void lily_cpu_conv_silu(const float *in, int n, int C, int K, float *state, cons
 void lily_cpu_gdn_scan(float *S, int Dk, int Dv, int n, const float *q, int ldq, const float *k,
                        int ldk, const float *v, int ldv, const float *beta, const float *lambda,
                        int ldg, float *o, int ldo);
+/* The same with the body of a kernel set's isa (as lily_cpu_conv_silu_isa). */
+void lily_cpu_gdn_scan_isa(int isa, float *S, int Dk, int Dv, int n, const float *q, int ldq,
+                           const float *k, int ldk, const float *v, int ldv, const float *beta,
+                           const float *lambda, int ldg, float *o, int ldo);
 
 /* Causal GQA attention for n new queries at positions pos..pos+n-1 over a cache holding
  * positions 0..pos+n-1 (attn.c). q: [n][Nq*Dh]; kc, vc: [ctx][Nkv*Dh] caches; out: [n][Nq*Dh].

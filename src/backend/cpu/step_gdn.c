@@ -32,12 +32,13 @@ void cpu_op_gdn_conv(lily_backend *b, const cpu_step *st, int l) {
     const float *w = b->m->layers[l].conv_w;
     const gdn_dims d = dims(c);
     if (!st->rows) {
-        lily_cpu_conv_silu(b->big0, st->n, d.C, c->conv_k, st->s[0]->conv[l], w, b->big1);
+        lily_cpu_conv_silu_isa(b->kern.isa, b->big0, st->n, d.C, c->conv_k, st->s[0]->conv[l], w,
+                               b->big1);
         return;
     }
     for (int i = 0; i < st->n; i++)
-        lily_cpu_conv_silu(b->big0 + (size_t)i * d.C, 1, d.C, c->conv_k, st->s[i]->conv[l], w,
-                           b->big1 + (size_t)i * d.C);
+        lily_cpu_conv_silu_isa(b->kern.isa, b->big0 + (size_t)i * d.C, 1, d.C, c->conv_k,
+                               st->s[i]->conv[l], w, b->big1 + (size_t)i * d.C);
 }
 
 typedef struct {
@@ -47,6 +48,7 @@ typedef struct {
     const float *conv_out;   /* [n][C] */
     const float *beta, *lam; /* [n][Nv] */
     float *o;                /* [n][Z] */
+    int isa;                 /* the kernel set's (lily_cpu_gdn_scan_isa) */
 } gdn_job;
 
 /* Task j: value head j % Nv of row j / Nv (rows), or of the chunk (j < Nv). */
@@ -57,11 +59,11 @@ static void gdn_head_task(void *ctx, int j, int thread) {
     const int row = j / d->Nv, h = j % d->Nv, i = h / (d->Nv / d->Nk);
     float *S = g->st->s[row]->S[g->l] + (size_t)h * d->Dk * d->Dv;
     const float *cv = g->conv_out + (size_t)row * d->C;
-    lily_cpu_gdn_scan(S, d->Dk, d->Dv, g->tokens, cv + (size_t)i * d->Dk, d->C,
-                      cv + (size_t)d->Nk * d->Dk + (size_t)i * d->Dk, d->C,
-                      cv + (size_t)2 * d->Nk * d->Dk + (size_t)h * d->Dv, d->C,
-                      g->beta + (size_t)row * d->Nv + h, g->lam + (size_t)row * d->Nv + h, d->Nv,
-                      g->o + (size_t)row * d->Z + (size_t)h * d->Dv, d->Z);
+    lily_cpu_gdn_scan_isa(g->isa, S, d->Dk, d->Dv, g->tokens, cv + (size_t)i * d->Dk, d->C,
+                          cv + (size_t)d->Nk * d->Dk + (size_t)i * d->Dk, d->C,
+                          cv + (size_t)2 * d->Nk * d->Dk + (size_t)h * d->Dv, d->C,
+                          g->beta + (size_t)row * d->Nv + h, g->lam + (size_t)row * d->Nv + h,
+                          d->Nv, g->o + (size_t)row * d->Z + (size_t)h * d->Dv, d->Z);
 }
 
 static void l2norm_scaled(float *x, int n, float scale) {
@@ -97,7 +99,7 @@ void cpu_op_gdn_recur(lily_backend *b, const cpu_step *st, int l) {
             *aj = expf(g);          /* per-step decay lambda */
         }
     }
-    gdn_job job = {st, d, l, st->rows ? 1 : st->n, cv, bb, aa, b->big0};
+    gdn_job job = {st, d, l, st->rows ? 1 : st->n, cv, bb, aa, b->big0, b->kern.isa};
     lily_pool_run(b->pool, gdn_head_task, &job, (st->rows ? st->n : 1) * d.Nv);
 }
 
