@@ -18,6 +18,7 @@
 
 typedef struct ref_memo {
     const cJSON *node;
+    const char *raw_stop;
     int32_t rule;
 } ref_memo;
 
@@ -29,6 +30,7 @@ typedef struct jsc {
     size_t n_memo, cap_memo;
     size_t lit_bytes;
     int depth;
+    const char *raw_stop; /* non-NULL: strings as bare text without it (lily_schema_rule_at) */
     lily_err *e;
 } jsc;
 
@@ -106,7 +108,8 @@ static int32_t literals(jsc *c, const cJSON *values, int n, const char *kw) {
     size_t *len = lily_xcalloc((size_t)n, sizeof *len);
     int i = 0, bad = 0;
     for (const cJSON *v = values; v && i < n; v = v->next, i++) {
-        s[i] = cJSON_PrintUnformatted(v);
+        s[i] =
+            c->raw_stop && cJSON_IsString(v) ? strdup(v->valuestring) : cJSON_PrintUnformatted(v);
         if (!s[i]) {
             bad = 1;
             break;
@@ -176,25 +179,28 @@ static int32_t time_core(jsc *c) {
 
 static int32_t string_format(jsc *c, const char *f) {
     int32_t r = lily_gbuild_rule(c->b);
-    int32_t q = lit_term(c, "\"");
+    /* the quotes: a rule that is empty for bare text */
+    int32_t q = lily_gbuild_rule(c->b);
+    if (c->raw_stop)
+        lily_gbuild_alt(c->b, q, NULL, 0);
+    else
+        ALT(q, lily_gterm(lit_term(c, "\"")));
     if (!strcmp(f, "date")) {
-        ALT(r, lily_gterm(q), lily_gref(date_core(c)), lily_gterm(q));
+        ALT(r, lily_gref(q), lily_gref(date_core(c)), lily_gref(q));
     } else if (!strcmp(f, "time")) {
-        ALT(r, lily_gterm(q), lily_gref(time_core(c)), lily_gterm(q));
+        ALT(r, lily_gref(q), lily_gref(time_core(c)), lily_gref(q));
     } else if (!strcmp(f, "date-time")) {
-        ALT(r, lily_gterm(q), lily_gref(date_core(c)), lily_gterm(lit_term(c, "T")),
-            lily_gref(time_core(c)), lily_gterm(q));
+        ALT(r, lily_gref(q), lily_gref(date_core(c)), lily_gterm(lit_term(c, "T")),
+            lily_gref(time_core(c)), lily_gref(q));
     } else if (!strcmp(f, "uuid")) {
         static const int groups[] = {8, 4, 4, 4, 12};
-        lily_dfa_item it[11];
+        lily_dfa_item it[9];
         size_t n = 0;
-        it[n++] = lily_dfa_bytes("\"", 1, 1);
         for (int g = 0; g < 5; g++) {
             if (g) it[n++] = lily_dfa_bytes("-", 1, 1);
             it[n++] = lily_dfa_bytes("0123456789abcdefABCDEF", groups[g], groups[g]);
         }
-        it[n++] = lily_dfa_bytes("\"", 1, 1);
-        ALT(r, lily_gterm(seq_term(c, it, n)));
+        ALT(r, lily_gref(q), lily_gterm(seq_term(c, it, n)), lily_gref(q));
     } else {
         return fail(c, "unsupported JSON Schema string format '%s'", f);
     }
@@ -211,6 +217,7 @@ static int32_t compile_string(jsc *c, const cJSON *s) {
         hi = int_kw(c, s, "maxLength", -1, MAX_LENGTH);
     if (lo == -2 || hi == -2) return -1;
     if (hi >= 0 && hi < lo) return fail(c, "%s: maxLength below minLength", "string");
+    if (c->raw_stop) return single(c, lily_gterm(lily_dfa_raw_text(c->b, lo, hi, c->raw_stop)));
     if (lo == 0 && hi < 0) return single(c, lily_gterm(lily_jgram_string(&c->j)));
     return single(c, lily_gterm(lily_dfa_json_string(c->b, lo, hi)));
 }
@@ -334,9 +341,18 @@ static int32_t compile_array(jsc *c, const cJSON *s) {
 
 /* ---- dispatch ------------------------------------------------------------------------------ */
 
+/* an object or array: JSON all the way down, bare strings or not at the top */
+static int32_t compile_nested(jsc *c, const cJSON *s, int32_t (*f)(jsc *, const cJSON *)) {
+    const char *raw = c->raw_stop;
+    c->raw_stop = NULL;
+    int32_t r = f(c, s);
+    c->raw_stop = raw;
+    return r;
+}
+
 static int32_t compile_type(jsc *c, const cJSON *s, const char *t) {
-    if (!strcmp(t, "object")) return compile_object(c, s);
-    if (!strcmp(t, "array")) return compile_array(c, s);
+    if (!strcmp(t, "object")) return compile_nested(c, s, compile_object);
+    if (!strcmp(t, "array")) return compile_nested(c, s, compile_array);
     if (!strcmp(t, "string")) return compile_string(c, s);
     if (!strcmp(t, "number")) return lily_jgram_number(&c->j);
     if (!strcmp(t, "integer")) return lily_jgram_integer(&c->j);
@@ -380,13 +396,13 @@ static int32_t compile_ref(jsc *c, const cJSON *ref) {
                     "document: \"#\", \"#/$defs/...\")",
                     ref->valuestring);
     for (size_t i = 0; i < c->n_memo; i++)
-        if (c->memo[i].node == target) return c->memo[i].rule;
+        if (c->memo[i].node == target && c->memo[i].raw_stop == c->raw_stop) return c->memo[i].rule;
     int32_t r = lily_gbuild_rule(c->b);
     if (c->n_memo == c->cap_memo) {
         c->cap_memo = c->cap_memo ? 2 * c->cap_memo : 16;
         c->memo = lily_xrealloc(c->memo, c->cap_memo * sizeof *c->memo);
     }
-    c->memo[c->n_memo++] = (ref_memo){target, r};
+    c->memo[c->n_memo++] = (ref_memo){target, c->raw_stop, r};
     int32_t body = compile(c, target);
     if (body < 0) return -1;
     ALT(r, lily_gref(body));
@@ -444,8 +460,9 @@ static int32_t compile_node(jsc *c, const cJSON *s) {
         return r;
     }
     if (type) return fail(c, "'%s' must be a string or a list of strings", "type");
-    if (cJSON_GetObjectItemCaseSensitive(s, "properties")) return compile_object(c, s);
-    if (cJSON_GetObjectItemCaseSensitive(s, "items")) return compile_array(c, s);
+    if (cJSON_GetObjectItemCaseSensitive(s, "properties"))
+        return compile_nested(c, s, compile_object);
+    if (cJSON_GetObjectItemCaseSensitive(s, "items")) return compile_nested(c, s, compile_array);
     return lily_jgram_value(&c->j);
 }
 
@@ -469,6 +486,15 @@ int lily_grammar_from_schema(const cJSON *schema, lily_grammar **out, lily_err *
     }
     if (lily_gbuild_finish(c.b, root, out, e)) return lily_fail_prefix(e, "%s", "JSON Schema");
     return 0;
+}
+
+int32_t lily_schema_rule_at(lily_jgram *j, const cJSON *root, const cJSON *schema,
+                            const char *raw_stop, lily_err *e) {
+    jsc c = {.j = *j, .b = j->b, .root = root, .raw_stop = raw_stop, .e = e};
+    int32_t r = compile(&c, schema);
+    free(c.memo);
+    *j = c.j;
+    return r;
 }
 
 int32_t lily_schema_rule(lily_jgram *j, const cJSON *schema, lily_err *e) {

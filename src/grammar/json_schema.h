@@ -32,6 +32,13 @@ int lily_grammar_from_schema(const cJSON *schema, lily_grammar **out, lily_err *
  * first with lily_grammar_from_schema to keep a builder usable). */
 int32_t lily_schema_rule(lily_jgram *j, const cJSON *schema, lily_err *e);
 
+/* As lily_schema_rule for schema inside the document root (its $refs resolve there). With
+ * raw_stop, a string at the top (not inside an object or array) is its bare text, without
+ * quotes or escapes and never containing raw_stop (lily_dfa_raw_text): a parameter's value in
+ * the XML tool-call form; enum and const strings likewise; anything else is JSON. */
+int32_t lily_schema_rule_at(lily_jgram *j, const cJSON *root, const cJSON *schema,
+                            const char *raw_stop, lily_err *e);
+
 /* From schema text json[0..len). */
 int lily_grammar_from_schema_text(const char *json, size_t len, lily_grammar **out, lily_err *e);
 
