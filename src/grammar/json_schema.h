@@ -7,10 +7,11 @@
  * 1024), enum and const (any JSON values, generated in their compact form), anyOf, allOf with one
  * member, $ref to "#" or a JSON pointer into the document ($defs, definitions; recursion
  * allowed), string formats date, time, date-time, uuid, minLength / maxLength (up to 4096),
- * boolean schemas (true: any value); up to 1024 properties per object, nesting up to 128.
- * Annotations (title, description, default, examples, $schema, $id, $comment, deprecated,
- * readOnly, writeOnly) are ignored, and so is `format` on a number.
- * Everything else (pattern, minimum, maximum, multipleOf, oneOf, not, if/then/else,
+ * boolean schemas (true: any value); minimum, maximum, exclusiveMinimum, exclusiveMaximum on
+ * integers (16 digits at most, as any integer here); up to 1024 properties per object, nesting
+ * up to 128. Annotations (title, description, default, examples, $schema, $id, $comment,
+ * deprecated, readOnly, writeOnly) are ignored, and so is `format` on a number.
+ * Everything else (pattern, bounds on a number, multipleOf, oneOf, not, if/then/else,
  * patternProperties, uniqueItems, prefixItems, other formats, remote $ref, ...) is an error
  * naming the keyword. */
 #ifndef LILY_GRAMMAR_JSON_SCHEMA_H

@@ -34,11 +34,43 @@ static int32_t g_open, g_close, g_end;
 /* 256 byte tokens, pieces of the XML call form and of JSON, random strings, the two call
  * markers as added tokens and an end token */
 static lily_token_trie *make_trie(void) {
-    static const char *const pieces[] = {
-        "<parameter=", "</parameter>", "\n</parameter>\n", "<function=", "</function>",
-        "</function>\n", "\n", ">\n", "{", "}", "{\"", "\":", "\": ", "\",", "\"}", "]", "[",
-        "true", "false", "null", "12", "-3", "0.5", "e+", "2024-", "01", "abc", "city", "days",
-        "\xC3\xA9", "\xE2\x82\xAC", "<", "</", "</para", "meter>", " ", "  "};
+    static const char *const pieces[] = {"<parameter=",
+                                         "</parameter>",
+                                         "\n</parameter>\n",
+                                         "<function=",
+                                         "</function>",
+                                         "</function>\n",
+                                         "\n",
+                                         ">\n",
+                                         "{",
+                                         "}",
+                                         "{\"",
+                                         "\":",
+                                         "\": ",
+                                         "\",",
+                                         "\"}",
+                                         "]",
+                                         "[",
+                                         "true",
+                                         "false",
+                                         "null",
+                                         "12",
+                                         "-3",
+                                         "0.5",
+                                         "e+",
+                                         "2024-",
+                                         "01",
+                                         "abc",
+                                         "city",
+                                         "days",
+                                         "\xC3\xA9",
+                                         "\xE2\x82\xAC",
+                                         "<",
+                                         "</",
+                                         "</para",
+                                         "meter>",
+                                         " ",
+                                         "  "};
     const char *alpha = "abcxyz0123456789 -_.,:<>/=\"{}[]\n";
     enum { N = 1200 };
     static char store[N * 8];
@@ -92,10 +124,11 @@ static int walk(const lily_grammar *g, const lily_token_trie *t, lily_sb *out) {
         for (int32_t id = 0; id < t->n_vocab; id++) {
             if (!(mask[id >> 5] >> (id & 31) & 1)) continue;
             all[n++] = id;
-            const char *b = id == g_open || id == g_close ? "<" : (const char *)t->data + t->off[id];
+            const char *b =
+                id == g_open || id == g_close ? "<" : (const char *)t->data + t->off[id];
             const size_t l = id == g_open || id == g_close ? 1 : t->len[id];
-            const int closing = memchr(b, '<', l) || memchr(b, '}', l) || memchr(b, ']', l) ||
-                                memchr(b, '"', l);
+            const int closing =
+                memchr(b, '<', l) || memchr(b, '}', l) || memchr(b, ']', l) || memchr(b, '"', l);
             if (t->kind[id] == LILY_TOK_END || (step < 60 ? l <= 3 : closing)) pref[np++] = id;
         }
         if (!n) break;
@@ -137,7 +170,13 @@ static int type_ok(const cJSON *v, const cJSON *s) {
     if (!cJSON_IsString(t)) return 1; /* anyOf, $ref, enum: left to the validator */
     const char *n = t->valuestring;
     if (!strcmp(n, "string")) return cJSON_IsString(v);
-    if (!strcmp(n, "integer")) return cJSON_IsNumber(v) && v->valuedouble == (double)(long long)v->valuedouble;
+    const cJSON *lo = cJSON_GetObjectItemCaseSensitive(s, "minimum"),
+                *hi = cJSON_GetObjectItemCaseSensitive(s, "maximum");
+    if (cJSON_IsNumber(v) &&
+        ((lo && v->valuedouble < lo->valuedouble) || (hi && v->valuedouble > hi->valuedouble)))
+        return 0;
+    if (!strcmp(n, "integer"))
+        return cJSON_IsNumber(v) && v->valuedouble == (double)(long long)v->valuedouble;
     if (!strcmp(n, "number")) return cJSON_IsNumber(v);
     if (!strcmp(n, "boolean")) return cJSON_IsBool(v);
     if (!strcmp(n, "object")) return cJSON_IsObject(v);
@@ -145,12 +184,14 @@ static int type_ok(const cJSON *v, const cJSON *s) {
     return cJSON_IsNull(v);
 }
 
-/* the arguments hold the required parameters, each present one of its declared type */
+/* the arguments hold the required parameters, each present one of its declared type (and
+ * within its minimum / maximum) */
 static int args_ok(const cJSON *args, const cJSON *params) {
     if (!cJSON_IsObject(args)) return 0;
     const cJSON *props = cJSON_GetObjectItemCaseSensitive(params, "properties");
     const cJSON *req = cJSON_GetObjectItemCaseSensitive(params, "required"), *r, *a;
-    cJSON_ArrayForEach(r, req) if (!cJSON_GetObjectItemCaseSensitive(args, r->valuestring)) return 0;
+    cJSON_ArrayForEach(r,
+                       req) if (!cJSON_GetObjectItemCaseSensitive(args, r->valuestring)) return 0;
     cJSON_ArrayForEach(a, args) {
         const cJSON *s = cJSON_GetObjectItemCaseSensitive(props, a->string);
         if (props && props->child && !s) return 0;
@@ -162,7 +203,8 @@ static int args_ok(const cJSON *args, const cJSON *params) {
 static const char k_tools[] =
     "[{\"type\":\"function\",\"function\":{\"name\":\"get_weather\",\"strict\":true,"
     "\"parameters\":{\"type\":\"object\",\"properties\":{\"city\":{\"type\":\"string\"},"
-    "\"days\":{\"type\":\"integer\"},\"unit\":{\"enum\":[\"celsius\",\"fahrenheit\"]},"
+    "\"days\":{\"type\":\"integer\",\"minimum\":1,\"maximum\":14},\"unit\":{\"enum\":[\"celsius\","
+    "\"fahrenheit\"]},"
     "\"when\":{\"type\":\"string\",\"format\":\"date\"}},\"required\":[\"city\",\"days\"],"
     "\"additionalProperties\":false}}},"
     "{\"type\":\"function\",\"function\":{\"name\":\"search\",\"strict\":true,\"parameters\":{"
@@ -183,7 +225,7 @@ static const char k_tools[] =
     "{\"type\":\"function\",\"function\":{\"name\":\"nothing\",\"parameters\":{\"type\":"
     "\"object\",\"properties\":{},\"additionalProperties\":false}}},"
     "{\"type\":\"function\",\"function\":{\"name\":\"loose\",\"parameters\":{\"type\":"
-    "\"object\",\"properties\":{\"n\":{\"type\":\"integer\",\"minimum\":3}}}}},"
+    "\"object\",\"properties\":{\"n\":{\"type\":\"integer\",\"multipleOf\":3}}}}},"
     "{\"type\":\"function\",\"function\":{\"name\":\"odd\",\"parameters\":{\"type\":\"object\","
     "\"properties\":{\"a>b\":{\"type\":\"integer\"}},\"required\":[\"a>b\"]}}}]";
 
@@ -202,7 +244,7 @@ static void emit_line(const cJSON *params, const char *args) {
 static void tool_walks(const cJSON *tools, const lily_token_trie *t, const cJSON *fn, int xml,
                        int walks) {
     const char *name = cJSON_GetObjectItemCaseSensitive(fn, "name")->valuestring;
-    /* loose: its schema does not compile (minimum): any object */
+    /* loose: its schema does not compile (multipleOf): any object */
     const cJSON *params =
         strcmp(name, "loose") ? cJSON_GetObjectItemCaseSensitive(fn, "parameters") : NULL;
     lily_grammar *g;
@@ -212,11 +254,10 @@ static void tool_walks(const cJSON *tools, const lily_token_trie *t, const cJSON
         CHECK(0, "%s: grammar: %s", name, ae.message);
         return;
     }
-    const int want_xml = xml && strcmp(name, "odd") && strcmp(name, "anything") &&
-                         strcmp(name, "loose");
+    const int want_xml =
+        xml && strcmp(name, "odd") && strcmp(name, "anything") && strcmp(name, "loose");
     char head[128];
-    snprintf(head, sizeof head, want_xml ? "<tool_call>\n<function=%s>\n" : "<tool_call>\n{",
-             name);
+    snprintf(head, sizeof head, want_xml ? "<tool_call>\n<function=%s>\n" : "<tool_call>\n{", name);
     const char *tail = want_xml ? "</function>\n</tool_call>" : "}\n</tool_call>";
     int fin = 0, form = 0, parsed = 0;
     lily_sb out = {0};
@@ -229,7 +270,8 @@ static void tool_walks(const cJSON *tools, const lily_token_trie *t, const cJSON
         parse(tools, &out, &msg);
         cJSON *args = msg.n_calls == 1 ? cJSON_Parse(lily_sb_str(&msg.calls[0].args)) : NULL;
         const int ok = args && !strcmp(lily_sb_str(&msg.calls[0].name), name) &&
-                       msg.content.len == 0 && (params ? args_ok(args, params) : cJSON_IsObject(args));
+                       msg.content.len == 0 &&
+                       (params ? args_ok(args, params) : cJSON_IsObject(args));
         parsed += ok;
         if (!ok)
             printf("   %s: %d calls, args %s\n   from [%s]\n", name, msg.n_calls,
@@ -289,8 +331,8 @@ int main(int argc, char **argv) {
                              "\"parameters\":{\"type\":\"object\",\"properties\":{\"x\":{"
                              "\"type\":\"string\",\"pattern\":\"a+\"}}}}}]");
     memset(&ae, 0, sizeof ae);
-    CHECK(lily_toolgram_build(bad, NULL, 0, 1, g_open, g_close, &g, &ae) != 0 &&
-              ae.status == 400 && strstr(ae.message, "pattern"),
+    CHECK(lily_toolgram_build(bad, NULL, 0, 1, g_open, g_close, &g, &ae) != 0 && ae.status == 400 &&
+              strstr(ae.message, "pattern"),
           "strict tool with 'pattern': 400 (%s)", ae.message);
     cJSON_Delete(bad);
     cJSON_Delete(tools);
