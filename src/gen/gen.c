@@ -459,12 +459,8 @@ static void run_device(lily_gen *g, const lily_gen_req *r, lily_gen_result *res,
 
 /* ---- constrained draws on the backend ------------------------------------------------------ */
 
-/* A constrained request when the backend draws: the grammar's mask goes with the step
- * (lily_draw.allow) and the logits stay on the device. A step's mask depends on the token it
- * consumes, so the steps are not pipelined: each is enqueued once the token before it is read.
- * The tokens are run_host's: the same mask and chain at the same step (res->n_gen). The token
- * chosen last waits in *pending until the next step consumes it; a forced token, or the end of
- * the grammar, consumes it on the host instead (lily_session_decode) and chooses there. */
+/* One step of run_masked: pending consumed and the next token drawn on the backend under the
+ * grammar's mask (when constrained), then fed to the matcher. 0, or -1 with res->finish set. */
 static int masked_draw(lily_gen *g, const lily_gen_req *r, lily_gen_result *res, lily_draw *dr,
                        int constrained, int32_t pending, lily_gen_token *t) {
     lily_err e;
@@ -497,6 +493,12 @@ static int masked_draw(lily_gen *g, const lily_gen_req *r, lily_gen_result *res,
     return 0;
 }
 
+/* A constrained request when the backend draws: the grammar's mask goes with the step
+ * (lily_draw.allow) and the logits stay on the device. A step's mask depends on the token it
+ * consumes, so the steps are not pipelined: each is enqueued once the token before it is read.
+ * The tokens are run_host's: the same mask and chain at the same step (res->n_gen). The token
+ * chosen last waits (pending) until the next step consumes it; a forced token, or the end of the
+ * grammar, consumes it on the host instead (lily_session_decode) and chooses there. */
 static void run_masked(lily_gen *g, const lily_gen_req *r, lily_gen_result *res, lily_sampler *smp,
                        const lily_draw *d, lily_stopstr *stop, lily_sb *text, int max_new) {
     forced_q fq = {{0}, 0, 0};

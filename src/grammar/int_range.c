@@ -13,7 +13,7 @@
 typedef struct {
     lily_gbuild *b;
     int32_t rule;
-    int neg;          /* the patterns start with '-' */
+    int neg;             /* the patterns start with '-' */
     char lo[17], hi[17]; /* the pattern so far: digit ranges, one per position */
 } ranger;
 
@@ -52,7 +52,8 @@ static void fixed(ranger *r, const char *a, const char *z, int n, int d) {
         r->lo[d] = r->hi[d] = a[0];
         fixed(r, a + 1, nines, n - 1, d + 1);
     }
-    const char mlo = low_whole ? a[0] : (char)(a[0] + 1), mhi = high_whole ? z[0] : (char)(z[0] - 1);
+    const char mlo = low_whole ? a[0] : (char)(a[0] + 1),
+               mhi = high_whole ? z[0] : (char)(z[0] - 1);
     if (mlo <= mhi) { /* the middle band: any digits after */
         r->lo[d] = mlo, r->hi[d] = mhi;
         for (int i = 1; i < n; i++)
