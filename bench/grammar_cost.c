@@ -9,6 +9,11 @@
  * byte statistics stay those of a BPE vocabulary; without the tokenizer, all tokens are random
  * strings over printable ASCII (the run says which).
  *
+ * Every 8th step also times the draw under the step's mask on fixed random logits: as the
+ * backend draw path does it (lily_draw_pick with lily_draw.allow), as the host path does (a copy
+ * of the logits, lily_gmatch_apply, lily_draw_pick), and unmasked; the first two must draw the
+ * same token.
+ *
  *   cmake -S . -B build -G Ninja && ninja -C build grammar_cost
  *   build/grammar_cost [generations=20] [max_tokens=300] [cache_entries=64]
  *
@@ -315,6 +320,19 @@ int main(int argc, char **argv) {
     size_t n_ms = 0;
     double sum_mask = 0, sum_accept = 0;
     int finished = 0;
+    /* the draw with the step's mask, every DRAW_EVERY steps, on fixed random logits: as the CPU
+     * backend draws (lily_draw.allow), as the host path does (a copy, the mask applied, the
+     * draw), and without the mask; the first two must agree */
+    enum { DRAW_EVERY = 8 };
+    float *logits = malloc((size_t)t->n_vocab * sizeof *logits);
+    float *copy = malloc((size_t)t->n_vocab * sizeof *copy);
+    lily_draw_cand *scr = malloc((size_t)t->n_vocab * sizeof *scr);
+    for (int32_t i = 0; i < t->n_vocab; i++) /* roughly normal, sd ~3 */
+        logits[i] =
+            (float)((int)(rnd() % 2001) + (int)(rnd() % 2001) + (int)(rnd() % 2001) - 3000) *
+            0.005f;
+    double t_draw_mask = 0, t_draw_host = 0, t_draw_free = 0;
+    int n_draws = 0;
     lily_gmatch_stats total = {0};
     for (int gi = 0; gi < gens; gi++) {
         lily_gmatch *m;
@@ -325,6 +343,23 @@ int main(int argc, char **argv) {
             double b = now();
             ms[n_ms++] = (b - a) * 1e3;
             sum_mask += b - a;
+            if (step % DRAW_EVERY == 0) {
+                lily_draw d = {.temperature = 1.0f, .top_p = 0.95f, .ban_id = -1, .seed = 9};
+                d.step = (uint64_t)n_draws++;
+                const double c0 = now();
+                lily_draw dm = d;
+                dm.allow = mask, dm.n_allow = t->n_vocab;
+                const int32_t x = lily_draw_pick(logits, t->n_vocab, &dm, scr);
+                const double c1 = now();
+                memcpy(copy, logits, (size_t)t->n_vocab * sizeof *copy);
+                lily_gmatch_apply(mask, t->n_vocab, copy, (size_t)t->n_vocab);
+                const int32_t y = lily_draw_pick(copy, t->n_vocab, &d, scr);
+                const double c2 = now();
+                (void)lily_draw_pick(logits, t->n_vocab, &d, scr);
+                t_draw_free += now() - c2;
+                t_draw_mask += c1 - c0, t_draw_host += c2 - c1;
+                if (x != y) lily_abort(__FILE__, __LINE__, "masked draw %d, host draw %d", x, y);
+            }
             int n = 0, np = 0;
             for (int32_t id = 0; id < t->n_vocab; id++) {
                 if (!(mask[id >> 5] >> (id & 31) & 1)) continue;
@@ -364,6 +399,10 @@ int main(int argc, char **argv) {
            sum_mask * 1e3 / (double)n_ms, ms[n_ms / 2], ms[n_ms * 9 / 10], ms[n_ms * 99 / 100],
            ms[n_ms - 1]);
     printf("accept_token per token: mean %.4f ms\n", sum_accept * 1e3 / (double)n_ms);
+    printf("draw per token (T=1, top_p 0.95, %d steps): with the mask (lily_draw.allow) %.3f ms, "
+           "host path (copy + apply + draw) %.3f ms, no mask %.3f ms; same tokens\n",
+           n_draws, t_draw_mask * 1e3 / n_draws, t_draw_host * 1e3 / n_draws,
+           t_draw_free * 1e3 / n_draws);
     printf("cache hits: %.1f %%, trie nodes stepped per walk: %.0f\n",
            100.0 * (double)total.cache_hits / (double)total.masks,
            (double)total.nodes_walked / (double)(total.masks - total.cache_hits + 1e-9));
@@ -371,6 +410,7 @@ int main(int argc, char **argv) {
     free(allowed);
     free(pref);
     free(ms);
+    free(logits), free(copy), free(scr);
     lily_grammar_free(g);
     lily_token_trie_free(t);
     return 0;
