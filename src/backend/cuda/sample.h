@@ -20,6 +20,10 @@
  *
  * The engine's draws (lily_session_decode_sample, lily_session_draw_enqueue) run it as a graph
  * after the decode step's graph, the drawn token copied into the next step's input slot.
+ *
+ * A grammar's mask (cfg.mask, device words uploaded per step by the caller) makes the ids it
+ * does not allow unusable, the same test as NaN or a banned id, in every pass: the chain then
+ * runs over the allowed ids as the CPU reference (backend/draw.h) does.
  */
 #ifndef LILY_BACKEND_CUDA_SAMPLE_H
 #define LILY_BACKEND_CUDA_SAMPLE_H
