@@ -317,7 +317,7 @@ if [[ $skip != *" grammar "* ]] && [ -x "$work/bin/grammar_cost" ] && [ -x "$wor
     # GPU_CHECK_GRAMMAR_35B=1 (written by the bench stage).
     echo "== grammar cost per token at vocabulary 248,320"
     [ -d "$work/tok" ] && export LILY_TOKENIZER_DIR="$work/tok"
-    timeout 120 "$work/bin/grammar_cost" 20 300 64 2>&1 | tail -6
+    timeout 120 "$work/bin/grammar_cost" 20 300 64 2>&1 | tail -7
     gm=/tmp/lily_gram248
     if [ ! -f "$gm/config.json" ]; then
         "$work/bin/lily" mkmodel --out "$gm" --preset small --layout mlx4 --seed 8 --hidden 256 \
