@@ -55,14 +55,14 @@ static int xml_fits(const cJSON *fn) {
     const cJSON *params = member(fn, "parameters");
     if (!xml_name_ok(member(fn, "name")->valuestring) || !cJSON_IsObject(params)) return 0;
     if (member(params, "$ref") || member(params, "anyOf") || member(params, "allOf")) return 0;
-    const cJSON *props = member(params, "properties"), *p;
-    if (!cJSON_IsObject(props) || !props->child)
-        return cJSON_IsFalse(member(params, "additionalProperties"));
-    cJSON_ArrayForEach(p, props) if (!xml_name_ok(p->string)) return 0;
     lily_grammar *probe = NULL;
     lily_err err;
     if (lily_grammar_from_schema(params, &probe, &err)) return 0;
     lily_grammar_free(probe);
+    const cJSON *props = member(params, "properties"), *p;
+    if (!cJSON_IsObject(props) || !props->child)
+        return cJSON_IsFalse(member(params, "additionalProperties"));
+    cJSON_ArrayForEach(p, props) if (!xml_name_ok(p->string)) return 0;
     return 1;
 }
 
