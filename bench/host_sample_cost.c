@@ -64,7 +64,12 @@ int main(int argc, char **argv) {
         for (int i = 0; i < N; i++)
             sink += lily_logprob(l, V, i) < 0;
         double t2 = now();
-        lily_draw d = {cf[c].t, cf[c].k, cf[c].p, cf[c].mp, 0, -1, 7, 0};
+        lily_draw d = {.temperature = cf[c].t,
+                       .top_k = cf[c].k,
+                       .top_p = cf[c].p,
+                       .min_p = cf[c].mp,
+                       .ban_id = -1,
+                       .seed = 7};
         for (int i = 0; i < N; i++) {
             d.step = (uint64_t)i;
             sink += lily_draw_pick(l, V, &d, scr);

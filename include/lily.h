@@ -159,6 +159,13 @@ typedef struct lily_draw {
     int ban_id;    /* an id never drawn, or -1 */
     uint64_t seed; /* with step: the random numbers of the draw */
     uint64_t step; /* the caller counts its draws (the same seed and step draw the same token) */
+    /* A grammar's mask for this step (constrained decoding), or NULL: only ids i < n_allow whose
+     * bit i % 32 of allow[i / 32] is set may be drawn, as if the others' logits were -inf.
+     * Borrowed for the call only (the backend copies it). A masked step cannot run ahead of the
+     * token before it (its mask depends on that token): lily_session_draw_enqueue with allow
+     * needs every earlier draw of the session read. */
+    const uint32_t *allow;
+    int n_allow; /* 1 <= n_allow <= vocab when allow is set */
 } lily_draw;
 /* Non-zero when the backend draws tokens itself (CUDA, or any backend opened with
  * LILY_SAMPLE_ON_BACKEND; never with LILY_SAMPLE_ON_HOST); otherwise decode and sample on the

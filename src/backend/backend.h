@@ -73,8 +73,10 @@ typedef struct lily_backend_ops {
      * draw_enqueue drew (still on the device), leaves its logits on the device and draws the next
      * token from them under d (lily.h), without waiting for any of it. draw_next waits for the
      * oldest draw of s not yet read and gives it (-1: nothing was drawable). At most
-     * LILY_DRAW_AHEAD draws of s are unread at a time. draw_discard waits for s's enqueued steps
-     * and drops their unread draws. */
+     * LILY_DRAW_AHEAD draws of s are unread at a time. A step with a mask (d->allow) draws only
+     * the ids it allows, as if the others' logits were -inf; the backend copies the mask during
+     * the call, and refuses it while a draw of s is unread (lily_draw_mask_check). draw_discard
+     * waits for s's enqueued steps and drops their unread draws. */
     int (*draw_enqueue)(lily_backend *b, lily_bstate *s, int32_t token, int pos, const lily_draw *d,
                         lily_err *e);
     int (*draw_next)(lily_backend *b, lily_bstate *s, int32_t *out, lily_err *e);

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "backend/draw_rng.h"
+#include "base/err.h"
 
 static uint32_t order_bits(float x) { /* float -> unsigned of the same order, branch-free */
     uint32_t u;
@@ -99,6 +100,7 @@ static int usable(const float *l, int i, const lily_draw *d, float *x) {
     float v = l[i];
     if (isnan(v) || v == -INFINITY) return 0; /* NaN counts as -inf */
     if ((d->n_ids > 0 && i >= d->n_ids) || i == d->ban_id) return 0;
+    if (d->allow && (i >= d->n_allow || !(d->allow[i >> 5] >> (i & 31) & 1))) return 0;
     *x = v == INFINITY ? FLT_MAX : v;
     return 1;
 }
@@ -234,4 +236,13 @@ int32_t lily_draw_pick(const float *l, int V, const lily_draw *d, lily_draw_cand
         race_set(&r, c, select_mass(c, m, target));
     }
     return r.race ? id_of(r.race) : -1;
+}
+
+int lily_draw_mask_check(const lily_draw *d, int V, int unread, lily_err *e) {
+    if (!d->allow) return 0;
+    if (d->n_allow < 1 || d->n_allow > V)
+        return lily_fail(e, "draw: a mask over %d ids (the vocabulary has %d)", d->n_allow, V);
+    if (unread)
+        return lily_fail(e, "draw: a masked step needs the %d unread draws read first", unread);
+    return 0;
 }

@@ -17,10 +17,15 @@ typedef struct lily_draw_cand {
 } lily_draw_cand;
 
 /* The token drawn from logits[0..V) under d at d->step (sample.h's chain); -1 when no logit can
- * be drawn (all NaN, -inf, excluded or banned). scratch: V entries. O(V), about the host
+ * be drawn (all NaN, -inf, excluded, banned or outside d->allow's mask). A token the mask
+ * disallows is treated as a logit of -inf, before every filter. scratch: V entries. O(V), about the host
  * sampler's cost: a heap for top-k, the top-p boundary by quickselect on the keys (exact: the
  * keys are distinct and the mass an integer sum), and a race that computes the Gumbel variate
  * only for candidates whose uniform could beat the best so far. */
 int32_t lily_draw_pick(const float *logits, int V, const lily_draw *d, lily_draw_cand *scratch);
+
+/* The backends' check of d's mask before a step is enqueued (lily.h): 0 without one, or with one
+ * that covers 1..V ids while none of the state's draws is unread; else -1 with a message. */
+int lily_draw_mask_check(const lily_draw *d, int V, int unread, lily_err *e);
 
 #endif

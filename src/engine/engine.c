@@ -329,6 +329,9 @@ int lily_session_draw_enqueue(lily_session *s, int32_t token, const lily_draw *d
         return lily_fail(err, "draw: token < 0 needs a draw enqueued by the previous call");
     if (s->unread >= LILY_DRAW_AHEAD)
         return lily_fail(err, "draw: %d draws are enqueued and unread", LILY_DRAW_AHEAD);
+    if (d->allow && s->unread) /* its mask was made from every token before it */
+        return lily_fail(err, "draw: a masked step needs the %d unread draws read first",
+                         s->unread);
     if (s->eng->ops->draw_enqueue(s->eng->be, s->st, token, s->pos, d, err) != 0) {
         settle(s); /* whatever got enqueued: its position is not counted, its draws dropped */
         return -1;

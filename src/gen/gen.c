@@ -452,9 +452,96 @@ static void run_device(lily_gen *g, const lily_gen_req *r, lily_gen_result *res,
             gen_fail(g, res, &e);
             return;
         }
+        res->n_drawn++;
         if (consumed) g->hist[g->n_hist++] = t.id;
     }
 }
+
+/* ---- constrained draws on the backend ------------------------------------------------------ */
+
+/* One step of run_masked: pending consumed and the next token drawn on the backend under the
+ * grammar's mask (when constrained), then fed to the matcher. 0, or -1 with res->finish set. */
+static int masked_draw(lily_gen *g, const lily_gen_req *r, lily_gen_result *res, lily_draw *dr,
+                       int constrained, int32_t pending, lily_gen_token *t) {
+    lily_err e;
+    const double t0 = lily_now();
+    dr->allow = NULL;
+    if (constrained) {
+        lily_gmatch_mask(r->match, g->mask);
+        dr->allow = g->mask;
+        dr->n_allow = r->match_vocab < g->vocab ? r->match_vocab : g->vocab;
+    }
+    res->grammar_s += lily_now() - t0;
+    dr->step = (uint64_t)res->n_gen;
+    if (lily_session_draw_enqueue(g->sess, pending, dr, &e) ||
+        lily_session_draw_next(g->sess, &t->id, &e)) {
+        gen_fail(g, res, &e);
+        return -1;
+    }
+    g->hist[g->n_hist++] = pending;
+    res->n_drawn++;
+    if (!constrained || lily_gen_is_eos(g, t->id)) return 0;
+    const double t1 = lily_now();
+    const int refused = lily_gmatch_accept_token(r->match, t->id);
+    res->grammar_s += lily_now() - t1;
+    if (refused) {
+        snprintf(res->error, sizeof res->error, "constrained draw: token %d refused by the grammar",
+                 t->id);
+        res->finish = "error";
+        return -1;
+    }
+    return 0;
+}
+
+/* A constrained request when the backend draws: the grammar's mask goes with the step
+ * (lily_draw.allow) and the logits stay on the device. A step's mask depends on the token it
+ * consumes, so the steps are not pipelined: each is enqueued once the token before it is read.
+ * The tokens are run_host's: the same mask and chain at the same step (res->n_gen). The token
+ * chosen last waits (pending) until the next step consumes it; a forced token, or the end of the
+ * grammar, consumes it on the host instead (lily_session_decode) and chooses there. */
+static void run_masked(lily_gen *g, const lily_gen_req *r, lily_gen_result *res, lily_sampler *smp,
+                       const lily_draw *d, lily_stopstr *stop, lily_sb *text, int max_new) {
+    forced_q fq = {{0}, 0, 0};
+    lily_err e;
+    lily_draw dr = *d;
+    int constrained = r->match_after <= 0;
+    int32_t pending = -1; /* chosen and emitted, not yet consumed */
+    while (!res->finish) {
+        if (r->cancelled && r->cancelled(r->ud)) {
+            res->finish = "cancelled";
+            break;
+        }
+        if (res->n_gen >= max_new || g->n_hist + (pending >= 0) >= g->max_ctx) {
+            res->finish = "length";
+            break;
+        }
+        lily_gen_token t = {0};
+        t.forced = next_forced(r, &fq, &t.id);
+        if (pending >= 0 && !t.forced && !(constrained && lily_gmatch_is_done(r->match))) {
+            if (masked_draw(g, r, res, &dr, constrained, pending, &t)) break;
+        } else {
+            if (pending >= 0 && lily_session_decode(g->sess, pending, &e)) {
+                gen_fail(g, res, &e);
+                break;
+            }
+            if (pending >= 0) g->hist[g->n_hist++] = pending;
+            if (host_choose(g, r, res, smp, &t, constrained)) break;
+        }
+        pending = -1;
+        if (r->match_after > 0 && t.id == r->match_after) constrained = 1;
+        if (emit(g, r, res, smp, stop, text, &t)) {
+            if (res->eos) g->pending_eos = t.id;
+            break;
+        }
+        if (res->n_gen >= max_new || g->n_hist + 1 >= g->max_ctx) {
+            res->finish = "length";
+            break;
+        }
+        pending = t.id;
+    }
+}
+
+/* ---- the request's sampler ------------------------------------------------------------------ */
 
 /* The request's sampler: its parameters, ids the tokenizer lacks never drawn, its logit_bias and
  * its banned id (a bias of -inf). */
@@ -505,8 +592,8 @@ int lily_gen_run(lily_gen *g, const lily_gen_req *r, lily_gen_result *res) {
     int max_new = r->max_new > 0 ? r->max_new : g->max_ctx;
     /* Draws on the backend when it can (CUDA: 4 bytes a token come back instead of the logits and
      * a host pass over them), unless the request needs the logits on the host: logprobs, or a
-     * sampler the backend's chain cannot be (penalties, logit_bias), or a grammar (the mask is
-     * applied to the host's logits). The host draws with the same random numbers, so the same
+     * sampler the backend's chain cannot be (penalties, logit_bias). A grammar's mask goes to the
+     * backend with each step (run_masked). The host draws with the same random numbers, so the same
      * seed gives the same tokens either way. */
     if (r->match) { /* the constrained draw's scratch, kept for the next requests */
         const size_t words = ((size_t)r->match_vocab + 31) / 32;
@@ -518,11 +605,13 @@ int lily_gen_run(lily_gen *g, const lily_gen_req *r, lily_gen_result *res) {
         if (!g->masked) g->masked = lily_xmalloc((size_t)g->vocab * sizeof *g->masked);
     }
     lily_draw dr;
-    const int dev = !r->match && lily_session_can_decode_sample(g->sess) && !r->logprobs &&
+    const int dev = lily_session_can_decode_sample(g->sess) && !r->logprobs &&
                     r->top_logprobs == 0 && lily_sampler_as_draw(smp, &dr) == 0;
     double t0 = lily_now();
     res->finish = NULL;
-    if (dev)
+    if (dev && r->match) /* the mask goes with each step (run_masked) */
+        run_masked(g, r, res, smp, &dr, &stop, &text, max_new);
+    else if (dev)
         run_device(g, r, res, smp, &dr, &stop, &text, max_new);
     else
         run_host(g, r, res, smp, &stop, &text, max_new);

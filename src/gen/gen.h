@@ -94,6 +94,7 @@ typedef struct lily_gen_result {
     double prefill_s, decode_s;
     double grammar_s; /* of decode_s, the constrained steps' extra work: masks, applying them to
                          a copy of the logits, advancing the matcher */
+    int n_drawn;      /* tokens the backend drew (their logits stayed on the device) */
     char error[512];
 } lily_gen_result;
 

@@ -224,3 +224,106 @@ int32_t lily_dfa_json_string(lily_gbuild *b, int min_chars, int max_chars) {
     free(st);
     return start;
 }
+
+/* ---- raw text (the XML tool-call form's parameter values) ---------------------------------- */
+
+enum { R_C1, R_C2, R_C3, R_E0, R_ED, R_F0, R_F4, R_COUNT };
+
+/* A byte table's edges from state `from`: runs of one target become one edge (0: none). */
+static void table_edges(lily_gbuild *b, int32_t from, const int32_t *tgt) {
+    for (unsigned lo = 0; lo < 256;) {
+        unsigned hi = lo;
+        while (hi + 1 < 256 && tgt[hi + 1] == tgt[lo])
+            hi++;
+        if (tgt[lo]) lily_gbuild_edge(b, from, lo, hi, tgt[lo]);
+        lo = hi + 1;
+    }
+}
+
+/* tgt[c] for the lead bytes of multi-byte UTF-8 characters (u: their continuation states) */
+static void utf8_leads(const int32_t *u, int32_t *tgt) {
+    for (unsigned c = 0xC2; c <= 0xF4; c++)
+        tgt[c] = c <= 0xDF   ? u[R_C1]
+                 : c == 0xE0 ? u[R_E0]
+                 : c == 0xED ? u[R_ED]
+                 : c <= 0xEF ? u[R_C2]
+                 : c == 0xF0 ? u[R_F0]
+                 : c <= 0xF3 ? u[R_C3]
+                             : u[R_F4];
+}
+
+/* the continuation states' edges, once per set: a character's last byte leads to done */
+static void utf8_tails(lily_gbuild *b, const int32_t *u, int32_t done) {
+    lily_gbuild_edge(b, u[R_C1], 0x80, 0xBF, done);
+    lily_gbuild_edge(b, u[R_C2], 0x80, 0xBF, u[R_C1]);
+    lily_gbuild_edge(b, u[R_C3], 0x80, 0xBF, u[R_C2]);
+    lily_gbuild_edge(b, u[R_E0], 0xA0, 0xBF, u[R_C1]);
+    lily_gbuild_edge(b, u[R_ED], 0x80, 0x9F, u[R_C1]);
+    lily_gbuild_edge(b, u[R_F0], 0x90, 0xBF, u[R_C2]);
+    lily_gbuild_edge(b, u[R_F4], 0x80, 0x8F, u[R_C2]);
+}
+
+static int text_byte(unsigned c) { /* the ASCII a raw text may hold */
+    return c == '\t' || c == '\n' || c == '\r' || (c >= 0x20 && c < 0x80);
+}
+
+static void new_states(lily_gbuild *b, int32_t *u, int n) {
+    for (int i = 0; i < n; i++)
+        u[i] = lily_gbuild_state(b, 0);
+}
+
+/* Unbounded, no minimum: the stop string's prefix matched so far (KMP over its bytes) is the
+ * state; a multi-byte character resets it (the stop string is ASCII). */
+static int32_t raw_unbounded(lily_gbuild *b, const char *stop, size_t n) {
+    int32_t *k = lily_xmalloc(n * sizeof *k), u[R_COUNT];
+    for (size_t i = 0; i < n; i++)
+        k[i] = lily_gbuild_state(b, 1);
+    new_states(b, u, R_COUNT);
+    for (size_t i = 0; i < n; i++) {
+        int32_t tgt[256] = {0};
+        for (unsigned c = 0; c < 0x80; c++) {
+            if (!text_byte(c)) continue;
+            /* the longest prefix of stop that ends stop[0..i) + c */
+            size_t m = i + 1;
+            while (m > 0) {
+                size_t off = i + 1 - m;
+                if ((unsigned char)stop[m - 1] == c && (m == 1 || !memcmp(stop, stop + off, m - 1)))
+                    break;
+                m--;
+            }
+            if (m < n) tgt[c] = k[m];
+        }
+        utf8_leads(u, tgt);
+        table_edges(b, k[i], tgt);
+    }
+    utf8_tails(b, u, k[0]);
+    int32_t start = k[0];
+    free(k);
+    return start;
+}
+
+int32_t lily_dfa_raw_text(lily_gbuild *b, int min_chars, int max_chars, const char *stop) {
+    const size_t n = strlen(stop);
+    LILY_ASSERT(n > 0 && min_chars >= 0 && (max_chars < 0 || max_chars >= min_chars));
+    if (max_chars < 0 && min_chars == 0) return raw_unbounded(b, stop, n);
+    /* counted: one main state per character count (the last loops when unbounded), each with
+     * its own continuation states; the stop string's first byte never appears */
+    const int levels = max_chars >= 0 ? max_chars + 1 : min_chars + 1;
+    int32_t *m = lily_xmalloc((size_t)levels * sizeof *m);
+    for (int c = 0; c < levels; c++)
+        m[c] = lily_gbuild_state(b, c >= min_chars);
+    for (int c = 0; c < levels && !lily_gbuild_too_big(b); c++) {
+        const int32_t next = c + 1 < levels ? m[c + 1] : max_chars < 0 ? m[c] : 0;
+        if (!next) break;
+        int32_t tgt[256] = {0}, u[R_COUNT];
+        for (unsigned x = 0; x < 0x80; x++)
+            if (text_byte(x) && x != (unsigned char)stop[0]) tgt[x] = next;
+        new_states(b, u, R_COUNT);
+        utf8_leads(u, tgt);
+        table_edges(b, m[c], tgt);
+        utf8_tails(b, u, next);
+    }
+    int32_t start = m[0];
+    free(m);
+    return start;
+}

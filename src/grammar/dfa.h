@@ -35,4 +35,11 @@ int32_t lily_dfa_literals(lily_gbuild *b, const char *const *s, const size_t *n,
  * characters (an escape counts one) is min_chars .. max_chars (max_chars < 0: no bound). */
 int32_t lily_dfa_json_string(lily_gbuild *b, int min_chars, int max_chars);
 
+/* Bare text, as the XML tool-call form writes a string parameter's value: valid UTF-8 (tab,
+ * newline, carriage return, and the printable characters) that never contains stop (ASCII,
+ * non-empty). Its length in characters is min_chars .. max_chars (max_chars < 0: no bound);
+ * with a bound (or a minimum) the first byte of stop never appears at all (a simpler
+ * automaton: one state per length, not per length and matched prefix). */
+int32_t lily_dfa_raw_text(lily_gbuild *b, int min_chars, int max_chars, const char *stop);
+
 #endif

@@ -87,7 +87,7 @@ int32_t lily_jgram_number(lily_jgram *j) {
     int32_t tail = lily_gbuild_rule(j->b);
     lily_dfa_item frac[] = {lily_dfa_bytes(".", 1, 1), lily_dfa_range('0', '9', 1, 16),
                             lily_dfa_bytes("eE", 1, 1), lily_dfa_bytes("+-", 0, 1),
-                            lily_dfa_range('0', '9', 1, 3)};
+                            lily_dfa_range('0', '9', 1, 2)}; /* e99 at most: a double */
     lily_gbuild_alt(j->b, tail, NULL, 0);
     ALT(tail, lily_gterm(lily_dfa_seq(j->b, frac, 2)));     /* .5 */
     ALT(tail, lily_gterm(lily_dfa_seq(j->b, frac + 2, 3))); /* e5 */

@@ -37,7 +37,8 @@ int32_t lily_jgram_bool(lily_jgram *j);
 int32_t lily_jgram_null(lily_jgram *j);
 
 /* Rules: any JSON value, any object, any array, a number, an integer (at most 16 digits before
- * the point, 16 after, 3 in the exponent). */
+ * the point, 16 after, 2 in the exponent: every number stays a finite double, as clients parse
+ * them). */
 int32_t lily_jgram_value(lily_jgram *j);
 int32_t lily_jgram_object(lily_jgram *j);
 int32_t lily_jgram_array(lily_jgram *j);

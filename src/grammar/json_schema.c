@@ -8,6 +8,7 @@
 
 #include "base/err.h"
 #include "grammar/dfa.h"
+#include "grammar/int_range.h"
 #include "grammar/json_gram.h"
 
 #define MAX_NESTING    128
@@ -18,6 +19,7 @@
 
 typedef struct ref_memo {
     const cJSON *node;
+    const char *raw_stop;
     int32_t rule;
 } ref_memo;
 
@@ -29,6 +31,7 @@ typedef struct jsc {
     size_t n_memo, cap_memo;
     size_t lit_bytes;
     int depth;
+    const char *raw_stop; /* non-NULL: strings as bare text without it (lily_schema_rule_at) */
     lily_err *e;
 } jsc;
 
@@ -50,10 +53,28 @@ static int32_t fail(jsc *c, const char *fmt, const char *what) {
 static const char *const ignored_kw[] = {
     "title",      "description", "default",   "examples", "$schema",     "$id", "$comment",
     "deprecated", "readOnly",    "writeOnly", "$defs",    "definitions", NULL};
-static const char *const known_kw[] = {"type",   "properties", "required",  "additionalProperties",
-                                       "items",  "minItems",   "maxItems",  "enum",
-                                       "const",  "anyOf",      "allOf",     "$ref",
-                                       "format", "minLength",  "maxLength", NULL};
+static const char *const known_kw[] = {"type",
+                                       "properties",
+                                       "required",
+                                       "additionalProperties",
+                                       "items",
+                                       "minItems",
+                                       "maxItems",
+                                       "enum",
+                                       "const",
+                                       "anyOf",
+                                       "allOf",
+                                       "$ref",
+                                       "format",
+                                       "minLength",
+                                       "maxLength",
+                                       "minimum",
+                                       "maximum",
+                                       "exclusiveMinimum",
+                                       "exclusiveMaximum",
+                                       NULL};
+static const char *const bound_kw[] = {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum",
+                                       NULL};
 
 static int in_list(const char *const *l, const char *k) {
     for (; *l; l++)
@@ -106,7 +127,8 @@ static int32_t literals(jsc *c, const cJSON *values, int n, const char *kw) {
     size_t *len = lily_xcalloc((size_t)n, sizeof *len);
     int i = 0, bad = 0;
     for (const cJSON *v = values; v && i < n; v = v->next, i++) {
-        s[i] = cJSON_PrintUnformatted(v);
+        s[i] =
+            c->raw_stop && cJSON_IsString(v) ? strdup(v->valuestring) : cJSON_PrintUnformatted(v);
         if (!s[i]) {
             bad = 1;
             break;
@@ -148,11 +170,37 @@ static int32_t lit_term(jsc *c, const char *s) {
     return lily_dfa_literal(c->b, s, strlen(s));
 }
 
+/* Two-digit strings: the multiples of 4 from `from` (00 or 04) to 96. */
+static int32_t fours(jsc *c, int from) {
+    char s[25][3];
+    const char *p[25];
+    size_t n[25], k = 0;
+    for (int v = from; v <= 96; v += 4, k++) {
+        s[k][0] = (char)('0' + v / 10), s[k][1] = (char)('0' + v % 10), s[k][2] = 0;
+        p[k] = s[k], n[k] = 2;
+    }
+    return lily_dfa_literals(c->b, p, n, k);
+}
+
+/* A calendar date: the days each month has, February 29th in leap years only (a multiple of 4,
+ * not of 100 unless of 400), as date validators check it. */
 static int32_t date_core(jsc *c) {
-    int32_t r = lily_gbuild_rule(c->b);
-    lily_dfa_item year[2] = {lily_dfa_range('0', '9', 4, 4), lily_dfa_bytes("-", 1, 1)};
-    ALT(r, lily_gterm(seq_term(c, year, 2)), lily_gref(two_digits(c, 1, 12)),
-        lily_gterm(lit_term(c, "-")), lily_gref(two_digits(c, 1, 31)));
+    int32_t r = lily_gbuild_rule(c->b), md = lily_gbuild_rule(c->b);
+    const char *const m31[] = {"01", "03", "05", "07", "08", "10", "12"}, *const m30[] = {
+                                                                              "04", "06", "09",
+                                                                              "11"};
+    const size_t two[7] = {2, 2, 2, 2, 2, 2, 2};
+    const int32_t dash = lit_term(c, "-");
+    ALT(md, lily_gterm(lily_dfa_literals(c->b, m31, two, 7)), lily_gterm(dash),
+        lily_gref(two_digits(c, 1, 31)));
+    ALT(md, lily_gterm(lily_dfa_literals(c->b, m30, two, 4)), lily_gterm(dash),
+        lily_gref(two_digits(c, 1, 30)));
+    ALT(md, lily_gterm(lit_term(c, "02-")), lily_gref(two_digits(c, 1, 28)));
+    const lily_dfa_item dd[1] = {lily_dfa_range('0', '9', 2, 2)};
+    const int32_t any2 = seq_term(c, dd, 1), feb29 = lit_term(c, "-02-29");
+    ALT(r, lily_gterm(any2), lily_gterm(any2), lily_gterm(dash), lily_gref(md));
+    ALT(r, lily_gterm(any2), lily_gterm(fours(c, 4)), lily_gterm(feb29)); /* 4 | y, 100 does not */
+    ALT(r, lily_gterm(fours(c, 0)), lily_gterm(lit_term(c, "00")), lily_gterm(feb29)); /* 400 | y */
     return r;
 }
 
@@ -176,25 +224,28 @@ static int32_t time_core(jsc *c) {
 
 static int32_t string_format(jsc *c, const char *f) {
     int32_t r = lily_gbuild_rule(c->b);
-    int32_t q = lit_term(c, "\"");
+    /* the quotes: a rule that is empty for bare text */
+    int32_t q = lily_gbuild_rule(c->b);
+    if (c->raw_stop)
+        lily_gbuild_alt(c->b, q, NULL, 0);
+    else
+        ALT(q, lily_gterm(lit_term(c, "\"")));
     if (!strcmp(f, "date")) {
-        ALT(r, lily_gterm(q), lily_gref(date_core(c)), lily_gterm(q));
+        ALT(r, lily_gref(q), lily_gref(date_core(c)), lily_gref(q));
     } else if (!strcmp(f, "time")) {
-        ALT(r, lily_gterm(q), lily_gref(time_core(c)), lily_gterm(q));
+        ALT(r, lily_gref(q), lily_gref(time_core(c)), lily_gref(q));
     } else if (!strcmp(f, "date-time")) {
-        ALT(r, lily_gterm(q), lily_gref(date_core(c)), lily_gterm(lit_term(c, "T")),
-            lily_gref(time_core(c)), lily_gterm(q));
+        ALT(r, lily_gref(q), lily_gref(date_core(c)), lily_gterm(lit_term(c, "T")),
+            lily_gref(time_core(c)), lily_gref(q));
     } else if (!strcmp(f, "uuid")) {
         static const int groups[] = {8, 4, 4, 4, 12};
-        lily_dfa_item it[11];
+        lily_dfa_item it[9];
         size_t n = 0;
-        it[n++] = lily_dfa_bytes("\"", 1, 1);
         for (int g = 0; g < 5; g++) {
             if (g) it[n++] = lily_dfa_bytes("-", 1, 1);
             it[n++] = lily_dfa_bytes("0123456789abcdefABCDEF", groups[g], groups[g]);
         }
-        it[n++] = lily_dfa_bytes("\"", 1, 1);
-        ALT(r, lily_gterm(seq_term(c, it, n)));
+        ALT(r, lily_gref(q), lily_gterm(seq_term(c, it, n)), lily_gref(q));
     } else {
         return fail(c, "unsupported JSON Schema string format '%s'", f);
     }
@@ -211,6 +262,7 @@ static int32_t compile_string(jsc *c, const cJSON *s) {
         hi = int_kw(c, s, "maxLength", -1, MAX_LENGTH);
     if (lo == -2 || hi == -2) return -1;
     if (hi >= 0 && hi < lo) return fail(c, "%s: maxLength below minLength", "string");
+    if (c->raw_stop) return single(c, lily_gterm(lily_dfa_raw_text(c->b, lo, hi, c->raw_stop)));
     if (lo == 0 && hi < 0) return single(c, lily_gterm(lily_jgram_string(&c->j)));
     return single(c, lily_gterm(lily_dfa_json_string(c->b, lo, hi)));
 }
@@ -332,14 +384,59 @@ static int32_t compile_array(jsc *c, const cJSON *s) {
     return r;
 }
 
+/* ---- bounded integers ---------------------------------------------------------------------- */
+
+/* The first bound keyword of s, or NULL. */
+static const char *bound_of(const cJSON *s) {
+    for (const char *const *k = bound_kw; *k; k++)
+        if (cJSON_GetObjectItemCaseSensitive(s, *k)) return *k;
+    return NULL;
+}
+
+/* An integer with minimum / maximum / exclusiveMinimum / exclusiveMaximum (JSON Schema 2020-12:
+ * the exclusive ones are numbers), within 16 digits as any integer here. */
+static int32_t compile_integer(jsc *c, const cJSON *s) {
+    if (!bound_of(s)) return lily_jgram_integer(&c->j);
+    double lo = -(double)LILY_INT_RANGE_MAX, hi = (double)LILY_INT_RANGE_MAX;
+    for (const char *const *k = bound_kw; *k; k++) {
+        const cJSON *v = cJSON_GetObjectItemCaseSensitive(s, *k);
+        if (!v) continue;
+        if (!cJSON_IsNumber(v) || !isfinite(v->valuedouble))
+            return fail(c, "'%s' must be a number", *k);
+        const double x = v->valuedouble;
+        if (!strcmp(*k, "minimum")) lo = fmax(lo, ceil(x));
+        if (!strcmp(*k, "exclusiveMinimum")) lo = fmax(lo, floor(x) + 1);
+        if (!strcmp(*k, "maximum")) hi = fmin(hi, floor(x));
+        if (!strcmp(*k, "exclusiveMaximum")) hi = fmin(hi, ceil(x) - 1);
+    }
+    if (lo > (double)LILY_INT_RANGE_MAX || hi < -(double)LILY_INT_RANGE_MAX)
+        return fail(c, "unsupported JSON Schema: integer bounds beyond %s digits", "16");
+    if (lo > hi) return fail(c, "%s: the bounds leave no integer", "integer");
+    /* the limit is not a double: clamp as integers */
+    const int64_t a = lo <= -(double)LILY_INT_RANGE_MAX ? -LILY_INT_RANGE_MAX : (int64_t)lo;
+    const int64_t z = hi >= (double)LILY_INT_RANGE_MAX ? LILY_INT_RANGE_MAX : (int64_t)hi;
+    return lily_int_range_rule(c->b, a, z);
+}
+
 /* ---- dispatch ------------------------------------------------------------------------------ */
 
+/* an object or array: JSON all the way down, bare strings or not at the top */
+static int32_t compile_nested(jsc *c, const cJSON *s, int32_t (*f)(jsc *, const cJSON *)) {
+    const char *raw = c->raw_stop;
+    c->raw_stop = NULL;
+    int32_t r = f(c, s);
+    c->raw_stop = raw;
+    return r;
+}
+
 static int32_t compile_type(jsc *c, const cJSON *s, const char *t) {
-    if (!strcmp(t, "object")) return compile_object(c, s);
-    if (!strcmp(t, "array")) return compile_array(c, s);
+    if (!strcmp(t, "object")) return compile_nested(c, s, compile_object);
+    if (!strcmp(t, "array")) return compile_nested(c, s, compile_array);
     if (!strcmp(t, "string")) return compile_string(c, s);
+    if (!strcmp(t, "number") && bound_of(s))
+        return fail(c, "unsupported JSON Schema: '%s' on a number (integers only)", bound_of(s));
     if (!strcmp(t, "number")) return lily_jgram_number(&c->j);
-    if (!strcmp(t, "integer")) return lily_jgram_integer(&c->j);
+    if (!strcmp(t, "integer")) return compile_integer(c, s);
     if (!strcmp(t, "boolean")) return single(c, lily_gterm(lily_jgram_bool(&c->j)));
     if (!strcmp(t, "null")) return single(c, lily_gterm(lily_jgram_null(&c->j)));
     return fail(c, "unknown JSON Schema type '%s'", t);
@@ -380,13 +477,13 @@ static int32_t compile_ref(jsc *c, const cJSON *ref) {
                     "document: \"#\", \"#/$defs/...\")",
                     ref->valuestring);
     for (size_t i = 0; i < c->n_memo; i++)
-        if (c->memo[i].node == target) return c->memo[i].rule;
+        if (c->memo[i].node == target && c->memo[i].raw_stop == c->raw_stop) return c->memo[i].rule;
     int32_t r = lily_gbuild_rule(c->b);
     if (c->n_memo == c->cap_memo) {
         c->cap_memo = c->cap_memo ? 2 * c->cap_memo : 16;
         c->memo = lily_xrealloc(c->memo, c->cap_memo * sizeof *c->memo);
     }
-    c->memo[c->n_memo++] = (ref_memo){target, r};
+    c->memo[c->n_memo++] = (ref_memo){target, c->raw_stop, r};
     int32_t body = compile(c, target);
     if (body < 0) return -1;
     ALT(r, lily_gref(body));
@@ -444,8 +541,11 @@ static int32_t compile_node(jsc *c, const cJSON *s) {
         return r;
     }
     if (type) return fail(c, "'%s' must be a string or a list of strings", "type");
-    if (cJSON_GetObjectItemCaseSensitive(s, "properties")) return compile_object(c, s);
-    if (cJSON_GetObjectItemCaseSensitive(s, "items")) return compile_array(c, s);
+    if (bound_of(s))
+        return fail(c, "unsupported JSON Schema: '%s' without type integer", bound_of(s));
+    if (cJSON_GetObjectItemCaseSensitive(s, "properties"))
+        return compile_nested(c, s, compile_object);
+    if (cJSON_GetObjectItemCaseSensitive(s, "items")) return compile_nested(c, s, compile_array);
     return lily_jgram_value(&c->j);
 }
 
@@ -469,6 +569,15 @@ int lily_grammar_from_schema(const cJSON *schema, lily_grammar **out, lily_err *
     }
     if (lily_gbuild_finish(c.b, root, out, e)) return lily_fail_prefix(e, "%s", "JSON Schema");
     return 0;
+}
+
+int32_t lily_schema_rule_at(lily_jgram *j, const cJSON *root, const cJSON *schema,
+                            const char *raw_stop, lily_err *e) {
+    jsc c = {.j = *j, .b = j->b, .root = root, .raw_stop = raw_stop, .e = e};
+    int32_t r = compile(&c, schema);
+    free(c.memo);
+    *j = c.j;
+    return r;
 }
 
 int32_t lily_schema_rule(lily_jgram *j, const cJSON *schema, lily_err *e) {

@@ -152,8 +152,14 @@ static int penalties_act(const lily_sampler *s, const int32_t *history, int n_hi
 }
 
 static lily_draw draw_of(const lily_sampler_params *p, int32_t ban_id, uint64_t step) {
-    return (lily_draw){p->temperature, p->top_k, p->top_p, p->min_p,
-                       p->n_ids,       ban_id,   p->seed,  step};
+    return (lily_draw){.temperature = p->temperature,
+                       .top_k = p->top_k,
+                       .top_p = p->top_p,
+                       .min_p = p->min_p,
+                       .n_ids = p->n_ids,
+                       .ban_id = ban_id,
+                       .seed = p->seed,
+                       .step = step};
 }
 
 int lily_sampler_as_draw(const lily_sampler *s, lily_draw *d) {

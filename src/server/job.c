@@ -128,7 +128,8 @@ static int tool_grammar(lily_srv *s, lily_request *r, lily_api_error *e) {
     if (s->tool_call_tok < 0 || s->tool_end_tok < 0) return 0; /* force_tokens opens the call */
     lily_grammar *g;
     if (lily_toolgram_build(r->tools, r->tool_choice == LILY_TOOLS_NAMED ? r->tool_name : NULL,
-                            r->parallel_tool_calls, s->tool_call_tok, s->tool_end_tok, &g, e))
+                            r->parallel_tool_calls, s->xml_tools, s->tool_call_tok, s->tool_end_tok,
+                            &g, e))
         return -1;
     lily_grammar_free(r->grammar);
     r->grammar = g;

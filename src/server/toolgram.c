@@ -7,6 +7,7 @@
 
 #include "base/err.h"
 #include "gen/sb.h"
+#include "gen/toolschema.h"
 #include "grammar/dfa.h"
 #include "grammar/json_gram.h"
 #include "grammar/json_schema.h"
@@ -37,7 +38,108 @@ static int32_t args_rule(lily_jgram *j, const cJSON *fn, int idx, lily_api_error
     return r;
 }
 
-int lily_toolgram_build(const cJSON *tools, const char *only, int parallel, int32_t open,
+/* ---- the XML form ---------------------------------------------------------------------------- */
+
+#define XML_STOP "</parameter>" /* what a bare string value never contains */
+
+/* A name the XML form can carry between "=" and ">" (the parser reads up to the '>'). */
+static int xml_name_ok(const char *s) {
+    return *s && !strpbrk(s, "<>\n\r");
+}
+
+/* The tool can be called in the XML form: its parameters are an object schema the compiler
+ * takes (lily_grammar_from_schema) with properties whose names fit, or with none and
+ * additionalProperties false. Otherwise the JSON form (which also makes the 400 of a strict
+ * tool, or any object for a non-strict one whose schema does not compile). */
+static int xml_fits(const cJSON *fn) {
+    const cJSON *params = member(fn, "parameters");
+    if (!xml_name_ok(member(fn, "name")->valuestring) || !cJSON_IsObject(params)) return 0;
+    if (member(params, "$ref") || member(params, "anyOf") || member(params, "allOf")) return 0;
+    lily_grammar *probe = NULL;
+    lily_err err;
+    if (lily_grammar_from_schema(params, &probe, &err)) return 0;
+    lily_grammar_free(probe);
+    const cJSON *props = member(params, "properties"), *p;
+    if (!cJSON_IsObject(props) || !props->child)
+        return cJSON_IsFalse(member(params, "additionalProperties"));
+    cJSON_ArrayForEach(p, props) if (!xml_name_ok(p->string)) return 0;
+    return 1;
+}
+
+/* "<parameter=NAME>\n" VALUE "\n</parameter>\n", VALUE by the kind the output parser gives the
+ * parameter (gen/toolschema.h): bare text for a string, else JSON. */
+static int32_t xml_param(lily_jgram *j, const cJSON *params, const cJSON *prop, int32_t t_close,
+                         lily_err *err) {
+    lily_gbuild *b = j->b;
+    lily_sb h = {0};
+    lily_sb_printf(&h, "<parameter=%s>\n", prop->string);
+    const int32_t head = lily_dfa_literal(b, h.data, h.len);
+    lily_sb_free(&h);
+    const int raw = lily_param_kind_of(params, prop->string) == LILY_PARAM_STRING;
+    const int32_t v = lily_schema_rule_at(j, params, prop, raw ? XML_STOP : NULL, err);
+    if (v < 0) return -1;
+    const int32_t r = lily_gbuild_rule(b);
+    const lily_gelem seq[] = {lily_gterm(head), lily_gref(v), lily_gterm(t_close)};
+    lily_gbuild_alt(b, r, seq, 3);
+    return r;
+}
+
+/* The parameters of one call: the schema's properties in its order, the required ones always,
+ * the others optionally (none when it has none). -1 with err when a property's schema does not
+ * compile (xml_fits has checked that it does). */
+static int32_t xml_params(lily_jgram *j, const cJSON *params, lily_err *err) {
+    lily_gbuild *b = j->b;
+    const int32_t t_close = lily_dfa_literal(b, "\n" XML_STOP "\n", strlen(XML_STOP) + 2);
+    const cJSON *props = member(params, "properties"), *req = member(params, "required");
+    int32_t next = lily_gbuild_rule(b); /* what follows the last property: nothing */
+    lily_gbuild_alt(b, next, NULL, 0);
+    const int n = props ? cJSON_GetArraySize(props) : 0;
+    if (!n) return next;
+    const cJSON **pr = lily_xmalloc((size_t)n * sizeof *pr);
+    int i = 0;
+    for (const cJSON *p = props->child; p && i < n; p = p->next)
+        pr[i++] = p;
+    for (i = n - 1; i >= 0; i--) { /* from the last property back */
+        const int32_t kv = xml_param(j, params, pr[i], t_close, err);
+        if (kv < 0) {
+            free(pr);
+            return -1;
+        }
+        int opt = 1;
+        for (const cJSON *r = req ? req->child : NULL; r; r = r->next)
+            opt &= !(cJSON_IsString(r) && !strcmp(r->valuestring, pr[i]->string));
+        const int32_t x = lily_gbuild_rule(b);
+        const lily_gelem with[] = {lily_gref(kv), lily_gref(next)}, without[] = {lily_gref(next)};
+        lily_gbuild_alt(b, x, with, 2);
+        if (opt) lily_gbuild_alt(b, x, without, 1);
+        next = x;
+    }
+    free(pr);
+    return next;
+}
+
+/* One tool's call in the XML form:
+ * <tool_call>\n<function=NAME>\n PARAMS </function>\n</tool_call> */
+static int xml_call(lily_jgram *j, const cJSON *fn, int32_t call, int32_t open, int32_t close,
+                    lily_api_error *e) {
+    lily_gbuild *b = j->b;
+    lily_err err;
+    const int32_t ps = xml_params(j, member(fn, "parameters"), &err);
+    if (ps < 0) return lily_api_fail(e, 500, "server_error", NULL, "tools", "%s", err.msg);
+    lily_sb head = {0};
+    lily_sb_printf(&head, "\n<function=%s>\n", member(fn, "name")->valuestring);
+    const char tail[] = "</function>\n";
+    const lily_gelem seq[] = {
+        lily_gtoken(open), lily_gterm(lily_dfa_literal(b, head.data, head.len)), lily_gref(ps),
+        lily_gterm(lily_dfa_literal(b, tail, strlen(tail))), lily_gtoken(close)};
+    lily_sb_free(&head);
+    lily_gbuild_alt(b, call, seq, sizeof seq / sizeof seq[0]);
+    return 0;
+}
+
+/* ---- the grammar ------------------------------------------------------------------------------ */
+
+int lily_toolgram_build(const cJSON *tools, const char *only, int parallel, int xml, int32_t open,
                         int32_t close, lily_grammar **out, lily_api_error *e) {
     *out = NULL;
     if (open < 0 || close < 0)
@@ -57,6 +159,14 @@ int lily_toolgram_build(const cJSON *tools, const char *only, int parallel, int3
         const cJSON *fn = member(t, "function");
         const cJSON *name = member(fn, "name");
         if (!cJSON_IsString(name) || (only && strcmp(name->valuestring, only))) continue;
+        if (xml && xml_fits(fn)) {
+            if (xml_call(&j, fn, call, open, close, e)) {
+                lily_gbuild_free(b);
+                return -1;
+            }
+            n++;
+            continue;
+        }
         const int32_t args = args_rule(&j, fn, idx, e);
         if (args < 0) {
             lily_gbuild_free(b);

@@ -376,7 +376,7 @@ static void engine_opts_test(const char *name, const char *dir) {
         if (!ok) printf("  %s\n", err.msg);
         ok = ok && lily_session_can_decode_sample(s) == want[i];
         if (ok && !want[i]) { /* a draw is refused with a message */
-            const lily_draw d = {0.0f, 0, 1.0f, 0.0f, 0, -1, 1, 0};
+            const lily_draw d = {.top_p = 1.0f, .ban_id = -1, .seed = 1};
             int32_t next = -1;
             ok = lily_session_decode_sample(s, 0, &d, &next, &err) != 0 && err.msg[0];
         }

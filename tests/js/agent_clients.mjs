@@ -221,8 +221,8 @@ await expect400({ response_format: { type: 'json_schema', json_schema: { name: '
   schema: { type: 'string', pattern: '^a+$' } } } }, 'response_format.json_schema.schema',
   'response_format with pattern -> 400 naming it', 'pattern');
 await expect400({ tools: [{ type: 'function', function: { name: 'f', strict: true, parameters: {
-  type: 'object', properties: { n: { type: 'integer', minimum: 3 } } } } }], tool_choice: 'required' },
-  'tools[0].function.parameters', 'strict tool with minimum -> 400 naming it', 'minimum');
+  type: 'object', properties: { n: { type: 'integer', multipleOf: 3 } } } } }], tool_choice: 'required' },
+  'tools[0].function.parameters', 'strict tool with multipleOf -> 400 naming it', 'multipleOf');
 // Any JSON object (json_object, and a non-strict tool whose schema does not compile) has strings
 // of unbounded length, which random weights seldom close (a few hundred of the vocabulary's
 // tokens hold a quote). A logit_bias of +100 on '"' and '}' makes them close (the mask applies
@@ -241,7 +241,7 @@ await attempt('non-strict tool with unsupported schema falls back to json_object
     const r = await client.chat.completions.create({
       model: 'lily', messages: [user('go')], seed, max_tokens: 150, tool_choice: 'required', logit_bias: closing,
       parallel_tool_calls: false, tools: [{ type: 'function', function: { name: 'f', parameters: {
-        type: 'object', properties: { n: { type: 'integer', minimum: 3 } } } } }],
+        type: 'object', properties: { n: { type: 'integer', multipleOf: 3 } } } } }],
     });
     const c = r.choices[0], tc = c.message.tool_calls ?? [];
     if (c.finish_reason === 'length') continue;

@@ -166,7 +166,7 @@ static void run_model(const char *dir, const char *label) {
     {
         enum { NS = 10 };
         int p2 = pos + 1 + 12, sok = !gpu->state_copy(bg, sg2, sg, p2, &e);
-        lily_draw g0 = {0.0f, 0, 1.0f, 0.0f, 0, -1, 1, 0};
+        lily_draw g0 = {.top_p = 1.0f, .ban_id = -1, .seed = 1};
         int32_t a = 13 % V, h = a, da[NS], hb[NS];
         for (int i = 0; i < NS && sok; i++) {
             sok = !dsample(gpu, bg, sg2, a, p2 + i, &g0, &da[i], &e) &&
@@ -183,7 +183,12 @@ static void run_model(const char *dir, const char *label) {
         pt_check_true(what, same);
         p2 += NS;
         sok = !gpu->state_copy(bg, sg2, sg, p2, &e);
-        lily_draw g1 = {0.8f, 50, 0.9f, 0.0f, V - 2, hb[NS - 1], 99, 0};
+        lily_draw g1 = {.temperature = 0.8f,
+                        .top_k = 50,
+                        .top_p = 0.9f,
+                        .n_ids = V - 2,
+                        .ban_id = hb[NS - 1],
+                        .seed = 99};
         int32_t x = 5 % V, y = x, dx, dy;
         int match = 1, inside = 1;
         for (int i = 0; i < NS && sok; i++, p2++) {

@@ -11,7 +11,10 @@
  * graph must draw afresh on every replay; and the GPU must draw what lily_draw_pick (the CPU
  * backend's draw, cpu/draw.h) draws at the same step, token for token (their expf may round a
  * weight differently at a boundary: at most 1 draw in 200 may differ). lily_draw_pick itself is
- * checked on the host against the reference set and its probabilities. The host checks run in every build (a CPU-only build
+ * checked on the host against the reference set and its probabilities. A grammar's mask
+ * (lily_draw.allow, lily_cuda_sampling.mask): the same checks with the masked ids out of the
+ * reference set, lily_draw_pick's masked draw equal to its draw from the logits with those ids at
+ * -inf, and an empty mask giving -1, on the host and the GPU. The host checks run in every build (a CPU-only build
  * then skips the GPU part with 77, unless they fail). LILY_CUDA_TIME=1 times one call at 248320
  * logits; LILY_CUDA_SAN=1 (compute-sanitizer) stops the vocabularies at 4099 and draws 10x fewer,
  * LILY_CUDA_SAN=2 (racecheck, ~100x slower a launch) draws 4 tokens a setting, no chi-square.
@@ -37,6 +40,11 @@ static int cand_cmp(const void *a, const void *b) { /* larger logit first, then 
     return p->id < q->id ? -1 : p->id > q->id;
 }
 
+/* id i is outside c's mask (a grammar's allowed ids) */
+static int masked_out(const lily_cuda_sampling *c, int i) {
+    return c->mask && (i >= c->n_allow || !(c->mask[i >> 5] >> (i & 31) & 1));
+}
+
 /* The drawable ids in the total order and their probabilities; returns how many. */
 static int ref_set(const float *l, int V, const lily_cuda_sampling *c, int32_t *ids, double *p) {
     cand *cs = malloc((size_t)V * sizeof *cs);
@@ -46,7 +54,7 @@ static int ref_set(const float *l, int V, const lily_cuda_sampling *c, int32_t *
         float x = l[i];
         if (isnan(x) || x == -INFINITY) continue;
         if (x == INFINITY) x = FLT_MAX;
-        if ((c->n_ids > 0 && i >= c->n_ids) || i == c->ban_id) continue;
+        if ((c->n_ids > 0 && i >= c->n_ids) || i == c->ban_id || masked_out(c, i)) continue;
         cs[n++] = (cand){x, i};
     }
     qsort(cs, (size_t)n, sizeof *cs, cand_cmp);
@@ -110,12 +118,12 @@ static void make_logits(float *l, int V, float scale, int nan_pm, int ninf_pm, i
 
 static const lily_cuda_sampling k_cfgs[] = {
     /* T, top_k, top_p, min_p, n_ids, ban, seed (n_ids / ban filled per vocabulary) */
-    {0.0f, 0, 1.0f, 0.0f, 0, -1, 1},   {1.0f, 0, 1.0f, 0.0f, 0, -1, 2},
-    {0.7f, 0, 0.8f, 0.0f, 0, -1, 3},   {0.6f, 20, 0.95f, 0.0f, 0, -1, 4},
-    {1.0f, 0, 1.0f, 0.05f, 0, -1, 5},  {1.3f, 50, 1.0f, 0.0f, 0, -1, 6},
-    {0.8f, 40, 0.9f, 0.02f, 0, -1, 7}, {1.0f, 0, 1.0f, 1.5f, 0, -1, 8},
-    {1.0f, 1, 1.0f, 0.0f, 0, -1, 9},   {2.0f, 0, 0.3f, 0.0f, 0, -1, 10},
-    {0.2f, 7, 0.5f, 0.3f, 0, -1, 11},
+    {0.0f, 0, 1.0f, 0.0f, 0, -1, 1, NULL, 0},   {1.0f, 0, 1.0f, 0.0f, 0, -1, 2, NULL, 0},
+    {0.7f, 0, 0.8f, 0.0f, 0, -1, 3, NULL, 0},   {0.6f, 20, 0.95f, 0.0f, 0, -1, 4, NULL, 0},
+    {1.0f, 0, 1.0f, 0.05f, 0, -1, 5, NULL, 0},  {1.3f, 50, 1.0f, 0.0f, 0, -1, 6, NULL, 0},
+    {0.8f, 40, 0.9f, 0.02f, 0, -1, 7, NULL, 0}, {1.0f, 0, 1.0f, 1.5f, 0, -1, 8, NULL, 0},
+    {1.0f, 1, 1.0f, 0.0f, 0, -1, 9, NULL, 0},   {2.0f, 0, 0.3f, 0.0f, 0, -1, 10, NULL, 0},
+    {0.2f, 7, 0.5f, 0.3f, 0, -1, 11, NULL, 0},
 };
 enum { NCFG = sizeof k_cfgs / sizeof k_cfgs[0] };
 
@@ -127,8 +135,16 @@ static void cfg_str(const lily_cuda_sampling *c, char *b, size_t n) {
 /* ---- host: the reference against the CPU sampler and the CPU draw ---------------------------- */
 
 static lily_draw as_draw(const lily_cuda_sampling *c, uint64_t step) {
-    return (lily_draw){c->temperature, c->top_k,  c->top_p, c->min_p,
-                       c->n_ids,       c->ban_id, c->seed,  step};
+    return (lily_draw){.temperature = c->temperature,
+                       .top_k = c->top_k,
+                       .top_p = c->top_p,
+                       .min_p = c->min_p,
+                       .n_ids = c->n_ids,
+                       .ban_id = c->ban_id,
+                       .seed = c->seed,
+                       .step = step,
+                       .allow = c->mask, /* a host pointer in the host checks */
+                       .n_allow = c->n_allow};
 }
 
 /* The race of sample.h over the reference set, plainly: every survivor's Gumbel computed */
@@ -139,7 +155,9 @@ static int32_t full_race(const float *l, int V, const lily_cuda_sampling *c, uin
     float maxl = -INFINITY;
     for (int i = 0; i < V; i++) {
         float x = l[i] == INFINITY ? FLT_MAX : l[i];
-        if (!isnan(x) && (c->n_ids <= 0 || i < c->n_ids) && i != c->ban_id && x > maxl) maxl = x;
+        if (!isnan(x) && (c->n_ids <= 0 || i < c->n_ids) && i != c->ban_id && !masked_out(c, i) &&
+            x > maxl)
+            maxl = x;
     }
     const float inv_t = (float)(1.0 / (double)c->temperature);
     uint64_t best = 0;
@@ -206,6 +224,53 @@ static void cpu_draws_in_set(const float *l, int V, const lily_cuda_sampling *c,
     free(ids), free(p), free(keys), free(cnt);
 }
 
+/* a random mask over n ids, about pm permille of them allowed (never none) */
+static void make_mask(uint32_t *m, int n, int pm) {
+    memset(m, 0, ((size_t)n + 31) / 32 * 4);
+    for (int i = 0; i < n; i++)
+        if ((int)(pt_rnd() % 1000) < pm) m[i >> 5] |= 1u << (i & 31);
+    m[(n - 1) >> 5] |= 1u << ((n - 1) & 31);
+}
+
+/* A grammar's mask in lily_draw_pick: every setting's draws lie in the masked reference set,
+ * and each draw is the one lily_draw_pick makes from the logits with the masked ids at -inf
+ * (the host sampler's way, gen.c), at every step; a mask that leaves nothing drawable gives -1. */
+static void check_cpu_mask(float *l) {
+    static const int Vs[] = {7, 1000, 5003};
+    lily_draw_cand *keys = malloc(5003 * sizeof *keys);
+    float *inf = malloc(5003 * sizeof *inf);
+    uint32_t mask[(5003 + 31) / 32];
+    for (int v = 0; v < 3; v++) {
+        const int V = Vs[v], na = V > 7 ? V - 5 : V; /* ids >= n_allow masked too */
+        make_logits(l, V, 3.0f, V > 7 ? 2 : 0, V > 7 ? 2 : 0, 0);
+        make_mask(mask, na, v == 2 ? 30 : 500);
+        for (int i = 0; i < V; i++)
+            inf[i] = i < na && (mask[i >> 5] >> (i & 31) & 1) ? l[i] : -INFINITY;
+        for (int k = 0; k < NCFG; k++) {
+            lily_cuda_sampling c = k_cfgs[k];
+            c.ban_id = k == 3 ? 3 : -1;
+            c.mask = mask, c.n_allow = na;
+            cpu_draws_in_set(l, V, &c, 100, "masked", 0);
+            lily_cuda_sampling u = c;
+            u.mask = NULL, u.n_allow = 0;
+            int same = 1;
+            for (int st = 0; st < 100; st++) {
+                lily_draw dm = as_draw(&c, (uint64_t)st), du = as_draw(&u, (uint64_t)st);
+                same = same && lily_draw_pick(l, V, &dm, keys) == lily_draw_pick(inf, V, &du, keys);
+            }
+            char b[160], w[300];
+            cfg_str(&c, b, sizeof b);
+            snprintf(w, sizeof w, "cpu draw V=%d %s: masked = the masked ids at -inf, 100 steps", V,
+                     b);
+            pt_check_true(w, same);
+        }
+    }
+    memset(mask, 0, sizeof mask);
+    lily_draw d = {.temperature = 1.0f, .top_p = 1.0f, .ban_id = -1, .allow = mask, .n_allow = 7};
+    pt_check_true("cpu draw: an empty mask gives -1", lily_draw_pick(l, 7, &d, keys) == -1);
+    free(keys), free(inf);
+}
+
 static void check_cpu_draw(void) {
     const int V = 5003;
     float *l = malloc(V * sizeof *l);
@@ -219,28 +284,29 @@ static void check_cpu_draw(void) {
         const int VL = 248320;
         float *ll = malloc((size_t)VL * sizeof *ll);
         make_logits(ll, VL, 4.0f, 1, 1, 0);
-        lily_cuda_sampling cl = {1.0f, 0, 1.0f, 0.0f, VL - 3, 17, 41};
+        lily_cuda_sampling cl = {1.0f, 0, 1.0f, 0.0f, VL - 3, 17, 41, NULL, 0};
         cpu_draws_in_set(ll, VL, &cl, 20, "draws", 0);
         cl.temperature = 0.8f, cl.top_p = 0.95f;
         cpu_draws_in_set(ll, VL, &cl, 20, "draws", 0);
         free(ll);
     }
     make_logits(l, 1000, 1.5f, 0, 0, 0);
-    lily_cuda_sampling c1 = {1.0f, 30, 1.0f, 0.0f, 0, -1, 42};
+    lily_cuda_sampling c1 = {1.0f, 30, 1.0f, 0.0f, 0, -1, 42, NULL, 0};
     cpu_draws_in_set(l, 1000, &c1, 8000, "distribution", 1);
-    lily_cuda_sampling c2 = {0.7f, 0, 0.6f, 0.0f, 0, -1, 43};
+    lily_cuda_sampling c2 = {0.7f, 0, 0.6f, 0.0f, 0, -1, 43, NULL, 0};
     cpu_draws_in_set(l, 1000, &c2, 8000, "distribution", 1);
-    lily_cuda_sampling c3 = {1.5f, 0, 1.0f, 0.1f, 0, 5, 44};
+    lily_cuda_sampling c3 = {1.5f, 0, 1.0f, 0.1f, 0, 5, 44, NULL, 0};
     cpu_draws_in_set(l, 1000, &c3, 8000, "distribution", 1);
     const float a[7] = {2, 2, 2, 1, 1, 0, -1};
-    lily_cuda_sampling ck = {1.0f, 2, 1.0f, 0.0f, 0, -1, 50}; /* top-k 2 of three equal */
+    lily_cuda_sampling ck = {1.0f, 2, 1.0f, 0.0f, 0, -1, 50, NULL, 0}; /* top-k 2 of three equal */
     cpu_draws_in_set(a, 7, &ck, 400, "tied top-k", 1);
     float b[10];
     for (int i = 0; i < 10; i++)
         b[i] = 0.5f;
-    lily_cuda_sampling cp = {1.0f, 0, 0.35f, 0.0f, 0, -1, 51}; /* top-p: 4 of 10 equal */
+    lily_cuda_sampling cp = {1.0f, 0, 0.35f, 0.0f, 0, -1, 51, NULL, 0}; /* top-p: 4 of 10 equal */
     cpu_draws_in_set(b, 10, &cp, 800, "tied top-p", 1);
-    lily_cuda_sampling ci = {1.0f, 0, 1.0f, 0.0f, 0, -1, 52}; /* +inf: only the infinities */
+    lily_cuda_sampling ci = {1.0f, 0,  1.0f, 0.0f, 0,
+                             -1,   52, NULL, 0}; /* +inf: only the infinities */
     float f[9] = {1, INFINITY, 3, NAN, INFINITY, -INFINITY, 2, 0, 5};
     cpu_draws_in_set(f, 9, &ci, 400, "+inf logits", 1);
     /* nothing drawable: -1 */
@@ -251,9 +317,10 @@ static void check_cpu_draw(void) {
         lily_draw d = as_draw(&k_cfgs[k], 0);
         ok = ok && lily_draw_pick(z, 5, &d, keys) == -1;
     }
-    lily_draw d1 = {1.0f, 0, 1.0f, 0.0f, 0, 0, 1, 0};
+    lily_draw d1 = {.temperature = 1.0f, .top_p = 1.0f, .ban_id = 0, .seed = 1};
     ok = ok && lily_draw_pick(b, 1, &d1, keys) == -1;
     pt_check_true("cpu draw: all NaN / -inf, or the only id banned: -1", ok);
+    check_cpu_mask(l);
     free(l);
 }
 
@@ -295,6 +362,7 @@ typedef struct {
     uint64_t *step;
     void *scr;
     int32_t *out;
+    uint32_t *mask; /* [248320 / 32] device words for a cfg's mask */
     cudaStream_t st;
 } dev;
 
@@ -311,8 +379,14 @@ static int draw(dev *d, int32_t *tok) {
     }
     return 0;
 }
+/* c's mask, when it has one, is a host pointer: uploaded, the device's cfg points at the copy */
 static void set_cfg(dev *d, const lily_cuda_sampling *c) {
-    cudaMemcpy(d->cfg, c, sizeof *c, cudaMemcpyHostToDevice);
+    lily_cuda_sampling dc = *c;
+    if (c->mask) {
+        cudaMemcpy(d->mask, c->mask, ((size_t)c->n_allow + 31) / 32 * 4, cudaMemcpyHostToDevice);
+        dc.mask = d->mask;
+    }
+    cudaMemcpy(d->cfg, &dc, sizeof dc, cudaMemcpyHostToDevice);
 }
 static void set_step(dev *d, uint64_t s) {
     cudaMemcpy(d->step, &s, 8, cudaMemcpyHostToDevice);
@@ -404,6 +478,7 @@ int main(void) {
     d.step = pt_dalloc(8);
     d.scr = pt_dalloc(lily_cuda_sample_scratch_bytes());
     d.out = pt_dalloc(4);
+    d.mask = pt_dalloc((248320 + 31) / 32 * 4);
     cudaStreamCreate(&d.st);
     set_step(&d, 0);
 
@@ -423,16 +498,45 @@ int main(void) {
         }
     }
 
+    /* a grammar's mask: draws in the masked reference set, lily_draw_pick's tokens */
+    {
+        static const int Vm[] = {7, 4099, 248320};
+        uint32_t *mask = malloc((248320 + 31) / 32 * 4);
+        for (int v = 0; v < 3; v++) {
+            const int V = Vm[v], na = V > 7 ? V - 9 : V;
+            make_logits(l, V, 3.0f, V > 7 ? 3 : 0, V > 7 ? 3 : 0, 0);
+            make_mask(mask, na, V == 248320 ? 5 : 300);
+            set_logits(&d, l, V);
+            for (int k = 0; k < NCFG; k++) {
+                lily_cuda_sampling c = k_cfgs[k];
+                c.mask = mask, c.n_allow = na;
+                if (V == 248320) c.n_ids = V - 3, c.ban_id = 17;
+                draws_in_set(&d, l, &c, V == 248320 ? 40 : 200, "masked", 0);
+            }
+        }
+        make_logits(l, 1000, 1.5f, 0, 0, 0);
+        make_mask(mask, 1000, 200);
+        set_logits(&d, l, 1000);
+        lily_cuda_sampling cm = {0.9f, 0, 0.8f, 0.0f, 0, -1, 61, mask, 1000};
+        draws_in_set(&d, l, &cm, nd, "masked distribution", 1);
+        memset(mask, 0, 32 * 4);
+        lily_cuda_sampling ce = {1.0f, 0, 1.0f, 0.0f, 0, -1, 62, mask, 1000};
+        int32_t t = 0;
+        set_cfg(&d, &ce);
+        pt_check_true("an empty mask: -1", draw(&d, &t) == 0 && t == -1);
+        free(mask);
+    }
+
     /* distributions: small sets, many draws */
     {
         const int V = 1000;
         make_logits(l, V, 1.5f, 0, 0, 0);
         set_logits(&d, l, V);
-        lily_cuda_sampling c1 = {1.0f, 30, 1.0f, 0.0f, 0, -1, 42};
+        lily_cuda_sampling c1 = {1.0f, 30, 1.0f, 0.0f, 0, -1, 42, NULL, 0};
         draws_in_set(&d, l, &c1, nd, "distribution", 1);
-        lily_cuda_sampling c2 = {0.7f, 0, 0.6f, 0.0f, 0, -1, 43};
+        lily_cuda_sampling c2 = {0.7f, 0, 0.6f, 0.0f, 0, -1, 43, NULL, 0};
         draws_in_set(&d, l, &c2, nd, "distribution", 1);
-        lily_cuda_sampling c3 = {1.5f, 0, 1.0f, 0.1f, 0, 5, 44};
+        lily_cuda_sampling c3 = {1.5f, 0, 1.0f, 0.1f, 0, 5, 44, NULL, 0};
         draws_in_set(&d, l, &c3, nd, "distribution", 1);
     }
 
@@ -440,19 +544,22 @@ int main(void) {
     {
         const float a[7] = {2, 2, 2, 1, 1, 0, -1};
         set_logits(&d, a, 7);
-        lily_cuda_sampling c = {1.0f, 2, 1.0f, 0.0f, 0, -1, 50}; /* top-k 2 of three equal */
+        lily_cuda_sampling c = {1.0f, 2,  1.0f, 0.0f, 0,
+                                -1,   50, NULL, 0}; /* top-k 2 of three equal */
         draws_in_set(&d, a, &c, 400, "tied top-k", 1);
         float b[10];
         for (int i = 0; i < 10; i++)
             b[i] = 0.5f;
         set_logits(&d, b, 10);
-        lily_cuda_sampling c2 = {1.0f, 0, 0.35f, 0.0f, 0, -1, 51}; /* top-p: 4 of 10 equal */
+        lily_cuda_sampling c2 = {1.0f, 0,  0.35f, 0.0f, 0,
+                                 -1,   51, NULL,  0}; /* top-p: 4 of 10 equal */
         int32_t ids[10];
         double p[10];
         int m = ref_set(b, 10, &c2, ids, p);
         pt_check_true("tied top-p: the reference keeps ids 0..3", m == 4 && ids[3] == 3);
         draws_in_set(&d, b, &c2, 800, "tied top-p", 1);
-        lily_cuda_sampling c3 = {1.0f, 0, 1.0f, 0.0f, 0, -1, 52}; /* +inf: only the infinities */
+        lily_cuda_sampling c3 = {1.0f, 0,  1.0f, 0.0f, 0,
+                                 -1,   52, NULL, 0}; /* +inf: only the infinities */
         float f[9] = {1, INFINITY, 3, NAN, INFINITY, -INFINITY, 2, 0, 5};
         set_logits(&d, f, 9);
         draws_in_set(&d, f, &c3, 400, "+inf logits", 1);
@@ -471,7 +578,7 @@ int main(void) {
         }
         float one = 1.0f;
         set_logits(&d, &one, 1);
-        lily_cuda_sampling c = {1.0f, 0, 1.0f, 0.0f, 0, 0, 1}; /* the only id banned */
+        lily_cuda_sampling c = {1.0f, 0, 1.0f, 0.0f, 0, 0, 1, NULL, 0}; /* the only id banned */
         int32_t t = 0;
         set_cfg(&d, &c);
         ok = ok && draw(&d, &t) == 0 && t == -1;
@@ -483,7 +590,7 @@ int main(void) {
         const int V = san ? 4099 : 248320;
         make_logits(l, V, 1.0f, 0, 0, 0);
         set_logits(&d, l, V);
-        lily_cuda_sampling c = {1.0f, 0, 0.9f, 0.0f, 0, -1, 1234};
+        lily_cuda_sampling c = {1.0f, 0, 0.9f, 0.0f, 0, -1, 1234, NULL, 0};
         set_cfg(&d, &c);
         int32_t a[8], b[8];
         int ok = 1, differ = 0;
@@ -533,7 +640,7 @@ int main(void) {
     }
     cudaStreamDestroy(d.st);
     lily_cuda_free(d.l), lily_cuda_free(d.cfg), lily_cuda_free(d.step), lily_cuda_free(d.scr);
-    lily_cuda_free(d.out);
+    lily_cuda_free(d.out), lily_cuda_free(d.mask);
     free(l);
     return pt_finish();
 #endif

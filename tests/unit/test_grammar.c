@@ -1,7 +1,9 @@
 /* The grammar engine on hand-written text: json_object and JSON Schema grammars accept the JSON
  * they should and reject the rest (byte by byte through lily_gmatch_accept_bytes), unsupported
  * schemas fail with a message naming the construct, and the matcher's rollback and copy give
- * back the same state. */
+ * back the same state. Integer bounds (minimum, maximum and their exclusive forms): integers near
+ * each bound and random ones of every length are accepted exactly when inside, on fixed and
+ * random bounds of both signs. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -222,6 +224,101 @@ static void test_errors(void) {
     expect_error(deep, "deeper");
 }
 
+/* ---- integer bounds --------------------------------------------------------------------------- */
+
+static uint64_t g_rng = 0x853C49E6748FEA9Bull;
+static uint64_t rnd64(void) {
+    g_rng ^= g_rng << 13;
+    g_rng ^= g_rng >> 7;
+    g_rng ^= g_rng << 17;
+    return g_rng;
+}
+
+#define LIM 9999999999999999LL
+
+/* a magnitude of 1..16 random digits */
+static long long rnd_mag(void) {
+    long long m = 0;
+    const int d = 1 + (int)(rnd64() % 16);
+    for (int i = 0; i < d; i++)
+        m = m * 10 + (long long)(rnd64() % 10);
+    return m;
+}
+
+/* integers near each bound, and random ones of every length, accepted iff in [lo, hi] */
+static void int_bounds_case(const char *kw_lo, double blo, const char *kw_hi, double bhi,
+                            long long lo, long long hi) {
+    char text[256];
+    size_t n = (size_t)snprintf(text, sizeof text, "{\"type\":\"integer\"");
+    if (kw_lo) n += (size_t)snprintf(text + n, sizeof text - n, ",\"%s\":%.17g", kw_lo, blo);
+    if (kw_hi) n += (size_t)snprintf(text + n, sizeof text - n, ",\"%s\":%.17g", kw_hi, bhi);
+    snprintf(text + n, sizeof text - n, "}");
+    lily_grammar *g = schema(text);
+    if (!g) return;
+    int bad = 0, tried = 0;
+    long long first_bad = 0;
+    for (int k = 0; k < 260; k++) {
+        long long v = k < 60    ? lo - 30 + k
+                      : k < 120 ? hi - 30 + (k - 60)
+                      : k < 130 ? (long long)(k - 125)
+                                : (rnd64() & 1 ? -1 : 1) * rnd_mag();
+        if (v < -LIM || v > LIM) continue;
+        char num[32];
+        snprintf(num, sizeof num, "%lld", v);
+        tried++;
+        if (accepts(g, num) != (v >= lo && v <= hi)) bad++, first_bad = v;
+    }
+    /* never a leading zero, "-0" or "+" */
+    const int zero_in = lo <= 0 && hi >= 0, seven_in = lo <= 7 && hi >= 7;
+    int forms = !accepts(g, "-0") && !accepts(g, "007") && !accepts(g, "+7") &&
+                accepts(g, "0") == zero_in && accepts(g, "7") == seven_in;
+    CHECK(bad == 0 && forms, "%s: [%lld, %lld]: %d of %d integers misjudged (e.g. %lld)%s", text,
+          lo, hi, bad, tried, first_bad, forms ? "" : ", or a bad form accepted");
+    lily_grammar_free(g);
+}
+
+static void test_int_bounds(void) {
+    int_bounds_case("minimum", 3, NULL, 0, 3, LIM);
+    int_bounds_case(NULL, 0, "maximum", -5, -LIM, -5);
+    int_bounds_case("minimum", -17, "maximum", 42, -17, 42);
+    int_bounds_case("minimum", 0, "maximum", 0, 0, 0);
+    int_bounds_case("minimum", -1, "maximum", -1, -1, -1);
+    int_bounds_case("minimum", 10, "maximum", 99, 10, 99);
+    int_bounds_case("minimum", 100, "maximum", 1000, 100, 1000);
+    int_bounds_case("minimum", -1000, "maximum", -100, -1000, -100);
+    int_bounds_case("minimum", 1, "maximum", (double)LIM, 1, LIM);
+    int_bounds_case("minimum", 123456, "maximum", 7890123, 123456, 7890123);
+    int_bounds_case("exclusiveMinimum", 2.5, "exclusiveMaximum", 9, 3, 8);
+    int_bounds_case("minimum", 2.5, "maximum", 9.5, 3, 9);
+    int_bounds_case("exclusiveMinimum", -3, "maximum", 19999, -2, 19999);
+    for (int i = 0; i < 30; i++) { /* random bounds, both signs, every length */
+        long long a = (rnd64() & 1 ? -1 : 1) * rnd_mag(), b = (rnd64() & 1 ? -1 : 1) * rnd_mag();
+        if (a > b) {
+            long long t = a;
+            a = b, b = t;
+        }
+        if ((double)a != (double)(long long)(double)a || (double)b != (double)(long long)(double)b)
+            continue; /* bounds that a double does not hold exactly */
+        int_bounds_case("minimum", (double)a, "maximum", (double)b, a, b);
+    }
+    /* inside objects, and the errors */
+    const char *obj = "{\"type\":\"object\",\"properties\":{\"n\":{\"type\":\"integer\","
+                      "\"minimum\":1,\"maximum\":12}},\"required\":[\"n\"]}";
+    run_case("bounded member", schema(obj), L("{\"n\":1}", "{\"n\":12}", "{\"n\": 7}"),
+             L("{\"n\":0}", "{\"n\":13}", "{\"n\":-1}", "{\"n\":120}"));
+    run_case("date: the calendar", schema("{\"type\":\"string\",\"format\":\"date\"}"),
+             L("\"2024-02-29\"", "\"2000-02-29\"", "\"0000-02-29\"", "\"1904-02-29\"",
+               "\"1900-02-28\"", "\"2023-04-30\"", "\"2023-12-31\"", "\"2023-01-01\""),
+             L("\"2023-02-29\"", "\"1900-02-29\"", "\"2023-04-31\"", "\"2023-13-01\"",
+               "\"2023-00-10\"", "\"2023-01-00\"", "\"2023-06-31\"", "\"2023-02-30\""));
+    run_case("number exponent", schema("{\"type\":\"number\"}"), L("1e99", "-2.5E-12", "7"),
+             L("1e999", "1e100", "2E+123")); /* every number a finite double */
+    expect_error("{\"type\":\"integer\",\"minimum\":5,\"maximum\":4}", "no integer");
+    expect_error("{\"type\":\"integer\",\"minimum\":\"3\"}", "minimum");
+    expect_error("{\"minimum\":3}", "minimum");
+    expect_error("{\"type\":\"integer\",\"minimum\":1e17}", "16");
+}
+
 static void test_rollback_copy(void) {
     lily_grammar *g;
     lily_err e;
@@ -281,6 +378,7 @@ int main(void) {
     test_json_object();
     test_schemas();
     test_errors();
+    test_int_bounds();
     test_rollback_copy();
     lily_token_trie_free(g_trie);
     printf("%d passed, %d failed\n", n_pass, n_fail);

@@ -564,7 +564,8 @@ static void test_adjust_then_draw(void) {
                 cnt += acc[k] == id;
             if (cnt) w[id] -= 0.4f + 0.25f * (float)cnt;
         }
-        lily_draw dd = {p.temperature, p.top_k, p.top_p, p.min_p, 0, -1, p.seed, (uint64_t)i};
+        lily_draw dd = {p.temperature, p.top_k,     p.top_p, p.min_p, 0, -1,
+                        p.seed,        (uint64_t)i, NULL,    0};
         same += t == lily_draw_pick(w, V, &dd, scr);
         acc[i] = t;
         lily_sampler_accept(s, t);

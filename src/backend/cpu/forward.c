@@ -117,6 +117,7 @@ static int cpu_draw_enqueue(lily_backend *b, lily_bstate *s, int32_t token, int 
     lily_cpu_drawq *q = s->dq;
     if (q->unread >= LILY_DRAW_AHEAD)
         return lily_fail(e, "%d draws are already waiting to be read", q->unread);
+    if (lily_draw_mask_check(d, V, q->unread, e)) return -1; /* the mask is used at once */
     /* token < 0: the previous draw, clamped as the device clamps a failed one (reported when it
      * is read) */
     const int32_t t = token >= 0 ? token : q->last >= 0 ? q->last : 0;

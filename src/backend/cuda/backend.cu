@@ -32,6 +32,7 @@
 
 extern "C" {
 #include "backend/backend.h"
+#include "backend/draw.h"
 }
 
 namespace {
@@ -104,6 +105,10 @@ struct lily_bstate {
     int32_t *d_last, *h_draw;
     cudaEvent_t draw_ev[LILY_DRAW_AHEAD];
     unsigned n_enq, n_read;
+    /* a masked draw's allowed ids (lily_draw.allow), made on the first one: a pinned copy the
+     * upload reads (rewritten only once every draw of s is read, so its last upload is done) and
+     * the device words the sampler reads; [vocab / 32 rounded up] each */
+    uint32_t *h_mask, *d_mask;
 };
 
 namespace {
@@ -484,6 +489,8 @@ void cu_state_free(lily_backend *b, lily_bstate *s) {
             cudaEventDestroy(s->draw_ev[i]);
         cudaFreeHost(s->h_draw);
     }
+    if (s->h_mask) cudaFreeHost(s->h_mask);
+    lily_cuda_free(s->d_mask);
     lily_cuda_free(s->d_last);
     free(s);
 }
@@ -877,6 +884,30 @@ int draw_init(lily_bstate *s, lily_err *e) {
     return 0;
 }
 
+/* d's mask (lily_draw.allow) uploaded to s->d_mask on the stream, made on the first masked
+ * draw; *dev = the device copy, or NULL without a mask. The caller has checked that every draw
+ * of s is read (lily_draw_mask_check), so the pinned copy's previous upload is done. */
+int mask_upload(lily_backend *b, lily_bstate *s, const lily_draw *d, const uint32_t **dev,
+                lily_err *e) {
+    *dev = nullptr;
+    if (!d->allow) return 0;
+    const size_t cap = ((size_t)b->m->cfg.vocab + 31) / 32 * 4;
+    if (!s->h_mask) {
+        if (!(s->d_mask = (uint32_t *)lily_cuda_alloc(cap, e))) return -1;
+        if (cudaMallocHost((void **)&s->h_mask, cap) != cudaSuccess) {
+            s->h_mask = nullptr;
+            lily_cuda_free(s->d_mask);
+            s->d_mask = nullptr;
+            return lily_fail(e, "draw mask: %s", cudaGetErrorString(cudaGetLastError()));
+        }
+    }
+    const size_t bytes = ((size_t)d->n_allow + 31) / 32 * 4;
+    memcpy(s->h_mask, d->allow, bytes);
+    LILY_CU_TRY(cudaMemcpyAsync(s->d_mask, s->h_mask, bytes, cudaMemcpyHostToDevice, b->st), e);
+    *dev = s->d_mask;
+    return 0;
+}
+
 /* One decode step whose logits stay on the device, then the draw there, enqueued without a
  * wait: a launch sets the step's token (given, or the last draw, still on the device), position
  * and draw settings by value; the step's graph; the sampler's graph; the drawn token copied to
@@ -902,10 +933,14 @@ int cu_draw_enqueue(lily_backend *b, lily_bstate *s, int32_t token, int pos, con
             lily_fail(e, "draw: no earlier draw to consume");
             break;
         }
+        const uint32_t *d_mask;
+        if (lily_draw_mask_check(d, c->vocab, (int)(s->n_enq - s->n_read), e) ||
+            mask_upload(b, s, d, &d_mask, e))
+            break;
         if (!s->graph && capture_decode(b, s, e)) break;
         if (!b->smp_graph && capture_sample(b, e)) break;
-        lily_cuda_sampling cfg = {d->temperature, d->top_k,  d->top_p, d->min_p,
-                                  d->n_ids,       d->ban_id, d->seed};
+        lily_cuda_sampling cfg = {d->temperature, d->top_k, d->top_p, d->min_p,  d->n_ids,
+                                  d->ban_id,      d->seed,  d_mask,   d->n_allow};
         const unsigned slot = s->n_enq % LILY_DRAW_AHEAD;
         if (lily_cuda_draw_setup(b->d_tok, b->d_pos, s->d_last, token, pos, &b->smp_d->cfg, &cfg,
                                  &b->smp_d->step, d->step, b->st, e))
@@ -964,10 +999,21 @@ void cu_device_name(lily_backend *b, char *buf, size_t len) {
  * (measurements: bench/NOTES-cuda.md, "Moved from src comments"). The backend draws tokens
  * itself by default (sample.h). */
 extern "C" const lily_backend_ops lily_backend_cuda = {
-    "cuda",          8192,           1,
-    cu_open,         cu_close,       cu_state_create,
-    cu_state_free,   cu_state_reset, cu_state_copy,
-    cu_state_bytes,  cu_forward,     cu_decode_greedy,
-    cu_draw_enqueue, cu_draw_next,   cu_draw_discard,
+    "cuda",
+    8192,
+    1,
+    cu_open,
+    cu_close,
+    cu_state_create,
+    cu_state_free,
+    cu_state_reset,
+    cu_state_copy,
+    cu_state_bytes,
+    cu_forward,
+    nullptr, /* forward_rows: the engine loops over forward */
+    cu_decode_greedy,
+    cu_draw_enqueue,
+    cu_draw_next,
+    cu_draw_discard,
     cu_device_name,
 };

@@ -55,7 +55,8 @@ __device__ __forceinline__ bool usable(const float *__restrict__ l, int i,
     const uint32_t a = __float_as_uint(x) & 0x7fffffffu;
     if (a > 0x7f800000u || x == -INFINITY) return false; /* NaN counts as -inf */
     if (x == INFINITY) x = FLT_MAX;
-    return (c.n_ids <= 0 || i < c.n_ids) && i != c.ban_id;
+    if ((c.n_ids > 0 && i >= c.n_ids) || i == c.ban_id) return false;
+    return !c.mask || (i < c.n_allow && (__ldg(&c.mask[i >> 5]) >> (i & 31) & 1u));
 }
 
 __device__ u64 block_sum(u64 v) {

@@ -20,6 +20,10 @@
  *
  * The engine's draws (lily_session_decode_sample, lily_session_draw_enqueue) run it as a graph
  * after the decode step's graph, the drawn token copied into the next step's input slot.
+ *
+ * A grammar's mask (cfg.mask, device words uploaded per step by the caller) makes the ids it
+ * does not allow unusable, the same test as NaN or a banned id, in every pass: the chain then
+ * runs over the allowed ids as the CPU reference (backend/draw.h) does.
  */
 #ifndef LILY_BACKEND_CUDA_SAMPLE_H
 #define LILY_BACKEND_CUDA_SAMPLE_H
@@ -41,6 +45,10 @@ typedef struct lily_cuda_sampling {
     int n_ids;         /* ids >= n_ids are never drawn (padding rows); <= 0: none excluded */
     int ban_id;        /* an id never drawn, or -1 */
     uint64_t seed;
+    /* A grammar's mask (device memory, [ceil(n_allow / 32)] words) or NULL: only ids i < n_allow
+     * with bit i % 32 of mask[i / 32] set may be drawn, as if the others were -inf (draw.h). */
+    const uint32_t *mask;
+    int n_allow;
 } lily_cuda_sampling;
 
 /* Bytes of device scratch one call needs (a fixed size, whatever the vocabulary). */
@@ -48,7 +56,7 @@ size_t lily_cuda_sample_scratch_bytes(void);
 
 /* *d_out = the token drawn from logits[0..V) under *d_cfg (device memory) with the random numbers
  * of (d_cfg->seed, *d_step); then *d_step += 1. *d_out = -1 when no logit can be drawn (all NaN,
- * -inf, excluded or banned). scratch: lily_cuda_sample_scratch_bytes() of device memory. */
+ * -inf, excluded, banned or masked). scratch: lily_cuda_sample_scratch_bytes() of device memory. */
 int lily_cuda_sample(const float *logits, int V, const lily_cuda_sampling *d_cfg, uint64_t *d_step,
                      void *scratch, int32_t *d_out, lily_cuda_stream st, lily_err *e);
 
