@@ -1015,5 +1015,7 @@ extern "C" const lily_backend_ops lily_backend_cuda = {
     cu_draw_enqueue,
     cu_draw_next,
     cu_draw_discard,
+    nullptr, /* program: the CUDA backend does not run the step program yet */
+    nullptr, /* set_profile */
     cu_device_name,
 };
