@@ -686,6 +686,11 @@ int lily_gen_prefill_next(const lily_gen *g, int i) {
     return g->prefill_chunk > 0 && k > g->prefill_chunk ? g->prefill_chunk : k;
 }
 
+int lily_gen_prefill_left(const lily_gen *g, int i) {
+    const slot *s = &g->slots[i];
+    return s->phase == LILY_GEN_PREFILL ? s->r->n_prompt - s->n_hist : 0;
+}
+
 int lily_gen_step(lily_gen *g, const int *which, int n) {
     lily_session *ss[LILY_MAX_ROWS];
     int32_t ids[LILY_MAX_ROWS];

@@ -136,6 +136,8 @@ int lily_gen_begin(lily_gen *g, int slot, const lily_gen_req *r, lily_gen_result
 int lily_gen_prefill(lily_gen *g, int slot);
 /* The tokens the slot's next lily_gen_prefill call will compute (0: none). */
 int lily_gen_prefill_next(const lily_gen *g, int slot);
+/* The prompt tokens the slot has still to prefill (0: none). */
+int lily_gen_prefill_left(const lily_gen *g, int slot);
 /* One decode step: a token from each of the n slots (those in LILY_GEN_DECODE; the host-drawing
  * ones consume theirs in one lily_session_decode_rows call). Returns how many runs ended (their
  * slots are idle, their results filled). */

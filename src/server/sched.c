@@ -4,9 +4,9 @@
  * answered with 503 by the caller; so at most slots + queue requests are in the server.
  *
  * Each turn of the loop: jobs from the head of the FIFO take the idle slots (first come, first
- * served); then prefill chunks of the slots still prefilling, oldest first, up to prefill_chunk
- * tokens in all (the first chunk always runs: a chunk is at most that size), so a long prompt
- * holds up the others' decoding by one chunk at most; then one decode step takes a token from
+ * served); then prefill chunks of the slots still prefilling, fewest tokens left first, up to
+ * prefill_chunk tokens in all (the first chunk always runs: a chunk is at most that size), so a
+ * long prompt holds up the others' decoding by one chunk at most; then one decode step takes a token from
  * every decoding slot (lily_gen_step: one lily_session_decode_rows call for the slots that draw
  * on the host); the slots whose runs ended finish their answers and take the next jobs. */
 #include <stdio.h>
@@ -66,18 +66,23 @@ static void start(sched *c, lily_job *j) {
     pthread_mutex_unlock(&m->mu);
 }
 
-/* Prefill chunks of the prefilling slots, oldest first, within the step's token budget. */
+/* Prefill chunks within the step's token budget, for the slot with the fewest prompt tokens
+ * left first (oldest first among equals): a short prompt arriving behind a long one gets its
+ * first token after a chunk or two, not after the long prefill. */
 static void prefill(sched *c) {
     lily_gen *g = c->s->gen;
     int spent = 0;
-    for (int k = 0; k < c->n_busy; k++) {
-        const int slot = c->order[k];
-        while (lily_gen_slot_phase(g, slot) == LILY_GEN_PREFILL) {
-            const int next = lily_gen_prefill_next(g, slot);
-            if (spent && spent + next > c->s->prefill_chunk) return;
-            spent += lily_gen_prefill(g, slot);
-            if (spent >= c->s->prefill_chunk) return;
+    for (;;) {
+        int best = -1, best_left = 0;
+        for (int k = 0; k < c->n_busy; k++) {
+            const int left = lily_gen_prefill_left(g, c->order[k]);
+            if (left > 0 && (best < 0 || left < best_left)) best = c->order[k], best_left = left;
         }
+        if (best < 0) return;
+        const int next = lily_gen_prefill_next(g, best);
+        if (spent && spent + next > c->s->prefill_chunk) return;
+        spent += lily_gen_prefill(g, best);
+        if (spent >= c->s->prefill_chunk) return;
     }
 }
 
