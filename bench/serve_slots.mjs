@@ -26,20 +26,37 @@ async function stream(content, max_tokens, seed) {
 }
 
 const words = 'list copy move remove find grep sort uniq head tail'.split(' ');
-const promptOf = (k, seed) => Array.from({ length: k }, (_, i) => words[(i * 7 + seed) % 10]).join(' ');
+const promptOf = (k, seed) => `Request ${seed}: ` +
+  Array.from({ length: k }, (_, i) => words[(i * 7 + seed) % 10]).join(' ');
+async function steps() { /* the server's decode steps: rows and seconds */
+  const m = await (await fetch(`${base}/metrics`)).text();
+  const v = k => Number((m.match(new RegExp(`^lily_${k} (\\S+)`, 'm')) || [])[1]);
+  return { rows: v('decode_rows_total'), s: v('step_seconds_total'), n: v('decode_steps_total') };
+}
 
-console.log(`streams  aggregate tok/s (mean of ${R})  per-stream tok/s`);
-for (const n of [1, 2, 4, 8]) {
-  const agg = [];
-  for (let r = 0; r < R; r++) {
+await Promise.all(Array.from({ length: 8 }, (_, i) => stream(`Warm up ${i}.`, T, i))); /* warm-up */
+/* the stream counts alternate within each round, so a change in the machine's load falls on
+ * all of them alike */
+const NS = [1, 2, 4, 8], agg = {}, st = {};
+for (const n of NS) agg[n] = [], st[n] = { rows: 0, s: 0, n: 0 };
+for (let r = 0; r < R; r++) {
+  for (const n of r % 2 ? [...NS].reverse() : NS) {
+    const m0 = await steps();
     const runs = await Promise.all(Array.from({ length: n }, (_, i) =>
       stream(`Say something about ${words[i]}.`, T, 100 * r + i)));
+    const m1 = await steps();
     const t0 = Math.min(...runs.map(x => x.first)), t1 = Math.max(...runs.map(x => x.end));
     /* tokens after each stream's first, over the span every stream decoded in */
-    agg.push(runs.reduce((a, x) => a + x.n - 1, 0) / ((t1 - t0) / 1e3));
+    agg[n].push(runs.reduce((a, x) => a + x.n - 1, 0) / ((t1 - t0) / 1e3));
+    st[n].rows += m1.rows - m0.rows, st[n].s += m1.s - m0.s, st[n].n += m1.n - m0.n;
   }
-  const mean = agg.reduce((a, x) => a + x, 0) / R;
-  console.log(`${String(n).padStart(7)}  ${mean.toFixed(1).padStart(28)}  ${(mean / n).toFixed(1).padStart(16)}`);
+}
+console.log(`streams  aggregate tok/s (mean of ${R})  per-stream tok/s  in the steps: tok/s  ms/step`);
+for (const n of NS) {
+  const mean = agg[n].reduce((a, x) => a + x, 0) / R;
+  console.log(`${String(n).padStart(7)}  ${mean.toFixed(1).padStart(28)}  ` +
+    `${(mean / n).toFixed(1).padStart(16)}  ${(st[n].rows / st[n].s).toFixed(1).padStart(20)}  ` +
+    `${(1e3 * st[n].s / st[n].n).toFixed(2).padStart(7)}`);
 }
 
 /* TTFT of a P-word prompt: idle, then while 7 long streams decode */
