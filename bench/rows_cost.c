@@ -57,7 +57,8 @@ int main(int argc, char **argv) {
                 } else {
                     for (int i = 0; i < n; i++)
                         for (int t = 0; t < T; t++)
-                            if (lily_session_decode(ss[i], (int32_t)((7 * t + 131 * i + 1) % V), &e))
+                            if (lily_session_decode(ss[i], (int32_t)((7 * t + 131 * i + 1) % V),
+                                                    &e))
                                 return 1;
                 }
                 (rows ? tb : ta)[k] += now() - t0;
