@@ -4,7 +4,10 @@
  * penalties, a stop string, logprobs and a token budget, with more requests than slots, prompts
  * prefilled in chunks while other slots decode, and one run cancelled midway. Then the prefix
  * cache shared by the slots: a second conversation with the same system prompt, on another slot,
- * reuses the prefix the first one prefilled. On models/tiny-trained (skipped, 77, without it). */
+ * reuses the prefix the first one prefilled. Twice: sampling on the host (every slot in the
+ * rows step), and with the CPU backend's draw ops (LILY_SAMPLE_ON_BACKEND: the plain seeded
+ * requests keep their pipelined per-slot draws, as on CUDA, while the ones with penalties or
+ * logprobs go through the rows step). On models/tiny-trained (skipped, 77, without it). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -131,19 +134,16 @@ static void batched(lily_gen *g, int32_t **ids, const int *n, collect *c, lily_g
     printf("batched: %d requests on %d slots in %d steps\n", NREQ, lily_gen_slots(g), steps);
 }
 
-int main(void) {
-    if (access(MODEL "/model.safetensors", R_OK)) {
-        printf("skipped: no %s\n", MODEL);
-        return 77;
-    }
+static int run_all(lily_sample_on on) {
     lily_err e;
     lily_engine *eng;
     lily_tokenizer *tok;
-    lily_engine_opts eo = {.n_threads = 1};
+    lily_engine_opts eo = {.n_threads = 1, .sample_on = on};
     if (lily_engine_open(MODEL, &eo, &eng, &e) || lily_tokenizer_open(MODEL, &tok, &e)) {
         printf("open: %s\n", e.msg);
         return 1;
     }
+    printf("-- sampling on the %s\n", on == LILY_SAMPLE_ON_BACKEND ? "backend" : "host");
     int32_t *ids[NREQ];
     int n[NREQ];
     for (int i = 0; i < NREQ; i++)
@@ -157,6 +157,8 @@ int main(void) {
         return 1;
     }
     static collect ca[NREQ], cb[NREQ];
+    memset(ca, 0, sizeof ca);
+    memset(cb, 0, sizeof cb);
     lily_gen_result ra[NREQ], rb[NREQ];
     for (int i = 0; i < NREQ; i++) {
         if (i == 6) ca[i].cancel_after = 5;
@@ -230,6 +232,15 @@ int main(void) {
     lily_gen_free(gc);
     lily_tokenizer_free(tok);
     lily_engine_close(eng);
+    return 0;
+}
+
+int main(void) {
+    if (access(MODEL "/model.safetensors", R_OK)) {
+        printf("skipped: no %s\n", MODEL);
+        return 77;
+    }
+    if (run_all(LILY_SAMPLE_ON_HOST) || run_all(LILY_SAMPLE_ON_BACKEND)) return 1;
     printf("%d passed, %d failed\n", n_pass, n_fail);
     return n_fail ? 1 : 0;
 }
