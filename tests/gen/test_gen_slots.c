@@ -7,7 +7,8 @@
  * reuses the prefix the first one prefilled. Twice: sampling on the host (every slot in the
  * rows step), and with the CPU backend's draw ops (LILY_SAMPLE_ON_BACKEND: the plain seeded
  * requests keep their pipelined per-slot draws, as on CUDA, while the ones with penalties or
- * logprobs go through the rows step). On models/tiny-trained (skipped, 77, without it). */
+ * logprobs go through the rows step). On models/tiny-trained (skipped, 77, without it), with the
+ * CPU backend, or the CUDA one with LILY_TEST_BACKEND=cuda. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -134,11 +135,13 @@ static void batched(lily_gen *g, int32_t **ids, const int *n, collect *c, lily_g
     printf("batched: %d requests on %d slots in %d steps\n", NREQ, lily_gen_slots(g), steps);
 }
 
+static lily_backend_kind g_backend = LILY_BACKEND_CPU; /* LILY_TEST_BACKEND=cuda: CUDA */
+
 static int run_all(lily_sample_on on) {
     lily_err e;
     lily_engine *eng;
     lily_tokenizer *tok;
-    lily_engine_opts eo = {.n_threads = 1, .sample_on = on};
+    lily_engine_opts eo = {.backend = g_backend, .n_threads = 1, .sample_on = on};
     if (lily_engine_open(MODEL, &eo, &eng, &e) || lily_tokenizer_open(MODEL, &tok, &e)) {
         printf("open: %s\n", e.msg);
         return 1;
@@ -240,6 +243,9 @@ int main(void) {
         printf("skipped: no %s\n", MODEL);
         return 77;
     }
+    const char *be = getenv("LILY_TEST_BACKEND");
+    if (be && !strcmp(be, "cuda")) g_backend = LILY_BACKEND_CUDA;
+    printf("backend %s\n", g_backend == LILY_BACKEND_CUDA ? "cuda" : "cpu");
     if (run_all(LILY_SAMPLE_ON_HOST) || run_all(LILY_SAMPLE_ON_BACKEND)) return 1;
     printf("%d passed, %d failed\n", n_pass, n_fail);
     return n_fail ? 1 : 0;
