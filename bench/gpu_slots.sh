@@ -8,7 +8,7 @@
 #   bash bench/gpu_slots.sh prepare   # here: build with CUDA, pack lily, test_gen_slots and the
 #                                     # shared libraries into .devcarry-slots/slots.tar.xz
 #   bash bench/gpu_slots.sh run       # on the GPU machine, with .devcarry-slots carried
-# Needs curl and python3 there.
+# Needs curl and python3 there. A dry run here: GPU_SLOTS_BACKEND=cpu bash bench/gpu_slots.sh run.
 set -u
 mode=${1:-run}
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -44,8 +44,8 @@ exec > >(tee -a "$out/gpu_slots.log") 2>&1
 echo "== gpu_slots $(date -u +%FT%TZ), built from $(cat "$w/commit")"
 nvidia-smi --query-gpu=name --format=csv,noheader || true
 fails=0
-LILY_TEST_BACKEND=cuda "$w/bin/test_gen_slots" || fails=$((fails + 1))
-"$w/bin/lily" serve --model models/tiny-trained --backend cuda --port 0 --port-file "$w/port" \
+LILY_TEST_BACKEND=${GPU_SLOTS_BACKEND:-cuda} "$w/bin/test_gen_slots" || fails=$((fails + 1))
+"$w/bin/lily" serve --model models/tiny-trained --backend "${GPU_SLOTS_BACKEND:-cuda}" --port 0 --port-file "$w/port" \
     --parallel 4 --ctx 2048 >"$w/serve.log" 2>&1 &
 pid=$!
 for _ in $(seq 1 240); do
@@ -56,7 +56,6 @@ done
 python3 - "http://127.0.0.1:$(cat "$w/port")" <<'PY' || fails=$((fails + 1))
 import json, sys, threading, time, urllib.request
 base = sys.argv[1]
-ban = {"8166": -100, "8168": -100}
 def body(i):
     b = {"messages": [{"role": "user", "content": f"Tell me about command number {i}."}],
          "max_tokens": 200, "seed": 10 + i, "temperature": 0.8, "stream": True,
