@@ -23,7 +23,10 @@ static void usage(FILE *f) {
         "  --model-id ID         served model id (default: the directory name)\n"
         "  --strict-model        404 for requests naming another model\n"
         "  --ctx N               context per request (default min(model, 32768))\n"
-        "  --parallel-queue N    waiting requests before 503 (default 64)\n"
+        "  --parallel N          requests generating at once, 1..8 (default 4 on CUDA, 2 on\n"
+        "                        CPU); each slot holds a session of --ctx tokens\n"
+        "  --parallel-queue N    requests waiting for a slot before 503 (default 64)\n"
+        "  --prefill-chunk N     prompt tokens prefilled between two decode steps (256)\n"
         "  --max-body BYTES      request body limit, K/M suffix (default 32M)\n"
         "  --snapshot-mem MB     prefix-cache memory (default 2048)\n"
         "  --backend cpu|cuda    (default cpu)   --threads N\n" LILY_CLI_ENGINE_USAGE
@@ -136,6 +139,18 @@ int lily_cmd_serve(int argc, char **argv) {
          .lo = 2,
          .hi = INT_MAX,
          .help = "context per request"},
+        {.name = "--parallel",
+         .kind = LILY_ARG_INT,
+         .dst = &o.parallel,
+         .lo = 1,
+         .hi = 8,
+         .help = "requests generating at once"},
+        {.name = "--prefill-chunk",
+         .kind = LILY_ARG_INT,
+         .dst = &o.prefill_chunk,
+         .lo = 1,
+         .hi = INT_MAX,
+         .help = "prompt tokens between decode steps"},
         {.name = "--parallel-queue",
          .kind = LILY_ARG_INT,
          .dst = &o.queue,

@@ -1,14 +1,23 @@
-/* Generation over one engine session with prefix reuse: the part of a request that runs on the
+/* Generation over engine sessions with prefix reuse: the part of a request that runs on the
  * inference thread, shared by `lily serve`, `lily chat` and `lily run`.
  *
- * A lily_gen owns one session, the token history that session has consumed, and a prefix cache
- * of snapshots. lily_gen_run resumes from the longest reusable prefix (the live session when its
- * history is a prefix of the new prompt, else the longest cached snapshot), prefills the rest in
- * pieces that end at message boundaries (snapshots are taken there: after the system prompt, at
- * the start of the last two messages, and at the end of the prompt), then samples and decodes
- * until an end-of-turn token, a stop string, the token budget, the callback, or cancellation.
- * Decoded text is passed through the streaming detokenizer (no broken UTF-8) and the stop-string
- * holdback before it reaches the caller. Not thread-safe: one thread drives a lily_gen. */
+ * A lily_gen owns one or more slots (a session each, with the token history it has consumed) and
+ * one prefix cache of snapshots that all slots share. A run on a slot resumes from the longest
+ * reusable prefix (the slot's live session when its history is a prefix of the new prompt, else
+ * the longest cached snapshot, whichever slot took it), prefills the rest in pieces that end at
+ * message boundaries (snapshots are taken there: after the system prompt, at the start of the
+ * last two messages, and at the end of the prompt), then samples and decodes until an
+ * end-of-turn token, a stop string, the token budget, the callback, or cancellation. Decoded text
+ * is passed through the streaming detokenizer (no broken UTF-8) and the stop-string holdback
+ * before it reaches the caller.
+ *
+ * A run is a state machine: lily_gen_begin, then lily_gen_prefill calls (one piece or chunk
+ * each) while the slot is in LILY_GEN_PREFILL, then lily_gen_step calls while it is in
+ * LILY_GEN_DECODE; it ends back in LILY_GEN_IDLE with the result filled. lily_gen_step takes one
+ * token from every decoding slot it is given, and the slots that draw on the host consume theirs
+ * in one lily_session_decode_rows call; a slot that draws on the backend (CUDA) keeps its own
+ * pipelined draws and is stepped in turn. lily_gen_run is that loop for one request on slot 0.
+ * Not thread-safe: one thread drives a lily_gen and all its slots. */
 #ifndef LILY_GEN_GEN_H
 #define LILY_GEN_GEN_H
 
@@ -31,7 +40,11 @@ typedef struct lily_gen lily_gen;
 typedef struct lily_gen_opts {
     int max_ctx;        /* session context (0: LILY_GEN_DEFAULT_CTX); at most the model's */
     size_t cache_bytes; /* snapshot budget of the prefix cache (0 = no cache) */
+    int slots;          /* sessions (concurrent runs), 1..LILY_MAX_ROWS; 0 = 1 */
+    int prefill_chunk;  /* prompt tokens per lily_gen_prefill call at most; 0 = a whole piece */
 } lily_gen_opts;
+
+typedef enum { LILY_GEN_IDLE, LILY_GEN_PREFILL, LILY_GEN_DECODE } lily_gen_phase;
 
 /* Information about one sampled token. */
 typedef struct lily_gen_token {
@@ -103,16 +116,42 @@ int lily_gen_create(lily_engine *eng, lily_tokenizer *tok, const lily_gen_opts *
 void lily_gen_free(lily_gen *g);
 int lily_gen_max_ctx(const lily_gen *g);
 
-/* Runs one generation. Returns 0 (see res->finish, which is "error" with res->error on an
- * engine failure) — the request's own problems were checked before. */
+/* Runs one generation on slot 0, start to end. Returns 0 (see res->finish, which is "error" with
+ * res->error on an engine failure) — the request's own problems were checked before. */
 int lily_gen_run(lily_gen *g, const lily_gen_req *r, lily_gen_result *res);
 
-/* After the caller has delivered the answer: consume the end-of-turn token of the last run (if
- * it ended on one) and snapshot the end of the turn, so that a follow-up request that replays
- * this turn resumes after it. Cheap to skip. */
+/* ---- slots: the run as steps (a scheduler serving several requests) ---- */
+int lily_gen_slots(const lily_gen *g);
+lily_gen_phase lily_gen_slot_phase(const lily_gen *g, int slot);
+/* An idle slot for a run of prompt p[0..n): the one whose live session is the longest prefix of
+ * it, else the least recently used one; -1 when every slot is busy. */
+int lily_gen_pick(lily_gen *g, const int32_t *p, int n);
+/* Starts a run of r on an idle slot (r and res are borrowed until the slot is idle again).
+ * Reuses what it can (live session or snapshot); the slot is then in LILY_GEN_PREFILL, or in
+ * LILY_GEN_DECODE when the whole prompt was reused, or idle again with res->finish "error". */
+int lily_gen_begin(lily_gen *g, int slot, const lily_gen_req *r, lily_gen_result *res);
+/* Prefills the slot's next piece of prompt (at most opts.prefill_chunk tokens): the chunks
+ * depend on the prompt and the reused prefix only, never on other slots. Returns the tokens
+ * computed. The slot moves to LILY_GEN_DECODE after its last chunk, or to idle on cancellation
+ * or failure. */
+int lily_gen_prefill(lily_gen *g, int slot);
+/* The tokens the slot's next lily_gen_prefill call will compute (0: none). */
+int lily_gen_prefill_next(const lily_gen *g, int slot);
+/* The prompt tokens the slot has still to prefill (0: none). */
+int lily_gen_prefill_left(const lily_gen *g, int slot);
+/* One decode step: a token from each of the n slots (those in LILY_GEN_DECODE; the host-drawing
+ * ones consume theirs in one lily_session_decode_rows call). Returns how many runs ended (their
+ * slots are idle, their results filled). */
+int lily_gen_step(lily_gen *g, const int *slots, int n);
+/* After the caller has delivered the answer of the slot's last run: consume its end-of-turn
+ * token (if it ended on one) and snapshot the end of the turn, so that a follow-up request that
+ * replays this turn resumes after it. Cheap to skip. */
+void lily_gen_slot_finish_turn(lily_gen *g, int slot);
+
+/* lily_gen_slot_finish_turn of slot 0 (after lily_gen_run). */
 void lily_gen_finish_turn(lily_gen *g);
 
-/* Forgets the live session (the prefix cache is kept). */
+/* Forgets the live sessions of the idle slots (the prefix cache is kept). */
 void lily_gen_reset(lily_gen *g);
 
 /* Prefix-cache occupancy for metrics. */

@@ -160,6 +160,7 @@ static void log_reject(lily_srv *s, const struct sockaddr_storage *addr, double 
                            .method = method,
                            .path = path,
                            .status = status,
+                           .queue_s = -1,
                            .ttft_s = -1,
                            .total_s = now - t0};
     lily_reqlog_write(stderr, s->log_format, &x);

@@ -282,7 +282,7 @@ static enum MHD_Result get_route(lily_srv *s, struct MHD_Connection *c, route rt
         lily_sb_printf(&b,
                        "{\"status\":\"ok\",\"slots_idle\":%d,\"slots_processing\":%d,"
                        "\"queue_depth\":%d}",
-                       !busy, busy, q);
+                       s->slots - busy, busy, q);
         return send_sb(s, c, 200, &b);
     }
     if (rt == R_MODELS) {
@@ -819,6 +819,7 @@ static void completed(void *cls, struct MHD_Connection *c, void **con_cls,
                                .path = k->path,
                                .status = k->status,
                                .ttft_s = -1,
+                               .queue_s = -1,
                                .total_s = lily_now() - k->t0};
         if (toe != MHD_REQUEST_TERMINATED_COMPLETED_OK && x.status < 400)
             x.status = 499; /* the client closed the connection before the end */
@@ -830,6 +831,7 @@ static void completed(void *cls, struct MHD_Connection *c, void **con_cls,
             x.n_cached = j->cached_tokens;
             x.n_gen = j->n_gen;
             if (j->t_first > 0) x.ttft_s = j->t_first - k->t0;
+            x.queue_s = j->t_started > 0 && j->t_queued > 0 ? j->t_started - j->t_queued : -1;
             pthread_mutex_unlock(&j->mu);
         }
         lily_reqlog_write(stderr, s->log_format, &x);

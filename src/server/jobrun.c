@@ -10,9 +10,13 @@
 #include "gen/outparse.h"
 #include "server/srv.h"
 
-typedef struct run {
+typedef struct lily_run {
     lily_srv *s;
     lily_job *j;
+    int slot;       /* the generator's slot */
+    lily_gen_req g; /* the run's request and result (the generator borrows them) */
+    lily_gen_result res;
+    int n_tok; /* tokens generated so far (for the slot's metrics) */
     int chat, stream;
     lily_outparse *parser; /* chat with parsed reasoning; NULL: raw text */
     lily_outmsg msg;       /* non-streaming chat answer */
@@ -26,6 +30,14 @@ typedef struct run {
     lily_sb c_tok, c_lp, c_top, c_off;
     int c_n, c_offset;
 } run;
+
+int lily_run_tokens(const lily_run *u) {
+    return u->n_tok;
+}
+
+lily_job *lily_run_job(const lily_run *u) {
+    return u->j;
+}
 
 /* Appends bytes for the client. A stream whose client does not take them holds at most
  * --send-buffer bytes: beyond that the job is cancelled (the reader stopped reading). */
@@ -245,6 +257,7 @@ static void cb_prefill(void *ud, int done, int total) {
 
 static int cb_text(void *ud, const lily_gen_token *t, const char *text, size_t len) {
     run *u = ud;
+    if (t) u->n_tok++;
     if (t && !u->j->t_first) u->j->t_first = lily_now();
     if (!u->parser) {
         if (t && u->j->req.logprobs) add_logprob(u, t);
@@ -408,12 +421,15 @@ static void finish_error(run *u, const lily_gen_result *g) {
     fprintf(stderr, "lily serve: request %s failed: %s\n", u->j->id, g->error);
 }
 
-void lily_job_run(lily_srv *s, lily_job *j) {
-    run u = {.s = s, .j = j};
+lily_run *lily_job_begin(lily_srv *s, lily_job *j, int slot) {
+    run *u = lily_xcalloc(1, sizeof *u);
+    u->s = s;
+    u->j = j;
+    u->slot = slot;
     lily_request *r = &j->req;
-    u.chat = r->kind == LILY_REQ_CHAT;
-    u.stream = r->stream;
-    if (u.chat && !r->reasoning_raw) {
+    u->chat = r->kind == LILY_REQ_CHAT;
+    u->stream = r->stream;
+    if (u->chat && !r->reasoning_raw) {
         lily_outparse_opts po = {
             .thinking = j->thinking_open,
             .tools = r->tools && r->tool_choice != LILY_TOOLS_NONE,
@@ -421,46 +437,53 @@ void lily_job_run(lily_srv *s, lily_job *j) {
             .single_call = !r->parallel_tool_calls,
             .id_seed = j->sp.seed ^ 0xA5A5A5A5A5A5A5A5ull ^ (uint64_t)j->created,
         };
-        u.parser = lily_outparse_create(&po);
+        u->parser = lily_outparse_create(&po);
     }
     if (j->api) {
-        j->api->begin(j, &u.ev);
-        emit(&u, &u.ev);
-    } else if (u.stream && u.chat) { /* role chunk first */
-        chunk_head(&u, &u.ev);
-        lily_sb_puts(&u.ev, "\"delta\":{\"role\":\"assistant\",\"content\":\"\"},\"logprobs\":null,"
-                            "\"finish_reason\":null}]}\n\n");
-        emit(&u, &u.ev);
+        j->api->begin(j, &u->ev);
+        emit(u, &u->ev);
+    } else if (u->stream && u->chat) { /* role chunk first */
+        chunk_head(u, &u->ev);
+        lily_sb_puts(&u->ev,
+                     "\"delta\":{\"role\":\"assistant\",\"content\":\"\"},\"logprobs\":null,"
+                     "\"finish_reason\":null}]}\n\n");
+        emit(u, &u->ev);
     }
-    if (u.chat && r->reasoning_raw && j->thinking_open) raw_text(&u, "<think>\n", 8);
-    if (!u.chat && u.stream && j->echo) raw_text(&u, j->echo, strlen(j->echo));
-    lily_gen_req g = {
+    if (u->chat && r->reasoning_raw && j->thinking_open) raw_text(u, "<think>\n", 8);
+    if (!u->chat && u->stream && j->echo) raw_text(u, j->echo, strlen(j->echo));
+    u->g = (lily_gen_req){
         .prompt = j->prompt,
         .n_prompt = j->n_prompt,
         .sp = j->sp,
         .bias = r->bias,
         .n_bias = r->n_bias,
-        .ban_id = u.chat && r->tools && r->tool_choice == LILY_TOOLS_NONE ? s->tool_call_tok : -1,
+        .ban_id = u->chat && r->tools && r->tool_choice == LILY_TOOLS_NONE ? s->tool_call_tok : -1,
         .max_new = j->max_new,
         .stop = r->stop,
         .n_stop = r->n_stop,
         .logprobs = r->logprobs,
         .top_logprobs = r->logprobs ? r->top_logprobs : 0,
-        .ud = &u,
+        .ud = u,
         .cancelled = cb_cancelled,
         .on_prefill = cb_prefill,
         .on_text = cb_text,
         .force = cb_force,
     };
     if (j->match) { /* constrained: the request's matcher over the server's trie */
-        g.match = j->match;
-        g.match_vocab = s->trie->n_vocab;
+        u->g.match = j->match;
+        u->g.match_vocab = s->trie->n_vocab;
         /* a think block the prompt opened runs free; the grammar starts after </think> */
-        g.match_after = u.chat && j->thinking_open ? s->think_end_tok : -1;
+        u->g.match_after = u->chat && j->thinking_open ? s->think_end_tok : -1;
     }
-    lily_gen_result res;
     if (s->opts.request_timeout > 0) j->deadline = lily_now() + s->opts.request_timeout;
-    lily_gen_run(s->gen, &g, &res);
+    lily_gen_begin(s->gen, slot, &u->g, &u->res);
+    return u;
+}
+
+void lily_job_end(lily_run *u) {
+    lily_srv *s = u->s;
+    lily_job *j = u->j;
+    lily_gen_result res = u->res;
     /* the wall-clock limit ends the answer as the token budget does (the text held back for a
      * possible stop string is dropped) */
     if (j->timed_out && !strcmp(res.finish, "cancelled") && !lily_job_cancelled(j))
@@ -471,9 +494,9 @@ void lily_job_run(lily_srv *s, lily_job *j) {
     j->n_gen = res.n_gen;
     pthread_mutex_unlock(&j->mu);
     if (!strcmp(res.finish, "error"))
-        finish_error(&u, &res);
+        finish_error(u, &res);
     else if (strcmp(res.finish, "cancelled"))
-        finish_ok(&u, &res);
+        finish_ok(u, &res);
     else if (!s->opts.quiet)
         fprintf(stderr,
                 "lily serve: request %s cancelled by client after %d prompt / %d "
@@ -485,7 +508,7 @@ void lily_job_run(lily_srv *s, lily_job *j) {
     pthread_cond_broadcast(&j->cv);
     lily_job_wake(j);
     pthread_mutex_unlock(&j->mu);
-    lily_gen_finish_turn(s->gen);
+    lily_gen_slot_finish_turn(s->gen, u->slot);
 
     lily_metrics *m = &s->metrics;
     int entries;
@@ -505,10 +528,12 @@ void lily_job_run(lily_srv *s, lily_job *j) {
     m->cache_bytes = bytes;
     pthread_mutex_unlock(&m->mu);
 
-    lily_outparse_free(u.parser);
-    lily_outmsg_free(&u.msg);
-    lily_sb_free(&u.text);
-    lily_sb_free(&u.ev);
-    lily_sb_free(&u.lp);
-    lily_sb_free(&u.c_tok), lily_sb_free(&u.c_lp), lily_sb_free(&u.c_top), lily_sb_free(&u.c_off);
+    lily_outparse_free(u->parser);
+    lily_outmsg_free(&u->msg);
+    lily_sb_free(&u->text);
+    lily_sb_free(&u->ev);
+    lily_sb_free(&u->lp);
+    lily_sb_free(&u->c_tok), lily_sb_free(&u->c_lp), lily_sb_free(&u->c_top),
+        lily_sb_free(&u->c_off);
+    free(u);
 }

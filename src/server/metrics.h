@@ -7,6 +7,8 @@
 
 #include "gen/sb.h"
 
+#define LILY_METRICS_SLOTS 8 /* LILY_MAX_ROWS */
+
 typedef struct lily_metrics {
     pthread_mutex_t mu;
     uint64_t requests;       /* HTTP requests answered */
@@ -21,9 +23,23 @@ typedef struct lily_metrics {
     uint64_t generated_tokens;
     double prefill_s, decode_s;
     int queue_depth; /* jobs waiting */
-    int busy;        /* a job is running */
+    int busy;        /* slots running a job */
     int cache_entries;
     uint64_t cache_bytes;
+    /* the scheduler (sched.c) */
+    int n_slots;
+    uint64_t decode_steps; /* decode steps (one token from each decoding slot) */
+    uint64_t decode_rows;  /* tokens those steps took */
+    double step_s;         /* time in steps with at least one decoding slot */
+    uint64_t queued;       /* jobs that waited for a slot (started or not) */
+    double queue_s;        /* their waits */
+    struct lily_slot_metrics {
+        int busy;          /* 1 while a job runs on the slot */
+        uint64_t requests; /* jobs started on it */
+        uint64_t tokens;   /* generated tokens */
+        double busy_s;     /* time it held a job (its occupancy: the rate of this) */
+        double tps;        /* its current (else last) job's generated tokens per second */
+    } slot[LILY_METRICS_SLOTS];
 } lily_metrics;
 
 void lily_metrics_init(lily_metrics *m);

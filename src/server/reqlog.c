@@ -70,6 +70,10 @@ void lily_reqlog_write(FILE *f, lily_log_format fmt, const lily_reqlog_entry *x)
         else
             lily_sb_puts(&b, "\"prompt_tokens\":null,\"cached_tokens\":null,"
                              "\"generated_tokens\":null,");
+        if (x->queue_s >= 0)
+            lily_sb_printf(&b, "\"queue_s\":%.3f,", x->queue_s);
+        else
+            lily_sb_puts(&b, "\"queue_s\":null,");
         if (x->ttft_s >= 0)
             lily_sb_printf(&b, "\"ttft_s\":%.3f,", x->ttft_s);
         else
@@ -83,6 +87,7 @@ void lily_reqlog_write(FILE *f, lily_log_format fmt, const lily_reqlog_entry *x)
         lily_sb_printf(&b, " %d", x->status);
         if (x->has_tokens)
             lily_sb_printf(&b, " prompt=%d cached=%d gen=%d", x->n_prompt, x->n_cached, x->n_gen);
+        if (x->queue_s >= 0) lily_sb_printf(&b, " queue=%.3fs", x->queue_s);
         if (x->ttft_s >= 0) lily_sb_printf(&b, " ttft=%.3fs", x->ttft_s);
         lily_sb_printf(&b, " total=%.3fs\n", x->total_s);
     }

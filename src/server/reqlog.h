@@ -1,12 +1,13 @@
 /* The request log of `lily serve`: one line per HTTP request on stderr, written when the request
  * ends (a stream when its last byte is sent or its client goes away):
  *   text: 2026-12-06T23:59:01.123Z 127.0.0.1:51234 POST /v1/messages 200 prompt=41 cached=32
- *         gen=12 ttft=0.051s total=0.210s
+ *         gen=12 queue=0.002s ttft=0.051s total=0.210s
  *   json: {"time":"..","client":"..","method":"POST","path":"/v1/messages","status":200,
- *          "prompt_tokens":41,"cached_tokens":32,"generated_tokens":12,"ttft_s":0.051,
- *          "total_s":0.210}
- * Requests that ran no generation leave the token fields out (text) or null (json); ttft is left
- * out when no token was generated. Status 499 means the client closed the connection before its
+ *          "prompt_tokens":41,"cached_tokens":32,"generated_tokens":12,"queue_s":0.002,
+ *          "ttft_s":0.051,"total_s":0.210}
+ * Requests that ran no generation leave the token fields out (text) or null (json); queue (the
+ * wait for a free slot, from the end of preparation) is left out when the request never waited
+ * in the queue, ttft when no token was generated. Status 499 means the client closed the connection before its
  * answer. Requests that the front thread answers itself (front.c: a malformed head, 408, the
  * connection caps) are logged too, with "-" for a method or path that did not arrive.
  * `--log-format none` turns it off (the default under --quiet). */
@@ -33,7 +34,8 @@ typedef struct lily_reqlog_entry {
     int status;
     int has_tokens; /* a generation ran: the token counts below are meaningful */
     int n_prompt, n_cached, n_gen;
-    double ttft_s; /* < 0: no token */
+    double queue_s; /* < 0: it never entered the generation queue */
+    double ttft_s;  /* < 0: no token */
     double total_s;
 } lily_reqlog_entry;
 

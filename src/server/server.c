@@ -101,10 +101,20 @@ int lily_server_main(const lily_server_opts *o) {
     }
     s->ctx = o->ctx > 0 ? o->ctx : LILY_GEN_DEFAULT_CTX;
     if (s->ctx > mi->max_position) s->ctx = mi->max_position;
+    /* slots: each holds a session of the full context */
+    s->slots = o->parallel > 0 ? o->parallel : o->backend == LILY_BACKEND_CUDA ? 4 : 2;
+    if (s->slots > LILY_MAX_ROWS) {
+        fprintf(stderr, "lily serve: --parallel %d is above the limit of %d\n", s->slots,
+                LILY_MAX_ROWS);
+        goto out;
+    }
+    s->prefill_chunk = o->prefill_chunk > 0 ? o->prefill_chunk : 256;
     if (!o->quiet) {
         char mem[32];
-        lily_bar_bytes(mem, sizeof mem, lily_engine_session_bytes(s->eng, s->ctx));
-        fprintf(stderr, "lily serve: context %d tokens (%s of KV cache and state)\n", s->ctx, mem);
+        lily_bar_bytes(mem, sizeof mem,
+                       (size_t)s->slots * lily_engine_session_bytes(s->eng, s->ctx));
+        fprintf(stderr, "lily serve: %d slots of %d tokens of context (%s of KV cache and state)\n",
+                s->slots, s->ctx, mem);
     }
     if (o->model_id) {
         snprintf(s->model_id, sizeof s->model_id, "%s", o->model_id);
@@ -123,7 +133,10 @@ int lily_server_main(const lily_server_opts *o) {
     s->tool_end_tok = lily_tokenizer_token_to_id(s->tok, "</tool_call>");
     s->think_end_tok = lily_tokenizer_token_to_id(s->tok, "</think>");
     load_defaults(s);
-    lily_gen_opts go = {.max_ctx = s->ctx, .cache_bytes = s->opts.snapshot_mem};
+    lily_gen_opts go = {.max_ctx = s->ctx,
+                        .cache_bytes = s->opts.snapshot_mem,
+                        .slots = s->slots,
+                        .prefill_chunk = s->prefill_chunk};
     const int32_t *eos = NULL;
     int n_eos = 0;
     if (lily_gen_create(s->eng, s->tok, &go, &s->gen, &e) ||

@@ -128,6 +128,7 @@ struct lily_job {
     int cached_tokens, prefill_tokens; /* for response headers */
     int n_gen;                         /* generated tokens (set at the end, for the log) */
     double t_first;                    /* lily_now() of the first generated token, 0 = none */
+    double t_queued, t_started;        /* lily_now() when queued / when a slot took it */
     const lily_apiout *api;            /* NULL: OpenAI chat/completions shapes */
     void *api_state;                   /* owned; freed by api->free */
 };
@@ -138,6 +139,8 @@ struct lily_srv {
     lily_tokenizer *tok;
     lily_template *tmpl;
     lily_gen *gen;
+    int slots;         /* the generator's slots (--parallel) */
+    int prefill_chunk; /* prompt tokens prefilled per scheduler step (--prefill-chunk) */
     char model_id[256];
     int ctx;                      /* per-request context */
     int xml_tools;                /* the template uses the <function=NAME> call form */
@@ -182,14 +185,24 @@ lily_job *lily_job_new(lily_srv *s, lily_task task);
 int lily_job_fill(lily_srv *s, lily_job *j, lily_request *r, lily_api_error *e);
 /* Builds a job from a parsed request: lily_job_new + lily_job_fill. NULL with e on failure. */
 lily_job *lily_job_prepare(lily_srv *s, lily_request *r, lily_api_error *e);
-/* Runs the job on the inference thread, writing the response into job->out. */
-void lily_job_run(lily_srv *s, lily_job *j);
+/* A job running on a slot of the generator (jobrun.c), on the inference thread. */
+typedef struct lily_run lily_run;
+/* Starts the job on an idle slot of s->gen (lily_gen_begin): the response's opening goes to
+ * job->out at once, the rest as the scheduler steps the slot (lily_gen_prefill, lily_gen_step). */
+lily_run *lily_job_begin(lily_srv *s, lily_job *j, int slot);
+/* Once the slot is idle again: the response's end, the job done, the turn's end consumed
+ * (lily_gen_slot_finish_turn), the counters; frees u (the job is not released). */
+void lily_job_end(lily_run *u);
+int lily_run_tokens(const lily_run *u); /* generated so far */
+lily_job *lily_run_job(const lily_run *u);
 void lily_job_release(lily_job *j);
 /* prefix + 24 random alphanumerics into out (at least strlen(prefix) + 25 bytes). */
 void lily_job_random_id(char *out, const char *prefix);
 int lily_job_cancelled(lily_job *j);
 
 /* ---- sched.c ------------------------------------------------------------------------------- */
+/* The inference thread owns s->gen: up to s->slots jobs run at once; the rest wait in the FIFO
+ * (at most opts.queue); beyond that, 503. */
 
 int lily_sched_start(lily_srv *s, lily_err *e);
 void lily_sched_stop(lily_srv *s);

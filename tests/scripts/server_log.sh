@@ -81,8 +81,8 @@ stop
 ts='[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}\.[0-9]{3}Z 127\.0\.0\.1:[0-9]+'
 grep -Eq "^$ts GET /health 200 total=[0-9.]+s$" "$tmp/log"
 check $? "text log: GET /health 200 with time and client"
-grep -Eq "^$ts POST /v1/chat/completions 200 prompt=[0-9]+ cached=0 gen=3 ttft=[0-9.]+s total=[0-9.]+s$" "$tmp/log"
-check $? "text log: a generation with prompt/cached/gen tokens, ttft and total"
+grep -Eq "^$ts POST /v1/chat/completions 200 prompt=[0-9]+ cached=0 gen=3 queue=[0-9.]+s ttft=[0-9.]+s total=[0-9.]+s$" "$tmp/log"
+check $? "text log: a generation with prompt/cached/gen tokens, queue time, ttft and total"
 grep -Eq "^$ts GET /v1/nowhere 404 total=" "$tmp/log"
 check $? "text log: the 404"
 grep -Eq "^$ts POST /v1/messages 505 total=" "$tmp/log"

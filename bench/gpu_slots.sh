@@ -1,0 +1,102 @@
+#!/usr/bin/env bash
+# `lily serve --parallel` on the GPU machine, in one call (issue 35): test_gen_slots on the CUDA
+# backend (runs stepped together on 3 slots against each run alone: host draws in the rows step,
+# pipelined GPU draws per slot), then the server with --backend cuda --parallel 4 on
+# models/tiny-trained: 4 seeded streams (two drawn on the GPU, two with logprobs or penalties
+# drawn on the host) alone, then at once; every text must equal its run alone.
+#
+#   bash bench/gpu_slots.sh prepare   # here: build with CUDA, pack lily, test_gen_slots and the
+#                                     # shared libraries into .devcarry-slots/slots.tar.xz
+#   bash bench/gpu_slots.sh run       # on the GPU machine, with .devcarry-slots carried
+# Needs curl and python3 there. A dry run here: GPU_SLOTS_BACKEND=cpu bash bench/gpu_slots.sh run.
+set -u
+mode=${1:-run}
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root"
+carry=.devcarry-slots
+if [ "$mode" = prepare ]; then
+    set -e
+    export PATH=/usr/local/cuda/bin:$PATH
+    bd=${GPU_SLOTS_BUILD:-build-cuda-srv}
+    cmake -S . -B "$bd" -G Ninja -DLILY_CUDA=ON -DLILY_SERVER=ON \
+        -DCMAKE_CUDA_ARCHITECTURES=90a >/dev/null
+    ninja -C "$bd" -j2 lily test_gen_slots
+    p=$(mktemp -d)
+    mkdir -p "$p/bin" "$p/lib"
+    cp "$bd/lily" "$bd/test_gen_slots" "$p/bin/" && strip "$p/bin/lily" "$p/bin/test_gen_slots"
+    ldd "$bd/lily" | awk '/=> \//{print $3}' |
+        grep -vE '/(libc|libm|libstdc\+\+|libgcc_s|libdl|librt|libpthread|ld-linux)[.-]' |
+        while read -r so; do cp -L "$so" "$p/lib/"; done
+    git rev-parse --short HEAD >"$p/commit"
+    mkdir -p "$carry"
+    tar -C "$p" -cf - . | xz -6 -T2 >"$carry/slots.tar.xz"
+    rm -rf "$p"
+    ls -la "$carry/slots.tar.xz"
+    exit 0
+fi
+[ "$mode" = run ] || { echo "usage: $0 prepare|run" >&2; exit 2; }
+out=${OUT:-$root/gpu_slots_out}
+mkdir -p "$out"
+w=/tmp/lily_gpu_slots
+rm -rf "$w" && mkdir -p "$w" && tar -C "$w" -xJf "$carry/slots.tar.xz"
+export LD_LIBRARY_PATH="$w/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+exec > >(tee -a "$out/gpu_slots.log") 2>&1
+echo "== gpu_slots $(date -u +%FT%TZ), built from $(cat "$w/commit")"
+nvidia-smi --query-gpu=name --format=csv,noheader || true
+fails=0
+LILY_TEST_BACKEND=${GPU_SLOTS_BACKEND:-cuda} "$w/bin/test_gen_slots" || fails=$((fails + 1))
+"$w/bin/lily" serve --model models/tiny-trained --backend "${GPU_SLOTS_BACKEND:-cuda}" --port 0 --port-file "$w/port" \
+    --parallel 4 --ctx 2048 >"$w/serve.log" 2>&1 &
+pid=$!
+for _ in $(seq 1 240); do
+    [ -s "$w/port" ] && curl -sf "http://127.0.0.1:$(cat "$w/port")/health" >/dev/null && break
+    kill -0 $pid 2>/dev/null || { echo "lily serve exited:"; tail -20 "$w/serve.log"; exit 1; }
+    sleep 0.5
+done
+python3 - "http://127.0.0.1:$(cat "$w/port")" <<'PY' || fails=$((fails + 1))
+import json, sys, threading, time, urllib.request
+base = sys.argv[1]
+def body(i):
+    b = {"messages": [{"role": "user", "content": f"Tell me about command number {i}."}],
+         "max_tokens": 200, "seed": 10 + i, "temperature": 0.8, "stream": True,
+         "chat_template_kwargs": {"enable_thinking": False}}
+    if i == 2: b["logprobs"] = True
+    if i == 3: b["frequency_penalty"] = 0.5
+    if i == 1: b["max_tokens"] = 120
+    return b
+def run(i, out):
+    t0 = time.time()
+    req = urllib.request.Request(base + "/v1/chat/completions", json.dumps(body(i)).encode(),
+                                 {"Content-Type": "application/json"})
+    text, first = "", None
+    with urllib.request.urlopen(req, timeout=120) as r:
+        for line in r:
+            line = line.decode().strip()
+            if not line.startswith("data: {"): continue
+            c = json.loads(line[6:])["choices"]
+            if c and c[0]["delta"].get("content"):
+                first = first or time.time() - t0
+                text += c[0]["delta"]["content"]
+    out[i] = (text, first, time.time() - t0)
+alone, both = {}, {}
+for i in range(4): run(i, alone)
+ts = [threading.Thread(target=run, args=(i, both)) for i in range(4)]
+t0 = time.time()
+for t in ts: t.start()
+for t in ts: t.join()
+wall = time.time() - t0
+bad = 0
+for i in range(4):
+    same = alone[i][0] == both[i][0]
+    bad += not same or not alone[i][0]
+    print(f"stream {i}: {len(alone[i][0])} chars, the same at once: {same}, ttft alone "
+          f"{alone[i][1]:.3f} s at once {both[i][1]:.3f} s")
+m = urllib.request.urlopen(base + "/metrics").read().decode()
+print("\n".join(l for l in m.splitlines() if l.startswith(("lily_decode_rows_total",
+      "lily_decode_steps_total", "lily_slot_requests_total"))))
+print(f"4 at once: {wall:.2f} s; {'ok' if not bad else 'FAIL'}")
+sys.exit(1 if bad else 0)
+PY
+kill -TERM $pid; wait $pid || { echo "server did not exit cleanly"; fails=$((fails + 1)); }
+echo "gpu_slots: $fails failed"
+exit $((fails > 0))
