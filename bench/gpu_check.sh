@@ -12,7 +12,7 @@
 # The GPU machine has nvcc and cmake but not the -dev packages lily_core links (cJSON, PCRE2,
 # utf8proc), so the binaries are built here (Debian 12, glibc 2.36: they run on newer glibcs)
 # and carried with copies of those libraries. Stages can be skipped: GPU_CHECK_SKIP="parity
-# fixtures quality sanitizer bench timing profile lily grammar". GPU_CHECK_ATTN_TIME=1 adds the attention
+# fixtures quality sanitizer bench timing profile lily grammar slots". GPU_CHECK_ATTN_TIME=1 adds the attention
 # prefill kernels' timing after the parity tests. GPU_CHECK_AB makes the lily stage an A/B of
 # lily bench options (see there; e.g. GPU_CHECK_AB="--precision default;--precision fast"). GPU_CHECK_CARRY names the carry folder (default .devcarry), GPU_CHECK_TESTS the
 # parity binaries to build and pack (default: all). GPU_CHECK_SWEEP=1 adds the
@@ -330,6 +330,12 @@ if [[ $skip != *" grammar "* ]] && [ -x "$work/bin/grammar_cost" ] && [ -x "$wor
     if [ "${GPU_CHECK_GRAMMAR_35B:-0}" = 1 ] && [ -f "$b35/config.json" ]; then
         timeout 300 "$work/bin/grammar_cost" --engine "$b35" cuda 128 2 2>&1 | tail -4
     fi
+fi
+if [[ $skip != *" slots "* ]] && [ -f .devcarry-slots/slots.tar.xz ]; then
+    # issue 35: lily serve --parallel on CUDA (bench/gpu_slots.sh; its carry, .devcarry-slots,
+    # made here by `bash bench/gpu_slots.sh prepare`, must travel with this call)
+    echo "== slots (bench/gpu_slots.sh run)"
+    OUT=$out timeout 300 bash bench/gpu_slots.sh run 2>&1 | tail -30
 fi
 echo "== done $(date -u +%FT%TZ)"
 tar -C "$work" -czf "$out/logs.tgz" logs
