@@ -245,52 +245,6 @@ static void test_matmul_glu(lily_pool *pool) {
     free(mf[0]);
 }
 
-/* lily_cpu_matmul_many must give exactly what one lily_cpu_matmul per op gives; pass 2 has ops
- * 1, 2 and 4 read op 0's x (shared prepared copies; op 2 is Q8, which prepares x differently). */
-static void test_matmul_many(lily_pool *pool) {
-    for (int qtype = 0; qtype < 3; qtype++) {
-        int shapes[][2] = {{37, 192}, {512, 128}, {6, 64}, {129, 320}, {2, 64}};
-        if (qtype == 2) shapes[1][1] = shapes[2][1] = shapes[4][1] = 192;
-        lily_mat W[5];
-        void *mem[5][3];
-        float *X[5], *Y[5], *R[5];
-        lily_mm_op ops[5];
-        for (int i = 0; i < 5; i++) {
-            memset(mem[i], 0, sizeof mem[i]);
-            lily_dtype dt = (qtype && i == 2) ? LILY_DT_Q8 : LILY_DT_Q4;
-            const int shared = qtype == 2 && (i == 1 || i == 2 || i == 4);
-            make_mat(&W[i], dt, shapes[i][0], shapes[i][1], mem[i]);
-            X[i] = malloc((size_t)shapes[i][1] * 4);
-            Y[i] = malloc((size_t)shapes[i][0] * 4);
-            R[i] = malloc((size_t)shapes[i][0] * 4);
-            for (int c = 0; c < shapes[i][1]; c++)
-                X[i][c] = frand();
-            for (int r = 0; r < shapes[i][0]; r++)
-                Y[i][r] = NAN;
-            const float *x = shared ? X[0] : X[i];
-            lily_cpu_matmul(&K, &W[i], x, 1, shapes[i][1], R[i], shapes[i][0], pool);
-            ops[i] = (lily_mm_op){&W[i], x, Y[i]};
-        }
-        lily_cpu_matmul_many(&K, ops, 5, pool);
-        double worst = 0;
-        for (int i = 0; i < 5; i++)
-            for (int r = 0; r < shapes[i][0]; r++) {
-                double d = fabs(Y[i][r] - R[i][r]) / (fabs(R[i][r]) + 1e-3);
-                if (!(d <= worst)) worst = d != d ? INFINITY : d;
-            }
-        check(worst < 1e-5,
-              qtype == 2 ? "matmul_many (shared x)"
-              : qtype    ? "matmul_many (with a Q8 op)"
-                         : "matmul_many q4 ops",
-              worst);
-        for (int i = 0; i < 5; i++) {
-            free(X[i]), free(Y[i]), free(R[i]);
-            for (int m = 0; m < 3; m++)
-                free(mem[i][m]);
-        }
-    }
-}
-
 /* The conv and GDN bodies under test (lily_cpu_kern.isa of each kernel set). */
 static int KI;
 
@@ -682,7 +636,6 @@ int main(void) {
                   K.i8 == (K.isa >= 1 && p == LILY_PRECISION_FAST),
               "int16 products on AVX2 and AVX-512 at DEFAULT, int8 decode at FAST", 0);
         test_matmul(pool);
-        test_matmul_many(pool);
         test_matmul_glu(pool);
     }
     test_i16_avx2_vs_vnni(pool);

@@ -768,41 +768,7 @@ void lily_cpu_matmul(const lily_cpu_kern *k, const lily_mat *W, const float *X, 
     }
 }
 
-/* ---- several one-token Q4 matrix-vector products in one pool job ------------------------------ */
-
-typedef struct {
-    const lily_cpu_kern *k;
-    const lily_mm_op *ops;
-    const char *buf;               /* prepared x of every op, at byte offsets xoff[i] / soff[i] */
-    const size_t *xoff, *soff;     /* soff: the fp32 kernels' group sums of x */
-    const int *t_op, *t_r0, *t_r1; /* task table */
-} mm_many_job;
-
-static void mm_many_task(void *ctx, int task, int thread) {
-    (void)thread;
-    mm_many_job *j = ctx;
-    int i = j->t_op[task], r0 = j->t_r0[task], r1 = j->t_r1[task];
-    const lily_mm_op *op = &j->ops[i];
-    const lily_mat *W = op->W;
-    const void *xp = j->buf + j->xoff[i];
-    const float *Xr = xp, *xs = (const float *)(j->buf + j->soff[i]);
-    if (W->dt == LILY_DT_Q8 && have_avx512(j->k))
-        q8_rows1_avx512(W, r0, r1, op->X, xs, op->Y);
-    else if (W->dt == LILY_DT_Q8)
-        lily_cpu_q8_rows1_avx2(W, r0, r1, op->X, xs, op->Y);
-    else if (use_gemv_i8(j->k, W, 1))
-        lily_cpu_gemv_i8_rows(j->k->vnni, W, r0, r1, xp, 1, op->Y, W->rows);
-    else if (use_gemv_i16(j->k, W, 1))
-        gemv_rows(j->k, W, r0, r1, xp, 1, op->Y, W->rows);
-    else if (use_rows1(j->k, W, 1))
-        q4_rows1_avx512(W, r0, r1, Xr, xs, op->Y);
-    else if (have_avx512(j->k))
-        q4_rows_avx512(W, r0, r1, Xr, xs, 1, op->Y, W->rows);
-    else if (have_avx2(j->k))
-        q4_rows_avx2(W, r0, r1, Xr, xs, 1, op->Y, W->rows);
-    else
-        q4_rows_scalar(W, r0, r1, Xr, xs, 1, op->Y, W->rows);
-}
+/* ---- the one-token decode product by row range (gemv_rows.c runs it over 1..8 rows) ---------- */
 
 /* Which prepared form of x an op reads: 3 = gemv_i8's, 2 = gemv_i16's, 1 = q4_rows1's, 0 = even
  * | odd. */
@@ -818,77 +784,6 @@ static size_t x_form_bytes(const lily_cpu_kern *k, const lily_mat *W) {
                            : (xr_len(k, W, 1) + (size_t)W->cols / 64) * sizeof(float);
     return (b + 63) & ~(size_t)63;
 }
-
-void lily_cpu_matmul_many(const lily_cpu_kern *k, const lily_mm_op *ops, int n_ops,
-                          lily_pool *pool) {
-    int ok = pool != NULL && n_ops <= 64;
-    size_t xtot = 0, btot = 0;
-    for (int i = 0; ok && i < n_ops; i++) {
-        const lily_mat *W = ops[i].W;
-        ok = W->group == 64 && (W->dt == LILY_DT_Q4 || (W->dt == LILY_DT_Q8 && have_avx2(k)));
-        xtot += x_form_bytes(k, W);
-        btot += (size_t)W->rows * (W->cols / (W->dt == LILY_DT_Q8 ? 1 : 2) + W->cols / 16);
-    }
-    if (!ok) {
-        for (int i = 0; i < n_ops; i++)
-            lily_cpu_matmul(k, ops[i].W, ops[i].X, 1, ops[i].W->cols, ops[i].Y, ops[i].W->rows,
-                            pool);
-        return;
-    }
-    int threads = lily_pool_threads(pool);
-    size_t chunk = btot / ((size_t)threads * 4) + 1;
-    int max_tasks = threads * 4 + n_ops * 2;
-    size_t tbl = (2 * 64 * sizeof(size_t) + 3 * (size_t)max_tasks * sizeof(int) + 63) & ~(size_t)63;
-    char *buf = lily_pool_scratch(pool, threads, tbl + xtot);
-    size_t *xoff = (size_t *)buf, *soff = xoff + 64;
-    int *t_op = (int *)(soff + 64), *t_r0 = t_op + max_tasks, *t_r1 = t_r0 + max_tasks;
-    size_t xo = tbl;
-    int nt = 0;
-    for (int i = 0; i < n_ops; i++) {
-        const lily_mat *W = ops[i].W;
-        int cols = W->cols, form = x_form(k, W);
-        /* ops that read the same x in the same form (the experts' gate and up products all
-         * read one x) share one prepared copy */
-        int same = -1;
-        for (int q = 0; q < i && same < 0; q++)
-            if (ops[q].X == ops[i].X && ops[q].W->cols == cols && x_form(k, ops[q].W) == form)
-                same = q;
-        if (same >= 0) {
-            xoff[i] = xoff[same];
-            soff[i] = soff[same];
-        } else {
-            xoff[i] = xo;
-            if (form == 3) {
-                soff[i] = xo;
-                lily_cpu_gemv_i8_quant(k->vnni, ops[i].X, 1, cols, cols, buf + xo);
-            } else if (form == 2) {
-                soff[i] = xo;
-                gemv_quant(k, ops[i].X, 1, cols, cols, buf + xo);
-            } else {
-                soff[i] = xo + xr_len(k, W, 1) * sizeof(float);
-                x_prep(ops[i].X, cols, form, (float *)(buf + xo), (float *)(buf + soff[i]));
-            }
-            xo += x_form_bytes(k, W);
-        }
-        /* split this op in parts of about `chunk` bytes, rows rounded to pairs */
-        size_t bytes = (size_t)W->rows * (cols / (W->dt == LILY_DT_Q8 ? 1 : 2) + cols / 16);
-        int parts = (int)((bytes + chunk - 1) / chunk);
-        if (parts < 1) parts = 1;
-        int per = (W->rows + parts - 1) / parts;
-        per = (per + 1) & ~1;
-        for (int r = 0; r < W->rows; r += per) {
-            LILY_ASSERT(nt < max_tasks);
-            t_op[nt] = i;
-            t_r0[nt] = r;
-            t_r1[nt] = r + per < W->rows ? r + per : W->rows;
-            nt++;
-        }
-    }
-    mm_many_job j = {k, ops, buf, xoff, soff, t_op, t_r0, t_r1};
-    lily_pool_run(pool, mm_many_task, &j, nt);
-}
-
-/* ---- the one-token decode product by row range (gemv_rows.c runs it over 1..8 rows) ---------- */
 
 int lily_cpu_gemv1_form(const lily_cpu_kern *k, const lily_mat *W) {
     if (W->group != 64 || !(W->dt == LILY_DT_Q4 || (W->dt == LILY_DT_Q8 && have_avx2(k))))

@@ -79,20 +79,6 @@ int lily_cpu_matmul_quantizes_x(const lily_cpu_kern *k, const lily_mat *W, int n
 int lily_cpu_matmul_glu(const lily_cpu_kern *k, const lily_mat *G, const lily_mat *U,
                         const float *X, int n, int ldx, float *Y, int ldy, lily_pool *pool);
 
-/* One product y = W x of a single token (n = 1), for lily_cpu_matmul_many. */
-typedef struct lily_mm_op {
-    const lily_mat *W;
-    const float *X; /* [W->cols] */
-    float *Y;       /* [W->rows] */
-} lily_mm_op;
-
-/* Runs up to 64 independent one-token products as one parallel job (the experts of a decode
- * step), so their rows balance over the threads and the pool synchronises once. Falls back to
- * one lily_cpu_matmul each when an op is not Q4 (or, on AVX2 or AVX-512, Q8) with groups of 64. Same
- * results as lily_cpu_matmul. */
-void lily_cpu_matmul_many(const lily_cpu_kern *k, const lily_mm_op *ops, int n_ops,
-                          lily_pool *pool);
-
 /* The one-token decode product lily_cpu_matmul applies to W (n = 1), by row range, for
  * gemv_rows.h. Form: -1 when W takes the tiled path instead (its rows then do not depend on n),
  * 3 for gemv_i8.h, 2 for gemv_i16.h, 1 or 0 for the fp32 kernels' layouts of x. prep writes one token's x in the
