@@ -424,14 +424,17 @@ void lily_cpu_gemv_i8_rows(int vnni, const lily_mat *W, int r0, int r1, const vo
                            float *Y, int ldy) {
     LILY_ASSERT(W->dt == LILY_DT_Q4 && W->group == 64 && W->cols % 64 == 0 &&
                 W->cols <= LILY_GEMV_I8_MAX_COLS && n >= 1 && n <= LILY_GEMV_I8_MAX_N);
-    typedef void (*rows_fn)(const lily_mat *, int, int, const uint8_t *, float *, int);
-    static const rows_fn fv[4] = {rows_v2r, rows_v2, rows_v3, rows_v4};
-    static const rows_fn fa[4] = {rows_a2r, rows_a2, rows_a3, rows_a4};
     /* a token's result does not depend on the others: more than 4 go 4 at a time */
     const size_t ts = tok_stride(W->cols);
     for (int t0 = 0; t0 < n; t0 += 4) {
         const int nt = n - t0 < 4 ? n - t0 : 4;
-        (vnni ? fv : fa)[nt - 1](W, r0, r1, (const uint8_t *)xq + (size_t)t0 * ts,
-                                 Y + (size_t)t0 * ldy, ldy);
+        const uint8_t *x = (const uint8_t *)xq + (size_t)t0 * ts;
+        float *y = Y + (size_t)t0 * ldy;
+        switch (nt) {
+        case 1: (vnni ? rows_v2r : rows_a2r)(W, r0, r1, x, y, ldy); break;
+        case 2: (vnni ? rows_v2 : rows_a2)(W, r0, r1, x, y, ldy); break;
+        case 3: (vnni ? rows_v3 : rows_a3)(W, r0, r1, x, y, ldy); break;
+        default: (vnni ? rows_v4 : rows_a4)(W, r0, r1, x, y, ldy); break;
+        }
     }
 }
