@@ -9,7 +9,9 @@
  * time to fp32 and requantized: the large matrices to --type (Q4_0 by default: 18 bytes per 32
  * weights, the same 4.5 bits per weight as MLX 4-bit with group 64), the routers to Q8_0 (8.5 bits,
  * as MLX 8-bit; F32 with --type f32), the 1-D parameters and conv taps to F32. The file is
- * written tensor by tensor, so memory stays at a few rows whatever the model size.
+ * written tensor by tensor, so memory stays at a few rows whatever the model size. The run ends
+ * with the relative RMS error of the requantization (Q4_0 and Q8_0 tensors, each over all their
+ * values).
  *
  * The GGUF form (model.md section 7.3, checked against llama.cpp's qwen35moe loader): norms stored
  * as effective scales (1+w, which lily's loader already holds), `ssm_a` = -exp(A_log), and every
@@ -128,8 +130,8 @@ static int build_plan(const lily_model *m, int big, int router, plan_list *l, li
             add_vec(l, "blk.%d.attn_k_norm.weight", i, y->k_norm, c->head_dim);
         } else {
             int C = qk + c->lin_nv * Dv;
-            set_perm(add_mat(l, big, "blk.%d.attn_qkv.weight", i, &y->qkv_proj, 1), PERM_ROWS,
-                     qk, Dv);
+            set_perm(add_mat(l, big, "blk.%d.attn_qkv.weight", i, &y->qkv_proj, 1), PERM_ROWS, qk,
+                     Dv);
             set_perm(add_mat(l, big, "blk.%d.attn_gate.weight", i, &y->z_proj, 1), PERM_ROWS, 0,
                      Dv);
             plan_t *t = add(l, GGML_T_F32, "blk.%d.ssm_conv1d.weight", i);
@@ -143,8 +145,7 @@ static int build_plan(const lily_model *m, int big, int router, plan_list *l, li
             t->op = VEC_NEG_EXP;
             set_perm(t, PERM_ROWS, 0, 1);
             set_perm(add_mat(l, big, "blk.%d.ssm_beta.weight", i, &y->b_proj, 1), PERM_ROWS, 0, 1);
-            set_perm(add_mat(l, big, "blk.%d.ssm_alpha.weight", i, &y->a_proj, 1), PERM_ROWS, 0,
-                     1);
+            set_perm(add_mat(l, big, "blk.%d.ssm_alpha.weight", i, &y->a_proj, 1), PERM_ROWS, 0, 1);
             add_vec(l, "blk.%d.ssm_norm.weight", i, y->gdn_norm, Dv);
             set_perm(add_mat(l, big, "blk.%d.ssm_out.weight", i, &y->out_proj, 1), PERM_COLS, 0,
                      Dv);
@@ -155,8 +156,8 @@ static int build_plan(const lily_model *m, int big, int router, plan_list *l, li
         add_mat(l, big, "blk.%d.ffn_down_exps.weight", i, y->exp_down, c->n_experts);
         if (c->shared_inter > 0) {
             /* The shared expert's scalar gate is a 1-D {H} tensor in llama.cpp. */
-            plan_t *t = add_mat(l, GGML_T_F32, "blk.%d.ffn_gate_inp_shexp.weight", i,
-                                &y->sh_gate_w, 1);
+            plan_t *t =
+                add_mat(l, GGML_T_F32, "blk.%d.ffn_gate_inp_shexp.weight", i, &y->sh_gate_w, 1);
             t->n_dims = 1;
             add_mat(l, big, "blk.%d.ffn_gate_shexp.weight", i, &y->sh_gate, 1);
             add_mat(l, big, "blk.%d.ffn_up_shexp.weight", i, &y->sh_up, 1);
@@ -172,9 +173,27 @@ static int build_plan(const lily_model *m, int big, int router, plan_list *l, li
     return 0;
 }
 
+/* Sums of squares of the quantized matrices' values and of their requantization error. */
+typedef struct {
+    double ss, se;
+} qerr_t;
+
+static void add_err(qerr_t *e, int type, const float *x, const uint8_t *q, int64_t n, float *y) {
+    if (type == GGML_T_Q4_0)
+        gguf_dequant_q4_0(q, n, y);
+    else if (type == GGML_T_Q8_0)
+        gguf_dequant_q8_0(q, n, y);
+    else
+        return;
+    for (int64_t i = 0; i < n; i++) {
+        double d = (double)x[i] - y[i];
+        e->ss += (double)x[i] * x[i], e->se += d * d;
+    }
+}
+
 /* Writes tensor t: rows of ne[0] values, converted to t->type. */
 static int write_tensor(gguf_w *w, const plan_list *l, const plan_t *t, float *row, float *tmp,
-                        uint8_t *q) {
+                        uint8_t *q, qerr_t *qe) {
     int64_t cols = t->ne[0];
     uint64_t rb = gguf_row_size(t->type, cols);
     if (t->kind == SRC_VEC) {
@@ -200,6 +219,7 @@ static int write_tensor(gguf_w *w, const plan_list *l, const plan_t *t, float *r
                 lily_mat_row_f32(m, (int)(t->perm == PERM_ROWS ? src_index(l, t, r) : r), row);
             }
             gguf_quant_row(t->type, row, cols, q);
+            add_err(&qe[t->type == GGML_T_Q8_0], t->type, row, q, cols, tmp);
             if (gguf_w_data(w, q, (size_t)rb)) return -1;
         }
     }
@@ -231,8 +251,7 @@ static void vocab_free(vocab_t *v) {
 
 static int set_tok(vocab_t *v, int id, const char *s, int type, const char *path, lily_err *err) {
     if (id < 0 || id >= v->n)
-        return lily_fail(err, "%s: token id %d is outside the embedding's %d rows", path, id,
-                         v->n);
+        return lily_fail(err, "%s: token id %d is outside the embedding's %d rows", path, id, v->n);
     free(v->tok[id]);
     v->tok[id] = lily_xstrdup(s);
     v->len[id] = strlen(s);
@@ -375,7 +394,8 @@ static void write_meta(gguf_w *w, const lily_model *m, const vocab_t *v, int big
     gguf_w_kv_arr_i32(w, "tokenizer.ggml.token_type", v->type, (uint64_t)v->n);
     gguf_w_kv_arr_str(w, "tokenizer.ggml.merges", (const char *const *)v->merges, v->mlen,
                       (uint64_t)v->n_merges);
-    if (c->eos_ids[0] >= 0) gguf_w_kv_u32(w, "tokenizer.ggml.eos_token_id", (uint32_t)c->eos_ids[0]);
+    if (c->eos_ids[0] >= 0)
+        gguf_w_kv_u32(w, "tokenizer.ggml.eos_token_id", (uint32_t)c->eos_ids[0]);
     if (v->endoftext >= 0) {
         gguf_w_kv_u32(w, "tokenizer.ggml.bos_token_id", (uint32_t)v->endoftext);
         gguf_w_kv_u32(w, "tokenizer.ggml.padding_token_id", (uint32_t)v->endoftext);
@@ -416,10 +436,12 @@ static int convert(const char *model_dir, const char *tok_dir, const char *out, 
         if (pl.p[i].ne[0] > maxc) maxc = pl.p[i].ne[0];
     float *row = lily_xmalloc((size_t)maxc * 4), *tmp = lily_xmalloc((size_t)maxc * 4);
     uint8_t *q = lily_xmalloc((size_t)maxc * 4);
+    qerr_t qe[2] = {{0, 0}, {0, 0}}; /* Q4_0, Q8_0 */
     for (int i = 0; i < pl.n && !werr; i++) {
-        werr = write_tensor(w, &pl, &pl.p[i], row, tmp, q);
+        werr = write_tensor(w, &pl, &pl.p[i], row, tmp, q, qe);
         const plan_t *t = &pl.p[i];
-        done_b += gguf_row_size(t->type, t->ne[0]) * (uint64_t)(t->ne[1] * (t->ne[2] ? t->ne[2] : 1));
+        done_b +=
+            gguf_row_size(t->type, t->ne[0]) * (uint64_t)(t->ne[1] * (t->ne[2] ? t->ne[2] : 1));
         if (done_b >= next || i == pl.n - 1) {
             fprintf(stderr, "\rgguf_q4: %.2f of %.2f GB", (double)done_b / 1e9,
                     (double)total / 1e9);
@@ -433,9 +455,15 @@ static int convert(const char *model_dir, const char *tok_dir, const char *out, 
         fprintf(stderr, "gguf_q4: %s: %s\n", out, msg);
         goto done;
     }
-    fprintf(stderr, "gguf_q4: %s: %d tensors, %d tokens, %d merges, large matrices %s\n", out,
-            pl.n, voc.n, voc.n_merges,
-            big == GGML_T_Q4_0 ? "Q4_0" : big == GGML_T_Q8_0 ? "Q8_0" : "F32");
+    fprintf(stderr, "gguf_q4: %s: %d tensors, %d tokens, %d merges, large matrices %s\n", out, pl.n,
+            voc.n, voc.n_merges,
+            big == GGML_T_Q4_0   ? "Q4_0"
+            : big == GGML_T_Q8_0 ? "Q8_0"
+                                 : "F32");
+    for (int k = 0; k < 2; k++)
+        if (qe[k].ss > 0)
+            fprintf(stderr, "gguf_q4: %s requantization error: rms(error) / rms(weights) = %.4f\n",
+                    k ? "Q8_0" : "Q4_0", sqrt(qe[k].se / qe[k].ss));
     rc = 0;
 done:
     if (rc && err.msg[0]) fprintf(stderr, "gguf_q4: %s\n", err.msg);
@@ -459,8 +487,8 @@ static int self_test(void) {
     static const struct {
         float f;
         uint16_t h;
-    } f16[] = {{1.0f, 0x3c00},        {-2.0f, 0xc000},      {65504.0f, 0x7bff},
-               {65520.0f, 0x7c00},    {1e-8f, 0x0000},      {5.9604645e-8f, 0x0001},
+    } f16[] = {{1.0f, 0x3c00},          {-2.0f, 0xc000},          {65504.0f, 0x7bff},
+               {65520.0f, 0x7c00},      {1e-8f, 0x0000},          {5.9604645e-8f, 0x0001},
                {6.1035156e-5f, 0x0400}, {1.00048828125f, 0x3c00}, {1.00146484375f, 0x3c02},
                {0.333333f, 0x3555}};
     for (size_t i = 0; i < sizeof f16 / sizeof f16[0]; i++)
@@ -497,7 +525,8 @@ static int self_test(void) {
                 amax = fmaxf(amax, fabsf(x[32 * b + j]));
             /* Q4_0 codes span -8..7 steps from the extreme's side: the opposite extreme can
              * clip by up to a whole step; everything else is within half a step. */
-            float step = amax / (q4 ? 8.0f : 127.0f), tol = step * (q4 ? 1.0f : 0.5f) + amax * 2e-3f;
+            float step = amax / (q4 ? 8.0f : 127.0f),
+                  tol = step * (q4 ? 1.0f : 0.5f) + amax * 2e-3f;
             for (int j = 0; j < 32; j++)
                 if (fabsf(x[32 * b + j] - y[32 * b + j]) > tol) {
                     fprintf(stderr, "%s block %d value %d: %g -> %g (tol %g)\n",

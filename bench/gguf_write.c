@@ -15,7 +15,7 @@ uint16_t gguf_f32_to_f16(float f) {
         uint32_t u;
     } v = {f};
     uint32_t sign = (v.u >> 16) & 0x8000u, a = v.u & 0x7fffffffu;
-    if (a > 0x7f800000u) return (uint16_t)(sign | 0x7e00u); /* NaN */
+    if (a > 0x7f800000u) return (uint16_t)(sign | 0x7e00u);  /* NaN */
     if (a >= 0x477ff000u) return (uint16_t)(sign | 0x7c00u); /* rounds to >= 65520: inf */
     if (a < 0x38800000u) {                                   /* below 2^-14: subnormal or zero */
         if (a < 0x33000000u) return (uint16_t)sign;          /* below half the smallest: 0 */
