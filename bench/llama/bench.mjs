@@ -4,9 +4,9 @@
 //        [--prefill 512] [--decode 64,512] [--gen 32] [--rounds 3] [--json FILE|-]
 //
 // For each context length L of --prefill and --decode (one row per distinct L), each round: the
-// sequence is cleared, L random token ids are prefilled in one batch (timed: prefill tok/s, for
-// the lengths of --prefill), then --gen tokens are decoded greedily one at a time from there
-// (timed: decode tok/s, for the lengths of --decode). An untimed warm-up (each length once, 4
+// sequence is cleared, L random token ids are prefilled in one batch up to the first greedy token
+// (timed: prefill tok/s, for the lengths of --prefill), then --gen tokens are decoded greedily one
+// at a time from there (timed: decode tok/s, for the lengths of --decode). An untimed warm-up (each length once, 4
 // decode steps) comes first. Rows show the median over the rounds (and the samples in the JSON).
 // The model is mapped as llama.cpp does by default (mmap, its Q4_0 repacking for the CPU on);
 // flash attention is llama.cpp's default ("auto").
@@ -54,21 +54,24 @@ const prompt = Array.from({ length: maxLen }, () => {
     st ^= st << 13, st ^= st >>> 17, st ^= st << 5;
     return (st >>> 0) % 8000;
 });
-const next = { generateNext: { token: true } };
-
-async function prefill(n) {
+// One round at length L: the prompt prefilled in one batch up to the first sampled token (the
+// last position's logits included, as lily's prefill), then `gen` greedy decode steps, each
+// evaluating the previous token (one sampler for the whole generation, as `lily bench` runs
+// lily_session_decode_greedy). Returns [prefill seconds, decode seconds].
+async function round(L, gen) {
     await seq.clearHistory();
-    const items = prompt.slice(0, n).map((t, i) => (i === n - 1 ? [t, next] : t));
-    const r = await seq.controlledEvaluate(items);
-    return r[n - 1].next.token;
+    const it = seq.evaluate(prompt.slice(0, L), { temperature: 0 })[Symbol.asyncIterator]();
+    const t0 = performance.now();
+    if ((await it.next()).done) throw new Error("no token after the prompt");
+    const t1 = performance.now();
+    for (let i = 0; i < gen; i++)
+        if ((await it.next()).done) throw new Error(`generation stopped after ${i} tokens`);
+    const t2 = performance.now();
+    await it.return();
+    return [(t1 - t0) / 1000, (t2 - t1) / 1000];
 }
 
-async function decode(tok, n) {
-    for (let i = 0; i < n; i++) tok = (await seq.controlledEvaluate([[tok, next]]))[0].next.token;
-    return tok;
-}
-
-for (const L of lens) await decode(await prefill(L), 4); // warm-up
+for (const L of lens) await round(L, 4); // warm-up
 
 const rows = [];
 const out = process.stdout;
@@ -79,14 +82,10 @@ log.write(`${"context".padStart(8)} ${"prefill tok/s".padStart(14)} ${"decode to
 for (const L of lens) {
     const pp = [], tg = [];
     for (let r = 0; r < args.rounds; r++) {
-        const t0 = performance.now();
-        const tok = await prefill(L);
-        const t1 = performance.now();
-        pp.push(L / ((t1 - t0) / 1000));
-        if (!args.decode.includes(L)) continue;
-        const t2 = performance.now();
-        await decode(tok, args.gen);
-        tg.push(args.gen / ((performance.now() - t2) / 1000));
+        const dec = args.decode.includes(L);
+        const [tp, td] = await round(L, dec ? args.gen : 0);
+        pp.push(L / tp);
+        if (dec) tg.push(args.gen / td);
     }
     const row = {
         len: L,
