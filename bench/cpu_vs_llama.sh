@@ -2,7 +2,8 @@
 # lily's CPU backend against llama.cpp on the same model shape (issue 36), 2 threads, alternated.
 #
 #   bench/cpu_vs_llama.sh [--preset 35b-a3b] [--rounds 3] [--gen 32] [--alternations 2]
-#                         [--mk "EXTRA MKMODEL ARGS"] [--lily build/lily] [--gguf build/gguf_q4] DIR
+#                         [--mk "EXTRA MKMODEL ARGS"] [--lily build/lily] [--gguf build/gguf_q4]
+#                         [--prepare-only] DIR
 #
 # Once: makes the synthetic checkpoint in DIR (`lily mkmodel --preset P --layout mlx4 --seed 7`,
 # with models/tiny-trained's tokenizer so that the GGUF has a vocabulary: for 35b-a3b this only
@@ -13,11 +14,15 @@
 # (ggml picks its best CPU variant), llama.cpp AVX2-only (the haswell variant alone), each
 # `--prefill 512 --decode 64,512` with --gen decoded tokens and --rounds rounds; then one table of
 # tok/s (median of the rounds) and the lily / llama.cpp ratios. Results (JSON) go to DIR.bench/.
+# --prepare-only stops after making the files. (The small preset needs --mk "--lin-v-dim 32":
+# llama.cpp's qwen35moe takes equal GDN key and value head dims.)
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 preset=35b-a3b rounds=3 gen=32 alts=2 mk="" lily="$root/build/lily" gguf="$root/build/gguf_q4"
+prepare_only=0
 while [ $# -gt 1 ]; do
     case $1 in
+    --prepare-only) prepare_only=1; shift; continue ;;
     --preset) preset=$2 ;;
     --rounds) rounds=$2 ;;
     --gen) gen=$2 ;;
@@ -29,7 +34,7 @@ while [ $# -gt 1 ]; do
     esac
     shift 2
 done
-[ $# -eq 1 ] || { sed -n '2,16p' "$0" >&2; exit 2; }
+[ $# -eq 1 ] || { sed -n '2,19p' "$0" >&2; exit 2; }
 dir=$1
 out="$dir.bench"
 for b in "$lily" "$gguf"; do
@@ -51,6 +56,7 @@ if [ ! -f "$model_gguf" ]; then
 fi
 mkdir -p "$out"
 du -sh "$dir"/*.safetensors "$model_gguf" | sed 's/^/   /'
+[ "$prepare_only" = 0 ] || exit 0
 
 common=(--prefill 512 --decode 64,512 --gen "$gen" --rounds "$rounds")
 # ggml's worker threads spin at every graph barrier: with the 2 cores oversubscribed, a 2-thread
