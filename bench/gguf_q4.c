@@ -109,6 +109,8 @@ static int64_t src_index(const plan_list *l, const plan_t *t, int64_t i) {
 static int build_plan(const lily_model *m, int big, int router, plan_list *l, lily_err *err) {
     const lily_config *c = &m->cfg;
     if (!c->is_moe) return lily_fail(err, "only MoE (qwen3_5_moe) checkpoints are supported");
+    if (!c->attn_output_gate)
+        return lily_fail(err, "llama.cpp's qwen35moe needs the attention output gate");
     if (c->lin_dk != c->lin_dv)
         return lily_fail(err, "llama.cpp's qwen35moe needs equal GDN key and value head dims");
     l->nk = c->lin_nk;

@@ -98,9 +98,15 @@ for (const L of lens) {
     const f = (x) => (x === null ? "-" : x.toFixed(2));
     log.write(`${String(L).padStart(8)} ${f(row.prefill_tok_s).padStart(14)} ${f(row.decode_tok_s).padStart(13)}\n`);
 }
+// Memory as the kernel counts it at the end: anonymous (llama.cpp's repacked weights, KV cache,
+// compute buffers) and file-backed (the mapped GGUF).
+const status = fs.readFileSync("/proc/self/status", "utf8");
+const kb = (k) => Number((new RegExp(`^${k}:\\s+(\\d+)`, "m").exec(status) || [, NaN])[1]);
+const mem = { rss_anon_mb: Math.round(kb("RssAnon") / 1024), rss_file_mb: Math.round(kb("RssFile") / 1024) };
+log.write(`memory: ${mem.rss_anon_mb} MB anonymous, ${mem.rss_file_mb} MB mapped from files\n`);
 const result = {
     engine: "llama.cpp", model: args.model, ...info, threads: ctx.currentThreads,
-    cpu: (os.cpus()[0] || {}).model, gen: args.gen, rounds: args.rounds, rows,
+    cpu: (os.cpus()[0] || {}).model, gen: args.gen, rounds: args.rounds, ...mem, rows,
 };
 if (args.json === "-") out.write(JSON.stringify(result) + "\n");
 else if (args.json) fs.writeFileSync(args.json, JSON.stringify(result, null, 1) + "\n");
