@@ -8,7 +8,9 @@
 set -euo pipefail
 cd "$(dirname "$0")"
 if [ ! -f node_modules/node-llama-cpp/package.json ]; then
-    npm ci --omit=optional --ignore-scripts --no-audit --no-fund
+    # npm install, not npm ci: npm leaves optional packages that are not published for this
+    # version out of the lock file, and npm ci then refuses the lock; install keeps it as is.
+    npm install --omit=optional --ignore-scripts --no-audit --no-fund
 fi
 bins=node_modules/@node-llama-cpp/linux-x64/bins/linux-x64
 [ -f "$bins/libggml-cpu-haswell.so" ] || { echo "setup.sh: $bins/libggml-cpu-haswell.so missing" >&2; exit 1; }
