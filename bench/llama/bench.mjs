@@ -106,7 +106,8 @@ const mem = { rss_anon_mb: Math.round(kb("RssAnon") / 1024), rss_file_mb: Math.r
 log.write(`memory: ${mem.rss_anon_mb} MB anonymous, ${mem.rss_file_mb} MB mapped from files\n`);
 const result = {
     engine: "llama.cpp", model: args.model, ...info, threads: ctx.currentThreads,
-    cpu: (os.cpus()[0] || {}).model, gen: args.gen, rounds: args.rounds, ...mem, rows,
+    cpu: (os.cpus()[0] || {}).model, gen: args.gen, rounds: args.rounds, ...mem,
+    loadavg_1min_at_end: os.loadavg()[0], rows,
 };
 if (args.json === "-") out.write(JSON.stringify(result) + "\n");
 else if (args.json) fs.writeFileSync(args.json, JSON.stringify(result, null, 1) + "\n");
