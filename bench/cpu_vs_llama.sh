@@ -98,6 +98,7 @@ def load(name):
     return j, [med(512, "prefill"), med(64, "decode"), med(512, "decode")]
 def fmt(v, ratio=False):
     return f"{'-':>10}" if v is None else (f"{v:>9.2f}x" if ratio else f"{v:>10.2f}")
+verdict = []
 print(f"\n{'alt':>3}  {'engine':<34} {'prefill512':>10} {'decode@64':>10} {'decode@512':>10}   (tok/s, median of rounds)")
 for a in range(1, alts + 1):
     for lily_isa, llama_v in (("avx512", "default"), ("avx2", "avx2")):
@@ -107,6 +108,12 @@ for a in range(1, alts + 1):
         print(f"{a:>3}  {'llama.cpp ' + str(kj.get('backend')):<34}" + "".join(" " + fmt(v) for v in k))
         r = [x / y if x and y else None for x, y in zip(l, k)]
         print(f"{a:>3}  {'ratio lily / llama.cpp':<34}" + "".join(" " + fmt(v, True) for v in r))
+        bars = (1.5, 1.25, 1.25) if lily_isa == "avx512" else (1.1, 1.1, 1.1)
+        verdict.append((a, lily_isa, all(x is not None and x >= b for x, b in zip(r, bars)), bars))
+print("\nissue 36's bars (prefill512, decode@64, decode@512 ratios):")
+for a, isa, ok, bars in verdict:
+    print(f"  alternation {a}, lily {isa}: >= {bars[0]}x / {bars[1]}x / {bars[2]}x: "
+          f"{'met' if ok else 'NOT met'}")
 j, _ = load("lily-avx512-1")
 k, _ = load("llama-default-1")
 print(f"\nlily commit {j.get('commit')}, {j.get('cpu')}, {j.get('threads')} threads; llama.cpp "
