@@ -3,7 +3,7 @@
 #
 #   bench/cpu_vs_llama.sh [--preset 35b-a3b] [--rounds 3] [--gen 32] [--alternations 2]
 #                         [--mk "EXTRA MKMODEL ARGS"] [--lily build/lily] [--gguf build/gguf_q4]
-#                         [--prepare-only] DIR
+#                         [--nice N] [--prepare-only] DIR
 #
 # Once: makes the synthetic checkpoint in DIR (`lily mkmodel --preset P --layout mlx4 --seed 7`,
 # with models/tiny-trained's tokenizer so that the GGUF has a vocabulary: for 35b-a3b this only
@@ -14,12 +14,13 @@
 # (ggml picks its best CPU variant), llama.cpp AVX2-only (the haswell variant alone), each
 # `--prefill 512 --decode 64,512` with --gen decoded tokens and --rounds rounds; then one table of
 # tok/s (median of the rounds) and the lily / llama.cpp ratios. Results (JSON) go to DIR.bench/.
-# --prepare-only stops after making the files. (The small preset needs --mk "--lin-v-dim 32":
+# --prepare-only stops after making the files. --nice N runs both engines' benchmarks under
+# `nice -n N` (root: N < 0 raises their priority over a busy machine's other work). (The small preset needs --mk "--lin-v-dim 32":
 # llama.cpp's qwen35moe takes equal GDN key and value head dims.)
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 preset=35b-a3b rounds=3 gen=32 alts=2 mk="" lily="$root/build/lily" gguf="$root/build/gguf_q4"
-prepare_only=0
+prepare_only=0 nice=0
 while [ $# -gt 1 ]; do
     case $1 in
     --prepare-only) prepare_only=1; shift; continue ;;
@@ -30,11 +31,12 @@ while [ $# -gt 1 ]; do
     --mk) mk=$2 ;;
     --lily) lily=$2 ;;
     --gguf) gguf=$2 ;;
+    --nice) nice=$2 ;;
     *) echo "cpu_vs_llama.sh: unknown option $1" >&2; exit 2 ;;
     esac
     shift 2
 done
-[ $# -eq 1 ] || { sed -n '2,19p' "$0" >&2; exit 2; }
+[ $# -eq 1 ] || { sed -n '2,21p' "$0" >&2; exit 2; }
 dir=$1
 out="$dir.bench"
 for b in "$lily" "$gguf"; do
@@ -74,13 +76,13 @@ for a in $(seq 1 "$alts"); do
     for isa in avx512 avx2; do
         echo "== alternation $a: lily --cpu-isa $isa"
         load
-        "$lily" bench --model "$dir" --backend cpu --threads 2 --cpu-isa "$isa" "${common[@]}" \
+        nice -n "$nice" "$lily" bench --model "$dir" --backend cpu --threads 2 --cpu-isa "$isa" "${common[@]}" \
             --json "$out/lily-$isa-$a.json"
     done
     for v in default avx2; do
         echo "== alternation $a: llama.cpp ($v)"
         load
-        node "$root/bench/llama/bench.mjs" --model "$model_gguf" --variant "$v" --threads 2 \
+        nice -n "$nice" node "$root/bench/llama/bench.mjs" --model "$model_gguf" --variant "$v" --threads 2 \
             "${common[@]}" --json "$out/llama-$v-$a.json" 2> >(grep -v 'control-looking token' >&2)
     done
 done
