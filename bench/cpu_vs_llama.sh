@@ -15,8 +15,9 @@
 # `--prefill 512 --decode 64,512` with --gen decoded tokens and --rounds rounds; then one table of
 # tok/s (median of the rounds) and the lily / llama.cpp ratios. Results (JSON) go to DIR.bench/.
 # --prepare-only stops after making the files. --nice N runs both engines' benchmarks under
-# `nice -n N` (root: N < 0 raises their priority over a busy machine's other work). (The small preset needs --mk "--lin-v-dim 32":
-# llama.cpp's qwen35moe takes equal GDN key and value head dims.)
+# `nice -n N` (root: N < 0 raises their priority over a busy machine's other work). The small
+# preset needs --mk "--lin-v-dim 32": llama.cpp's qwen35moe takes equal GDN key and value head
+# dims.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 preset=35b-a3b rounds=3 gen=32 alts=2 mk="" lily="$root/build/lily" gguf="$root/build/gguf_q4"
@@ -36,7 +37,7 @@ while [ $# -gt 1 ]; do
     esac
     shift 2
 done
-[ $# -eq 1 ] || { sed -n '2,21p' "$0" >&2; exit 2; }
+[ $# -eq 1 ] || { sed -n '2,22p' "$0" >&2; exit 2; }
 dir=$1
 out="$dir.bench"
 for b in "$lily" "$gguf"; do
