@@ -37,7 +37,7 @@ while [ $# -gt 1 ]; do
     esac
     shift 2
 done
-[ $# -eq 1 ] || { sed -n '2,22p' "$0" >&2; exit 2; }
+[ $# -eq 1 ] || { sed -n '2,20p' "$0" >&2; exit 2; }
 dir=$1
 out="$dir.bench"
 for b in "$lily" "$gguf"; do
