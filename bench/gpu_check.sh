@@ -133,7 +133,7 @@ if [[ $skip != *" quality "* ]] && [ -x "$work/bin/lily" ] &&
     # products and the one-pass bf16 ones, prefill and decode, against transformers float32.
     echo "== quality gates on models/tiny-trained (lily eval --backend cuda)"
     m=models/tiny-trained
-    for prec in default fast; do
+    for prec in exact default; do
         for mode in prefill decode; do
             printf -- '-- precision %-8s %-8s ' $prec $mode
             timeout 120 "$work/bin/lily" eval --model $m --text $m/eval_text.txt --precision $prec \

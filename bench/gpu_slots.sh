@@ -39,13 +39,14 @@ out=${OUT:-$root/gpu_slots_out}
 mkdir -p "$out"
 w=/tmp/lily_gpu_slots
 rm -rf "$w" && mkdir -p "$w" && tar -C "$w" -xJf "$carry/slots.tar.xz"
-export LD_LIBRARY_PATH="$w/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+# the carried libraries for lily alone: exported, the pack's libcurl would break the system curl
+ld="$w/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 exec > >(tee -a "$out/gpu_slots.log") 2>&1
 echo "== gpu_slots $(date -u +%FT%TZ), built from $(cat "$w/commit")"
 nvidia-smi --query-gpu=name --format=csv,noheader || true
 fails=0
-LILY_TEST_BACKEND=${GPU_SLOTS_BACKEND:-cuda} "$w/bin/test_gen_slots" || fails=$((fails + 1))
-"$w/bin/lily" serve --model models/tiny-trained --backend "${GPU_SLOTS_BACKEND:-cuda}" --port 0 --port-file "$w/port" \
+LD_LIBRARY_PATH=$ld LILY_TEST_BACKEND=${GPU_SLOTS_BACKEND:-cuda} "$w/bin/test_gen_slots" || fails=$((fails + 1))
+LD_LIBRARY_PATH=$ld "$w/bin/lily" serve --model models/tiny-trained --backend "${GPU_SLOTS_BACKEND:-cuda}" --port 0 --port-file "$w/port" \
     --parallel 4 --ctx 2048 >"$w/serve.log" 2>&1 &
 pid=$!
 for _ in $(seq 1 240); do

@@ -338,9 +338,10 @@ int cu_open(const lily_model *m, const lily_engine_opts *opts, lily_backend **ou
     lily_backend *b = (lily_backend *)calloc(1, sizeof *b);
     if (!b) return lily_fail(e, "out of memory");
     b->m = m;
-    /* the one place that maps a precision to the CUDA kernels: DEFAULT and EXACT run the exact
-     * GEMMs and attention, FAST one bf16 pass of each */
-    const int exact = opts->precision != LILY_PRECISION_FAST;
+    /* the one place that maps a precision to the CUDA kernels: EXACT runs the exact (split
+     * operand) GEMMs and attention, DEFAULT and FAST one bf16 pass of each (the trained model's
+     * quality gate, BENCHMARKS.md) */
+    const int exact = opts->precision == LILY_PRECISION_EXACT;
     b->prec.gemm_exact = exact;
     b->prec.attn_exact = exact;
     pthread_mutex_init(&b->mu, nullptr);
