@@ -156,8 +156,12 @@ if [[ $skip != *" sanitizer "* ]] && command -v compute-sanitizer >/dev/null; th
             [ "$run" = racecheck:attn ] || [ "$run" = racecheck:sample ] && lvl=2
             lim=${GPU_CHECK_SAN_S:-20}
             [ "$t" = sample ] && lim=${GPU_CHECK_SAN_S:-60} # racecheck: 24 s on an H100
+            # test_cuda_<t> where that program exists, else the rows of test_cuda_ops whose op
+            # name contains <t> (gemv, moe, gdn, embed, rmsnorm, argmax, advance)
+            bin=("$work/bin/test_cuda_$t")
+            [ -x "${bin[0]}" ] || bin=("$work/bin/test_cuda_ops" "$t")
             LILY_CUDA_SAN=$lvl timeout $lim compute-sanitizer --tool $tool --error-exitcode 3 \
-                "$work/bin/test_cuda_$t" >"$logs/san_${tool}_$t.log" 2>&1
+                "${bin[@]}" >"$logs/san_${tool}_$t.log" 2>&1
             rc=$?
             printf '%-10s %-6s rc=%d  %s\n' $tool $t $rc \
                 "$(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$logs/san_${tool}_$t.log" | tail -1)"
