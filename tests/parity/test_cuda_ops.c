@@ -58,10 +58,12 @@ typedef enum {
     OP_GDN_CONV,
     OP_GDN_SCAN,
     OP_GDN_GNORM,
+    OP_GEMV_ARGS,
+    OP_GDN_ARGS,
 } op_kind;
-static const char *op_names[] = {"gemv",     "moe_decode", "moe_graph", "moe_prefill",
-                                 "embed",    "rmsnorm",    "argmax",    "advance",
-                                 "gdn_conv", "gdn_scan",   "gdn_gnorm"};
+static const char *op_names[] = {
+    "gemv",    "moe_decode", "moe_graph", "moe_prefill", "embed",     "rmsnorm",      "argmax",
+    "advance", "gdn_conv",   "gdn_scan",  "gdn_gnorm",   "gemv_args", "gdn_scan_args"};
 static const char *dt_names[] = {"f32", "bf16", "f16", "q4", "q8"};
 
 /* One row of the table. Fields an op does not use stay 0. */
@@ -200,6 +202,9 @@ static const op_row table[] = {
     /* gdn_gnorm: tokens, heads, head width (the per-head gated RMSNorm) */
     {.op = OP_GDN_GNORM, .n = 1, .Nv = 32, .dim = 128, .tol = 1e-5},
     {.op = OP_GDN_GNORM, .n = 19, .Nv = 5, .dim = 96, .tol = 1e-5},
+    /* bad arguments are an error, not a crash */
+    {.op = OP_GEMV_ARGS},
+    {.op = OP_GDN_ARGS},
 };
 
 /* The CPU reference blocks' threads (one per core: the references of the larger rows are GFLOPs) */
@@ -923,6 +928,21 @@ static void run_gdn(const op_row *r) {
         gnorm_case(r->n, r->Nv, r->dim, r->tol);
 }
 
+static void run_args(const op_row *r) {
+    lily_err e;
+    if (r->op == OP_GEMV_ARGS) {
+        pt_check_true("gemv rejects 0 segments",
+                      lily_cuda_gemv(NULL, 0, NULL, NULL, NULL, &e) == -1);
+        return;
+    }
+    pt_check_true("gdn scan rejects Dk=64",
+                  lily_cuda_gdn_scan(NULL, 1, 1, 64, 64, 1, NULL, 4, NULL, NULL, 1, NULL, NULL,
+                                     NULL, 1, NULL, &e) == -1);
+    pt_check_true("gdn scan rejects an unknown kernel",
+                  lily_cuda_gdn_scan_with(LILY_GDN_TILED4 + 1, NULL, 1, 1, 128, 8, 1, NULL, 4, NULL,
+                                          NULL, 1, NULL, NULL, NULL, 1, NULL, &e) == -1);
+}
+
 /* ---- embed, rmsnorm, argmax, advance --------------------------------------------------------- */
 
 static void run_embed(const op_row *r) {
@@ -1133,6 +1153,8 @@ static void row_desc(const op_row *r, char *s, size_t cap) {
         snprintf(s, cap, "Nk=%d Nv=%d Dk=128 Dv=%d n=%d", r->Nk, r->Nv, r->dim, r->n);
         break;
     case OP_GDN_GNORM: snprintf(s, cap, "n=%d heads=%d x %d", r->n, r->Nv, r->dim); break;
+    case OP_GEMV_ARGS:
+    case OP_GDN_ARGS: snprintf(s, cap, "bad arguments"); break;
     }
 }
 
@@ -1149,6 +1171,8 @@ static void run_row(const op_row *r) {
     case OP_GDN_CONV:
     case OP_GDN_SCAN:
     case OP_GDN_GNORM: run_gdn(r); break;
+    case OP_GEMV_ARGS:
+    case OP_GDN_ARGS: run_args(r); break;
     }
 }
 
