@@ -102,10 +102,10 @@ for t in "$work"/bin/test_*; do
     [ "$st" = PASS ] || grep -E '^FAIL' "$logs/$name.log" | head -20
 done
 echo "parity: $pass passed, $fail failed, $skipped skipped"
-if [ "${GPU_CHECK_ATTN_TIME:-0}" = 1 ] && [ -x "$work/bin/test_cuda_attn" ]; then
-    # the attention prefill kernels' timing alone, every mode (test_cuda_attn.c's header)
-    echo "== attention prefill timing (LILY_CUDA_TIME=1p test_cuda_attn)"
-    LILY_CUDA_TIME=1p timeout 300 "$work/bin/test_cuda_attn" 2>&1 | grep -E '^time' | grep -v decode
+if [ "${GPU_CHECK_ATTN_TIME:-0}" = 1 ] && [ -x "$work/bin/test_cuda_ops" ]; then
+    # the attention prefill kernels' timing alone, every mode (test_cuda_ops.c's header)
+    echo "== attention prefill timing (LILY_CUDA_TIME=1p test_cuda_ops)"
+    LILY_CUDA_TIME=1p timeout 300 "$work/bin/test_cuda_ops" 2>&1 | grep -E '^time' | grep -v decode
 fi
 
 if [[ $skip != *" fixtures "* ]] && [ -x "$work/bin/golden_test_logits" ] && [ -x "$work/bin/lily" ]; then
@@ -156,8 +156,12 @@ if [[ $skip != *" sanitizer "* ]] && command -v compute-sanitizer >/dev/null; th
             [ "$run" = racecheck:attn ] || [ "$run" = racecheck:sample ] && lvl=2
             lim=${GPU_CHECK_SAN_S:-20}
             [ "$t" = sample ] && lim=${GPU_CHECK_SAN_S:-60} # racecheck: 24 s on an H100
+            # test_cuda_<t> where that program exists, else the rows of test_cuda_ops whose op
+            # name contains <t> (gemv, moe, gdn, attn, embed, rmsnorm, argmax, advance)
+            bin=("$work/bin/test_cuda_$t")
+            [ -x "${bin[0]}" ] || bin=("$work/bin/test_cuda_ops" "$t")
             LILY_CUDA_SAN=$lvl timeout $lim compute-sanitizer --tool $tool --error-exitcode 3 \
-                "$work/bin/test_cuda_$t" >"$logs/san_${tool}_$t.log" 2>&1
+                "${bin[@]}" >"$logs/san_${tool}_$t.log" 2>&1
             rc=$?
             printf '%-10s %-6s rc=%d  %s\n' $tool $t $rc \
                 "$(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$logs/san_${tool}_$t.log" | tail -1)"

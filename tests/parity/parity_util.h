@@ -21,6 +21,9 @@
 #endif
 
 static int pt_pass, pt_fail;
+/* The largest relative and absolute errors of the checks since the caller last zeroed them (the
+ * table driver of test_cuda_ops.c reports them per row). */
+static double pt_row_rel, pt_row_abs;
 static uint64_t pt_rng = 0x2545f4914f6cdd1dull;
 
 static inline uint32_t pt_rnd(void) {
@@ -55,6 +58,8 @@ static inline int pt_check_scaled(const char *what, const float *got, const floa
     }
     double rel = den > 0 ? sqrt(num / den) : sqrt(num);
     int ok = !nan && rel <= tol;
+    if (nan || rel > pt_row_rel) pt_row_rel = nan ? INFINITY : rel;
+    if (mx > pt_row_abs) pt_row_abs = mx;
     if (ok)
         pt_pass++;
     else

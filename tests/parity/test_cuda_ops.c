@@ -1,0 +1,1843 @@
+/* The CUDA ops against the CPU reference from one table of ops and shapes (as ggml's
+ * test-backend-ops): each row names an op, its shape, its variant and its tolerance; the driver
+ * seeds the generator from the row's index, builds random inputs (never zeros), runs the CUDA op
+ * and the CPU reference (the exported blocks of backend/cpu/blocks.h where the op is a block, the
+ * reference ops otherwise), prints a line per check and one ROW line per row (op, shape, the
+ * largest relative and absolute errors, PASS/FAIL). Exits 77 without a GPU.
+ *
+ *   test_cuda_ops [FILTER...]   only the rows whose op name contains one of the FILTERs
+ *                               (e.g. "gemv", "moe", "moe_prefill", "embed")
+ *
+ * Ops: gemv (decode GEMV: every weight type, prologue copy / RMSNorm / per-head gated RMSNorm,
+ * epilogue store / add / causal conv + SiLU with its state update, odd row counts, 64 .. 16384
+ * columns); moe_decode (the fused decode MoE block, with the router GEMV and with the router fused
+ * into the gate/up launch behind a grid barrier, each step twice on one scratch; the routing
+ * against the CPU top-k and the output against lily_cpu_ffn_block with the GPU's routing, so a
+ * near-tie flip cannot fail); moe_graph (two fused layers captured in a CUDA graph and replayed
+ * three times against the eager unfused run); moe_prefill (the grouped prefill: routed on the GPU,
+ * every token on experts 0..k-1, and a skewed random load; a dense SwiGLU MLP when E = 0; the
+ * stacked router/shared-gate uploads when stack = 1); embed (Q4, Q8, BF16, F32 rounded to BF16
+ * rows against lily_mat_row_f32); rmsnorm (odd widths and strides, and the RMSNorm that also
+ * writes the exact GEMMs' split words: the same y bits and the words a separate split gives);
+ * argmax (odd lengths, the maximum first / last / random, a tie won by the lowest index);
+ * advance (the decode ring's step counter near the ends of int32); gdn_conv (causal conv + SiLU
+ * and its state against lily_cpu_conv_silu); gdn_scan (the recurrence: L2 norms, gates and
+ * lily_cpu_gdn_scan per head from a random non-zero state, 1 token to 2048, every scan kernel,
+ * output and final state); gdn_gnorm (the per-head gated RMSNorm).
+ *
+ * attn_prep (q/k RMSNorm, partial RoPE, int16 + scale cache rows against lily_cpu_rmsnorm +
+ * lily_cpu_rope); attn_decode (split-K decode at contexts 1 to 131073, every split count 1 to
+ * 128, forced split targets, group sizes 1 to 16); attn_prefill (the tensor-core prefill over
+ * chunks from 0 and deep in the cache, gated or not, head dims 64, 128, 256: default, fast, and
+ * at head dim 256 the ws kernel unsplit and split in 3). The attention reference is attention
+ * with double sums on the values the int16 cache holds; each row runs with exact attention
+ * products (to fp32 accumulation level) and with one bf16 pass (a looser bound).
+ *
+ * Sanitizer-sized runs: LILY_GDN_QUICK=1 leaves out the long scans, LILY_CUDA_SAN=1 the 40K-131K
+ * attention contexts and deep prefills, LILY_CUDA_SAN=2 runs the racecheck-sized attention rows
+ * alone. LILY_CUDA_TIME=1 also prints, after the rows, the GDN scan kernels' times (gdn_scan
+ * selected) and attention decode and prefill times at the 35B-A3B shape (attn_prefill selected);
+ * LILY_CUDA_TIME=1p the attention prefill timing alone (no rows: for profilers). The GEMMs
+ * (test_cuda_gemm, test_cuda_skinny) and the sampler (test_cuda_sample) keep their programs. */
+#include <stdio.h>
+
+#ifndef LILY_HAVE_CUDA
+int main(void) {
+    printf("skipped: built without CUDA\n");
+    return 77;
+}
+#else
+#include <cuda_runtime_api.h>
+
+#include "backend/cpu/blocks.h"
+#include "backend/cuda/attn.h"
+#include "backend/cuda/attn_wg.h"
+#include "backend/cuda/gemm_split.h"
+#include "backend/cuda/gdn.h"
+#include "backend/cuda/gemv.h"
+#include "backend/cuda/misc.h"
+#include "backend/cuda/moe.h"
+#include "parity_util.h"
+
+typedef enum {
+    OP_GEMV,
+    OP_MOE_DECODE,
+    OP_MOE_GRAPH,
+    OP_MOE_PREFILL,
+    OP_EMBED,
+    OP_RMSNORM,
+    OP_ARGMAX,
+    OP_ADVANCE,
+    OP_GDN_CONV,
+    OP_GDN_SCAN,
+    OP_GDN_GNORM,
+    OP_GEMV_ARGS,
+    OP_GDN_ARGS,
+    OP_ATTN_PREP,
+    OP_ATTN_DECODE,
+    OP_ATTN_PREFILL,
+    OP_ATTN_ARGS,
+} op_kind;
+static const char *op_names[] = {
+    "gemv",          "moe_decode", "moe_graph",   "moe_prefill",  "embed",     "rmsnorm",
+    "argmax",        "advance",    "gdn_conv",    "gdn_scan",     "gdn_gnorm", "gemv_args",
+    "gdn_scan_args", "attn_prep",  "attn_decode", "attn_prefill", "attn_args"};
+static const char *dt_names[] = {"f32", "bf16", "f16", "q4", "q8"};
+
+/* One row of the table. Fields an op does not use stay 0. */
+typedef struct {
+    op_kind op;
+    lily_dtype dt;    /* gemv, embed: the weight type */
+    int dim;          /* gemv: columns; moe: H; embed: H; rmsnorm: width */
+    int n;            /* moe_prefill: tokens; embed: tokens; rmsnorm: rows; argmax: length */
+    int rows[4];      /* gemv: the segments' row counts (nseg of them) */
+    int nseg;         /* gemv */
+    int pro, epi;     /* gemv: LILY_GP_*, LILY_GV_* */
+    int E, k, I;      /* moe: experts (0: a dense MLP of width Is), top-k, expert width */
+    int Is, sg;       /* moe: shared expert width (0: none), its sigmoid gate row */
+    int stack;        /* moe: router + shared gate row and shared gate + up uploaded stacked */
+    int route;        /* moe_prefill: 0 routed on the GPU, 1 all on experts 0..k-1, 2 skewed */
+    int V;            /* embed: vocabulary rows */
+    int at;           /* argmax: index of the maximum, -1 random */
+    int32_t step;     /* advance: the step counter before */
+    int cap;          /* advance: ring size */
+    int K;            /* gdn_conv: taps (dim: channels, n: tokens) */
+    int Nk, Nv;       /* gdn_scan: key / value heads (dim: Dv, Dk = 128, n: tokens, every kernel);
+                     * gdn_gnorm: Nv heads of dim (n: tokens) */
+    int big;          /* skipped under LILY_GDN_QUICK=1 (sanitizer-sized runs) */
+    int R, pos, ctx;  /* attn: rotary dims (prep), first position (prep, prefill), context (decode);
+                      * Nk, Nv: query / KV heads, dim: head dim, n: tokens */
+    int splits, want; /* attn_decode: split count of the grid, forced split target (0: auto) */
+    int gated;        /* attn: the sigmoid output gate */
+    int nosan;        /* skipped under LILY_CUDA_SAN=1 (memcheck-sized runs) */
+    int race;         /* LILY_CUDA_SAN=2 (racecheck-sized) runs only rows with race != 0; race 2:
+                        * only then */
+    double tol;       /* relative L2 tolerance of the float checks */
+} op_row;
+
+#define GEMV(d, c, p, e, t, ...)                                                            \
+    {                                                                                       \
+        .op = OP_GEMV, .dt = LILY_DT_##d, .dim = c, .pro = LILY_GP_##p, .epi = LILY_GV_##e, \
+        .tol = t, .rows = {__VA_ARGS__}, .nseg = sizeof((int[]){__VA_ARGS__}) / sizeof(int) \
+    }
+#define MOE(o, e_, k_, h, i, is, g, st, n_, r)                                                \
+    {                                                                                         \
+        .op = OP_MOE_##o, .E = e_, .k = k_, .dim = h, .I = i, .Is = is, .sg = g, .stack = st, \
+        .n = n_, .route = r, .tol = OP_MOE_##o == OP_MOE_PREFILL ? 2e-3 : 1e-4                \
+    }
+
+#define ATTN_DEC(nq, nkv, dh, c, sp, g, ...)                                                      \
+    {                                                                                             \
+        .op = OP_ATTN_DECODE, .Nk = nq, .Nv = nkv, .dim = dh, .ctx = c, .splits = sp, .gated = g, \
+        __VA_ARGS__                                                                               \
+    }
+#define ATTN_PRE(nq, nkv, dh, p0, n_, g, ...)                                                  \
+    {                                                                                          \
+        .op = OP_ATTN_PREFILL, .Nk = nq, .Nv = nkv, .dim = dh, .pos = p0, .n = n_, .gated = g, \
+        __VA_ARGS__                                                                            \
+    }
+
+static const op_row table[] = {
+    /* gemv: weight type, columns, prologue, epilogue, tolerance (F32 is rounded to BF16 on
+     * upload: ~2^-9 per weight), the segments' rows */
+    GEMV(Q4, 2048, RMSNORM, STORE, 1e-4, 1000, 37, 513),
+    GEMV(Q4, 2048, NONE, STORE, 1e-4, 8192),
+    GEMV(Q4, 4096, GATED, ADD, 1e-4, 1000, 37),
+    GEMV(Q4, 512, NONE, ADD, 1e-4, 1000, 37, 513),
+    GEMV(Q4, 64, RMSNORM, STORE, 1e-4, 256, 1, 7, 300),
+    GEMV(Q4, 192, NONE, STORE, 1e-4, 5),
+    GEMV(Q4, 1024, RMSNORM, CONV, 1e-4, 1000, 37, 513),
+    GEMV(Q8, 2048, RMSNORM, STORE, 1e-4, 256, 1),
+    GEMV(Q8, 320, NONE, STORE, 1e-4, 1000, 37, 513),
+    GEMV(BF16, 2048, RMSNORM, STORE, 1e-4, 1000, 37, 513),
+    GEMV(BF16, 576, GATED, ADD, 1e-4, 256, 1, 7, 300),
+    GEMV(BF16, 64, NONE, CONV, 1e-4, 5),
+    GEMV(F32, 768, NONE, STORE, 1e-2, 1000, 37),
+    /* a wide input: dynamic shared memory above 48 KiB (16384 columns is the widest the CPU
+     * reference's matmul takes, 256 groups) */
+    GEMV(Q4, 16384, RMSNORM, STORE, 1e-4, 33),
+
+    /* MoE: (E, k, H, I, Is, shared gate, stacked, n, routing). Decode rows: each step with the
+     * router GEMV and with the fused router (first step and through the barrier). Prefill: Q4
+     * experts averaging fewer than 64 rows take the skinny 16-row tiles, at least 64 the 64-row
+     * tiles (600 tokens on 16 experts, top-2). */
+    MOE(DECODE, 32, 8, 2048, 512, 512, 1, 0, 1, 0),
+    MOE(PREFILL, 32, 8, 2048, 512, 512, 1, 0, 1, 0),
+    MOE(PREFILL, 32, 8, 2048, 512, 512, 1, 0, 77, 0),
+    MOE(PREFILL, 32, 8, 2048, 512, 512, 1, 0, 300, 1),
+    MOE(PREFILL, 32, 8, 2048, 512, 512, 1, 0, 129, 2),
+    MOE(DECODE, 32, 8, 2048, 512, 512, 1, 1, 1, 0),
+    MOE(PREFILL, 32, 8, 2048, 512, 512, 1, 1, 77, 0),
+    MOE(PREFILL, 32, 8, 2048, 512, 512, 1, 1, 129, 2),
+    MOE(DECODE, 256, 8, 256, 128, 128, 1, 0, 1, 0),
+    MOE(PREFILL, 256, 8, 256, 128, 128, 1, 0, 200, 0),
+    MOE(PREFILL, 256, 8, 256, 128, 128, 1, 0, 64, 1),
+    MOE(PREFILL, 256, 8, 256, 128, 128, 1, 0, 1000, 2), /* 8000 assignments: 16 scatter chunks */
+    MOE(DECODE, 16, 2, 320, 192, 0, 0, 0, 1, 0),
+    MOE(PREFILL, 16, 2, 320, 192, 0, 0, 0, 33, 0),
+    MOE(PREFILL, 16, 2, 320, 192, 0, 0, 0, 50, 2),
+    MOE(PREFILL, 16, 2, 320, 192, 0, 0, 0, 600, 0), /* 1200 assignments: the 64-row tiles */
+    MOE(PREFILL, 16, 2, 320, 192, 0, 0, 0, 700, 2),
+    MOE(DECODE, 32, 4, 256, 128, 192, 1, 0, 1, 0), /* Is != I */
+    MOE(PREFILL, 32, 4, 256, 128, 192, 1, 0, 65, 0),
+    MOE(PREFILL, 32, 4, 256, 128, 192, 1, 1, 65, 0),
+    MOE(DECODE, 0, 0, 512, 0, 1344, 0, 0, 1, 0), /* a dense SwiGLU MLP */
+    MOE(PREFILL, 0, 0, 512, 0, 1344, 0, 0, 45, 0),
+    MOE(DECODE, 0, 0, 512, 0, 1344, 0, 1, 1, 0), /* its gate and up as one */
+    MOE(PREFILL, 0, 0, 512, 0, 1344, 0, 1, 45, 0),
+    /* fused-router shapes: the 35B's grid (16 x 9 = 144 blocks, fewer router rows than blocks),
+     * no shared expert, a shared expert without its gate (H = 768: 16 lanes per router row),
+     * 1024 experts + the gate row over 6 blocks (many rows per warp); the 35B's expert shapes in
+     * prefill (24 tokens x top-8 over 64 experts, ~3 rows each: the skinny tiles; skewed) */
+    MOE(DECODE, 64, 8, 2048, 512, 512, 1, 0, 1, 0),
+    MOE(GRAPH, 64, 8, 2048, 512, 512, 1, 0, 1, 0),
+    MOE(PREFILL, 64, 8, 2048, 512, 512, 1, 0, 24, 0),
+    MOE(PREFILL, 64, 8, 2048, 512, 512, 1, 0, 24, 2),
+    MOE(DECODE, 64, 6, 512, 256, 0, 0, 0, 1, 0),
+    MOE(DECODE, 40, 3, 768, 320, 256, 0, 0, 1, 0),
+    MOE(DECODE, 1024, 2, 256, 64, 64, 1, 0, 1, 0),
+    MOE(GRAPH, 1024, 2, 256, 64, 64, 1, 0, 1, 0),
+
+    /* embed: weight type, V, H, tokens (the first token is V - 1) */
+    {.op = OP_EMBED, .dt = LILY_DT_Q4, .V = 1000, .dim = 2048, .n = 7, .tol = 1e-6},
+    {.op = OP_EMBED, .dt = LILY_DT_Q8, .V = 77, .dim = 320, .n = 3, .tol = 1e-6},
+    {.op = OP_EMBED, .dt = LILY_DT_BF16, .V = 129, .dim = 256, .n = 64, .tol = 1e-6},
+    {.op = OP_EMBED, .dt = LILY_DT_F32, .V = 33, .dim = 192, .n = 5, .tol = 1e-6},
+    /* rmsnorm: rows, width (input stride width + 3, output stride width + 1) */
+    {.op = OP_RMSNORM, .n = 1, .dim = 2048, .tol = 1e-5},
+    {.op = OP_RMSNORM, .n = 37, .dim = 4096, .tol = 1e-5},
+    {.op = OP_RMSNORM, .n = 5, .dim = 100, .tol = 1e-5},
+    /* argmax: length, index of the maximum (-1: random; a copy at index + 7 when it fits) */
+    {.op = OP_ARGMAX, .n = 248320, .at = -1},
+    {.op = OP_ARGMAX, .n = 248320, .at = 0},
+    {.op = OP_ARGMAX, .n = 248320, .at = 248319},
+    {.op = OP_ARGMAX, .n = 1, .at = 0},
+    {.op = OP_ARGMAX, .n = 4093, .at = -1},
+    /* advance: step counter, ring size */
+    {.op = OP_ADVANCE, .step = 0, .cap = 1024},
+    {.op = OP_ADVANCE, .step = 1500, .cap = 1024},
+    {.op = OP_ADVANCE, .step = -5, .cap = 1024},
+    {.op = OP_ADVANCE, .step = INT32_MIN, .cap = 1000},
+    {.op = OP_ADVANCE, .step = INT32_MAX, .cap = 1000},
+    /* gdn_conv: channels, taps, tokens (state and output) */
+    {.op = OP_GDN_CONV, .dim = 8192, .K = 4, .n = 1, .tol = 1e-5},
+    {.op = OP_GDN_CONV, .dim = 1001, .K = 4, .n = 2, .tol = 1e-5},
+    {.op = OP_GDN_CONV, .dim = 777, .K = 4, .n = 301, .tol = 1e-5},
+    {.op = OP_GDN_CONV, .dim = 130, .K = 3, .n = 5, .tol = 1e-5},
+    /* gdn_scan: key heads, value heads, Dv, tokens; every scan kernel (auto, token, tiled4) from
+     * one random non-zero state, output and final state */
+    {.op = OP_GDN_SCAN, .Nk = 16, .Nv = 32, .dim = 128, .n = 1, .tol = 1e-4},
+    {.op = OP_GDN_SCAN, .Nk = 16, .Nv = 32, .dim = 128, .n = 7, .tol = 1e-4},
+    {.op = OP_GDN_SCAN, .Nk = 16, .Nv = 32, .dim = 128, .n = 64, .tol = 1e-4, .big = 1},
+    {.op = OP_GDN_SCAN, .Nk = 16, .Nv = 32, .dim = 128, .n = 512, .tol = 1e-4, .big = 1},
+    {.op = OP_GDN_SCAN, .Nk = 16, .Nv = 32, .dim = 128, .n = 37, .tol = 1e-4},
+    {.op = OP_GDN_SCAN, .Nk = 2, .Nv = 6, .dim = 64, .n = 513, .tol = 1e-4, .big = 1},
+    {.op = OP_GDN_SCAN, .Nk = 3, .Nv = 9, .dim = 40, .n = 100, .tol = 1e-4},
+    {.op = OP_GDN_SCAN, .Nk = 1, .Nv = 2, .dim = 8, .n = 17, .tol = 1e-4},
+    {.op = OP_GDN_SCAN, .Nk = 4, .Nv = 8, .dim = 128, .n = 2048, .tol = 1e-4, .big = 1},
+    /* gdn_gnorm: tokens, heads, head width (the per-head gated RMSNorm) */
+    {.op = OP_GDN_GNORM, .n = 1, .Nv = 32, .dim = 128, .tol = 1e-5},
+    {.op = OP_GDN_GNORM, .n = 19, .Nv = 5, .dim = 96, .tol = 1e-5},
+    /* bad arguments are an error, not a crash */
+    {.op = OP_GEMV_ARGS},
+    {.op = OP_GDN_ARGS},
+    /* attn_prep: Nq, Nkv, Dh, R, pos0, n, gated (q/k RMSNorm + partial RoPE, int16 cache rows) */
+    {.op = OP_ATTN_PREP, .Nk = 16, .Nv = 2, .dim = 256, .R = 64, .pos = 0, .n = 1, .gated = 1},
+    {.op = OP_ATTN_PREP, .Nk = 16, .Nv = 2, .dim = 256, .R = 64, .pos = 131000, .n = 3, .gated = 1},
+    {.op = OP_ATTN_PREP, .Nk = 4, .Nv = 4, .dim = 64, .R = 16, .pos = 7, .n = 29},
+    {.op = OP_ATTN_PREP,
+     .Nk = 16,
+     .Nv = 2,
+     .dim = 256,
+     .R = 64,
+     .pos = 5,
+     .n = 3,
+     .gated = 1,
+     .race = 2},
+    /* attn_decode: Nq, Nkv, Dh, ctx, splits, gated (each exact and fast) */
+    ATTN_DEC(16, 2, 256, 1, 128, 1),
+    ATTN_DEC(16, 2, 256, 7, 128, 1),
+    ATTN_DEC(16, 2, 256, 17, 128, 1),
+    ATTN_DEC(16, 2, 256, 1000, 128, 1),
+    ATTN_DEC(16, 2, 256, 4097, 128, 0),
+    ATTN_DEC(16, 2, 256, 40000, 128, 1, .nosan = 1),
+    ATTN_DEC(16, 2, 256, 131073, 128, 1, .nosan = 1),
+    /* every split count the grid can have, at an odd length */
+    ATTN_DEC(16, 2, 256, 2049, 1, 0),
+    ATTN_DEC(16, 2, 256, 2051, 2, 1),
+    ATTN_DEC(16, 2, 256, 2053, 3, 0),
+    ATTN_DEC(16, 2, 256, 2055, 5, 1),
+    ATTN_DEC(16, 2, 256, 2057, 8, 0),
+    ATTN_DEC(16, 2, 256, 2059, 13, 1),
+    ATTN_DEC(16, 2, 256, 2061, 31, 0),
+    ATTN_DEC(16, 2, 256, 2063, 32, 1),
+    ATTN_DEC(16, 2, 256, 2065, 33, 0),
+    ATTN_DEC(16, 2, 256, 2067, 64, 1),
+    ATTN_DEC(16, 2, 256, 2069, 100, 0),
+    ATTN_DEC(16, 2, 256, 2071, 127, 1),
+    ATTN_DEC(16, 2, 256, 2073, 128, 0),
+    /* forced split targets (more than the grid, one, odd) */
+    ATTN_DEC(16, 2, 256, 9999, 128, 1, .want = 1),
+    ATTN_DEC(16, 2, 256, 9999, 128, 1, .want = 7),
+    ATTN_DEC(16, 2, 256, 9999, 128, 1, .want = 129),
+    ATTN_DEC(16, 2, 256, 9999, 128, 1, .want = 500),
+    ATTN_DEC(8, 2, 128, 300, 3, 1),
+    ATTN_DEC(4, 2, 128, 5000, 40, 0),
+    ATTN_DEC(4, 4, 64, 33, 1, 0),
+    ATTN_DEC(16, 1, 64, 95, 5, 1),
+    ATTN_DEC(16, 1, 256, 3333, 128, 1),
+    ATTN_DEC(32, 2, 128, 777, 9, 1),
+    ATTN_DEC(8, 1, 64, 6001, 64, 1),
+    ATTN_DEC(2, 2, 128, 12345, 100, 0),
+    ATTN_DEC(16, 2, 256, 7, 1, 1, .race = 2),
+    ATTN_DEC(8, 2, 128, 300, 3, 0, .race = 2),
+    /* attn_prefill: Nq, Nkv, Dh, pos0, n, gated (default, fast, and at Dh 256 the ws kernel
+     * unsplit and split in 3) */
+    ATTN_PRE(16, 2, 256, 0, 1, 1),
+    ATTN_PRE(16, 2, 256, 0, 77, 1),
+    ATTN_PRE(16, 2, 256, 3000, 512, 1, .nosan = 1),
+    ATTN_PRE(8, 2, 128, 0, 33, 0),
+    ATTN_PRE(4, 4, 64, 5, 100, 1),
+    ATTN_PRE(2, 1, 256, 17, 9, 0),
+    ATTN_PRE(16, 2, 256, 20011, 37, 1, .nosan = 1),
+    ATTN_PRE(16, 2, 256, 31, 1, 1),
+    ATTN_PRE(16, 2, 256, 3000, 129, 1, .nosan = 1),
+    ATTN_PRE(16, 1, 128, 100, 200, 0),
+    ATTN_PRE(4, 4, 128, 1000, 300, 1), /* G 1: 64 positions per block, 5 blocks */
+    ATTN_PRE(16, 1, 64, 7, 50, 1, .race = 1),
+    ATTN_PRE(8, 1, 256, 4000, 70, 0),
+    ATTN_PRE(16, 2, 256, 0, 2048, 1, .nosan = 1), /* many tiles under the causal mask */
+    /* the wgmma kernel's other group sizes at head dim 256 (128 / G positions per block) */
+    ATTN_PRE(16, 1, 256, 0, 45, 1),   /* G 16: 8 positions per block */
+    ATTN_PRE(8, 2, 256, 130, 67, 0),  /* G 4 */
+    ATTN_PRE(2, 2, 256, 999, 200, 1), /* G 1: 128 positions per block, two blocks */
+    ATTN_PRE(16, 2, 256, 0, 33, 1, .race = 2),
+    ATTN_PRE(4, 4, 128, 70, 20, 0, .race = 2),
+    {.op = OP_ATTN_ARGS},
+};
+
+/* The CPU reference blocks' threads (one per core: the references of the larger rows are GFLOPs) */
+static lily_pool *g_pool;
+
+static float silu_h(float x) {
+    return x / (1.0f + expf(-x));
+}
+
+/* ---- gemv ------------------------------------------------------------------------------------ */
+
+static void run_gemv(const op_row *r) {
+    char name[160];
+    lily_err e;
+    const lily_dtype dt = r->dt;
+    const int cols = r->dim, nseg = r->nseg, pk = r->pro, epi = r->epi;
+    const int *rows = r->rows;
+    lily_mat m[LILY_GEMV_SEGS];
+    lily_dmat dm[LILY_GEMV_SEGS];
+    lily_gemv_seg seg[LILY_GEMV_SEGS];
+    if (nseg < 1 || nseg > LILY_GEMV_SEGS) {
+        pt_check_true("gemv row: segment count in range", 0);
+        return;
+    }
+    float *x = malloc(cols * 4), *xp = malloc(cols * 4), *w = malloc(cols * 4);
+    float *z = malloc(cols * 4);
+    pt_fill(x, cols, 2.0f);
+    for (int i = 0; i < cols; i++)
+        w[i] = 0.5f + pt_frand() * 0.5f;
+    pt_fill(z, cols, 3.0f);
+    int head = 128 <= cols && cols % 128 == 0 ? 128 : 64;
+    /* the CPU form of the prologue */
+    if (pk == LILY_GP_RMSNORM) {
+        lily_cpu_rmsnorm(x, w, cols, 1e-6f, xp);
+    } else if (pk == LILY_GP_GATED) {
+        for (int h = 0; h < cols / head; h++) {
+            lily_cpu_rmsnorm(x + h * head, w, head, 1e-6f, xp + h * head);
+            for (int i = 0; i < head; i++)
+                xp[h * head + i] *= silu_h(z[h * head + i]);
+        }
+    } else {
+        memcpy(xp, x, cols * 4);
+    }
+    float *dx = pt_dup(x, cols), *dw = pt_dup(w, cols), *dz = pt_dup(z, cols);
+    float *ref[LILY_GEMV_SEGS], *dy[LILY_GEMV_SEGS], *dcs[LILY_GEMV_SEGS], *dcw[LILY_GEMV_SEGS];
+    float *cs[LILY_GEMV_SEGS], *cw[LILY_GEMV_SEGS];
+    const int K = 4;
+    for (int s = 0; s < nseg; s++) {
+        m[s] = pt_mat(dt, rows[s], cols);
+        if (!pt_ok(lily_cuda_dmat_upload(&m[s], 1, &dm[s], &e), "upload", &e)) return;
+        ref[s] = malloc(rows[s] * 4);
+        lily_cpu_matmul(pt_cpu(), &m[s], xp, 1, cols, ref[s], rows[s], NULL);
+        float *y0 = malloc(rows[s] * 4);
+        pt_fill(y0, rows[s], 1.0f);
+        cs[s] = malloc((size_t)(K - 1) * rows[s] * 4);
+        cw[s] = malloc((size_t)K * rows[s] * 4);
+        pt_fill(cs[s], (size_t)(K - 1) * rows[s], 1.0f);
+        pt_fill(cw[s], (size_t)K * rows[s], 0.7f);
+        dcs[s] = pt_dup(cs[s], (size_t)(K - 1) * rows[s]);
+        dcw[s] = pt_dup(cw[s], (size_t)K * rows[s]);
+        if (epi == LILY_GV_ADD) {
+            dy[s] = pt_dup(y0, rows[s]);
+            for (int i = 0; i < rows[s]; i++)
+                ref[s][i] += y0[i];
+        } else {
+            dy[s] = pt_dalloc(rows[s] * 4);
+        }
+        if (epi == LILY_GV_CONV) {
+            float *o = malloc(rows[s] * 4);
+            lily_cpu_conv_silu(ref[s], 1, rows[s], K, cs[s], cw[s], o);
+            memcpy(ref[s], o, rows[s] * 4); /* cs[s] now holds the expected new state */
+            free(o);
+        }
+        free(y0);
+        seg[s] = (lily_gemv_seg){&dm[s], dy[s], epi, dcs[s], dcw[s], K};
+    }
+    lily_gemv_pro pro = {pk, dw, dz, head, 1e-6f};
+    int rc = lily_cuda_gemv(seg, nseg, dx, &pro, NULL, &e);
+    if (!pt_ok(rc, "gemv launch", &e)) return;
+    static const char *pks[] = {"copy", "rmsnorm", "gated"};
+    static const char *eps[] = {"store", "add", "conv"};
+    for (int s = 0; s < nseg; s++) {
+        float *got = malloc(rows[s] * 4);
+        pt_get(got, dy[s], rows[s]);
+        snprintf(name, sizeof name, "gemv %s [%d x %d] seg %d/%d %s %s", dt_names[dt], rows[s],
+                 cols, s, nseg, pks[pk], eps[epi]);
+        pt_check(name, got, ref[s], rows[s], r->tol);
+        if (epi == LILY_GV_CONV) {
+            float *st = malloc((size_t)(K - 1) * rows[s] * 4);
+            pt_get(st, dcs[s], (size_t)(K - 1) * rows[s]);
+            snprintf(name, sizeof name, "gemv conv state [%d x %d] seg %d", K - 1, rows[s], s);
+            pt_check(name, st, cs[s], (size_t)(K - 1) * rows[s], r->tol);
+            free(st);
+        }
+        free(got);
+        free(ref[s]), free(cs[s]), free(cw[s]);
+        lily_cuda_free(dy[s]), lily_cuda_free(dcs[s]), lily_cuda_free(dcw[s]);
+        lily_cuda_dmat_free(&dm[s]);
+        pt_mat_free(&m[s]);
+    }
+    lily_cuda_free(dx), lily_cuda_free(dw), lily_cuda_free(dz);
+    free(x), free(xp), free(w), free(z);
+}
+
+/* ---- MoE ------------------------------------------------------------------------------------- */
+
+/* The weights of one MoE (or dense MLP) layer, on the host as a lily_layer + lily_config for the
+ * CPU block and on the device as a lily_cuda_moe. */
+typedef struct {
+    int E, k, H, I, Is, has_sg;
+    lily_config cfg;
+    lily_layer ly;
+    lily_mat router, *gate, *up, *down, sh_gate, sh_up, sh_down, sh_gw;
+    lily_dmat d_router, d_gate, d_up, d_down, d_sg, d_su, d_sd, d_sgw;
+    lily_dmat d_rgw, d_sgu, v_router, v_sgw, v_sg, v_su; /* moe_stack: stacks and their views */
+    lily_cuda_moe m;
+    float *norm_w;
+} moe_fix;
+
+static int moe_make(moe_fix *f, const op_row *r) {
+    lily_err e;
+    const int E = r->E, k = r->k, H = r->dim, I = r->I, Is = r->Is, has_sg = r->sg;
+    memset(f, 0, sizeof *f);
+    f->E = E, f->k = k, f->H = H, f->I = I, f->Is = Is, f->has_sg = has_sg;
+    f->norm_w = malloc(H * 4);
+    for (int i = 0; i < H; i++)
+        f->norm_w[i] = 1 + 0.2f * pt_frand();
+    f->m.E = E, f->m.k = k, f->m.norm = 1;
+    if (E) {
+        f->router = pt_mat(LILY_DT_Q8, E, H);
+        f->gate = calloc(E, sizeof(lily_mat));
+        f->up = calloc(E, sizeof(lily_mat));
+        f->down = calloc(E, sizeof(lily_mat));
+        for (int x = 0; x < E; x++) {
+            f->gate[x] = pt_mat(LILY_DT_Q4, I, H);
+            f->up[x] = pt_mat(LILY_DT_Q4, I, H);
+            f->down[x] = pt_mat(LILY_DT_Q4, H, I);
+        }
+        if (lily_cuda_dmat_upload(&f->router, 1, &f->d_router, &e) ||
+            lily_cuda_dmat_upload(f->gate, E, &f->d_gate, &e) ||
+            lily_cuda_dmat_upload(f->up, E, &f->d_up, &e) ||
+            lily_cuda_dmat_upload(f->down, E, &f->d_down, &e))
+            return pt_ok(-1, "upload experts", &e), -1;
+        f->m.router = &f->d_router, f->m.gate = &f->d_gate, f->m.up = &f->d_up;
+        f->m.down = &f->d_down;
+    }
+    if (Is) {
+        f->sh_gate = pt_mat(LILY_DT_Q4, Is, H);
+        f->sh_up = pt_mat(LILY_DT_Q4, Is, H);
+        f->sh_down = pt_mat(LILY_DT_Q4, H, Is);
+        if (lily_cuda_dmat_upload(&f->sh_gate, 1, &f->d_sg, &e) ||
+            lily_cuda_dmat_upload(&f->sh_up, 1, &f->d_su, &e) ||
+            lily_cuda_dmat_upload(&f->sh_down, 1, &f->d_sd, &e))
+            return pt_ok(-1, "upload shared", &e), -1;
+        f->m.sh_gate = &f->d_sg, f->m.sh_up = &f->d_su, f->m.sh_down = &f->d_sd;
+        if (has_sg) {
+            f->sh_gw = pt_mat(LILY_DT_Q8, 1, H);
+            if (lily_cuda_dmat_upload(&f->sh_gw, 1, &f->d_sgw, &e))
+                return pt_ok(-1, "upload shared gate", &e), -1;
+            f->m.sh_gate_w = &f->d_sgw;
+        }
+    }
+    /* the CPU block's view of the same weights: E = 0 is the dense MLP (gate, up, down) */
+    lily_config *c = &f->cfg;
+    snprintf(c->model_type, sizeof c->model_type, "%s", E ? "qwen3_5_moe" : "qwen3_5");
+    c->is_moe = E > 0;
+    c->hidden = H, c->n_layers = 1, c->vocab = 1, c->rms_eps = 1e-6f;
+    c->n_experts = E, c->top_k = k, c->moe_inter = I, c->norm_topk_prob = 1;
+    c->shared_inter = E ? Is : 0;
+    c->intermediate = E ? 0 : Is;
+    c->conv_k = 4;
+    if (E) {
+        f->ly.router = f->router;
+        f->ly.exp_gate = f->gate, f->ly.exp_up = f->up, f->ly.exp_down = f->down;
+        f->ly.sh_gate = f->sh_gate, f->ly.sh_up = f->sh_up, f->ly.sh_down = f->sh_down;
+        f->ly.sh_gate_w = f->sh_gw; /* no weights when has_sg = 0: a gate of 1 */
+    } else {
+        f->ly.mlp_gate = f->sh_gate, f->ly.mlp_up = f->sh_up, f->ly.mlp_down = f->sh_down;
+    }
+    return 0;
+}
+
+/* The stacked form the backend uploads (lily_cuda_moe.router_gw, .sh_gu): router over the shared
+ * gate row and shared gate over up, one allocation each, the matrices as views of their rows. */
+static int moe_stack(moe_fix *f) {
+    lily_err e;
+    if (f->E && f->has_sg) {
+        const lily_mat ms[2] = {f->router, f->sh_gw};
+        lily_dmat v[2];
+        if (!pt_ok(lily_cuda_dmat_upload_cat(ms, 2, &f->d_rgw, v, &e), "stack router/shared gate",
+                   &e))
+            return -1;
+        f->v_router = v[0], f->v_sgw = v[1];
+        f->m.router = &f->v_router, f->m.sh_gate_w = &f->v_sgw, f->m.router_gw = &f->d_rgw;
+    }
+    if (f->Is) {
+        const lily_mat ms[2] = {f->sh_gate, f->sh_up};
+        lily_dmat v[2];
+        if (!pt_ok(lily_cuda_dmat_upload_cat(ms, 2, &f->d_sgu, v, &e), "stack shared gate/up", &e))
+            return -1;
+        f->v_sg = v[0], f->v_su = v[1];
+        f->m.sh_gate = &f->v_sg, f->m.sh_up = &f->v_su, f->m.sh_gu = &f->d_sgu;
+    }
+    return 0;
+}
+
+static void moe_free(moe_fix *f) {
+    lily_cuda_dmat_free(&f->d_rgw), lily_cuda_dmat_free(&f->d_sgu);
+    for (int x = 0; x < f->E && f->gate; x++) {
+        pt_mat_free(&f->gate[x]), pt_mat_free(&f->up[x]), pt_mat_free(&f->down[x]);
+    }
+    free(f->gate), free(f->up), free(f->down), free(f->norm_w);
+    pt_mat_free(&f->router), pt_mat_free(&f->sh_gate), pt_mat_free(&f->sh_up);
+    pt_mat_free(&f->sh_down), pt_mat_free(&f->sh_gw);
+    lily_cuda_dmat_free(&f->d_router), lily_cuda_dmat_free(&f->d_gate);
+    lily_cuda_dmat_free(&f->d_up), lily_cuda_dmat_free(&f->d_down), lily_cuda_dmat_free(&f->d_sg);
+    lily_cuda_dmat_free(&f->d_su), lily_cuda_dmat_free(&f->d_sd), lily_cuda_dmat_free(&f->d_sgw);
+}
+
+/* x [n][H] += lily_cpu_ffn_block of the normed rows u [n][H] with the given routing (ignored for
+ * a dense MLP); as_decode picks the block's decode (row) or prefill products. 0 or -1. */
+static int moe_ref(moe_fix *f, const float *u, int n, const int *idx, const float *wt,
+                   int as_decode, float *x) {
+    lily_err e;
+    const size_t nh = (size_t)n * f->H;
+    float *out = malloc(nh * 4);
+    int rc = lily_cpu_ffn_block(pt_cpu(), &f->cfg, &f->ly, u, n, f->k ? idx : NULL,
+                                f->k ? wt : NULL, as_decode, out, g_pool, &e);
+    if (pt_ok(rc, "lily_cpu_ffn_block", &e))
+        for (size_t i = 0; i < nh; i++)
+            x[i] += out[i];
+    free(out);
+    return rc ? -1 : 0;
+}
+
+/* The CPU top-k of the router for normed rows u [n][H]: idx, wt [n][k]. */
+static void moe_topk(moe_fix *f, const float *u, int n, int *idx, float *wt) {
+    float *lg = malloc((size_t)f->E * 4);
+    for (int t = 0; t < n; t++) {
+        lily_cpu_matmul(pt_cpu(), &f->router, u + (size_t)t * f->H, 1, f->H, lg, f->E, NULL);
+        lily_cpu_topk_softmax(lg, f->E, f->k, 1, idx + (size_t)t * f->k, wt + (size_t)t * f->k);
+    }
+    free(lg);
+}
+
+/* Whether the fixture's decode should take the fused-router path when the switch is on: the
+ * fixtures have a Q8 router and Q4 experts, so it is the tensor-core gate/up kernel's shapes
+ * (and every grid here is small enough to be resident). */
+static int expect_fused(const moe_fix *f) {
+    return f->k > 0 && f->H % 256 == 0;
+}
+
+/* One decode step of x [H] on scratch scr: the output, and the routing when k > 0. */
+static int dec_run(moe_fix *f, const float *x, const float *dw, void *scr, float *got, int *gidx,
+                   float *gwt) {
+    lily_err e;
+    float *dx = pt_dup(x, f->H);
+    int rc = lily_cuda_moe_decode(&f->m, dx, dw, 1e-6f, scr, NULL, &e);
+    if (!pt_ok(rc, "moe decode launch", &e)) return lily_cuda_free(dx), -1;
+    if (f->k) {
+        lily_cuda_sync(&e);
+        lily_cuda_d2h(gidx, lily_cuda_moe_decode_idx(&f->m, scr), f->k * 4, &e);
+        lily_cuda_d2h(gwt, lily_cuda_moe_decode_wt(&f->m, scr), f->k * 4, &e);
+    }
+    pt_get(got, dx, f->H);
+    lily_cuda_free(dx);
+    return 0;
+}
+
+/* The decode step with the router GEMV (fused 0) and with the router fused into the gate/up
+ * launch (fused 1), each twice on one scratch that starts poisoned: with the switch on, the
+ * first step finds no barrier tag and computes the router per block, the second goes through
+ * the grid barrier (moe_router.cuh). Every step is checked against the CPU block; the fused steps
+ * must also route exactly as the unfused one and give the same output (the kernels are designed
+ * to be bit-identical; the count of differing floats is printed). */
+static void moe_decode_case(moe_fix *f, double tol) {
+    char name[200];
+    int H = f->H, k = f->k;
+    if (k > 32) {
+        pt_check_true("moe decode row: top-k <= 32", 0);
+        return;
+    }
+    float *x = malloc(H * 4), *u = malloc(H * 4);
+    pt_fill(x, H, 2.0f);
+    lily_cpu_rmsnorm(x, f->norm_w, H, 1e-6f, u);
+    float *dw = pt_dup(f->norm_w, H);
+    float *got[2][2], *ref = malloc(H * 4);
+    int gidx[2][2][32] = {{{0}}}, cidx[32] = {0};
+    float gwt[2][2][32] = {{{0}}}, cw[32] = {0};
+    if (k) moe_topk(f, u, 1, cidx, cw);
+    for (int fu = 0; fu < 2; fu++) {
+        lily_cuda_moe_force_unfused(!fu);
+        int fuses = lily_cuda_moe_decode_fuses(&f->m);
+        snprintf(name, sizeof name, "moe decode E=%d k=%d H=%d fused router %s (switch %d)", f->E,
+                 k, H, fuses ? "on" : "off", fu);
+        pt_check_true(name, fuses == (fu && expect_fused(f)));
+        void *scr = pt_dalloc(lily_cuda_moe_decode_scratch(&f->m));
+        /* a recycled allocation: a valid barrier tag over a count that is not zero */
+        const uint32_t stale[2] = {37u, 0x7fa11e5du};
+        lily_err ei;
+        pt_ok(lily_cuda_h2d(scr, stale, sizeof stale, &ei) ||
+                  lily_cuda_moe_decode_scratch_init(scr, NULL, &ei),
+              "moe decode scratch init", &ei);
+        for (int call = 0; call < 2; call++) {
+            const char *tag = fu ? (call ? " [fused, barrier]" : " [fused, first step]")
+                                 : (call ? " [unfused, again]" : " [unfused]");
+            got[fu][call] = malloc(H * 4);
+            if (dec_run(f, x, dw, scr, got[fu][call], gidx[fu][call], gwt[fu][call])) {
+                memset(got[fu][call], 0, H * 4);
+                continue;
+            }
+            memcpy(ref, x, H * 4);
+            if (moe_ref(f, u, 1, gidx[fu][call], gwt[fu][call], 1, ref)) continue;
+            if (k) {
+                int same = 1;
+                for (int j = 0; j < k; j++)
+                    same &= gidx[fu][call][j] == cidx[j];
+                snprintf(name, sizeof name, "moe decode routing E=%d k=%d matches the CPU top-k%s",
+                         f->E, k, tag);
+                pt_check_true(name, same);
+                snprintf(name, sizeof name, "moe decode routing weights E=%d k=%d%s", f->E, k, tag);
+                pt_check(name, gwt[fu][call], cw, k, tol);
+            }
+            snprintf(name, sizeof name, "moe decode out E=%d k=%d H=%d I=%d Is=%d%s%s", f->E, k, H,
+                     f->I, f->Is, f->has_sg ? " gated shared" : "", tag);
+            pt_check(name, got[fu][call], ref, H, tol);
+        }
+        lily_cuda_free(scr);
+    }
+    for (int call = 0; call < 2; call++) {
+        int same = !memcmp(gidx[0][0], gidx[1][call], sizeof gidx[0][0]) &&
+                   !memcmp(gwt[0][0], gwt[1][call], sizeof gwt[0][0]);
+        int diff = 0;
+        for (int i = 0; i < H; i++)
+            diff += memcmp(&got[0][0][i], &got[1][call][i], 4) != 0;
+        snprintf(name, sizeof name,
+                 "moe decode E=%d k=%d H=%d fused step %d routes as unfused (idx, wt bitwise)",
+                 f->E, k, H, call + 1);
+        pt_check_true(name, same);
+        snprintf(name, sizeof name,
+                 "moe decode E=%d H=%d fused step %d vs unfused (%d of %d differ)", f->E, H,
+                 call + 1, diff, H);
+        pt_check(name, got[1][call], got[0][0], H, 1e-6);
+    }
+    lily_cuda_moe_force_unfused(1);
+    for (int fu = 0; fu < 2; fu++)
+        free(got[fu][0]), free(got[fu][1]);
+    lily_cuda_free(dw);
+    free(x), free(u), free(ref);
+}
+
+/* The fused router under CUDA graph replay, as the backend runs it: two MoE "layers" on one
+ * scratch captured into a graph with the switch on, replayed three times from the same input.
+ * Replay 1 starts on a new scratch (poisoned, its barrier pair zeroed by
+ * lily_cuda_moe_decode_scratch_init: layer 1 without the barrier tag, layer 2 with the tag
+ * that layer 1's down kernel wrote); replays 2 and 3 reuse the self-resetting barrier. Each must
+ * equal the same two layers run eagerly through the router GEMV. */
+static void moe_graph_case(moe_fix *f) {
+    lily_err e;
+    char name[200];
+    int H = f->H, k = f->k;
+    if (k < 1 || k > 32) {
+        pt_check_true("moe graph row: 1 <= top-k <= 32", 0);
+        return;
+    }
+    float *x = malloc(H * 4), *want = malloc(H * 4), *got = malloc(H * 4);
+    int widx[32] = {0}, gidx[32] = {0};
+    pt_fill(x, H, 2.0f);
+    float *dw = pt_dup(f->norm_w, H), *dx = pt_dup(x, H);
+    size_t sb = lily_cuda_moe_decode_scratch(&f->m);
+    lily_cuda_moe_force_unfused(1);
+    void *scr0 = pt_dalloc(sb);
+    int rc = lily_cuda_moe_decode(&f->m, dx, dw, 1e-6f, scr0, NULL, &e) ||
+             lily_cuda_moe_decode(&f->m, dx, dw, 1e-6f, scr0, NULL, &e);
+    if (!pt_ok(rc, "moe decode (graph reference)", &e)) return;
+    pt_get(want, dx, H);
+    lily_cuda_d2h(widx, lily_cuda_moe_decode_idx(&f->m, scr0), k * 4, &e);
+    lily_cuda_moe_force_unfused(0);
+    void *scr = pt_dalloc(sb);
+    if (lily_cuda_moe_decode_scratch_init(scr, NULL, &e) || lily_cuda_sync(&e))
+        return (void)pt_ok(-1, "init, sync", &e); /* the poison and init (legacy stream) */
+    cudaStream_t st = NULL;
+    cudaGraph_t g = NULL;
+    cudaGraphExec_t ge = NULL;
+    int ok = cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking) == cudaSuccess &&
+             cudaStreamBeginCapture(st, cudaStreamCaptureModeRelaxed) == cudaSuccess;
+    if (ok) {
+        rc = lily_cuda_moe_decode(&f->m, dx, dw, 1e-6f, scr, st, &e) ||
+             lily_cuda_moe_decode(&f->m, dx, dw, 1e-6f, scr, st, &e);
+        ok = cudaStreamEndCapture(st, &g) == cudaSuccess && !rc &&
+             cudaGraphInstantiate(&ge, g, 0) == cudaSuccess;
+    }
+    if (rc) printf("     capture: %s\n", e.msg);
+    snprintf(name, sizeof name, "moe decode E=%d H=%d: two fused layers captured in a graph", f->E,
+             H);
+    pt_check_true(name, ok && lily_cuda_moe_decode_fuses(&f->m) == expect_fused(f));
+    for (int rep = 0; ok && rep < 3; rep++) {
+        ok = cudaMemcpyAsync(dx, x, H * 4, cudaMemcpyHostToDevice, st) == cudaSuccess &&
+             cudaGraphLaunch(ge, st) == cudaSuccess && cudaStreamSynchronize(st) == cudaSuccess;
+        if (!ok) {
+            snprintf(name, sizeof name, "moe decode graph replay %d: %s", rep + 1,
+                     cudaGetErrorString(cudaGetLastError()));
+            pt_check_true(name, 0);
+            break;
+        }
+        pt_get(got, dx, H);
+        lily_cuda_d2h(gidx, lily_cuda_moe_decode_idx(&f->m, scr), k * 4, &e);
+        snprintf(name, sizeof name, "moe decode graph replay %d routes layer 2 as unfused",
+                 rep + 1);
+        pt_check_true(name, !memcmp(gidx, widx, sizeof gidx));
+        snprintf(name, sizeof name, "moe decode graph replay %d (fused) vs eager unfused", rep + 1);
+        pt_check(name, got, want, H, 1e-6);
+    }
+    if (ge) cudaGraphExecDestroy(ge);
+    if (g) cudaGraphDestroy(g);
+    if (st) cudaStreamDestroy(st);
+    lily_cuda_moe_force_unfused(1);
+    lily_cuda_free(dw), lily_cuda_free(dx), lily_cuda_free(scr0), lily_cuda_free(scr);
+    free(x), free(want), free(got);
+}
+
+/* route 0: computed routing; 1: every token on experts 0..k-1; 2: skewed random. */
+static void moe_prefill_case(moe_fix *f, int n, int route, double tol) {
+    lily_err e;
+    char name[160];
+    int H = f->H, k = f->k, E = f->E;
+    size_t nh = (size_t)n * H;
+    float *x = malloc(nh * 4), *u = malloc(nh * 4);
+    pt_fill(x, nh, 1.0f);
+    pt_fill(u, nh, 1.5f);
+    int *idx = malloc((size_t)n * (k + 1) * 4), *cidx = malloc((size_t)n * (k + 1) * 4);
+    float *wt = malloc((size_t)n * (k + 1) * 4), *cwt = malloc((size_t)n * (k + 1) * 4);
+    if (route && k) {
+        for (int t = 0; t < n; t++) {
+            float s = 0;
+            for (int j = 0; j < k; j++) {
+                int ex;
+                if (route == 1)
+                    ex = j;
+                else
+                    do {
+                        ex = (pt_rnd() % 4 == 0) ? (int)(pt_rnd() % E) : (int)(pt_rnd() % 3);
+                        for (int i = 0; i < j; i++)
+                            if (idx[(size_t)t * k + i] == ex) ex = -1;
+                    } while (ex < 0);
+                idx[(size_t)t * k + j] = ex;
+                wt[(size_t)t * k + j] = 0.1f + fabsf(pt_frand());
+                s += wt[(size_t)t * k + j];
+            }
+            for (int j = 0; j < k; j++)
+                wt[(size_t)t * k + j] /= s;
+        }
+    }
+    float *du = pt_dup(u, nh), *dx = pt_dup(x, nh);
+    void *scr = pt_dalloc(lily_cuda_moe_prefill_scratch(&f->m, n));
+    int rc;
+    if (route && k) {
+        int32_t *didx = pt_idup(idx, (size_t)n * k);
+        float *dwt = pt_dup(wt, (size_t)n * k);
+        rc = lily_cuda_moe_prefill_routed(&f->m, du, n, didx, dwt, dx, scr, NULL, &e);
+        lily_cuda_sync(&e);
+        lily_cuda_free(didx), lily_cuda_free(dwt);
+    } else {
+        rc = lily_cuda_moe_prefill(&f->m, du, n, dx, scr, NULL, &e);
+        if (k) {
+            lily_cuda_sync(&e);
+            lily_cuda_d2h(idx, lily_cuda_moe_prefill_idx(&f->m, n, scr), (size_t)n * k * 4, &e);
+            lily_cuda_d2h(wt, lily_cuda_moe_prefill_wt(&f->m, n, scr), (size_t)n * k * 4, &e);
+        }
+    }
+    if (!pt_ok(rc, "moe prefill launch", &e)) return;
+    if (route == 0 && k) {
+        moe_topk(f, u, n, cidx, cwt);
+        int same = 0;
+        for (int i = 0; i < n * k; i++)
+            same += idx[i] == cidx[i];
+        snprintf(name, sizeof name, "moe prefill routing n=%d: %d of %d picks as on the CPU", n,
+                 same, n * k);
+        /* the router GEMM is exact to ~1e-4 (fp16 weights, split activations): a flip would take
+         * a near tie */
+        pt_check_true(name, same >= n * k * 99 / 100);
+    }
+    float *ref = malloc(nh * 4), *got = malloc(nh * 4);
+    memcpy(ref, x, nh * 4);
+    if (!moe_ref(f, u, n, idx, wt, 0, ref)) {
+        pt_get(got, dx, nh);
+        static const char *routes[] = {"routed on GPU", "all tokens on experts 0..k-1", "skewed"};
+        snprintf(name, sizeof name, "moe prefill out E=%d k=%d H=%d I=%d n=%d %s", E, k, H, f->I, n,
+                 k ? routes[route] : "dense");
+        pt_check(name, got, ref, nh, tol);
+    }
+    lily_cuda_free(du), lily_cuda_free(dx), lily_cuda_free(scr);
+    free(x), free(u), free(idx), free(cidx), free(wt), free(cwt), free(ref), free(got);
+}
+
+static void run_moe(const op_row *r) {
+    moe_fix f;
+    if (moe_make(&f, r) == 0 && (!r->stack || moe_stack(&f) == 0)) {
+        if (r->op == OP_MOE_DECODE)
+            moe_decode_case(&f, r->tol);
+        else if (r->op == OP_MOE_GRAPH)
+            moe_graph_case(&f);
+        else
+            moe_prefill_case(&f, r->n, r->route, r->tol);
+    }
+    moe_free(&f);
+}
+
+/* ---- Gated DeltaNet: conv, scan, gated RMSNorm --------------------------------------------- */
+
+static float sig_h(float x) {
+    return 1.0f / (1.0f + expf(-x));
+}
+static float softplus_h(float x) {
+    return x > 20.0f ? x : log1pf(expf(x));
+}
+
+static const char *const kernel_name[] = {"auto", "token", "tiled4"};
+#define N_KERNELS 3
+
+/* The CPU reference from a random non-zero state, then every scan kernel from the same state,
+ * comparing output and final state. */
+static void scan_case(int Nk, int Nv, int Dv, int n, double tol) {
+    const int Dk = 128, C = 2 * Nk * Dk + Nv * Dv, ld = C + 4, ldba = 2 * Nv + 3;
+    lily_err e;
+    char name[128];
+    float *qkv = malloc((size_t)n * ld * 4), *ba = malloc((size_t)n * ldba * 4);
+    pt_fill(qkv, (size_t)n * ld, 1.0f);
+    pt_fill(ba, (size_t)n * ldba, 3.0f);
+    float *A_log = malloc(Nv * 4), *dtb = malloc(Nv * 4);
+    for (int j = 0; j < Nv; j++)
+        A_log[j] = pt_frand() * 1.5f, dtb[j] = pt_frand();
+    size_t sn = (size_t)Nv * Dk * Dv;
+    float *S = malloc(sn * 4), *Sg = malloc(sn * 4);
+    pt_fill(S, sn, 0.3f);
+    for (int j = 0; j < Nv; j++)
+        for (int k = 0; k < Dk; k++)
+            for (int v = 0; v < Dv; v++)
+                Sg[lily_cuda_gdn_sidx(Dk, Dv, j, k, v)] = S[((size_t)j * Dk + k) * Dv + v];
+    /* device inputs first (the CPU run normalises q, k in place and updates S) */
+    float *dqkv = pt_dup(qkv, (size_t)n * ld), *dba = pt_dup(ba, (size_t)n * ldba);
+    float *dA = pt_dup(A_log, Nv), *ddt = pt_dup(dtb, Nv);
+    int ldo = Nv * Dv + 8;
+    /* CPU: norms and gates, then the reference scan per head */
+    float *beta = malloc((size_t)n * Nv * 4), *lam = malloc((size_t)n * Nv * 4);
+    for (int t = 0; t < n; t++) {
+        float *row = qkv + (size_t)t * ld;
+        for (int i = 0; i < 2 * Nk; i++) {
+            float *h = row + (size_t)i * Dk;
+            double ss = 0;
+            for (int d = 0; d < Dk; d++)
+                ss += (double)h[d] * h[d];
+            float r = (i < Nk ? 1.0f / sqrtf((float)Dk) : 1.0f) / sqrtf((float)ss + 1e-6f);
+            for (int d = 0; d < Dk; d++)
+                h[d] *= r;
+        }
+        for (int j = 0; j < Nv; j++) {
+            float bb = ba[(size_t)t * ldba + j], aa = ba[(size_t)t * ldba + Nv + j];
+            beta[(size_t)t * Nv + j] = sig_h(bb);
+            lam[(size_t)t * Nv + j] = expf(-expf(A_log[j]) * softplus_h(aa + dtb[j]));
+        }
+    }
+    float *Sref = malloc(sn * 4), *o = malloc((size_t)n * Nv * Dv * 4);
+    memcpy(Sref, S, sn * 4);
+    for (int j = 0; j < Nv; j++) {
+        int i = j / (Nv / Nk);
+        lily_cpu_gdn_scan(Sref + (size_t)j * Dk * Dv, Dk, Dv, n, qkv + (size_t)i * Dk, ld,
+                          qkv + (size_t)Nk * Dk + (size_t)i * Dk, ld,
+                          qkv + (size_t)2 * Nk * Dk + (size_t)j * Dv, ld, beta + j, lam + j, Nv,
+                          o + (size_t)j * Dv, Nv * Dv);
+    }
+    float *go = malloc((size_t)n * ldo * 4), *gS = malloc(sn * 4), *gSc = malloc(sn * 4);
+    float *gop = malloc((size_t)n * Nv * Dv * 4);
+    for (int kern = 0; kern < N_KERNELS; kern++) {
+        float *dS = pt_dup(Sg, sn), *dO = pt_dalloc((size_t)n * ldo * 4);
+        int rc = lily_cuda_gdn_scan_with(kern, dS, Nk, Nv, Dk, Dv, n, dqkv, ld, dba, dba + Nv, ldba,
+                                         dA, ddt, dO, ldo, NULL, &e);
+        snprintf(name, sizeof name, "gdn scan %s launch", kernel_name[kern]);
+        if (!pt_ok(rc, name, &e)) return;
+        pt_get(go, dO, (size_t)n * ldo);
+        pt_get(gS, dS, sn);
+        for (int t = 0; t < n; t++)
+            memcpy(gop + (size_t)t * Nv * Dv, go + (size_t)t * ldo, Nv * Dv * 4);
+        for (int j = 0; j < Nv; j++)
+            for (int k = 0; k < Dk; k++)
+                for (int v = 0; v < Dv; v++)
+                    gSc[((size_t)j * Dk + k) * Dv + v] = gS[lily_cuda_gdn_sidx(Dk, Dv, j, k, v)];
+        snprintf(name, sizeof name, "gdn scan %-9s out   Nk=%d Nv=%d Dv=%d n=%d", kernel_name[kern],
+                 Nk, Nv, Dv, n);
+        pt_check(name, gop, o, (size_t)n * Nv * Dv, tol);
+        snprintf(name, sizeof name, "gdn scan %-9s state Nk=%d Nv=%d Dv=%d n=%d", kernel_name[kern],
+                 Nk, Nv, Dv, n);
+        pt_check(name, gSc, Sref, sn, tol);
+        lily_cuda_free(dS), lily_cuda_free(dO);
+    }
+    lily_cuda_free(dqkv), lily_cuda_free(dba), lily_cuda_free(dA), lily_cuda_free(ddt);
+    free(qkv), free(ba), free(A_log), free(dtb), free(S), free(Sg), free(beta), free(lam);
+    free(Sref), free(o), free(go), free(gS), free(gSc), free(gop);
+}
+
+/* LILY_CUDA_TIME=1: cudaEvent median of 20 launches of each scan kernel at the 35B-A3B shape
+ * (Nk=16, Nv=32, Dk=Dv=128), one GDN layer per launch. Prints, asserts nothing. */
+static void scan_timing(void) {
+    enum { reps = 20 };
+    const int Nk = 16, Nv = 32, Dk = 128, Dv = 128, C = 2 * Nk * Dk + Nv * Dv;
+    const int lens[] = {1, 2, 4, 8, 16, 32, 64, 128, 512, 2048};
+    const int nmax = 2048;
+    lily_err e;
+    float *h = malloc((size_t)nmax * C * 4);
+    pt_fill(h, (size_t)nmax * C, 1.0f);
+    float *dqkv = pt_dup(h, (size_t)nmax * C);
+    pt_fill(h, (size_t)nmax * 2 * Nv, 3.0f);
+    float *dba = pt_dup(h, (size_t)nmax * 2 * Nv);
+    pt_fill(h, (size_t)Nv * 2, 1.0f);
+    float *dA = pt_dup(h, Nv), *ddt = pt_dup(h + Nv, Nv);
+    pt_fill(h, (size_t)Nv * Dk * Dv, 0.3f);
+    float *dS = pt_dup(h, (size_t)Nv * Dk * Dv);
+    float *dO = pt_dalloc((size_t)nmax * Nv * Dv * 4);
+    cudaEvent_t ev[2 * reps];
+    for (int r = 0; r < 2 * reps; r++)
+        cudaEventCreate(&ev[r]);
+    printf("timing (us per layer, median of %d), Nk=%d Nv=%d Dk=Dv=%d:\n%6s", reps, Nk, Nv, Dk,
+           "n");
+    for (int k = 0; k < N_KERNELS; k++)
+        printf(" %9s", kernel_name[k]);
+    printf("\n");
+    for (size_t li = 0; li < sizeof lens / sizeof *lens; li++) {
+        int n = lens[li];
+        printf("%6d", n);
+        for (int k = 0; k < N_KERNELS; k++) {
+            float ms[reps];
+            int rc = lily_cuda_gdn_scan_with(k, dS, Nk, Nv, Dk, Dv, n, dqkv, C, dba, dba + Nv,
+                                             2 * Nv, dA, ddt, dO, Nv * Dv, NULL, &e); /* warm */
+            for (int r = 0; r < reps && !rc; r++) {
+                cudaEventRecord(ev[2 * r], NULL);
+                rc = lily_cuda_gdn_scan_with(k, dS, Nk, Nv, Dk, Dv, n, dqkv, C, dba, dba + Nv,
+                                             2 * Nv, dA, ddt, dO, Nv * Dv, NULL, &e);
+                cudaEventRecord(ev[2 * r + 1], NULL);
+            }
+            if (rc || lily_cuda_sync(&e)) {
+                printf("\ntiming failed: %s\n", e.msg);
+                pt_fail++;
+                goto done;
+            }
+            for (int r = 0; r < reps; r++)
+                cudaEventElapsedTime(&ms[r], ev[2 * r], ev[2 * r + 1]);
+            qsort(ms, reps, sizeof *ms, pt_cmp_float);
+            printf(" %9.1f", 1000.0f * (ms[reps / 2 - 1] + ms[reps / 2]) / 2);
+        }
+        printf("\n");
+    }
+done:
+    for (int r = 0; r < 2 * reps; r++)
+        cudaEventDestroy(ev[r]);
+    lily_cuda_free(dqkv), lily_cuda_free(dba), lily_cuda_free(dA), lily_cuda_free(ddt);
+    lily_cuda_free(dS), lily_cuda_free(dO);
+    free(h);
+}
+
+static void conv_case(int C, int K, int n, double tol) {
+    lily_err e;
+    char name[128];
+    int ld = C + 3;
+    float *in = malloc((size_t)n * ld * 4), *st = malloc((size_t)(K - 1) * C * 4);
+    float *w = malloc((size_t)C * K * 4), *out = malloc((size_t)n * C * 4);
+    pt_fill(in, (size_t)n * ld, 2.0f);
+    pt_fill(st, (size_t)(K - 1) * C, 2.0f);
+    pt_fill(w, (size_t)C * K, 0.8f);
+    float *din = pt_dup(in, (size_t)n * ld), *dst = pt_dup(st, (size_t)(K - 1) * C);
+    float *dw = pt_dup(w, (size_t)C * K), *dout = pt_dalloc((size_t)n * C * 4);
+    int rc = lily_cuda_conv_silu(din, ld, n, C, K, dst, dw, dout, C, NULL, &e);
+    if (!pt_ok(rc, "conv launch", &e)) return;
+    float *inp = malloc((size_t)n * C * 4);
+    for (int t = 0; t < n; t++)
+        memcpy(inp + (size_t)t * C, in + (size_t)t * ld, C * 4);
+    lily_cpu_conv_silu(inp, n, C, K, st, w, out);
+    float *g = malloc((size_t)n * C * 4), *gs = malloc((size_t)(K - 1) * C * 4);
+    pt_get(g, dout, (size_t)n * C);
+    pt_get(gs, dst, (size_t)(K - 1) * C);
+    snprintf(name, sizeof name, "conv+silu out C=%d K=%d n=%d", C, K, n);
+    pt_check(name, g, out, (size_t)n * C, tol);
+    snprintf(name, sizeof name, "conv state C=%d K=%d n=%d", C, K, n);
+    pt_check(name, gs, st, (size_t)(K - 1) * C, 1e-6);
+    lily_cuda_free(din), lily_cuda_free(dst), lily_cuda_free(dw), lily_cuda_free(dout);
+    free(in), free(st), free(w), free(out), free(inp), free(g), free(gs);
+}
+
+static void gnorm_case(int n, int nh, int hd, double tol) {
+    lily_err e;
+    char name[128];
+    int ldo = nh * hd + 5, ldz = nh * hd + 1;
+    float *o = malloc((size_t)n * ldo * 4), *z = malloc((size_t)n * ldz * 4), *w = malloc(hd * 4);
+    pt_fill(o, (size_t)n * ldo, 1.5f);
+    pt_fill(z, (size_t)n * ldz, 3.0f);
+    for (int i = 0; i < hd; i++)
+        w[i] = 1.0f + 0.3f * pt_frand();
+    float *d_o = pt_dup(o, (size_t)n * ldo), *dz = pt_dup(z, (size_t)n * ldz), *dw = pt_dup(w, hd);
+    int rc = lily_cuda_gated_rmsnorm(d_o, ldo, dz, ldz, n, nh, hd, dw, 1e-6f, NULL, &e);
+    if (!pt_ok(rc, "gated rmsnorm launch", &e)) return;
+    for (int t = 0; t < n; t++)
+        for (int h = 0; h < nh; h++) {
+            float *oh = o + (size_t)t * ldo + h * hd;
+            lily_cpu_rmsnorm(oh, w, hd, 1e-6f, oh);
+            for (int i = 0; i < hd; i++)
+                oh[i] *= silu_h(z[(size_t)t * ldz + h * hd + i]);
+        }
+    float *g = malloc((size_t)n * ldo * 4);
+    pt_get(g, d_o, (size_t)n * ldo);
+    snprintf(name, sizeof name, "gated rmsnorm n=%d heads=%d x %d", n, nh, hd);
+    pt_check(name, g, o, (size_t)n * ldo, tol);
+    lily_cuda_free(d_o), lily_cuda_free(dz), lily_cuda_free(dw);
+    free(o), free(z), free(w), free(g);
+}
+
+static void run_gdn(const op_row *r) {
+    if (r->op == OP_GDN_CONV)
+        conv_case(r->dim, r->K, r->n, r->tol);
+    else if (r->op == OP_GDN_SCAN)
+        scan_case(r->Nk, r->Nv, r->dim, r->n, r->tol);
+    else
+        gnorm_case(r->n, r->Nv, r->dim, r->tol);
+}
+
+static void run_args(const op_row *r) {
+    lily_err e;
+    if (r->op == OP_GEMV_ARGS) {
+        pt_check_true("gemv rejects 0 segments",
+                      lily_cuda_gemv(NULL, 0, NULL, NULL, NULL, &e) == -1);
+        return;
+    }
+    pt_check_true("gdn scan rejects Dk=64",
+                  lily_cuda_gdn_scan(NULL, 1, 1, 64, 64, 1, NULL, 4, NULL, NULL, 1, NULL, NULL,
+                                     NULL, 1, NULL, &e) == -1);
+    pt_check_true("gdn scan rejects an unknown kernel",
+                  lily_cuda_gdn_scan_with(LILY_GDN_TILED4 + 1, NULL, 1, 1, 128, 8, 1, NULL, 4, NULL,
+                                          NULL, 1, NULL, NULL, NULL, 1, NULL, &e) == -1);
+}
+
+/* ---- attention: prep, decode, prefill ---------------------------------------------------- */
+
+/* RMS relative bounds (pt_check) of the two modes: exact products leave fp32 accumulation error
+ * (tensor-core sums, exp2f: ~1e-5); one bf16 pass rounds q, K, V and P to 8 bits (~2e-3). */
+#define TOL_EXACT 5e-5 /* relative to the RMS of sum p |v| / l: pt_check_scaled */
+#define TOL_FAST  1e-2
+
+static float sig(float x) {
+    return 1.0f / (1.0f + expf(-x));
+}
+
+/* The reference: causal GQA attention as lily_cpu_attention computes it, but with the softmax
+ * sum and the weighted sum of V accumulated in double. lily_cpu_attention's fp32 sums over a long
+ * context are themselves off by ~1e-5 of the output's RMS where attention is flat (|O| much
+ * smaller than the sum of |p v|), which is the size of TOL_EXACT. scr: [ctx] floats. */
+static void ref_attention(const float *q, int n, int pos, const float *kc, const float *vc, int Nq,
+                          int Nkv, int Dh, float scale, float *out, float *mag, float *scr) {
+    int rep = Nq / Nkv, qd = Nq * Dh, kd = Nkv * Dh;
+    double *acc = malloc((size_t)Dh * 2 * sizeof(double)), *am = acc + Dh;
+    for (int t = 0; t < n; t++)
+        for (int h = 0; h < Nq; h++) {
+            const float *qv = q + (size_t)t * qd + (size_t)h * Dh;
+            int g = h / rep, len = pos + t + 1;
+            float mx = -INFINITY;
+            for (int s = 0; s < len; s++) {
+                const float *kv = kc + (size_t)s * kd + (size_t)g * Dh;
+                double dot = 0;
+                for (int d = 0; d < Dh; d++)
+                    dot += (double)qv[d] * kv[d];
+                scr[s] = (float)(dot * scale);
+                mx = fmaxf(mx, scr[s]);
+            }
+            double sum = 0;
+            for (int d = 0; d < Dh; d++)
+                acc[d] = am[d] = 0;
+            for (int s = 0; s < len; s++) {
+                double w = exp((double)scr[s] - mx);
+                const float *vv = vc + (size_t)s * kd + (size_t)g * Dh;
+                sum += w;
+                for (int d = 0; d < Dh; d++)
+                    acc[d] += w * vv[d], am[d] += w * fabsf(vv[d]);
+            }
+            float *o = out + (size_t)t * qd + (size_t)h * Dh;
+            float *m = mag + (size_t)t * qd + (size_t)h * Dh;
+            for (int d = 0; d < Dh; d++)
+                o[d] = (float)(acc[d] / sum), m[d] = (float)(am[d] / sum);
+        }
+    free(acc);
+}
+
+/* attn_exact of the calls that follow (the GEMMs stay exact) */
+static void set_exact(int on) {
+    lily_cuda_prec p = {1, on};
+    lily_cuda_prec_set(p);
+}
+
+/* The decode split target of the calls that follow (0: as the SMs call for) */
+static int g_want;
+static void set_want(int want) {
+    g_want = want;
+    lily_cuda_attn_decode_force_splits(want);
+}
+
+/* Prefill modes: the default (exact, split auto), fast, and the ws kernel unsplit and split in 3
+ * (modes 2 and 3 differ from mode 0 at head dim 256 only). */
+static const int k_pre_modes = 4;
+static int pre_mode_exact(int m) {
+    return m != 1;
+}
+static int pre_mode_dh256_only(int m) {
+    return m >= 2;
+}
+static double pre_mode_tol(int m) {
+    return pre_mode_exact(m) ? TOL_EXACT : TOL_FAST;
+}
+static void set_pre_mode(int m) {
+    set_exact(pre_mode_exact(m));
+    lily_cuda_attn_prefill_force_splits(m == 2 ? 1 : m == 3 ? 3 : 0);
+}
+static const char *pre_mode_name(int m) {
+    static const char *nm[] = {" (default)", " (fast)", " (ws unsplit)", " (ws split 3)"};
+    return nm[m];
+}
+
+/* One cache row (all Nkv heads of a position) in the format of attn.h, from x [Nkv*Dh]; x is
+ * replaced by the values the row holds (code * scale), which is what the reference sees. */
+static void kv_pack_row(float *x, int Nkv, int Dh, uint8_t *row) {
+    uint16_t *codes = (uint16_t *)row; /* offset binary: code + 32768 */
+    float *scales = (float *)(row + (size_t)Nkv * Dh * 2);
+    for (int j = 0; j < Nkv; j++) {
+        float *xj = x + (size_t)j * Dh, mx = 0.f;
+        for (int d = 0; d < Dh; d++)
+            mx = fmaxf(mx, fabsf(xj[d]));
+        const float cm = (float)LILY_CUDA_KV_CODE_MAX;
+        float sc = mx / cm;
+        scales[j] = sc;
+        for (int d = 0; d < Dh; d++) {
+            float c = sc > 0.f ? rintf(xj[d] / sc) : 0.f;
+            c = fminf(fmaxf(c, -cm), cm);
+            codes[(size_t)j * Dh + d] = (uint16_t)(32768 + (int)c);
+            xj[d] = c * sc;
+        }
+    }
+}
+
+/* Random cache of ctx positions: host fp32 values [ctx][Nkv*Dh] (as the cache holds them) and the
+ * device rows. Each (position, head) row gets its own magnitude (0.25 to 2), and every 37th
+ * position's head 0 is all zero (scale 0). */
+static void make_cache(int ctx, int Nkv, int Dh, float **h, void **d) {
+    size_t w = (size_t)Nkv * Dh, rb = lily_cuda_kv_bytes(1, Nkv, Dh);
+    *h = malloc((size_t)ctx * w * 4);
+    uint8_t *b = calloc((size_t)ctx, rb);
+    for (int p = 0; p < ctx; p++) {
+        float *x = *h + (size_t)p * w;
+        for (int j = 0; j < Nkv; j++) {
+            float amp = (p % 37 == 5 && j == 0) ? 0.f : 1.125f + 0.875f * pt_frand();
+            for (int i = 0; i < Dh; i++)
+                x[(size_t)j * Dh + i] = pt_frand() * amp;
+        }
+        kv_pack_row(x, Nkv, Dh, b + (size_t)p * rb);
+    }
+    lily_err e;
+    *d = lily_cuda_alloc(lily_cuda_kv_bytes(ctx, Nkv, Dh), &e);
+    lily_cuda_h2d(*d, b, lily_cuda_kv_bytes(ctx, Nkv, Dh), &e);
+    free(b);
+}
+
+static int32_t *dev_pos(int p) {
+    lily_err e;
+    int32_t *d = lily_cuda_alloc(4, &e);
+    lily_cuda_h2d(d, &p, 4, &e);
+    return d;
+}
+
+static void decode_case(int Nq, int Nkv, int Dh, int ctx, int splits, int gated) {
+    lily_err e;
+    char name[200];
+    int qd = Nq * Dh;
+    float *kc, *vc;
+    void *dk, *dv;
+    make_cache(ctx, Nkv, Dh, &kc, &dk);
+    make_cache(ctx, Nkv, Dh, &vc, &dv);
+    float *q = malloc(qd * 4), *gate = malloc(qd * 4), *ref = malloc(qd * 4);
+    float *mag = malloc(qd * 4);
+    pt_fill(q, qd, 1.5f);
+    pt_fill(gate, qd, 3.0f);
+    float scale = 1.0f / sqrtf((float)Dh);
+    float *scr = malloc((size_t)ctx * 4);
+    ref_attention(q, 1, ctx - 1, kc, vc, Nq, Nkv, Dh, scale, ref, mag, scr);
+    if (gated)
+        for (int i = 0; i < qd; i++)
+            ref[i] *= sig(gate[i]), mag[i] *= sig(gate[i]);
+    float *dq = pt_dup(q, qd), *dg = pt_dup(gate, qd), *dout = pt_dalloc(qd * 4);
+    float *dscr = pt_dalloc(lily_cuda_attn_decode_scratch(Nq, Dh, splits) * 4);
+    int32_t *dp = dev_pos(ctx - 1);
+    float *got = malloc(qd * 4);
+    char want[16] = "";
+    if (g_want) snprintf(want, sizeof want, " want=%d", g_want);
+    for (int ex = 1; ex >= 0; ex--) {
+        set_exact(ex);
+        int rc = lily_cuda_attn_decode(dq, dk, dv, dp, Nq, Nkv, Dh, scale, gated ? dg : NULL, dscr,
+                                       splits, dout, NULL, &e);
+        if (!pt_ok(rc, "decode launch", &e)) break;
+        pt_get(got, dout, qd);
+        snprintf(name, sizeof name, "attn decode%s Nq=%d Nkv=%d Dh=%d ctx=%d splits=%d%s%s",
+                 ex ? "" : " (fast)", Nq, Nkv, Dh, ctx, splits, gated ? " gated" : "", want);
+        pt_check_scaled(name, got, ref, mag, qd, ex ? TOL_EXACT : TOL_FAST);
+    }
+    set_exact(1);
+    lily_cuda_free(dk), lily_cuda_free(dv), lily_cuda_free(dq), lily_cuda_free(dg);
+    lily_cuda_free(dout), lily_cuda_free(dscr), lily_cuda_free(dp);
+    free(kc), free(vc), free(q), free(gate), free(ref), free(mag), free(scr), free(got);
+}
+
+static void prefill_case(int Nq, int Nkv, int Dh, int pos0, int n, int gated) {
+    lily_err e;
+    char name[200];
+    int qd = Nq * Dh, ctx = pos0 + n;
+    float *kc, *vc;
+    void *dk, *dv;
+    make_cache(ctx, Nkv, Dh, &kc, &dk);
+    make_cache(ctx, Nkv, Dh, &vc, &dv);
+    size_t nq = (size_t)n * qd;
+    float *q = malloc(nq * 4), *gate = malloc(nq * 4), *ref = malloc(nq * 4);
+    float *mag = malloc(nq * 4);
+    pt_fill(q, nq, 1.5f);
+    pt_fill(gate, nq, 3.0f);
+    float scale = 1.0f / sqrtf((float)Dh);
+    float *scr = malloc((size_t)ctx * 4);
+    ref_attention(q, n, pos0, kc, vc, Nq, Nkv, Dh, scale, ref, mag, scr);
+    if (gated)
+        for (size_t i = 0; i < nq; i++)
+            ref[i] *= sig(gate[i]), mag[i] *= sig(gate[i]);
+    float *dq = pt_dup(q, nq), *dg = pt_dup(gate, nq), *dout = pt_dalloc(nq * 4);
+    const size_t np = lily_cuda_attn_prefill_scratch(Nq, Nkv, Dh);
+    float *dpart = np ? pt_dalloc(np * 4) : NULL;
+    int32_t *dp = dev_pos(pos0);
+    float *got = malloc(nq * 4);
+    for (int m = 0; m < k_pre_modes; m++) {
+        if (pre_mode_dh256_only(m) && Dh != 256) continue;
+        set_pre_mode(m);
+        cudaMemset(dout, 0xff, nq * 4); /* NaN: every output must be written */
+        int rc = lily_cuda_attn_prefill(dq, n, dk, dv, dp, Nq, Nkv, Dh, scale, gated ? dg : NULL,
+                                        dout, dpart, NULL, &e);
+        if (!pt_ok(rc, "prefill launch", &e)) break;
+        pt_get(got, dout, nq);
+        snprintf(name, sizeof name, "attn prefill%s Nq=%d Nkv=%d Dh=%d pos0=%d n=%d%s",
+                 pre_mode_name(m), Nq, Nkv, Dh, pos0, n, gated ? " gated" : "");
+        pt_check_scaled(name, got, ref, mag, nq, pre_mode_tol(m));
+    }
+    set_pre_mode(0); /* back to the defaults */
+    lily_cuda_free(dk), lily_cuda_free(dv), lily_cuda_free(dq), lily_cuda_free(dg);
+    lily_cuda_free(dout), lily_cuda_free(dp), lily_cuda_free(dpart);
+    free(kc), free(vc), free(q), free(gate), free(ref), free(mag), free(scr), free(got);
+}
+
+/* Rows of the GPU cache (positions pos0.., all heads) against fp32 reference rows ref [n][Nkv*Dh]:
+ * each head's scale is max|ref row| / LILY_CUDA_KV_CODE_MAX (to 1e-5) and each code * scale is within scale / 2
+ * of the reference (plus 1e-5 of the row's max for the fp32 differences of norm and RoPE). */
+static void check_rows(const char *what, const void *dcache, int pos0, int n, int Nkv, int Dh,
+                       const float *ref) {
+    lily_err e;
+    size_t rb = lily_cuda_kv_bytes(1, Nkv, Dh), w = (size_t)Nkv * Dh;
+    uint8_t *b = malloc((size_t)n * rb);
+    float *dec = malloc((size_t)n * w * 4);
+    lily_cuda_d2h(b, (const uint8_t *)dcache + lily_cuda_kv_prefix_bytes(pos0, Nkv, Dh),
+                  (size_t)n * rb, &e);
+    int bad = 0;
+    double worst = 0;
+    for (int t = 0; t < n; t++) {
+        const uint16_t *codes = (const uint16_t *)(b + (size_t)t * rb); /* code + 32768 */
+        const float *scales = (const float *)(b + (size_t)t * rb + w * 2);
+        for (int j = 0; j < Nkv; j++) {
+            const float *r = ref + (size_t)t * w + (size_t)j * Dh;
+            float mx = 0.f, sc = scales[j];
+            const float cm = (float)LILY_CUDA_KV_CODE_MAX;
+            for (int d = 0; d < Dh; d++)
+                mx = fmaxf(mx, fabsf(r[d]));
+            if (fabsf(sc - mx / cm) > 1e-5f * mx / cm + 1e-30f) bad++;
+            for (int d = 0; d < Dh; d++) {
+                const int c = (int)codes[(size_t)j * Dh + d] - 32768;
+                if (c < -LILY_CUDA_KV_CODE_MAX || c > LILY_CUDA_KV_CODE_MAX) bad++; /* clamped */
+                float x = c * sc;
+                dec[(size_t)t * w + (size_t)j * Dh + d] = x;
+                double err = fabs((double)x - r[d]), lim = 0.5 * sc + 1e-5 * mx;
+                if (err > lim) bad++;
+                if (sc > 0 && err / sc > worst) worst = err / sc;
+            }
+        }
+    }
+    char name[200];
+    snprintf(name, sizeof name, "%s: int16 rows within scale/2 (worst %.3f scale, %d bad)", what,
+             worst, bad);
+    pt_check_true(name, bad == 0);
+    snprintf(name, sizeof name, "%s: decoded rows", what);
+    pt_check(name, dec, ref, (size_t)n * w, 1e-4);
+    free(b), free(dec);
+}
+
+static void prep_case(int Nq, int Nkv, int Dh, int R, int pos0, int n, int gated) {
+    lily_err e;
+    char name[200];
+    int qw = Nq * Dh * (gated ? 2 : 1), ldqg = qw + 3, kvw = Nkv * Dh, ldkv = kvw + 1;
+    int ctx = pos0 + n;
+    double theta = 1e7;
+    float *qg = malloc((size_t)n * ldqg * 4), *k = malloc((size_t)n * ldkv * 4);
+    float *v = malloc((size_t)n * ldkv * 4), *qn = malloc(Dh * 4), *kn = malloc(Dh * 4);
+    pt_fill(qg, (size_t)n * ldqg, 2.0f);
+    pt_fill(k, (size_t)n * ldkv, 2.0f);
+    pt_fill(v, (size_t)n * ldkv, 2.0f);
+    if (n > 1) /* an all-zero V row: scale 0, codes 0 */
+        for (int d = 0; d < Dh; d++)
+            v[(size_t)1 * ldkv + d] = 0.f;
+    for (int i = 0; i < Dh; i++)
+        qn[i] = 1 + 0.3f * pt_frand(), kn[i] = 1 + 0.3f * pt_frand();
+    float *inv = malloc((R / 2 + 1) * 4);
+    for (int i = 0; i < R / 2; i++)
+        inv[i] = 1.0f / powf((float)theta, (float)(2 * i) / (float)R);
+    float *dqg = pt_dup(qg, (size_t)n * ldqg), *dk = pt_dup(k, (size_t)n * ldkv);
+    float *dv = pt_dup(v, (size_t)n * ldkv), *dqn = pt_dup(qn, Dh), *dkn = pt_dup(kn, Dh);
+    float *dinv = pt_dup(inv, R / 2 + 1);
+    float *dq = pt_dalloc((size_t)n * Nq * Dh * 4), *dgt = pt_dalloc((size_t)n * Nq * Dh * 4);
+    void *dkc = pt_dalloc(lily_cuda_kv_bytes(ctx, Nkv, Dh));
+    void *dvc = pt_dalloc(lily_cuda_kv_bytes(ctx, Nkv, Dh));
+    int32_t *dp = dev_pos(pos0);
+    int rc = lily_cuda_attn_prep(dqg, ldqg, dk, dv, ldkv, n, dp, Nq, Nkv, Dh, R, dinv, dqn, dkn,
+                                 1e-6f, gated, dq, dgt, dkc, dvc, NULL, &e);
+    if (!pt_ok(rc, "prep launch", &e)) return;
+    size_t nq = (size_t)n * Nq * Dh, nk = (size_t)n * kvw;
+    float *rq = malloc(nq * 4), *rg = malloc(nq * 4), *rk = malloc(nk * 4), *rv = malloc(nk * 4);
+    for (int t = 0; t < n; t++) {
+        for (int h = 0; h < Nq; h++) {
+            const float *src = qg + (size_t)t * ldqg + (size_t)h * Dh * (gated ? 2 : 1);
+            float *dst = rq + ((size_t)t * Nq + h) * Dh;
+            lily_cpu_rmsnorm(src, qn, Dh, 1e-6f, dst);
+            lily_cpu_rope(dst, R, pos0 + t, theta);
+            if (gated) memcpy(rg + ((size_t)t * Nq + h) * Dh, src + Dh, Dh * 4);
+        }
+        for (int h = 0; h < Nkv; h++) {
+            float *dst = rk + ((size_t)t * Nkv + h) * Dh;
+            lily_cpu_rmsnorm(k + (size_t)t * ldkv + h * Dh, kn, Dh, 1e-6f, dst);
+            lily_cpu_rope(dst, R, pos0 + t, theta);
+            memcpy(rv + ((size_t)t * Nkv + h) * Dh, v + (size_t)t * ldkv + h * Dh, Dh * 4);
+        }
+    }
+    float *gq = malloc(nq * 4), *gg = malloc(nq * 4);
+    pt_get(gq, dq, nq);
+    if (gated) pt_get(gg, dgt, nq);
+    snprintf(name, sizeof name, "attn prep q Nq=%d Dh=%d R=%d pos0=%d n=%d", Nq, Dh, R, pos0, n);
+    pt_check(name, gq, rq, nq, 2e-5);
+    if (gated) {
+        snprintf(name, sizeof name, "attn prep gate Nq=%d n=%d", Nq, n);
+        pt_check(name, gg, rg, nq, 0);
+    }
+    snprintf(name, sizeof name, "attn prep k cache Nkv=%d Dh=%d pos0=%d n=%d", Nkv, Dh, pos0, n);
+    check_rows(name, dkc, pos0, n, Nkv, Dh, rk);
+    snprintf(name, sizeof name, "attn prep v cache Nkv=%d Dh=%d pos0=%d n=%d", Nkv, Dh, pos0, n);
+    check_rows(name, dvc, pos0, n, Nkv, Dh, rv);
+    lily_cuda_free(dqg), lily_cuda_free(dk), lily_cuda_free(dv), lily_cuda_free(dqn);
+    lily_cuda_free(dkn), lily_cuda_free(dinv), lily_cuda_free(dq), lily_cuda_free(dgt);
+    lily_cuda_free(dkc), lily_cuda_free(dvc), lily_cuda_free(dp);
+    free(qg), free(k), free(v), free(qn), free(kn), free(inv), free(rq), free(rg), free(rk);
+    free(rv), free(gq), free(gg);
+}
+
+/* ---- timing mode (LILY_CUDA_TIME=1) ---- */
+
+typedef struct {
+    float *q, *gate, *scr, *out, *part;
+    void *k, *v;
+    int32_t *pos;
+    int n;
+    cudaStream_t st;
+} tctx;
+
+static int t_decode(const tctx *c) {
+    lily_err e;
+    return lily_cuda_attn_decode(c->q, c->k, c->v, c->pos, 16, 2, 256, 0.0625f, c->gate, c->scr,
+                                 128, c->out, (lily_cuda_stream)c->st, &e);
+}
+static int t_prefill(const tctx *c) {
+    lily_err e;
+    return lily_cuda_attn_prefill(c->q, c->n, c->k, c->v, c->pos, 16, 2, 256, 0.0625f, c->gate,
+                                  c->out, c->part, (lily_cuda_stream)c->st, &e);
+}
+
+/* Ten decode calls captured as one CUDA graph on c->st (re-captured when the split target or the
+ * precision changed), then replayed: the launches of a decode step. */
+static int t_graph10(const tctx *c) {
+    static cudaGraphExec_t ex;
+    static const tctx *last;
+    static int want = -1, exact = -1; /* both apply at capture */
+    if (c != last || want != g_want || exact != lily_cuda_prec_get().attn_exact || !ex) {
+        if (ex) cudaGraphExecDestroy(ex), ex = NULL;
+        cudaGraph_t gr;
+        if (cudaStreamBeginCapture(c->st, cudaStreamCaptureModeGlobal) != cudaSuccess) return -1;
+        lily_err e;
+        for (int i = 0; i < 10; i++)
+            if (lily_cuda_attn_decode(c->q, c->k, c->v, c->pos, 16, 2, 256, 0.0625f, c->gate,
+                                      c->scr, 128, c->out, (lily_cuda_stream)c->st, &e))
+                printf("FAIL graph decode: %s\n", e.msg);
+        if (cudaStreamEndCapture(c->st, &gr) != cudaSuccess) return -1;
+        if (cudaGraphInstantiate(&ex, gr, 0) != cudaSuccess) return -1;
+        cudaGraphDestroy(gr);
+        last = c;
+        want = g_want;
+        exact = lily_cuda_prec_get().attn_exact;
+    }
+    return cudaGraphLaunch(ex, c->st) != cudaSuccess;
+}
+
+/* the timed calls as pt_time_fn */
+static int t_decode_v(void *c) {
+    return t_decode(c);
+}
+static int t_prefill_v(void *c) {
+    return t_prefill(c);
+}
+static int t_graph10_v(void *c) {
+    return t_graph10(c);
+}
+static float time_median(pt_time_fn f, tctx *c) {
+    return pt_time_median(f, c, c->st);
+}
+
+/* Decode at 4K-128K (alone, in a graph of 10, split sweep) and one prefill chunk: one mode. */
+static void time_mode(tctx *cp, int maxc, int n) {
+    tctx c = *cp; /* t_graph10 re-captures for each mode's precision */
+    lily_err e;
+    const double rb = (double)lily_cuda_kv_bytes(1, 2, 256);
+    static const int ctxs[] = {4096, 32768, 65536, 131072};
+    static const int wants[] = {8, 16, 33, 66, 128};
+    const int pre_only = getenv("LILY_CUDA_TIME")[1] == 'p'; /* "1p": prefill only */
+    for (int i = 0; i < 4 && !pre_only; i++) {
+        int p = ctxs[i] - 1;
+        lily_cuda_h2d(c.pos, &p, 4, &e);
+        double gb = ctxs[i] * rb * 2 / 1e9; /* K and V bytes of the 2 KV heads */
+        float t1 = time_median(t_decode_v, &c), t10 = time_median(t_graph10_v, &c) / 10;
+        printf("time decode ctx=%-6d %8.1f us (%6.0f GB/s)  in a graph of 10: %8.1f us per call "
+               "(%6.0f GB/s)\n",
+               ctxs[i], t1, gb / t1 * 1e6, t10, gb / t10 * 1e6);
+        for (int k = 0; k < 5; k++) {
+            set_want(wants[k]);
+            float t = time_median(t_graph10_v, &c) / 10;
+            printf("time decode ctx=%-6d want=%-4d in a graph of 10: %8.1f us per call (%6.0f "
+                   "GB/s)\n",
+                   ctxs[i], wants[k], t, gb / t * 1e6);
+        }
+        set_want(0);
+    }
+    /* a 512-token chunk at 128K, and 4096-token chunks from 0 and at 28K (a 32K prompt's last) */
+    const int pn[3] = {n, 4096, 4096}, pp[3] = {maxc - n, 0, 32768 - 4096};
+    for (int k = 0; k < 3; k++) {
+        const int p0 = pp[k];
+        lily_cuda_h2d(c.pos, &p0, 4, &e);
+        c.n = pn[k];
+        double fl = 0; /* q.k and p.v multiply-adds of the causal chunk, 16 heads */
+        for (int i = 0; i < c.n; i++)
+            fl += 2.0 * 2 * 256 * 16 * (p0 + i + 1);
+        float t = time_median(t_prefill_v, &c);
+        printf("time prefill n=%d pos0=%d %10.1f us (%.1f TFLOP/s)\n", c.n, p0, t, fl / t / 1e6);
+    }
+}
+
+static void time_all(void) {
+    const int maxc = 131072, w = 2 * 256, n = 512, nq_max = 4096;
+    lily_err e;
+    const size_t rb = lily_cuda_kv_bytes(1, 2, 256), cb = lily_cuda_kv_bytes(maxc, 2, 256);
+    uint8_t *h = malloc(cb);
+    float row[2 * 256];
+    tctx c = {0};
+    c.k = pt_dalloc(cb);
+    c.v = pt_dalloc(cb);
+    for (int kv = 0; kv < 2; kv++) {
+        for (int p = 0; p < maxc; p++) {
+            pt_fill(row, w, 2.0f);
+            kv_pack_row(row, 2, 256, h + (size_t)p * rb);
+        }
+        lily_cuda_h2d(kv ? c.v : c.k, h, cb, &e);
+    }
+    free(h);
+    float *hq = malloc((size_t)nq_max * 16 * 256 * 4);
+    pt_fill(hq, (size_t)nq_max * 16 * 256, 1.5f);
+    c.q = pt_dup(hq, (size_t)nq_max * 16 * 256);
+    pt_fill(hq, (size_t)nq_max * 16 * 256, 3.0f);
+    c.gate = pt_dup(hq, (size_t)nq_max * 16 * 256);
+    free(hq);
+    c.out = pt_dalloc((size_t)nq_max * 16 * 256 * 4);
+    c.scr = pt_dalloc(lily_cuda_attn_decode_scratch(16, 256, 128) * 4);
+    c.part = pt_dalloc(lily_cuda_attn_prefill_scratch(16, 2, 256) * 4);
+    c.pos = dev_pos(0);
+    cudaStreamCreate(&c.st);
+    for (int m = 0; m < k_pre_modes; m++) {
+        set_pre_mode(m);
+        printf("time: mode%s\n", pre_mode_name(m));
+        time_mode(&c, maxc, n);
+    }
+    set_pre_mode(0); /* back to the defaults */
+    lily_cuda_free(c.k), lily_cuda_free(c.v), lily_cuda_free(c.q), lily_cuda_free(c.gate);
+    lily_cuda_free(c.out), lily_cuda_free(c.scr), lily_cuda_free(c.pos), lily_cuda_free(c.part);
+    cudaStreamDestroy(c.st);
+}
+
+static void run_attn(const op_row *r) {
+    if (r->op == OP_ATTN_PREP) {
+        prep_case(r->Nk, r->Nv, r->dim, r->R, r->pos, r->n, r->gated);
+    } else if (r->op == OP_ATTN_DECODE) {
+        set_want(r->want);
+        decode_case(r->Nk, r->Nv, r->dim, r->ctx, r->splits, r->gated);
+        set_want(0);
+    } else if (r->op == OP_ATTN_PREFILL) {
+        prefill_case(r->Nk, r->Nv, r->dim, r->pos, r->n, r->gated);
+    } else {
+        lily_err e;
+        pt_check_true("attention rejects Dh=96",
+                      lily_cuda_attn_prefill(NULL, 1, NULL, NULL, NULL, 2, 1, 96, 1, NULL, NULL,
+                                             NULL, NULL, &e) == -1);
+    }
+}
+
+/* ---- embed, rmsnorm, argmax, advance --------------------------------------------------------- */
+
+static void run_embed(const op_row *r) {
+    lily_err e;
+    char name[128];
+    const lily_dtype dt = r->dt;
+    const int V = r->V, H = r->dim, n = r->n;
+    lily_mat m = pt_mat(dt, V, H);
+    lily_dmat d;
+    if (!pt_ok(lily_cuda_dmat_upload(&m, 1, &d, &e), "upload", &e)) return;
+    int32_t *tok = malloc(n * 4);
+    for (int i = 0; i < n; i++)
+        tok[i] = i == 0 ? V - 1 : (int32_t)(pt_rnd() % V);
+    int ld = H + 4;
+    float *ref = malloc((size_t)n * ld * 4), *got = malloc((size_t)n * ld * 4);
+    for (int t = 0; t < n; t++) {
+        lily_mat_row_f32(&m, tok[t], ref + (size_t)t * ld);
+        if (dt == LILY_DT_F32)
+            for (int c = 0; c < H; c++)
+                ref[(size_t)t * ld + c] =
+                    lily_bf16_to_f32(lily_f32_to_bf16(ref[(size_t)t * ld + c]));
+        for (int c = H; c < ld; c++)
+            ref[(size_t)t * ld + c] = 0;
+    }
+    int32_t *dtok = pt_idup(tok, n);
+    float *dx = pt_dalloc((size_t)n * ld * 4);
+    lily_cuda_memset(dx, 0, (size_t)n * ld * 4, NULL, &e);
+    if (!pt_ok(lily_cuda_embed(&d, dtok, n, dx, ld, NULL, &e), "embed", &e)) return;
+    pt_get(got, dx, (size_t)n * ld);
+    snprintf(name, sizeof name, "embed %s V=%d H=%d n=%d", dt_names[dt], V, H, n);
+    pt_check(name, got, ref, (size_t)n * ld, r->tol);
+    lily_cuda_free(dtok), lily_cuda_free(dx);
+    lily_cuda_dmat_free(&d);
+    pt_mat_free(&m);
+    free(tok), free(ref), free(got);
+}
+
+/* Words and multipliers of the module's last split, copied out. */
+static void get_words(const uint32_t *w, const float *mul, int n, int dim, uint32_t *hw,
+                      float *hm) {
+    lily_err e;
+    lily_cuda_sync(&e);
+    lily_cuda_d2h(hw, w, (size_t)n * dim * 4, &e);
+    lily_cuda_d2h(hm, mul, (size_t)n * 4, &e);
+}
+
+/* lily_cuda_rmsnorm_split against lily_cuda_rmsnorm (dy: its rows) and a separate split of them:
+ * the same bits. The fused rows are then overwritten before the hold, so the words the GEMMs
+ * would read can only match if the hold kept the norm's words. Also in place (x == y). */
+static void rmsnorm_split_check(const float *dx, int ldx, const float *dw, int n, int dim,
+                                const float *dy, int ldy) {
+    lily_err e;
+    char name[160];
+    const size_t ny = (size_t)n * ldy;
+    uint32_t *wa = malloc((size_t)n * dim * 4), *wb = malloc((size_t)n * dim * 4);
+    float *ma = malloc(n * 4), *mb = malloc(n * 4), *ya = malloc(ny * 4), *yb = malloc(ny * 4);
+    const uint32_t *w;
+    const float *mul;
+    float *dy2 = pt_dalloc(ny * 4), *dxy = pt_dalloc((size_t)n * ldx * 4);
+    lily_cuda_memset(dy2, 0, ny * 4, NULL, &e);
+    lily_cuda_xsplit_hold(NULL);
+    if (!pt_ok(lily_cuda_xsplit(dy, ldy, n, dim, &w, &mul, NULL, &e), "xsplit", &e)) return;
+    get_words(w, mul, n, dim, wa, ma);
+    if (!pt_ok(lily_cuda_rmsnorm_split(dx, ldx, dw, n, dim, 1e-6f, dy2, ldy, NULL, &e),
+               "rmsnorm_split", &e))
+        return;
+    pt_get(ya, dy, ny);
+    pt_get(yb, dy2, ny);
+    snprintf(name, sizeof name, "rmsnorm_split n=%d dim=%d: y bits as rmsnorm", n, dim);
+    pt_check_true(name, memcmp(ya, yb, ny * 4) == 0);
+    lily_cuda_memset(dy2, 0, ny * 4, NULL, &e); /* not split again below if the hold keeps */
+    lily_cuda_xsplit_hold(dy2);
+    if (!pt_ok(lily_cuda_xsplit(dy2, ldy, n, dim, &w, &mul, NULL, &e), "xsplit", &e)) return;
+    get_words(w, mul, n, dim, wb, mb);
+    lily_cuda_xsplit_hold(NULL);
+    snprintf(name, sizeof name, "rmsnorm_split n=%d dim=%d: held words as a split of y", n, dim);
+    pt_check_true(name, memcmp(wa, wb, (size_t)n * dim * 4) == 0 && memcmp(ma, mb, n * 4) == 0);
+    /* in place: x == y */
+    lily_cuda_d2d(dxy, dx, (size_t)n * ldx * 4, NULL, &e);
+    if (!pt_ok(lily_cuda_rmsnorm_split(dxy, ldx, dw, n, dim, 1e-6f, dxy, ldx, NULL, &e),
+               "rmsnorm_split in place", &e))
+        return;
+    lily_cuda_xsplit_hold(dxy);
+    if (!pt_ok(lily_cuda_xsplit(dxy, ldx, n, dim, &w, &mul, NULL, &e), "xsplit", &e)) return;
+    get_words(w, mul, n, dim, wb, mb);
+    lily_cuda_xsplit_hold(NULL);
+    float *yc = malloc((size_t)n * ldx * 4);
+    pt_get(yc, dxy, (size_t)n * ldx);
+    int same = memcmp(wa, wb, (size_t)n * dim * 4) == 0 && memcmp(ma, mb, n * 4) == 0;
+    for (int t = 0; t < n; t++)
+        same &= memcmp(yc + (size_t)t * ldx, ya + (size_t)t * ldy, (size_t)dim * 4) == 0;
+    snprintf(name, sizeof name, "rmsnorm_split n=%d dim=%d in place: same y and words", n, dim);
+    pt_check_true(name, same);
+    lily_cuda_free(dy2), lily_cuda_free(dxy);
+    free(wa), free(wb), free(ma), free(mb), free(ya), free(yb), free(yc);
+}
+
+static void run_rmsnorm(const op_row *r) {
+    lily_err e;
+    char name[128];
+    const int n = r->n, dim = r->dim, ldx = dim + 3, ldy = dim + 1;
+    float *x = malloc((size_t)n * ldx * 4), *w = malloc(dim * 4);
+    float *ref = malloc((size_t)n * ldy * 4), *got = malloc((size_t)n * ldy * 4);
+    pt_fill(x, (size_t)n * ldx, 3.0f);
+    for (int i = 0; i < dim; i++)
+        w[i] = 1 + 0.5f * pt_frand();
+    for (int t = 0; t < n; t++) {
+        lily_cpu_rmsnorm(x + (size_t)t * ldx, w, dim, 1e-6f, ref + (size_t)t * ldy);
+        ref[(size_t)t * ldy + dim] = 0;
+    }
+    float *dx = pt_dup(x, (size_t)n * ldx), *dw = pt_dup(w, dim);
+    float *dy = pt_dalloc((size_t)n * ldy * 4);
+    lily_cuda_memset(dy, 0, (size_t)n * ldy * 4, NULL, &e);
+    if (!pt_ok(lily_cuda_rmsnorm(dx, ldx, dw, n, dim, 1e-6f, dy, ldy, NULL, &e), "rmsnorm", &e))
+        return;
+    pt_get(got, dy, (size_t)n * ldy);
+    snprintf(name, sizeof name, "rmsnorm rows n=%d dim=%d", n, dim);
+    pt_check(name, got, ref, (size_t)n * ldy, r->tol);
+    rmsnorm_split_check(dx, ldx, dw, n, dim, dy, ldy);
+    lily_cuda_free(dx), lily_cuda_free(dw), lily_cuda_free(dy);
+    free(x), free(w), free(ref), free(got);
+}
+
+static void run_argmax(const op_row *r) {
+    lily_err e;
+    char name[128];
+    const int n = r->n;
+    float *x = malloc(n * 4);
+    for (int i = 0; i < n; i++)
+        x[i] = -5.0f + pt_frand();
+    int best = r->at >= 0 ? r->at : (int)(pt_rnd() % n);
+    x[best] = 3.0f;
+    if (best + 7 < n) x[best + 7] = 3.0f; /* a tie: the lower index must win */
+    float *dx = pt_dup(x, n);
+    void *scr = pt_dalloc(16);
+    int32_t got = -1;
+    int rc = lily_cuda_argmax(dx, n, (uint64_t *)scr + 1, (int32_t *)scr, NULL, &e);
+    if (!pt_ok(rc, "argmax", &e)) return;
+    lily_cuda_sync(&e);
+    lily_cuda_d2h(&got, scr, 4, &e);
+    snprintf(name, sizeof name, "argmax n=%d: got %d, expected %d", n, got, best);
+    pt_check_true(name, got == best);
+    lily_cuda_free(dx), lily_cuda_free(scr);
+    free(x);
+}
+
+/* lily_cuda_advance with step counters near the ends of int32 (a negative one indexed before the
+ * ring once): the token lands at (unsigned)step % cap, nothing outside the ring changes. */
+static void run_advance(const op_row *r) {
+    lily_err e;
+    char name[128];
+    const int32_t step0 = r->step;
+    const int cap = r->cap, guard = 256, total = 2 * guard + cap;
+    int32_t *h = malloc(total * 4), *got = malloc(total * 4), st[4] = {4321, 77, 10, step0};
+    for (int i = 0; i < total; i++)
+        h[i] = -1000 - i;
+    int32_t *d = pt_idup(h, total), *ds = pt_idup(st, 4);
+    /* ds: [0] argmax, [1] tok, [2] pos, [3] step */
+    int rc = lily_cuda_advance(ds, ds + 1, ds + 2, d + guard, cap, ds + 3, NULL, &e) ||
+             lily_cuda_sync(&e);
+    snprintf(name, sizeof name, "advance step %d ring %d: launch", (int)step0, cap);
+    if (!pt_ok(rc, name, &e)) return;
+    lily_cuda_d2h(got, d, total * 4, &e);
+    lily_cuda_d2h(st, ds, 16, &e);
+    const int slot = (int)((uint32_t)step0 % (uint32_t)cap);
+    int bad = 0;
+    for (int i = 0; i < total; i++)
+        bad += got[i] != (i == guard + slot ? 4321 : h[i]);
+    snprintf(name, sizeof name, "advance step %d ring %d: token at slot %d only (%d wrong)",
+             (int)step0, cap, slot, bad);
+    pt_check_true(name, bad == 0);
+    snprintf(name, sizeof name, "advance step %d: tok, pos, step", (int)step0);
+    pt_check_true(name, st[1] == 4321 && st[2] == 11 && st[3] == (int32_t)((uint32_t)step0 + 1u));
+    lily_cuda_free(d), lily_cuda_free(ds);
+    free(h), free(got);
+}
+
+/* ---- the driver ------------------------------------------------------------------------------ */
+
+/* The row's shape and variant in words. */
+static void row_desc(const op_row *r, char *s, size_t cap) {
+    static const char *pks[] = {"copy", "rmsnorm", "gated"}, *eps[] = {"store", "add", "conv"};
+    static const char *routes[] = {"gpu-routed", "experts-0..k-1", "skewed"};
+    switch (r->op) {
+    case OP_GEMV: {
+        int o = snprintf(s, cap, "%s cols=%d rows=", dt_names[r->dt], r->dim);
+        for (int i = 0; i < r->nseg && o > 0 && (size_t)o < cap; i++)
+            o += snprintf(s + o, cap - o, "%s%d", i ? "," : "", r->rows[i]);
+        if (o > 0 && (size_t)o < cap) snprintf(s + o, cap - o, " %s %s", pks[r->pro], eps[r->epi]);
+        break;
+    }
+    case OP_MOE_DECODE:
+    case OP_MOE_GRAPH:
+    case OP_MOE_PREFILL:
+        snprintf(s, cap, "E=%d k=%d H=%d I=%d Is=%d%s%s n=%d%s%s", r->E, r->k, r->dim, r->I, r->Is,
+                 r->sg ? " gated-shared" : "", r->stack ? " stacked" : "",
+                 r->op == OP_MOE_PREFILL ? r->n : 1, r->op == OP_MOE_PREFILL ? " " : "",
+                 r->op == OP_MOE_PREFILL ? (r->E ? routes[r->route] : "dense") : "");
+        break;
+    case OP_EMBED:
+        snprintf(s, cap, "%s V=%d H=%d n=%d", dt_names[r->dt], r->V, r->dim, r->n);
+        break;
+    case OP_RMSNORM: snprintf(s, cap, "n=%d dim=%d", r->n, r->dim); break;
+    case OP_ARGMAX: snprintf(s, cap, "n=%d at=%d", r->n, r->at); break;
+    case OP_ADVANCE: snprintf(s, cap, "step=%d cap=%d", (int)r->step, r->cap); break;
+    case OP_GDN_CONV: snprintf(s, cap, "C=%d K=%d n=%d", r->dim, r->K, r->n); break;
+    case OP_GDN_SCAN:
+        snprintf(s, cap, "Nk=%d Nv=%d Dk=128 Dv=%d n=%d", r->Nk, r->Nv, r->dim, r->n);
+        break;
+    case OP_GDN_GNORM: snprintf(s, cap, "n=%d heads=%d x %d", r->n, r->Nv, r->dim); break;
+    case OP_ATTN_PREP:
+        snprintf(s, cap, "Nq=%d Nkv=%d Dh=%d R=%d pos0=%d n=%d%s", r->Nk, r->Nv, r->dim, r->R,
+                 r->pos, r->n, r->gated ? " gated" : "");
+        break;
+    case OP_ATTN_DECODE:
+        snprintf(s, cap, "Nq=%d Nkv=%d Dh=%d ctx=%d splits=%d want=%d%s", r->Nk, r->Nv, r->dim,
+                 r->ctx, r->splits, r->want, r->gated ? " gated" : "");
+        break;
+    case OP_ATTN_PREFILL:
+        snprintf(s, cap, "Nq=%d Nkv=%d Dh=%d pos0=%d n=%d%s", r->Nk, r->Nv, r->dim, r->pos, r->n,
+                 r->gated ? " gated" : "");
+        break;
+    case OP_GEMV_ARGS:
+    case OP_GDN_ARGS:
+    case OP_ATTN_ARGS: snprintf(s, cap, "bad arguments"); break;
+    }
+}
+
+static void run_row(const op_row *r) {
+    switch (r->op) {
+    case OP_GEMV: run_gemv(r); break;
+    case OP_MOE_DECODE:
+    case OP_MOE_GRAPH:
+    case OP_MOE_PREFILL: run_moe(r); break;
+    case OP_EMBED: run_embed(r); break;
+    case OP_RMSNORM: run_rmsnorm(r); break;
+    case OP_ARGMAX: run_argmax(r); break;
+    case OP_ADVANCE: run_advance(r); break;
+    case OP_GDN_CONV:
+    case OP_GDN_SCAN:
+    case OP_GDN_GNORM: run_gdn(r); break;
+    case OP_GEMV_ARGS:
+    case OP_GDN_ARGS: run_args(r); break;
+    case OP_ATTN_PREP:
+    case OP_ATTN_DECODE:
+    case OP_ATTN_PREFILL:
+    case OP_ATTN_ARGS: run_attn(r); break;
+    }
+}
+
+static int selected(const char *op, int argc, char **argv) {
+    if (argc < 2) return 1;
+    for (int i = 1; i < argc; i++)
+        if (strstr(op, argv[i])) return 1;
+    return 0;
+}
+
+static int env_is(const char *name, char c) {
+    const char *v = getenv(name);
+    return v && v[0] == c;
+}
+
+int main(int argc, char **argv) {
+    pt_need_gpu();
+    /* sanitizer-sized runs: LILY_GDN_QUICK=1 skips the long scans, LILY_CUDA_SAN=1 the rows marked
+     * nosan, LILY_CUDA_SAN=2 runs the racecheck-sized rows alone */
+    const int small = env_is("LILY_GDN_QUICK", '1'), san1 = env_is("LILY_CUDA_SAN", '1');
+    const int san2 = env_is("LILY_CUDA_SAN", '2');
+    const char *tm = getenv("LILY_CUDA_TIME");
+    if (tm && !strcmp(tm, "1p")) { /* the attention prefill timing alone, no parity rows */
+        time_all();
+        return pt_finish();
+    }
+    const int nrows = (int)(sizeof table / sizeof table[0]);
+    g_pool = lily_pool_create(0);
+    int ran = 0, rows_failed = 0;
+    char desc[200];
+    for (int i = 0; i < nrows; i++) {
+        const op_row *r = &table[i];
+        if (!selected(op_names[r->op], argc, argv) || (small && r->big) || (san1 && r->nosan) ||
+            (san2 ? !r->race : r->race == 2))
+            continue;
+        /* each row its own stream of random numbers: a filtered run repeats the full run's rows */
+        pt_rng = 0x2545f4914f6cdd1dull ^ ((uint64_t)(i + 1) * 0x9e3779b97f4a7c15ull);
+        if (!pt_rng) pt_rng = 1;
+        pt_row_rel = pt_row_abs = 0;
+        const int fail0 = pt_fail, pass0 = pt_pass;
+        run_row(r);
+        const int ok = pt_fail == fail0 && pt_pass > pass0;
+        if (!ok && pt_fail == fail0) pt_fail++; /* a row that checked nothing */
+        rows_failed += !ok;
+        ran++;
+        row_desc(r, desc, sizeof desc);
+        printf("ROW %3d %-12s %-58s rel=%-9.3g maxabs=%-9.3g %s\n", i, op_names[r->op], desc,
+               pt_row_rel, pt_row_abs, ok ? "PASS" : "FAIL");
+    }
+    lily_pool_free(g_pool);
+    if (!ran) {
+        printf("FAIL no row matches the filter\n");
+        return 1;
+    }
+    printf("%d rows, %d failed\n", ran, rows_failed);
+    /* LILY_CUDA_TIME=1 with the gdn_scan rows selected: the scan kernels' times */
+    if (env_is("LILY_CUDA_TIME", '1') && selected("gdn_scan", argc, argv)) scan_timing();
+    /* and with the attention rows selected: decode and prefill at the 35B-A3B shape */
+    if (env_is("LILY_CUDA_TIME", '1') && selected("attn_prefill", argc, argv)) time_all();
+    return pt_finish();
+}
+#endif
