@@ -6,9 +6,9 @@
  * get all rows, the rest none) and a skewed random load; and a dense SwiGLU MLP (no experts).
  * Every decode case runs with the router GEMV (lily_cuda_moe_force_unfused) and with the router
  * inside the gate/up launch behind a grid barrier where the shapes allow it, and the fused path
- * also under CUDA graph replay. Prefill chunks whose Q4 experts average fewer than 64 rows take
- * the skinny 16-row expert tiles (gemm_skinny.h: n = 1, 24 on 64 experts, 200 on 256, ...), at
- * least 64 the 64-row tiles (n = 600 on 16 experts, top-2). */
+ * also under CUDA graph replay. In prefill, Q4 experts with fewer than 64 rows take the skinny
+ * 16-row tiles (gemm_skinny.h: n = 1, 24 on 64 experts, 200 on 256, ...), the others 64-row tiles
+ * (n = 600 on 16 experts, top-2); test_cuda_moe_tiles covers the tilings and forced loads. */
 #include <stdio.h>
 
 #ifndef LILY_HAVE_CUDA

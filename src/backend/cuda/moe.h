@@ -88,6 +88,9 @@ int lily_cuda_moe_prefill_routed(const lily_cuda_moe *m, const float *u, int n, 
  * 32), below and tail unused. For tests and measurements; not thread-safe. */
 enum { LILY_MOE_TILES_EXPERT = 0, LILY_MOE_TILES_UNIFORM = 1 };
 void lily_cuda_moe_prefill_tiles(int mode, int below, int tail);
+/* The tile counts of the last prefill of n tokens (device int32 [2] in scratch): the 64-row (or
+ * UNIFORM's) tiles, then the small ones. For tests. */
+const int32_t *lily_cuda_moe_prefill_ntiles(const lily_cuda_moe *m, int n, const void *scratch);
 
 #ifdef __cplusplus
 }

@@ -447,6 +447,11 @@ extern "C" const int32_t *lily_cuda_moe_prefill_idx(const lily_cuda_moe *m, int 
     return (const int32_t *)((const char *)scratch + pre_plan(m, n).idx);
 }
 
+extern "C" const int32_t *lily_cuda_moe_prefill_ntiles(const lily_cuda_moe *m, int n,
+                                                       const void *scratch) {
+    return (const int32_t *)((const char *)scratch + pre_plan(m, n).ntiles);
+}
+
 extern "C" const float *lily_cuda_moe_prefill_wt(const lily_cuda_moe *m, int n,
                                                  const void *scratch) {
     return (const float *)((const char *)scratch + pre_plan(m, n).wt);
