@@ -189,20 +189,21 @@ static void make_routing(const fix *f, int n, int how, int *idx, float *wt) {
 }
 
 typedef struct {
-    int mode, below, tail;
+    int mode, below, tail, upto;
     const char *name;
 } tiling;
+/* [1] is the default */
 static const tiling kTilings[] = {
-    {LILY_MOE_TILES_UNIFORM, 0, 0, "uniform"},
-    {LILY_MOE_TILES_EXPERT, 64, 0, "expert<64"},
-    {LILY_MOE_TILES_EXPERT, 64, 16, "expert<64 tail16"},
-    {LILY_MOE_TILES_EXPERT, 1, 0, "expert all 64-row"},
-    {LILY_MOE_TILES_EXPERT, 100000, 0, "expert all 16-row"},
+    {LILY_MOE_TILES_UNIFORM, 0, 0, 0, "uniform"},
+    {LILY_MOE_TILES_EXPERT, 64, 0, 64, "expert<64"},
+    {LILY_MOE_TILES_EXPERT, 64, 16, 0, "expert<64 tail16 any avg"},
+    {LILY_MOE_TILES_EXPERT, 1, 0, 0, "expert all 64-row"},
+    {LILY_MOE_TILES_EXPERT, 100000, 0, 0, "expert all 16-row"},
 };
 enum { N_TILINGS = sizeof kTilings / sizeof kTilings[0] };
 
 static void set_tiling(const tiling *tl) {
-    lily_cuda_moe_prefill_tiles(tl->mode, tl->below, tl->tail);
+    lily_cuda_moe_prefill_tiles(tl->mode, tl->below, tl->tail, tl->upto);
 }
 
 static void set_exact(int on) {
@@ -221,9 +222,10 @@ static void want_tiles(const tiling *tl, const int *counts, int E, int nk, int w
             want[0] += (c + bn - 1) / bn;
             continue;
         }
-        const int tail = tl->tail < 16 ? tl->tail : 16;
+        const int capped = tl->upto > 0 && nk >= tl->upto * E;
+        const int below = capped ? 0 : tl->below, tail = capped ? 0 : tl->tail < 16 ? tl->tail : 16;
         int rl = 0;
-        if (c >= tl->below) {
+        if (c >= below) {
             rl = c;
             if (c % 64 && c % 64 <= tail) rl = c - c % 64;
         }
@@ -364,14 +366,16 @@ static void time_all(void) {
            "shared 512), median of 20, us\n");
     if (fix_make(&f, 256, 8, 2048, 512, 512) || fix_stack(&f)) return;
     static const tiling tt[] = {
-        {LILY_MOE_TILES_UNIFORM, 0, 0, "uniform (old)"},
-        {LILY_MOE_TILES_EXPERT, 64, 0, "expert<64 (new)"},
-        {LILY_MOE_TILES_EXPERT, 64, 16, "expert<64 tail16"},
-        {LILY_MOE_TILES_EXPERT, 32, 0, "expert<32"},
+        {LILY_MOE_TILES_UNIFORM, 0, 0, 0, "uniform (old)"},
+        {LILY_MOE_TILES_EXPERT, 64, 0, 64, "expert<64 (new)"},
+        {LILY_MOE_TILES_EXPERT, 64, 0, 0, "expert<64 any avg"},
+        {LILY_MOE_TILES_EXPERT, 64, 16, 0, "+tail16 any avg"},
+        {LILY_MOE_TILES_EXPERT, 32, 0, 0, "expert<32 any avg"},
     };
+    enum { NT = sizeof tt / sizeof tt[0] };
     static const int ns[] = {256, 512, 1024, 4096};
     printf("%-6s %-5s %-8s", "n", "prec", "routing");
-    for (int ti = 0; ti < 4; ti++)
+    for (int ti = 0; ti < NT; ti++)
         printf(" %18s", tt[ti].name);
     printf("\n");
     for (int ni = 0; ni < 4; ni++) {
@@ -391,7 +395,7 @@ static void time_all(void) {
                 set_exact(exact);
                 c.didx = skew ? didx : NULL, c.dwt = skew ? dwt : NULL;
                 printf("%-6d %-5s %-8s", n, exact ? "exact" : "bf16", skew ? "skewed" : "router");
-                for (int ti = 0; ti < 4; ti++) {
+                for (int ti = 0; ti < NT; ti++) {
                     set_tiling(&tt[ti]);
                     printf(" %18.1f", pt_time_median(time_call, &c, NULL));
                 }

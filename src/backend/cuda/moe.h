@@ -80,14 +80,15 @@ int lily_cuda_moe_prefill_routed(const lily_cuda_moe *m, const float *u, int n, 
                                  const float *wt, float *x, void *scratch, lily_cuda_stream st,
                                  lily_err *e);
 
-/* How prefill chunks tile the experts' rows. EXPERT (the default, below = 64, tail = 0): per
- * expert, fewer than `below` rows on small tiles (16 rows on the skinny kernel for Q4 experts,
- * else 32), the rest on 64-row tiles, except a loaded expert's last partial tile when it has at
- * most `tail` rows (<= the small tile), which goes to the small tiles. UNIFORM: one tile height
- * per chunk from the average rows per expert (64 from 64 rows on average, else 16 for Q4 or
- * 32), below and tail unused. For tests and measurements; not thread-safe. */
+/* How prefill chunks tile the experts' rows. EXPERT (the default: below 64, tail 0, upto 64):
+ * per expert, fewer than `below` rows on small tiles (16 rows on the skinny kernel for Q4
+ * experts, else 32), the rest on 64-row tiles, except a loaded expert's last partial tile when it
+ * has at most `tail` rows (<= the small tile), which goes to the small tiles; chunks that average
+ * `upto` or more rows per expert (0: none) put every expert on 64-row tiles. UNIFORM: one tile
+ * height per chunk from the average rows per expert (64 from 64 rows on average, else 16 for Q4
+ * or 32), the other arguments unused. For tests and measurements; not thread-safe. */
 enum { LILY_MOE_TILES_EXPERT = 0, LILY_MOE_TILES_UNIFORM = 1 };
-void lily_cuda_moe_prefill_tiles(int mode, int below, int tail);
+void lily_cuda_moe_prefill_tiles(int mode, int below, int tail, int upto);
 /* The tile counts of the last prefill of n tokens (device int32 [2] in scratch): the 64-row (or
  * UNIFORM's) tiles, then the small ones. For tests. */
 const int32_t *lily_cuda_moe_prefill_ntiles(const lily_cuda_moe *m, int n, const void *scratch);

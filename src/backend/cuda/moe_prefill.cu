@@ -263,7 +263,7 @@ int silu_mul(float *g, const float *u, int ld, int rows, int K, lily_cuda_stream
 }
 
 /* The tiling of prefill chunks (lily_cuda_moe_prefill_tiles). */
-int g_tiles = LILY_MOE_TILES_EXPERT, g_below = 64, g_tail = 0;
+int g_tiles = LILY_MOE_TILES_EXPERT, g_below = 64, g_tail = 0, g_upto = 64;
 
 /* The tile rule of a chunk of nk assignments over E experts; q4: the experts are Q4 (the skinny
  * kernel runs their small tiles). */
@@ -276,8 +276,11 @@ tile_rule pick_rule(int nk, int E, bool q4) {
     }
     /* per expert: fewer than g_below rows on the small tiles (16 rows through the skinny kernel
      * for Q4 weights, which reads the codes without dequantizing them; else 32), the rest on
-     * 64-row tiles (the wgmma kernel in exact mode) */
+     * 64-row tiles (the wgmma kernel in exact mode); from g_upto rows per expert on average, every
+     * expert on 64-row tiles (no small-tile launches: the skinny kernel lays out all the chunk's
+     * activations before it knows whether any tile is small) */
     const int sr = q4 ? kMinBN : GBN;
+    if (g_upto > 0 && nk >= (long)g_upto * E) return tile_rule{sr, 64, 0, 0};
     return tile_rule{sr, 64, g_below, g_tail < sr ? g_tail : sr};
 }
 
@@ -420,10 +423,11 @@ int prefill_common(const lily_cuda_moe *m, const float *u, int n, const int32_t 
 
 } // namespace
 
-extern "C" void lily_cuda_moe_prefill_tiles(int mode, int below, int tail) {
+extern "C" void lily_cuda_moe_prefill_tiles(int mode, int below, int tail, int upto) {
     g_tiles = mode == LILY_MOE_TILES_UNIFORM ? mode : LILY_MOE_TILES_EXPERT;
     g_below = below > 0 ? below : 0;
     g_tail = tail > 0 ? tail : 0;
+    g_upto = upto > 0 ? upto : 0;
 }
 
 extern "C" size_t lily_cuda_moe_prefill_scratch(const lily_cuda_moe *m, int n) {
