@@ -323,7 +323,10 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks) skinny_kernel(const s
 }
 
 /* One thread per (row, group, lane q): the 16 split words of columns 64 G + 16 q .. + 15 become
- * the 4 B words of lane q (see the file comment), and the quad sums the group's hi + lo. ONE:
+ * the 4 B words of lane q (see the file comment), and the quad sums the group's hi + lo. Rows:
+ * all nx, or (tiles != NULL: X read without gather, so each row is in at most one tile) those
+ * of the valid tiles, grid.y being the tile list (the rows a small-tile launch reads of a MoE
+ * chunk whose other rows run on larger tiles). ONE:
  * the hi halves of those words alone, as 8-byte words at the same indices (rows of K / 4), and
  * the sums of hi (then y = sum_c w_c hi_c exactly up to the fp32 sums: an fp16-activation
  * product, its error centred like the weights, not carried by the uncentred codes). */
@@ -331,12 +334,23 @@ constexpr int kPrepThreads = 256;
 template <bool ONE>
 __global__ void __launch_bounds__(kPrepThreads)
     skinny_prep_kernel(const uint32_t *__restrict__ words, int nx, int K, int kg4,
+                       const int32_t *__restrict__ tiles, const int32_t *__restrict__ d_ntiles,
                        uint4 *__restrict__ xp, float *__restrict__ xs) {
     const int KG = K >> 6;
     const size_t i = (size_t)blockIdx.x * kPrepThreads + threadIdx.x;
-    const size_t row = i / ((size_t)KG * 4);
+    size_t row = i / ((size_t)KG * 4);
     const int rem = (int)(i % ((size_t)KG * 4)), G = rem >> 2, q = rem & 3;
-    const bool ok = row < (size_t)nx; /* whole quads are in or out */
+    bool ok;     /* whole quads are in or out */
+    if (tiles) { /* the rows of tile blockIdx.y alone (a block-wide exit: no lane shuffles after) */
+        if ((int)blockIdx.y >= *d_ntiles) return;
+        const int32_t *tl = tiles + 3 * blockIdx.y;
+        const int tr = min(tl[2], kBN);
+        ok = tr > 0 && row < (size_t)tr;
+        row += (size_t)tl[1];
+        ok = ok && row < (size_t)nx;
+    } else {
+        ok = row < (size_t)nx;
+    }
     float sum = 0.f;
     if (ok) {
         const size_t base = row * K + (size_t)G * 64 + 16 * q; /* in words */
@@ -445,14 +459,18 @@ int skinny(const lily_dmat *W, const lily_dmat *W2, const float *X, int ldx, int
     if (grow((size_t)nx * K / 4, (size_t)nx * kg4, st, e)) return -1;
     /* one-pass GEMMs (gemm_split.h): the hi plane alone, one product per weight */
     const bool one = !lily_cuda_gemm_exact();
-    const size_t nthr = (size_t)nx * KG * 4;
-    const unsigned pblocks = (unsigned)((nthr + kPrepThreads - 1) / kPrepThreads);
+    /* without gather, only the tiles' rows are laid out (grid.y over the tile list) */
+    const bool by_tile = gather == nullptr;
+    const size_t nthr = (size_t)(by_tile ? kBN : nx) * KG * 4;
+    const dim3 pgrid((unsigned)((nthr + kPrepThreads - 1) / kPrepThreads),
+                     by_tile ? (unsigned)max_tiles : 1u);
+    const int32_t *ptiles = by_tile ? tiles : nullptr;
     if (one)
-        skinny_prep_kernel<true>
-            <<<pblocks, kPrepThreads, 0, (cudaStream_t)st>>>(words, nx, K, kg4, g_xp, g_xs);
+        skinny_prep_kernel<true><<<pgrid, kPrepThreads, 0, (cudaStream_t)st>>>(
+            words, nx, K, kg4, ptiles, d_ntiles, g_xp, g_xs);
     else
-        skinny_prep_kernel<false>
-            <<<pblocks, kPrepThreads, 0, (cudaStream_t)st>>>(words, nx, K, kg4, g_xp, g_xs);
+        skinny_prep_kernel<false><<<pgrid, kPrepThreads, 0, (cudaStream_t)st>>>(
+            words, nx, K, kg4, ptiles, d_ntiles, g_xp, g_xs);
     LILY_CU_LAUNCHED(e);
     sk_args a;
     a.w = W->w, a.sb = W->sb, a.w_stride = W->w_stride, a.sb_stride = W->sb_stride;

@@ -277,8 +277,9 @@ tile_rule pick_rule(int nk, int E, bool q4) {
     /* per expert: fewer than g_below rows on the small tiles (16 rows through the skinny kernel
      * for Q4 weights, which reads the codes without dequantizing them; else 32), the rest on
      * 64-row tiles (the wgmma kernel in exact mode); from g_upto rows per expert on average, every
-     * expert on 64-row tiles (no small-tile launches: the skinny kernel lays out all the chunk's
-     * activations before it knows whether any tile is small) */
+     * expert on 64-row tiles (no small-tile launches: before it knows whether any tile is small,
+     * the skinny kernel lays out every row of u and, in one-pass mode, splits every row of the
+     * down projection's input) */
     const int sr = q4 ? kMinBN : GBN;
     if (g_upto > 0 && nk >= (long)g_upto * E) return tile_rule{sr, 64, 0, 0};
     return tile_rule{sr, 64, g_below, g_tail < sr ? g_tail : sr};
