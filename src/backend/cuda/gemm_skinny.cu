@@ -326,7 +326,7 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks) skinny_kernel(const s
  * the 4 B words of lane q (see the file comment), and the quad sums the group's hi + lo. Rows:
  * all nx, or (tiles != NULL: X read without gather, so each row is in at most one tile) those
  * of the valid tiles, grid.y being the tile list (the rows a small-tile launch reads of a MoE
- * chunk whose other rows run on larger tiles). ONE:
+ * chunk whose other rows run on larger tiles); none when the list is empty. ONE:
  * the hi halves of those words alone, as 8-byte words at the same indices (rows of K / 4), and
  * the sums of hi (then y = sum_c w_c hi_c exactly up to the fp32 sums: an fp16-activation
  * product, its error centred like the weights, not carried by the uncentred codes). */
@@ -340,7 +340,8 @@ __global__ void __launch_bounds__(kPrepThreads)
     const size_t i = (size_t)blockIdx.x * kPrepThreads + threadIdx.x;
     size_t row = i / ((size_t)KG * 4);
     const int rem = (int)(i % ((size_t)KG * 4)), G = rem >> 2, q = rem & 3;
-    bool ok;     /* whole quads are in or out */
+    bool ok;                    /* whole quads are in or out */
+    if (*d_ntiles == 0) return; /* block-wide: no tile reads these rows */
     if (tiles) { /* the rows of tile blockIdx.y alone (a block-wide exit: no lane shuffles after) */
         if ((int)blockIdx.y >= *d_ntiles) return;
         const int32_t *tl = tiles + 3 * blockIdx.y;

@@ -125,12 +125,14 @@ __host__ __device__ __forceinline__ int plane_col(int s, int p) {
 /* Split words [n][K] -> the hi and lo planes [n][K] in plane order: one thread per 16-position
  * slice (two 16-byte stores per plane; its 16 words lie in 32 columns of one group). With tiles
  * (a grouped launch without gather: each row in at most one tile), only the rows of the valid
- * tiles, grid.y over the tile list, trows rows a tile at most. */
+ * tiles, grid.y over the tile list, trows rows a tile at most; with d_ntiles alone (grouped, with
+ * gather), every row unless the list is empty. */
 __global__ void planes_kernel(const uint32_t *__restrict__ words, size_t slices, int K,
                               const int32_t *__restrict__ tiles,
                               const int32_t *__restrict__ d_ntiles, int trows,
                               uint16_t *__restrict__ hi, uint16_t *__restrict__ lo) {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (d_ntiles && *d_ntiles == 0) return;
     if (tiles) {
         if ((int)blockIdx.y >= *d_ntiles) return;
         const int32_t *tl = tiles + 3 * blockIdx.y;
@@ -482,7 +484,8 @@ uint16_t *g_planes = nullptr;
 size_t g_cap = 0; /* elements per plane */
 
 /* The split words of X's nx rows as hi / lo planes (module buffer, grown outside any capture);
- * with tiles (grouped, no gather), only the rows of the valid tiles are laid out. */
+ * grouped (d_ntiles set): nothing when the tile list is empty, and with tiles (no gather) only
+ * the rows of the valid tiles. */
 int make_planes(const float *X, int ldx, int nx, int K, const int32_t *tiles,
                 const int32_t *d_ntiles, int max_tiles, const uint16_t **hi, const uint16_t **lo,
                 const float **mul, lily_cuda_stream st, lily_err *e) {
