@@ -6,7 +6,7 @@
  * the same forced routing: every token on experts 0..k-1 (k = 1: every row on one expert), one
  * row per expert (a balanced load once n k > E), a few experts only (most empty), a skewed load
  * (heavy experts with partial last tiles, light ones, empty ones), and the routing the GPU
- * computes. n = 1, 7, 32, 64, 255, 256, 4096; hidden sizes odd multiples of 64. Each case also
+ * computes. n = 1, 7, 32, 64, 255, 256, 504, 512, 4096; hidden sizes odd multiples of 64. Each case also
  * checks the device tile counts against the rule computed here, and that a second run is
  * bit-identical; before every run a decoy input fills the kernels' layout buffers and the
  * scratch is poisoned, so no run can pass on what an earlier one left.
@@ -455,6 +455,8 @@ int main(void) {
         }
         tiles_case(&f, 7, R_SPREAD);   /* 56 rows over 64 experts: one each, 8 empty */
         tiles_case(&f, 255, R_SPREAD); /* ~32 rows each: partial 64-row tiles */
+        tiles_case(&f, 504, R_SPREAD); /* 63 rows each: the last count below 64 */
+        tiles_case(&f, 512, R_SPREAD); /* 64 each: the first on a 64-row tile */
         tiles_case(&f, 4096, R_SPREAD);
         tiles_case(&f, 256, R_FEW);
         fix_free(&f);
