@@ -6,9 +6,9 @@
  * the same forced routing: every token on experts 0..k-1 (k = 1: every row on one expert), one
  * row per expert (a balanced load once n k > E), a few experts only (most empty), a skewed load
  * (heavy experts with partial last tiles, light ones, empty ones), and the routing the GPU
- * computes. n = 1, 7, 32, 64, 255, 256, 504, 512, 4096; hidden sizes odd multiples of 64. Each case also
- * checks the device tile counts against the rule computed here, and that a second run is
- * bit-identical; before every run a decoy input fills the kernels' layout buffers and the
+ * computes. n = 1, 7, 32, 64, 255, 256, 504, 512, 4096; hidden sizes odd multiples of 64. Each
+ * case also checks the device tile counts against the rule computed here, and that a second run
+ * is bit-identical; before every run a decoy input fills the kernels' layout buffers and the
  * scratch is poisoned, so no run can pass on what an earlier one left.
  *
  * LILY_CUDA_TIME=1 then times the MoE block of one layer at the 35B-A3B shape (256 experts top-8,

@@ -21,8 +21,9 @@
  *
  * The B planes are laid out once per call by a small prep kernel ([nx][K] words in mma fragment
  * order, plus the group sums; without gather only the rows of the valid tiles), then every warp
- * reads its fragments straight from L1/L2 with 16-byte loads (prefetched into L1 a group ahead); the codes stream through per-warp shared-memory stages
- * (cp.async); grid (row blocks of 128 rows, tiles), blocks past *d_ntiles exit at once. */
+ * reads its fragments straight from L1/L2 with 16-byte loads (prefetched into L1 a group ahead);
+ * the codes stream through per-warp shared-memory stages (cp.async); grid (row blocks of 128
+ * rows, tiles), blocks past *d_ntiles exit at once. */
 #ifndef LILY_BACKEND_CUDA_GEMM_SKINNY_H
 #define LILY_BACKEND_CUDA_GEMM_SKINNY_H
 
