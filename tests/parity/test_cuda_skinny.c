@@ -16,13 +16,16 @@
  * largest partial sum of its group) and the fp32 FMAs of the group sums; the CPU reference rounds
  * its own fp32 sums. With random weights |y| ~ sqrt(K) |w| |x|, these give ~1e-7 .. 1e-6 of the
  * row's largest output; 1e-5 leaves a 10x margin while any slip of the fragment order, a missing
- * lo plane (~2^-12 per element) or a wrong group scale (~1 / sqrt(K / 64)) is far above it.
+ * lo plane (~2^-12 per element) or a wrong group scale (~1 / sqrt(K / 64)) is far above it. With
+ * gemm_exact 0 the kernel multiplies the hi plane alone (one product per weight, the activations
+ * as fp16: ~2^-11 relative per element, ~3e-4 of the row's largest output): bound 3e-3.
  *
  * LILY_CUDA_SAN=1: a smaller case list for compute-sanitizer. LILY_CUDA_TIME=1 also times the
  * 35B-A3B expert GEMMs (256 experts, top-8; gate/up 512 x 2048 and down 2048 x 512) for chunks of
- * 64 .. 512 tokens: the skinny kernel (both A forms) against the 32-row tiles of gemm.cu.
+ * 64 .. 512 tokens: the skinny kernel (both A forms) against the 32-row tiles of gemm.cu, and
+ * the default form with one-pass GEMMs (variant 8: the hi plane alone).
  * LILY_CUDA_TIME=only: the timing without the parity cases; LILY_SKINNY_TIME_N (64, 128, 256,
- * 512) and LILY_SKINNY_TIME_V (0 = 32-row tiles .. 7) pick one chunk size and one variant. */
+ * 512) and LILY_SKINNY_TIME_V (0 = 32-row tiles .. 8) pick one chunk size and one variant. */
 #include <stdio.h>
 
 #ifndef LILY_HAVE_CUDA
@@ -37,6 +40,7 @@ int main(void) {
 
 #include "backend/cuda/gemm.h"
 #include "backend/cuda/gemm_skinny.h"
+#include "backend/cuda/gemm_split.h"
 #include "parity_util.h"
 
 static int g_san;
@@ -115,7 +119,8 @@ static void grouped_case(int M, int K, int E, const int *counts, int n, int use_
             const double rel = mx > 0 ? d / mx : d;
             if (rel > worst) worst = rel;
         }
-        const int ok = !bad && !pad && worst <= 1e-5;
+        const double tol = lily_cuda_gemm_exact() ? 1e-5 : 3e-3;
+        const int ok = !bad && !pad && worst <= tol;
         if (ok)
             pt_pass++;
         else
@@ -124,9 +129,9 @@ static void grouped_case(int M, int K, int E, const int *counts, int n, int use_
         for (int x = 0; x < E && k < 150; x++)
             k += snprintf(name + k, sizeof name - k, "%s%d", x ? "," : "", counts[x]);
         snprintf(name + k, sizeof name - k, "}%s%s", use_gather ? " gather" : "", g_tag);
-        printf("%s %s: worst row rel %.3g (tol 1e-5), %d unwritten/non-finite, %d padding "
+        printf("%s %s: worst row rel %.3g (tol %.0e), %d unwritten/non-finite, %d padding "
                "written\n",
-               ok ? "ok  " : "FAIL", name, worst, bad, pad);
+               ok ? "ok  " : "FAIL", name, worst, tol, bad, pad);
     }
     lily_cuda_free(dX), lily_cuda_free(dY), lily_cuda_free(dgather), lily_cuda_free(dtiles);
     lily_cuda_free(dnt);
@@ -295,15 +300,18 @@ static void timing(void) {
         for (int r = 0; r < n * k; r++)
             gather[r] = (int32_t)(pt_rnd() % n);
         int32_t *dgather = pt_idup(gather, (size_t)n * k);
-        for (int v = 0; v < 8; v++) { /* 32-row tiles, then the skinny variants */
+        /* 32-row tiles, then the skinny variants; 8: the default (cp pf1) with one-pass GEMMs */
+        for (int v = 0; v < 9; v++) {
             if (only_v && atoi(only_v) != v) continue;
-            static const char *vn[8] = {"32-row tiles",  "skinny denorm", "skinny sub",
+            static const char *vn[9] = {"32-row tiles",  "skinny denorm", "skinny sub",
                                         "skinny cp",     "skinny pf1",    "skinny pf2",
-                                        "skinny cp pf1", "skinny cp pf2"};
+                                        "skinny cp pf1", "skinny cp pf2", "cp pf1 1-pass"};
             const int bn = v == 0 ? LILY_GEMM_GROUP_BN : LILY_GEMM_SKINNY_BN;
             if (v) lily_cuda_skinny_variant(v == 2 ? LILY_SKINNY_SUB : LILY_SKINNY_DENORM);
             lily_cuda_skinny_cp(v == 3 || v >= 6);
-            lily_cuda_skinny_pf(v == 4 || v == 6 ? 1 : v == 5 || v == 7 ? 2 : 0);
+            lily_cuda_skinny_pf(v == 4 || v == 6 || v == 8 ? 1 : v == 5 || v == 7 ? 2 : 0);
+            const lily_cuda_prec prec = {v != 8, 1};
+            lily_cuda_prec_set(prec);
             int nt = pt_make_tiles(counts, E, bn, tiles);
             tctx c;
             c.tiles = pt_idup(tiles, (size_t)3 * nt), c.nt = pt_idup(&nt, 1);
@@ -319,6 +327,8 @@ static void timing(void) {
                    n, vn[v], us, wbytes / us * 1e-6);
             lily_cuda_free(c.tiles), lily_cuda_free(c.nt);
         }
+        const lily_cuda_prec exact = {1, 1};
+        lily_cuda_prec_set(exact);
         lily_cuda_free(dgather);
     }
     lily_cuda_skinny_variant(LILY_SKINNY_DENORM);

@@ -20,6 +20,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <type_traits>
+
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/gemm_common.cuh"
 #include "backend/cuda/gemm_split.h"
@@ -87,7 +89,7 @@ template <bool SUB> __device__ __forceinline__ uint32_t apair(uint32_t v, int j)
 
 /* One warp: weight rows mw .. mw + 16 kMT - 1 (clamped to M - 1 for the loads, not stored) of
  * expert codes W / words SB, against NT 8-token tiles of the tile (rows tokens from row0). */
-template <int NT, bool SUB, bool CP>
+template <int NT, bool SUB, bool CP, bool ONE>
 __device__ __forceinline__ void run(const sk_args &a, const uint8_t *W, const uint32_t *SB,
                                     float *Y, int row0, int rows, int mw, int lane, uint8_t *sm) {
     const int g = lane >> 2, q = lane & 3;
@@ -130,7 +132,9 @@ __device__ __forceinline__ void run(const sk_args &a, const uint8_t *W, const ui
         t = t < rows ? t : 0;
         return a.gather ? a.gather[row0 + t] : row0 + t;
     };
-    const uint4 *xpb = a.xp + q;
+    /* ONE: the hi plane alone, 8-byte words (one group of a token: one 128-byte line) */
+    using BW = typename std::conditional<ONE, uint2, uint4>::type;
+    const BW *xpb = (const BW *)a.xp + q;
     uint32_t xo[NT], xso[NT][2];
 #pragma unroll
     for (int j = 0; j < NT; j++) {
@@ -213,12 +217,12 @@ __device__ __forceinline__ void run(const sk_args &a, const uint8_t *W, const ui
                         for (int h = 0; h < 2; h++)
                             wq[sl][i][h] = ldg_stream8(wb + wo[i][h] + 32 * (G + kRing));
             }
-            if (a.pf && G + a.pf < KG && q < 2) /* the B lines of a later group, into L1 */
+            if (a.pf && G + a.pf < KG && q < (ONE ? 1 : 2)) /* a later group's B lines, into L1 */
 #pragma unroll
                 for (int j = 0; j < NT; j++)
-                    asm volatile(
-                        "prefetch.global.L1 [%0];" ::"l"(a.xp + xo[j] + 16 * (G + a.pf) + 8 * q));
-            uint4 b[NT][4];
+                    asm volatile("prefetch.global.L1 [%0];" ::"l"((const BW *)a.xp + xo[j] +
+                                                                  16 * (G + a.pf) + 8 * q));
+            BW b[NT][4];
             float xv[NT][2];
 #pragma unroll
             for (int j = 0; j < NT; j++) {
@@ -246,8 +250,8 @@ __device__ __forceinline__ void run(const sk_args &a, const uint8_t *W, const ui
 #pragma unroll
                     for (int j = 0; j < NT; j++) {
                         const uint32_t *bp = (const uint32_t *)&b[j][s];
-                        mma_f16(acc[i][j], af, bp);     /* hi plane */
-                        mma_f16(acc[i][j], af, bp + 2); /* lo plane */
+                        mma_f16(acc[i][j], af, bp);                         /* hi plane */
+                        if constexpr (!ONE) mma_f16(acc[i][j], af, bp + 2); /* lo plane */
                     }
                 }
                 /* y += scale * acc + bias * xsum (scale * 2^24: the codes were q * 2^-24) */
@@ -297,7 +301,7 @@ __device__ __forceinline__ void run(const sk_args &a, const uint8_t *W, const ui
 
 /* Grid (row blocks, tiles): tile y is tiles[y] when y < *d_ntiles. No block-wide barrier: warps
  * without rows and blocks without a tile leave at once. */
-template <bool SUB, bool CP>
+template <bool SUB, bool CP, bool ONE>
 __global__ void __launch_bounds__(kWarps * 32, kMinBlocks) skinny_kernel(const sk_args a) {
     extern __shared__ __align__(128) uint8_t sk_smem[];
     if ((int)blockIdx.y >= *a.d_ntiles) return;
@@ -312,23 +316,42 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks) skinny_kernel(const s
     float *Y = second ? a.Y2 : a.Y;
     uint8_t *sm = sk_smem + (CP ? warp * kStages * kStageBytes : 0);
     if (rows > 8)
-        run<2, SUB, CP>(a, W, SB, Y, row0, rows, mw, lane, sm);
+        run<2, SUB, CP, ONE>(a, W, SB, Y, row0, rows, mw, lane, sm);
     else
-        run<1, SUB, CP>(a, W, SB, Y, row0, rows, mw, lane, sm);
+        run<1, SUB, CP, ONE>(a, W, SB, Y, row0, rows, mw, lane, sm);
     if constexpr (CP) cp_wait<0>(); /* no copy outstanding at exit */
 }
 
 /* One thread per (row, group, lane q): the 16 split words of columns 64 G + 16 q .. + 15 become
- * the 4 B words of lane q (see the file comment), and the quad sums the group's hi + lo. */
+ * the 4 B words of lane q (see the file comment), and the quad sums the group's hi + lo. Rows:
+ * all nx, or (tiles != NULL: X read without gather, so each row is in at most one tile) those
+ * of the valid tiles, grid.y being the tile list (the rows a small-tile launch reads of a MoE
+ * chunk whose other rows run on larger tiles); none when the list is empty. ONE:
+ * the hi halves of those words alone, as 8-byte words at the same indices (rows of K / 4), and
+ * the sums of hi (then y = sum_c w_c hi_c exactly up to the fp32 sums: an fp16-activation
+ * product, its error centred like the weights, not carried by the uncentred codes). */
 constexpr int kPrepThreads = 256;
+template <bool ONE>
 __global__ void __launch_bounds__(kPrepThreads)
     skinny_prep_kernel(const uint32_t *__restrict__ words, int nx, int K, int kg4,
+                       const int32_t *__restrict__ tiles, const int32_t *__restrict__ d_ntiles,
                        uint4 *__restrict__ xp, float *__restrict__ xs) {
     const int KG = K >> 6;
     const size_t i = (size_t)blockIdx.x * kPrepThreads + threadIdx.x;
-    const size_t row = i / ((size_t)KG * 4);
+    size_t row = i / ((size_t)KG * 4);
     const int rem = (int)(i % ((size_t)KG * 4)), G = rem >> 2, q = rem & 3;
-    const bool ok = row < (size_t)nx; /* whole quads are in or out */
+    bool ok;                    /* whole quads are in or out */
+    if (*d_ntiles == 0) return; /* block-wide: no tile reads these rows */
+    if (tiles) { /* the rows of tile blockIdx.y alone (a block-wide exit: no lane shuffles after) */
+        if ((int)blockIdx.y >= *d_ntiles) return;
+        const int32_t *tl = tiles + 3 * blockIdx.y;
+        const int tr = min(tl[2], kBN);
+        ok = tr > 0 && row < (size_t)tr;
+        row += (size_t)tl[1];
+        ok = ok && row < (size_t)nx;
+    } else {
+        ok = row < (size_t)nx;
+    }
     float sum = 0.f;
     if (ok) {
         const size_t base = row * K + (size_t)G * 64 + 16 * q; /* in words */
@@ -343,13 +366,18 @@ __global__ void __launch_bounds__(kPrepThreads)
         for (int c = 0; c < 16; c++) { /* hi + lo: exact in fp32 (two 11-bit halves) */
             const float hi = __half2float(__ushort_as_half((unsigned short)(w[c] & 0xffffu)));
             const float lo = __half2float(__ushort_as_half((unsigned short)(w[c] >> 16)));
-            sum += hi + lo;
+            sum += ONE ? hi : hi + lo;
         }
-        uint4 *dst = xp + (row * K + (size_t)G * 64) / 4 + q;
+        const size_t o = (row * K + (size_t)G * 64) / 4 + q;
 #pragma unroll
-        for (int s = 0; s < 4; s++)
-            dst[4 * s] = make_uint4(hi_pair(w[s], w[s + 4]), hi_pair(w[8 + s], w[12 + s]),
-                                    lo_pair(w[s], w[s + 4]), lo_pair(w[8 + s], w[12 + s]));
+        for (int s = 0; s < 4; s++) {
+            if constexpr (ONE)
+                ((uint2 *)xp)[o + 4 * s] =
+                    make_uint2(hi_pair(w[s], w[s + 4]), hi_pair(w[8 + s], w[12 + s]));
+            else
+                xp[o + 4 * s] = make_uint4(hi_pair(w[s], w[s + 4]), hi_pair(w[8 + s], w[12 + s]),
+                                           lo_pair(w[s], w[s + 4]), lo_pair(w[8 + s], w[12 + s]));
+        }
     }
     sum += __shfl_xor_sync(0xffffffffu, sum, 1);
     sum += __shfl_xor_sync(0xffffffffu, sum, 2);
@@ -430,9 +458,20 @@ int skinny(const lily_dmat *W, const lily_dmat *W2, const float *X, int ldx, int
     const float *mul;
     if (lily_cuda_xsplit(X, ldx, nx, K, &words, &mul, st, e)) return -1;
     if (grow((size_t)nx * K / 4, (size_t)nx * kg4, st, e)) return -1;
-    const size_t nthr = (size_t)nx * KG * 4;
-    skinny_prep_kernel<<<(unsigned)((nthr + kPrepThreads - 1) / kPrepThreads), kPrepThreads, 0,
-                         (cudaStream_t)st>>>(words, nx, K, kg4, g_xp, g_xs);
+    /* one-pass GEMMs (gemm_split.h): the hi plane alone, one product per weight */
+    const bool one = !lily_cuda_gemm_exact();
+    /* without gather, only the tiles' rows are laid out (grid.y over the tile list) */
+    const bool by_tile = gather == nullptr;
+    const size_t nthr = (size_t)(by_tile ? kBN : nx) * KG * 4;
+    const dim3 pgrid((unsigned)((nthr + kPrepThreads - 1) / kPrepThreads),
+                     by_tile ? (unsigned)max_tiles : 1u);
+    const int32_t *ptiles = by_tile ? tiles : nullptr;
+    if (one)
+        skinny_prep_kernel<true><<<pgrid, kPrepThreads, 0, (cudaStream_t)st>>>(
+            words, nx, K, kg4, ptiles, d_ntiles, g_xp, g_xs);
+    else
+        skinny_prep_kernel<false><<<pgrid, kPrepThreads, 0, (cudaStream_t)st>>>(
+            words, nx, K, kg4, ptiles, d_ntiles, g_xp, g_xs);
     LILY_CU_LAUNCHED(e);
     sk_args a;
     a.w = W->w, a.sb = W->sb, a.w_stride = W->w_stride, a.sb_stride = W->sb_stride;
@@ -445,15 +484,18 @@ int skinny(const lily_dmat *W, const lily_dmat *W2, const float *X, int ldx, int
     a.w2 = W2 ? W2->w : nullptr, a.sb2 = W2 ? W2->sb : nullptr, a.Y2 = W2 ? Y2 : nullptr;
     const dim3 grid((unsigned)(a.nb * (W2 ? 2 : 1)), (unsigned)max_tiles);
     const bool sub = variant() == LILY_SKINNY_SUB, cp = cp_on();
-    auto kern = sub ? (cp ? skinny_kernel<true, true> : skinny_kernel<true, false>)
-                    : (cp ? skinny_kernel<false, true> : skinny_kernel<false, false>);
+    auto kern =
+        one ? (sub ? (cp ? skinny_kernel<true, true, true> : skinny_kernel<true, false, true>)
+                   : (cp ? skinny_kernel<false, true, true> : skinny_kernel<false, false, true>))
+            : (sub ? (cp ? skinny_kernel<true, true, false> : skinny_kernel<true, false, false>)
+                   : (cp ? skinny_kernel<false, true, false> : skinny_kernel<false, false, false>));
     if (cp) {
-        static bool attr_set[2];
-        if (!attr_set[sub]) {
+        static bool attr_set[2][2];
+        if (!attr_set[one][sub]) {
             LILY_CU_TRY(
                 cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, kCpSmem),
                 e);
-            attr_set[sub] = true;
+            attr_set[one][sub] = true;
         }
     }
     kern<<<grid, kWarps * 32, cp ? kCpSmem : 0, (cudaStream_t)st>>>(a);

@@ -15,12 +15,15 @@
  *     y += scale_g * 2^24 * acc_g + bias_g * xsum_g,     y *= 2^e (the row multiplier)
  * with xsum_g the token's sum of (hi + lo) over the group. No per-weight FMA, no weight rounding:
  * only the activation split (~2^-22) and the fp32 accumulations separate the result from the
- * exact product (~1e-6 relative, tests/parity/test_cuda_skinny.c).
+ * exact product (~1e-6 relative, tests/parity/test_cuda_skinny.c). With one-pass GEMMs
+ * (lily_cuda_prec.gemm_exact 0) the hi plane alone goes in (8-byte B words, one mma per slice,
+ * group sums of hi): one product per weight, the activations at fp16 precision (~2^-11).
  *
  * The B planes are laid out once per call by a small prep kernel ([nx][K] words in mma fragment
- * order, plus the group sums), then every warp reads its fragments straight from L1/L2 with 16-byte
- * loads (prefetched into L1 a group ahead); the codes stream through per-warp shared-memory stages
- * (cp.async); grid (row blocks of 128 rows, tiles), blocks past *d_ntiles exit at once. */
+ * order, plus the group sums; without gather only the rows of the valid tiles), then every warp
+ * reads its fragments straight from L1/L2 with 16-byte loads (prefetched into L1 a group ahead);
+ * the codes stream through per-warp shared-memory stages (cp.async); grid (row blocks of 128
+ * rows, tiles), blocks past *d_ntiles exit at once. */
 #ifndef LILY_BACKEND_CUDA_GEMM_SKINNY_H
 #define LILY_BACKEND_CUDA_GEMM_SKINNY_H
 
@@ -37,7 +40,8 @@ extern "C" {
 
 /* As lily_cuda_gemm_grouped with tile_rows = LILY_GEMM_SKINNY_BN (tiles of <= 16 rows; a longer
  * tile's rows past 16 are not computed). W: a Q4 expert stack. X: fp32 [nx][ldx], split here
- * (lily_cuda_xsplit: a held X is not split again) whatever lily_cuda_prec says. */
+ * (lily_cuda_xsplit: a held X is not split again) whatever lily_cuda_prec says; the lo plane
+ * is used in exact mode only. */
 int lily_cuda_gemm_skinny_grouped(const lily_dmat *W, const float *X, int ldx, int nx,
                                   const int32_t *gather, const int32_t *tiles,
                                   const int32_t *d_ntiles, int max_tiles, float *Y, int ldy,

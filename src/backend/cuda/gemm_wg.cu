@@ -123,10 +123,23 @@ __host__ __device__ __forceinline__ int plane_col(int s, int p) {
 }
 
 /* Split words [n][K] -> the hi and lo planes [n][K] in plane order: one thread per 16-position
- * slice (two 16-byte stores per plane; its 16 words lie in 32 columns of one group). */
+ * slice (two 16-byte stores per plane; its 16 words lie in 32 columns of one group). With tiles
+ * (a grouped launch without gather: each row in at most one tile), only the rows of the valid
+ * tiles, grid.y over the tile list, trows rows a tile at most; with d_ntiles alone (grouped, with
+ * gather), every row unless the list is empty. */
 __global__ void planes_kernel(const uint32_t *__restrict__ words, size_t slices, int K,
+                              const int32_t *__restrict__ tiles,
+                              const int32_t *__restrict__ d_ntiles, int trows,
                               uint16_t *__restrict__ hi, uint16_t *__restrict__ lo) {
-    const size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (d_ntiles && *d_ntiles == 0) return;
+    if (tiles) {
+        if ((int)blockIdx.y >= *d_ntiles) return;
+        const int32_t *tl = tiles + 3 * blockIdx.y;
+        const int rows = min(tl[2], trows);
+        if (rows <= 0 || i >= (size_t)rows * (K / 16)) return;
+        i += (size_t)tl[1] * (K / 16);
+    }
     if (i >= slices) return;
     const size_t base = i * 16, row = base / K;
     const int c = (int)(base % K), s = (c >> 4) & 3;
@@ -470,8 +483,11 @@ __global__ void __launch_bounds__(kThreads, 1)
 uint16_t *g_planes = nullptr;
 size_t g_cap = 0; /* elements per plane */
 
-/* The split words of X's nx rows as hi / lo planes (module buffer, grown outside any capture). */
-int make_planes(const float *X, int ldx, int nx, int K, const uint16_t **hi, const uint16_t **lo,
+/* The split words of X's nx rows as hi / lo planes (module buffer, grown outside any capture);
+ * grouped (d_ntiles set): nothing when the tile list is empty, and with tiles (no gather) only
+ * the rows of the valid tiles. */
+int make_planes(const float *X, int ldx, int nx, int K, const int32_t *tiles,
+                const int32_t *d_ntiles, int max_tiles, const uint16_t **hi, const uint16_t **lo,
                 const float **mul, lily_cuda_stream st, lily_err *e) {
     const uint32_t *words;
     if (lily_cuda_xsplit(X, ldx, nx, K, &words, mul, st, e)) return -1;
@@ -485,8 +501,11 @@ int make_planes(const float *X, int ldx, int nx, int K, const uint16_t **hi, con
         g_cap = c;
     }
     const size_t slices = total / 16; /* K is a multiple of 64 */
-    planes_kernel<<<(unsigned)((slices + 255) / 256), 256, 0, (cudaStream_t)st>>>(
-        words, slices, K, g_planes, g_planes + g_cap);
+    /* tiles: the grouped tiles' rows only (64 a tile at most) */
+    const size_t span = tiles ? (size_t)64 * (K / 16) : slices;
+    const dim3 grid((unsigned)((span + 255) / 256), tiles ? (unsigned)max_tiles : 1u);
+    planes_kernel<<<grid, 256, 0, (cudaStream_t)st>>>(words, slices, K, tiles, d_ntiles, 64,
+                                                      g_planes, g_planes + g_cap);
     LILY_CU_LAUNCHED(e);
     *hi = g_planes, *lo = g_planes + g_cap;
     return 0;
@@ -577,7 +596,8 @@ extern "C" int lily_cuda_gemm_wg(const lily_dmat *W, const float *X, int ldx, in
     a.w = W->w, a.sb = W->sb, a.w_stride = 0, a.sb_stride = 0;
     a.M = W->rows, a.K = W->cols, a.n = n;
     a.gather = a.tiles = a.d_ntiles = nullptr;
-    if (make_planes(X, ldx, n, W->cols, &a.hi, &a.lo, &a.mul, st, e)) return -1;
+    if (make_planes(X, ldx, n, W->cols, nullptr, nullptr, 0, &a.hi, &a.lo, &a.mul, st, e))
+        return -1;
     a.Y = Y, a.ldy = ldy, a.accumulate = accumulate;
     const int nt = lily_cuda_gemm_wg_dense_nt(W->rows, n);
     const int tb = (n + nt - 1) / nt, rb = (W->rows + BM - 1) / BM, KG = W->cols / BK;
@@ -610,7 +630,11 @@ extern "C" int lily_cuda_gemm_wg_grouped(const lily_dmat *W, const float *X, int
     a.w = W->w, a.sb = W->sb, a.w_stride = W->w_stride, a.sb_stride = W->sb_stride;
     a.M = W->rows, a.K = W->cols, a.n = nx;
     a.gather = gather, a.tiles = tiles, a.d_ntiles = d_ntiles;
-    if (make_planes(X, ldx, nx, W->cols, &a.hi, &a.lo, &a.mul, st, e)) return -1;
+    /* without gather, the planes of the tiles' rows alone (the kernel reads no other: a token
+     * past the tile's rows is zero-filled) */
+    if (make_planes(X, ldx, nx, W->cols, gather ? nullptr : tiles, d_ntiles, max_tiles, &a.hi,
+                    &a.lo, &a.mul, st, e))
+        return -1;
     a.Y = Y, a.ldy = ldy, a.accumulate = 0, a.kper = 0, a.P = nullptr;
     const wg_maps mp = {}; /* the gathered X rows are not a tile TMA can copy: form 2 */
     return launch<64>(a, mp, false, dim3((unsigned)((W->rows + BM - 1) / BM), (unsigned)max_tiles),
