@@ -3,9 +3,10 @@
  * (odd ones, 63/64/65 around the chunk), value/key head ratios 1 and 2, value widths that are not
  * a multiple of the 32-column slice or above the 128-column panel, and prefills split into calls
  * (the chunks restart at each call, one call of a single token). Output and final state are
- * compared (relative L2 error and max abs difference), with the same inputs through today's scan
+ * compared (relative L2 error and max abs difference) for both forms of the state phase (SIMT:
+ * fp32 CUDA cores; TC: 3xTF32 tensor cores), with the same inputs through today's scan
  * (lily_cuda_gdn_scan) alongside. LILY_CUDA_TIME=1 also prints microseconds per layer of the scan
- * and the chunked form at the 35B-A3B shape (Nk 16, Nv 32, Dk = Dv = 128), n up to 4096. */
+ * and the chunked forms at the 35B-A3B shape (Nk 16, Nv 32, Dk = Dv = 128), n up to 4096. */
 #include <stdio.h>
 
 #ifndef LILY_HAVE_CUDA
@@ -85,19 +86,22 @@ static void chunk_case(int Nk, int Nv, int Dv, int n, const int *calls, int ncal
     float *dws = pt_dalloc(wsb);
     float *go = malloc((size_t)n * ldo * 4), *gS = malloc(sn * 4), *gSc = malloc(sn * 4);
     float *gop = malloc((size_t)n * Nv * Dv * 4);
-    for (int form = 0; form < 2; form++) { /* 0: chunked, 1: today's scan */
+    static const char *const fname[] = {"scan", "simt", "tc"};
+    for (int form = 0; form < 3; form++) { /* today's scan, then the chunked forms */
         float *dS = pt_dup(Sg, sn), *dO = pt_dalloc((size_t)n * ldo * 4);
         int rc = 0, t0 = 0;
         for (int c = 0; c < ncalls && !rc; t0 += calls[c++]) {
             const float *q = dqkv + (size_t)t0 * ld, *bb = dba + (size_t)t0 * ldba;
             float *oo = dO + (size_t)t0 * ldo;
-            rc = form == 0 ? lily_cuda_gdn_chunk(dS, Nk, Nv, Dk, Dv, calls[c], q, ld, bb, bb + Nv,
-                                                 ldba, dA, ddt, oo, ldo, dws, wsb, NULL, &e)
-                           : lily_cuda_gdn_scan(dS, Nk, Nv, Dk, Dv, calls[c], q, ld, bb, bb + Nv,
-                                                ldba, dA, ddt, oo, ldo, NULL, &e);
+            rc = form == 0
+                     ? lily_cuda_gdn_scan(dS, Nk, Nv, Dk, Dv, calls[c], q, ld, bb, bb + Nv, ldba,
+                                          dA, ddt, oo, ldo, NULL, &e)
+                     : lily_cuda_gdn_chunk_with(form == 1 ? LILY_GDN_CHUNK_SIMT : LILY_GDN_CHUNK_TC,
+                                                dS, Nk, Nv, Dk, Dv, calls[c], q, ld, bb, bb + Nv,
+                                                ldba, dA, ddt, oo, ldo, dws, wsb, NULL, &e);
         }
         if (!rc) rc = lily_cuda_sync(&e);
-        const char *fn = form == 0 ? "chunk" : "scan";
+        const char *fn = fname[form];
         snprintf(name, sizeof name, "gdn %s launch", fn);
         if (!pt_ok(rc, name, &e)) return;
         if (t0 != n) {
@@ -112,7 +116,7 @@ static void chunk_case(int Nk, int Nv, int Dv, int n, const int *calls, int ncal
             for (int k = 0; k < Dk; k++)
                 for (int v = 0; v < Dv; v++)
                     gSc[((size_t)j * Dk + k) * Dv + v] = gS[lily_cuda_gdn_sidx(Dk, Dv, j, k, v)];
-        const double t = form == 0 ? tol : 1e-4; /* the scan: test_cuda_gdn's bound */
+        const double t = form == 0 ? 1e-4 : tol; /* the scan: test_cuda_gdn's bound */
         snprintf(name, sizeof name, "gdn %-5s out   Nk=%d Nv=%d Dv=%d n=%d%s", fn, Nk, Nv, Dv, n,
                  split);
         pt_check(name, gop, o, (size_t)n * Nv * Dv, t);
@@ -137,7 +141,9 @@ static int cmp_float(const void *a, const void *b) {
 }
 
 /* LILY_CUDA_TIME=1: cudaEvent median of 20 launches of today's scan (lily_cuda_gdn_scan) and the
- * chunked form at the 35B-A3B shape, one GDN layer per launch. Prints, asserts nothing. */
+ * chunked forms (SIMT, TC) at the 35B-A3B shape, one GDN layer per launch (the chunked ones are two
+ * kernels: gdn_chunk_prep_kernel, then the state kernel; nsys splits them). Prints, asserts
+ * nothing. */
 static void chunk_timing(void) {
     enum { reps = 20 };
     const int Nk = 16, Nv = 32, Dk = 128, Dv = 128, C = 2 * Nk * Dk + Nv * Dv;
@@ -160,21 +166,22 @@ static void chunk_timing(void) {
     for (int r = 0; r < 2 * reps; r++)
         cudaEventCreate(&ev[r]);
     printf("timing (us per layer, median of %d), Nk=%d Nv=%d Dk=Dv=%d, workspace %.1f MB at "
-           "%d:\n%6s %9s %9s %7s\n",
-           reps, Nk, Nv, Dk, wsb / 1e6, nmax, "n", "scan", "chunk", "ratio");
+           "%d:\n%6s %9s %9s %9s %10s\n",
+           reps, Nk, Nv, Dk, wsb / 1e6, nmax, "n", "scan", "simt", "tc", "scan/tc");
     for (size_t li = 0; li < sizeof lens / sizeof *lens; li++) {
         int n = lens[li];
-        float us[2];
-        for (int form = 0; form < 2; form++) {
+        float us[3];
+        for (int form = 0; form < 3; form++) {
             float ms[reps];
             int rc = 0;
             for (int r = -1; r < reps && !rc; r++) { /* r = -1: warm-up */
                 if (r >= 0) cudaEventRecord(ev[2 * r], NULL);
-                rc = form == 0
-                         ? lily_cuda_gdn_scan(dS, Nk, Nv, Dk, Dv, n, dqkv, C, dba, dba + Nv, 2 * Nv,
-                                              dA, ddt, dO, Nv * Dv, NULL, &e)
-                         : lily_cuda_gdn_chunk(dS, Nk, Nv, Dk, Dv, n, dqkv, C, dba, dba + Nv,
-                                               2 * Nv, dA, ddt, dO, Nv * Dv, dws, wsb, NULL, &e);
+                rc = form == 0 ? lily_cuda_gdn_scan(dS, Nk, Nv, Dk, Dv, n, dqkv, C, dba, dba + Nv,
+                                                    2 * Nv, dA, ddt, dO, Nv * Dv, NULL, &e)
+                               : lily_cuda_gdn_chunk_with(
+                                     form == 1 ? LILY_GDN_CHUNK_SIMT : LILY_GDN_CHUNK_TC, dS, Nk,
+                                     Nv, Dk, Dv, n, dqkv, C, dba, dba + Nv, 2 * Nv, dA, ddt, dO,
+                                     Nv * Dv, dws, wsb, NULL, &e);
                 if (r >= 0) cudaEventRecord(ev[2 * r + 1], NULL);
             }
             if (rc || lily_cuda_sync(&e)) {
@@ -187,7 +194,7 @@ static void chunk_timing(void) {
             qsort(ms, reps, sizeof *ms, cmp_float);
             us[form] = 1000.0f * (ms[reps / 2 - 1] + ms[reps / 2]) / 2;
         }
-        printf("%6d %9.1f %9.1f %7.2f\n", n, us[0], us[1], us[0] / us[1]);
+        printf("%6d %9.1f %9.1f %9.1f %10.2f\n", n, us[0], us[1], us[2], us[0] / us[2]);
     }
 done:
     for (int r = 0; r < 2 * reps; r++)
@@ -224,6 +231,10 @@ int main(void) {
     pt_check_true("gdn chunk rejects Dk=64",
                   lily_cuda_gdn_chunk(NULL, 1, 1, 64, 64, 1, NULL, 4, NULL, NULL, 1, NULL, NULL,
                                       NULL, 1, NULL, 0, NULL, &e) == -1);
+    pt_check_true("gdn chunk rejects an unknown form",
+                  lily_cuda_gdn_chunk_with(LILY_GDN_CHUNK_TC + 1, NULL, 1, 1, 128, 8, 1, NULL, 4,
+                                           NULL, NULL, 1, NULL, NULL, NULL, 1, NULL, 1 << 20, NULL,
+                                           &e) == -1);
     pt_check_true("gdn chunk rejects a short workspace",
                   lily_cuda_gdn_chunk(NULL, 1, 1, 128, 8, 65, NULL, 4, NULL, NULL, 1, NULL, NULL,
                                       NULL, 1, NULL, lily_cuda_gdn_chunk_ws(1, 8, 65) - 4, NULL,

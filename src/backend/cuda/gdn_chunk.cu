@@ -326,17 +326,230 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
 }
 
+/* Tensor-core helpers (mma.sync m16n8k8, tf32 in, fp32 accumulate). */
+__device__ __forceinline__ uint32_t f2tf32(float x) { /* round to nearest, ties away */
+    uint32_t r;
+    asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(x));
+    return r;
+}
+/* c += a b on a 16 x 8 x 8 tile. Lane (g = lane / 4, t = lane % 4) holds a: A[g][t], A[g+8][t],
+ * A[g][t+4], A[g+8][t+4]; b: B[t][g], B[t+4][g]; c: C[g][2t], C[g][2t+1], C[g+8][2t],
+ * C[g+8][2t+1]. */
+__device__ __forceinline__ void mma_tf32(float (&c)[4], const uint32_t (&a)[4],
+                                         const uint32_t (&b)[2]) {
+    asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 "
+                 "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+/* end of the tensor-core helpers */
+
+/* x = hi + lo up to 2^-22 |x|, both tf32: the 3xTF32 product lo hi + hi lo + hi hi keeps about
+ * fp32's precision (the lo lo term and the tf32 rounding of lo are below 2^-21 relative). */
+__device__ __forceinline__ void tf32_split(float x, uint32_t &hi, uint32_t &lo) {
+    hi = f2tf32(x);
+    lo = f2tf32(x - __uint_as_float(hi));
+}
+/* The A fragment of rows r0.., columns k0.. of a row-major tile (stride lda), split. */
+__device__ __forceinline__ void frag_a(const float *A, int lda, int r0, int k0, int lane,
+                                       uint32_t (&hi)[4], uint32_t (&lo)[4]) {
+    const int g = lane >> 2, t = lane & 3;
+    const float *p = A + (size_t)(r0 + g) * lda + k0 + t;
+    tf32_split(p[0], hi[0], lo[0]);
+    tf32_split(p[8 * lda], hi[1], lo[1]);
+    tf32_split(p[4], hi[2], lo[2]);
+    tf32_split(p[8 * lda + 4], hi[3], lo[3]);
+}
+/* The B fragment of rows k0.., columns n0.. of a row-major B[k][n] (stride ldb), split. */
+__device__ __forceinline__ void frag_b(const float *B, int ldb, int k0, int n0, int lane,
+                                       uint32_t (&hi)[2], uint32_t (&lo)[2]) {
+    const int g = lane >> 2, t = lane & 3;
+    const float *p = B + (size_t)(k0 + t) * ldb + n0 + g;
+    tf32_split(p[0], hi[0], lo[0]);
+    tf32_split(p[4 * ldb], hi[1], lo[1]);
+}
+__device__ __forceinline__ void mma3(float (&c)[4], const uint32_t (&ahi)[4],
+                                     const uint32_t (&alo)[4], const uint32_t (&bhi)[2],
+                                     const uint32_t (&blo)[2]) {
+    mma_tf32(c, alo, bhi);
+    mma_tf32(c, ahi, blo);
+    mma_tf32(c, ahi, bhi);
+}
+
+constexpr int kLs = kCB + 8; /* row stride of 32-wide tiles read as B fragments: conflict-free */
+
+struct p2tc_smem {
+    float S[kDk][kLs];
+    float Q[kCh][kLd];
+    float W[kCh][kLd];
+    float KT[kDk][kLa];
+    float P[kCh][kLa];
+    float V[kCh][kLs]; /* U, then d */
+    float O[kCh][kLs]; /* (q exp(G)) S */
+};
+
+/* Phase 2 with the products on tensor cores (3xTF32, fp32 accumulate); the same work and
+ * operands as gdn_chunk_state_kernel. Warps: W S and (q exp(G)) S as 16 x 32 row blocks (warp w:
+ * rows 16 (w % 4), product w / 4); P d as 16 x 16 blocks; the state as 16 x 32 row blocks. */
+__global__ void __launch_bounds__(kThreads, 1)
+    gdn_chunk_state_tc_kernel(float *__restrict__ S, int Nk, int Nv, int Dv, int n,
+                              const float *__restrict__ qkv, int ld, const float *__restrict__ ws,
+                              float *__restrict__ o, int ldo) {
+    extern __shared__ __align__(16) unsigned char p2tc_raw[];
+    p2tc_smem &sm = *reinterpret_cast<p2tc_smem *>(p2tc_raw);
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int g = lane >> 2, tq = lane & 3;
+    const int bph = (Dv + kCB - 1) / kCB; /* blocks per head */
+    const int j = blockIdx.x / bph, cb = (blockIdx.x % bph) * kCB, i = j / (Nv / Nk);
+    const int nc = (n + kCh - 1) / kCh;
+    const size_t np = (size_t)nc * kCh;
+    const ws_view w = ws_split(const_cast<float *>(ws), Nv, Dv, n);
+    auto sidx = [&](int k, int v) { /* lily_cuda_gdn_sidx */
+                                    return (((size_t)j * (Dv / 8) + v / 8) * kDk + k) * 8 + v % 8;
+    };
+    for (int x = tid; x < kDk * kCB; x += kThreads) {
+        const int k = x / kCB, cc = x % kCB;
+        sm.S[k][cc] = cb + cc < Dv ? S[sidx(k, cb + cc)] : 0.f;
+    }
+    for (int ch = 0; ch < nc; ch++) {
+        const int t0 = ch * kCh, c = min(kCh, n - t0);
+        const size_t r0 = (size_t)j * np + t0;
+        const float *qsrc = qkv + (size_t)t0 * ld + (size_t)i * kDk;
+        const float *ksrc = qkv + (size_t)t0 * ld + (size_t)(Nk + i) * kDk;
+        /* 1. the chunk's operands (rows past c: zero), as gdn_chunk_state_kernel */
+        for (int x = tid; x < kCh * (kDk / 4); x += kThreads) {
+            const int tt = x / (kDk / 4), f = x % (kDk / 4);
+            float4 qv = make_float4(0.f, 0.f, 0.f, 0.f), wv = qv;
+            if (tt < c) {
+                const float s = w.qsc[r0 + tt];
+                qv = *(const float4 *)(qsrc + (size_t)tt * ld + 4 * f);
+                qv.x *= s, qv.y *= s, qv.z *= s, qv.w *= s;
+                wv = *(const float4 *)(w.W + (r0 + tt) * kDk + 4 * f);
+            }
+            *(float4 *)&sm.Q[tt][4 * f] = qv;
+            *(float4 *)&sm.W[tt][4 * f] = wv;
+        }
+        for (int x = tid; x < kCh * kDk; x += kThreads) {
+            const int tt = x / kDk, d = x % kDk;
+            sm.KT[d][tt] = tt < c ? ksrc[(size_t)tt * ld + d] * w.ksc[r0 + tt] : 0.f;
+        }
+        for (int x = tid; x < kCh * (kCh / 4); x += kThreads) {
+            const int tt = x / (kCh / 4), f = x % (kCh / 4);
+            *(float4 *)&sm.P[tt][4 * f] = *(const float4 *)(w.P + (r0 + tt) * kCh + 4 * f);
+        }
+        for (int x = tid; x < kCh * kCB; x += kThreads) {
+            const int tt = x / kCB, cc = x % kCB;
+            sm.V[tt][cc] = tt < c && cb + cc < Dv ? w.U[(r0 + tt) * Dv + cb + cc] : 0.f;
+        }
+        const float gc = w.gc[(size_t)j * nc + ch];
+        __syncthreads();
+        /* 2. W S (warps 0-3) and (q exp(G)) S (warps 4-7), rows 16 (warp % 4) .. + 15 */
+        {
+            const int m0 = 16 * (warp & 3);
+            const float *A = warp < 4 ? &sm.W[0][0] : &sm.Q[0][0];
+            float acc[4][4];
+#pragma unroll
+            for (int nt = 0; nt < 4; nt++)
+#pragma unroll
+                for (int r = 0; r < 4; r++)
+                    acc[nt][r] = 0.f;
+            for (int k0 = 0; k0 < kDk; k0 += 8) {
+                uint32_t ahi[4], alo[4];
+                frag_a(A, kLd, m0, k0, lane, ahi, alo);
+#pragma unroll
+                for (int nt = 0; nt < 4; nt++) {
+                    uint32_t bhi[2], blo[2];
+                    frag_b(&sm.S[0][0], kLs, k0, 8 * nt, lane, bhi, blo);
+                    mma3(acc[nt], ahi, alo, bhi, blo);
+                }
+            }
+#pragma unroll
+            for (int nt = 0; nt < 4; nt++)
+#pragma unroll
+                for (int r = 0; r < 4; r++) {
+                    const int row = m0 + g + 8 * (r >> 1), col = 8 * nt + 2 * tq + (r & 1);
+                    if (warp < 4)
+                        sm.V[row][col] -= acc[nt][r];
+                    else
+                        sm.O[row][col] = acc[nt][r];
+                }
+        }
+        __syncthreads(); /* d and (q exp(G)) S complete; S no longer read by others */
+        /* 3. o = O + P d: rows 16 (warp % 4), columns 16 (warp / 4) .. + 15 */
+        {
+            const int m0 = 16 * (warp & 3), n0 = 16 * (warp >> 2);
+            float acc[2][4];
+#pragma unroll
+            for (int nt = 0; nt < 2; nt++)
+#pragma unroll
+                for (int r = 0; r < 4; r++)
+                    acc[nt][r] = sm.O[m0 + g + 8 * (r >> 1)][n0 + 8 * nt + 2 * tq + (r & 1)];
+            for (int k0 = 0; k0 < kCh; k0 += 8) {
+                uint32_t ahi[4], alo[4];
+                frag_a(&sm.P[0][0], kLa, m0, k0, lane, ahi, alo);
+#pragma unroll
+                for (int nt = 0; nt < 2; nt++) {
+                    uint32_t bhi[2], blo[2];
+                    frag_b(&sm.V[0][0], kLs, k0, n0 + 8 * nt, lane, bhi, blo);
+                    mma3(acc[nt], ahi, alo, bhi, blo);
+                }
+            }
+#pragma unroll
+            for (int nt = 0; nt < 2; nt++)
+#pragma unroll
+                for (int r = 0; r < 4; r++) {
+                    const int t = m0 + g + 8 * (r >> 1), col = cb + n0 + 8 * nt + 2 * tq + (r & 1);
+                    if (t < c && col < Dv)
+                        o[(size_t)(t0 + t) * ldo + (size_t)j * Dv + col] = acc[nt][r];
+                }
+        }
+        /* 4. S = gc S + KT d: rows 16 warp .. + 15 */
+        {
+            const int m0 = 16 * warp;
+            float acc[4][4];
+#pragma unroll
+            for (int nt = 0; nt < 4; nt++)
+#pragma unroll
+                for (int r = 0; r < 4; r++)
+                    acc[nt][r] = gc * sm.S[m0 + g + 8 * (r >> 1)][8 * nt + 2 * tq + (r & 1)];
+            for (int k0 = 0; k0 < kCh; k0 += 8) {
+                uint32_t ahi[4], alo[4];
+                frag_a(&sm.KT[0][0], kLa, m0, k0, lane, ahi, alo);
+#pragma unroll
+                for (int nt = 0; nt < 4; nt++) {
+                    uint32_t bhi[2], blo[2];
+                    frag_b(&sm.V[0][0], kLs, k0, 8 * nt, lane, bhi, blo);
+                    mma3(acc[nt], ahi, alo, bhi, blo);
+                }
+            }
+#pragma unroll
+            for (int nt = 0; nt < 4; nt++)
+#pragma unroll
+                for (int r = 0; r < 4; r++)
+                    sm.S[m0 + g + 8 * (r >> 1)][8 * nt + 2 * tq + (r & 1)] = acc[nt][r];
+        }
+        __syncthreads(); /* the next chunk overwrites the operands and reads S */
+    }
+    for (int x = tid; x < kDk * kCB; x += kThreads) {
+        const int k = x / kCB, cc = x % kCB;
+        if (cb + cc < Dv) S[sidx(k, cb + cc)] = sm.S[k][cc];
+    }
+}
+
 } // namespace
 
 extern "C" size_t lily_cuda_gdn_chunk_ws(int Nv, int Dv, int n) {
     return n < 1 ? 0 : ws_floats(Nv, Dv, n) * sizeof(float);
 }
 
-extern "C" int lily_cuda_gdn_chunk(float *S, int Nk, int Nv, int Dk, int Dv, int n,
-                                   const float *qkv, int ldqkv, const float *b, const float *a,
-                                   int ldba, const float *A_log, const float *dt_bias, float *o,
-                                   int ldo, float *ws, size_t ws_bytes, lily_cuda_stream st,
-                                   lily_err *e) {
+extern "C" int lily_cuda_gdn_chunk_with(int form, float *S, int Nk, int Nv, int Dk, int Dv, int n,
+                                        const float *qkv, int ldqkv, const float *b, const float *a,
+                                        int ldba, const float *A_log, const float *dt_bias,
+                                        float *o, int ldo, float *ws, size_t ws_bytes,
+                                        lily_cuda_stream st, lily_err *e) {
+    if (form < LILY_GDN_CHUNK_AUTO || form > LILY_GDN_CHUNK_TC)
+        return lily_fail(e, "gdn chunk: unknown form %d", form);
+    if (form == LILY_GDN_CHUNK_AUTO) form = LILY_GDN_CHUNK_TC;
     if (Dk != kDk || Dv % 8 || Nk < 1 || Nv < 1 || Nv % Nk || ldqkv % 4)
         return lily_fail(e,
                          "gdn chunk: unsupported shape Nk=%d Nv=%d Dk=%d Dv=%d ld=%d (needs"
@@ -358,14 +571,31 @@ extern "C" int lily_cuda_gdn_chunk(float *S, int Nk, int Nv, int Dk, int Dv, int
                                          cudaFuncAttributeMaxDynamicSharedMemorySize,
                                          (int)sizeof(p2_smem)),
                     e);
+        LILY_CU_TRY(cudaFuncSetAttribute(gdn_chunk_state_tc_kernel,
+                                         cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         (int)sizeof(p2tc_smem)),
+                    e);
         attr = true;
     }
     gdn_chunk_prep_kernel<<<dim3(nc, Nv), kThreads, sizeof(p1_smem), st>>>(
         Nk, Nv, Dv, n, qkv, ldqkv, b, a, ldba, A_log, dt_bias, ws);
     LILY_CU_LAUNCHED(e);
     const int blocks = Nv * ((Dv + kCB - 1) / kCB);
-    gdn_chunk_state_kernel<<<blocks, kThreads, sizeof(p2_smem), st>>>(S, Nk, Nv, Dv, n, qkv, ldqkv,
-                                                                      ws, o, ldo);
+    if (form == LILY_GDN_CHUNK_TC)
+        gdn_chunk_state_tc_kernel<<<blocks, kThreads, sizeof(p2tc_smem), st>>>(
+            S, Nk, Nv, Dv, n, qkv, ldqkv, ws, o, ldo);
+    else
+        gdn_chunk_state_kernel<<<blocks, kThreads, sizeof(p2_smem), st>>>(S, Nk, Nv, Dv, n, qkv,
+                                                                          ldqkv, ws, o, ldo);
     LILY_CU_LAUNCHED(e);
     return 0;
+}
+
+extern "C" int lily_cuda_gdn_chunk(float *S, int Nk, int Nv, int Dk, int Dv, int n,
+                                   const float *qkv, int ldqkv, const float *b, const float *a,
+                                   int ldba, const float *A_log, const float *dt_bias, float *o,
+                                   int ldo, float *ws, size_t ws_bytes, lily_cuda_stream st,
+                                   lily_err *e) {
+    return lily_cuda_gdn_chunk_with(LILY_GDN_CHUNK_AUTO, S, Nk, Nv, Dk, Dv, n, qkv, ldqkv, b, a,
+                                    ldba, A_log, dt_bias, o, ldo, ws, ws_bytes, st, e);
 }
