@@ -550,7 +550,7 @@ extern "C" int lily_cuda_gdn_chunk_with(int form, float *S, int Nk, int Nv, int 
     if (form < LILY_GDN_CHUNK_AUTO || form > LILY_GDN_CHUNK_TC)
         return lily_fail(e, "gdn chunk: unknown form %d", form);
     if (form == LILY_GDN_CHUNK_AUTO) form = LILY_GDN_CHUNK_TC;
-    if (Dk != kDk || Dv % 8 || Nk < 1 || Nv < 1 || Nv % Nk || ldqkv % 4)
+    if (Dk != kDk || Dv % 8 || Nk < 1 || Nv < 1 || Nv > 65535 || Nv % Nk || ldqkv % 4)
         return lily_fail(e,
                          "gdn chunk: unsupported shape Nk=%d Nv=%d Dk=%d Dv=%d ld=%d (needs"
                          " Dk=128, Dv%%8==0, Nv%%Nk==0, ld%%4==0)",
@@ -561,22 +561,24 @@ extern "C" int lily_cuda_gdn_chunk_with(int form, float *S, int Nk, int Nv, int 
                          lily_cuda_gdn_chunk_ws(Nv, Dv, n), n);
     const int nc = (n + kCh - 1) / kCh;
     if (nc > 2147483647 / kCh) return lily_fail(e, "gdn chunk: %d tokens", n);
-    static bool attr = false; /* benign race: the calls are idempotent */
-    if (!attr) {
-        LILY_CU_TRY(cudaFuncSetAttribute(gdn_chunk_prep_kernel,
-                                         cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                         (int)sizeof(p1_smem)),
-                    e);
-        LILY_CU_TRY(cudaFuncSetAttribute(gdn_chunk_state_kernel,
-                                         cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                         (int)sizeof(p2_smem)),
-                    e);
+    static_assert(sizeof(p1_smem) <= 227 * 1024 && sizeof(p2_smem) <= 227 * 1024 &&
+                      sizeof(p2tc_smem) <= 227 * 1024,
+                  "gdn chunk tiles exceed the shared memory of an SM");
+    /* set on every call (as attn.cu's prefill): per device, and cheap */
+    LILY_CU_TRY(cudaFuncSetAttribute(gdn_chunk_prep_kernel,
+                                     cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                     (int)sizeof(p1_smem)),
+                e);
+    if (form == LILY_GDN_CHUNK_TC)
         LILY_CU_TRY(cudaFuncSetAttribute(gdn_chunk_state_tc_kernel,
                                          cudaFuncAttributeMaxDynamicSharedMemorySize,
                                          (int)sizeof(p2tc_smem)),
                     e);
-        attr = true;
-    }
+    else
+        LILY_CU_TRY(cudaFuncSetAttribute(gdn_chunk_state_kernel,
+                                         cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         (int)sizeof(p2_smem)),
+                    e);
     gdn_chunk_prep_kernel<<<dim3(nc, Nv), kThreads, sizeof(p1_smem), st>>>(
         Nk, Nv, Dv, n, qkv, ldqkv, b, a, ldba, A_log, dt_bias, ws);
     LILY_CU_LAUNCHED(e);
