@@ -378,19 +378,59 @@ __device__ __forceinline__ void mma3(float (&c)[4], const uint32_t (&ahi)[4],
 
 constexpr int kLs = kCB + 8; /* row stride of 32-wide tiles read as B fragments: conflict-free */
 
+constexpr int kLk = kDk + 8; /* row stride of k rows read as the transposed A fragment */
+
 struct p2tc_smem {
     float S[kDk][kLs];
-    float Q[kCh][kLd];
+    float Q[kCh][kLd]; /* raw q rows (scaled by qs when read) */
     float W[kCh][kLd];
-    float KT[kDk][kLa];
+    float K[kCh][kLk]; /* raw k rows (scaled by ks when read) */
     float P[kCh][kLa];
     float V[kCh][kLs]; /* U, then d */
     float O[kCh][kLs]; /* (q exp(G)) S */
+    float qs[kCh], ks[kCh];
+};
+
+/* The A fragment of rows r0.. of A[r][k] = X[r][k] rs[r] (X row-major at ldx), split. */
+__device__ __forceinline__ void frag_a_rows(const float *X, int ldx, const float *rs, int r0,
+                                            int k0, int lane, uint32_t (&hi)[4],
+                                            uint32_t (&lo)[4]) {
+    const int g = lane >> 2, t = lane & 3;
+    const float *p = X + (size_t)(r0 + g) * ldx + k0 + t;
+    const float s0 = rs[r0 + g], s1 = rs[r0 + g + 8];
+    tf32_split(p[0] * s0, hi[0], lo[0]);
+    tf32_split(p[8 * ldx] * s1, hi[1], lo[1]);
+    tf32_split(p[4] * s0, hi[2], lo[2]);
+    tf32_split(p[8 * ldx + 4] * s1, hi[3], lo[3]);
+}
+/* The A fragment of rows r0.. of A[r][k] = X[k][r] cs[k] (the transpose of X, row-major at ldx),
+ * split. */
+__device__ __forceinline__ void frag_a_trans(const float *X, int ldx, const float *cs, int r0,
+                                             int k0, int lane, uint32_t (&hi)[4],
+                                             uint32_t (&lo)[4]) {
+    const int g = lane >> 2, t = lane & 3;
+    const float *p = X + (size_t)(k0 + t) * ldx + r0 + g;
+    const float s0 = cs[k0 + t], s1 = cs[k0 + t + 4];
+    tf32_split(p[0] * s0, hi[0], lo[0]);
+    tf32_split(p[8] * s0, hi[1], lo[1]);
+    tf32_split(p[4 * ldx] * s1, hi[2], lo[2]);
+    tf32_split(p[4 * ldx + 8] * s1, hi[3], lo[3]);
+}
+
+/* One thread's share of a chunk's operands, fetched from global memory a chunk ahead (the loads
+ * are in flight while the previous chunk computes). Rows t = (tid / 32) + 8 m of q, W, k (float4
+ * column tid % 32) and of U (column tid % 32); P rows (tid / 16) + 16 m (float4 column tid % 16);
+ * thread tid < 64 the q scale of row tid, 64 <= tid < 128 the k scale of row tid - 64. */
+struct p2_fetch {
+    float4 q[8], w[8], k[8], p[4];
+    float u[8];
+    float sc, gc;
 };
 
 /* Phase 2 with the products on tensor cores (3xTF32, fp32 accumulate); the same work and
- * operands as gdn_chunk_state_kernel. Warps: W S and (q exp(G)) S as 16 x 32 row blocks (warp w:
- * rows 16 (w % 4), product w / 4); P d as 16 x 16 blocks; the state as 16 x 32 row blocks. */
+ * operands as gdn_chunk_state_kernel, read a chunk ahead into registers. Warps: W S and
+ * (q exp(G)) S as 16 x 32 row blocks (warp w: rows 16 (w % 4), product w / 4); P d as 16 x 16
+ * blocks; the state as 16 x 32 row blocks. */
 __global__ void __launch_bounds__(kThreads, 1)
     gdn_chunk_state_tc_kernel(float *__restrict__ S, int Nk, int Nv, int Dv, int n,
                               const float *__restrict__ qkv, int ld, const float *__restrict__ ws,
@@ -407,46 +447,66 @@ __global__ void __launch_bounds__(kThreads, 1)
     auto sidx = [&](int k, int v) { /* lily_cuda_gdn_sidx */
                                     return (((size_t)j * (Dv / 8) + v / 8) * kDk + k) * 8 + v % 8;
     };
-    for (int x = tid; x < kDk * kCB; x += kThreads) {
-        const int k = x / kCB, cc = x % kCB;
-        sm.S[k][cc] = cb + cc < Dv ? S[sidx(k, cb + cc)] : 0.f;
-    }
-    for (int ch = 0; ch < nc; ch++) {
+    auto fetch = [&](int ch, p2_fetch &f) {
         const int t0 = ch * kCh, c = min(kCh, n - t0);
         const size_t r0 = (size_t)j * np + t0;
         const float *qsrc = qkv + (size_t)t0 * ld + (size_t)i * kDk;
         const float *ksrc = qkv + (size_t)t0 * ld + (size_t)(Nk + i) * kDk;
-        /* 1. the chunk's operands (rows past c: zero), as gdn_chunk_state_kernel */
-        for (int x = tid; x < kCh * (kDk / 4); x += kThreads) {
-            const int tt = x / (kDk / 4), f = x % (kDk / 4);
-            float4 qv = make_float4(0.f, 0.f, 0.f, 0.f), wv = qv;
-            if (tt < c) {
-                const float s = w.qsc[r0 + tt];
-                qv = *(const float4 *)(qsrc + (size_t)tt * ld + 4 * f);
-                qv.x *= s, qv.y *= s, qv.z *= s, qv.w *= s;
-                wv = *(const float4 *)(w.W + (r0 + tt) * kDk + 4 * f);
-            }
-            *(float4 *)&sm.Q[tt][4 * f] = qv;
-            *(float4 *)&sm.W[tt][4 * f] = wv;
+        const float4 z = make_float4(0.f, 0.f, 0.f, 0.f);
+        const int fc = lane; /* float4 column of the 128-wide rows */
+#pragma unroll
+        for (int m = 0; m < 8; m++) {
+            const int tt = warp + 8 * m;
+            const bool in = tt < c;
+            f.q[m] = in ? *(const float4 *)(qsrc + (size_t)tt * ld + 4 * fc) : z;
+            f.k[m] = in ? *(const float4 *)(ksrc + (size_t)tt * ld + 4 * fc) : z;
+            f.w[m] = in ? *(const float4 *)(w.W + (r0 + tt) * kDk + 4 * fc) : z;
+            f.u[m] = in && cb + lane < Dv ? w.U[(r0 + tt) * Dv + cb + lane] : 0.f;
         }
-        for (int x = tid; x < kCh * kDk; x += kThreads) {
-            const int tt = x / kDk, d = x % kDk;
-            sm.KT[d][tt] = tt < c ? ksrc[(size_t)tt * ld + d] * w.ksc[r0 + tt] : 0.f;
+#pragma unroll
+        for (int m = 0; m < 4; m++) {
+            const int tt = (tid >> 4) + 16 * m;
+            f.p[m] = *(const float4 *)(w.P + (r0 + tt) * kCh + 4 * (tid & 15));
         }
-        for (int x = tid; x < kCh * (kCh / 4); x += kThreads) {
-            const int tt = x / (kCh / 4), f = x % (kCh / 4);
-            *(float4 *)&sm.P[tt][4 * f] = *(const float4 *)(w.P + (r0 + tt) * kCh + 4 * f);
+        f.sc = 0.f;
+        if (tid < kCh && tid < c) f.sc = w.qsc[r0 + tid];
+        if (tid >= kCh && tid < 2 * kCh && tid - kCh < c) f.sc = w.ksc[r0 + tid - kCh];
+        f.gc = w.gc[(size_t)j * nc + ch];
+    };
+    auto stage = [&](const p2_fetch &f) {
+#pragma unroll
+        for (int m = 0; m < 8; m++) {
+            const int tt = warp + 8 * m;
+            *(float4 *)&sm.Q[tt][4 * lane] = f.q[m];
+            *(float4 *)&sm.K[tt][4 * lane] = f.k[m];
+            *(float4 *)&sm.W[tt][4 * lane] = f.w[m];
+            sm.V[tt][lane] = f.u[m];
         }
-        for (int x = tid; x < kCh * kCB; x += kThreads) {
-            const int tt = x / kCB, cc = x % kCB;
-            sm.V[tt][cc] = tt < c && cb + cc < Dv ? w.U[(r0 + tt) * Dv + cb + cc] : 0.f;
-        }
-        const float gc = w.gc[(size_t)j * nc + ch];
+#pragma unroll
+        for (int m = 0; m < 4; m++)
+            *(float4 *)&sm.P[(tid >> 4) + 16 * m][4 * (tid & 15)] = f.p[m];
+        if (tid < kCh)
+            sm.qs[tid] = f.sc;
+        else if (tid < 2 * kCh)
+            sm.ks[tid - kCh] = f.sc;
+    };
+    for (int x = tid; x < kDk * kCB; x += kThreads) {
+        const int k = x / kCB, cc = x % kCB;
+        sm.S[k][cc] = cb + cc < Dv ? S[sidx(k, cb + cc)] : 0.f;
+    }
+    p2_fetch f;
+    fetch(0, f);
+    for (int ch = 0; ch < nc; ch++) {
+        const int t0 = ch * kCh, c = min(kCh, n - t0);
+        /* 1. this chunk's operands into shared memory (rows past c: zero); the next chunk's
+         * loads issued */
+        stage(f);
+        const float gc = f.gc;
+        if (ch + 1 < nc) fetch(ch + 1, f);
         __syncthreads();
         /* 2. W S (warps 0-3) and (q exp(G)) S (warps 4-7), rows 16 (warp % 4) .. + 15 */
         {
             const int m0 = 16 * (warp & 3);
-            const float *A = warp < 4 ? &sm.W[0][0] : &sm.Q[0][0];
             float acc[4][4];
 #pragma unroll
             for (int nt = 0; nt < 4; nt++)
@@ -455,7 +515,10 @@ __global__ void __launch_bounds__(kThreads, 1)
                     acc[nt][r] = 0.f;
             for (int k0 = 0; k0 < kDk; k0 += 8) {
                 uint32_t ahi[4], alo[4];
-                frag_a(A, kLd, m0, k0, lane, ahi, alo);
+                if (warp < 4)
+                    frag_a(&sm.W[0][0], kLd, m0, k0, lane, ahi, alo);
+                else
+                    frag_a_rows(&sm.Q[0][0], kLd, sm.qs, m0, k0, lane, ahi, alo);
 #pragma unroll
                 for (int nt = 0; nt < 4; nt++) {
                     uint32_t bhi[2], blo[2];
@@ -503,7 +566,7 @@ __global__ void __launch_bounds__(kThreads, 1)
                         o[(size_t)(t0 + t) * ldo + (size_t)j * Dv + col] = acc[nt][r];
                 }
         }
-        /* 4. S = gc S + KT d: rows 16 warp .. + 15 */
+        /* 4. S = gc S + (k ks)^T d: rows 16 warp .. + 15 */
         {
             const int m0 = 16 * warp;
             float acc[4][4];
@@ -514,7 +577,7 @@ __global__ void __launch_bounds__(kThreads, 1)
                     acc[nt][r] = gc * sm.S[m0 + g + 8 * (r >> 1)][8 * nt + 2 * tq + (r & 1)];
             for (int k0 = 0; k0 < kCh; k0 += 8) {
                 uint32_t ahi[4], alo[4];
-                frag_a(&sm.KT[0][0], kLa, m0, k0, lane, ahi, alo);
+                frag_a_trans(&sm.K[0][0], kLk, sm.ks, m0, k0, lane, ahi, alo);
 #pragma unroll
                 for (int nt = 0; nt < 4; nt++) {
                     uint32_t bhi[2], blo[2];
