@@ -6,21 +6,25 @@
  * 64, 128, 256 and several group sizes. The reference is attention with double sums
  * (ref_attention) on the values the cache holds (code * scale, rows of random magnitude, some
  * all zero), with unrounded queries; each case runs with lily_cuda_prec.attn_exact 1 (the exact
- * split products: the result must agree to fp32 accumulation level) and 0 (one bf16 pass, the
+ * split products: the result must agree to fp32 accumulation level) and 0 (one pass, the
  * engine's FAST precision: a looser bound).
  *
  * Prefill runs the default (exact: at head dim 256 the warp-specialised wgmma kernel, attn_ws.cu,
  * split over the causal spans as the SMs call for; attn.cu's exact kernel at other head dims),
- * fast (attn.cu's one-pass kernel), and at head dim 256 the ws kernel unsplit and split in three
- * (lily_cuda_attn_prefill_force_splits; some splits of short spans are empty), to the exact
- * bound.
+ * fast (at head dim 256 attn_fa.cu's one-pass fp16 wgmma kernel, to its own bound TOL_FA;
+ * attn.cu's one-pass bf16 kernel at other head dims), and at head dim 256 the ws kernel unsplit
+ * and split in three (lily_cuda_attn_prefill_force_splits; some splits of short spans are empty),
+ * to the exact bound, attn.cu's one-pass kernel (lily_cuda_attn_prefill_force_fast_kernel), and
+ * the fa kernel unsplit and split in three. Chunks start at 0, 1000, 3000, 20011 and 70000.
  *
  * LILY_CUDA_TIME=1 also times, in each mode, decode at the 35B-A3B shape (Nq 16, Nkv 2, Dh 256,
  * 128 splits as the backend sizes them) at contexts 4K to 128K, alone and as a CUDA graph of 10
  * calls (the 10 attention layers of a decode step), with a sweep of split targets, and prefill
- * chunks: 512 tokens at depth 130560, 4096 from 0 and at 28672 (cudaEvent, median of 20);
- * LILY_CUDA_TIME=1p the prefill chunks alone (no parity cases: for profilers, 23 launches per
- * chunk and mode, 3 warm-ups and 20 timed, in the order above). */
+ * chunks: 512 tokens at depth 130560, 4096 from 0, at 28672, 32768, 65536 and 126976 (cudaEvent,
+ * median of 20; microseconds and TFLOP/s of the causal products); LILY_CUDA_TIME=1p the prefill
+ * chunks alone (no parity cases: for profilers, 23 launches per chunk and mode, 3 warm-ups and 20
+ * timed, in the order above); LILY_CUDA_TIME=1f the same for the one-pass modes alone (attn.cu's
+ * mma.sync kernel, then attn_fa.cu's split as the SMs call for, and unsplit). */
 #include <stdio.h>
 
 #ifndef LILY_HAVE_CUDA
@@ -32,6 +36,7 @@ int main(void) {
 #include <cuda_runtime.h>
 
 #include "backend/cuda/attn.h"
+#include "backend/cuda/attn_fa.h"
 #include "backend/cuda/attn_wg.h"
 #include "parity_util.h"
 
@@ -39,6 +44,8 @@ int main(void) {
  * (tensor-core sums, exp2f: ~1e-5); one bf16 pass rounds q, K, V and P to 8 bits (~2e-3). */
 #define TOL_EXACT 5e-5 /* relative to the RMS of sum p |v| / l: pt_check_scaled */
 #define TOL_FAST  1e-2
+/* attn_fa.cu's one fp16 pass rounds q, K, V and P to 11 bits (~2.4e-4 each) */
+#define TOL_FA    2e-3
 
 static float sig(float x) {
     return 1.0f / (1.0f + expf(-x));
@@ -96,24 +103,32 @@ static void set_want(int want) {
     lily_cuda_attn_decode_force_splits(want);
 }
 
-/* Prefill modes: the default (exact, split auto), fast, and the ws kernel unsplit and split in 3
- * (modes 2 and 3 differ from mode 0 at head dim 256 only). */
-static const int k_pre_modes = 4;
+/* Prefill modes: the default (exact, split auto), fast (at head dim 256 attn_fa.cu's one-pass
+ * wgmma kernel, split auto; attn.cu's one-pass kernel at other head dims), the ws kernel unsplit
+ * and split in 3, attn.cu's one-pass mma.sync kernel at head dim 256 (the kernel attn_fa.cu
+ * replaces), and the fa kernel unsplit and split in 3 (modes 2-6 differ from modes 0 and 1 at
+ * head dim 256 only). */
+static const int k_pre_modes = 7;
 static int pre_mode_exact(int m) {
-    return m != 1;
+    return m == 0 || m == 2 || m == 3;
 }
 static int pre_mode_dh256_only(int m) {
     return m >= 2;
 }
-static double pre_mode_tol(int m) {
-    return pre_mode_exact(m) ? TOL_EXACT : TOL_FAST;
+/* the fa kernel's bound where it runs (modes 1, 5, 6 at head dim 256) */
+static double pre_mode_tol(int m, int Dh) {
+    if (pre_mode_exact(m)) return TOL_EXACT;
+    return Dh == 256 && m != 4 ? TOL_FA : TOL_FAST;
 }
 static void set_pre_mode(int m) {
     set_exact(pre_mode_exact(m));
-    lily_cuda_attn_prefill_force_splits(m == 2 ? 1 : m == 3 ? 3 : 0);
+    lily_cuda_attn_prefill_force_splits(m == 2 || m == 5 ? 1 : m == 3 || m == 6 ? 3 : 0);
+    lily_cuda_attn_prefill_force_fast_kernel(m == 4);
 }
 static const char *pre_mode_name(int m) {
-    static const char *nm[] = {" (default)", " (fast)", " (ws unsplit)", " (ws split 3)"};
+    static const char *nm[] = {" (default)",    " (fast)",          " (ws unsplit)",
+                               " (ws split 3)", " (fast mma.sync)", " (fa unsplit)",
+                               " (fa split 3)"};
     return nm[m];
 }
 
@@ -241,7 +256,7 @@ static void prefill_case(int Nq, int Nkv, int Dh, int pos0, int n, int gated) {
         pt_get(got, dout, nq);
         snprintf(name, sizeof name, "attn prefill%s Nq=%d Nkv=%d Dh=%d pos0=%d n=%d%s",
                  pre_mode_name(m), Nq, Nkv, Dh, pos0, n, gated ? " gated" : "");
-        pt_check_scaled(name, got, ref, mag, nq, pre_mode_tol(m));
+        pt_check_scaled(name, got, ref, mag, nq, pre_mode_tol(m, Dh));
     }
     set_pre_mode(0); /* back to the defaults */
     lily_cuda_free(dk), lily_cuda_free(dv), lily_cuda_free(dq), lily_cuda_free(dg);
@@ -425,7 +440,8 @@ static void time_mode(tctx *cp, int maxc, int n) {
     const double rb = (double)lily_cuda_kv_bytes(1, 2, 256);
     static const int ctxs[] = {4096, 32768, 65536, 131072};
     static const int wants[] = {8, 16, 33, 66, 128};
-    const int pre_only = getenv("LILY_CUDA_TIME")[1] == 'p'; /* "1p": prefill only */
+    /* "1p", "1f": prefill only */
+    const int pre_only = getenv("LILY_CUDA_TIME")[1] == 'p' || getenv("LILY_CUDA_TIME")[1] == 'f';
     for (int i = 0; i < 4 && !pre_only; i++) {
         int p = ctxs[i] - 1;
         lily_cuda_h2d(c.pos, &p, 4, &e);
@@ -443,9 +459,11 @@ static void time_mode(tctx *cp, int maxc, int n) {
         }
         set_want(0);
     }
-    /* a 512-token chunk at 128K, and 4096-token chunks from 0 and at 28K (a 32K prompt's last) */
-    const int pn[3] = {n, 4096, 4096}, pp[3] = {maxc - n, 0, 32768 - 4096};
-    for (int k = 0; k < 3; k++) {
+    /* a 512-token chunk at 128K, and 4096-token chunks from 0, at 28K (a 32K prompt's last), at
+     * 32K, 64K and 124K (a 128K prompt's last) */
+    const int pn[6] = {n, 4096, 4096, 4096, 4096, 4096};
+    const int pp[6] = {maxc - n, 0, 32768 - 4096, 32768, 65536, maxc - 4096};
+    for (int k = 0; k < 6; k++) {
         const int p0 = pp[k];
         lily_cuda_h2d(c.pos, &p0, 4, &e);
         c.n = pn[k];
@@ -485,7 +503,13 @@ static void time_all(void) {
     c.part = pt_dalloc(lily_cuda_attn_prefill_scratch(16, 2, 256) * 4);
     c.pos = dev_pos(0);
     cudaStreamCreate(&c.st);
-    for (int m = 0; m < k_pre_modes; m++) {
+    /* "1f": the one-pass modes alone, attn.cu's mma.sync kernel then attn_fa.cu's (auto split,
+     * unsplit) */
+    static const int fast_modes[] = {4, 1, 5};
+    const int fast_only = getenv("LILY_CUDA_TIME")[1] == 'f';
+    const int nm = fast_only ? 3 : k_pre_modes;
+    for (int i = 0; i < nm; i++) {
+        const int m = fast_only ? fast_modes[i] : i;
         set_pre_mode(m);
         printf("time: mode%s\n", pre_mode_name(m));
         time_mode(&c, maxc, n);
@@ -499,7 +523,7 @@ static void time_all(void) {
 int main(void) {
     pt_need_gpu();
     const char *tm = getenv("LILY_CUDA_TIME");
-    if (tm && !strcmp(tm, "1p")) { /* the prefill timing alone, no parity cases */
+    if (tm && (!strcmp(tm, "1p") || !strcmp(tm, "1f"))) { /* prefill timing alone, no parity */
         time_all();
         return pt_finish();
     }
@@ -566,6 +590,12 @@ int main(void) {
     prefill_case(16, 1, 256, 0, 45, 1);   /* G 16: 8 positions per block */
     prefill_case(8, 2, 256, 130, 67, 0);  /* G 4 */
     prefill_case(2, 2, 256, 999, 200, 1); /* G 1: 128 positions per block, two blocks */
+    /* chunks continuing at 1000 and deep at 70000, odd lengths, G 8, 2, 1 */
+    prefill_case(16, 2, 256, 1000, 301, 1);
+    prefill_case(4, 2, 256, 1000, 257, 0);
+    if (!san) prefill_case(16, 2, 256, 70000, 21, 1);
+    if (!san) prefill_case(4, 2, 256, 70001, 9, 0);
+    if (!san) prefill_case(2, 2, 256, 69999, 5, 1);
     lily_err e;
     pt_check_true("attention rejects Dh=96",
                   lily_cuda_attn_prefill(NULL, 1, NULL, NULL, NULL, 2, 1, 96, 1, NULL, NULL, NULL,
