@@ -13,7 +13,7 @@
 # utf8proc), so the binaries are built here (Debian 12, glibc 2.36: they run on newer glibcs)
 # and carried with copies of those libraries. Stages can be skipped: GPU_CHECK_SKIP="parity
 # fixtures quality sanitizer bench timing profile lily grammar slots". GPU_CHECK_ATTN_TIME=1 adds the attention
-# prefill kernels' timing after the parity tests. GPU_CHECK_AB makes the lily stage an A/B of
+# prefill kernels' timing after the parity tests (=f: the one-pass kernels alone). GPU_CHECK_AB makes the lily stage an A/B of
 # lily bench options (see there; e.g. GPU_CHECK_AB="--precision default;--precision fast"). GPU_CHECK_CARRY names the carry folder (default .devcarry), GPU_CHECK_TESTS the
 # parity binaries to build and pack (default: all). GPU_CHECK_SWEEP=1 adds the
 # full prefill/decode sweep of issue 5 (256..128K and two agent turns, --json to $OUT/sweep.json).
@@ -102,10 +102,12 @@ for t in "$work"/bin/test_*; do
     [ "$st" = PASS ] || grep -E '^FAIL' "$logs/$name.log" | head -20
 done
 echo "parity: $pass passed, $fail failed, $skipped skipped"
-if [ "${GPU_CHECK_ATTN_TIME:-0}" = 1 ] && [ -x "$work/bin/test_cuda_attn" ]; then
-    # the attention prefill kernels' timing alone, every mode (test_cuda_attn.c's header)
-    echo "== attention prefill timing (LILY_CUDA_TIME=1p test_cuda_attn)"
-    LILY_CUDA_TIME=1p timeout 300 "$work/bin/test_cuda_attn" 2>&1 | grep -E '^time' | grep -v decode
+if [[ ${GPU_CHECK_ATTN_TIME:-0} == [1f] ]] && [ -x "$work/bin/test_cuda_attn" ]; then
+    # the attention prefill kernels' timing alone, every mode (1) or the one-pass modes (f)
+    # (test_cuda_attn.c's header)
+    tm=1p && [ "$GPU_CHECK_ATTN_TIME" = f ] && tm=1f
+    echo "== attention prefill timing (LILY_CUDA_TIME=$tm test_cuda_attn)"
+    LILY_CUDA_TIME=$tm timeout 300 "$work/bin/test_cuda_attn" 2>&1 | grep -E '^time' | grep -v decode
 fi
 
 if [[ $skip != *" fixtures "* ]] && [ -x "$work/bin/golden_test_logits" ] && [ -x "$work/bin/lily" ]; then

@@ -593,7 +593,7 @@ int main(void) {
     /* chunks continuing at 1000 and deep at 70000, odd lengths, G 8, 2, 1 */
     prefill_case(16, 2, 256, 1000, 301, 1);
     prefill_case(4, 2, 256, 1000, 257, 0);
-    if (!san) prefill_case(16, 2, 256, 70000, 21, 1);
+    if (!san) prefill_case(16, 2, 256, 70000, 9, 1);
     if (!san) prefill_case(4, 2, 256, 70001, 9, 0);
     if (!san) prefill_case(2, 2, 256, 69999, 5, 1);
     lily_err e;
