@@ -261,7 +261,8 @@ PY
             # GPU_CHECK_AB_CARRIES=".devcarry-lead .devcarry-wip" (carry folders, each prepared
             # from its own checkout; GPU_CHECK_TESTS=none packs lily alone, ~1/3 of the size),
             # GPU_CHECK_AB_LIST (prefill lengths), GPU_CHECK_AB_DECODE (decode contexts, default
-            # 256), GPU_CHECK_AB_ROUNDS (default 2); the builds' own commits are printed
+            # 256), GPU_CHECK_AB_ROUNDS (default 2), GPU_CHECK_AB_OPTS (lily bench options
+            # of every build, e.g. "--precision fast"); the builds' own commits are printed
             i=0
             for c in $GPU_CHECK_AB_CARRIES; do
                 i=$((i + 1))
@@ -272,7 +273,7 @@ PY
                 for b in $(seq 1 $i); do
                     echo "-- build $b round $r"
                     LD_LIBRARY_PATH="$work/ab$b/lib" timeout 300 "$work/ab$b/bin/lily" bench \
-                        --model "$LILY_CUDA_BENCH_DIR" --backend cuda \
+                        --model "$LILY_CUDA_BENCH_DIR" --backend cuda ${GPU_CHECK_AB_OPTS:-} \
                         --prefill "${GPU_CHECK_AB_LIST:-256,512,1K,4K}" \
                         ${GPU_CHECK_AB_TURN:+--turn "$GPU_CHECK_AB_TURN"} \
                         --decode "${GPU_CHECK_AB_DECODE:-256}" --gen 32 --rounds 1 2>&1 |
