@@ -591,7 +591,7 @@ int main(void) {
     prefill_case(8, 2, 256, 130, 67, 0);  /* G 4 */
     prefill_case(2, 2, 256, 999, 200, 1); /* G 1: 128 positions per block, two blocks */
     /* chunks continuing at 1000 and deep at 70000, odd lengths, G 8, 2, 1 */
-    prefill_case(16, 2, 256, 1000, 301, 1);
+    if (!san) prefill_case(16, 2, 256, 1000, 301, 1);
     prefill_case(4, 2, 256, 1000, 257, 0);
     if (!san) prefill_case(16, 2, 256, 70000, 9, 1);
     if (!san) prefill_case(4, 2, 256, 70001, 9, 0);
