@@ -13,7 +13,7 @@
 # utf8proc), so the binaries are built here (Debian 12, glibc 2.36: they run on newer glibcs)
 # and carried with copies of those libraries. Stages can be skipped: GPU_CHECK_SKIP="parity
 # fixtures quality sanitizer bench timing profile lily grammar slots". GPU_CHECK_ATTN_TIME=1 adds the attention
-# prefill kernels' timing after the parity tests. GPU_CHECK_AB makes the lily stage an A/B of
+# prefill kernels' timing after the parity tests (=f: the one-pass kernels alone). GPU_CHECK_AB makes the lily stage an A/B of
 # lily bench options (see there; e.g. GPU_CHECK_AB="--precision default;--precision fast"). GPU_CHECK_CARRY names the carry folder (default .devcarry), GPU_CHECK_TESTS the
 # parity binaries to build and pack (default: all). GPU_CHECK_SWEEP=1 adds the
 # full prefill/decode sweep of issue 5 (256..128K and two agent turns, --json to $OUT/sweep.json).
@@ -102,10 +102,12 @@ for t in "$work"/bin/test_*; do
     [ "$st" = PASS ] || grep -E '^FAIL' "$logs/$name.log" | head -20
 done
 echo "parity: $pass passed, $fail failed, $skipped skipped"
-if [ "${GPU_CHECK_ATTN_TIME:-0}" = 1 ] && [ -x "$work/bin/test_cuda_ops" ]; then
-    # the attention prefill kernels' timing alone, every mode (test_cuda_ops.c's header)
-    echo "== attention prefill timing (LILY_CUDA_TIME=1p test_cuda_ops)"
-    LILY_CUDA_TIME=1p timeout 300 "$work/bin/test_cuda_ops" 2>&1 | grep -E '^time' | grep -v decode
+if [[ ${GPU_CHECK_ATTN_TIME:-0} == [1f] ]] && [ -x "$work/bin/test_cuda_attn" ]; then
+    # the attention prefill kernels' timing alone, every mode (1) or the one-pass modes (f)
+    # (test_cuda_attn.c's header)
+    tm=1p && [ "$GPU_CHECK_ATTN_TIME" = f ] && tm=1f
+    echo "== attention prefill timing (LILY_CUDA_TIME=$tm test_cuda_attn)"
+    LILY_CUDA_TIME=$tm timeout 300 "$work/bin/test_cuda_attn" 2>&1 | grep -E '^time' | grep -v decode
 fi
 
 if [[ $skip != *" fixtures "* ]] && [ -x "$work/bin/golden_test_logits" ] && [ -x "$work/bin/lily" ]; then
@@ -263,7 +265,8 @@ PY
             # GPU_CHECK_AB_CARRIES=".devcarry-lead .devcarry-wip" (carry folders, each prepared
             # from its own checkout; GPU_CHECK_TESTS=none packs lily alone, ~1/3 of the size),
             # GPU_CHECK_AB_LIST (prefill lengths), GPU_CHECK_AB_DECODE (decode contexts, default
-            # 256), GPU_CHECK_AB_ROUNDS (default 2); the builds' own commits are printed
+            # 256), GPU_CHECK_AB_ROUNDS (default 2), GPU_CHECK_AB_OPTS (lily bench options
+            # of every build, e.g. "--precision fast"); the builds' own commits are printed
             i=0
             for c in $GPU_CHECK_AB_CARRIES; do
                 i=$((i + 1))
@@ -274,7 +277,7 @@ PY
                 for b in $(seq 1 $i); do
                     echo "-- build $b round $r"
                     LD_LIBRARY_PATH="$work/ab$b/lib" timeout 300 "$work/ab$b/bin/lily" bench \
-                        --model "$LILY_CUDA_BENCH_DIR" --backend cuda \
+                        --model "$LILY_CUDA_BENCH_DIR" --backend cuda ${GPU_CHECK_AB_OPTS:-} \
                         --prefill "${GPU_CHECK_AB_LIST:-256,512,1K,4K}" \
                         ${GPU_CHECK_AB_TURN:+--turn "$GPU_CHECK_AB_TURN"} \
                         --decode "${GPU_CHECK_AB_DECODE:-256}" --gen 32 --rounds 1 2>&1 |

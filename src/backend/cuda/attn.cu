@@ -5,6 +5,7 @@
 
 #include <math.h>
 
+#include "backend/cuda/attn_fa.h"
 #include "backend/cuda/attn_kv.cuh"
 #include "backend/cuda/attn_softmax.cuh"
 #include "backend/cuda/attn_wg.h"
@@ -921,6 +922,14 @@ extern "C" int lily_cuda_attn_decode(const float *q, const void *kc_, const void
                               e);
 }
 
+namespace {
+int g_fast_kernel; /* lily_cuda_attn_prefill_force_fast_kernel: 0 attn_fa.cu's, 1 mma.sync */
+} // namespace
+
+extern "C" void lily_cuda_attn_prefill_force_fast_kernel(int k) {
+    g_fast_kernel = k == 1;
+}
+
 #define LILY_PRE_CASE(DH, G) \
     if (Dh == DH && G_ == G) \
         return launch_prefill<DH, G>(q, n, kc, vc, d_pos, Nkv, scale, gate, out, st, e);
@@ -932,9 +941,14 @@ extern "C" int lily_cuda_attn_prefill(const float *q, int n, const void *kc_, co
     if (!shape_ok(Nq, Nkv, Dh))
         return lily_fail(e, "attention: unsupported shape Nq=%d Nkv=%d Dh=%d", Nq, Nkv, Dh);
     if (n < 1) return 0;
-    if (lily_cuda_prec_get().attn_exact && lily_cuda_attn_wg_ok(Nq, Nkv, Dh))
-        return lily_cuda_attn_prefill_ws(q, n, kc_, vc_, d_pos, Nq, Nkv, Dh, scale, gate, out, part,
-                                         st, e);
+    if (lily_cuda_attn_wg_ok(Nq, Nkv, Dh)) {
+        if (lily_cuda_prec_get().attn_exact)
+            return lily_cuda_attn_prefill_ws(q, n, kc_, vc_, d_pos, Nq, Nkv, Dh, scale, gate, out,
+                                             part, st, e);
+        if (!g_fast_kernel)
+            return lily_cuda_attn_prefill_fa(q, n, kc_, vc_, d_pos, Nq, Nkv, Dh, scale, gate, out,
+                                             part, st, e);
+    }
     const uint8_t *kc = (const uint8_t *)kc_, *vc = (const uint8_t *)vc_;
     int G_ = Nq / Nkv;
     // clang-format off

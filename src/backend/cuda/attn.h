@@ -30,7 +30,8 @@
  * An fp16 cache with one fp16 pass (11 bits) was tried and measured 2.5x faster at depth, but it
  * flipped near-ties of two fixtures on the GPU (bench/NOTES-cuda.md). At head dim 256
  * the exact prefill runs attn_wg.h's kernel instead (int8 wgmma over the codes' balanced bytes for
- * S, f16 wgmma for P V).
+ * S, f16 wgmma for P V), and the one-pass prefill attn_fa.h's (q, codes and P rounded to fp16, one
+ * f16 wgmma pass).
  *
  * Positions come from device memory (*d_pos is the position of the first token of the call), so a
  * captured decode graph can be replayed at every position. Supported: Dh in {64, 128, 256},
