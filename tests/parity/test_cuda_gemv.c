@@ -1,7 +1,8 @@
 /* GPU decode GEMV (backend/cuda/gemv.h) against lily_cpu_matmul with n = 1, on random Q4, Q8, BF16
  * and F32 (rounded to BF16 on upload) matrices of odd row counts and several widths (64 .. 4096
  * columns, which exercise every lanes-per-row variant), through every prologue (copy, RMSNorm,
- * per-head gated RMSNorm) and epilogue (store, add, causal conv + SiLU with state update). */
+ * per-head gated RMSNorm) and epilogue (store, add, causal conv + SiLU with state update); and
+ * the rows form (lily_cuda_gemv_rows, 1..8 input vectors) against each vector alone, bit for bit. */
 #include <stdio.h>
 
 #ifndef LILY_HAVE_CUDA
@@ -106,6 +107,86 @@ static void run_case(lily_dtype dt, int cols, const int *rows, int nseg, int pk,
     free(x), free(xp), free(w), free(z);
 }
 
+/* lily_cuda_gemv_rows with nx input vectors (their own x, gate z, outputs and conv states)
+ * against lily_cuda_gemv of each vector alone: bit for bit (memcmp), outputs and conv states. */
+static void run_rows(lily_dtype dt, int cols, const int *rows, int nseg, int pk, int epi, int nx) {
+    enum { K = 4, NX = LILY_GEMV_ROWS };
+    lily_err e;
+    lily_mat m[LILY_GEMV_SEGS];
+    lily_dmat dm[LILY_GEMV_SEGS];
+    lily_gemv_seg seg[NX * LILY_GEMV_SEGS], one[LILY_GEMV_SEGS];
+    lily_gemv_pro pro[NX];
+    const float *xr[NX];
+    float *dx[NX], *dz[NX], *y[2][NX][LILY_GEMV_SEGS], *cs[2][NX][LILY_GEMV_SEGS];
+    float *cw[LILY_GEMV_SEGS];
+    const int head = 128 <= cols && cols % 128 == 0 ? 128 : 64;
+    float *h = malloc((size_t)(cols > 8192 ? cols : 8192) * K * 4);
+    pt_fill(h, cols, 1.0f);
+    for (int i = 0; i < cols; i++)
+        h[i] = 0.5f + 0.5f * h[i];
+    float *dw = pt_dup(h, cols);
+    for (int s = 0; s < nseg; s++) {
+        m[s] = pt_mat(dt, rows[s], cols);
+        if (!pt_ok(lily_cuda_dmat_upload(&m[s], 1, &dm[s], &e), "upload", &e)) return;
+        pt_fill(h, (size_t)K * rows[s], 0.7f);
+        cw[s] = pt_dup(h, (size_t)K * rows[s]);
+    }
+    for (int r = 0; r < nx; r++) {
+        pt_fill(h, cols, 2.0f);
+        xr[r] = dx[r] = pt_dup(h, cols);
+        pt_fill(h, cols, 3.0f);
+        dz[r] = pt_dup(h, cols);
+        pro[r] = (lily_gemv_pro){pk, dw, dz[r], head, 1e-6f};
+        for (int s = 0; s < nseg; s++) {
+            pt_fill(h, rows[s], 1.0f); /* both runs start from the same y (ADD) and state */
+            y[0][r][s] = pt_dup(h, rows[s]);
+            y[1][r][s] = pt_dup(h, rows[s]);
+            pt_fill(h, (size_t)(K - 1) * rows[s], 1.0f);
+            cs[0][r][s] = pt_dup(h, (size_t)(K - 1) * rows[s]);
+            cs[1][r][s] = pt_dup(h, (size_t)(K - 1) * rows[s]);
+            seg[r * nseg + s] = (lily_gemv_seg){&dm[s], y[0][r][s], epi, cs[0][r][s], cw[s], K};
+        }
+    }
+    int ok = pt_ok(lily_cuda_gemv_rows(seg, nseg, nx, xr, pk ? pro : NULL, NULL, &e), "rows", &e);
+    for (int r = 0; r < nx && ok; r++) {
+        for (int s = 0; s < nseg; s++)
+            one[s] = (lily_gemv_seg){&dm[s], y[1][r][s], epi, cs[1][r][s], cw[s], K};
+        ok = pt_ok(lily_cuda_gemv(one, nseg, dx[r], pk ? &pro[r] : NULL, NULL, &e), "alone", &e);
+    }
+    static const char *dts[] = {"f32", "bf16", "f16", "q4", "q8"};
+    static const char *pks[] = {"copy", "rmsnorm", "gated"};
+    static const char *eps[] = {"store", "add", "conv"};
+    int same = ok;
+    float *a = malloc((size_t)8192 * K * 4), *b = malloc((size_t)8192 * K * 4);
+    for (int r = 0; r < nx && same; r++)
+        for (int s = 0; s < nseg && same; s++) {
+            pt_get(a, y[0][r][s], rows[s]);
+            pt_get(b, y[1][r][s], rows[s]);
+            same = !memcmp(a, b, (size_t)rows[s] * 4);
+            pt_get(a, cs[0][r][s], (size_t)(K - 1) * rows[s]);
+            pt_get(b, cs[1][r][s], (size_t)(K - 1) * rows[s]);
+            same = same && !memcmp(a, b, (size_t)(K - 1) * rows[s] * 4);
+            if (!same) printf("  vector %d segment %d differs\n", r, s);
+        }
+    char name[160];
+    snprintf(name, sizeof name, "gemv rows %s x%d [.. x %d] %d segs %s %s = each vector alone",
+             dts[dt], nx, cols, nseg, pks[pk], eps[epi]);
+    pt_check_true(name, same);
+    for (int r = 0; r < nx; r++) {
+        lily_cuda_free(dx[r]), lily_cuda_free(dz[r]);
+        for (int s = 0; s < nseg; s++)
+            for (int k = 0; k < 2; k++)
+                lily_cuda_free(y[k][r][s]), lily_cuda_free(cs[k][r][s]);
+    }
+    for (int s = 0; s < nseg; s++) {
+        lily_cuda_free(cw[s]);
+        lily_cuda_dmat_free(&dm[s]);
+        pt_mat_free(&m[s]);
+    }
+    lily_cuda_free(dw);
+    free(h), free(a), free(b);
+}
+
 int main(void) {
     pt_need_gpu();
     int r3[] = {1000, 37, 513}, r1[] = {8192}, r4[] = {256, 1, 7, 300}, rs[] = {5};
@@ -126,9 +207,27 @@ int main(void) {
      * reference's matmul takes, 256 groups) */
     int rw[] = {33};
     run_case(LILY_DT_Q4, 16384, rw, 1, LILY_GP_RMSNORM, LILY_GV_STORE);
+    /* several input vectors at once (a decode step of rows): tensor-core Q4 (every count 1..8),
+     * the fp32 kernels (counts split into launches of 8, 4, 2, 1), every prologue and epilogue,
+     * and a width whose vectors do not all fit one launch's shared memory */
+    int rq[] = {300, 37, 5, 1000};
+    for (int nx = 1; nx <= LILY_GEMV_ROWS; nx++)
+        run_rows(LILY_DT_Q4, 2048, rq, 4, LILY_GP_RMSNORM, nx == 3 ? LILY_GV_CONV : LILY_GV_STORE,
+                 nx);
+    run_rows(LILY_DT_Q4, 4096, r3, 2, LILY_GP_GATED, LILY_GV_ADD, 8);
+    run_rows(LILY_DT_Q4, 512, r3, 3, LILY_GP_NONE, LILY_GV_ADD, 5);
+    run_rows(LILY_DT_Q4, 320, r3, 3, LILY_GP_RMSNORM, LILY_GV_CONV, 7);
+    run_rows(LILY_DT_Q4, 64, r4, 4, LILY_GP_RMSNORM, LILY_GV_STORE, 8);
+    run_rows(LILY_DT_Q8, 2048, r4, 2, LILY_GP_RMSNORM, LILY_GV_STORE, 6);
+    run_rows(LILY_DT_BF16, 576, r4, 4, LILY_GP_GATED, LILY_GV_ADD, 3);
+    run_rows(LILY_DT_BF16, 4096, rs, 1, LILY_GP_RMSNORM, LILY_GV_STORE, 8);
+    run_rows(LILY_DT_F32, 768, r3, 2, LILY_GP_NONE, LILY_GV_CONV, 8);
+    run_rows(LILY_DT_Q4, 16384, rw, 1, LILY_GP_RMSNORM, LILY_GV_STORE, 3);
     /* bad input is an error, not a crash */
     lily_err e;
     pt_check_true("gemv rejects 0 segments", lily_cuda_gemv(NULL, 0, NULL, NULL, NULL, &e) == -1);
+    pt_check_true("gemv rows rejects 9 vectors",
+                  lily_cuda_gemv_rows(NULL, 1, LILY_GEMV_ROWS + 1, NULL, NULL, NULL, &e) == -1);
     return pt_finish();
 }
 #endif
