@@ -99,7 +99,7 @@ struct lily_backend {
      * logits [LILY_MAX_ROWS][V], and one captured step per row count R (rows_graph[R - 1]) with
      * the states it was captured for (re-captured when they change; dropped when one is freed) */
     int32_t *d_trow, *d_prow, *h_trow, *h_prow;
-    float *logits_rows;
+    float *logits_rows; /* row i at i * rows_ld(b) */
     cudaGraphExec_t rows_graph[LILY_MAX_ROWS];
     lily_bstate *rows_s[LILY_MAX_ROWS][LILY_MAX_ROWS];
     /* rows draws: each row's sampler settings, step and token (device), and the sampler's
@@ -126,6 +126,11 @@ struct lily_bstate {
 };
 
 namespace {
+
+/* Floats from one row's logits to the next in b->logits_rows (16-byte aligned rows). */
+size_t rows_ld(const lily_backend *b) {
+    return ((size_t)b->m->cfg.vocab + 3) & ~(size_t)3;
+}
 
 int up_mat(const lily_mat *m, lily_dmat *d, size_t *bytes, lily_err *e, const char *what, int l) {
     if (!m->w) return 0; /* absent (e.g. no shared expert) */
@@ -457,7 +462,7 @@ int cu_open(const lily_model *m, const lily_engine_opts *opts, lily_backend **ou
         const size_t pre = lily_cuda_attn_prefill_scratch(c->n_q_heads, c->n_kv_heads, c->head_dim);
         if (pre && !(b->attn_pre = (float *)lily_cuda_alloc(pre * 4, e))) break;
         if (!(b->logits = (float *)lily_cuda_alloc((size_t)c->vocab * 4, e))) break;
-        if (!(b->logits_rows = (float *)lily_cuda_alloc((size_t)LILY_MAX_ROWS * c->vocab * 4, e)) ||
+        if (!(b->logits_rows = (float *)lily_cuda_alloc(LILY_MAX_ROWS * rows_ld(b) * 4, e)) ||
             !(b->d_trow = (int32_t *)lily_cuda_alloc(LILY_MAX_ROWS * 4, e)) ||
             !(b->d_prow = (int32_t *)lily_cuda_alloc(LILY_MAX_ROWS * 4, e)))
             break;
@@ -687,7 +692,7 @@ int decode_layers(lily_backend *b, lily_bstate *s, lily_err *e) {
 }
 
 /* One decode step of R rows: row i consumes b->d_trow[i] at position b->d_prow[i] of s[i] and
- * writes its logits to b->logits_rows + i V. Op by op over the rows, each row with its own scratch
+ * writes its logits to b->logits_rows + i rows_ld(b). Op by op over the rows, each row with its own scratch
  * rows (x + i H, buf[k] + i maxw): the GEMVs take all rows in one pass over the weights
  * (lily_cuda_gemv_rows, the same per-row arithmetic as decode_layers' lily_cuda_gemv); the GDN
  * and attention steps and the MoE block run per row on its own state, with decode_layers'
@@ -696,7 +701,7 @@ int decode_rows(lily_backend *b, lily_bstate *const *s, int R, lily_err *e) {
     const lily_model *m = b->m;
     const lily_config *c = &m->cfg;
     cudaStream_t st = b->st;
-    const int H = c->hidden, Nv = c->lin_nv, V = c->vocab;
+    const int H = c->hidden, Nv = c->lin_nv;
     const size_t W = (size_t)b->maxw;
     const float eps = c->rms_eps;
     static_assert(LILY_MAX_ROWS == LILY_GEMV_ROWS, "a rows step is one rows GEMV");
@@ -778,7 +783,7 @@ int decode_rows(lily_backend *b, lily_bstate *const *s, int R, lily_err *e) {
     lily_gemv_seg hs[LILY_MAX_ROWS];
     for (int i = 0; i < R; i++) {
         fn[i] = {LILY_GP_RMSNORM, b->final_norm, nullptr, 0, eps};
-        hs[i] = {b->lm_head, b->logits_rows + (size_t)i * V, LILY_GV_STORE, nullptr, nullptr, 0};
+        hs[i] = {b->lm_head, b->logits_rows + i * rows_ld(b), LILY_GV_STORE, nullptr, nullptr, 0};
     }
     return lily_cuda_gemv_rows(hs, 1, R, xr, fn, st, e);
 }
@@ -1025,7 +1030,7 @@ int cu_forward_rows(lily_backend *b, lily_bstate *const *s, const int32_t *token
         if (rows_launch(b, s, n, e)) break;
         int ok = 1;
         for (int i = 0; i < n && ok; i++)
-            ok = !logits[i] || cudaMemcpyAsync(logits[i], b->logits_rows + i * V, V * 4,
+            ok = !logits[i] || cudaMemcpyAsync(logits[i], b->logits_rows + i * rows_ld(b), V * 4,
                                                cudaMemcpyDeviceToHost, b->st) == cudaSuccess;
         if (!ok || cudaStreamSynchronize(b->st) != cudaSuccess ||
             cudaGetLastError() != cudaSuccess) {
@@ -1220,7 +1225,7 @@ int capture_sample_rows(lily_backend *b, int R, lily_err *e) {
     LILY_CU_TRY(cudaStreamBeginCapture(b->st, cudaStreamCaptureModeRelaxed), e);
     int rc = 0;
     for (int i = 0; i < R && !rc; i++)
-        rc = lily_cuda_sample(b->logits_rows + i * V, (int)V, &b->smp_rows[i].cfg,
+        rc = lily_cuda_sample(b->logits_rows + i * rows_ld(b), (int)V, &b->smp_rows[i].cfg,
                               &b->smp_rows[i].step, b->smp_scr, &b->smp_rows[i].out, b->st, e);
     cudaError_t ce = cudaStreamEndCapture(b->st, &g);
     if (rc || ce != cudaSuccess) {
