@@ -24,14 +24,14 @@ struct gv_seg {
 };
 
 /* The input vectors x[r] (and the gated prologue's z[r]) and each segment's output y[r][s] and
- * conv state cs[r][s] of row r < the kernel's NX. */
+ * conv state cs[r][s] of vector r < nx (at most the kernel's NX). */
 struct gv_params {
     gv_seg s[LILY_GEMV_SEGS];
     float *y[LILY_GEMV_ROWS][LILY_GEMV_SEGS];
     float *cs[LILY_GEMV_ROWS][LILY_GEMV_SEGS];
     const float *x[LILY_GEMV_ROWS];
     const float *pz[LILY_GEMV_ROWS];
-    int nseg, cols, total;
+    int nseg, cols, total, nx;
     int pro, head;
     const float *pw;
     float eps;
@@ -186,18 +186,19 @@ __device__ __forceinline__ void gv_load(const uint8_t *const *wr, const uint32_t
         }
 }
 
-/* The products of the loaded chunks with each of the NX input vectors: row x of x' at
+/* The products of the loaded chunks with each of the nx (<= NX) input vectors: vector x's x' at
  * xs + x rs floats (its chunk sums at + cols), the same arithmetic for every x. */
 template <int DT, int LPR, int NR, int CB, int NX>
 __device__ __forceinline__ void gv_dot(const uint4 (&w)[NR][CB], const uint32_t (&sb)[NR][CB],
                                        const float *xs, int rs, int cols, int c0, int sl,
-                                       int nchunk, float (&acc)[NX][NR]) {
+                                       int nchunk, int nx, float (&acc)[NX][NR]) {
 #pragma unroll
     for (int j = 0; j < CB; j++) {
         int c = c0 + sl + j * LPR;
         if (c >= nchunk) break;
 #pragma unroll
         for (int x = 0; x < NX; x++) {
+            if (x >= nx) break;
             const float4 *xs4 = (const float4 *)(xs + (size_t)x * rs);
             float xsm = DT != LILY_CW_BF16 ? xs[(size_t)x * rs + cols + c] : 0.f;
 #pragma unroll
@@ -224,8 +225,8 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(const __grid_constant__ 
     constexpr int epc = wtype<DT>::epc;
     const int nchunk = p.cols / epc;
     const int rs = gv_row_floats(p.cols, nchunk);
-    float *xs = (float *)smem4; /* [NX][rs]: x' of each input vector, then its chunk sums */
-    float *red = xs + (size_t)NX * rs;
+    float *xs = (float *)smem4; /* [nx][rs]: x' of each input vector, then its chunk sums */
+    float *red = xs + (size_t)p.nx * rs;
     constexpr int rpg = 32 / LPR; /* rows per warp per row slot */
     constexpr int rps = rpg * NR; /* rows per warp step */
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
@@ -243,7 +244,9 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(const __grid_constant__ 
     float scale[NX];
 #pragma unroll
     for (int x = 0; x < NX; x++) {
-        if (x) __syncthreads(); /* the prologue's scratch (red) is reused */
+        scale[x] = 0.f;
+        if (x >= p.nx) continue; /* block-uniform */
+        if (x) __syncthreads();  /* the prologue's scratch (red) is reused */
         float *xr = xs + (size_t)x * rs;
         scale[x] = gv_prologue<DT>(p, p.x[x], p.pz[x], (float4 *)xr, xr + p.cols, nchunk, red);
     }
@@ -259,7 +262,7 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(const __grid_constant__ 
             for (int i = 0; i < NR; i++)
                 acc[x][i] = 0.f;
         for (int c0 = 0;;) {
-            gv_dot<DT, LPR, NR, CB, NX>(w, sb, xs, rs, p.cols, c0, sl, nchunk, acc);
+            gv_dot<DT, LPR, NR, CB, NX>(w, sb, xs, rs, p.cols, c0, sl, nchunk, p.nx, acc);
             c0 += LPR * CB;
             if (c0 >= nchunk) break;
             gv_load<DT, LPR, NR, CB>(wr, sbr, c0, sl, nchunk, w, sb);
@@ -268,6 +271,7 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(const __grid_constant__ 
         for (int u = 0; u < NR; u++)
 #pragma unroll
             for (int x = 0; x < NX; x++) {
+                if (x >= p.nx) break; /* warp-uniform: the shuffles below see whole warps */
                 float a = group_sum<LPR>(acc[x][u]) * scale[x];
                 if (sl == 0 && seg[u] >= 0) {
 #pragma unroll
@@ -298,14 +302,15 @@ __device__ __forceinline__ void gv_row_ptr(const gv_params &p, int row, int ng, 
         }
 }
 
-/* One tile step's math for NX input vectors (q4_step_math's, the A fragments unpacked once for
- * all of them): vector x's hi/lo planes and chunk sums at xp + x pw words (hi, lo: half words
- * each, then the sums), its partials in acc0[x] / acc1[x]. Each vector's mma sequence and fp32
- * operations are q4_step_math's for that vector alone, which NX == 1 runs. */
+/* One tile step's math for nx (<= NX) input vectors (q4_step_math's, the A fragments unpacked
+ * once for all of them): vector x's hi/lo planes and chunk sums at xp + x pw words (hi, lo: half
+ * words each, then the sums), its partials in acc0[x] / acc1[x]. Each vector's mma sequence and
+ * fp32 operations are q4_step_math's for that vector alone, which NX == 1 runs. */
 template <int NX>
 __device__ __forceinline__ void gv_q4_math(const q4_step_regs &Rg, const uint32_t *xp, int pw,
-                                           int half, int step, int lane, float (&acc0)[NX],
+                                           int half, int step, int lane, int nx, float (&acc0)[NX],
                                            float (&acc1)[NX]) {
+    (void)nx; /* 1 when NX == 1 */
     if constexpr (NX == 1) {
         q4_step_math(Rg, xp, xp + half, (const float *)(xp + 2 * half), step, lane, acc0[0],
                      acc1[0]);
@@ -331,6 +336,7 @@ __device__ __forceinline__ void gv_q4_math(const q4_step_regs &Rg, const uint32_
                                  q4_pair(wg8[i], pp + 1)};
 #pragma unroll
                 for (int x = 0; x < NX; x++) {
+                    if (x >= nx) break; /* warp-uniform: the mma is warp-wide */
                     uint2 u = use ? ((const uint2 *)(xp + (size_t)x * pw + boff))[st]
                                   : make_uint2(0u, 0u);
                     uint32_t b[2] = {u.x, u.y};
@@ -341,6 +347,7 @@ __device__ __forceinline__ void gv_q4_math(const q4_step_regs &Rg, const uint32_
         const int G = step * 4 + ((2 * t) & 3);
 #pragma unroll
         for (int x = 0; x < NX; x++) {
+            if (x >= nx) break;
             acc0[x] =
                 fmaf(lo_bf16(Rg.sb[0].x), d[x][0], fmaf(lo_bf16(Rg.sb[0].y), d[x][1], acc0[x]));
             acc1[x] =
@@ -379,7 +386,7 @@ __global__ void __launch_bounds__(kThreads) gemv_q4mma_kernel(const __grid_const
     float *xsum = (float *)(smem4 + p.cols / 4);
     float *red = xsum + nchunk;                        /* prologue scratch */
     uint32_t *xp = (uint32_t *)(red + 8 + p.cols / 2); /* past any prologue's scratch */
-    float *part = (float *)(xp + (size_t)NX * pw);     /* [NX][NSG step groups][ROWS] */
+    float *part = (float *)(xp + (size_t)p.nx * pw);   /* [nx][NSG step groups][ROWS] */
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int tile = warp % T, sg = warp / T;
     const int ngroups = (p.total + ROWS - 1) / ROWS;
@@ -396,7 +403,9 @@ __global__ void __launch_bounds__(kThreads) gemv_q4mma_kernel(const __grid_const
     float scale[NX];
 #pragma unroll
     for (int x = 0; x < NX; x++) {
-        if (x) __syncthreads(); /* the last vector's conversion has read x' */
+        scale[x] = 0.f;
+        if (x >= p.nx) continue; /* block-uniform */
+        if (x) __syncthreads();  /* the last vector's conversion has read x' */
         scale[x] = gv_prologue<LILY_CW_Q4>(p, p.x[x], p.pz[x], xs4, xsum, nchunk, red);
         uint32_t *xh = xp + (size_t)x * pw;
         q4x_convert(
@@ -419,11 +428,13 @@ __global__ void __launch_bounds__(kThreads) gemv_q4mma_kernel(const __grid_const
                 q4_step_load(r0, s0, r1, s1, st, lane, R[0]);
                 if (st + NSG < nsteps) q4_step_load(r0, s0, r1, s1, st + NSG, lane, R[1]);
             }
-            gv_q4_math<NX>(R[0], xp, pw, half, st, lane, acc0, acc1);
-            if (st + NSG < nsteps) gv_q4_math<NX>(R[1], xp, pw, half, st + NSG, lane, acc0, acc1);
+            gv_q4_math<NX>(R[0], xp, pw, half, st, lane, p.nx, acc0, acc1);
+            if (st + NSG < nsteps)
+                gv_q4_math<NX>(R[1], xp, pw, half, st + NSG, lane, p.nx, acc0, acc1);
         }
 #pragma unroll
         for (int x = 0; x < NX; x++) {
+            if (x >= p.nx) break; /* block-uniform */
             acc0[x] = quad_sum(acc0[x]);
             acc1[x] = quad_sum(acc1[x]);
             if ((lane & 3) == 0) {
@@ -436,6 +447,7 @@ __global__ void __launch_bounds__(kThreads) gemv_q4mma_kernel(const __grid_const
             const int row = grp * ROWS + threadIdx.x;
 #pragma unroll
             for (int x = 0; x < NX; x++) {
+                if (x >= p.nx) break;
                 float a = 0.f;
 #pragma unroll
                 for (int g = 0; g < NSG; g++)
@@ -465,7 +477,7 @@ int dev_init(lily_err *e) {
 }
 
 template <int T, int NX> int launch_q4mma_t(const gv_params &p, lily_cuda_stream st, lily_err *e) {
-    const size_t smem = q4mma_smem(p.cols, NX);
+    const size_t smem = q4mma_smem(p.cols, p.nx);
     if (smem > 48 * 1024)
         LILY_CU_TRY(cudaFuncSetAttribute(gemv_q4mma_kernel<T, NX>,
                                          cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem),
@@ -478,28 +490,20 @@ template <int T, int NX> int launch_q4mma_t(const gv_params &p, lily_cuda_stream
     return 0;
 }
 
-template <int T> int launch_q4mma_nx(const gv_params &p, int nx, lily_cuda_stream st, lily_err *e) {
-    switch (nx) {
-    case 1: return launch_q4mma_t<T, 1>(p, st, e);
-    case 2: return launch_q4mma_t<T, 2>(p, st, e);
-    case 3: return launch_q4mma_t<T, 3>(p, st, e);
-    case 4: return launch_q4mma_t<T, 4>(p, st, e);
-    case 5: return launch_q4mma_t<T, 5>(p, st, e);
-    case 6: return launch_q4mma_t<T, 6>(p, st, e);
-    case 7: return launch_q4mma_t<T, 7>(p, st, e);
-    case 8: return launch_q4mma_t<T, 8>(p, st, e);
-    default: return lily_fail(e, "gemv: %d input vectors", nx);
-    }
+/* One vector: the NX = 1 instance (the 1-row decode's kernel); more: the NX = 8 instance with
+ * p.nx of them. */
+template <int T> int launch_q4mma_nx(const gv_params &p, lily_cuda_stream st, lily_err *e) {
+    return p.nx == 1 ? launch_q4mma_t<T, 1>(p, st, e) : launch_q4mma_t<T, LILY_GEMV_ROWS>(p, st, e);
 }
 
 /* The tile count per block depends on the matrix alone (never on nx), so a row's partial sums
  * meet in the same order whatever the number of vectors. */
-int launch_q4mma(const gv_params &p, int nx, lily_cuda_stream st, lily_err *e) {
+int launch_q4mma(const gv_params &p, lily_cuda_stream st, lily_err *e) {
     /* the fewest tiles per block whose grid fits in one wave of 2 blocks per SM */
     const int wave = 2 * g_sms;
-    if ((p.total + 15) / 16 <= wave) return launch_q4mma_nx<1>(p, nx, st, e);
-    if ((p.total + 31) / 32 <= wave) return launch_q4mma_nx<2>(p, nx, st, e);
-    return launch_q4mma_nx<4>(p, nx, st, e);
+    if ((p.total + 15) / 16 <= wave) return launch_q4mma_nx<1>(p, st, e);
+    if ((p.total + 31) / 32 <= wave) return launch_q4mma_nx<2>(p, st, e);
+    return launch_q4mma_nx<4>(p, st, e);
 }
 
 /* Shared memory of the fp32 kernel for nx input vectors of p. */
@@ -514,7 +518,7 @@ size_t gv_smem(const gv_params &p, int epc, int nx) {
 
 template <int DT, int LPR, int CB, int NX>
 int launch(const gv_params &p, lily_cuda_stream st, lily_err *e) {
-    const size_t smem = gv_smem(p, wtype<DT>::epc, NX);
+    const size_t smem = gv_smem(p, wtype<DT>::epc, p.nx);
     if (smem > 48 * 1024)
         LILY_CU_TRY(cudaFuncSetAttribute(gemv_kernel<DT, LPR, CB, NX>,
                                          cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem),
@@ -533,34 +537,29 @@ int launch(const gv_params &p, lily_cuda_stream st, lily_err *e) {
     return 0;
 }
 
-/* The fp32 kernel takes 1, 2, 4 or 8 vectors per launch (lily_cuda_gemv_rows splits the rest). */
+/* One vector: the NX = 1 instance (the 1-row decode's kernel); more: the NX = 8 instance with
+ * p.nx of them. */
 template <int DT, int LPR, int CB>
-int launch_nx(const gv_params &p, int nx, lily_cuda_stream st, lily_err *e) {
-    switch (nx) {
-    case 1: return launch<DT, LPR, CB, 1>(p, st, e);
-    case 2: return launch<DT, LPR, CB, 2>(p, st, e);
-    case 4: return launch<DT, LPR, CB, 4>(p, st, e);
-    case 8: return launch<DT, LPR, CB, 8>(p, st, e);
-    default: return lily_fail(e, "gemv: %d input vectors in one fp32 launch", nx);
-    }
+int launch_nx(const gv_params &p, lily_cuda_stream st, lily_err *e) {
+    return p.nx == 1 ? launch<DT, LPR, CB, 1>(p, st, e)
+                     : launch<DT, LPR, CB, LILY_GEMV_ROWS>(p, st, e);
 }
 
 /* Lanes per row: the largest power of two <= 32 dividing the chunk count; chunks per lane per
  * load batch: 2 when each lane has at most 2 chunks of a row (4 rows in flight), else 4. */
-template <int DT, int LPR>
-int launch_cb(const gv_params &p, int nx, lily_cuda_stream st, lily_err *e) {
+template <int DT, int LPR> int launch_cb(const gv_params &p, lily_cuda_stream st, lily_err *e) {
     int nchunk = p.cols / wtype<DT>::epc;
-    if (nchunk <= 2 * LPR) return launch_nx<DT, LPR, 2>(p, nx, st, e);
-    return launch_nx<DT, LPR, 4>(p, nx, st, e);
+    if (nchunk <= 2 * LPR) return launch_nx<DT, LPR, 2>(p, st, e);
+    return launch_nx<DT, LPR, 4>(p, st, e);
 }
 
-template <int DT> int launch_dt(const gv_params &p, int nx, lily_cuda_stream st, lily_err *e) {
+template <int DT> int launch_dt(const gv_params &p, lily_cuda_stream st, lily_err *e) {
     int nchunk = p.cols / wtype<DT>::epc;
-    if (nchunk % 32 == 0) return launch_cb<DT, 32>(p, nx, st, e);
-    if (nchunk % 16 == 0) return launch_cb<DT, 16>(p, nx, st, e);
-    if (nchunk % 8 == 0) return launch_cb<DT, 8>(p, nx, st, e);
-    if (nchunk % 4 == 0) return launch_cb<DT, 4>(p, nx, st, e);
-    return launch_cb<DT, 2>(p, nx, st, e);
+    if (nchunk % 32 == 0) return launch_cb<DT, 32>(p, st, e);
+    if (nchunk % 16 == 0) return launch_cb<DT, 16>(p, st, e);
+    if (nchunk % 8 == 0) return launch_cb<DT, 8>(p, st, e);
+    if (nchunk % 4 == 0) return launch_cb<DT, 4>(p, st, e);
+    return launch_cb<DT, 2>(p, st, e);
 }
 
 int epc_of(int dt) {
@@ -625,15 +624,11 @@ extern "C" int lily_cuda_gemv_rows(const lily_gemv_seg *segs, int nseg, int nx,
      * depend on the group it runs in */
     for (int r0 = 0; r0 < nx;) {
         int k = nx - r0;
-        if (mma) {
-            while (k > 1 && q4mma_smem(p.cols, k) > (size_t)g_smem_max)
-                k--;
-        } else {
-            k = k >= 8 ? 8 : k >= 4 ? 4 : k >= 2 ? 2 : 1;
-            while (k > 1 && gv_smem(p, epc_of(dt), k) > (size_t)g_smem_max)
-                k /= 2;
-        }
+        while (k > 1 &&
+               (mma ? q4mma_smem(p.cols, k) : gv_smem(p, epc_of(dt), k)) > (size_t)g_smem_max)
+            k--;
         gv_params q = p;
+        q.nx = k;
         for (int r = 0; r < k; r++) {
             q.x[r] = x[r0 + r];
             q.pz[r] = pro ? pro[r0 + r].z : nullptr;
@@ -644,13 +639,13 @@ extern "C" int lily_cuda_gemv_rows(const lily_gemv_seg *segs, int nseg, int nx,
         }
         int rc;
         if (mma)
-            rc = launch_q4mma(q, k, st, e);
+            rc = launch_q4mma(q, st, e);
         else if (dt == LILY_CW_Q4)
-            rc = launch_dt<LILY_CW_Q4>(q, k, st, e);
+            rc = launch_dt<LILY_CW_Q4>(q, st, e);
         else if (dt == LILY_CW_Q8)
-            rc = launch_dt<LILY_CW_Q8>(q, k, st, e);
+            rc = launch_dt<LILY_CW_Q8>(q, st, e);
         else
-            rc = launch_dt<LILY_CW_BF16>(q, k, st, e);
+            rc = launch_dt<LILY_CW_BF16>(q, st, e);
         if (rc) return -1;
         r0 += k;
     }
