@@ -68,9 +68,9 @@ static int prefill(ctx *x, int i, int len, lily_err *e) {
 /* One step of the rows idx[0..R) with tokens tok: forward_rows on a[], forward alone on b[] and
  * on the CPU states; every row compared. */
 static int step(ctx *x, const int *idx, int R, const int32_t *tok, lily_err *e) {
-    lily_bstate *s[N];
-    int p[N];
-    float *lg[N];
+    lily_bstate *s[N] = {0};
+    int p[N] = {0};
+    float *lg[N] = {0};
     for (int r = 0; r < R; r++) {
         s[r] = x->a[idx[r]];
         p[r] = x->pos[idx[r]];
@@ -102,10 +102,10 @@ static int step(ctx *x, const int *idx, int R, const int32_t *tok, lily_err *e) 
  * error. */
 static int draws(ctx *x, int R, float temp, lily_err *e) {
     enum { STEPS = 6 };
-    int32_t ra[STEPS][N], rb[STEPS][N], t0[N];
-    lily_bstate *s[N];
-    int p[N];
-    lily_draw d[N];
+    int32_t ra[STEPS][N] = {{0}}, rb[STEPS][N] = {{0}}, t0[N] = {0};
+    lily_bstate *s[N] = {0};
+    int p[N] = {0};
+    lily_draw d[N] = {{0}};
     for (int i = 0; i < R; i++) {
         d[i] = (lily_draw){.temperature = temp,
                            .top_k = 40,
