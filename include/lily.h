@@ -190,6 +190,15 @@ int lily_session_decode_sample(lily_session *s, int32_t token, const lily_draw *
 #define LILY_DRAW_AHEAD 2
 int lily_session_draw_enqueue(lily_session *s, int32_t token, const lily_draw *d, lily_err *err);
 int lily_session_draw_next(lily_session *s, int32_t *next, lily_err *err);
+/* lily_session_draw_enqueue for n sessions in one step (continuous batching; 1 <= n <=
+ * LILY_MAX_ROWS, one engine, distinct): ss[i] consumes tokens[i] (< 0: its previous draw) and
+ * draws under d[i], which must carry no mask. Each session's draw is the one it would get alone
+ * (the same seed and step draw the same token); read them with lily_session_draw_next. A backend
+ * with a batched step reads the weights once for all rows. Everything is checked before any
+ * session moves; when the backend then fails, the sessions' unread draws are dropped and each
+ * session of the call must be reset. */
+int lily_session_draw_enqueue_rows(lily_session *const *ss, const int32_t *tokens,
+                                   const lily_draw *d, int n, lily_err *err);
 /* Logits after the last consumed token, [vocab] (NULL when none are on the host: an empty
  * session, or after lily_session_decode_sample). Borrowed, valid until the next call on s. */
 const float *lily_session_logits(lily_session *s);

@@ -81,6 +81,14 @@ typedef struct lily_backend_ops {
                         lily_err *e);
     int (*draw_next)(lily_backend *b, lily_bstate *s, int32_t *out, lily_err *e);
     void (*draw_discard)(lily_backend *b, lily_bstate *s);
+    /* Optional (NULL: the engine loops over draw_enqueue; needs the three above): draw_enqueue
+     * for n rows (1 <= n <= LILY_MAX_ROWS) in one step, as forward_rows is forward for n rows:
+     * row i consumes tokens[i] (or, when < 0, s[i]'s previous draw) at pos[i] of its own state
+     * s[i] (distinct) and draws under d[i], which carries no mask (masked steps go one at a
+     * time). Each row's draw is the one draw_enqueue would make for that state alone; the draws
+     * are read with draw_next per state. */
+    int (*draw_enqueue_rows)(lily_backend *b, lily_bstate *const *s, const int32_t *tokens,
+                             const int *pos, int n, const lily_draw *d, lily_err *e);
 
     /* Optional (NULL: not run from a program): the step program the backend runs
      * (backend/program.h), built at open. */

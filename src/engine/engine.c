@@ -343,6 +343,52 @@ int lily_session_draw_enqueue(lily_session *s, int32_t token, const lily_draw *d
     return 0;
 }
 
+int lily_session_draw_enqueue_rows(lily_session *const *ss, const int32_t *tokens,
+                                   const lily_draw *d, int n, lily_err *err) {
+    if (!ss || !tokens || !d || n < 1 || n > LILY_MAX_ROWS)
+        return lily_fail(err, "draw rows: %d rows (1 to %d)", n, LILY_MAX_ROWS);
+    lily_engine *eng = ss[0]->eng;
+    const int V = eng->model->cfg.vocab;
+    for (int i = 0; i < n; i++) {
+        lily_session *s = ss[i];
+        if (s->eng != eng) return lily_fail(err, "draw rows: sessions of different engines");
+        for (int j = 0; j < i; j++)
+            if (ss[j] == s) return lily_fail(err, "draw rows: session %d appears twice", i);
+        if (draw_check(s, &d[i], err)) return -1;
+        if (d[i].allow)
+            return lily_fail(err, "draw rows: row %d has a mask (masked steps go one at a time)",
+                             i);
+        if (tokens[i] >= V) return lily_fail(err, "token id %d out of range [0, %d)", tokens[i], V);
+        if (tokens[i] < 0 && !s->chain)
+            return lily_fail(err, "draw: token < 0 needs a draw enqueued by the previous call");
+        if (s->unread >= LILY_DRAW_AHEAD)
+            return lily_fail(err, "draw: %d draws are enqueued and unread", LILY_DRAW_AHEAD);
+    }
+    if (!eng->ops->draw_enqueue_rows || n == 1) {
+        for (int i = 0; i < n; i++)
+            if (lily_session_draw_enqueue(ss[i], tokens[i], &d[i], err) != 0) return -1;
+        return 0;
+    }
+    lily_bstate *st[LILY_MAX_ROWS];
+    int pos[LILY_MAX_ROWS];
+    for (int i = 0; i < n; i++) {
+        st[i] = ss[i]->st;
+        pos[i] = ss[i]->pos;
+    }
+    if (eng->ops->draw_enqueue_rows(eng->be, st, tokens, pos, n, d, err) != 0) {
+        for (int i = 0; i < n; i++)
+            settle(ss[i]);
+        return -1;
+    }
+    for (int i = 0; i < n; i++) {
+        ss[i]->pos++;
+        ss[i]->unread++;
+        ss[i]->chain = 1;
+        ss[i]->has_logits = 0;
+    }
+    return 0;
+}
+
 int lily_session_draw_next(lily_session *s, int32_t *next, lily_err *err) {
     if (!next) return lily_fail(err, "draw: no output");
     if (!s->unread) return lily_fail(err, "draw: nothing enqueued to read");

@@ -502,7 +502,10 @@ static int dev_begin(lily_gen *g, slot *s) {
     return 0;
 }
 
-static void dev_step(lily_gen *g, slot *s) {
+/* dev_step is in two halves so that the slots' steps that consume their coming draws go to the
+ * backend as one rows step (lily_gen_step): dev_prep runs up to that step and returns 1 when the
+ * slot reads a draw next (the step is enqueued first when s->consumed), then dev_read reads it. */
+static int dev_prep(lily_gen *g, slot *s) {
     const lily_gen_req *r = s->r;
     lily_gen_result *res = s->res;
     lily_err e;
@@ -511,7 +514,7 @@ static void dev_step(lily_gen *g, slot *s) {
     if (!s->consumed && room && !lily_gen_is_eos(g, s->t.id)) {
         if (lily_session_draw_enqueue(s->sess, s->t.id, &s->dr, &e)) {
             gen_fail(s, &e);
-            return;
+            return 0;
         }
         s->dr.step++;
         s->hist[s->n_hist++] = s->t.id;
@@ -522,15 +525,15 @@ static void dev_step(lily_gen *g, slot *s) {
             s->snap_pending = 1;
         else if (res->eos)
             s->pending_eos = s->t.id;
-        return;
+        return 0;
     }
     if (!s->consumed) {
         res->finish = "length";
-        return;
+        return 0;
     }
     if (r->cancelled && r->cancelled(r->ud)) {
         res->finish = "cancelled";
-        return;
+        return 0;
     }
     memset(&s->t, 0, sizeof s->t);
     if (next_forced(r, &s->fq, &s->t.id)) { /* the draw after the last token is not used */
@@ -538,17 +541,19 @@ static void dev_step(lily_gen *g, slot *s) {
         s->t.forced = 1;
         if (lily_session_draw_next(s->sess, &unused, &e)) {
             gen_fail(s, &e);
-            return;
+            return 0;
         }
         s->consumed = 0;
-        return;
+        return 0;
     }
-    /* the step that consumes the coming draw, enqueued before the host reads it */
+    /* the step that consumes the coming draw, enqueued (by the caller) before the host reads it */
     s->consumed = res->n_gen + 1 < s->max_new && s->n_hist + 1 < g->max_ctx;
-    if (s->consumed && lily_session_draw_enqueue(s->sess, -1, &s->dr, &e)) {
-        gen_fail(s, &e);
-        return;
-    }
+    return 1;
+}
+
+static void dev_read(slot *s) {
+    lily_gen_result *res = s->res;
+    lily_err e;
     s->dr.step += s->consumed;
     if (lily_session_draw_next(s->sess, &s->t.id, &e)) {
         gen_fail(s, &e);
@@ -556,6 +561,28 @@ static void dev_step(lily_gen *g, slot *s) {
     }
     res->n_drawn++;
     if (s->consumed) s->hist[s->n_hist++] = s->t.id;
+}
+
+/* The device slots' steps that consume their coming draws, as one rows step, then each slot's
+ * draw read (dev_read). */
+static void dev_rows(slot *const *dv, int nd) {
+    lily_session *ss[LILY_MAX_ROWS];
+    int32_t tok[LILY_MAX_ROWS];
+    lily_draw dr[LILY_MAX_ROWS];
+    int ne = 0;
+    for (int k = 0; k < nd; k++)
+        if (dv[k]->consumed) {
+            ss[ne] = dv[k]->sess;
+            tok[ne] = -1;
+            dr[ne++] = dv[k]->dr;
+        }
+    lily_err e;
+    if (ne && lily_session_draw_enqueue_rows(ss, tok, dr, ne, &e)) {
+        for (int k = 0; k < nd; k++)
+            if (dv[k]->consumed) gen_fail(dv[k], &e);
+    }
+    for (int k = 0; k < nd; k++)
+        if (!dv[k]->res->finish) dev_read(dv[k]);
 }
 
 /* ---- constrained draws on the backend ------------------------------------------------------ */
@@ -780,20 +807,21 @@ int lily_gen_prefill_left(const lily_gen *g, int i) {
 int lily_gen_step(lily_gen *g, const int *which, int n) {
     lily_session *ss[LILY_MAX_ROWS];
     int32_t ids[LILY_MAX_ROWS];
-    slot *rows[LILY_MAX_ROWS];
-    int nr = 0, done = 0;
+    slot *rows[LILY_MAX_ROWS], *dv[LILY_MAX_ROWS];
+    int nr = 0, nd = 0, done = 0;
     for (int k = 0; k < n; k++) {
         slot *s = &g->slots[which[k]];
         if (s->phase != LILY_GEN_DECODE) continue;
         if (s->masked) {
             masked_step(g, s);
         } else if (s->dev) {
-            dev_step(g, s);
+            if (dev_prep(g, s)) dv[nd++] = s;
         } else if (host_step(g, s, &ids[nr])) {
             ss[nr] = s->sess;
             rows[nr++] = s;
         }
     }
+    if (nd) dev_rows(dv, nd);
     if (nr) {
         lily_err e;
         if (lily_session_decode_rows(ss, ids, nr, &e)) {

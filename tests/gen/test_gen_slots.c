@@ -6,8 +6,9 @@
  * cache shared by the slots: a second conversation with the same system prompt, on another slot,
  * reuses the prefix the first one prefilled. Twice: sampling on the host (every slot in the
  * rows step), and with the CPU backend's draw ops (LILY_SAMPLE_ON_BACKEND: the plain seeded
- * requests keep their pipelined per-slot draws, as on CUDA, while the ones with penalties or
- * logprobs go through the rows step). On models/tiny-trained (skipped, 77, without it), with the
+ * requests draw on the backend, pipelined, their steps batched into one rows draw step
+ * (lily_session_draw_enqueue_rows), as on CUDA, while the ones with penalties or logprobs go
+ * through the rows step with host draws). On models/tiny-trained (skipped, 77, without it), with the
  * CPU backend, or the CUDA one with LILY_TEST_BACKEND=cuda. */
 #include <stdio.h>
 #include <stdlib.h>

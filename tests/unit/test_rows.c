@@ -1,6 +1,6 @@
 /* lily_session_decode_rows: each row's logits equal, bit for bit, what lily_session_decode gives
  * that session alone, for 1..LILY_MAX_ROWS sessions at different positions; bad calls fail
- * before any session moves. Runs on random MLX 4-bit and 8-bit models, a dense MLX 4-bit one and
+ * before any session moves (and likewise for the rows draws, run_draws). Runs on random MLX 4-bit and 8-bit models, a dense MLX 4-bit one and
  * the HF bf16 one, with the CPU backend's default and exact precisions and its AVX2 and plain C
  * kernels. */
 #include <stdio.h>
@@ -115,6 +115,96 @@ static void run(const char *dir, lily_precision prec, lily_cpu_isa isa, const ch
     lily_engine_close(eng);
 }
 
+/* lily_session_draw_enqueue_rows (the CPU backend's draw ops, LILY_SAMPLE_ON_BACKEND): rows
+ * draws pipelined one step ahead over 1..N sessions give the tokens lily_session_draw_enqueue
+ * gives each session alone with the same seeds and steps; masks, a chained token without a
+ * previous draw and a shared session are refused before anything moves. */
+static void run_draws(const char *dir, const char *what) {
+    lily_err e = {0};
+    lily_engine_opts opts = {0};
+    opts.n_threads = 2;
+    opts.sample_on = LILY_SAMPLE_ON_BACKEND;
+    lily_engine *eng;
+    if (lily_engine_open(dir, &opts, &eng, &e) != 0) {
+        check(0, what, "open: %s", e.msg);
+        return;
+    }
+    const int V = lily_engine_info(eng)->vocab_size;
+    lily_session *a[N], *b[N];
+    int32_t prompt[64];
+    for (int i = 0; i < 64; i++)
+        prompt[i] = (i * 41 + 3) % V;
+    for (int i = 0; i < N; i++) {
+        if (lily_session_create(eng, CTX, &a[i], &e) || lily_session_create(eng, CTX, &b[i], &e) ||
+            lily_session_prefill(a[i], prompt + i, 2 + 4 * i, NULL, NULL, NULL, &e) ||
+            lily_session_prefill(b[i], prompt + i, 2 + 4 * i, NULL, NULL, NULL, &e)) {
+            check(0, what, "session: %s", e.msg);
+            return;
+        }
+    }
+    /* bad calls: nothing moves */
+    int p0 = lily_session_pos(a[0]), p1 = lily_session_pos(a[1]);
+    lily_draw d2[2] = {{.temperature = 0.5f, .ban_id = -1}, {.temperature = 0.5f, .ban_id = -1}};
+    int32_t tok2[2] = {1, 2}, neg2[2] = {-1, -1};
+    lily_session *dup[2] = {a[0], a[0]};
+    int bad = lily_session_draw_enqueue_rows(dup, tok2, d2, 2, &e) == 0;
+    bad += lily_session_draw_enqueue_rows(a, neg2, d2, 2, &e) == 0; /* nothing enqueued before */
+    uint32_t mask[64] = {0xffffffffu};
+    d2[1].allow = mask;
+    d2[1].n_allow = 32;
+    bad += lily_session_draw_enqueue_rows(a, tok2, d2, 2, &e) == 0;
+    d2[1].allow = NULL;
+    bad += lily_session_draw_enqueue_rows(a, tok2, d2, 0, &e) == 0;
+    bad += lily_session_draw_enqueue_rows(a, tok2, d2, LILY_MAX_ROWS + 1, &e) == 0;
+    check(!bad && lily_session_pos(a[0]) == p0 && lily_session_pos(a[1]) == p1, what,
+          "bad rows draws rejected without moving a session (%d accepted)", bad);
+    enum { STEPS = 5 };
+    int ns[] = {N, 3, 1, 6};
+    int mism = 0, fails = 0;
+    for (int k = 0; k < (int)(sizeof ns / sizeof ns[0]); k++) {
+        const int n = ns[k];
+        lily_draw d[N];
+        int32_t t0[N], neg[N], ra[STEPS][N], rb[STEPS][N];
+        for (int i = 0; i < n; i++) {
+            d[i] = (lily_draw){.temperature = k == 2 ? 0.0f : 0.9f,
+                               .top_k = 20,
+                               .top_p = 0.9f,
+                               .ban_id = -1,
+                               .seed = 500 + (uint64_t)(k * N + i)};
+            t0[i] = (int32_t)((k * 7 + i * 13 + 1) % V);
+            neg[i] = -1;
+        }
+        for (int st = 0; st < STEPS && !fails; st++) {
+            for (int i = 0; i < n; i++)
+                d[i].step = (uint64_t)st;
+            fails += lily_session_draw_enqueue_rows(a, st ? neg : t0, d, n, &e) != 0;
+            for (int i = 0; i < n && st && !fails; i++)
+                fails += lily_session_draw_next(a[i], &ra[st - 1][i], &e) != 0;
+        }
+        for (int i = 0; i < n && !fails; i++)
+            fails += lily_session_draw_next(a[i], &ra[STEPS - 1][i], &e) != 0;
+        for (int i = 0; i < n && !fails; i++)
+            for (int st = 0; st < STEPS && !fails; st++) {
+                d[i].step = (uint64_t)st;
+                fails += lily_session_draw_enqueue(b[i], st ? -1 : t0[i], &d[i], &e) != 0 ||
+                         lily_session_draw_next(b[i], &rb[st][i], &e) != 0;
+            }
+        for (int i = 0; i < n && !fails; i++) {
+            mism += lily_session_pos(a[i]) != lily_session_pos(b[i]);
+            for (int st = 0; st < STEPS; st++)
+                mism += ra[st][i] != rb[st][i];
+        }
+        if (fails) printf("draw rows: %s\n", e.msg);
+    }
+    check(!fails && !mism, what, "%d failed calls, %d rows draws differ from single draws", fails,
+          mism);
+    for (int i = 0; i < N; i++) {
+        lily_session_free(a[i]);
+        lily_session_free(b[i]);
+    }
+    lily_engine_close(eng);
+}
+
 int main(void) {
     snprintf(root, sizeof root, "/tmp/lily_test_rows_XXXXXX");
     if (!mkdtemp(root)) return 1;
@@ -137,6 +227,8 @@ int main(void) {
     run(hf, LILY_PRECISION_DEFAULT, LILY_CPU_ISA_AUTO, "rows hf bf16 default");
     run(dense, LILY_PRECISION_DEFAULT, LILY_CPU_ISA_AUTO, "rows dense mlx4 default");
     run(dense, LILY_PRECISION_EXACT, LILY_CPU_ISA_AUTO, "rows dense mlx4 exact");
+    run_draws(mlx, "rows draws mlx4");
+    run_draws(hf, "rows draws hf bf16");
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", root);
     if (system(cmd) != 0) printf("note: cleanup failed\n");

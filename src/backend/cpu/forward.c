@@ -128,6 +128,33 @@ static int cpu_draw_enqueue(lily_backend *b, lily_bstate *s, int32_t token, int 
     return 0;
 }
 
+/* Rows: one forward_rows step, then each row's draw as cpu_draw_enqueue makes it. */
+static int cpu_draw_enqueue_rows(lily_backend *b, lily_bstate *const *s, const int32_t *tokens,
+                                 const int *pos, int n, const lily_draw *d, lily_err *e) {
+    const int V = b->m->cfg.vocab;
+    if (n < 1 || n > LILY_ROWS_MAX)
+        return lily_fail(e, "a step of %d rows (1 to %d)", n, LILY_ROWS_MAX);
+    int32_t t[LILY_ROWS_MAX];
+    float *lg[LILY_ROWS_MAX];
+    for (int i = 0; i < n; i++) {
+        if (!s[i]->dq) s[i]->dq = lily_cpu_drawq_create(V);
+        const lily_cpu_drawq *q = s[i]->dq;
+        if (q->unread >= LILY_DRAW_AHEAD)
+            return lily_fail(e, "%d draws are already waiting to be read", q->unread);
+        if (d[i].allow) return lily_fail(e, "a rows draw with a mask (row %d)", i);
+        t[i] = tokens[i] >= 0 ? tokens[i] : q->last >= 0 ? q->last : 0;
+        lg[i] = q->logits;
+    }
+    if (cpu_forward_rows(b, s, t, pos, n, lg, e)) return -1;
+    for (int i = 0; i < n; i++) {
+        lily_cpu_drawq *q = s[i]->dq;
+        q->last = lily_draw_pick(q->logits, V, &d[i], q->scr);
+        q->ring[(q->head + q->unread) % LILY_DRAW_AHEAD] = q->last;
+        q->unread++;
+    }
+    return 0;
+}
+
 static int cpu_draw_next(lily_backend *b, lily_bstate *s, int32_t *out, lily_err *e) {
     (void)b;
     lily_cpu_drawq *q = s->dq;
@@ -164,4 +191,5 @@ const lily_backend_ops lily_backend_cpu = {
     .draw_enqueue = cpu_draw_enqueue,
     .draw_next = cpu_draw_next,
     .draw_discard = cpu_draw_discard,
+    .draw_enqueue_rows = cpu_draw_enqueue_rows,
 };

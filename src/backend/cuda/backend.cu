@@ -9,10 +9,13 @@
  * Decode (n == 1) runs the fused GEMV/MoE/GDN/attention kernels; the whole step (embedding to
  * logits and argmax) is captured once per state as a CUDA graph and replayed for every token:
  * the token id and position are read from device memory, refreshed by two small copies before
- * each replay. Prefill runs a chunk through the tensor-core GEMMs, the grouped MoE, the GDN scan
- * and flash attention on one stream with no host synchronisation inside the chunk. Scratch is
- * sized at open for the prefill chunk, so memory beyond the KV caches does not grow with the
- * prompt. Calls on one backend are serialised by a mutex. */
+ * each replay. A decode step of several sessions (forward_rows, draw_enqueue_rows) runs the GEMVs
+ * once for all rows (lily_cuda_gemv_rows) and the MoE, GDN and attention steps per row on its own
+ * state, captured once per row count and set of states. Prefill runs a chunk through the
+ * tensor-core GEMMs, the grouped MoE, the GDN scan and flash attention on one stream with no host
+ * synchronisation inside the chunk. Scratch is sized at open for the prefill chunk, so memory
+ * beyond the KV caches does not grow with the prompt. Calls on one backend are serialised by a
+ * mutex. */
 #include <math.h>
 #include <pthread.h>
 #include <stddef.h>
@@ -95,6 +98,17 @@ struct lily_backend {
     cudaGraphExec_t smp_graph;
     int logits_all_rows;
     size_t weight_bytes;
+    /* forward_rows: the rows' tokens and positions (device [LILY_MAX_ROWS], pinned copies), their
+     * logits [LILY_MAX_ROWS][V], and one captured step per row count R (rows_graph[R - 1]) with
+     * the states it was captured for (re-captured when they change; dropped when one is freed) */
+    int32_t *d_trow, *d_prow, *h_trow, *h_prow;
+    float *logits_rows; /* row i at i * rows_ld(b) */
+    cudaGraphExec_t rows_graph[LILY_MAX_ROWS];
+    lily_bstate *rows_s[LILY_MAX_ROWS][LILY_MAX_ROWS];
+    /* rows draws: each row's sampler settings, step and token (device), and the sampler's
+     * launches over the first R rows' logits captured once per R (smp_rows_graph[R - 1]) */
+    smp_io *smp_rows;
+    cudaGraphExec_t smp_rows_graph[LILY_MAX_ROWS];
 };
 
 struct lily_bstate {
@@ -115,6 +129,11 @@ struct lily_bstate {
 };
 
 namespace {
+
+/* Floats from one row's logits to the next in b->logits_rows (16-byte aligned rows). */
+size_t rows_ld(const lily_backend *b) {
+    return ((size_t)b->m->cfg.vocab + 3) & ~(size_t)3;
+}
 
 int up_mat(const lily_mat *m, lily_dmat *d, size_t *bytes, lily_err *e, const char *what, int l) {
     if (!m->w) return 0; /* absent (e.g. no shared expert) */
@@ -299,6 +318,25 @@ int gemv_any(const lily_gemv_seg *segs, int n, const float *x, const lily_gemv_p
     return 0;
 }
 
+/* gemv_any over nx input vectors (lily_cuda_gemv_rows): segs [nx][n], x [nx], pro [nx] or
+ * NULL. */
+int gemv_any_rows(const lily_gemv_seg *segs, int n, int nx, const float *const *x,
+                  const lily_gemv_pro *pro, cudaStream_t st, lily_err *e) {
+    int done[LILY_GEMV_SEGS] = {0};
+    for (int i = 0; i < n; i++) {
+        if (done[i]) continue;
+        lily_gemv_seg grp[LILY_GEMV_ROWS * LILY_GEMV_SEGS];
+        int pick[LILY_GEMV_SEGS], ng = 0;
+        for (int j = i; j < n; j++)
+            if (!done[j] && segs[j].m->dt == segs[i].m->dt) pick[ng++] = j, done[j] = 1;
+        for (int r = 0; r < nx; r++)
+            for (int g = 0; g < ng; g++)
+                grp[r * ng + g] = segs[r * n + pick[g]];
+        if (lily_cuda_gemv_rows(grp, ng, nx, x, pro, st, e)) return -1;
+    }
+    return 0;
+}
+
 void cu_close_impl(lily_backend *b) {
     if (!b) return;
     if (b->L) {
@@ -323,6 +361,16 @@ void cu_close_impl(lily_backend *b) {
     if (b->h_tok) cudaFreeHost(b->h_tok);
     if (b->h_pos) cudaFreeHost(b->h_pos);
     if (b->smp_graph) cudaGraphExecDestroy(b->smp_graph);
+    for (int r = 0; r < LILY_MAX_ROWS; r++) {
+        if (b->rows_graph[r]) cudaGraphExecDestroy(b->rows_graph[r]);
+        if (b->smp_rows_graph[r]) cudaGraphExecDestroy(b->smp_rows_graph[r]);
+    }
+    lily_cuda_free(b->smp_rows);
+    lily_cuda_free(b->d_trow);
+    lily_cuda_free(b->d_prow);
+    lily_cuda_free(b->logits_rows);
+    if (b->h_trow) cudaFreeHost(b->h_trow);
+    if (b->h_prow) cudaFreeHost(b->h_prow);
     lily_cuda_free(b->smp_d);
     lily_cuda_free(b->smp_scr);
     if (b->smp_h) cudaFreeHost(b->smp_h);
@@ -401,7 +449,8 @@ int cu_open(const lily_model *m, const lily_engine_opts *opts, lily_backend **ou
         }
         if (l < c->n_layers) break;
         b->weight_bytes = bytes;
-        size_t fn = (size_t)n;
+        /* the scratch rows serve a prefill chunk or a decode step of LILY_MAX_ROWS rows */
+        size_t fn = (size_t)(n > LILY_MAX_ROWS ? n : LILY_MAX_ROWS);
         if (!(b->x = (float *)lily_cuda_alloc(fn * H * 4, e))) break;
         if (!(b->a = (float *)lily_cuda_alloc(fn * H * 4, e))) break;
         int i = 0;
@@ -422,6 +471,10 @@ int cu_open(const lily_model *m, const lily_engine_opts *opts, lily_backend **ou
                 lily_cuda_gdn_chunk_ws(c->lin_nv, c->lin_dv, n < kGdnPiece ? n : kGdnPiece);
             if (!(b->gdn_ws = (float *)lily_cuda_alloc(b->gdn_ws_bytes, e))) break;
         }
+        if (!(b->logits_rows = (float *)lily_cuda_alloc(LILY_MAX_ROWS * rows_ld(b) * 4, e)) ||
+            !(b->d_trow = (int32_t *)lily_cuda_alloc(LILY_MAX_ROWS * 4, e)) ||
+            !(b->d_prow = (int32_t *)lily_cuda_alloc(LILY_MAX_ROWS * 4, e)))
+            break;
         size_t md = 0, mp = 0;
         for (int j = 0; j < c->n_layers; j++) {
             size_t d = lily_cuda_moe_decode_scratch(&b->L[j].moe);
@@ -442,11 +495,14 @@ int cu_open(const lily_model *m, const lily_engine_opts *opts, lily_backend **ou
             lily_cuda_memset(b->d_ring, 0, kRing * 4, b->st, e))
             break;
         if (!(b->smp_d = (smp_io *)lily_cuda_alloc(sizeof(smp_io), e)) ||
+            !(b->smp_rows = (smp_io *)lily_cuda_alloc(LILY_MAX_ROWS * sizeof(smp_io), e)) ||
             !(b->smp_scr = lily_cuda_alloc(lily_cuda_sample_scratch_bytes(), e)))
             break;
         if (cudaMallocHost((void **)&b->h_tok, fn * 4) != cudaSuccess ||
             cudaMallocHost((void **)&b->h_pos, 4) != cudaSuccess ||
-            cudaMallocHost((void **)&b->smp_h, sizeof(smp_io)) != cudaSuccess) {
+            cudaMallocHost((void **)&b->smp_h, sizeof(smp_io)) != cudaSuccess ||
+            cudaMallocHost((void **)&b->h_trow, LILY_MAX_ROWS * 4) != cudaSuccess ||
+            cudaMallocHost((void **)&b->h_prow, LILY_MAX_ROWS * 4) != cudaSuccess) {
             lily_fail(e, "cudaMallocHost failed");
             break;
         }
@@ -482,6 +538,16 @@ size_t cu_state_bytes(lily_backend *b, int max_ctx) {
     return total;
 }
 
+/* Drops the rows steps captured over s (its buffers are about to go). */
+void rows_forget(lily_backend *b, const lily_bstate *s) {
+    for (int r = 0; r < LILY_MAX_ROWS; r++)
+        for (int i = 0; i <= r; i++)
+            if (b->rows_graph[r] && b->rows_s[r][i] == s) {
+                cudaGraphExecDestroy(b->rows_graph[r]);
+                b->rows_graph[r] = nullptr;
+            }
+}
+
 void cu_state_free(lily_backend *b, lily_bstate *s) {
     if (!s) return;
     for (int l = 0; l < b->m->cfg.n_layers; l++) {
@@ -492,6 +558,7 @@ void cu_state_free(lily_backend *b, lily_bstate *s) {
     }
     free(s->k), free(s->v), free(s->conv), free(s->S);
     if (s->graph) cudaGraphExecDestroy(s->graph);
+    rows_forget(b, s);
     if (s->h_draw) {
         cudaStreamSynchronize(b->st); /* no enqueued step may still write them */
         for (int i = 0; i < LILY_DRAW_AHEAD; i++)
@@ -631,6 +698,103 @@ int decode_layers(lily_backend *b, lily_bstate *s, lily_err *e) {
     lily_gemv_seg hs = {b->lm_head, b->logits, LILY_GV_STORE, nullptr, nullptr, 0};
     if (lily_cuda_gemv(&hs, 1, b->x, &fn, st, e)) return -1;
     return lily_cuda_argmax(b->logits, c->vocab, (uint64_t *)(b->d_argmax + 2), b->d_argmax, st, e);
+}
+
+/* One decode step of R rows: row i consumes b->d_trow[i] at position b->d_prow[i] of s[i] and
+ * writes its logits to b->logits_rows + i rows_ld(b). Op by op over the rows, each row with its own scratch
+ * rows (x + i H, buf[k] + i maxw): the GEMVs take all rows in one pass over the weights
+ * (lily_cuda_gemv_rows, the same per-row arithmetic as decode_layers' lily_cuda_gemv); the GDN
+ * and attention steps and the MoE block run per row on its own state, with decode_layers'
+ * kernels and arguments. So each row's logits are the 1-row step's bit for bit. */
+int decode_rows(lily_backend *b, lily_bstate *const *s, int R, lily_err *e) {
+    const lily_model *m = b->m;
+    const lily_config *c = &m->cfg;
+    cudaStream_t st = b->st;
+    const int H = c->hidden, Nv = c->lin_nv;
+    const size_t W = (size_t)b->maxw;
+    const float eps = c->rms_eps;
+    static_assert(LILY_MAX_ROWS == LILY_GEMV_ROWS, "a rows step is one rows GEMV");
+    const float *xr[LILY_MAX_ROWS]; /* the rows' residuals */
+    for (int i = 0; i < R; i++)
+        xr[i] = b->x + (size_t)i * H;
+    if (lily_cuda_embed(&b->embed, b->d_trow, R, b->x, H, st, e)) return -1;
+    for (int l = 0; l < c->n_layers; l++) {
+        cu_layer *ly = &b->L[l];
+        lily_gemv_pro norm[LILY_MAX_ROWS];
+        for (int i = 0; i < R; i++)
+            norm[i] = {LILY_GP_RMSNORM, ly->in_norm, nullptr, 0, eps};
+        if (c->layer_is_attn[l]) {
+            lily_gemv_seg seg[LILY_MAX_ROWS][3];
+            for (int i = 0; i < R; i++) {
+                float *qg = b->buf[0] + i * W, *kb = b->buf[1] + i * W, *vb = b->buf[2] + i * W;
+                seg[i][0] = {&ly->q, qg, LILY_GV_STORE, nullptr, nullptr, 0};
+                seg[i][1] = {&ly->k, kb, LILY_GV_STORE, nullptr, nullptr, 0};
+                seg[i][2] = {&ly->v, vb, LILY_GV_STORE, nullptr, nullptr, 0};
+            }
+            if (gemv_any_rows(&seg[0][0], 3, R, xr, norm, st, e)) return -1;
+            for (int i = 0; i < R; i++) {
+                float *qg = b->buf[0] + i * W, *kb = b->buf[1] + i * W, *vb = b->buf[2] + i * W;
+                float *q = b->buf[3] + i * W, *gt = b->buf[4] + i * W;
+                if (lily_cuda_attn_prep(qg, b->qw, kb, vb, b->kvw, 1, b->d_prow + i, c->n_q_heads,
+                                        c->n_kv_heads, c->head_dim, c->rope_dim, b->inv_freq,
+                                        ly->q_norm, ly->k_norm, eps, c->attn_output_gate, q, gt,
+                                        s[i]->k[l], s[i]->v[l], st, e))
+                    return -1;
+            }
+            for (int i = 0; i < R; i++) {
+                float *q = b->buf[3] + i * W, *gt = b->buf[4] + i * W, *o = b->buf[1] + i * W;
+                if (lily_cuda_attn_decode(
+                        q, s[i]->k[l], s[i]->v[l], b->d_prow + i, c->n_q_heads, c->n_kv_heads,
+                        c->head_dim, 1.0f / sqrtf((float)c->head_dim),
+                        c->attn_output_gate ? gt : nullptr, b->attn_part, s[i]->splits, o, st, e))
+                    return -1;
+            }
+            lily_gemv_seg os[LILY_MAX_ROWS];
+            const float *ov[LILY_MAX_ROWS];
+            for (int i = 0; i < R; i++) {
+                os[i] = {&ly->o, b->x + (size_t)i * H, LILY_GV_ADD, nullptr, nullptr, 0};
+                ov[i] = b->buf[1] + i * W;
+            }
+            if (lily_cuda_gemv_rows(os, 1, R, ov, nullptr, st, e)) return -1;
+        } else {
+            lily_gemv_seg seg[LILY_MAX_ROWS][4];
+            for (int i = 0; i < R; i++) {
+                float *cv = b->buf[0] + i * W, *z = b->buf[1] + i * W, *ba = b->buf[2] + i * W;
+                seg[i][0] = {&ly->qkv, cv, LILY_GV_CONV, s[i]->conv[l], ly->conv_w, c->conv_k};
+                seg[i][1] = {&ly->z, z, LILY_GV_STORE, nullptr, nullptr, 0};
+                seg[i][2] = {&ly->b, ba, LILY_GV_STORE, nullptr, nullptr, 0};
+                seg[i][3] = {&ly->a, ba + Nv, LILY_GV_STORE, nullptr, nullptr, 0};
+            }
+            if (gemv_any_rows(&seg[0][0], 4, R, xr, norm, st, e)) return -1;
+            for (int i = 0; i < R; i++) {
+                float *cv = b->buf[0] + i * W, *ba = b->buf[2] + i * W, *o = b->buf[3] + i * W;
+                if (lily_cuda_gdn_scan(s[i]->S[l], c->lin_nk, Nv, c->lin_dk, c->lin_dv, 1, cv, b->C,
+                                       ba, ba + Nv, 2 * Nv, ly->A_log, ly->dt_bias, o, b->Zw, st,
+                                       e))
+                    return -1;
+            }
+            lily_gemv_pro gp[LILY_MAX_ROWS];
+            lily_gemv_seg os[LILY_MAX_ROWS];
+            const float *ov[LILY_MAX_ROWS];
+            for (int i = 0; i < R; i++) {
+                gp[i] = {LILY_GP_GATED, ly->gdn_norm, b->buf[1] + i * W, c->lin_dv, eps};
+                os[i] = {&ly->out, b->x + (size_t)i * H, LILY_GV_ADD, nullptr, nullptr, 0};
+                ov[i] = b->buf[3] + i * W;
+            }
+            if (lily_cuda_gemv_rows(os, 1, R, ov, gp, st, e)) return -1;
+        }
+        for (int i = 0; i < R; i++)
+            if (lily_cuda_moe_decode(&ly->moe, b->x + (size_t)i * H, ly->post_norm, eps, b->moe_dec,
+                                     st, e))
+                return -1;
+    }
+    lily_gemv_pro fn[LILY_MAX_ROWS];
+    lily_gemv_seg hs[LILY_MAX_ROWS];
+    for (int i = 0; i < R; i++) {
+        fn[i] = {LILY_GP_RMSNORM, b->final_norm, nullptr, 0, eps};
+        hs[i] = {b->lm_head, b->logits_rows + i * rows_ld(b), LILY_GV_STORE, nullptr, nullptr, 0};
+    }
+    return lily_cuda_gemv_rows(hs, 1, R, xr, fn, st, e);
 }
 
 /* RMSNorm of rows that the exact GEMMs read next (held right after): the norm also writes their
@@ -813,6 +977,97 @@ int cu_forward(lily_backend *b, lily_bstate *s, const int32_t *tokens, int n, in
     return rc;
 }
 
+/* Captures the step of R rows over the states s into b->rows_graph[R - 1]. */
+int capture_rows(lily_backend *b, lily_bstate *const *s, int R, lily_err *e) {
+    cudaGraphExec_t *ge = &b->rows_graph[R - 1];
+    if (*ge) {
+        cudaGraphExecDestroy(*ge);
+        *ge = nullptr;
+    }
+    cudaGraph_t g = nullptr;
+    lily_cuda_prec_set(b->prec);
+    LILY_CU_TRY(cudaStreamBeginCapture(b->st, cudaStreamCaptureModeRelaxed), e);
+    int rc = decode_rows(b, s, R, e);
+    cudaError_t ce = cudaStreamEndCapture(b->st, &g);
+    if (rc) {
+        if (g) cudaGraphDestroy(g);
+        (void)cudaGetLastError();
+        return -1;
+    }
+    if (ce != cudaSuccess) return lily_fail(e, "rows graph capture: %s", cudaGetErrorString(ce));
+    ce = cudaGraphInstantiate(ge, g, 0);
+    cudaGraphDestroy(g);
+    if (ce != cudaSuccess) {
+        *ge = nullptr;
+        return lily_fail(e, "rows graph instantiate: %s", cudaGetErrorString(ce));
+    }
+    for (int i = 0; i < R; i++)
+        b->rows_s[R - 1][i] = s[i];
+    return 0;
+}
+
+/* The captured step of R rows over s, captured first when there is none for these states. */
+int rows_launch(lily_backend *b, lily_bstate *const *s, int R, lily_err *e) {
+    bool same = b->rows_graph[R - 1] != nullptr;
+    for (int i = 0; i < R && same; i++)
+        same = b->rows_s[R - 1][i] == s[i];
+    if (!same && capture_rows(b, s, R, e)) return -1;
+    LILY_CU_TRY(cudaGraphLaunch(b->rows_graph[R - 1], b->st), e);
+    return 0;
+}
+
+/* Checks the arguments of a step of n rows (backend.h's forward_rows contract). */
+int rows_check(lily_backend *b, lily_bstate *const *s, const int32_t *tokens, const int *pos, int n,
+               lily_err *e) {
+    const lily_config *c = &b->m->cfg;
+    if (n < 1 || n > LILY_MAX_ROWS)
+        return lily_fail(e, "decode rows: %d rows (1 to %d)", n, LILY_MAX_ROWS);
+    for (int i = 0; i < n; i++) {
+        if (!s[i]) return lily_fail(e, "decode rows: row %d has no state", i);
+        for (int j = 0; j < i; j++)
+            if (s[j] == s[i])
+                return lily_fail(e, "decode rows: rows %d and %d share a state", j, i);
+        if (pos[i] < 0 || pos[i] + 1 > s[i]->max_ctx)
+            return lily_fail(e, "context overflow: %d + 1 tokens exceed the context of %d", pos[i],
+                             s[i]->max_ctx);
+        if (tokens && (tokens[i] < 0 || tokens[i] >= c->vocab))
+            return lily_fail(e, "token id %d out of range [0, %d)", tokens[i], c->vocab);
+    }
+    return 0;
+}
+
+int cu_forward_rows(lily_backend *b, lily_bstate *const *s, const int32_t *tokens, const int *pos,
+                    int n, float *const *logits, lily_err *e) {
+    if (rows_check(b, s, tokens, pos, n, e)) return -1;
+    const size_t V = (size_t)b->m->cfg.vocab;
+    pthread_mutex_lock(&b->mu);
+    int rc = -1;
+    do {
+        memcpy(b->h_trow, tokens, (size_t)n * 4);
+        memcpy(b->h_prow, pos, (size_t)n * 4);
+        if (cudaMemcpyAsync(b->d_trow, b->h_trow, (size_t)n * 4, cudaMemcpyHostToDevice, b->st) !=
+                cudaSuccess ||
+            cudaMemcpyAsync(b->d_prow, b->h_prow, (size_t)n * 4, cudaMemcpyHostToDevice, b->st) !=
+                cudaSuccess) {
+            lily_fail(e, "decode rows: %s", cudaGetErrorString(cudaGetLastError()));
+            break;
+        }
+        if (rows_launch(b, s, n, e)) break;
+        int ok = 1;
+        for (int i = 0; i < n && ok; i++)
+            ok = !logits[i] || cudaMemcpyAsync(logits[i], b->logits_rows + i * rows_ld(b), V * 4,
+                                               cudaMemcpyDeviceToHost, b->st) == cudaSuccess;
+        if (!ok || cudaStreamSynchronize(b->st) != cudaSuccess ||
+            cudaGetLastError() != cudaSuccess) {
+            lily_fail(e, "decode rows: %s", cudaGetErrorString(cudaGetLastError()));
+            break;
+        }
+        rc = 0;
+    } while (0);
+    pthread_mutex_unlock(&b->mu);
+    return rc;
+}
+
 /* Greedy steps as back-to-back replays of the decode graph: each replay's last kernel writes its
  * argmax into the next replay's token slot and ring, so the host only enqueues launches and
  * reads the ring every kRing steps. */
@@ -987,6 +1242,96 @@ int cu_draw_enqueue(lily_backend *b, lily_bstate *s, int32_t token, int pos, con
     return rc;
 }
 
+/* The sampler's launches over the logits of the first R rows (b->logits_rows), row i under
+ * b->smp_rows[i], captured once per R. */
+int capture_sample_rows(lily_backend *b, int R, lily_err *e) {
+    cudaGraph_t g = nullptr;
+    const size_t V = (size_t)b->m->cfg.vocab;
+    LILY_CU_TRY(cudaStreamBeginCapture(b->st, cudaStreamCaptureModeRelaxed), e);
+    int rc = 0;
+    for (int i = 0; i < R && !rc; i++)
+        rc = lily_cuda_sample(b->logits_rows + i * rows_ld(b), (int)V, &b->smp_rows[i].cfg,
+                              &b->smp_rows[i].step, b->smp_scr, &b->smp_rows[i].out, b->st, e);
+    cudaError_t ce = cudaStreamEndCapture(b->st, &g);
+    if (rc || ce != cudaSuccess) {
+        if (g) cudaGraphDestroy(g);
+        (void)cudaGetLastError();
+        return rc ? -1 : lily_fail(e, "rows sampler graph capture: %s", cudaGetErrorString(ce));
+    }
+    ce = cudaGraphInstantiate(&b->smp_rows_graph[R - 1], g, 0);
+    cudaGraphDestroy(g);
+    if (ce != cudaSuccess) {
+        b->smp_rows_graph[R - 1] = nullptr;
+        return lily_fail(e, "rows sampler graph instantiate: %s", cudaGetErrorString(ce));
+    }
+    return 0;
+}
+
+/* cu_draw_enqueue for n rows: per row a setup launch (its token or last draw, position, settings
+ * and step), the step of n rows (rows_launch), the sampler over each row's logits, and per row
+ * the drawn token into its d_last and its pinned ring slot with the slot's event, as
+ * cu_draw_enqueue does for one state. */
+int cu_draw_enqueue_rows(lily_backend *b, lily_bstate *const *s, const int32_t *tokens,
+                         const int *pos, int n, const lily_draw *d, lily_err *e) {
+    const lily_config *c = &b->m->cfg;
+    if (rows_check(b, s, nullptr, pos, n, e)) return -1;
+    for (int i = 0; i < n; i++) {
+        if (tokens[i] >= c->vocab)
+            return lily_fail(e, "token id %d out of range [0, %d)", tokens[i], c->vocab);
+        if (d[i].allow) return lily_fail(e, "draw rows: row %d has a mask", i);
+    }
+    pthread_mutex_lock(&b->mu);
+    int rc = -1;
+    do {
+        int i = 0;
+        for (; i < n; i++) {
+            if (draw_init(s[i], e)) break;
+            if (s[i]->n_enq - s[i]->n_read >= LILY_DRAW_AHEAD) {
+                lily_fail(e, "draw: %d draws are enqueued and unread", LILY_DRAW_AHEAD);
+                break;
+            }
+            if (tokens[i] < 0 && s[i]->n_enq == 0) {
+                lily_fail(e, "draw: no earlier draw to consume");
+                break;
+            }
+        }
+        if (i < n) break;
+        if (!b->smp_rows_graph[n - 1] && capture_sample_rows(b, n, e)) break;
+        for (i = 0; i < n; i++) {
+            const lily_draw *di = &d[i];
+            lily_cuda_sampling cfg = {di->temperature, di->top_k, di->top_p, di->min_p, di->n_ids,
+                                      di->ban_id,      di->seed,  nullptr,   0};
+            if (lily_cuda_draw_setup(b->d_trow + i, b->d_prow + i, s[i]->d_last, tokens[i], pos[i],
+                                     &b->smp_rows[i].cfg, &cfg, &b->smp_rows[i].step, di->step,
+                                     b->st, e))
+                break;
+        }
+        if (i < n || rows_launch(b, s, n, e)) break;
+        if (cudaGraphLaunch(b->smp_rows_graph[n - 1], b->st) != cudaSuccess) {
+            lily_fail(e, "draw rows: %s", cudaGetErrorString(cudaGetLastError()));
+            break;
+        }
+        for (i = 0; i < n; i++) {
+            const unsigned slot = s[i]->n_enq % LILY_DRAW_AHEAD;
+            if (cudaMemcpyAsync(s[i]->d_last, &b->smp_rows[i].out, 4, cudaMemcpyDeviceToDevice,
+                                b->st) != cudaSuccess ||
+                cudaMemcpyAsync(&s[i]->h_draw[slot], s[i]->d_last, 4, cudaMemcpyDeviceToHost,
+                                b->st) != cudaSuccess ||
+                cudaEventRecord(s[i]->draw_ev[slot], b->st) != cudaSuccess)
+                break;
+        }
+        if (i < n) {
+            lily_fail(e, "draw rows: %s", cudaGetErrorString(cudaGetLastError()));
+            break;
+        }
+        for (i = 0; i < n; i++)
+            s[i]->n_enq++;
+        rc = 0;
+    } while (0);
+    pthread_mutex_unlock(&b->mu);
+    return rc;
+}
+
 /* The oldest unread draw of s, when its step has finished (no lock: only s's event and slot). */
 int cu_draw_next(lily_backend *b, lily_bstate *s, int32_t *out, lily_err *e) {
     (void)b;
@@ -1035,11 +1380,12 @@ extern "C" const lily_backend_ops lily_backend_cuda = {
     cu_state_copy,
     cu_state_bytes,
     cu_forward,
-    nullptr, /* forward_rows: the engine loops over forward */
+    cu_forward_rows,
     cu_decode_greedy,
     cu_draw_enqueue,
     cu_draw_next,
     cu_draw_discard,
+    cu_draw_enqueue_rows,
     nullptr, /* program: the CUDA backend does not run the step program yet */
     nullptr, /* set_profile */
     cu_device_name,

@@ -18,19 +18,22 @@ constexpr int kSlots = 8; /* 16-byte code loads in flight per lane: NR rows x CB
 struct gv_seg {
     const uint8_t *w;
     const uint32_t *sb;
-    float *y;
-    float *cs;
     const float *cw;
     int rows, row0, epi, ck;
     size_t rb; /* row bytes */
 };
 
+/* The input vectors x[r] (and the gated prologue's z[r]) and each segment's output y[r][s] and
+ * conv state cs[r][s] of vector r < nx (at most the kernel's NX). */
 struct gv_params {
     gv_seg s[LILY_GEMV_SEGS];
-    int nseg, cols, total;
-    const float *x;
+    float *y[LILY_GEMV_ROWS][LILY_GEMV_SEGS];
+    float *cs[LILY_GEMV_ROWS][LILY_GEMV_SEGS];
+    const float *x[LILY_GEMV_ROWS];
+    const float *pz[LILY_GEMV_ROWS];
+    int nseg, cols, total, nx;
     int pro, head;
-    const float *pw, *pz;
+    const float *pw;
     float eps;
 };
 
@@ -39,16 +42,17 @@ struct gv_params {
  * dot products; GATED needs its per-head factors inside x' and rescales in place. red: shared
  * scratch of blockDim/32 + cols/head floats. */
 template <int DT>
-__device__ float gv_prologue(const gv_params &p, float4 *xs4, float *xsum, int nchunk, float *red) {
+__device__ float gv_prologue(const gv_params &p, const float *x, const float *pz, float4 *xs4,
+                             float *xsum, int nchunk, float *red) {
     constexpr int q_per_chunk = wtype<DT>::epc / 4; /* float4s per chunk */
     const int nq = p.cols / 4, nw = blockDim.x >> 5;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    const float4 *x4 = (const float4 *)p.x;
+    const float4 *x4 = (const float4 *)x;
     float ss = 0.f;
     if (p.pro == LILY_GP_GATED) {
         /* pass 1: u = x * w[i % head] * silu(z), and each float4's sum of x^2 */
         float *part = red + nw; /* [nq]: reused below for the per-head factors */
-        const float4 *w4 = (const float4 *)p.pw, *z4 = (const float4 *)p.pz;
+        const float4 *w4 = (const float4 *)p.pw, *z4 = (const float4 *)pz;
         const int hq = p.head / 4;
 #pragma unroll 4
         for (int q = threadIdx.x; q < nq; q += blockDim.x) {
@@ -121,21 +125,22 @@ __device__ float gv_prologue(const gv_params &p, float4 *xs4, float *xsum, int n
     return 1.0f / sqrtf(t / p.cols + p.eps);
 }
 
-__device__ __forceinline__ void gv_epilogue(const gv_seg &s, int r, float acc) {
+__device__ __forceinline__ void gv_epilogue(const gv_seg &s, float *y, float *cs, int r,
+                                            float acc) {
     if (s.epi == LILY_GV_ADD) {
-        s.y[r] += acc;
+        y[r] += acc;
     } else if (s.epi == LILY_GV_CONV) {
         int K = s.ck;
         const float *w = s.cw + (size_t)r * K;
         float out = w[K - 1] * acc;
         for (int t = 0; t < K - 1; t++)
-            out += w[t] * s.cs[(size_t)t * s.rows + r];
+            out += w[t] * cs[(size_t)t * s.rows + r];
         for (int t = 0; t < K - 2; t++)
-            s.cs[(size_t)t * s.rows + r] = s.cs[(size_t)(t + 1) * s.rows + r];
-        s.cs[(size_t)(K - 2) * s.rows + r] = acc;
-        s.y[r] = silu_f(out);
+            cs[(size_t)t * s.rows + r] = cs[(size_t)(t + 1) * s.rows + r];
+        cs[(size_t)(K - 2) * s.rows + r] = acc;
+        y[r] = silu_f(out);
     } else {
-        s.y[r] = acc;
+        y[r] = acc;
     }
 }
 
@@ -181,34 +186,47 @@ __device__ __forceinline__ void gv_load(const uint8_t *const *wr, const uint32_t
         }
 }
 
-template <int DT, int LPR, int NR, int CB>
+/* The products of the loaded chunks with each of the nx (<= NX) input vectors: vector x's x' at
+ * xs + x rs floats (its chunk sums at + cols), the same arithmetic for every x. */
+template <int DT, int LPR, int NR, int CB, int NX>
 __device__ __forceinline__ void gv_dot(const uint4 (&w)[NR][CB], const uint32_t (&sb)[NR][CB],
-                                       const float4 *xs4, const float *xsum, int c0, int sl,
-                                       int nchunk, float *acc) {
+                                       const float *xs, int rs, int cols, int c0, int sl,
+                                       int nchunk, int nx, float (&acc)[NX][NR]) {
 #pragma unroll
     for (int j = 0; j < CB; j++) {
         int c = c0 + sl + j * LPR;
         if (c >= nchunk) break;
-        float xsm = DT != LILY_CW_BF16 ? xsum[c] : 0.f;
 #pragma unroll
-        for (int i = 0; i < NR; i++) {
-            float d = chunk_dot<DT>(w[i][j], xs4, c, nchunk);
-            acc[i] = DT == LILY_CW_BF16
-                         ? acc[i] + d
-                         : fmaf(lo_bf16(sb[i][j]), d, fmaf(hi_bf16(sb[i][j]), xsm, acc[i]));
+        for (int x = 0; x < NX; x++) {
+            if (x >= nx) break;
+            const float4 *xs4 = (const float4 *)(xs + (size_t)x * rs);
+            float xsm = DT != LILY_CW_BF16 ? xs[(size_t)x * rs + cols + c] : 0.f;
+#pragma unroll
+            for (int i = 0; i < NR; i++) {
+                float d = chunk_dot<DT>(w[i][j], xs4, c, nchunk);
+                acc[x][i] = DT == LILY_CW_BF16 ? acc[x][i] + d
+                                               : fmaf(lo_bf16(sb[i][j]), d,
+                                                      fmaf(hi_bf16(sb[i][j]), xsm, acc[x][i]));
+            }
         }
     }
 }
 
-template <int DT, int LPR, int CB>
+/* Floats of shared memory per input vector of the fp32 kernel: x' and its chunk sums, rounded
+ * to whole float4s. */
+__host__ __device__ __forceinline__ int gv_row_floats(int cols, int nchunk) {
+    return (cols + nchunk + 3) & ~3;
+}
+
+template <int DT, int LPR, int CB, int NX>
 __global__ void __launch_bounds__(kThreads) gemv_kernel(const __grid_constant__ gv_params p) {
     constexpr int NR = kSlots / CB;
     extern __shared__ float4 smem4[];
     constexpr int epc = wtype<DT>::epc;
     const int nchunk = p.cols / epc;
-    float4 *xs4 = smem4;
-    float *xsum = (float *)(smem4 + p.cols / 4);
-    float *red = xsum + nchunk;
+    const int rs = gv_row_floats(p.cols, nchunk);
+    float *xs = (float *)smem4; /* [nx][rs]: x' of each input vector, then its chunk sums */
+    float *red = xs + (size_t)p.nx * rs;
     constexpr int rpg = 32 / LPR; /* rows per warp per row slot */
     constexpr int rps = rpg * NR; /* rows per warp step */
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
@@ -223,31 +241,44 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(const __grid_constant__ 
     /* the first step's loads do not depend on x: issue them before the prologue */
     gv_rows<DT, LPR, NR>(p, base0, sub, ng, wr, sbr, seg, lr);
     gv_load<DT, LPR, NR, CB>(wr, sbr, 0, sl, nchunk, w, sb);
-    const float scale = gv_prologue<DT>(p, xs4, xsum, nchunk, red);
+    float scale[NX];
+#pragma unroll
+    for (int x = 0; x < NX; x++) {
+        scale[x] = 0.f;
+        if (x >= p.nx) continue; /* block-uniform */
+        if (x) __syncthreads();  /* the prologue's scratch (red) is reused */
+        float *xr = xs + (size_t)x * rs;
+        scale[x] = gv_prologue<DT>(p, p.x[x], p.pz[x], (float4 *)xr, xr + p.cols, nchunk, red);
+    }
     for (int base = base0; base < p.total; base += stride) {
         if (base != base0) {
             gv_rows<DT, LPR, NR>(p, base, sub, ng, wr, sbr, seg, lr);
             gv_load<DT, LPR, NR, CB>(wr, sbr, 0, sl, nchunk, w, sb);
         }
-        float acc[NR];
+        float acc[NX][NR];
 #pragma unroll
-        for (int i = 0; i < NR; i++)
-            acc[i] = 0.f;
+        for (int x = 0; x < NX; x++)
+#pragma unroll
+            for (int i = 0; i < NR; i++)
+                acc[x][i] = 0.f;
         for (int c0 = 0;;) {
-            gv_dot<DT, LPR, NR, CB>(w, sb, xs4, xsum, c0, sl, nchunk, acc);
+            gv_dot<DT, LPR, NR, CB, NX>(w, sb, xs, rs, p.cols, c0, sl, nchunk, p.nx, acc);
             c0 += LPR * CB;
             if (c0 >= nchunk) break;
             gv_load<DT, LPR, NR, CB>(wr, sbr, c0, sl, nchunk, w, sb);
         }
 #pragma unroll
-        for (int u = 0; u < NR; u++) {
-            float a = group_sum<LPR>(acc[u]) * scale;
-            if (sl == 0 && seg[u] >= 0) {
+        for (int u = 0; u < NR; u++)
 #pragma unroll
-                for (int s = 0; s < LILY_GEMV_SEGS; s++)
-                    if (s == seg[u]) gv_epilogue(p.s[s], lr[u], a);
+            for (int x = 0; x < NX; x++) {
+                if (x >= p.nx) break; /* warp-uniform: the shuffles below see whole warps */
+                float a = group_sum<LPR>(acc[x][u]) * scale[x];
+                if (sl == 0 && seg[u] >= 0) {
+#pragma unroll
+                    for (int s = 0; s < LILY_GEMV_SEGS; s++)
+                        if (s == seg[u]) gv_epilogue(p.s[s], p.y[x][s], p.cs[x][s], lr[u], a);
+                }
             }
-        }
     }
 }
 
@@ -271,18 +302,91 @@ __device__ __forceinline__ void gv_row_ptr(const gv_params &p, int row, int ng, 
         }
 }
 
-template <int T>
+/* One tile step's math for nx (<= NX) input vectors (q4_step_math's, the A fragments unpacked
+ * once for all of them): vector x's hi/lo planes and chunk sums at xp + x pw words (hi, lo: half
+ * words each, then the sums), its partials in acc0[x] / acc1[x]. Each vector's mma sequence and
+ * fp32 operations are q4_step_math's for that vector alone, which NX == 1 runs. */
+template <int NX>
+__device__ __forceinline__ void gv_q4_math(const q4_step_regs &Rg, const uint32_t *xp, int pw,
+                                           int half, int step, int lane, int nx, float (&acc0)[NX],
+                                           float (&acc1)[NX]) {
+    (void)nx; /* 1 when NX == 1 */
+    if constexpr (NX == 1) {
+        q4_step_math(Rg, xp, xp + half, (const float *)(xp + 2 * half), step, lane, acc0[0],
+                     acc1[0]);
+    } else {
+        const int g = lane >> 2, t = lane & 3;
+        const int hl = g >> 2, ms = (g >> 1) & 1, h = g & 1;
+        const bool active = (t >> 1) == h;
+        /* this lane's B words of every vector: chunk 4 ms + t of the step, plane hl */
+        const size_t boff = (size_t)(hl ? half : 0) + ((size_t)step * 8 + 4 * ms + t) * 16;
+        float d[NX][4];
+#pragma unroll
+        for (int x = 0; x < NX; x++)
+            d[x][0] = d[x][1] = d[x][2] = d[x][3] = 0.f;
+#pragma unroll
+        for (int m = 0; m < 2; m++) {
+            const uint32_t wg[4] = {Rg.w[m].x, Rg.w[m].y, Rg.w[m].z, Rg.w[m].w};
+            const uint32_t wg8[4] = {Rg.w[2 + m].x, Rg.w[2 + m].y, Rg.w[2 + m].z, Rg.w[2 + m].w};
+            const bool use = active && ms == m;
+#pragma unroll
+            for (int st = 0; st < 8; st++) {
+                const int i = st >> 1, pp = (st & 1) * 2;
+                uint32_t a[4] = {q4_pair(wg[i], pp), q4_pair(wg8[i], pp), q4_pair(wg[i], pp + 1),
+                                 q4_pair(wg8[i], pp + 1)};
+#pragma unroll
+                for (int x = 0; x < NX; x++) {
+                    if (x >= nx) break; /* warp-uniform: the mma is warp-wide */
+                    uint2 u = use ? ((const uint2 *)(xp + (size_t)x * pw + boff))[st]
+                                  : make_uint2(0u, 0u);
+                    uint32_t b[2] = {u.x, u.y};
+                    mma_bf16(d[x], a, b);
+                }
+            }
+        }
+        const int G = step * 4 + ((2 * t) & 3);
+#pragma unroll
+        for (int x = 0; x < NX; x++) {
+            if (x >= nx) break;
+            acc0[x] =
+                fmaf(lo_bf16(Rg.sb[0].x), d[x][0], fmaf(lo_bf16(Rg.sb[0].y), d[x][1], acc0[x]));
+            acc1[x] =
+                fmaf(lo_bf16(Rg.sb[1].x), d[x][2], fmaf(lo_bf16(Rg.sb[1].y), d[x][3], acc1[x]));
+            if (t < 2) {
+                const float *xs = (const float *)(xp + (size_t)x * pw + 2 * half);
+                const float x0 = xs[2 * G] + xs[2 * G + 1], x1 = xs[2 * G + 2] + xs[2 * G + 3];
+                acc0[x] =
+                    fmaf(hi_bf16(Rg.sb[0].x) - 128.f * lo_bf16(Rg.sb[0].x), x0,
+                         fmaf(hi_bf16(Rg.sb[0].y) - 128.f * lo_bf16(Rg.sb[0].y), x1, acc0[x]));
+                acc1[x] =
+                    fmaf(hi_bf16(Rg.sb[1].x) - 128.f * lo_bf16(Rg.sb[1].x), x0,
+                         fmaf(hi_bf16(Rg.sb[1].y) - 128.f * lo_bf16(Rg.sb[1].y), x1, acc1[x]));
+            }
+        }
+    }
+}
+
+/* Shared memory of the tensor-core kernel for NX input vectors: x' (fp32), its chunk sums, the
+ * prologue's scratch (8 + cols / 4 + cols / head floats at most, head >= 4), then per vector its
+ * hi/lo planes and chunk sums (cols + cols / 32 words), then the partials (128 floats per
+ * vector). */
+size_t q4mma_smem(int cols, int nx) {
+    const int nchunk = cols / 32;
+    size_t floats = (size_t)cols + nchunk + 8 + cols / 2 + (size_t)nx * (cols + nchunk) + 128 * nx;
+    return (floats * 4 + 15) & ~(size_t)15;
+}
+
+template <int T, int NX>
 __global__ void __launch_bounds__(kThreads) gemv_q4mma_kernel(const __grid_constant__ gv_params p) {
     constexpr int ROWS = 16 * T, NSG = 8 / T;
     extern __shared__ float4 smem4[];
     const int nchunk = p.cols / 32, ng = p.cols / 64, nsteps = p.cols / 256;
+    const int half = p.cols / 2, pw = p.cols + nchunk;
     float4 *xs4 = smem4;
     float *xsum = (float *)(smem4 + p.cols / 4);
     float *red = xsum + nchunk;                        /* prologue scratch */
-    uint32_t *xh = (uint32_t *)(red + 8 + p.cols / 2); /* past any prologue's scratch */
-    uint32_t *xl = xh + p.cols / 2;
-    float *xs2 = (float *)(xl + p.cols / 2);
-    float *part = xs2 + nchunk; /* [NSG step groups][ROWS] */
+    uint32_t *xp = (uint32_t *)(red + 8 + p.cols / 2); /* past any prologue's scratch */
+    float *part = (float *)(xp + (size_t)p.nx * pw);   /* [nx][NSG step groups][ROWS] */
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int tile = warp % T, sg = warp / T;
     const int ngroups = (p.total + ROWS - 1) / ROWS;
@@ -295,10 +399,19 @@ __global__ void __launch_bounds__(kThreads) gemv_q4mma_kernel(const __grid_const
     gv_row_ptr(p, row0 + 8, ng, r1, s1);
     if (sg < nsteps) q4_step_load(r0, s0, r1, s1, sg, lane, R[0]);
     if (sg + NSG < nsteps) q4_step_load(r0, s0, r1, s1, sg + NSG, lane, R[1]);
-    const float scale = gv_prologue<LILY_CW_Q4>(p, xs4, xsum, nchunk, red);
     const float *xsf = (const float *)xs4;
-    q4x_convert(
-        p.cols, [&](int col) { return xsf[xs_index(col, 32, nchunk)]; }, xh, xl, xs2);
+    float scale[NX];
+#pragma unroll
+    for (int x = 0; x < NX; x++) {
+        scale[x] = 0.f;
+        if (x >= p.nx) continue; /* block-uniform */
+        if (x) __syncthreads();  /* the last vector's conversion has read x' */
+        scale[x] = gv_prologue<LILY_CW_Q4>(p, p.x[x], p.pz[x], xs4, xsum, nchunk, red);
+        uint32_t *xh = xp + (size_t)x * pw;
+        q4x_convert(
+            p.cols, [&](int col) { return xsf[xs_index(col, 32, nchunk)]; }, xh, xh + half,
+            (float *)(xh + 2 * half));
+    }
     __syncthreads();
     for (int grp = blockIdx.x; grp < ngroups; grp += gridDim.x) {
         if (grp != (int)blockIdx.x) {
@@ -306,108 +419,138 @@ __global__ void __launch_bounds__(kThreads) gemv_q4mma_kernel(const __grid_const
             gv_row_ptr(p, row0, ng, r0, s0);
             gv_row_ptr(p, row0 + 8, ng, r1, s1);
         }
-        float acc0 = 0.f, acc1 = 0.f;
+        float acc0[NX], acc1[NX];
+#pragma unroll
+        for (int x = 0; x < NX; x++)
+            acc0[x] = acc1[x] = 0.f;
         for (int st = sg; st < nsteps; st += 2 * NSG) {
             if (st != sg || grp != (int)blockIdx.x) {
                 q4_step_load(r0, s0, r1, s1, st, lane, R[0]);
                 if (st + NSG < nsteps) q4_step_load(r0, s0, r1, s1, st + NSG, lane, R[1]);
             }
-            q4_step_math(R[0], xh, xl, xs2, st, lane, acc0, acc1);
-            if (st + NSG < nsteps) q4_step_math(R[1], xh, xl, xs2, st + NSG, lane, acc0, acc1);
+            gv_q4_math<NX>(R[0], xp, pw, half, st, lane, p.nx, acc0, acc1);
+            if (st + NSG < nsteps)
+                gv_q4_math<NX>(R[1], xp, pw, half, st + NSG, lane, p.nx, acc0, acc1);
         }
-        acc0 = quad_sum(acc0);
-        acc1 = quad_sum(acc1);
-        if ((lane & 3) == 0) {
-            part[sg * ROWS + tile * 16 + (lane >> 2)] = acc0;
-            part[sg * ROWS + tile * 16 + (lane >> 2) + 8] = acc1;
+#pragma unroll
+        for (int x = 0; x < NX; x++) {
+            if (x >= p.nx) break; /* block-uniform */
+            acc0[x] = quad_sum(acc0[x]);
+            acc1[x] = quad_sum(acc1[x]);
+            if ((lane & 3) == 0) {
+                part[(x * NSG + sg) * ROWS + tile * 16 + (lane >> 2)] = acc0[x];
+                part[(x * NSG + sg) * ROWS + tile * 16 + (lane >> 2) + 8] = acc1[x];
+            }
         }
         __syncthreads();
         if (threadIdx.x < ROWS) {
             const int row = grp * ROWS + threadIdx.x;
-            float a = 0.f;
 #pragma unroll
-            for (int g = 0; g < NSG; g++)
-                a += part[g * ROWS + threadIdx.x];
-            a *= scale;
+            for (int x = 0; x < NX; x++) {
+                if (x >= p.nx) break;
+                float a = 0.f;
 #pragma unroll
-            for (int s = 0; s < LILY_GEMV_SEGS; s++)
-                if (s < p.nseg && row >= p.s[s].row0 && row < p.s[s].row0 + p.s[s].rows)
-                    gv_epilogue(p.s[s], row - p.s[s].row0, a);
+                for (int g = 0; g < NSG; g++)
+                    a += part[(x * NSG + g) * ROWS + threadIdx.x];
+                a *= scale[x];
+#pragma unroll
+                for (int s = 0; s < LILY_GEMV_SEGS; s++)
+                    if (s < p.nseg && row >= p.s[s].row0 && row < p.s[s].row0 + p.s[s].rows)
+                        gv_epilogue(p.s[s], p.y[x][s], p.cs[x][s], row - p.s[s].row0, a);
+            }
         }
         __syncthreads(); /* part is reused by the next group */
     }
 }
 
-template <int T>
-int launch_q4mma_t(const gv_params &p, size_t smem, lily_cuda_stream st, lily_err *e) {
+int g_smem_max = 0; /* opt-in shared memory per block */
+
+int dev_init(lily_err *e) {
+    if (g_sms) return 0;
+    int dev = 0, sms = 0;
+    LILY_CU_TRY(cudaGetDevice(&dev), e);
+    LILY_CU_TRY(cudaDeviceGetAttribute(&g_smem_max, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev),
+                e);
+    LILY_CU_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev), e);
+    g_sms = sms;
+    return 0;
+}
+
+template <int T, int NX> int launch_q4mma_t(const gv_params &p, lily_cuda_stream st, lily_err *e) {
+    const size_t smem = q4mma_smem(p.cols, p.nx);
     if (smem > 48 * 1024)
-        LILY_CU_TRY(cudaFuncSetAttribute(gemv_q4mma_kernel<T>,
+        LILY_CU_TRY(cudaFuncSetAttribute(gemv_q4mma_kernel<T, NX>,
                                          cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem),
                     e);
     /* a longer matrix (lm_head) loops over row groups, so the prologue is not redone for each */
     int blocks = (p.total + 16 * T - 1) / (16 * T);
     if (blocks > 8 * g_sms) blocks = 8 * g_sms;
-    LILY_CU_TRY(launch_kernel(gemv_q4mma_kernel<T>, dim3(blocks), dim3(kThreads), smem, st, p), e);
+    LILY_CU_TRY(launch_kernel(gemv_q4mma_kernel<T, NX>, dim3(blocks), dim3(kThreads), smem, st, p),
+                e);
     return 0;
 }
 
-int launch_q4mma(const gv_params &p, lily_cuda_stream st, lily_err *e) {
-    const int nchunk = p.cols / 32;
-    /* x' (fp32), its chunk sums, the prologue's scratch (8 + cols / 4 + cols / head floats at
-     * most, head >= 4), then the hi/lo planes, their chunk sums and the partials (128 floats) */
-    size_t floats = (size_t)p.cols + nchunk + 8 + p.cols / 2; /* up to xh */
-    size_t smem =
-        floats * 4 + (size_t)p.cols * 4 /* xh + xl: 2 bf16 planes */ + (size_t)nchunk * 4 + 128 * 4;
-    smem = (smem + 15) & ~(size_t)15;
-    if (!g_sms) {
-        int dev = 0;
-        LILY_CU_TRY(cudaGetDevice(&dev), e);
-        LILY_CU_TRY(cudaDeviceGetAttribute(&g_sms, cudaDevAttrMultiProcessorCount, dev), e);
-    }
-    /* the fewest tiles per block whose grid fits in one wave of 2 blocks per SM */
-    const int wave = 2 * g_sms;
-    if ((p.total + 15) / 16 <= wave) return launch_q4mma_t<1>(p, smem, st, e);
-    if ((p.total + 31) / 32 <= wave) return launch_q4mma_t<2>(p, smem, st, e);
-    return launch_q4mma_t<4>(p, smem, st, e);
+/* One vector: the NX = 1 instance (the 1-row decode's kernel); more: the NX = 8 instance with
+ * p.nx of them. */
+template <int T> int launch_q4mma_nx(const gv_params &p, lily_cuda_stream st, lily_err *e) {
+    return p.nx == 1 ? launch_q4mma_t<T, 1>(p, st, e) : launch_q4mma_t<T, LILY_GEMV_ROWS>(p, st, e);
 }
 
-template <int DT, int LPR, int CB>
-int launch(const gv_params &p, lily_cuda_stream st, lily_err *e) {
-    constexpr int epc = wtype<DT>::epc;
+/* The tile count per block depends on the matrix alone (never on nx), so a row's partial sums
+ * meet in the same order whatever the number of vectors. */
+int launch_q4mma(const gv_params &p, lily_cuda_stream st, lily_err *e) {
+    /* the fewest tiles per block whose grid fits in one wave of 2 blocks per SM */
+    const int wave = 2 * g_sms;
+    if ((p.total + 15) / 16 <= wave) return launch_q4mma_nx<1>(p, st, e);
+    if ((p.total + 31) / 32 <= wave) return launch_q4mma_nx<2>(p, st, e);
+    return launch_q4mma_nx<4>(p, st, e);
+}
+
+/* Shared memory of the fp32 kernel for nx input vectors of p. */
+size_t gv_smem(const gv_params &p, int epc, int nx) {
     int nchunk = p.cols / epc;
     int nh = p.pro == LILY_GP_GATED ? p.cols / p.head : 0;
     int nq = p.pro == LILY_GP_GATED ? p.cols / 4 : 0;
-    size_t smem = (size_t)p.cols * 4 + (size_t)nchunk * 4 + (size_t)(kThreads / 32 + nq + nh) * 4;
-    smem = (smem + 15) & ~(size_t)15;
+    size_t smem =
+        (size_t)nx * gv_row_floats(p.cols, nchunk) * 4 + (size_t)(kThreads / 32 + nq + nh) * 4;
+    return (smem + 15) & ~(size_t)15;
+}
+
+template <int DT, int LPR, int CB, int NX>
+int launch(const gv_params &p, lily_cuda_stream st, lily_err *e) {
+    const size_t smem = gv_smem(p, wtype<DT>::epc, p.nx);
     if (smem > 48 * 1024)
-        LILY_CU_TRY(cudaFuncSetAttribute(gemv_kernel<DT, LPR, CB>,
+        LILY_CU_TRY(cudaFuncSetAttribute(gemv_kernel<DT, LPR, CB, NX>,
                                          cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem),
                     e);
-    if (!g_sms) {
-        int dev = 0;
-        LILY_CU_TRY(cudaGetDevice(&dev), e);
-        LILY_CU_TRY(cudaDeviceGetAttribute(&g_sms, cudaDevAttrMultiProcessorCount, dev), e);
-    }
     /* every block resident at once: each builds x' once, then loops over row steps */
     int per_sm = 1;
-    LILY_CU_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, gemv_kernel<DT, LPR, CB>,
+    LILY_CU_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, gemv_kernel<DT, LPR, CB, NX>,
                                                               kThreads, smem),
                 e);
     if (per_sm < 1) per_sm = 1;
     int rows_per_block = (kThreads / 32) * (32 / LPR) * (kSlots / CB);
     int blocks = (p.total + rows_per_block - 1) / rows_per_block;
     if (blocks > g_sms * per_sm) blocks = g_sms * per_sm;
-    LILY_CU_TRY(launch_kernel(gemv_kernel<DT, LPR, CB>, dim3(blocks), dim3(kThreads), smem, st, p),
-                e);
+    LILY_CU_TRY(
+        launch_kernel(gemv_kernel<DT, LPR, CB, NX>, dim3(blocks), dim3(kThreads), smem, st, p), e);
     return 0;
+}
+
+/* One vector: the NX = 1 instance (the 1-row decode's kernel); more: the NX = 8 instance with
+ * p.nx of them. */
+template <int DT, int LPR, int CB>
+int launch_nx(const gv_params &p, lily_cuda_stream st, lily_err *e) {
+    return p.nx == 1 ? launch<DT, LPR, CB, 1>(p, st, e)
+                     : launch<DT, LPR, CB, LILY_GEMV_ROWS>(p, st, e);
 }
 
 /* Lanes per row: the largest power of two <= 32 dividing the chunk count; chunks per lane per
  * load batch: 2 when each lane has at most 2 chunks of a row (4 rows in flight), else 4. */
 template <int DT, int LPR> int launch_cb(const gv_params &p, lily_cuda_stream st, lily_err *e) {
     int nchunk = p.cols / wtype<DT>::epc;
-    if (nchunk <= 2 * LPR) return launch<DT, LPR, 2>(p, st, e);
-    return launch<DT, LPR, 4>(p, st, e);
+    if (nchunk <= 2 * LPR) return launch_nx<DT, LPR, 2>(p, st, e);
+    return launch_nx<DT, LPR, 4>(p, st, e);
 }
 
 template <int DT> int launch_dt(const gv_params &p, lily_cuda_stream st, lily_err *e) {
@@ -419,15 +562,25 @@ template <int DT> int launch_dt(const gv_params &p, lily_cuda_stream st, lily_er
     return launch_cb<DT, 2>(p, st, e);
 }
 
+int epc_of(int dt) {
+    return dt == LILY_CW_Q4   ? wtype<LILY_CW_Q4>::epc
+           : dt == LILY_CW_Q8 ? wtype<LILY_CW_Q8>::epc
+                              : wtype<LILY_CW_BF16>::epc;
+}
+
 } // namespace
-extern "C" int lily_cuda_gemv(const lily_gemv_seg *segs, int nseg, const float *x,
-                              const lily_gemv_pro *pro, lily_cuda_stream st, lily_err *e) {
+
+extern "C" int lily_cuda_gemv_rows(const lily_gemv_seg *segs, int nseg, int nx,
+                                   const float *const *x, const lily_gemv_pro *pro,
+                                   lily_cuda_stream st, lily_err *e) {
     if (nseg < 1 || nseg > LILY_GEMV_SEGS)
         return lily_fail(e, "gemv: %d segments (1..%d)", nseg, LILY_GEMV_SEGS);
+    if (nx < 1 || nx > LILY_GEMV_ROWS)
+        return lily_fail(e, "gemv: %d input vectors (1..%d)", nx, LILY_GEMV_ROWS);
+    if (dev_init(e)) return -1;
     gv_params p = {};
     p.nseg = nseg;
     p.cols = segs[0].m->cols;
-    p.x = x;
     int dt = segs[0].m->dt, row0 = 0;
     for (int i = 0; i < nseg; i++) {
         const lily_dmat *m = segs[i].m;
@@ -435,11 +588,15 @@ extern "C" int lily_cuda_gemv(const lily_gemv_seg *segs, int nseg, const float *
             return lily_fail(e, "gemv: segment %d differs in type or columns", i);
         if (segs[i].epi == LILY_GV_CONV && (segs[i].conv_k < 2 || segs[i].conv_k > 8))
             return lily_fail(e, "gemv: conv width %d (2..8)", segs[i].conv_k);
+        for (int r = 1; r < nx; r++) {
+            const lily_gemv_seg *o = &segs[r * nseg + i];
+            if (o->m != m || o->epi != segs[i].epi || o->conv_w != segs[i].conv_w ||
+                o->conv_k != segs[i].conv_k)
+                return lily_fail(e, "gemv: vector %d's segment %d differs from vector 0's", r, i);
+        }
         gv_seg &s = p.s[i];
         s.w = m->w;
         s.sb = m->sb;
-        s.y = segs[i].y;
-        s.cs = segs[i].conv_state;
         s.cw = segs[i].conv_w;
         s.rows = m->rows;
         s.row0 = row0;
@@ -452,17 +609,50 @@ extern "C" int lily_cuda_gemv(const lily_gemv_seg *segs, int nseg, const float *
     if (pro) {
         p.pro = pro->kind;
         p.pw = pro->w;
-        p.pz = pro->z;
         p.head = pro->head;
         p.eps = pro->eps;
         if (p.pro == LILY_GP_GATED && (p.head < 4 || p.head % 4 || p.cols % p.head))
             return lily_fail(e, "gemv: gated prologue head %d (a multiple of 4 dividing %d)",
                              p.head, p.cols);
+        for (int r = 1; r < nx; r++)
+            if (pro[r].kind != pro->kind || pro[r].w != pro->w || pro[r].head != pro->head ||
+                pro[r].eps != pro->eps)
+                return lily_fail(e, "gemv: vector %d's prologue differs from vector 0's", r);
     }
-    if (dt == LILY_CW_Q4 && p.cols % 256 == 0) return launch_q4mma(p, st, e);
-    switch (dt) {
-    case LILY_CW_Q4: return launch_dt<LILY_CW_Q4>(p, st, e);
-    case LILY_CW_Q8: return launch_dt<LILY_CW_Q8>(p, st, e);
-    default: return launch_dt<LILY_CW_BF16>(p, st, e);
+    const bool mma = dt == LILY_CW_Q4 && p.cols % 256 == 0;
+    /* the vectors in groups that fit one launch's shared memory: each vector's results do not
+     * depend on the group it runs in */
+    for (int r0 = 0; r0 < nx;) {
+        int k = nx - r0;
+        while (k > 1 &&
+               (mma ? q4mma_smem(p.cols, k) : gv_smem(p, epc_of(dt), k)) > (size_t)g_smem_max)
+            k--;
+        gv_params q = p;
+        q.nx = k;
+        for (int r = 0; r < k; r++) {
+            q.x[r] = x[r0 + r];
+            q.pz[r] = pro ? pro[r0 + r].z : nullptr;
+            for (int i = 0; i < nseg; i++) {
+                q.y[r][i] = segs[(r0 + r) * nseg + i].y;
+                q.cs[r][i] = segs[(r0 + r) * nseg + i].conv_state;
+            }
+        }
+        int rc;
+        if (mma)
+            rc = launch_q4mma(q, st, e);
+        else if (dt == LILY_CW_Q4)
+            rc = launch_dt<LILY_CW_Q4>(q, st, e);
+        else if (dt == LILY_CW_Q8)
+            rc = launch_dt<LILY_CW_Q8>(q, st, e);
+        else
+            rc = launch_dt<LILY_CW_BF16>(q, st, e);
+        if (rc) return -1;
+        r0 += k;
     }
+    return 0;
+}
+
+extern "C" int lily_cuda_gemv(const lily_gemv_seg *segs, int nseg, const float *x,
+                              const lily_gemv_pro *pro, lily_cuda_stream st, lily_err *e) {
+    return lily_cuda_gemv_rows(segs, nseg, 1, &x, pro, st, e);
 }
