@@ -110,6 +110,16 @@ if [[ ${GPU_CHECK_ATTN_TIME:-0} == [1f] ]] && [ -x "$work/bin/test_cuda_attn" ];
     LILY_CUDA_TIME=$tm timeout 300 "$work/bin/test_cuda_attn" 2>&1 | grep -E '^time' | grep -v decode
 fi
 
+if [ -n "${GPU_CHECK_KTIME:-}" ]; then
+    # kernel timing modes of parity tests: GPU_CHECK_KTIME="gdn_chunk:1 moe_tiles:1p" runs
+    # LILY_CUDA_TIME=<mode> test_cuda_<name> (each test's header says what it prints)
+    for kt in $GPU_CHECK_KTIME; do
+        echo "== kernel timing: LILY_CUDA_TIME=${kt#*:} test_cuda_${kt%%:*}"
+        LILY_CUDA_TIME=${kt#*:} timeout 240 "$work/bin/test_cuda_${kt%%:*}" 2>&1 |
+            grep -vE '^(PASS|ok) ' | tail -${GPU_CHECK_KTIME_LINES:-40}
+    done
+fi
+
 if [[ $skip != *" fixtures "* ]] && [ -x "$work/bin/golden_test_logits" ] && [ -x "$work/bin/lily" ]; then
     # The transformers fixtures whose shapes the CUDA kernels run (gpu-*), through the engine in
     # every mode. GPU_CHECK_FIXTURES_GEN=1 first makes their references here with transformers
@@ -284,6 +294,14 @@ PY
                         grep -vE '^$|^lily: loading'
                 done
             done
+        fi
+        if [ -n "${GPU_CHECK_ROWS:-}" ]; then
+            # the decode step of 1-8 rows (one row per session; forward_rows), step time per row
+            # count at GPU_CHECK_ROWS_CTX (default 4K)
+            echo "-- rows ${GPU_CHECK_ROWS} at ${GPU_CHECK_ROWS_CTX:-4K}"
+            timeout 200 "$work/bin/lily" bench --model "$LILY_CUDA_BENCH_DIR" --backend cuda \
+                --rows "$GPU_CHECK_ROWS" --decode "${GPU_CHECK_ROWS_CTX:-4K}" --gen 64 2>&1 |
+                grep -vE '^$|^lily: loading'
         fi
         if [ "${GPU_CHECK_GENERATE:-0}" = 1 ]; then
             # tokens drawn on the GPU (lily_session_decode_sample) against the host sampler
