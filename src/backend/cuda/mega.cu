@@ -97,10 +97,14 @@ __device__ __forceinline__ long long gtimer() {
     return t;
 }
 
-/* L2 prefetch of [p, p + bytes) (16-byte aligned, bytes % 16 == 0), spread over the block. */
+/* L2 prefetch of [p, p + bytes) (16-byte aligned, bytes % 16 == 0), spread over the block; at
+ * most kPrefetchMax bytes, so that the grid's prefetches stay well inside the L2 (a larger tile
+ * streams the rest). */
+constexpr size_t kPrefetchMax = 131072;
 __device__ void prefetch_l2(const void *p, size_t bytes) {
     constexpr size_t piece = 16384;
     const char *c = (const char *)p;
+    bytes = bytes < kPrefetchMax ? bytes : kPrefetchMax;
     for (size_t o = (size_t)threadIdx.x * piece; o < bytes; o += (size_t)blockDim.x * piece) {
         size_t n = bytes - o < piece ? bytes - o : piece;
 #if __CUDA_ARCH__ >= 900
@@ -583,7 +587,7 @@ __device__ void prefetch_tile(const mg_op &op, int tile) {
 /* Thread 0 waits until every dependency of op has finished this epoch's tiles; false when the
  * step is abandoned (timeout here or elsewhere). */
 __device__ bool wait_deps(const mg_op &op, const mg_op *ops, const unsigned *cnt, unsigned ep,
-                          int *err, long long tmo, int *s_abort) {
+                          int *err, int *err_host, long long tmo, int *s_abort) {
     if (threadIdx.x == 0) {
         for (int d = 0; d < op.ndeps && !*s_abort; d++) {
             const int o = op.deps[d];
@@ -600,11 +604,12 @@ __device__ bool wait_deps(const mg_op &op, const mg_op *ops, const unsigned *cnt
                     t0 = now;
                 } else if (now - t0 > tmo) {
                     atomicCAS(err, 0, 1 + o);
+                    *(volatile int *)err_host = 1 + o; /* host-mapped: a plain store */
                     *s_abort = 1;
                     break;
                 }
                 __nanosleep(ns);
-                ns = ns < 1024 ? 2 * ns : ns;
+                ns = ns < 256 ? 2 * ns : ns;
             }
         }
         __threadfence();
@@ -615,7 +620,7 @@ __device__ bool wait_deps(const mg_op &op, const mg_op *ops, const unsigned *cnt
 
 __global__ void __launch_bounds__(kThreads, 1)
     mega_kernel(const mg_op *ops, const int2 *items, const int *offs, unsigned *cnt, unsigned *sync,
-                int *err, long long tmo, const mg_cfg cf, const lily_mega_state st) {
+                int *err, int *err_host, long long tmo, const mg_cfg cf, const lily_mega_state st) {
     extern __shared__ float4 smem4[];
     float *smem = (float *)smem4;
     __shared__ float red[32];
@@ -635,7 +640,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         const int2 it = items[i];
         const mg_op &op = ops[it.x];
         if (i + 1 < i1) prefetch_tile(ops[items[i + 1].x], items[i + 1].y);
-        if (!wait_deps(op, ops, cnt, ep, err, tmo, &s_abort)) return;
+        if (!wait_deps(op, ops, cnt, ep, err, err_host, tmo, &s_abort)) return;
         switch (op.kind) {
         case MG_EMBED: run_embed(cf); break;
         case MG_GEMV: run_gemv(op, it.y, cf, st, smem, red, red8); break;
@@ -674,8 +679,9 @@ struct lily_mega {
     int2 *items;
     int *offs;
     unsigned *cnt, *sync;
+    int *err; /* device: the kernel's error flag (the op that timed out, plus 1) */
     float *scratch;
-    int *err_h, *err_d; /* host-mapped */
+    int *err_h, *err_d; /* its host-mapped copy (host and device addresses) */
 };
 
 namespace {
@@ -1048,7 +1054,7 @@ extern "C" int lily_cuda_mega_create(const lily_mega_model *mm, lily_mega **out,
                 items[offs[blk] + fill[blk]++] = make_int2(i, j);
             }
         const size_t ob = (size_t)g->n_ops * sizeof(mg_op), ib = (size_t)n * sizeof(int2);
-        const size_t fb = ((size_t)g->grid + 1) * sizeof(int), cb = (size_t)g->n_ops * 4 + 8;
+        const size_t fb = ((size_t)g->grid + 1) * sizeof(int), cb = (size_t)g->n_ops * 4 + 12;
         const size_t o_items = (ob + 15) & ~(size_t)15, o_offs = (o_items + ib + 15) & ~(size_t)15;
         const size_t o_cnt = (o_offs + fb + 15) & ~(size_t)15;
         int bad = !(g->dev = lily_cuda_alloc(o_cnt + cb, e));
@@ -1056,6 +1062,7 @@ extern "C" int lily_cuda_mega_create(const lily_mega_model *mm, lily_mega **out,
             char *d = (char *)g->dev;
             g->ops = (mg_op *)d, g->items = (int2 *)(d + o_items), g->offs = (int *)(d + o_offs);
             g->cnt = (unsigned *)(d + o_cnt), g->sync = g->cnt + g->n_ops;
+            g->err = (int *)(g->sync + 2);
             bad = lily_cuda_h2d(g->ops, g->ops_h, ob, e) || lily_cuda_h2d(g->items, items, ib, e) ||
                   lily_cuda_h2d(g->offs, offs, fb, e) ||
                   lily_cuda_memset(g->cnt, 0, cb, nullptr, e);
@@ -1099,7 +1106,7 @@ extern "C" int lily_cuda_mega_step(lily_mega *g, const lily_mega_state *s, lily_
     if (*(volatile int *)g->err_h) return lily_cuda_mega_failed(g, e);
     LILY_CU_TRY(launch_kernel(mega_kernel, dim3(g->grid), dim3(kThreads), g->smem, st,
                               (const mg_op *)g->ops, (const int2 *)g->items, (const int *)g->offs,
-                              g->cnt, g->sync, g->err_d, g->timeout_ns, g->cf, *s),
+                              g->cnt, g->sync, g->err, g->err_d, g->timeout_ns, g->cf, *s),
                 e);
     return 0;
 }
@@ -1109,14 +1116,4 @@ extern "C" int lily_cuda_mega_failed(const lily_mega *g, lily_err *e) {
     if (!v) return 0;
     return lily_fail(e, "mega: a tile of op %d waited past the timeout (the step is abandoned)",
                      v - 1);
-}
-
-extern "C" void lily_cuda_mega_shape(const lily_mega *g, int *n_ops, int *n_tiles, int *grid) {
-    if (n_ops) *n_ops = g->n_ops;
-    if (n_tiles) *n_tiles = g->n_tiles;
-    if (grid) *grid = g->grid;
-}
-
-extern "C" void lily_cuda_mega_set_timeout(lily_mega *g, int ms) {
-    g->timeout_ns = (long long)(ms > 0 ? ms : 1) * 1000000ll;
 }

@@ -15,7 +15,7 @@
  * on sm_90; weights never depend on activations, except the routed experts', which are known
  * only after top-k). The last block to finish advances the epoch.
  *
- * A wait that lasts longer than the timeout sets the error flag (host-mapped memory) and every
+ * A wait that lasts longer than the timeout (10 s) sets the error flag (host-mapped memory) and every
  * block leaves: lily_cuda_mega_failed reports it after the stream has synchronised, and a
  * failed instance refuses further steps (no hang on a wrong result).
  *
@@ -75,8 +75,8 @@ typedef struct lily_mega_state {
 
 typedef struct lily_mega lily_mega;
 
-/* Builds the instruction list and scratch for mm (borrowed: its weights and buffers must
- * outlive the instance). Fails on shapes the kernel does not take. */
+/* Builds the instruction list and scratch for mm (read during the call; the weights and buffers
+ * it points to must outlive the instance). Fails on shapes the kernel does not take. */
 int lily_cuda_mega_create(const lily_mega_model *mm, lily_mega **out, lily_err *e);
 void lily_cuda_mega_free(lily_mega *g);
 
@@ -86,12 +86,6 @@ int lily_cuda_mega_step(lily_mega *g, const lily_mega_state *s, lily_cuda_stream
 
 /* After the stream has synchronised: non-zero (with a message) when a step timed out waiting. */
 int lily_cuda_mega_failed(const lily_mega *g, lily_err *e);
-
-/* Number of mega ops and tiles of one step, and the grid (for logs and tests). */
-void lily_cuda_mega_shape(const lily_mega *g, int *n_ops, int *n_tiles, int *grid);
-
-/* Sets the spin timeout in milliseconds (tests; the default is 10000). */
-void lily_cuda_mega_set_timeout(lily_mega *g, int ms);
 
 #ifdef __cplusplus
 }
