@@ -9,10 +9,12 @@
  * Decode (n == 1) runs the fused GEMV/MoE/GDN/attention kernels; the whole step (embedding to
  * logits and argmax) is captured once per state as a CUDA graph and replayed for every token:
  * the token id and position are read from device memory, refreshed by two small copies before
- * each replay. Prefill runs a chunk through the tensor-core GEMMs, the grouped MoE, the GDN scan
- * and flash attention on one stream with no host synchronisation inside the chunk. Scratch is
- * sized at open for the prefill chunk, so memory beyond the KV caches does not grow with the
- * prompt. Calls on one backend are serialised by a mutex. */
+ * each replay. With the experimental engine option cuda_mega the graph holds the persistent
+ * kernel of mega.h instead of the per-op launches. Prefill runs a chunk through the tensor-core
+ * GEMMs, the grouped MoE, the GDN scan and flash attention on one stream with no host
+ * synchronisation inside the chunk. Scratch is sized at open for the prefill chunk, so memory
+ * beyond the KV caches does not grow with the prompt. Calls on one backend are serialised by a
+ * mutex. */
 #include <math.h>
 #include <pthread.h>
 #include <stddef.h>
