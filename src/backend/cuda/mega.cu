@@ -197,17 +197,19 @@ __device__ void gemv_tile(const mg_op &op, const mg_seg &sg, int t, const mg_cfg
     constexpr int epc = wtype<DT>::epc;
     const int nchunk = cols / epc;
     float *xs = smem, *xsum = smem + cols;
-    build_x<DT>(op.xin, cols, op.pro, op.norm_w, cf.eps, xs, xsum, red);
     const int r0 = t * sg.rpt, r1 = min(sg.m.rows, r0 + sg.rpt);
     const size_t rb = dmat_row_bytes(DT, cols), gw = gpr_words(cols);
     const uint8_t *w1 = sg.m.w, *w2 = sg.m2.w;
     const uint32_t *s1 = sg.m.sb, *s2 = sg.m2.sb;
-    if (sg.slot >= 0) {
+    if (sg.slot >= 0) { /* an expert, known now: its rows stream into L2 while x' is built */
         const size_t ex = (size_t)__ldcg(cf.ridx + sg.slot);
         w1 += ex * sg.m.w_stride, w2 += ex * sg.m2.w_stride;
         if (s1) s1 += ex * sg.m.sb_stride;
         if (s2) s2 += ex * sg.m2.sb_stride;
+        prefetch_l2(w1 + (size_t)r0 * rb, (size_t)(r1 - r0) * rb);
+        if (sg.epi == EPI_SWIGLU) prefetch_l2(w2 + (size_t)r0 * rb, (size_t)(r1 - r0) * rb);
     }
+    build_x<DT>(op.xin, cols, op.pro, op.norm_w, cf.eps, xs, xsum, red);
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const bool swiglu = sg.epi == EPI_SWIGLU;
     unsigned long long best = 0;
@@ -318,12 +320,16 @@ __device__ void run_down(const mg_op &op, int tile, const mg_cfg &cf, float *sme
         }
     }
     __syncthreads();
+    const int r0 = tile * op.rpt, r1 = min(cf.H, r0 + op.rpt);
+    for (int s = 0; s < nrt; s++) { /* the routed experts' rows (the shared one's: earlier) */
+        const size_t rb = dmat_row_bytes(s_dt[s], s_cols[s]);
+        prefetch_l2(s_w[s] + (size_t)r0 * rb, (size_t)(r1 - r0) * rb);
+    }
     for (int s = 0; s < nsl; s++) {
         const float *src = s < nrt ? cf.act + (size_t)s * cf.I : cf.act + (size_t)nrt * cf.I;
         build_any(s_dt[s], src, s_cols[s], smem + s_off[s], smem + s_off[s] + s_cols[s], red);
     }
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const int r0 = tile * op.rpt, r1 = min(cf.H, r0 + op.rpt);
     for (int r = r0 + warp; r < r1; r += kWarps) {
         float total = 0.f;
         for (int s = 0; s < nsl; s++) {
