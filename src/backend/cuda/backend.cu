@@ -339,6 +339,8 @@ int gemv_any_rows(const lily_gemv_seg *segs, int n, int nx, const float *const *
         if (lily_cuda_gemv_rows(grp, ng, nx, x, pro, st, e)) return -1;
     }
     return 0;
+}
+
 /* The persistent decode kernel over the uploaded weights (mega.h). */
 int mega_open(lily_backend *b, lily_err *e) {
     const lily_config *c = &b->m->cfg;
