@@ -64,7 +64,7 @@ if [ "$mode" = prepare ]; then
     git status --short -- src/backend/cuda tests/parity >>"$carry/pack/commit"
     # one xz stream with a 64 MiB window: the binaries share their kernels, so all the tests
     # pack into about what one of them takes alone (-6: 41 MB for four binaries, -9: 12 MB)
-    tar -C "$carry/pack" -cf - . | xz -9 -T1 >"$carry/cuda.tar.xz"
+    tar -C "$carry/pack" -cf - . | xz -T1 --lzma2=preset=9,dict=256MiB >"$carry/cuda.tar.xz"
     rm -rf "$carry/pack"
     ls -la "$carry/cuda.tar.xz"
     exit 0
