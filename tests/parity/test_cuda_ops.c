@@ -10,7 +10,8 @@
  *
  * Ops: gemv (decode GEMV: every weight type, prologue copy / RMSNorm / per-head gated RMSNorm,
  * epilogue store / add / causal conv + SiLU with its state update, odd row counts, 64 .. 16384
- * columns); moe_decode (the fused decode MoE block, with the router GEMV and with the router fused
+ * columns); gemv_rows (lily_cuda_gemv_rows, 1 to 8 input vectors through the same weights,
+ * against lily_cuda_gemv of each vector alone, bit for bit: outputs and conv states); moe_decode (the fused decode MoE block, with the router GEMV and with the router fused
  * into the gate/up launch behind a grid barrier, each step twice on one scratch; the routing
  * against the CPU top-k and the output against lily_cpu_ffn_block with the GPU's routing, so a
  * near-tie flip cannot fail); moe_graph (two fused layers captured in a CUDA graph and replayed
@@ -28,17 +29,27 @@
  * attn_prep (q/k RMSNorm, partial RoPE, int16 + scale cache rows against lily_cpu_rmsnorm +
  * lily_cpu_rope); attn_decode (split-K decode at contexts 1 to 131073, every split count 1 to
  * 128, forced split targets, group sizes 1 to 16); attn_prefill (the tensor-core prefill over
- * chunks from 0 and deep in the cache, gated or not, head dims 64, 128, 256: default, fast, and
- * at head dim 256 the ws kernel unsplit and split in 3). The attention reference is attention
- * with double sums on the values the int16 cache holds; each row runs with exact attention
- * products (to fp32 accumulation level) and with one bf16 pass (a looser bound).
+ * chunks from 0, continuing at 1000 and 3000 and deep in the cache (20011, 70000), gated or not,
+ * head dims 64, 128, 256, in every prefill mode: default (exact), fast (at head dim 256
+ * attn_fa.cu's one-pass fp16 wgmma kernel, to its own bound TOL_FA; attn.cu's one-pass bf16
+ * kernel at other head dims), and at head dim 256 the ws kernel unsplit and split in 3
+ * (lily_cuda_attn_prefill_force_splits), attn.cu's one-pass kernel
+ * (lily_cuda_attn_prefill_force_fast_kernel), the fa kernel unsplit and split in 3). The
+ * attention reference is attention with double sums on the values the int16 cache holds; the
+ * exact modes agree to fp32 accumulation level, the one-pass modes to a looser bound.
  *
  * Sanitizer-sized runs: LILY_GDN_QUICK=1 leaves out the long scans, LILY_CUDA_SAN=1 the 40K-131K
  * attention contexts and deep prefills, LILY_CUDA_SAN=2 runs the racecheck-sized attention rows
  * alone. LILY_CUDA_TIME=1 also prints, after the rows, the GDN scan kernels' times (gdn_scan
- * selected) and attention decode and prefill times at the 35B-A3B shape (attn_prefill selected);
- * LILY_CUDA_TIME=1p the attention prefill timing alone (no rows: for profilers). The GEMMs
- * (test_cuda_gemm, test_cuda_skinny) and the sampler (test_cuda_sample) keep their programs. */
+ * selected) and, in each prefill mode, attention decode and prefill times at the 35B-A3B shape
+ * (attn_prefill selected: decode at 4K-128K alone, in a CUDA graph of 10 and with a sweep of
+ * split targets; prefill chunks of 512 tokens at depth 130560 and of 4096 from 0, 28672, 32768,
+ * 65536 and 126976, in microseconds and TFLOP/s of the causal products; cudaEvent, median of 20);
+ * LILY_CUDA_TIME=1p the prefill chunks alone (no rows: for profilers, 23 launches per chunk and
+ * mode, 3 warm-ups and 20 timed); LILY_CUDA_TIME=1f the same for the one-pass modes alone
+ * (attn.cu's mma.sync kernel, then attn_fa.cu's split as the SMs call for, and unsplit). The
+ * GEMMs (test_cuda_gemm, test_cuda_skinny) and the sampler (test_cuda_sample) keep their
+ * programs. */
 #include <stdio.h>
 
 #ifndef LILY_HAVE_CUDA
@@ -51,6 +62,7 @@ int main(void) {
 
 #include "backend/cpu/blocks.h"
 #include "backend/cuda/attn.h"
+#include "backend/cuda/attn_fa.h"
 #include "backend/cuda/attn_wg.h"
 #include "backend/cuda/gemm_split.h"
 #include "backend/cuda/gdn.h"
@@ -61,6 +73,7 @@ int main(void) {
 
 typedef enum {
     OP_GEMV,
+    OP_GEMV_ROWS,
     OP_MOE_DECODE,
     OP_MOE_GRAPH,
     OP_MOE_PREFILL,
@@ -79,9 +92,9 @@ typedef enum {
     OP_ATTN_ARGS,
 } op_kind;
 static const char *op_names[] = {
-    "gemv",          "moe_decode", "moe_graph",   "moe_prefill",  "embed",     "rmsnorm",
-    "argmax",        "advance",    "gdn_conv",    "gdn_scan",     "gdn_gnorm", "gemv_args",
-    "gdn_scan_args", "attn_prep",  "attn_decode", "attn_prefill", "attn_args"};
+    "gemv",      "gemv_rows",     "moe_decode", "moe_graph",   "moe_prefill",  "embed",
+    "rmsnorm",   "argmax",        "advance",    "gdn_conv",    "gdn_scan",     "gdn_gnorm",
+    "gemv_args", "gdn_scan_args", "attn_prep",  "attn_decode", "attn_prefill", "attn_args"};
 static const char *dt_names[] = {"f32", "bf16", "f16", "q4", "q8"};
 
 /* One row of the table. Fields an op does not use stay 0. */
@@ -89,7 +102,8 @@ typedef struct {
     op_kind op;
     lily_dtype dt;    /* gemv, embed: the weight type */
     int dim;          /* gemv: columns; moe: H; embed: H; rmsnorm: width */
-    int n;            /* moe_prefill: tokens; embed: tokens; rmsnorm: rows; argmax: length */
+    int n;            /* moe_prefill: tokens; embed: tokens; rmsnorm: rows; argmax: length;
+                       * gemv_rows: input vectors */
     int rows[4];      /* gemv: the segments' row counts (nseg of them) */
     int nseg;         /* gemv */
     int pro, epi;     /* gemv: LILY_GP_*, LILY_GV_* */
@@ -119,6 +133,11 @@ typedef struct {
     {                                                                                       \
         .op = OP_GEMV, .dt = LILY_DT_##d, .dim = c, .pro = LILY_GP_##p, .epi = LILY_GV_##e, \
         .tol = t, .rows = {__VA_ARGS__}, .nseg = sizeof((int[]){__VA_ARGS__}) / sizeof(int) \
+    }
+#define GEMV_ROWS(d, c, p, e, nx, ...)                                                           \
+    {                                                                                            \
+        .op = OP_GEMV_ROWS, .dt = LILY_DT_##d, .dim = c, .pro = LILY_GP_##p, .epi = LILY_GV_##e, \
+        .n = nx, .rows = {__VA_ARGS__}, .nseg = sizeof((int[]){__VA_ARGS__}) / sizeof(int)       \
     }
 #define MOE(o, e_, k_, h, i, is, g, st, n_, r)                                                \
     {                                                                                         \
@@ -156,6 +175,28 @@ static const op_row table[] = {
     /* a wide input: dynamic shared memory above 48 KiB (16384 columns is the widest the CPU
      * reference's matmul takes, 256 groups) */
     GEMV(Q4, 16384, RMSNORM, STORE, 1e-4, 33),
+    /* gemv_rows: several input vectors at once (a decode step of rows) against lily_cuda_gemv of
+     * each vector alone, bit for bit: tensor-core Q4 (every count 1..8), the fp32 kernels (counts
+     * split into launches of 8, 4, 2, 1), every prologue and epilogue, and a width whose vectors
+     * do not all fit one launch's shared memory. Weight type, columns, prologue, epilogue,
+     * vectors, the segments' rows */
+    GEMV_ROWS(Q4, 2048, RMSNORM, STORE, 1, 300, 37, 5, 1000),
+    GEMV_ROWS(Q4, 2048, RMSNORM, STORE, 2, 300, 37, 5, 1000),
+    GEMV_ROWS(Q4, 2048, RMSNORM, CONV, 3, 300, 37, 5, 1000),
+    GEMV_ROWS(Q4, 2048, RMSNORM, STORE, 4, 300, 37, 5, 1000),
+    GEMV_ROWS(Q4, 2048, RMSNORM, STORE, 5, 300, 37, 5, 1000),
+    GEMV_ROWS(Q4, 2048, RMSNORM, STORE, 6, 300, 37, 5, 1000),
+    GEMV_ROWS(Q4, 2048, RMSNORM, STORE, 7, 300, 37, 5, 1000),
+    GEMV_ROWS(Q4, 2048, RMSNORM, STORE, 8, 300, 37, 5, 1000),
+    GEMV_ROWS(Q4, 4096, GATED, ADD, 8, 1000, 37),
+    GEMV_ROWS(Q4, 512, NONE, ADD, 5, 1000, 37, 513),
+    GEMV_ROWS(Q4, 320, RMSNORM, CONV, 7, 1000, 37, 513),
+    GEMV_ROWS(Q4, 64, RMSNORM, STORE, 8, 256, 1, 7, 300),
+    GEMV_ROWS(Q8, 2048, RMSNORM, STORE, 6, 256, 1),
+    GEMV_ROWS(BF16, 576, GATED, ADD, 3, 256, 1, 7, 300),
+    GEMV_ROWS(BF16, 4096, RMSNORM, STORE, 8, 5),
+    GEMV_ROWS(F32, 768, NONE, CONV, 8, 1000, 37),
+    GEMV_ROWS(Q4, 16384, RMSNORM, STORE, 3, 33),
 
     /* MoE: (E, k, H, I, Is, shared gate, stacked, n, routing). Decode rows: each step with the
      * router GEMV and with the fused router (first step and through the barrier). Prefill: Q4
@@ -291,7 +332,8 @@ static const op_row table[] = {
     ATTN_DEC(2, 2, 128, 12345, 100, 0),
     ATTN_DEC(16, 2, 256, 7, 1, 1, .race = 2),
     ATTN_DEC(8, 2, 128, 300, 3, 0, .race = 2),
-    /* attn_prefill: Nq, Nkv, Dh, pos0, n, gated (default, fast, and at Dh 256 the ws kernel
+    /* attn_prefill: Nq, Nkv, Dh, pos0, n, gated (every prefill mode: default, fast, and at Dh 256
+     * the ws kernel unsplit and split in 3, attn.cu's one-pass mma.sync kernel, the fa kernel
      * unsplit and split in 3) */
     ATTN_PRE(16, 2, 256, 0, 1, 1),
     ATTN_PRE(16, 2, 256, 0, 77, 1),
@@ -311,6 +353,12 @@ static const op_row table[] = {
     ATTN_PRE(16, 1, 256, 0, 45, 1),   /* G 16: 8 positions per block */
     ATTN_PRE(8, 2, 256, 130, 67, 0),  /* G 4 */
     ATTN_PRE(2, 2, 256, 999, 200, 1), /* G 1: 128 positions per block, two blocks */
+    /* chunks continuing at 1000 and deep at 70000, odd lengths, G 8, 2, 1 */
+    ATTN_PRE(16, 2, 256, 1000, 301, 1, .nosan = 1),
+    ATTN_PRE(4, 2, 256, 1000, 257, 0),
+    ATTN_PRE(16, 2, 256, 70000, 9, 1, .nosan = 1),
+    ATTN_PRE(4, 2, 256, 70001, 9, 0, .nosan = 1),
+    ATTN_PRE(2, 2, 256, 69999, 5, 1, .nosan = 1),
     ATTN_PRE(16, 2, 256, 0, 33, 1, .race = 2),
     ATTN_PRE(4, 4, 128, 70, 20, 0, .race = 2),
     {.op = OP_ATTN_ARGS},
@@ -416,6 +464,95 @@ static void run_gemv(const op_row *r) {
     }
     lily_cuda_free(dx), lily_cuda_free(dw), lily_cuda_free(dz);
     free(x), free(xp), free(w), free(z);
+}
+
+/* lily_cuda_gemv_rows with r->n input vectors (their own x, gate z, outputs and conv states)
+ * against lily_cuda_gemv of each vector alone: bit for bit (memcmp), outputs and conv states. */
+static void run_gemv_rows(const op_row *r) {
+    enum { K = 4, NX = LILY_GEMV_ROWS, MAXR = 8192 };
+    lily_err e;
+    const lily_dtype dt = r->dt;
+    const int cols = r->dim, nseg = r->nseg, pk = r->pro, epi = r->epi, nx = r->n;
+    const int *rows = r->rows;
+    int shape_ok = nseg >= 1 && nseg <= LILY_GEMV_SEGS && nx >= 1 && nx <= NX;
+    for (int s = 0; s < nseg && shape_ok; s++)
+        shape_ok = rows[s] >= 1 && rows[s] <= MAXR;
+    if (!shape_ok) {
+        pt_check_true("gemv_rows row: segments, vectors and rows in range", 0);
+        return;
+    }
+    lily_mat m[LILY_GEMV_SEGS];
+    lily_dmat dm[LILY_GEMV_SEGS];
+    lily_gemv_seg seg[NX * LILY_GEMV_SEGS], one[LILY_GEMV_SEGS];
+    lily_gemv_pro pro[NX];
+    const float *xr[NX];
+    float *dx[NX], *dz[NX], *y[2][NX][LILY_GEMV_SEGS], *cs[2][NX][LILY_GEMV_SEGS];
+    float *cw[LILY_GEMV_SEGS];
+    const int head = 128 <= cols && cols % 128 == 0 ? 128 : 64;
+    float *h = malloc((size_t)(cols > MAXR ? cols : MAXR) * K * 4);
+    pt_fill(h, cols, 1.0f);
+    for (int i = 0; i < cols; i++)
+        h[i] = 0.5f + 0.5f * h[i];
+    float *dw = pt_dup(h, cols);
+    for (int s = 0; s < nseg; s++) {
+        m[s] = pt_mat(dt, rows[s], cols);
+        if (!pt_ok(lily_cuda_dmat_upload(&m[s], 1, &dm[s], &e), "upload", &e)) return;
+        pt_fill(h, (size_t)K * rows[s], 0.7f);
+        cw[s] = pt_dup(h, (size_t)K * rows[s]);
+    }
+    for (int v = 0; v < nx; v++) {
+        pt_fill(h, cols, 2.0f);
+        xr[v] = dx[v] = pt_dup(h, cols);
+        pt_fill(h, cols, 3.0f);
+        dz[v] = pt_dup(h, cols);
+        pro[v] = (lily_gemv_pro){pk, dw, dz[v], head, 1e-6f};
+        for (int s = 0; s < nseg; s++) {
+            pt_fill(h, rows[s], 1.0f); /* both runs start from the same y (ADD) and state */
+            y[0][v][s] = pt_dup(h, rows[s]);
+            y[1][v][s] = pt_dup(h, rows[s]);
+            pt_fill(h, (size_t)(K - 1) * rows[s], 1.0f);
+            cs[0][v][s] = pt_dup(h, (size_t)(K - 1) * rows[s]);
+            cs[1][v][s] = pt_dup(h, (size_t)(K - 1) * rows[s]);
+            seg[v * nseg + s] = (lily_gemv_seg){&dm[s], y[0][v][s], epi, cs[0][v][s], cw[s], K};
+        }
+    }
+    int ok = pt_ok(lily_cuda_gemv_rows(seg, nseg, nx, xr, pk ? pro : NULL, NULL, &e), "rows", &e);
+    for (int v = 0; v < nx && ok; v++) {
+        for (int s = 0; s < nseg; s++)
+            one[s] = (lily_gemv_seg){&dm[s], y[1][v][s], epi, cs[1][v][s], cw[s], K};
+        ok = pt_ok(lily_cuda_gemv(one, nseg, dx[v], pk ? &pro[v] : NULL, NULL, &e), "alone", &e);
+    }
+    static const char *pks[] = {"copy", "rmsnorm", "gated"};
+    static const char *eps[] = {"store", "add", "conv"};
+    int same = ok;
+    float *a = malloc((size_t)MAXR * K * 4), *b = malloc((size_t)MAXR * K * 4);
+    for (int v = 0; v < nx && same; v++)
+        for (int s = 0; s < nseg && same; s++) {
+            pt_get(a, y[0][v][s], rows[s]);
+            pt_get(b, y[1][v][s], rows[s]);
+            same = !memcmp(a, b, (size_t)rows[s] * 4);
+            pt_get(a, cs[0][v][s], (size_t)(K - 1) * rows[s]);
+            pt_get(b, cs[1][v][s], (size_t)(K - 1) * rows[s]);
+            same = same && !memcmp(a, b, (size_t)(K - 1) * rows[s] * 4);
+            if (!same) printf("  vector %d segment %d differs\n", v, s);
+        }
+    char name[160];
+    snprintf(name, sizeof name, "gemv rows %s x%d [.. x %d] %d segs %s %s = each vector alone",
+             dt_names[dt], nx, cols, nseg, pks[pk], eps[epi]);
+    pt_check_true(name, same);
+    for (int v = 0; v < nx; v++) {
+        lily_cuda_free(dx[v]), lily_cuda_free(dz[v]);
+        for (int s = 0; s < nseg; s++)
+            for (int k = 0; k < 2; k++)
+                lily_cuda_free(y[k][v][s]), lily_cuda_free(cs[k][v][s]);
+    }
+    for (int s = 0; s < nseg; s++) {
+        lily_cuda_free(cw[s]);
+        lily_cuda_dmat_free(&dm[s]);
+        pt_mat_free(&m[s]);
+    }
+    lily_cuda_free(dw);
+    free(h), free(a), free(b);
 }
 
 /* ---- MoE ------------------------------------------------------------------------------------- */
@@ -1042,6 +1179,8 @@ static void run_args(const op_row *r) {
     if (r->op == OP_GEMV_ARGS) {
         pt_check_true("gemv rejects 0 segments",
                       lily_cuda_gemv(NULL, 0, NULL, NULL, NULL, &e) == -1);
+        pt_check_true("gemv rows rejects 9 vectors",
+                      lily_cuda_gemv_rows(NULL, 1, LILY_GEMV_ROWS + 1, NULL, NULL, NULL, &e) == -1);
         return;
     }
     pt_check_true("gdn scan rejects Dk=64",
@@ -1058,6 +1197,8 @@ static void run_args(const op_row *r) {
  * (tensor-core sums, exp2f: ~1e-5); one bf16 pass rounds q, K, V and P to 8 bits (~2e-3). */
 #define TOL_EXACT 5e-5 /* relative to the RMS of sum p |v| / l: pt_check_scaled */
 #define TOL_FAST  1e-2
+/* attn_fa.cu's one fp16 pass rounds q, K, V and P to 11 bits (~2.4e-4 each) */
+#define TOL_FA    2e-3
 
 static float sig(float x) {
     return 1.0f / (1.0f + expf(-x));
@@ -1115,24 +1256,32 @@ static void set_want(int want) {
     lily_cuda_attn_decode_force_splits(want);
 }
 
-/* Prefill modes: the default (exact, split auto), fast, and the ws kernel unsplit and split in 3
- * (modes 2 and 3 differ from mode 0 at head dim 256 only). */
-static const int k_pre_modes = 4;
+/* Prefill modes: the default (exact, split auto), fast (at head dim 256 attn_fa.cu's one-pass
+ * wgmma kernel, split auto; attn.cu's one-pass kernel at other head dims), the ws kernel unsplit
+ * and split in 3, attn.cu's one-pass mma.sync kernel at head dim 256 (the kernel attn_fa.cu
+ * replaces), and the fa kernel unsplit and split in 3 (modes 2-6 differ from modes 0 and 1 at
+ * head dim 256 only). */
+static const int k_pre_modes = 7;
 static int pre_mode_exact(int m) {
-    return m != 1;
+    return m == 0 || m == 2 || m == 3;
 }
 static int pre_mode_dh256_only(int m) {
     return m >= 2;
 }
-static double pre_mode_tol(int m) {
-    return pre_mode_exact(m) ? TOL_EXACT : TOL_FAST;
+/* the fa kernel's bound where it runs (modes 1, 5, 6 at head dim 256) */
+static double pre_mode_tol(int m, int Dh) {
+    if (pre_mode_exact(m)) return TOL_EXACT;
+    return Dh == 256 && m != 4 ? TOL_FA : TOL_FAST;
 }
 static void set_pre_mode(int m) {
     set_exact(pre_mode_exact(m));
-    lily_cuda_attn_prefill_force_splits(m == 2 ? 1 : m == 3 ? 3 : 0);
+    lily_cuda_attn_prefill_force_splits(m == 2 || m == 5 ? 1 : m == 3 || m == 6 ? 3 : 0);
+    lily_cuda_attn_prefill_force_fast_kernel(m == 4);
 }
 static const char *pre_mode_name(int m) {
-    static const char *nm[] = {" (default)", " (fast)", " (ws unsplit)", " (ws split 3)"};
+    static const char *nm[] = {" (default)",    " (fast)",          " (ws unsplit)",
+                               " (ws split 3)", " (fast mma.sync)", " (fa unsplit)",
+                               " (fa split 3)"};
     return nm[m];
 }
 
@@ -1260,7 +1409,7 @@ static void prefill_case(int Nq, int Nkv, int Dh, int pos0, int n, int gated) {
         pt_get(got, dout, nq);
         snprintf(name, sizeof name, "attn prefill%s Nq=%d Nkv=%d Dh=%d pos0=%d n=%d%s",
                  pre_mode_name(m), Nq, Nkv, Dh, pos0, n, gated ? " gated" : "");
-        pt_check_scaled(name, got, ref, mag, nq, pre_mode_tol(m));
+        pt_check_scaled(name, got, ref, mag, nq, pre_mode_tol(m, Dh));
     }
     set_pre_mode(0); /* back to the defaults */
     lily_cuda_free(dk), lily_cuda_free(dv), lily_cuda_free(dq), lily_cuda_free(dg);
@@ -1444,7 +1593,8 @@ static void time_mode(tctx *cp, int maxc, int n) {
     const double rb = (double)lily_cuda_kv_bytes(1, 2, 256);
     static const int ctxs[] = {4096, 32768, 65536, 131072};
     static const int wants[] = {8, 16, 33, 66, 128};
-    const int pre_only = getenv("LILY_CUDA_TIME")[1] == 'p'; /* "1p": prefill only */
+    /* "1p", "1f": prefill only */
+    const int pre_only = getenv("LILY_CUDA_TIME")[1] == 'p' || getenv("LILY_CUDA_TIME")[1] == 'f';
     for (int i = 0; i < 4 && !pre_only; i++) {
         int p = ctxs[i] - 1;
         lily_cuda_h2d(c.pos, &p, 4, &e);
@@ -1462,9 +1612,11 @@ static void time_mode(tctx *cp, int maxc, int n) {
         }
         set_want(0);
     }
-    /* a 512-token chunk at 128K, and 4096-token chunks from 0 and at 28K (a 32K prompt's last) */
-    const int pn[3] = {n, 4096, 4096}, pp[3] = {maxc - n, 0, 32768 - 4096};
-    for (int k = 0; k < 3; k++) {
+    /* a 512-token chunk at 128K, and 4096-token chunks from 0, at 28K (a 32K prompt's last), at
+     * 32K, 64K and 124K (a 128K prompt's last) */
+    const int pn[6] = {n, 4096, 4096, 4096, 4096, 4096};
+    const int pp[6] = {maxc - n, 0, 32768 - 4096, 32768, 65536, maxc - 4096};
+    for (int k = 0; k < 6; k++) {
         const int p0 = pp[k];
         lily_cuda_h2d(c.pos, &p0, 4, &e);
         c.n = pn[k];
@@ -1504,7 +1656,13 @@ static void time_all(void) {
     c.part = pt_dalloc(lily_cuda_attn_prefill_scratch(16, 2, 256) * 4);
     c.pos = dev_pos(0);
     cudaStreamCreate(&c.st);
-    for (int m = 0; m < k_pre_modes; m++) {
+    /* "1f": the one-pass modes alone, attn.cu's mma.sync kernel then attn_fa.cu's (auto split,
+     * unsplit) */
+    static const int fast_modes[] = {4, 1, 5};
+    const int fast_only = getenv("LILY_CUDA_TIME")[1] == 'f';
+    const int nm = fast_only ? 3 : k_pre_modes;
+    for (int i = 0; i < nm; i++) {
+        const int m = fast_only ? fast_modes[i] : i;
         set_pre_mode(m);
         printf("time: mode%s\n", pre_mode_name(m));
         time_mode(&c, maxc, n);
@@ -1716,11 +1874,15 @@ static void row_desc(const op_row *r, char *s, size_t cap) {
     static const char *pks[] = {"copy", "rmsnorm", "gated"}, *eps[] = {"store", "add", "conv"};
     static const char *routes[] = {"gpu-routed", "experts-0..k-1", "skewed"};
     switch (r->op) {
-    case OP_GEMV: {
+    case OP_GEMV:
+    case OP_GEMV_ROWS: {
         int o = snprintf(s, cap, "%s cols=%d rows=", dt_names[r->dt], r->dim);
         for (int i = 0; i < r->nseg && o > 0 && (size_t)o < cap; i++)
             o += snprintf(s + o, cap - o, "%s%d", i ? "," : "", r->rows[i]);
-        if (o > 0 && (size_t)o < cap) snprintf(s + o, cap - o, " %s %s", pks[r->pro], eps[r->epi]);
+        if (o > 0 && (size_t)o < cap)
+            o += snprintf(s + o, cap - o, " %s %s", pks[r->pro], eps[r->epi]);
+        if (r->op == OP_GEMV_ROWS && o > 0 && (size_t)o < cap)
+            snprintf(s + o, cap - o, " x%d vectors", r->n);
         break;
     }
     case OP_MOE_DECODE:
@@ -1763,6 +1925,7 @@ static void row_desc(const op_row *r, char *s, size_t cap) {
 static void run_row(const op_row *r) {
     switch (r->op) {
     case OP_GEMV: run_gemv(r); break;
+    case OP_GEMV_ROWS: run_gemv_rows(r); break;
     case OP_MOE_DECODE:
     case OP_MOE_GRAPH:
     case OP_MOE_PREFILL: run_moe(r); break;
@@ -1801,7 +1964,7 @@ int main(int argc, char **argv) {
     const int small = env_is("LILY_GDN_QUICK", '1'), san1 = env_is("LILY_CUDA_SAN", '1');
     const int san2 = env_is("LILY_CUDA_SAN", '2');
     const char *tm = getenv("LILY_CUDA_TIME");
-    if (tm && !strcmp(tm, "1p")) { /* the attention prefill timing alone, no parity rows */
+    if (tm && (!strcmp(tm, "1p") || !strcmp(tm, "1f"))) { /* attention prefill timing alone */
         time_all();
         return pt_finish();
     }
