@@ -10,46 +10,50 @@
  *
  * Ops: gemv (decode GEMV: every weight type, prologue copy / RMSNorm / per-head gated RMSNorm,
  * epilogue store / add / causal conv + SiLU with its state update, odd row counts, 64 .. 16384
- * columns); gemv_rows (lily_cuda_gemv_rows, 1 to 8 input vectors through the same weights,
- * against lily_cuda_gemv of each vector alone, bit for bit: outputs and conv states); moe_decode (the fused decode MoE block, with the router GEMV and with the router fused
- * into the gate/up launch behind a grid barrier, each step twice on one scratch; the routing
- * against the CPU top-k and the output against lily_cpu_ffn_block with the GPU's routing, so a
- * near-tie flip cannot fail); moe_graph (two fused layers captured in a CUDA graph and replayed
- * three times against the eager unfused run); moe_prefill (the grouped prefill: routed on the GPU,
- * every token on experts 0..k-1, and a skewed random load; a dense SwiGLU MLP when E = 0; the
- * stacked router/shared-gate uploads when stack = 1); embed (Q4, Q8, BF16, F32 rounded to BF16
- * rows against lily_mat_row_f32); rmsnorm (odd widths and strides, and the RMSNorm that also
- * writes the exact GEMMs' split words: the same y bits and the words a separate split gives);
- * argmax (odd lengths, the maximum first / last / random, a tie won by the lowest index);
- * advance (the decode ring's step counter near the ends of int32); gdn_conv (causal conv + SiLU
- * and its state against lily_cpu_conv_silu); gdn_scan (the recurrence: L2 norms, gates and
- * lily_cpu_gdn_scan per head from a random non-zero state, 1 token to 2048, every scan kernel,
- * output and final state); gdn_gnorm (the per-head gated RMSNorm).
+ * columns); gemv_rows (lily_cuda_gemv_rows, 1 to 8 input vectors through the same weights, against
+ * lily_cuda_gemv of each vector alone, bit for bit: outputs and conv states); moe_decode (the fused
+ * decode MoE block, with the router GEMV and with the router fused into the gate/up launch behind a
+ * grid barrier, each step twice on one scratch; the routing against the CPU top-k and the output
+ * against lily_cpu_ffn_block with the GPU's routing, so a near-tie flip cannot fail); moe_graph
+ * (two fused layers captured in a CUDA graph and replayed three times against the eager unfused
+ * run); moe_prefill (the grouped prefill: routed on the GPU, every token on experts 0..k-1, and a
+ * skewed random load; a dense SwiGLU MLP when E = 0; the stacked router/shared-gate uploads when
+ * stack = 1); embed (Q4, Q8, BF16, F32 rounded to BF16 rows against lily_mat_row_f32); rmsnorm (odd
+ * widths and strides, and the RMSNorm that also writes the exact GEMMs' split words: the same y
+ * bits and the words a separate split gives); argmax (odd lengths, the maximum first / last /
+ * random, a tie won by the lowest index); advance (the decode ring's step counter near the ends of
+ * int32); gdn_conv (causal conv + SiLU and its state against lily_cpu_conv_silu); gdn_scan (the
+ * recurrence: L2 norms, gates and lily_cpu_gdn_scan per head from a random non-zero state, 1 token
+ * to 2048, every scan kernel, output and final state); gdn_gnorm (the per-head gated RMSNorm);
+ * skinny (the grouped Q4 GEMM's 16-row expert tiles, backend/cuda/gemm_skinny.h, against
+ * lily_cpu_matmul: uneven expert loads, with and without the row gather, odd group counts, X rows
+ * 1e-6 .. 1e6, in every A form, staging and precision), skinny_pair (the gate/up pair launch bit
+ * for bit as two launches), skinny_args.
  *
  * attn_prep (q/k RMSNorm, partial RoPE, int16 + scale cache rows against lily_cpu_rmsnorm +
- * lily_cpu_rope); attn_decode (split-K decode at contexts 1 to 131073, every split count 1 to
- * 128, forced split targets, group sizes 1 to 16); attn_prefill (the tensor-core prefill over
- * chunks from 0, continuing at 1000 and 3000 and deep in the cache (20011, 70000), gated or not,
- * head dims 64, 128, 256, in every prefill mode: default (exact), fast (at head dim 256
- * attn_fa.cu's one-pass fp16 wgmma kernel, to its own bound TOL_FA; attn.cu's one-pass bf16
- * kernel at other head dims), and at head dim 256 the ws kernel unsplit and split in 3
- * (lily_cuda_attn_prefill_force_splits), attn.cu's one-pass kernel
- * (lily_cuda_attn_prefill_force_fast_kernel), the fa kernel unsplit and split in 3). The
- * attention reference is attention with double sums on the values the int16 cache holds; the
- * exact modes agree to fp32 accumulation level, the one-pass modes to a looser bound.
+ * lily_cpu_rope); attn_decode (split-K decode at contexts 1 to 131073, every split count 1 to 128,
+ * forced split targets, group sizes 1 to 16); attn_prefill (the tensor-core prefill over chunks
+ * from 0, continuing at 1000 and 3000 and deep in the cache (20011, 70000), gated or not, head dims
+ * 64, 128, 256, in every prefill mode: default (exact), fast (at head dim 256 attn_fa.cu's one-pass
+ * fp16 wgmma kernel, to its own bound TOL_FA; attn.cu's one-pass bf16 kernel at other head dims),
+ * and at head dim 256 the ws kernel unsplit and split in 3 (lily_cuda_attn_prefill_force_splits),
+ * attn.cu's one-pass kernel (lily_cuda_attn_prefill_force_fast_kernel), the fa kernel unsplit and
+ * split in 3). The attention reference is attention with double sums on the values the int16 cache
+ * holds; the exact modes agree to fp32 accumulation level, the one-pass modes to a looser bound.
  *
  * Sanitizer-sized runs: LILY_GDN_QUICK=1 leaves out the long scans, LILY_CUDA_SAN=1 the 40K-131K
- * attention contexts and deep prefills, LILY_CUDA_SAN=2 runs the racecheck-sized attention rows
- * alone. LILY_CUDA_TIME=1 also prints, after the rows, the GDN scan kernels' times (gdn_scan
- * selected) and, in each prefill mode, attention decode and prefill times at the 35B-A3B shape
- * (attn_prefill selected: decode at 4K-128K alone, in a CUDA graph of 10 and with a sweep of
- * split targets; prefill chunks of 512 tokens at depth 130560 and of 4096 from 0, 28672, 32768,
- * 65536 and 126976, in microseconds and TFLOP/s of the causal products; cudaEvent, median of 20);
- * LILY_CUDA_TIME=1p the prefill chunks alone (no rows: for profilers, 23 launches per chunk and
- * mode, 3 warm-ups and 20 timed); LILY_CUDA_TIME=1f the same for the one-pass modes alone
- * (attn.cu's mma.sync kernel, then attn_fa.cu's split as the SMs call for, and unsplit). The
- * GEMMs (test_cuda_gemm, test_cuda_skinny) and the sampler (test_cuda_sample) keep their
- * programs. */
+ * attention contexts and deep prefills and the 35B-sized skinny shapes, LILY_CUDA_SAN=2 runs the
+ * racecheck-sized attention rows alone. LILY_CUDA_TIME=1 also prints, after the rows, the GDN scan
+ * kernels' times (gdn_scan selected) and, in each prefill mode, attention decode and prefill times
+ * at the 35B-A3B shape (attn_prefill selected: decode at 4K-128K alone, in a CUDA graph of 10 and
+ * with a sweep of split targets; prefill chunks of 512 tokens at depth 130560 and of 4096 from 0,
+ * 28672, 32768, 65536 and 126976, in microseconds and TFLOP/s of the causal products; cudaEvent,
+ * median of 20); LILY_CUDA_TIME=1p the prefill chunks alone (no rows: for profilers, 23 launches
+ * per chunk and mode, 3 warm-ups and 20 timed); LILY_CUDA_TIME=1f the same for the one-pass modes
+ * alone (attn.cu's mma.sync kernel, then attn_fa.cu's split as the SMs call for, and unsplit). With
+ * the skinny rows selected LILY_CUDA_TIME=1 also times the 35B-A3B expert GEMMs (skinny_timing);
+ * LILY_CUDA_TIME=1s that alone (LILY_SKINNY_TIME_N / _V pick a chunk size / a variant). The prefill
+ * GEMMs (test_cuda_gemm) and the sampler (test_cuda_sample) keep their programs. */
 #include <stdio.h>
 
 #ifndef LILY_HAVE_CUDA
@@ -64,6 +68,8 @@ int main(void) {
 #include "backend/cuda/attn.h"
 #include "backend/cuda/attn_fa.h"
 #include "backend/cuda/attn_wg.h"
+#include "backend/cuda/gemm.h"
+#include "backend/cuda/gemm_skinny.h"
 #include "backend/cuda/gemm_split.h"
 #include "backend/cuda/gdn.h"
 #include "backend/cuda/gemv.h"
@@ -74,6 +80,9 @@ int main(void) {
 typedef enum {
     OP_GEMV,
     OP_GEMV_ROWS,
+    OP_SKINNY,
+    OP_SKINNY_PAIR,
+    OP_SKINNY_ARGS,
     OP_MOE_DECODE,
     OP_MOE_GRAPH,
     OP_MOE_PREFILL,
@@ -92,9 +101,10 @@ typedef enum {
     OP_ATTN_ARGS,
 } op_kind;
 static const char *op_names[] = {
-    "gemv",      "gemv_rows",     "moe_decode", "moe_graph",   "moe_prefill",  "embed",
-    "rmsnorm",   "argmax",        "advance",    "gdn_conv",    "gdn_scan",     "gdn_gnorm",
-    "gemv_args", "gdn_scan_args", "attn_prep",  "attn_decode", "attn_prefill", "attn_args"};
+    "gemv",        "gemv_rows",    "skinny",    "skinny_pair", "skinny_args",   "moe_decode",
+    "moe_graph",   "moe_prefill",  "embed",     "rmsnorm",     "argmax",        "advance",
+    "gdn_conv",    "gdn_scan",     "gdn_gnorm", "gemv_args",   "gdn_scan_args", "attn_prep",
+    "attn_decode", "attn_prefill", "attn_args"};
 static const char *dt_names[] = {"f32", "bf16", "f16", "q4", "q8"};
 
 /* One row of the table. Fields an op does not use stay 0. */
@@ -105,6 +115,9 @@ typedef struct {
     int n;            /* moe_prefill: tokens; embed: tokens; rmsnorm: rows; argmax: length;
                        * gemv_rows: input vectors */
     int rows[4];      /* gemv: the segments' row counts (nseg of them) */
+    int M, cset;      /* skinny: weight rows (dim: columns), the experts' row counts (SK_C*) */
+    int gather;       /* skinny: grouped rows read X rows at random of n (0: row r reads row r) */
+    int spread;       /* skinny: X rows 1e-6 .. 1e6 (exact only) */
     int nseg;         /* gemv */
     int pro, epi;     /* gemv: LILY_GP_*, LILY_GV_* */
     int E, k, I;      /* moe: experts (0: a dense MLP of width Is), top-k, expert width */
@@ -139,6 +152,10 @@ typedef struct {
         .op = OP_GEMV_ROWS, .dt = LILY_DT_##d, .dim = c, .pro = LILY_GP_##p, .epi = LILY_GV_##e, \
         .n = nx, .rows = {__VA_ARGS__}, .nseg = sizeof((int[]){__VA_ARGS__}) / sizeof(int)       \
     }
+/* skinny expert row count sets (sk_counts): SK_ROUTED is n tokens x top-k over E experts */
+enum { SK_C1, SK_C2, SK_C3, SK_C4, SK_ROUTED, SK_MAXE = 256 };
+#define SKINNY(m, kk, cs, n_, g, ...) \
+    { .op = OP_SKINNY, .M = m, .dim = kk, .cset = SK_##cs, .n = n_, .gather = g, __VA_ARGS__ }
 #define MOE(o, e_, k_, h, i, is, g, st, n_, r)                                                \
     {                                                                                         \
         .op = OP_MOE_##o, .E = e_, .k = k_, .dim = h, .I = i, .Is = is, .sg = g, .stack = st, \
@@ -197,6 +214,32 @@ static const op_row table[] = {
     GEMV_ROWS(BF16, 4096, RMSNORM, STORE, 8, 5),
     GEMV_ROWS(F32, 768, NONE, CONV, 8, 1000, 37),
     GEMV_ROWS(Q4, 16384, RMSNORM, STORE, 3, 33),
+
+    /* skinny: the grouped Q4 GEMM's 16-row expert tiles (lily_cuda_gemm_grouped, tile_rows 16)
+     * against lily_cpu_matmul: M, K, count set, tokens, gather. Count sets: C1 {0, 1, 7, 8, 9, 0,
+     * 16, 17, 53, 3, 15, 0} (0 rows, 1, odd, 8, 9, 16, 17, 4 tiles), C2 {0, 37, 1, 0, 5}, C3 {0,
+     * 11, 0}, C4 {13, 0, 16, 1, 29, 2}; K an odd number of groups (576, 192), one group (64); M
+     * not a multiple of the 128-row blocks or 16-row slabs; more tiles in the grid than valid.
+     * Each row in every form (sk_set_mode); skinny_pair: the gate/up pair launch bit for bit as
+     * two launches */
+    SKINNY(200, 576, C1, 40, 1),
+    SKINNY(200, 576, C1, 0, 0),
+    SKINNY(130, 192, C2, 30, 1),
+    SKINNY(72, 64, C2, 0, 0),
+    SKINNY(48, 128, C3, 9, 1),
+    {.op = OP_SKINNY_PAIR, .M = 200, .dim = 576, .cset = SK_C1, .n = 40},
+    {.op = OP_SKINNY_PAIR, .M = 512, .dim = 2048, .cset = SK_C2, .n = 60, .nosan = 1},
+    SKINNY(512, 2048, C1, 40, 1, .nosan = 1), /* gate / up shape */
+    SKINNY(2048, 512, C1, 0, 0, .nosan = 1),  /* down shape */
+    SKINNY(2048, 512, C2, 60, 1, .nosan = 1),
+    SKINNY(512, 2048, C2, 0, 0, .nosan = 1),
+    /* 64 tokens x top-8 over 64 experts: ~8 rows each, as a short prompt gives */
+    SKINNY(512, 2048, ROUTED, 64, 1, .E = 64, .k = 8, .nosan = 1),
+    SKINNY(2048, 512, ROUTED, 64, 0, .E = 64, .k = 8, .nosan = 1),
+    /* X rows from 1e-6 to 1e6 (the split's row scale keeps fp16 in range) */
+    SKINNY(200, 576, C4, 26, 1, .spread = 1),
+    SKINNY(512, 2048, C4, 26, 1, .spread = 1, .nosan = 1),
+    {.op = OP_SKINNY_ARGS},
 
     /* MoE: (E, k, H, I, Is, shared gate, stacked, n, routing). Decode rows: each step with the
      * router GEMV and with the fused router (first step and through the barrier). Prefill: Q4
@@ -553,6 +596,372 @@ static void run_gemv_rows(const op_row *r) {
     }
     lily_cuda_free(dw);
     free(h), free(a), free(b);
+}
+
+/* ---- the skinny grouped Q4 GEMM ------------------------------------------------------------ */
+
+/* Every row runs in each of the kernel's forms (sk_set_mode): A as fp16 subnormal codes or by
+ * subtraction, codes through the register ring or the cp.async stages (with the B prefetch), exact
+ * GEMMs or one pass (lily_cuda_prec.gemm_exact 0: the kernel splits X itself); spread rows (X rows
+ * 1e-6 .. 1e6) exact only, without the prefetch. Y is filled with a sentinel first.
+ *
+ * Bound: per grouped row (token), max_o |y_gpu - y_cpu| <= 1e-5 * max_o |y_cpu|. The device result
+ * carries the activation split (x = (hi + lo) 2^e, two fp16: ~2^-22 relative per element), the
+ * fp32 accumulations of the tensor cores (each mma rounds or truncates once at ~2^-23 of the
+ * largest partial sum of its group) and the fp32 FMAs of the group sums; the CPU reference rounds
+ * its own fp32 sums. With random weights |y| ~ sqrt(K) |w| |x|, these give ~1e-7 .. 1e-6 of the
+ * row's largest output; 1e-5 leaves a 10x margin while any slip of the fragment order, a missing
+ * lo plane (~2^-12 per element) or a wrong group scale (~1 / sqrt(K / 64)) is far above it. With
+ * gemm_exact 0 the kernel multiplies the hi plane alone (one product per weight, the activations
+ * as fp16: ~2^-11 relative per element, ~3e-4 of the row's largest output): bound 3e-3. The ROW
+ * line's rel is the worst row's max relative error. */
+static const float kSentinel = -777.0f;
+static float g_sk_spread; /* > 0: X row t scaled by 10^(spread * (t % 13 - 6) / 6) */
+static char g_sk_tag[80];
+
+static void sk_fill_x(float *X, int rows, int ld) {
+    pt_fill(X, (size_t)rows * ld, 2.0f);
+    for (size_t i = 0; i < (size_t)rows * ld; i++)
+        if (X[i] == 0.f) X[i] = 0.5f; /* never zeros */
+    if (g_sk_spread <= 0) return;
+    for (int t = 0; t < rows; t++) {
+        float f = powf(10.f, g_sk_spread * (float)(t % 13 - 6) / 6.f);
+        for (int c = 0; c < ld; c++)
+            X[(size_t)t * ld + c] *= f;
+    }
+}
+
+/* gemm_exact of the GEMMs that follow (lily_cuda_prec; attention stays exact) */
+static void set_gemm_exact(int on) {
+    lily_cuda_prec p = {on, 1};
+    lily_cuda_prec_set(p);
+}
+
+/* Mode m of a row: 0..7 = (cp, sub, fast) as bits 2, 1, 0 (pf with cp: it changes no value); a
+ * spread row's modes 0..3 = (cp, sub) as bits 1, 0, exact, no prefetch. */
+static int sk_modes(const op_row *r) {
+    return r->spread ? 4 : 8;
+}
+static void sk_set_mode(const op_row *r, int m) {
+    static const char *vname[2] = {"denorm", "sub"};
+    const int cp = r->spread ? m >> 1 : m >> 2, sub = r->spread ? m & 1 : (m >> 1) & 1;
+    const int fast = r->spread ? 0 : m & 1;
+    lily_cuda_skinny_cp(cp);
+    lily_cuda_skinny_pf(r->spread ? 0 : cp);
+    lily_cuda_skinny_variant(sub ? LILY_SKINNY_SUB : LILY_SKINNY_DENORM);
+    set_gemm_exact(!fast);
+    g_sk_spread = r->spread ? 6.f : 0.f;
+    snprintf(g_sk_tag, sizeof g_sk_tag, " [%s%s%s%s]", vname[sub], cp ? ", cp" : "",
+             fast ? ", fast" : "", r->spread ? ", rows 1e-6..1e6" : "");
+}
+/* the defaults (gemm_skinny.cu): subnormal codes, cp.async stages, prefetch 1, exact GEMMs */
+static void sk_reset(void) {
+    lily_cuda_skinny_variant(LILY_SKINNY_DENORM);
+    lily_cuda_skinny_cp(1);
+    lily_cuda_skinny_pf(1);
+    set_gemm_exact(1);
+    g_sk_spread = 0;
+    g_sk_tag[0] = 0;
+}
+
+/* n tokens x top-k over E experts, uniformly random distinct picks: the row counts. */
+static void route_counts(int n, int E, int k, int *counts) {
+    memset(counts, 0, sizeof(int) * E);
+    int *sel = malloc(sizeof(int) * k);
+    for (int t = 0; t < n; t++)
+        for (int j = 0; j < k; j++) {
+            int x, dup;
+            do {
+                x = (int)(pt_rnd() % E);
+                dup = 0;
+                for (int i = 0; i < j; i++)
+                    dup |= sel[i] == x;
+            } while (dup);
+            sel[j] = x;
+            counts[x]++;
+        }
+    free(sel);
+}
+
+/* The row's expert row counts (SK_ROUTED: r->n tokens x top-r->k over r->E experts): E. */
+static int sk_counts(const op_row *r, int *counts) {
+    /* 0 rows, 1, odd, 8, 9, 16, 17, 53 (4 tiles), 15 */
+    static const int c1[12] = {0, 1, 7, 8, 9, 0, 16, 17, 53, 3, 15, 0};
+    static const int c2[5] = {0, 37, 1, 0, 5}, c3[3] = {0, 11, 0}, c4[6] = {13, 0, 16, 1, 29, 2};
+    static const int *const sets[] = {c1, c2, c3, c4};
+    static const int sizes[] = {12, 5, 3, 6};
+    if (r->cset == SK_ROUTED) {
+        if (r->E < 1 || r->E > SK_MAXE || r->k < 1 || r->k > r->E) return -1;
+        route_counts(r->n, r->E, r->k, counts);
+        return r->E;
+    }
+    if (r->cset < 0 || r->cset >= SK_ROUTED) return -1;
+    memcpy(counts, sets[r->cset], sizeof(int) * sizes[r->cset]);
+    return sizes[r->cset];
+}
+
+/* Experts of the given row counts, M x K Q4 each; grouped row r reads X row gather[r] (random
+ * tokens of n) or row r. Bound: per grouped row (token), max_o |y_gpu - y_cpu| <= tol * max_o
+ * |y_cpu| (1e-5 exact, 3e-3 one pass); every valid element written, the padding columns of Y
+ * (ldy > M) keep the sentinel. */
+static void sk_grouped_case(int M, int K, int E, const int *counts, int n, int use_gather) {
+    lily_err e;
+    char name[240];
+    int R = 0, ntmax = 0;
+    for (int x = 0; x < E; x++)
+        R += counts[x], ntmax += (counts[x] + 15) / 16;
+    const int xrows = use_gather ? n : R, ldx = K + 4, ldy = M + 3;
+    lily_mat *G = malloc(sizeof(lily_mat) * E);
+    for (int x = 0; x < E; x++)
+        G[x] = pt_mat(LILY_DT_Q4, M, K);
+    lily_dmat dG;
+    if (!pt_ok(lily_cuda_dmat_upload(G, E, &dG, &e), "upload", &e)) return;
+    float *X = malloc((size_t)(xrows > 0 ? xrows : 1) * ldx * 4);
+    sk_fill_x(X, xrows, ldx);
+    int32_t *gather = malloc((size_t)(R + 1) * 4), *tiles = malloc((size_t)(ntmax + 1) * 12);
+    for (int r = 0; r < R; r++)
+        gather[r] = use_gather ? (int32_t)(pt_rnd() % n) : r;
+    const int nt = pt_make_tiles(counts, E, LILY_GEMM_SKINNY_BN, tiles);
+    const size_t ny = (size_t)(R > 0 ? R : 1) * ldy;
+    float *ref = malloc(ny * 4), *got = malloc(ny * 4);
+    float *xg = malloc((size_t)(R + 1) * K * 4), *tg = malloc((size_t)(R + 1) * M * 4);
+    for (size_t i = 0; i < ny; i++)
+        ref[i] = kSentinel;
+    for (int x = 0, r0 = 0; x < E; r0 += counts[x], x++) {
+        if (!counts[x]) continue;
+        for (int i = 0; i < counts[x]; i++)
+            memcpy(xg + (size_t)i * K, X + (size_t)gather[r0 + i] * ldx, (size_t)K * 4);
+        lily_cpu_matmul(pt_cpu(), &G[x], xg, counts[x], K, tg, M, NULL);
+        for (int i = 0; i < counts[x]; i++)
+            memcpy(ref + (size_t)(r0 + i) * ldy, tg + (size_t)i * M, (size_t)M * 4);
+    }
+    int32_t *dgather = pt_idup(gather, (size_t)R + 1), *dtiles = pt_idup(tiles, (size_t)3 * nt + 1);
+    int32_t *dnt = pt_idup(&nt, 1);
+    float *dX = pt_dup(X, (size_t)(xrows > 0 ? xrows : 1) * ldx);
+    for (size_t i = 0; i < ny; i++)
+        got[i] = kSentinel;
+    float *dY = pt_dup(got, ny);
+    /* max_tiles above the valid count: the extra tiles must exit on *d_ntiles */
+    int rc = lily_cuda_gemm_grouped(&dG, dX, ldx, xrows, use_gather ? dgather : NULL, dtiles, dnt,
+                                    nt + 5, LILY_GEMM_SKINNY_BN, dY, ldy, NULL, &e);
+    if (pt_ok(rc, "skinny grouped launch", &e)) {
+        pt_get(got, dY, ny);
+        double worst = 0, wabs = 0;
+        int bad = 0, pad = 0;
+        for (int r = 0; r < R; r++) {
+            double mx = 0, d = 0;
+            for (int o = 0; o < M; o++) {
+                const float g = got[(size_t)r * ldy + o], f = ref[(size_t)r * ldy + o];
+                if (!isfinite(g) || g == kSentinel) bad++;
+                mx = fmax(mx, fabs(f));
+                d = fmax(d, fabs((double)g - f));
+            }
+            for (int o = M; o < ldy; o++)
+                pad += got[(size_t)r * ldy + o] != kSentinel;
+            const double rel = mx > 0 ? d / mx : d;
+            if (rel > worst) worst = rel;
+            if (d > wabs) wabs = d;
+        }
+        const double tol = lily_cuda_gemm_exact() ? 1e-5 : 3e-3;
+        const int ok = !bad && !pad && worst <= tol;
+        if (ok)
+            pt_pass++;
+        else
+            pt_fail++;
+        if (worst > pt_row_rel) pt_row_rel = worst;
+        if (wabs > pt_row_abs) pt_row_abs = wabs;
+        int k = snprintf(name, sizeof name, "skinny W[%d x %d] x %d rows {", M, K, E);
+        for (int x = 0; x < E && k < 150; x++)
+            k += snprintf(name + k, sizeof name - k, "%s%d", x ? "," : "", counts[x]);
+        snprintf(name + k, sizeof name - k, "}%s%s", use_gather ? " gather" : "", g_sk_tag);
+        printf("%s %s: worst row rel %.3g (tol %.0e), %d unwritten/non-finite, %d padding "
+               "written\n",
+               ok ? "ok  " : "FAIL", name, worst, tol, bad, pad);
+    }
+    lily_cuda_free(dX), lily_cuda_free(dY), lily_cuda_free(dgather), lily_cuda_free(dtiles);
+    lily_cuda_free(dnt);
+    lily_cuda_dmat_free(&dG);
+    for (int x = 0; x < E; x++)
+        pt_mat_free(&G[x]);
+    free(G), free(X), free(gather), free(tiles), free(ref), free(got), free(xg), free(tg);
+}
+
+/* The pair launch (gate and up in one grid) against the two single launches, which the
+ * skinny rows check against the CPU: the same bits, every row of both outputs. */
+static void sk_pair_case(int M, int K, int E, const int *counts, int n) {
+    lily_err e;
+    int R = 0, ntmax = 0;
+    for (int x = 0; x < E; x++)
+        R += counts[x], ntmax += (counts[x] + 15) / 16;
+    const int ldx = K + 4, ldy = M + 3;
+    lily_mat *G = malloc(sizeof(lily_mat) * E), *U = malloc(sizeof(lily_mat) * E);
+    for (int x = 0; x < E; x++)
+        G[x] = pt_mat(LILY_DT_Q4, M, K), U[x] = pt_mat(LILY_DT_Q4, M, K);
+    lily_dmat dG, dU;
+    if (!pt_ok(lily_cuda_dmat_upload(G, E, &dG, &e), "upload", &e) ||
+        !pt_ok(lily_cuda_dmat_upload(U, E, &dU, &e), "upload", &e))
+        return;
+    float *X = malloc((size_t)n * ldx * 4);
+    sk_fill_x(X, n, ldx);
+    int32_t *gather = malloc((size_t)(R + 1) * 4), *tiles = malloc((size_t)(ntmax + 1) * 12);
+    for (int r = 0; r < R; r++)
+        gather[r] = (int32_t)(pt_rnd() % n);
+    const int nt = pt_make_tiles(counts, E, LILY_GEMM_SKINNY_BN, tiles);
+    int32_t *dgather = pt_idup(gather, (size_t)R + 1), *dtiles = pt_idup(tiles, (size_t)3 * nt + 1);
+    int32_t *dnt = pt_idup(&nt, 1);
+    float *dX = pt_dup(X, (size_t)n * ldx);
+    const size_t ny = (size_t)(R > 0 ? R : 1) * ldy;
+    float *h[4], *d[4];
+    for (int i = 0; i < 4; i++) {
+        h[i] = malloc(ny * 4);
+        for (size_t j = 0; j < ny; j++)
+            h[i][j] = kSentinel;
+        d[i] = pt_dup(h[i], ny);
+    }
+    int rc = lily_cuda_gemm_skinny_grouped(&dG, dX, ldx, n, dgather, dtiles, dnt, nt + 3, d[0], ldy,
+                                           NULL, &e) ||
+             lily_cuda_gemm_skinny_grouped(&dU, dX, ldx, n, dgather, dtiles, dnt, nt + 3, d[1], ldy,
+                                           NULL, &e) ||
+             lily_cuda_gemm_skinny_grouped_pair(&dG, &dU, dX, ldx, n, dgather, dtiles, dnt, nt + 3,
+                                                d[2], d[3], ldy, NULL, &e);
+    if (pt_ok(rc, "skinny pair launch", &e)) {
+        for (int i = 0; i < 4; i++)
+            pt_get(h[i], d[i], ny);
+        char name[240];
+        snprintf(name, sizeof name,
+                 "skinny pair W[%d x %d] x %d experts, %d rows: same bits as two launches%s", M, K,
+                 E, R, g_sk_tag);
+        pt_check_true(name, !memcmp(h[0], h[2], ny * 4) && !memcmp(h[1], h[3], ny * 4));
+    }
+    for (int i = 0; i < 4; i++)
+        lily_cuda_free(d[i]), free(h[i]);
+    lily_cuda_free(dX), lily_cuda_free(dgather), lily_cuda_free(dtiles), lily_cuda_free(dnt);
+    lily_cuda_dmat_free(&dG), lily_cuda_dmat_free(&dU);
+    for (int x = 0; x < E; x++)
+        pt_mat_free(&G[x]), pt_mat_free(&U[x]);
+    free(G), free(U), free(X), free(gather), free(tiles);
+}
+
+static void run_skinny(const op_row *r) {
+    if (r->op == OP_SKINNY_ARGS) { /* 16-row tiles are Q4 only */
+        lily_err e;
+        lily_mat b = pt_mat(LILY_DT_BF16, 64, 64);
+        lily_dmat db;
+        if (pt_ok(lily_cuda_dmat_upload(&b, 1, &db, &e), "upload", &e)) {
+            float *d = pt_dalloc(64 * 64 * 4);
+            int32_t one = 1, *dn = pt_idup(&one, 1);
+            pt_check_true("gemm_grouped refuses 16-row tiles of bf16 weights",
+                          lily_cuda_gemm_grouped(&db, d, 64, 1, NULL, dn, dn, 1,
+                                                 LILY_GEMM_SKINNY_BN, d, 64, NULL, &e) == -1);
+            lily_cuda_free(d), lily_cuda_free(dn);
+            lily_cuda_dmat_free(&db);
+        }
+        pt_mat_free(&b);
+        return;
+    }
+    int counts[SK_MAXE];
+    const int E = sk_counts(r, counts);
+    if (E < 1 || r->M < 1 || r->dim < 1 || ((r->gather || r->op == OP_SKINNY_PAIR) && r->n < 1)) {
+        pt_check_true("skinny row: counts and shape in range", 0);
+        return;
+    }
+    for (int m = 0; m < sk_modes(r); m++) {
+        sk_set_mode(r, m);
+        if (r->op == OP_SKINNY_PAIR)
+            sk_pair_case(r->M, r->dim, E, counts, r->n);
+        else
+            sk_grouped_case(r->M, r->dim, E, counts, r->n, r->gather);
+    }
+    sk_reset();
+}
+
+/* LILY_CUDA_TIME=1 (skinny selected) or 1s: the 35B-A3B expert GEMMs (256 experts, top-8;
+ * gate/up 512 x 2048 and down 2048 x 512) for chunks of 64 .. 512 tokens: the 32-row tiles of
+ * gemm.cu, the skinny kernel's forms, and the default form with one-pass GEMMs (variant 8: the hi
+ * plane alone); LILY_SKINNY_TIME_N (64, 128, 256, 512) and LILY_SKINNY_TIME_V (0 = 32-row tiles ..
+ * 8) pick one chunk size and one variant. */
+typedef struct {
+    lily_dmat *W;
+    float *X, *Y;
+    int ldx, nx, ldy, max_tiles, bn;
+    int32_t *gather, *tiles, *nt;
+} sk_tctx;
+
+static int sk_t_grouped(void *p) {
+    const sk_tctx *c = p;
+    lily_err e;
+    return lily_cuda_gemm_grouped(c->W, c->X, c->ldx, c->nx, c->gather, c->tiles, c->nt,
+                                  c->max_tiles, c->bn, c->Y, c->ldy, NULL, &e);
+}
+
+static lily_dmat sk_up_q4(int M, int K, int E) {
+    lily_err e;
+    lily_mat m = pt_mat(LILY_DT_Q4, M, K); /* one random expert, uploaded E times */
+    lily_mat *ms = malloc(sizeof(lily_mat) * E);
+    for (int x = 0; x < E; x++)
+        ms[x] = m;
+    lily_dmat d;
+    if (lily_cuda_dmat_upload(ms, E, &d, &e)) {
+        printf("FAIL upload: %s\n", e.msg);
+        exit(1);
+    }
+    pt_mat_free(&m);
+    free(ms);
+    return d;
+}
+
+static void skinny_timing(void) {
+    const int H = 2048, I = 512, E = 256, k = 8, nmax = 512;
+    lily_dmat Gs = sk_up_q4(I, H, E), Ds = sk_up_q4(H, I, E);
+    const size_t wbytes = lily_cuda_dmat_bytes(&Gs);
+    float *X = malloc((size_t)nmax * k * H * 4);
+    pt_fill(X, (size_t)nmax * k * H, 1.0f);
+    float *dX = pt_dup(X, (size_t)nmax * k * H);
+    float *dY = pt_dalloc((size_t)nmax * k * H * 4);
+    int counts[256];
+    int32_t *gather = malloc(sizeof(int32_t) * nmax * k), *tiles = malloc(12 * (nmax * k + E));
+    const int ns[4] = {64, 128, 256, 512};
+    const char *only_n = getenv("LILY_SKINNY_TIME_N"), *only_v = getenv("LILY_SKINNY_TIME_V");
+    for (int j = 0; j < 4; j++) {
+        const int n = ns[j];
+        if (only_n && atoi(only_n) != n) continue;
+        route_counts(n, E, k, counts);
+        for (int r = 0; r < n * k; r++)
+            gather[r] = (int32_t)(pt_rnd() % n);
+        int32_t *dgather = pt_idup(gather, (size_t)n * k);
+        /* 32-row tiles, then the skinny variants; 8: the default (cp pf1) with one-pass GEMMs */
+        for (int v = 0; v < 9; v++) {
+            if (only_v && atoi(only_v) != v) continue;
+            static const char *vn[9] = {"32-row tiles",  "skinny denorm", "skinny sub",
+                                        "skinny cp",     "skinny pf1",    "skinny pf2",
+                                        "skinny cp pf1", "skinny cp pf2", "cp pf1 1-pass"};
+            const int bn = v == 0 ? LILY_GEMM_GROUP_BN : LILY_GEMM_SKINNY_BN;
+            if (v) lily_cuda_skinny_variant(v == 2 ? LILY_SKINNY_SUB : LILY_SKINNY_DENORM);
+            lily_cuda_skinny_cp(v == 3 || v >= 6);
+            lily_cuda_skinny_pf(v == 4 || v == 6 || v == 8 ? 1 : v == 5 || v == 7 ? 2 : 0);
+            set_gemm_exact(v != 8);
+            int nt = pt_make_tiles(counts, E, bn, tiles);
+            sk_tctx c;
+            c.tiles = pt_idup(tiles, (size_t)3 * nt), c.nt = pt_idup(&nt, 1);
+            c.max_tiles = n * k / bn + E, c.bn = bn, c.Y = dY;
+            c.W = &Gs, c.X = dX, c.ldx = H, c.ldy = I, c.nx = n, c.gather = dgather;
+            float us = pt_time_median(sk_t_grouped, &c, 0);
+            printf("time gate/up 512 x 2048 x 256 n=%-4d %-14s %8.1f us  %6.2f TB/s of weights "
+                   "(%d tiles)\n",
+                   n, vn[v], us, wbytes / us * 1e-6, nt);
+            c.W = &Ds, c.ldx = I, c.ldy = H, c.nx = n * k, c.gather = NULL;
+            us = pt_time_median(sk_t_grouped, &c, 0);
+            printf("time down    2048 x 512 x 256 n=%-4d %-14s %8.1f us  %6.2f TB/s of weights\n",
+                   n, vn[v], us, wbytes / us * 1e-6);
+            lily_cuda_free(c.tiles), lily_cuda_free(c.nt);
+        }
+        set_gemm_exact(1);
+        lily_cuda_free(dgather);
+    }
+    sk_reset();
+    lily_cuda_dmat_free(&Gs), lily_cuda_dmat_free(&Ds);
+    lily_cuda_free(dX), lily_cuda_free(dY);
+    free(X), free(gather), free(tiles);
 }
 
 /* ---- MoE ------------------------------------------------------------------------------------- */
@@ -1893,6 +2302,18 @@ static void row_desc(const op_row *r, char *s, size_t cap) {
                  r->op == OP_MOE_PREFILL ? r->n : 1, r->op == OP_MOE_PREFILL ? " " : "",
                  r->op == OP_MOE_PREFILL ? (r->E ? routes[r->route] : "dense") : "");
         break;
+    case OP_SKINNY:
+    case OP_SKINNY_PAIR: {
+        static const char *cs[] = {"C1", "C2", "C3", "C4", "routed"};
+        int o = snprintf(s, cap, "M=%d K=%d counts=%s", r->M, r->dim,
+                         r->cset >= 0 && r->cset <= SK_ROUTED ? cs[r->cset] : "?");
+        if (r->cset == SK_ROUTED && o > 0 && (size_t)o < cap)
+            o += snprintf(s + o, cap - o, " top-%d of %d", r->k, r->E);
+        if (o > 0 && (size_t)o < cap)
+            snprintf(s + o, cap - o, " n=%d%s%s", r->n, r->gather ? " gather" : "",
+                     r->spread ? " rows 1e-6..1e6" : "");
+        break;
+    }
     case OP_EMBED:
         snprintf(s, cap, "%s V=%d H=%d n=%d", dt_names[r->dt], r->V, r->dim, r->n);
         break;
@@ -1918,7 +2339,8 @@ static void row_desc(const op_row *r, char *s, size_t cap) {
         break;
     case OP_GEMV_ARGS:
     case OP_GDN_ARGS:
-    case OP_ATTN_ARGS: snprintf(s, cap, "bad arguments"); break;
+    case OP_ATTN_ARGS:
+    case OP_SKINNY_ARGS: snprintf(s, cap, "bad arguments"); break;
     }
 }
 
@@ -1926,6 +2348,9 @@ static void run_row(const op_row *r) {
     switch (r->op) {
     case OP_GEMV: run_gemv(r); break;
     case OP_GEMV_ROWS: run_gemv_rows(r); break;
+    case OP_SKINNY:
+    case OP_SKINNY_PAIR:
+    case OP_SKINNY_ARGS: run_skinny(r); break;
     case OP_MOE_DECODE:
     case OP_MOE_GRAPH:
     case OP_MOE_PREFILL: run_moe(r); break;
@@ -1968,6 +2393,10 @@ int main(int argc, char **argv) {
         time_all();
         return pt_finish();
     }
+    if (tm && !strcmp(tm, "1s")) { /* the skinny expert GEMMs' timing alone */
+        skinny_timing();
+        return pt_finish();
+    }
     const int nrows = (int)(sizeof table / sizeof table[0]);
     g_pool = lily_pool_create(0);
     int ran = 0, rows_failed = 0;
@@ -2001,6 +2430,8 @@ int main(int argc, char **argv) {
     if (env_is("LILY_CUDA_TIME", '1') && selected("gdn_scan", argc, argv)) scan_timing();
     /* and with the attention rows selected: decode and prefill at the 35B-A3B shape */
     if (env_is("LILY_CUDA_TIME", '1') && selected("attn_prefill", argc, argv)) time_all();
+    /* and with the skinny rows selected: the 35B-A3B expert GEMMs */
+    if (env_is("LILY_CUDA_TIME", '1') && selected("skinny", argc, argv)) skinny_timing();
     return pt_finish();
 }
 #endif
