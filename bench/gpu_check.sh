@@ -62,7 +62,7 @@ if [ "$mode" = prepare ]; then
     done | sort -u | while read -r so; do cp -L "$so" "$carry/pack/lib/"; done
     git rev-parse --short HEAD >"$carry/pack/commit"
     git status --short -- src/backend/cuda tests/parity >>"$carry/pack/commit"
-    # one xz stream with a 64 MiB window: the binaries share their kernels, so all the tests
+    # one xz stream with a 256 MiB window: the binaries share their kernels (lily_core), so all
     # pack into about what one of them takes alone (-6: 41 MB for four binaries, -9: 12 MB)
     tar -C "$carry/pack" -cf - . | xz -T1 --lzma2=preset=9,dict=256MiB >"$carry/cuda.tar.xz"
     rm -rf "$carry/pack"
