@@ -13,11 +13,13 @@
  * columns); moe_decode (the fused decode MoE block, with the router GEMV and with the router fused
  * into the gate/up launch behind a grid barrier, each step twice on one scratch; the routing
  * against the CPU top-k and the output against lily_cpu_ffn_block with the GPU's routing, so a
- * near-tie flip cannot fail); moe_graph (two fused layers captured in a CUDA graph and replayed
- * three times against the eager unfused run); moe_prefill (the grouped prefill: routed on the GPU,
- * every token on experts 0..k-1, and a skewed random load; a dense SwiGLU MLP when E = 0; the
- * stacked router/shared-gate uploads when stack = 1); embed (Q4, Q8, BF16, F32 rounded to BF16
- * rows against lily_mat_row_f32); rmsnorm (odd widths and strides, and the RMSNorm that also
+ * near-tie flip cannot fail); moe_rows (the decode of 1 to 8 rows at a padded stride: each row
+ * bit for bit the row alone, its routing the row alone's, its output against the CPU block; rows
+ * on their own experts, all on the same ones, pairs on the same ones); moe_graph (two fused
+ * layers captured in a CUDA graph and replayed three times against the eager unfused run);
+ * moe_prefill (the grouped prefill: routed on the GPU, every token on experts 0..k-1, and a
+ * skewed random load; a dense SwiGLU MLP when E = 0; the stacked router/shared-gate uploads
+ * when stack = 1); embed (Q4, Q8, BF16, F32 rounded to BF16 rows against lily_mat_row_f32); rmsnorm (odd widths and strides, and the RMSNorm that also
  * writes the exact GEMMs' split words: the same y bits and the words a separate split gives);
  * argmax (odd lengths, the maximum first / last / random, a tie won by the lowest index);
  * advance (the decode ring's step counter near the ends of int32); gdn_conv (causal conv + SiLU
@@ -77,11 +79,12 @@ typedef enum {
     OP_ATTN_DECODE,
     OP_ATTN_PREFILL,
     OP_ATTN_ARGS,
+    OP_MOE_ROWS,
 } op_kind;
 static const char *op_names[] = {
     "gemv",          "moe_decode", "moe_graph",   "moe_prefill",  "embed",     "rmsnorm",
     "argmax",        "advance",    "gdn_conv",    "gdn_scan",     "gdn_gnorm", "gemv_args",
-    "gdn_scan_args", "attn_prep",  "attn_decode", "attn_prefill", "attn_args"};
+    "gdn_scan_args", "attn_prep",  "attn_decode", "attn_prefill", "attn_args", "moe_rows"};
 static const char *dt_names[] = {"f32", "bf16", "f16", "q4", "q8"};
 
 /* One row of the table. Fields an op does not use stay 0. */
@@ -124,6 +127,12 @@ typedef struct {
     {                                                                                         \
         .op = OP_MOE_##o, .E = e_, .k = k_, .dim = h, .I = i, .Is = is, .sg = g, .stack = st, \
         .n = n_, .route = r, .tol = OP_MOE_##o == OP_MOE_PREFILL ? 2e-3 : 1e-4                \
+    }
+/* share: 0 rows of their own, 1 every row the same input, 2 row r = row r % ceil(R / 2) */
+#define MOE_ROWS(e_, k_, h, i, is, g, st, rows, share)                                         \
+    {                                                                                          \
+        .op = OP_MOE_ROWS, .E = e_, .k = k_, .dim = h, .I = i, .Is = is, .sg = g, .stack = st, \
+        .n = rows, .route = share, .tol = 1e-4                                                 \
     }
 
 #define ATTN_DEC(nq, nkv, dh, c, sp, g, ...)                                                      \
@@ -314,6 +323,22 @@ static const op_row table[] = {
     ATTN_PRE(16, 2, 256, 0, 33, 1, .race = 2),
     ATTN_PRE(4, 4, 128, 70, 20, 0, .race = 2),
     {.op = OP_ATTN_ARGS},
+    /* the decode of R rows: the 35B-A3B's expert shapes (tensor-core kernels), rows on their own
+     * experts, all on the same ones, pairs on the same ones; the GEMV-kernel shapes; a dense MLP */
+    MOE_ROWS(64, 8, 2048, 512, 512, 1, 0, 1, 0),
+    MOE_ROWS(64, 8, 2048, 512, 512, 1, 0, 2, 0),
+    MOE_ROWS(64, 8, 2048, 512, 512, 1, 0, 2, 1),
+    MOE_ROWS(64, 8, 2048, 512, 512, 1, 0, 3, 2),
+    MOE_ROWS(64, 8, 2048, 512, 512, 1, 0, 8, 0),
+    MOE_ROWS(64, 8, 2048, 512, 512, 1, 1, 8, 1),
+    MOE_ROWS(256, 8, 2048, 512, 512, 1, 1, 8, 2),
+    MOE_ROWS(256, 8, 256, 128, 128, 1, 0, 5, 0),
+    MOE_ROWS(16, 2, 320, 192, 0, 0, 0, 7, 2),
+    MOE_ROWS(32, 4, 256, 128, 192, 1, 0, 4, 1),
+    MOE_ROWS(40, 3, 768, 320, 256, 0, 0, 8, 2),
+    MOE_ROWS(1024, 2, 256, 64, 64, 1, 0, 6, 0),
+    MOE_ROWS(0, 0, 512, 0, 1344, 0, 0, 3, 0),
+    MOE_ROWS(0, 0, 512, 0, 1344, 0, 1, 8, 2),
 };
 
 /* The CPU reference blocks' threads (one per core: the references of the larger rows are GFLOPs) */
@@ -665,6 +690,119 @@ static void moe_decode_case(moe_fix *f, double tol) {
     free(x), free(u), free(ref);
 }
 
+/* The decode of R rows (lily_cuda_moe_decode_rows) at a padded row stride, under the router
+ * switch off (the router GEMV everywhere) and on (the default: one row alone runs the fused
+ * router, R rows the rows GEMV). Each row against the one-row decode of that row alone on a
+ * scratch of its own under the same switch: bit for bit, except R > 1 with the switch on, which
+ * compares the fused router with the GEMV (designed bit-identical, checked to 1e-6, the count of
+ * differing floats printed, as moe_decode does); its routing (idx, wt at r k) the same bits; its
+ * output against the CPU block with that routing; the padding between rows untouched. share: 0
+ * rows of their own (experts shared only by chance), 1 every row the same input (every expert
+ * shared by every row), 2 row r = row r % ceil(R / 2) (rows on the same experts beside others). */
+static void moe_rows_case(moe_fix *f, int R, int share, double tol) {
+    char name[240];
+    lily_err e;
+    const int H = f->H, k = f->k, ld = H + 4, kk = k ? k : 1;
+    if (R < 1 || R > LILY_MOE_ROWS || k > 32) {
+        pt_check_true("moe rows row: 1 <= rows <= LILY_MOE_ROWS, top-k <= 32", 0);
+        return;
+    }
+    const int distinct = share == 1 ? 1 : share == 2 ? (R + 1) / 2 : R;
+    const size_t nx = (size_t)R * ld;
+    float *x = malloc(nx * 4), *got = malloc(nx * 4), *one = malloc(H * 4), *u = malloc(H * 4);
+    float *ref = malloc(H * 4), *gwt = malloc((size_t)R * kk * 4), wt1[32];
+    int *gidx = malloc((size_t)R * kk * 4), idx1[32], cidx[32];
+    float cw[32];
+    for (int r = 0; r < R; r++) {
+        if (r < distinct)
+            pt_fill(x + (size_t)r * ld, ld, 2.0f);
+        else
+            memcpy(x + (size_t)r * ld, x + (size_t)(r % distinct) * ld, ld * 4);
+    }
+    float *dw = pt_dup(f->norm_w, H);
+    const size_t sb = lily_cuda_moe_decode_scratch(&f->m);
+    void *scr = pt_dalloc(sb), *scr1 = pt_dalloc(sb);
+    for (int sw = 1; sw >= 0; sw--) {
+        const char *tag = sw ? "router GEMV" : "default router";
+        lily_cuda_moe_force_unfused(sw);
+        float *dx = pt_dup(x, nx);
+        int rc = lily_cuda_moe_decode_scratch_init(scr, NULL, &e) ||
+                 lily_cuda_moe_decode_scratch_init(scr1, NULL, &e) ||
+                 lily_cuda_moe_decode_rows(&f->m, R, dx, ld, dw, 1e-6f, scr, NULL, &e) ||
+                 lily_cuda_sync(&e);
+        snprintf(name, sizeof name, "moe rows R=%d E=%d k=%d H=%d (%s): launch", R, f->E, k, H,
+                 tag);
+        if (!pt_ok(rc, name, &e)) {
+            lily_cuda_free(dx);
+            continue;
+        }
+        pt_get(got, dx, nx);
+        if (k) {
+            lily_cuda_d2h(gidx, lily_cuda_moe_decode_idx(&f->m, scr), (size_t)R * k * 4, &e);
+            lily_cuda_d2h(gwt, lily_cuda_moe_decode_wt(&f->m, scr), (size_t)R * k * 4, &e);
+        }
+        lily_cuda_free(dx);
+        int pad_bad = 0;
+        for (int r = 0; r < R; r++)
+            pad_bad += memcmp(got + (size_t)r * ld + H, x + (size_t)r * ld + H, (ld - H) * 4) != 0;
+        snprintf(name, sizeof name, "moe rows R=%d E=%d H=%d (%s): padding untouched (%d rows)", R,
+                 f->E, H, tag, pad_bad);
+        pt_check_true(name, pad_bad == 0);
+        const int bitwise = sw || R == 1;
+        for (int r = 0; r < R; r++) {
+            const float *xr = x + (size_t)r * ld, *gr = got + (size_t)r * ld;
+            /* the row alone, on the other scratch (its barrier pair set up for the fused form) */
+            float *d1 = pt_dup(xr, H);
+            rc = lily_cuda_moe_decode(&f->m, d1, dw, 1e-6f, scr1, NULL, &e) || lily_cuda_sync(&e);
+            if (!pt_ok(rc, "moe rows: the one-row decode", &e)) {
+                lily_cuda_free(d1);
+                continue;
+            }
+            pt_get(one, d1, H);
+            lily_cuda_free(d1);
+            int diff = 0;
+            for (int i = 0; i < H; i++)
+                diff += memcmp(&gr[i], &one[i], 4) != 0;
+            snprintf(name, sizeof name,
+                     "moe rows R=%d row %d E=%d k=%d H=%d I=%d Is=%d%s (%s) vs the row alone: %d "
+                     "of %d differ",
+                     R, r, f->E, k, H, f->I, f->Is, f->has_sg ? " gated" : "", tag, diff, H);
+            if (bitwise)
+                pt_check_true(name, diff == 0);
+            else
+                pt_check(name, gr, one, H, 1e-6);
+            lily_cpu_rmsnorm(xr, f->norm_w, H, 1e-6f, u);
+            if (k) {
+                lily_cuda_d2h(idx1, lily_cuda_moe_decode_idx(&f->m, scr1), k * 4, &e);
+                lily_cuda_d2h(wt1, lily_cuda_moe_decode_wt(&f->m, scr1), k * 4, &e);
+                snprintf(name, sizeof name,
+                         "moe rows R=%d row %d E=%d k=%d (%s): routing as the row alone (bitwise)",
+                         R, r, f->E, k, tag);
+                pt_check_true(name, !memcmp(idx1, gidx + (size_t)r * k, k * 4) &&
+                                        !memcmp(wt1, gwt + (size_t)r * k, k * 4));
+                moe_topk(f, u, 1, cidx, cw);
+                int same = 1;
+                for (int j = 0; j < k; j++)
+                    same &= gidx[(size_t)r * k + j] == cidx[j];
+                snprintf(name, sizeof name,
+                         "moe rows R=%d row %d E=%d k=%d (%s): routing matches the CPU top-k", R, r,
+                         f->E, k, tag);
+                pt_check_true(name, same);
+            }
+            memcpy(ref, xr, H * 4);
+            if (moe_ref(f, u, 1, k ? gidx + (size_t)r * k : NULL, k ? gwt + (size_t)r * k : NULL, 1,
+                        ref))
+                continue;
+            snprintf(name, sizeof name, "moe rows R=%d row %d E=%d k=%d H=%d (%s): out vs CPU", R,
+                     r, f->E, k, H, tag);
+            pt_check(name, gr, ref, H, tol);
+        }
+    }
+    lily_cuda_moe_force_unfused(1);
+    lily_cuda_free(scr), lily_cuda_free(scr1), lily_cuda_free(dw);
+    free(x), free(got), free(one), free(u), free(ref), free(gwt), free(gidx);
+}
+
 /* The fused router under CUDA graph replay, as the backend runs it: two MoE "layers" on one
  * scratch captured into a graph with the switch on, replayed three times from the same input.
  * Replay 1 starts on a new scratch (poisoned, its barrier pair zeroed by
@@ -814,6 +952,8 @@ static void run_moe(const op_row *r) {
     if (moe_make(&f, r) == 0 && (!r->stack || moe_stack(&f) == 0)) {
         if (r->op == OP_MOE_DECODE)
             moe_decode_case(&f, r->tol);
+        else if (r->op == OP_MOE_ROWS)
+            moe_rows_case(&f, r->n, r->route, r->tol);
         else if (r->op == OP_MOE_GRAPH)
             moe_graph_case(&f);
         else
@@ -1731,6 +1871,13 @@ static void row_desc(const op_row *r, char *s, size_t cap) {
                  r->op == OP_MOE_PREFILL ? r->n : 1, r->op == OP_MOE_PREFILL ? " " : "",
                  r->op == OP_MOE_PREFILL ? (r->E ? routes[r->route] : "dense") : "");
         break;
+    case OP_MOE_ROWS: {
+        static const char *shares[] = {"own", "same", "pairs"};
+        snprintf(s, cap, "E=%d k=%d H=%d I=%d Is=%d%s%s rows=%d %s", r->E, r->k, r->dim, r->I,
+                 r->Is, r->sg ? " gated-shared" : "", r->stack ? " stacked" : "", r->n,
+                 shares[r->route]);
+        break;
+    }
     case OP_EMBED:
         snprintf(s, cap, "%s V=%d H=%d n=%d", dt_names[r->dt], r->V, r->dim, r->n);
         break;
@@ -1765,7 +1912,8 @@ static void run_row(const op_row *r) {
     case OP_GEMV: run_gemv(r); break;
     case OP_MOE_DECODE:
     case OP_MOE_GRAPH:
-    case OP_MOE_PREFILL: run_moe(r); break;
+    case OP_MOE_PREFILL:
+    case OP_MOE_ROWS: run_moe(r); break;
     case OP_EMBED: run_embed(r); break;
     case OP_RMSNORM: run_rmsnorm(r); break;
     case OP_ARGMAX: run_argmax(r); break;

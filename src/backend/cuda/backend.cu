@@ -10,10 +10,10 @@
  * logits and argmax) is captured once per state as a CUDA graph and replayed for every token:
  * the token id and position are read from device memory, refreshed by two small copies before
  * each replay. A decode step of several sessions (forward_rows, draw_enqueue_rows) runs the GEMVs
- * once for all rows (lily_cuda_gemv_rows) and the MoE, GDN and attention steps per row on its own
- * state, captured once per row count and set of states. Prefill runs a chunk through the
- * tensor-core GEMMs, the grouped MoE, the GDN scan and flash attention on one stream with no host
- * synchronisation inside the chunk. Scratch is sized at open for the prefill chunk, so memory
+ * and the MoE block once for all rows (lily_cuda_gemv_rows, lily_cuda_moe_decode_rows) and the
+ * GDN and attention steps per row on its own state, captured once per row count and set of
+ * states. Prefill runs a chunk through the tensor-core GEMMs, the grouped MoE, the GDN scan and
+ * flash attention on one stream with no host synchronisation inside the chunk. Scratch is sized at open for the prefill chunk, so memory
  * beyond the KV caches does not grow with the prompt. Calls on one backend are serialised by a
  * mutex. */
 #include <math.h>
@@ -703,9 +703,10 @@ int decode_layers(lily_backend *b, lily_bstate *s, lily_err *e) {
 /* One decode step of R rows: row i consumes b->d_trow[i] at position b->d_prow[i] of s[i] and
  * writes its logits to b->logits_rows + i rows_ld(b). Op by op over the rows, each row with its own scratch
  * rows (x + i H, buf[k] + i maxw): the GEMVs take all rows in one pass over the weights
- * (lily_cuda_gemv_rows, the same per-row arithmetic as decode_layers' lily_cuda_gemv); the GDN
- * and attention steps and the MoE block run per row on its own state, with decode_layers'
- * kernels and arguments. So each row's logits are the 1-row step's bit for bit. */
+ * (lily_cuda_gemv_rows, the same per-row arithmetic as decode_layers' lily_cuda_gemv), and so
+ * does the MoE block (lily_cuda_moe_decode_rows, each row bit for bit lily_cuda_moe_decode); the
+ * GDN and attention steps run per row on its own state, with decode_layers' kernels and
+ * arguments. So each row's logits are the 1-row step's bit for bit. */
 int decode_rows(lily_backend *b, lily_bstate *const *s, int R, lily_err *e) {
     const lily_model *m = b->m;
     const lily_config *c = &m->cfg;
@@ -714,6 +715,7 @@ int decode_rows(lily_backend *b, lily_bstate *const *s, int R, lily_err *e) {
     const size_t W = (size_t)b->maxw;
     const float eps = c->rms_eps;
     static_assert(LILY_MAX_ROWS == LILY_GEMV_ROWS, "a rows step is one rows GEMV");
+    static_assert(LILY_MAX_ROWS == LILY_MOE_ROWS, "a rows step is one rows MoE decode");
     const float *xr[LILY_MAX_ROWS]; /* the rows' residuals */
     for (int i = 0; i < R; i++)
         xr[i] = b->x + (size_t)i * H;
@@ -783,10 +785,8 @@ int decode_rows(lily_backend *b, lily_bstate *const *s, int R, lily_err *e) {
             }
             if (lily_cuda_gemv_rows(os, 1, R, ov, gp, st, e)) return -1;
         }
-        for (int i = 0; i < R; i++)
-            if (lily_cuda_moe_decode(&ly->moe, b->x + (size_t)i * H, ly->post_norm, eps, b->moe_dec,
-                                     st, e))
-                return -1;
+        if (lily_cuda_moe_decode_rows(&ly->moe, R, b->x, H, ly->post_norm, eps, b->moe_dec, st, e))
+            return -1;
     }
     lily_gemv_pro fn[LILY_MAX_ROWS];
     lily_gemv_seg hs[LILY_MAX_ROWS];
