@@ -19,13 +19,16 @@
  * layers captured in a CUDA graph and replayed three times against the eager unfused run);
  * moe_prefill (the grouped prefill: routed on the GPU, every token on experts 0..k-1, and a
  * skewed random load; a dense SwiGLU MLP when E = 0; the stacked router/shared-gate uploads
- * when stack = 1); embed (Q4, Q8, BF16, F32 rounded to BF16 rows against lily_mat_row_f32); rmsnorm (odd widths and strides, and the RMSNorm that also
- * writes the exact GEMMs' split words: the same y bits and the words a separate split gives);
+ * when stack = 1); embed (Q4, Q8, BF16, F32 rounded to BF16 rows against lily_mat_row_f32);
+ * rmsnorm (odd widths and strides, and the RMSNorm that also writes the exact GEMMs' split
+ * words: the same y bits and the words a separate split gives);
  * argmax (odd lengths, the maximum first / last / random, a tie won by the lowest index);
  * advance (the decode ring's step counter near the ends of int32); gdn_conv (causal conv + SiLU
  * and its state against lily_cpu_conv_silu); gdn_scan (the recurrence: L2 norms, gates and
  * lily_cpu_gdn_scan per head from a random non-zero state, 1 token to 2048, every scan kernel,
- * output and final state); gdn_gnorm (the per-head gated RMSNorm).
+ * output and final state); gdn_gnorm (the per-head gated RMSNorm); gdn_rows (the decode step of
+ * 1 to 8 rows in one launch at padded strides: each row bit for bit the row alone, and against
+ * lily_cpu_gdn_scan).
  *
  * attn_prep (q/k RMSNorm, partial RoPE, int16 + scale cache rows against lily_cpu_rmsnorm +
  * lily_cpu_rope); attn_decode (split-K decode at contexts 1 to 131073, every split count 1 to
@@ -80,11 +83,13 @@ typedef enum {
     OP_ATTN_PREFILL,
     OP_ATTN_ARGS,
     OP_MOE_ROWS,
+    OP_GDN_ROWS,
 } op_kind;
-static const char *op_names[] = {
-    "gemv",          "moe_decode", "moe_graph",   "moe_prefill",  "embed",     "rmsnorm",
-    "argmax",        "advance",    "gdn_conv",    "gdn_scan",     "gdn_gnorm", "gemv_args",
-    "gdn_scan_args", "attn_prep",  "attn_decode", "attn_prefill", "attn_args", "moe_rows"};
+static const char *op_names[] = {"gemv",          "moe_decode", "moe_graph",   "moe_prefill",
+                                 "embed",         "rmsnorm",    "argmax",      "advance",
+                                 "gdn_conv",      "gdn_scan",   "gdn_gnorm",   "gemv_args",
+                                 "gdn_scan_args", "attn_prep",  "attn_decode", "attn_prefill",
+                                 "attn_args",     "moe_rows",   "gdn_rows"};
 static const char *dt_names[] = {"f32", "bf16", "f16", "q4", "q8"};
 
 /* One row of the table. Fields an op does not use stay 0. */
@@ -339,6 +344,12 @@ static const op_row table[] = {
     MOE_ROWS(1024, 2, 256, 64, 64, 1, 0, 6, 0),
     MOE_ROWS(0, 0, 512, 0, 1344, 0, 0, 3, 0),
     MOE_ROWS(0, 0, 512, 0, 1344, 0, 1, 8, 2),
+    /* the GDN decode step of R rows in one launch (n: rows; the 35B's heads, odd head counts) */
+    {.op = OP_GDN_ROWS, .Nk = 16, .Nv = 32, .dim = 128, .n = 1, .tol = 1e-4},
+    {.op = OP_GDN_ROWS, .Nk = 16, .Nv = 32, .dim = 128, .n = 8, .tol = 1e-4},
+    {.op = OP_GDN_ROWS, .Nk = 4, .Nv = 12, .dim = 64, .n = 3, .tol = 1e-4},
+    {.op = OP_GDN_ROWS, .Nk = 1, .Nv = 3, .dim = 24, .n = 7, .tol = 1e-4},
+    {.op = OP_GDN_ROWS, .Nk = 2, .Nv = 2, .dim = 8, .n = 5, .tol = 1e-4},
 };
 
 /* The CPU reference blocks' threads (one per core: the references of the larger rows are GFLOPs) */
@@ -1168,11 +1179,126 @@ static void gnorm_case(int n, int nh, int hd, double tol) {
     free(o), free(z), free(w), free(g);
 }
 
+/* The GDN decode step of R rows in one launch (lily_cuda_gdn_step_rows) from random non-zero
+ * states, the rows' inputs and outputs at padded strides: each row's output and state bit for
+ * bit the one-token lily_cuda_gdn_scan of that row alone, and against lily_cpu_gdn_scan per head
+ * (norms and gates as scan_case); the padding between output rows untouched. */
+static void gdn_rows_case(int Nk, int Nv, int Dv, int R, double tol) {
+    const int Dk = 128, C = 2 * Nk * Dk + Nv * Dv;
+    const size_t dq = (size_t)C + 12, dba = 2 * (size_t)Nv + 5, dout = (size_t)Nv * Dv + 8;
+    const size_t sn = (size_t)Nv * Dk * Dv;
+    lily_err e;
+    char name[160];
+    if (R < 1 || R > LILY_GDN_ROWS) {
+        pt_check_true("gdn rows row: 1 <= rows <= LILY_GDN_ROWS", 0);
+        return;
+    }
+    float *qkv = malloc(R * dq * 4), *ba = malloc(R * dba * 4), *A_log = malloc(Nv * 4);
+    float *dtb = malloc(Nv * 4), *S = malloc(R * sn * 4), *go = malloc(R * dout * 4);
+    float *gS = malloc(sn * 4), *one = malloc(dout * 4), *oneS = malloc(sn * 4);
+    float *Sref = malloc(sn * 4), *oref = malloc((size_t)Nv * Dv * 4), *gSc = malloc(sn * 4);
+    float *beta = malloc(Nv * 4), *lam = malloc(Nv * 4), *q = malloc(C * 4);
+    pt_fill(qkv, R * dq, 1.0f);
+    pt_fill(ba, R * dba, 3.0f);
+    pt_fill(S, R * sn, 0.3f);
+    for (int j = 0; j < Nv; j++)
+        A_log[j] = pt_frand() * 1.5f, dtb[j] = pt_frand();
+    float *dq_ = pt_dup(qkv, R * dq), *dba_ = pt_dup(ba, R * dba);
+    float *dA = pt_dup(A_log, Nv), *ddt = pt_dup(dtb, Nv);
+    float *dS[LILY_GDN_ROWS] = {0};
+    for (int r = 0; r < R; r++)
+        dS[r] = pt_dup(S + (size_t)r * sn, sn); /* random contents: the device layout as is */
+    float *dO = pt_dalloc(R * dout * 4);
+    cudaMemset(dO, 0x7f, R * dout * 4); /* the padding's bytes, checked after */
+    int rc = lily_cuda_gdn_step_rows(dS, R, Nk, Nv, Dk, Dv, dq_, dq, dba_, dba_ + Nv, dba, dA, ddt,
+                                     dO, dout, NULL, &e);
+    snprintf(name, sizeof name, "gdn rows R=%d Nk=%d Nv=%d Dv=%d: launch", R, Nk, Nv, Dv);
+    if (pt_ok(rc, name, &e)) {
+        pt_get(go, dO, R * dout);
+        int pad_bad = 0;
+        for (int r = 0; r < R; r++)
+            for (size_t c = (size_t)Nv * Dv; c < dout; c++) {
+                uint32_t w;
+                memcpy(&w, &go[r * dout + c], 4);
+                pad_bad += w != 0x7f7f7f7fu;
+            }
+        snprintf(name, sizeof name, "gdn rows R=%d Nv=%d Dv=%d: padding untouched (%d)", R, Nv, Dv,
+                 pad_bad);
+        pt_check_true(name, pad_bad == 0);
+        for (int r = 0; r < R; r++) {
+            const float *xq = qkv + (size_t)r * dq, *xb = ba + (size_t)r * dba;
+            /* the row alone: the one-token scan on a copy of its state */
+            float *s1 = pt_dup(S + (size_t)r * sn, sn), *o1 = pt_dalloc(dout * 4);
+            rc = lily_cuda_gdn_scan(s1, Nk, Nv, Dk, Dv, 1, dq_ + (size_t)r * dq, (int)dq,
+                                    dba_ + (size_t)r * dba, dba_ + (size_t)r * dba + Nv, (int)dba,
+                                    dA, ddt, o1, (int)dout, NULL, &e);
+            if (!pt_ok(rc, "gdn rows: the row alone", &e)) break;
+            pt_get(one, o1, Nv * Dv);
+            pt_get(oneS, s1, sn);
+            pt_get(gS, dS[r], sn);
+            lily_cuda_free(s1), lily_cuda_free(o1);
+            snprintf(name, sizeof name,
+                     "gdn rows R=%d row %d Nk=%d Nv=%d Dv=%d: out and state = the row alone "
+                     "(bitwise)",
+                     R, r, Nk, Nv, Dv);
+            pt_check_true(name, !memcmp(one, go + (size_t)r * dout, (size_t)Nv * Dv * 4) &&
+                                    !memcmp(oneS, gS, sn * 4));
+            /* CPU: norms and gates of the row, then the reference step per head */
+            memcpy(q, xq, C * 4);
+            for (int i = 0; i < 2 * Nk; i++) {
+                float *h = q + (size_t)i * Dk;
+                double ss = 0;
+                for (int d = 0; d < Dk; d++)
+                    ss += (double)h[d] * h[d];
+                float f = (i < Nk ? 1.0f / sqrtf((float)Dk) : 1.0f) / sqrtf((float)ss + 1e-6f);
+                for (int d = 0; d < Dk; d++)
+                    h[d] *= f;
+            }
+            for (int j = 0; j < Nv; j++) {
+                beta[j] = sig_h(xb[j]);
+                lam[j] = expf(-expf(A_log[j]) * softplus_h(xb[Nv + j] + dtb[j]));
+            }
+            const float *Sr = S + (size_t)r * sn;
+            for (int j = 0; j < Nv; j++)
+                for (int k = 0; k < Dk; k++)
+                    for (int v = 0; v < Dv; v++)
+                        Sref[((size_t)j * Dk + k) * Dv + v] =
+                            Sr[lily_cuda_gdn_sidx(Dk, Dv, j, k, v)];
+            for (int j = 0; j < Nv; j++) {
+                int i = j / (Nv / Nk);
+                lily_cpu_gdn_scan(Sref + (size_t)j * Dk * Dv, Dk, Dv, 1, q + (size_t)i * Dk, C,
+                                  q + (size_t)Nk * Dk + (size_t)i * Dk, C,
+                                  q + (size_t)2 * Nk * Dk + (size_t)j * Dv, C, beta + j, lam + j,
+                                  Nv, oref + (size_t)j * Dv, Nv * Dv);
+            }
+            for (int j = 0; j < Nv; j++)
+                for (int k = 0; k < Dk; k++)
+                    for (int v = 0; v < Dv; v++)
+                        gSc[((size_t)j * Dk + k) * Dv + v] =
+                            gS[lily_cuda_gdn_sidx(Dk, Dv, j, k, v)];
+            snprintf(name, sizeof name, "gdn rows R=%d row %d Nk=%d Nv=%d Dv=%d: out vs CPU", R, r,
+                     Nk, Nv, Dv);
+            pt_check(name, go + (size_t)r * dout, oref, (size_t)Nv * Dv, tol);
+            snprintf(name, sizeof name, "gdn rows R=%d row %d Nk=%d Nv=%d Dv=%d: state vs CPU", R,
+                     r, Nk, Nv, Dv);
+            pt_check(name, gSc, Sref, sn, tol);
+        }
+    }
+    for (int r = 0; r < R; r++)
+        lily_cuda_free(dS[r]);
+    lily_cuda_free(dO), lily_cuda_free(dq_), lily_cuda_free(dba_), lily_cuda_free(dA);
+    lily_cuda_free(ddt);
+    free(qkv), free(ba), free(A_log), free(dtb), free(S), free(go), free(gS), free(one);
+    free(oneS), free(Sref), free(oref), free(gSc), free(beta), free(lam), free(q);
+}
+
 static void run_gdn(const op_row *r) {
     if (r->op == OP_GDN_CONV)
         conv_case(r->dim, r->K, r->n, r->tol);
     else if (r->op == OP_GDN_SCAN)
         scan_case(r->Nk, r->Nv, r->dim, r->n, r->tol);
+    else if (r->op == OP_GDN_ROWS)
+        gdn_rows_case(r->Nk, r->Nv, r->dim, r->n, r->tol);
     else
         gnorm_case(r->n, r->Nv, r->dim, r->tol);
 }
@@ -1889,6 +2015,9 @@ static void row_desc(const op_row *r, char *s, size_t cap) {
         snprintf(s, cap, "Nk=%d Nv=%d Dk=128 Dv=%d n=%d", r->Nk, r->Nv, r->dim, r->n);
         break;
     case OP_GDN_GNORM: snprintf(s, cap, "n=%d heads=%d x %d", r->n, r->Nv, r->dim); break;
+    case OP_GDN_ROWS:
+        snprintf(s, cap, "Nk=%d Nv=%d Dk=128 Dv=%d rows=%d", r->Nk, r->Nv, r->dim, r->n);
+        break;
     case OP_ATTN_PREP:
         snprintf(s, cap, "Nq=%d Nkv=%d Dh=%d R=%d pos0=%d n=%d%s", r->Nk, r->Nv, r->dim, r->R,
                  r->pos, r->n, r->gated ? " gated" : "");
@@ -1920,7 +2049,8 @@ static void run_row(const op_row *r) {
     case OP_ADVANCE: run_advance(r); break;
     case OP_GDN_CONV:
     case OP_GDN_SCAN:
-    case OP_GDN_GNORM: run_gdn(r); break;
+    case OP_GDN_GNORM:
+    case OP_GDN_ROWS: run_gdn(r); break;
     case OP_GEMV_ARGS:
     case OP_GDN_ARGS: run_args(r); break;
     case OP_ATTN_PREP:
