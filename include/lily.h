@@ -74,6 +74,10 @@ typedef struct lily_engine_opts {
     lily_precision precision;  /* default LILY_PRECISION_DEFAULT */
     lily_cpu_isa cpu_isa;      /* CPU backend only; default LILY_CPU_ISA_AUTO */
     lily_sample_on sample_on;  /* default LILY_SAMPLE_ON_AUTO */
+    /* Experimental (issue 32), CUDA only: non-zero runs each decode step as one persistent,
+     * dataflow-scheduled kernel (backend/cuda/mega.h) instead of the per-op launches. This switch
+     * is removed once one of the two paths wins. */
+    int cuda_mega;
     /* Progress while loading (done/total bytes); may be NULL. */
     void (*progress)(void *ud, uint64_t done, uint64_t total);
     void *progress_ud;

@@ -39,7 +39,7 @@ static void usage(FILE *f) {
         "                  [--turn TURNS] [--json FILE|-] [--csv FILE]\n"
         "                  [--plot FILE.svg [--plot-ref FILE.json]...]\n"
         "                  [--precision default|exact|fast] [--cpu-isa auto|avx512|avx2|scalar]\n"
-        "                  [--rows LIST [--profile]] [--program]\n"
+        "                  [--rows LIST [--profile]] [--program] [--cuda-mega]\n"
         "LIST is comma-separated lengths such as 256,512,1K,4K (default 128,512).\n"
         "--prefill times prefill at each length; --decode times --gen (default 32) decoded\n"
         "tokens at each context length. Lengths in both lists share one prefill per round.\n"
@@ -53,7 +53,8 @@ static void usage(FILE *f) {
         "--rows times decode steps of 1..8 rows (sessions) each at every --decode depth\n"
         "(default 512), --gen steps each: step time and tok/s (CSV/JSON with --csv/--json);\n"
         "--profile adds the time of each op of the step program; --program lists the\n"
-        "program (ops, weight bytes per token, buffers, dependencies).\n");
+        "program (ops, weight bytes per token, buffers, dependencies). --cuda-mega\n"
+        "(experimental, CUDA) runs each decode step as one persistent kernel.\n");
 }
 
 static int parse_list(const char *s, int *out, int *n) {
@@ -245,7 +246,7 @@ static int add_ref(void *ud, const char *v) {
 int lily_cmd_bench(int argc, char **argv) {
     const char *model = NULL, *json = NULL, *csv = NULL, *plot = NULL, *refs[8];
     int pl[MAX_LENS], dl[MAX_LENS], npl = 0, ndl = 0, gen = 32, rounds = 1, nref = 0;
-    int tn[MAX_LENS], td[MAX_LENS], nt = 0, rl[MAX_LENS], profile = 0, program = 0;
+    int tn[MAX_LENS], td[MAX_LENS], nt = 0, rl[MAX_LENS], profile = 0, program = 0, mega = 0;
     lily_engine_opts opts = {0};
     bench_lists bl = {.pl = pl, .dl = dl, .tn = tn, .td = td, .rl = rl, .refs = refs};
     lily_cli_engine ce = {0};
@@ -293,6 +294,10 @@ int lily_cmd_bench(int argc, char **argv) {
         {.name = "--rows", .kind = LILY_ARG_FN, .fn = rows_list, .ud = &bl, .help = "row counts"},
         {.name = "--profile", .kind = LILY_ARG_FLAG, .dst = &profile, .help = "per-op times"},
         {.name = "--program", .kind = LILY_ARG_FLAG, .dst = &program, .help = "list the step"},
+        {.name = "--cuda-mega",
+         .kind = LILY_ARG_FLAG,
+         .dst = &mega,
+         .help = "decode as one persistent kernel (experimental)"},
         {0}};
     const lily_arg *tabs[] = {own, engt};
     const int pr = lily_args_parse("bench", tabs, 2, argc, argv, NULL, 0, NULL, usage);
@@ -302,6 +307,7 @@ int lily_cmd_bench(int argc, char **argv) {
         const int chunk = opts.prefill_chunk;
         lily_cli_engine_apply(&ce, &opts);
         opts.prefill_chunk = chunk;
+        opts.cuda_mega = mega;
     }
     char mbuf[4096];
     if (model && !(model = lily_cli_model(model, mbuf, sizeof mbuf))) return 1;

@@ -9,13 +9,15 @@
  * Decode (n == 1) runs the fused GEMV/MoE/GDN/attention kernels; the whole step (embedding to
  * logits and argmax) is captured once per state as a CUDA graph and replayed for every token:
  * the token id and position are read from device memory, refreshed by two small copies before
- * each replay. A decode step of several sessions (forward_rows, draw_enqueue_rows) runs the GEMVs
- * and the MoE block once for all rows (lily_cuda_gemv_rows, lily_cuda_moe_decode_rows), the GDN
- * step of all rows in one launch (lily_cuda_gdn_step_rows) and the attention steps per row on its
- * own state, captured once per row count and set of states. Prefill runs a chunk through the tensor-core GEMMs, the grouped MoE, the GDN scan and
- * flash attention on one stream with no host synchronisation inside the chunk. Scratch is sized at open for the prefill chunk, so memory
- * beyond the KV caches does not grow with the prompt. Calls on one backend are serialised by a
- * mutex. */
+ * each replay. With the experimental engine option cuda_mega the graph holds the persistent
+ * kernel of mega.h instead of the per-op launches. A decode step of several sessions
+ * (forward_rows, draw_enqueue_rows) runs the GEMVs and the MoE block once for all rows
+ * (lily_cuda_gemv_rows, lily_cuda_moe_decode_rows), the GDN step of all rows in one launch
+ * (lily_cuda_gdn_step_rows) and the attention steps per row on its own state, captured once per
+ * row count and set of states. Prefill runs a chunk through the tensor-core GEMMs, the grouped
+ * MoE, the GDN scan and flash attention on one stream with no host synchronisation inside the
+ * chunk. Scratch is sized at open for the prefill chunk, so memory beyond the KV caches does not
+ * grow with the prompt. Calls on one backend are serialised by a mutex. */
 #include <math.h>
 #include <pthread.h>
 #include <stddef.h>
@@ -29,6 +31,7 @@
 #include "backend/cuda/gemm.h"
 #include "backend/cuda/gemm_split.h"
 #include "backend/cuda/gemv.h"
+#include "backend/cuda/mega.h"
 #include "backend/cuda/misc.h"
 #include "backend/cuda/moe.h"
 #include "backend/cuda/sample.h"
@@ -109,6 +112,7 @@ struct lily_backend {
      * launches over the first R rows' logits captured once per R (smp_rows_graph[R - 1]) */
     smp_io *smp_rows;
     cudaGraphExec_t smp_rows_graph[LILY_MAX_ROWS];
+    lily_mega *mega; /* the persistent decode kernel (opts.cuda_mega, experimental) or NULL */
 };
 
 struct lily_bstate {
@@ -337,8 +341,46 @@ int gemv_any_rows(const lily_gemv_seg *segs, int n, int nx, const float *const *
     return 0;
 }
 
+/* The persistent decode kernel over the uploaded weights (mega.h). */
+int mega_open(lily_backend *b, lily_err *e) {
+    const lily_config *c = &b->m->cfg;
+    lily_mega_layer *L = (lily_mega_layer *)calloc(c->n_layers, sizeof *L);
+    if (!L) return lily_fail(e, "out of memory");
+    auto dm = [](const lily_dmat *d) { return d->w ? d : nullptr; };
+    for (int l = 0; l < c->n_layers; l++) {
+        const cu_layer *y = &b->L[l];
+        lily_mega_layer *o = &L[l];
+        o->in_norm = y->in_norm, o->post_norm = y->post_norm;
+        o->q = dm(&y->q), o->k = dm(&y->k), o->v = dm(&y->v), o->o = dm(&y->o);
+        o->q_norm = y->q_norm, o->k_norm = y->k_norm;
+        o->qkv = dm(&y->qkv), o->z = dm(&y->z), o->b = dm(&y->b), o->a = dm(&y->a);
+        o->out = dm(&y->out);
+        o->conv_w = y->conv_w, o->dt_bias = y->dt_bias, o->A_log = y->A_log;
+        o->gdn_norm = y->gdn_norm;
+        o->router = dm(&y->router), o->gate = dm(&y->gate), o->up = dm(&y->up);
+        o->down = dm(&y->down), o->sh_gate = dm(&y->sh_gate), o->sh_up = dm(&y->sh_up);
+        o->sh_down = dm(&y->sh_down), o->sh_gw = dm(&y->sh_gw);
+    }
+    lily_mega_model mm = {b->m, L,         &b->embed, b->lm_head, b->final_norm, b->inv_freq,
+                          b->x, b->logits, b->d_tok,  b->d_pos,   b->d_argmax};
+    int rc = lily_cuda_mega_create(&mm, &b->mega, e);
+    free(L);
+    return rc;
+}
+
+/* One decode step of s through the persistent kernel. */
+int mega_step(lily_backend *b, lily_bstate *s, lily_err *e) {
+    const int L = b->m->cfg.n_layers;
+    lily_mega_state ms;
+    memset(&ms, 0, sizeof ms);
+    for (int l = 0; l < L; l++)
+        ms.k[l] = s->k[l], ms.v[l] = s->v[l], ms.conv[l] = s->conv[l], ms.S[l] = s->S[l];
+    return lily_cuda_mega_step(b->mega, &ms, b->st, e);
+}
+
 void cu_close_impl(lily_backend *b) {
     if (!b) return;
+    lily_cuda_mega_free(b->mega);
     if (b->L) {
         for (int l = 0; l < b->m->cfg.n_layers; l++)
             free_layer(&b->L[l]);
@@ -506,7 +548,7 @@ int cu_open(const lily_model *m, const lily_engine_opts *opts, lily_backend **ou
             lily_fail(e, "cudaMallocHost failed");
             break;
         }
-        rc = 0;
+        rc = opts->cuda_mega ? mega_open(b, e) : 0;
     } while (0);
     if (rc) {
         cu_close_impl(b);
@@ -910,8 +952,9 @@ int capture_decode(lily_backend *b, lily_bstate *s, lily_err *e) {
     LILY_CU_TRY(cudaStreamBeginCapture(b->st, cudaStreamCaptureModeRelaxed), e);
     /* the step ends by feeding its argmax into the next replay's input (used by
      * decode_greedy; forward() overwrites token and position before each replay) */
-    int rc = decode_layers(b, s, e) || lily_cuda_advance(b->d_argmax, b->d_tok, b->d_pos, b->d_ring,
-                                                         kRing, b->d_step, b->st, e);
+    int rc =
+        (b->mega ? mega_step(b, s, e) : decode_layers(b, s, e)) ||
+        lily_cuda_advance(b->d_argmax, b->d_tok, b->d_pos, b->d_ring, kRing, b->d_step, b->st, e);
     cudaError_t ce = cudaStreamEndCapture(b->st, &g);
     if (rc) {
         if (g) cudaGraphDestroy(g);
@@ -959,7 +1002,7 @@ int forward_locked(lily_backend *b, lily_bstate *s, const int32_t *tokens, int n
     if (logits) LILY_CU_TRY(cudaMemcpyAsync(logits, src, bytes, cudaMemcpyDeviceToHost, b->st), e);
     LILY_CU_TRY(cudaStreamSynchronize(b->st), e);
     LILY_CU_TRY(cudaGetLastError(), e);
-    return 0;
+    return b->mega ? lily_cuda_mega_failed(b->mega, e) : 0;
 }
 
 int cu_forward(lily_backend *b, lily_bstate *s, const int32_t *tokens, int n, int pos,
@@ -1111,7 +1154,7 @@ int cu_decode_greedy(lily_backend *b, lily_bstate *s, int32_t token, int pos, in
             if (!ok) break;
             done += batch;
         }
-        if (done < n) break;
+        if (done < n || (b->mega && lily_cuda_mega_failed(b->mega, e))) break;
         if (logits && (cudaMemcpyAsync(logits, b->logits, (size_t)c->vocab * 4,
                                        cudaMemcpyDeviceToHost, b->st) != cudaSuccess ||
                        cudaStreamSynchronize(b->st) != cudaSuccess)) {
