@@ -134,10 +134,10 @@ typedef struct {
         .n = n_, .route = r, .tol = OP_MOE_##o == OP_MOE_PREFILL ? 2e-3 : 1e-4                \
     }
 /* share: 0 rows of their own, 1 every row the same input, 2 row r = row r % ceil(R / 2) */
-#define MOE_ROWS(e_, k_, h, i, is, g, st, rows, share)                                         \
+#define MOE_ROWS(e_, k_, h, i, is, g, st, rows, share, ...)                                    \
     {                                                                                          \
         .op = OP_MOE_ROWS, .E = e_, .k = k_, .dim = h, .I = i, .Is = is, .sg = g, .stack = st, \
-        .n = rows, .route = share, .tol = 1e-4                                                 \
+        .n = rows, .route = share, .tol = 1e-4, __VA_ARGS__                                    \
     }
 
 #define ATTN_DEC(nq, nkv, dh, c, sp, g, ...)                                                      \
@@ -332,11 +332,11 @@ static const op_row table[] = {
      * experts, all on the same ones, pairs on the same ones; the GEMV-kernel shapes; a dense MLP */
     MOE_ROWS(64, 8, 2048, 512, 512, 1, 0, 1, 0),
     MOE_ROWS(64, 8, 2048, 512, 512, 1, 0, 2, 0),
-    MOE_ROWS(64, 8, 2048, 512, 512, 1, 0, 2, 1),
-    MOE_ROWS(64, 8, 2048, 512, 512, 1, 0, 3, 2),
-    MOE_ROWS(64, 8, 2048, 512, 512, 1, 0, 8, 0),
-    MOE_ROWS(64, 8, 2048, 512, 512, 1, 1, 8, 1),
-    MOE_ROWS(256, 8, 2048, 512, 512, 1, 1, 8, 2),
+    MOE_ROWS(64, 8, 2048, 512, 512, 1, 0, 2, 1, .nosan = 1),
+    MOE_ROWS(64, 8, 2048, 512, 512, 1, 0, 3, 2, .nosan = 1),
+    MOE_ROWS(64, 8, 2048, 512, 512, 1, 0, 8, 0, .nosan = 1),
+    MOE_ROWS(64, 8, 2048, 512, 512, 1, 1, 8, 1, .nosan = 1),
+    MOE_ROWS(256, 8, 2048, 512, 512, 1, 1, 8, 2, .nosan = 1),
     MOE_ROWS(256, 8, 256, 128, 128, 1, 0, 5, 0),
     MOE_ROWS(16, 2, 320, 192, 0, 0, 0, 7, 2),
     MOE_ROWS(32, 4, 256, 128, 192, 1, 0, 4, 1),
@@ -346,7 +346,7 @@ static const op_row table[] = {
     MOE_ROWS(0, 0, 512, 0, 1344, 0, 1, 8, 2),
     /* the GDN decode step of R rows in one launch (n: rows; the 35B's heads, odd head counts) */
     {.op = OP_GDN_ROWS, .Nk = 16, .Nv = 32, .dim = 128, .n = 1, .tol = 1e-4},
-    {.op = OP_GDN_ROWS, .Nk = 16, .Nv = 32, .dim = 128, .n = 8, .tol = 1e-4},
+    {.op = OP_GDN_ROWS, .Nk = 16, .Nv = 32, .dim = 128, .n = 8, .tol = 1e-4, .nosan = 1},
     {.op = OP_GDN_ROWS, .Nk = 4, .Nv = 12, .dim = 64, .n = 3, .tol = 1e-4},
     {.op = OP_GDN_ROWS, .Nk = 1, .Nv = 3, .dim = 24, .n = 7, .tol = 1e-4},
     {.op = OP_GDN_ROWS, .Nk = 2, .Nv = 2, .dim = 8, .n = 5, .tol = 1e-4},
