@@ -10,40 +10,54 @@
  *
  * Ops: gemv (decode GEMV: every weight type, prologue copy / RMSNorm / per-head gated RMSNorm,
  * epilogue store / add / causal conv + SiLU with its state update, odd row counts, 64 .. 16384
- * columns); moe_decode (the fused decode MoE block, with the router GEMV and with the router fused
- * into the gate/up launch behind a grid barrier, each step twice on one scratch; the routing
- * against the CPU top-k and the output against lily_cpu_ffn_block with the GPU's routing, so a
- * near-tie flip cannot fail); moe_rows (the decode of 1 to 8 rows at a padded stride: each row
- * bit for bit the row alone, its routing the row alone's, its output against the CPU block; rows
- * on their own experts, all on the same ones, pairs on the same ones); moe_graph (two fused
- * layers captured in a CUDA graph and replayed three times against the eager unfused run);
- * moe_prefill (the grouped prefill: routed on the GPU, every token on experts 0..k-1, and a
- * skewed random load; a dense SwiGLU MLP when E = 0; the stacked router/shared-gate uploads
- * when stack = 1); embed (Q4, Q8, BF16, F32 rounded to BF16 rows against lily_mat_row_f32);
- * rmsnorm (odd widths and strides, and the RMSNorm that also writes the exact GEMMs' split
- * words: the same y bits and the words a separate split gives);
- * argmax (odd lengths, the maximum first / last / random, a tie won by the lowest index);
- * advance (the decode ring's step counter near the ends of int32); gdn_conv (causal conv + SiLU
- * and its state against lily_cpu_conv_silu); gdn_scan (the recurrence: L2 norms, gates and
- * lily_cpu_gdn_scan per head from a random non-zero state, 1 token to 2048, every scan kernel,
- * output and final state); gdn_gnorm (the per-head gated RMSNorm); gdn_rows (the decode step of
- * 1 to 8 rows in one launch at padded strides: each row bit for bit the row alone, and against
- * lily_cpu_gdn_scan).
+ * columns); gemv_rows (lily_cuda_gemv_rows, 1 to 8 input vectors through the same weights, against
+ * lily_cuda_gemv of each vector alone, bit for bit: outputs and conv states); moe_decode (the fused
+ * decode MoE block, with the router GEMV and with the router fused into the gate/up launch behind a
+ * grid barrier, each step twice on one scratch; the routing against the CPU top-k and the output
+ * against lily_cpu_ffn_block with the GPU's routing, so a near-tie flip cannot fail); moe_graph
+ * (two fused layers captured in a CUDA graph and replayed three times against the eager unfused
+ * run); moe_prefill (the grouped prefill: routed on the GPU, every token on experts 0..k-1, and a
+ * skewed random load; a dense SwiGLU MLP when E = 0; the stacked router/shared-gate uploads when
+ * stack = 1); embed (Q4, Q8, BF16, F32 rounded to BF16 rows against lily_mat_row_f32); rmsnorm (odd
+ * widths and strides, and the RMSNorm that also writes the exact GEMMs' split words: the same y
+ * bits and the words a separate split gives); argmax (odd lengths, the maximum first / last /
+ * random, a tie won by the lowest index); advance (the decode ring's step counter near the ends of
+ * int32); gdn_conv (causal conv + SiLU and its state against lily_cpu_conv_silu); gdn_scan (the
+ * recurrence: L2 norms, gates and lily_cpu_gdn_scan per head from a random non-zero state, 1 token
+ * to 2048, every scan kernel, output and final state); gdn_gnorm (the per-head gated RMSNorm);
+ * skinny (the grouped Q4 GEMM's 16-row expert tiles, backend/cuda/gemm_skinny.h, against
+ * lily_cpu_matmul: uneven expert loads, with and without the row gather, odd group counts, X rows
+ * 1e-6 .. 1e6, in every A form, staging and precision), skinny_pair (the gate/up pair launch bit
+ * for bit as two launches), skinny_args;
+ * moe_rows (the decode of 1 to 8 rows at a padded stride: each row bit for bit the row alone, its
+ * routing the row alone's, its output against the CPU block; rows on their own experts, all on the
+ * same ones, pairs on the same ones); gdn_rows (the GDN decode step of 1 to 8 rows in one launch
+ * at padded strides: each row bit for bit the row alone, and against lily_cpu_gdn_scan).
  *
  * attn_prep (q/k RMSNorm, partial RoPE, int16 + scale cache rows against lily_cpu_rmsnorm +
- * lily_cpu_rope); attn_decode (split-K decode at contexts 1 to 131073, every split count 1 to
- * 128, forced split targets, group sizes 1 to 16); attn_prefill (the tensor-core prefill over
- * chunks from 0 and deep in the cache, gated or not, head dims 64, 128, 256: default, fast, and
- * at head dim 256 the ws kernel unsplit and split in 3). The attention reference is attention
- * with double sums on the values the int16 cache holds; each row runs with exact attention
- * products (to fp32 accumulation level) and with one bf16 pass (a looser bound).
+ * lily_cpu_rope); attn_decode (split-K decode at contexts 1 to 131073, every split count 1 to 128,
+ * forced split targets, group sizes 1 to 16); attn_prefill (the tensor-core prefill over chunks
+ * from 0, continuing at 1000 and 3000 and deep in the cache (20011, 70000), gated or not, head dims
+ * 64, 128, 256, in every prefill mode: default (exact), fast (at head dim 256 attn_fa.cu's one-pass
+ * fp16 wgmma kernel, to its own bound TOL_FA; attn.cu's one-pass bf16 kernel at other head dims),
+ * and at head dim 256 the ws kernel unsplit and split in 3 (lily_cuda_attn_prefill_force_splits),
+ * attn.cu's one-pass kernel (lily_cuda_attn_prefill_force_fast_kernel), the fa kernel unsplit and
+ * split in 3). The attention reference is attention with double sums on the values the int16 cache
+ * holds; the exact modes agree to fp32 accumulation level, the one-pass modes to a looser bound.
  *
  * Sanitizer-sized runs: LILY_GDN_QUICK=1 leaves out the long scans, LILY_CUDA_SAN=1 the 40K-131K
- * attention contexts and deep prefills, LILY_CUDA_SAN=2 runs the racecheck-sized attention rows
- * alone. LILY_CUDA_TIME=1 also prints, after the rows, the GDN scan kernels' times (gdn_scan
- * selected) and attention decode and prefill times at the 35B-A3B shape (attn_prefill selected);
- * LILY_CUDA_TIME=1p the attention prefill timing alone (no rows: for profilers). The GEMMs
- * (test_cuda_gemm, test_cuda_skinny) and the sampler (test_cuda_sample) keep their programs. */
+ * attention contexts and deep prefills and the 35B-sized skinny shapes, LILY_CUDA_SAN=2 runs the
+ * racecheck-sized attention rows alone. LILY_CUDA_TIME=1 also prints, after the rows, the GDN scan
+ * kernels' times (gdn_scan selected) and, in each prefill mode, attention decode and prefill times
+ * at the 35B-A3B shape (attn_prefill selected: decode at 4K-128K alone, in a CUDA graph of 10 and
+ * with a sweep of split targets; prefill chunks of 512 tokens at depth 130560 and of 4096 from 0,
+ * 28672, 32768, 65536 and 126976, in microseconds and TFLOP/s of the causal products; cudaEvent,
+ * median of 20); LILY_CUDA_TIME=1p the prefill chunks alone (no rows: for profilers, 23 launches
+ * per chunk and mode, 3 warm-ups and 20 timed); LILY_CUDA_TIME=1f the same for the one-pass modes
+ * alone (attn.cu's mma.sync kernel, then attn_fa.cu's split as the SMs call for, and unsplit). With
+ * the skinny rows selected LILY_CUDA_TIME=1 also times the 35B-A3B expert GEMMs (skinny_timing);
+ * LILY_CUDA_TIME=1s that alone (LILY_SKINNY_TIME_N / _V pick a chunk size / a variant). The prefill
+ * GEMMs (test_cuda_gemm) and the sampler (test_cuda_sample) keep their programs. */
 #include <stdio.h>
 
 #ifndef LILY_HAVE_CUDA
@@ -56,7 +70,10 @@ int main(void) {
 
 #include "backend/cpu/blocks.h"
 #include "backend/cuda/attn.h"
+#include "backend/cuda/attn_fa.h"
 #include "backend/cuda/attn_wg.h"
+#include "backend/cuda/gemm.h"
+#include "backend/cuda/gemm_skinny.h"
 #include "backend/cuda/gemm_split.h"
 #include "backend/cuda/gdn.h"
 #include "backend/cuda/gemv.h"
@@ -66,6 +83,10 @@ int main(void) {
 
 typedef enum {
     OP_GEMV,
+    OP_GEMV_ROWS,
+    OP_SKINNY,
+    OP_SKINNY_PAIR,
+    OP_SKINNY_ARGS,
     OP_MOE_DECODE,
     OP_MOE_GRAPH,
     OP_MOE_PREFILL,
@@ -85,11 +106,11 @@ typedef enum {
     OP_MOE_ROWS,
     OP_GDN_ROWS,
 } op_kind;
-static const char *op_names[] = {"gemv",          "moe_decode", "moe_graph",   "moe_prefill",
-                                 "embed",         "rmsnorm",    "argmax",      "advance",
-                                 "gdn_conv",      "gdn_scan",   "gdn_gnorm",   "gemv_args",
-                                 "gdn_scan_args", "attn_prep",  "attn_decode", "attn_prefill",
-                                 "attn_args",     "moe_rows",   "gdn_rows"};
+static const char *op_names[] = {
+    "gemv",        "gemv_rows",    "skinny",    "skinny_pair", "skinny_args",   "moe_decode",
+    "moe_graph",   "moe_prefill",  "embed",     "rmsnorm",     "argmax",        "advance",
+    "gdn_conv",    "gdn_scan",     "gdn_gnorm", "gemv_args",   "gdn_scan_args", "attn_prep",
+    "attn_decode", "attn_prefill", "attn_args", "moe_rows",    "gdn_rows"};
 static const char *dt_names[] = {"f32", "bf16", "f16", "q4", "q8"};
 
 /* One row of the table. Fields an op does not use stay 0. */
@@ -97,8 +118,12 @@ typedef struct {
     op_kind op;
     lily_dtype dt;    /* gemv, embed: the weight type */
     int dim;          /* gemv: columns; moe: H; embed: H; rmsnorm: width */
-    int n;            /* moe_prefill: tokens; embed: tokens; rmsnorm: rows; argmax: length */
+    int n;            /* moe_prefill: tokens; embed: tokens; rmsnorm: rows; argmax: length;
+                       * gemv_rows: input vectors */
     int rows[4];      /* gemv: the segments' row counts (nseg of them) */
+    int M, cset;      /* skinny: weight rows (dim: columns), the experts' row counts (SK_C*) */
+    int gather;       /* skinny: grouped rows read X rows at random of n (0: row r reads row r) */
+    int spread;       /* skinny: X rows 1e-6 .. 1e6 (exact only) */
     int nseg;         /* gemv */
     int pro, epi;     /* gemv: LILY_GP_*, LILY_GV_* */
     int E, k, I;      /* moe: experts (0: a dense MLP of width Is), top-k, expert width */
@@ -128,6 +153,15 @@ typedef struct {
         .op = OP_GEMV, .dt = LILY_DT_##d, .dim = c, .pro = LILY_GP_##p, .epi = LILY_GV_##e, \
         .tol = t, .rows = {__VA_ARGS__}, .nseg = sizeof((int[]){__VA_ARGS__}) / sizeof(int) \
     }
+#define GEMV_ROWS(d, c, p, e, nx, ...)                                                           \
+    {                                                                                            \
+        .op = OP_GEMV_ROWS, .dt = LILY_DT_##d, .dim = c, .pro = LILY_GP_##p, .epi = LILY_GV_##e, \
+        .n = nx, .rows = {__VA_ARGS__}, .nseg = sizeof((int[]){__VA_ARGS__}) / sizeof(int)       \
+    }
+/* skinny expert row count sets (sk_counts): SK_ROUTED is n tokens x top-k over E experts */
+enum { SK_C1, SK_C2, SK_C3, SK_C4, SK_ROUTED, SK_MAXE = 256 };
+#define SKINNY(m, kk, cs, n_, g, ...) \
+    { .op = OP_SKINNY, .M = m, .dim = kk, .cset = SK_##cs, .n = n_, .gather = g, __VA_ARGS__ }
 #define MOE(o, e_, k_, h, i, is, g, st, n_, r)                                                \
     {                                                                                         \
         .op = OP_MOE_##o, .E = e_, .k = k_, .dim = h, .I = i, .Is = is, .sg = g, .stack = st, \
@@ -170,6 +204,54 @@ static const op_row table[] = {
     /* a wide input: dynamic shared memory above 48 KiB (16384 columns is the widest the CPU
      * reference's matmul takes, 256 groups) */
     GEMV(Q4, 16384, RMSNORM, STORE, 1e-4, 33),
+    /* gemv_rows: several input vectors at once (a decode step of rows) against lily_cuda_gemv of
+     * each vector alone, bit for bit: tensor-core Q4 (every count 1..8), the fp32 kernels (counts
+     * split into launches of 8, 4, 2, 1), every prologue and epilogue, and a width whose vectors
+     * do not all fit one launch's shared memory. Weight type, columns, prologue, epilogue,
+     * vectors, the segments' rows */
+    GEMV_ROWS(Q4, 2048, RMSNORM, STORE, 1, 300, 37, 5, 1000),
+    GEMV_ROWS(Q4, 2048, RMSNORM, STORE, 2, 300, 37, 5, 1000),
+    GEMV_ROWS(Q4, 2048, RMSNORM, CONV, 3, 300, 37, 5, 1000),
+    GEMV_ROWS(Q4, 2048, RMSNORM, STORE, 4, 300, 37, 5, 1000),
+    GEMV_ROWS(Q4, 2048, RMSNORM, STORE, 5, 300, 37, 5, 1000),
+    GEMV_ROWS(Q4, 2048, RMSNORM, STORE, 6, 300, 37, 5, 1000),
+    GEMV_ROWS(Q4, 2048, RMSNORM, STORE, 7, 300, 37, 5, 1000),
+    GEMV_ROWS(Q4, 2048, RMSNORM, STORE, 8, 300, 37, 5, 1000),
+    GEMV_ROWS(Q4, 4096, GATED, ADD, 8, 1000, 37),
+    GEMV_ROWS(Q4, 512, NONE, ADD, 5, 1000, 37, 513),
+    GEMV_ROWS(Q4, 320, RMSNORM, CONV, 7, 1000, 37, 513),
+    GEMV_ROWS(Q4, 64, RMSNORM, STORE, 8, 256, 1, 7, 300),
+    GEMV_ROWS(Q8, 2048, RMSNORM, STORE, 6, 256, 1),
+    GEMV_ROWS(BF16, 576, GATED, ADD, 3, 256, 1, 7, 300),
+    GEMV_ROWS(BF16, 4096, RMSNORM, STORE, 8, 5),
+    GEMV_ROWS(F32, 768, NONE, CONV, 8, 1000, 37),
+    GEMV_ROWS(Q4, 16384, RMSNORM, STORE, 3, 33),
+
+    /* skinny: the grouped Q4 GEMM's 16-row expert tiles (lily_cuda_gemm_grouped, tile_rows 16)
+     * against lily_cpu_matmul: M, K, count set, tokens, gather. Count sets: C1 {0, 1, 7, 8, 9, 0,
+     * 16, 17, 53, 3, 15, 0} (0 rows, 1, odd, 8, 9, 16, 17, 4 tiles), C2 {0, 37, 1, 0, 5}, C3 {0,
+     * 11, 0}, C4 {13, 0, 16, 1, 29, 2}; K an odd number of groups (576, 192), one group (64); M
+     * not a multiple of the 128-row blocks or 16-row slabs; more tiles in the grid than valid.
+     * Each row in every form (sk_set_mode); skinny_pair: the gate/up pair launch bit for bit as
+     * two launches */
+    SKINNY(200, 576, C1, 40, 1),
+    SKINNY(200, 576, C1, 0, 0),
+    SKINNY(130, 192, C2, 30, 1),
+    SKINNY(72, 64, C2, 0, 0),
+    SKINNY(48, 128, C3, 9, 1),
+    {.op = OP_SKINNY_PAIR, .M = 200, .dim = 576, .cset = SK_C1, .n = 40},
+    {.op = OP_SKINNY_PAIR, .M = 512, .dim = 2048, .cset = SK_C2, .n = 60, .nosan = 1},
+    SKINNY(512, 2048, C1, 40, 1, .nosan = 1), /* gate / up shape */
+    SKINNY(2048, 512, C1, 0, 0, .nosan = 1),  /* down shape */
+    SKINNY(2048, 512, C2, 60, 1, .nosan = 1),
+    SKINNY(512, 2048, C2, 0, 0, .nosan = 1),
+    /* 64 tokens x top-8 over 64 experts: ~8 rows each, as a short prompt gives */
+    SKINNY(512, 2048, ROUTED, 64, 1, .E = 64, .k = 8, .nosan = 1),
+    SKINNY(2048, 512, ROUTED, 64, 0, .E = 64, .k = 8, .nosan = 1),
+    /* X rows from 1e-6 to 1e6 (the split's row scale keeps fp16 in range) */
+    SKINNY(200, 576, C4, 26, 1, .spread = 1),
+    SKINNY(512, 2048, C4, 26, 1, .spread = 1, .nosan = 1),
+    {.op = OP_SKINNY_ARGS},
 
     /* MoE: (E, k, H, I, Is, shared gate, stacked, n, routing). Decode rows: each step with the
      * router GEMV and with the fused router (first step and through the barrier). Prefill: Q4
@@ -305,7 +387,8 @@ static const op_row table[] = {
     ATTN_DEC(2, 2, 128, 12345, 100, 0),
     ATTN_DEC(16, 2, 256, 7, 1, 1, .race = 2),
     ATTN_DEC(8, 2, 128, 300, 3, 0, .race = 2),
-    /* attn_prefill: Nq, Nkv, Dh, pos0, n, gated (default, fast, and at Dh 256 the ws kernel
+    /* attn_prefill: Nq, Nkv, Dh, pos0, n, gated (every prefill mode: default, fast, and at Dh 256
+     * the ws kernel unsplit and split in 3, attn.cu's one-pass mma.sync kernel, the fa kernel
      * unsplit and split in 3) */
     ATTN_PRE(16, 2, 256, 0, 1, 1),
     ATTN_PRE(16, 2, 256, 0, 77, 1),
@@ -325,6 +408,12 @@ static const op_row table[] = {
     ATTN_PRE(16, 1, 256, 0, 45, 1),   /* G 16: 8 positions per block */
     ATTN_PRE(8, 2, 256, 130, 67, 0),  /* G 4 */
     ATTN_PRE(2, 2, 256, 999, 200, 1), /* G 1: 128 positions per block, two blocks */
+    /* chunks continuing at 1000 and deep at 70000, odd lengths, G 8, 2, 1 */
+    ATTN_PRE(16, 2, 256, 1000, 301, 1, .nosan = 1),
+    ATTN_PRE(4, 2, 256, 1000, 257, 0),
+    ATTN_PRE(16, 2, 256, 70000, 9, 1, .nosan = 1),
+    ATTN_PRE(4, 2, 256, 70001, 9, 0, .nosan = 1),
+    ATTN_PRE(2, 2, 256, 69999, 5, 1, .nosan = 1),
     ATTN_PRE(16, 2, 256, 0, 33, 1, .race = 2),
     ATTN_PRE(4, 4, 128, 70, 20, 0, .race = 2),
     {.op = OP_ATTN_ARGS},
@@ -452,6 +541,461 @@ static void run_gemv(const op_row *r) {
     }
     lily_cuda_free(dx), lily_cuda_free(dw), lily_cuda_free(dz);
     free(x), free(xp), free(w), free(z);
+}
+
+/* lily_cuda_gemv_rows with r->n input vectors (their own x, gate z, outputs and conv states)
+ * against lily_cuda_gemv of each vector alone: bit for bit (memcmp), outputs and conv states. */
+static void run_gemv_rows(const op_row *r) {
+    enum { K = 4, NX = LILY_GEMV_ROWS, MAXR = 8192 };
+    lily_err e;
+    const lily_dtype dt = r->dt;
+    const int cols = r->dim, nseg = r->nseg, pk = r->pro, epi = r->epi, nx = r->n;
+    const int *rows = r->rows;
+    int shape_ok = nseg >= 1 && nseg <= LILY_GEMV_SEGS && nx >= 1 && nx <= NX;
+    for (int s = 0; s < nseg && shape_ok; s++)
+        shape_ok = rows[s] >= 1 && rows[s] <= MAXR;
+    if (!shape_ok) {
+        pt_check_true("gemv_rows row: segments, vectors and rows in range", 0);
+        return;
+    }
+    lily_mat m[LILY_GEMV_SEGS];
+    lily_dmat dm[LILY_GEMV_SEGS];
+    lily_gemv_seg seg[NX * LILY_GEMV_SEGS], one[LILY_GEMV_SEGS];
+    lily_gemv_pro pro[NX];
+    const float *xr[NX];
+    float *dx[NX], *dz[NX], *y[2][NX][LILY_GEMV_SEGS], *cs[2][NX][LILY_GEMV_SEGS];
+    float *cw[LILY_GEMV_SEGS];
+    const int head = 128 <= cols && cols % 128 == 0 ? 128 : 64;
+    float *h = malloc((size_t)(cols > MAXR ? cols : MAXR) * K * 4);
+    pt_fill(h, cols, 1.0f);
+    for (int i = 0; i < cols; i++)
+        h[i] = 0.5f + 0.5f * h[i];
+    float *dw = pt_dup(h, cols);
+    for (int s = 0; s < nseg; s++) {
+        m[s] = pt_mat(dt, rows[s], cols);
+        if (!pt_ok(lily_cuda_dmat_upload(&m[s], 1, &dm[s], &e), "upload", &e)) return;
+        pt_fill(h, (size_t)K * rows[s], 0.7f);
+        cw[s] = pt_dup(h, (size_t)K * rows[s]);
+    }
+    for (int v = 0; v < nx; v++) {
+        pt_fill(h, cols, 2.0f);
+        xr[v] = dx[v] = pt_dup(h, cols);
+        pt_fill(h, cols, 3.0f);
+        dz[v] = pt_dup(h, cols);
+        pro[v] = (lily_gemv_pro){pk, dw, dz[v], head, 1e-6f};
+        for (int s = 0; s < nseg; s++) {
+            pt_fill(h, rows[s], 1.0f); /* both runs start from the same y (ADD) and state */
+            y[0][v][s] = pt_dup(h, rows[s]);
+            y[1][v][s] = pt_dup(h, rows[s]);
+            pt_fill(h, (size_t)(K - 1) * rows[s], 1.0f);
+            cs[0][v][s] = pt_dup(h, (size_t)(K - 1) * rows[s]);
+            cs[1][v][s] = pt_dup(h, (size_t)(K - 1) * rows[s]);
+            seg[v * nseg + s] = (lily_gemv_seg){&dm[s], y[0][v][s], epi, cs[0][v][s], cw[s], K};
+        }
+    }
+    int ok = pt_ok(lily_cuda_gemv_rows(seg, nseg, nx, xr, pk ? pro : NULL, NULL, &e), "rows", &e);
+    for (int v = 0; v < nx && ok; v++) {
+        for (int s = 0; s < nseg; s++)
+            one[s] = (lily_gemv_seg){&dm[s], y[1][v][s], epi, cs[1][v][s], cw[s], K};
+        ok = pt_ok(lily_cuda_gemv(one, nseg, dx[v], pk ? &pro[v] : NULL, NULL, &e), "alone", &e);
+    }
+    static const char *pks[] = {"copy", "rmsnorm", "gated"};
+    static const char *eps[] = {"store", "add", "conv"};
+    int same = ok;
+    float *a = malloc((size_t)MAXR * K * 4), *b = malloc((size_t)MAXR * K * 4);
+    for (int v = 0; v < nx && same; v++)
+        for (int s = 0; s < nseg && same; s++) {
+            pt_get(a, y[0][v][s], rows[s]);
+            pt_get(b, y[1][v][s], rows[s]);
+            same = !memcmp(a, b, (size_t)rows[s] * 4);
+            pt_get(a, cs[0][v][s], (size_t)(K - 1) * rows[s]);
+            pt_get(b, cs[1][v][s], (size_t)(K - 1) * rows[s]);
+            same = same && !memcmp(a, b, (size_t)(K - 1) * rows[s] * 4);
+            if (!same) printf("  vector %d segment %d differs\n", v, s);
+        }
+    char name[160];
+    snprintf(name, sizeof name, "gemv rows %s x%d [.. x %d] %d segs %s %s = each vector alone",
+             dt_names[dt], nx, cols, nseg, pks[pk], eps[epi]);
+    pt_check_true(name, same);
+    for (int v = 0; v < nx; v++) {
+        lily_cuda_free(dx[v]), lily_cuda_free(dz[v]);
+        for (int s = 0; s < nseg; s++)
+            for (int k = 0; k < 2; k++)
+                lily_cuda_free(y[k][v][s]), lily_cuda_free(cs[k][v][s]);
+    }
+    for (int s = 0; s < nseg; s++) {
+        lily_cuda_free(cw[s]);
+        lily_cuda_dmat_free(&dm[s]);
+        pt_mat_free(&m[s]);
+    }
+    lily_cuda_free(dw);
+    free(h), free(a), free(b);
+}
+
+/* ---- the skinny grouped Q4 GEMM ------------------------------------------------------------ */
+
+/* Every row runs in each of the kernel's forms (sk_set_mode): A as fp16 subnormal codes or by
+ * subtraction, codes through the register ring or the cp.async stages (with the B prefetch), exact
+ * GEMMs or one pass (lily_cuda_prec.gemm_exact 0: the kernel splits X itself); spread rows (X rows
+ * 1e-6 .. 1e6) exact only, without the prefetch. Y is filled with a sentinel first.
+ *
+ * Bound: per grouped row (token), max_o |y_gpu - y_cpu| <= 1e-5 * max_o |y_cpu|. The device result
+ * carries the activation split (x = (hi + lo) 2^e, two fp16: ~2^-22 relative per element), the
+ * fp32 accumulations of the tensor cores (each mma rounds or truncates once at ~2^-23 of the
+ * largest partial sum of its group) and the fp32 FMAs of the group sums; the CPU reference rounds
+ * its own fp32 sums. With random weights |y| ~ sqrt(K) |w| |x|, these give ~1e-7 .. 1e-6 of the
+ * row's largest output; 1e-5 leaves a 10x margin while any slip of the fragment order, a missing
+ * lo plane (~2^-12 per element) or a wrong group scale (~1 / sqrt(K / 64)) is far above it. With
+ * gemm_exact 0 the kernel multiplies the hi plane alone (one product per weight, the activations
+ * as fp16: ~2^-11 relative per element, ~3e-4 of the row's largest output): bound 3e-3. The ROW
+ * line's rel is the worst row's max relative error. */
+static const float kSentinel = -777.0f;
+static float g_sk_spread; /* > 0: X row t scaled by 10^(spread * (t % 13 - 6) / 6) */
+static char g_sk_tag[80];
+
+static void sk_fill_x(float *X, int rows, int ld) {
+    pt_fill(X, (size_t)rows * ld, 2.0f);
+    for (size_t i = 0; i < (size_t)rows * ld; i++)
+        if (X[i] == 0.f) X[i] = 0.5f; /* never zeros */
+    if (g_sk_spread <= 0) return;
+    for (int t = 0; t < rows; t++) {
+        float f = powf(10.f, g_sk_spread * (float)(t % 13 - 6) / 6.f);
+        for (int c = 0; c < ld; c++)
+            X[(size_t)t * ld + c] *= f;
+    }
+}
+
+/* gemm_exact of the GEMMs that follow (lily_cuda_prec; attention stays exact) */
+static void set_gemm_exact(int on) {
+    lily_cuda_prec p = {on, 1};
+    lily_cuda_prec_set(p);
+}
+
+/* Mode m of a row: 0..7 = (cp, sub, fast) as bits 2, 1, 0 (pf with cp: it changes no value); a
+ * spread row's modes 0..3 = (cp, sub) as bits 1, 0, exact, no prefetch. */
+static int sk_modes(const op_row *r) {
+    return r->spread ? 4 : 8;
+}
+static void sk_set_mode(const op_row *r, int m) {
+    static const char *vname[2] = {"denorm", "sub"};
+    const int cp = r->spread ? m >> 1 : m >> 2, sub = r->spread ? m & 1 : (m >> 1) & 1;
+    const int fast = r->spread ? 0 : m & 1;
+    lily_cuda_skinny_cp(cp);
+    lily_cuda_skinny_pf(r->spread ? 0 : cp);
+    lily_cuda_skinny_variant(sub ? LILY_SKINNY_SUB : LILY_SKINNY_DENORM);
+    set_gemm_exact(!fast);
+    g_sk_spread = r->spread ? 6.f : 0.f;
+    snprintf(g_sk_tag, sizeof g_sk_tag, " [%s%s%s%s]", vname[sub], cp ? ", cp" : "",
+             fast ? ", fast" : "", r->spread ? ", rows 1e-6..1e6" : "");
+}
+/* the defaults (gemm_skinny.cu): subnormal codes, cp.async stages, prefetch 1, exact GEMMs */
+static void sk_reset(void) {
+    lily_cuda_skinny_variant(LILY_SKINNY_DENORM);
+    lily_cuda_skinny_cp(1);
+    lily_cuda_skinny_pf(1);
+    set_gemm_exact(1);
+    g_sk_spread = 0;
+    g_sk_tag[0] = 0;
+}
+
+/* n tokens x top-k over E experts, uniformly random distinct picks: the row counts. */
+static void route_counts(int n, int E, int k, int *counts) {
+    memset(counts, 0, sizeof(int) * E);
+    int *sel = malloc(sizeof(int) * k);
+    for (int t = 0; t < n; t++)
+        for (int j = 0; j < k; j++) {
+            int x, dup;
+            do {
+                x = (int)(pt_rnd() % E);
+                dup = 0;
+                for (int i = 0; i < j; i++)
+                    dup |= sel[i] == x;
+            } while (dup);
+            sel[j] = x;
+            counts[x]++;
+        }
+    free(sel);
+}
+
+/* The row's expert row counts (SK_ROUTED: r->n tokens x top-r->k over r->E experts): E. */
+static int sk_counts(const op_row *r, int *counts) {
+    /* 0 rows, 1, odd, 8, 9, 16, 17, 53 (4 tiles), 15 */
+    static const int c1[12] = {0, 1, 7, 8, 9, 0, 16, 17, 53, 3, 15, 0};
+    static const int c2[5] = {0, 37, 1, 0, 5}, c3[3] = {0, 11, 0}, c4[6] = {13, 0, 16, 1, 29, 2};
+    static const int *const sets[] = {c1, c2, c3, c4};
+    static const int sizes[] = {12, 5, 3, 6};
+    if (r->cset == SK_ROUTED) {
+        if (r->E < 1 || r->E > SK_MAXE || r->k < 1 || r->k > r->E) return -1;
+        route_counts(r->n, r->E, r->k, counts);
+        return r->E;
+    }
+    if (r->cset < 0 || r->cset >= SK_ROUTED) return -1;
+    memcpy(counts, sets[r->cset], sizeof(int) * sizes[r->cset]);
+    return sizes[r->cset];
+}
+
+/* Experts of the given row counts, M x K Q4 each; grouped row r reads X row gather[r] (random
+ * tokens of n) or row r. Bound: per grouped row (token), max_o |y_gpu - y_cpu| <= tol * max_o
+ * |y_cpu| (1e-5 exact, 3e-3 one pass); every valid element written, the padding columns of Y
+ * (ldy > M) keep the sentinel. */
+static void sk_grouped_case(int M, int K, int E, const int *counts, int n, int use_gather) {
+    lily_err e;
+    char name[240];
+    int R = 0, ntmax = 0;
+    for (int x = 0; x < E; x++)
+        R += counts[x], ntmax += (counts[x] + 15) / 16;
+    const int xrows = use_gather ? n : R, ldx = K + 4, ldy = M + 3;
+    lily_mat *G = malloc(sizeof(lily_mat) * E);
+    for (int x = 0; x < E; x++)
+        G[x] = pt_mat(LILY_DT_Q4, M, K);
+    lily_dmat dG;
+    if (!pt_ok(lily_cuda_dmat_upload(G, E, &dG, &e), "upload", &e)) return;
+    float *X = malloc((size_t)(xrows > 0 ? xrows : 1) * ldx * 4);
+    sk_fill_x(X, xrows, ldx);
+    int32_t *gather = malloc((size_t)(R + 1) * 4), *tiles = malloc((size_t)(ntmax + 1) * 12);
+    for (int r = 0; r < R; r++)
+        gather[r] = use_gather ? (int32_t)(pt_rnd() % n) : r;
+    const int nt = pt_make_tiles(counts, E, LILY_GEMM_SKINNY_BN, tiles);
+    const size_t ny = (size_t)(R > 0 ? R : 1) * ldy;
+    float *ref = malloc(ny * 4), *got = malloc(ny * 4);
+    float *xg = malloc((size_t)(R + 1) * K * 4), *tg = malloc((size_t)(R + 1) * M * 4);
+    for (size_t i = 0; i < ny; i++)
+        ref[i] = kSentinel;
+    for (int x = 0, r0 = 0; x < E; r0 += counts[x], x++) {
+        if (!counts[x]) continue;
+        for (int i = 0; i < counts[x]; i++)
+            memcpy(xg + (size_t)i * K, X + (size_t)gather[r0 + i] * ldx, (size_t)K * 4);
+        lily_cpu_matmul(pt_cpu(), &G[x], xg, counts[x], K, tg, M, NULL);
+        for (int i = 0; i < counts[x]; i++)
+            memcpy(ref + (size_t)(r0 + i) * ldy, tg + (size_t)i * M, (size_t)M * 4);
+    }
+    int32_t *dgather = pt_idup(gather, (size_t)R + 1), *dtiles = pt_idup(tiles, (size_t)3 * nt + 1);
+    int32_t *dnt = pt_idup(&nt, 1);
+    float *dX = pt_dup(X, (size_t)(xrows > 0 ? xrows : 1) * ldx);
+    for (size_t i = 0; i < ny; i++)
+        got[i] = kSentinel;
+    float *dY = pt_dup(got, ny);
+    /* max_tiles above the valid count: the extra tiles must exit on *d_ntiles */
+    int rc = lily_cuda_gemm_grouped(&dG, dX, ldx, xrows, use_gather ? dgather : NULL, dtiles, dnt,
+                                    nt + 5, LILY_GEMM_SKINNY_BN, dY, ldy, NULL, &e);
+    if (pt_ok(rc, "skinny grouped launch", &e)) {
+        pt_get(got, dY, ny);
+        double worst = 0, wabs = 0;
+        int bad = 0, pad = 0;
+        for (int r = 0; r < R; r++) {
+            double mx = 0, d = 0;
+            for (int o = 0; o < M; o++) {
+                const float g = got[(size_t)r * ldy + o], f = ref[(size_t)r * ldy + o];
+                if (!isfinite(g) || g == kSentinel) bad++;
+                mx = fmax(mx, fabs(f));
+                d = fmax(d, fabs((double)g - f));
+            }
+            for (int o = M; o < ldy; o++)
+                pad += got[(size_t)r * ldy + o] != kSentinel;
+            const double rel = mx > 0 ? d / mx : d;
+            if (rel > worst) worst = rel;
+            if (d > wabs) wabs = d;
+        }
+        const double tol = lily_cuda_gemm_exact() ? 1e-5 : 3e-3;
+        const int ok = !bad && !pad && worst <= tol;
+        if (ok)
+            pt_pass++;
+        else
+            pt_fail++;
+        if (worst > pt_row_rel) pt_row_rel = worst;
+        if (wabs > pt_row_abs) pt_row_abs = wabs;
+        int k = snprintf(name, sizeof name, "skinny W[%d x %d] x %d rows {", M, K, E);
+        for (int x = 0; x < E && k < 150; x++)
+            k += snprintf(name + k, sizeof name - k, "%s%d", x ? "," : "", counts[x]);
+        snprintf(name + k, sizeof name - k, "}%s%s", use_gather ? " gather" : "", g_sk_tag);
+        printf("%s %s: worst row rel %.3g (tol %.0e), %d unwritten/non-finite, %d padding "
+               "written\n",
+               ok ? "ok  " : "FAIL", name, worst, tol, bad, pad);
+    }
+    lily_cuda_free(dX), lily_cuda_free(dY), lily_cuda_free(dgather), lily_cuda_free(dtiles);
+    lily_cuda_free(dnt);
+    lily_cuda_dmat_free(&dG);
+    for (int x = 0; x < E; x++)
+        pt_mat_free(&G[x]);
+    free(G), free(X), free(gather), free(tiles), free(ref), free(got), free(xg), free(tg);
+}
+
+/* The pair launch (gate and up in one grid) against the two single launches, which the
+ * skinny rows check against the CPU: the same bits, every row of both outputs. */
+static void sk_pair_case(int M, int K, int E, const int *counts, int n) {
+    lily_err e;
+    int R = 0, ntmax = 0;
+    for (int x = 0; x < E; x++)
+        R += counts[x], ntmax += (counts[x] + 15) / 16;
+    const int ldx = K + 4, ldy = M + 3;
+    lily_mat *G = malloc(sizeof(lily_mat) * E), *U = malloc(sizeof(lily_mat) * E);
+    for (int x = 0; x < E; x++)
+        G[x] = pt_mat(LILY_DT_Q4, M, K), U[x] = pt_mat(LILY_DT_Q4, M, K);
+    lily_dmat dG, dU;
+    if (!pt_ok(lily_cuda_dmat_upload(G, E, &dG, &e), "upload", &e) ||
+        !pt_ok(lily_cuda_dmat_upload(U, E, &dU, &e), "upload", &e))
+        return;
+    float *X = malloc((size_t)n * ldx * 4);
+    sk_fill_x(X, n, ldx);
+    int32_t *gather = malloc((size_t)(R + 1) * 4), *tiles = malloc((size_t)(ntmax + 1) * 12);
+    for (int r = 0; r < R; r++)
+        gather[r] = (int32_t)(pt_rnd() % n);
+    const int nt = pt_make_tiles(counts, E, LILY_GEMM_SKINNY_BN, tiles);
+    int32_t *dgather = pt_idup(gather, (size_t)R + 1), *dtiles = pt_idup(tiles, (size_t)3 * nt + 1);
+    int32_t *dnt = pt_idup(&nt, 1);
+    float *dX = pt_dup(X, (size_t)n * ldx);
+    const size_t ny = (size_t)(R > 0 ? R : 1) * ldy;
+    float *h[4], *d[4];
+    for (int i = 0; i < 4; i++) {
+        h[i] = malloc(ny * 4);
+        for (size_t j = 0; j < ny; j++)
+            h[i][j] = kSentinel;
+        d[i] = pt_dup(h[i], ny);
+    }
+    int rc = lily_cuda_gemm_skinny_grouped(&dG, dX, ldx, n, dgather, dtiles, dnt, nt + 3, d[0], ldy,
+                                           NULL, &e) ||
+             lily_cuda_gemm_skinny_grouped(&dU, dX, ldx, n, dgather, dtiles, dnt, nt + 3, d[1], ldy,
+                                           NULL, &e) ||
+             lily_cuda_gemm_skinny_grouped_pair(&dG, &dU, dX, ldx, n, dgather, dtiles, dnt, nt + 3,
+                                                d[2], d[3], ldy, NULL, &e);
+    if (pt_ok(rc, "skinny pair launch", &e)) {
+        for (int i = 0; i < 4; i++)
+            pt_get(h[i], d[i], ny);
+        char name[240];
+        snprintf(name, sizeof name,
+                 "skinny pair W[%d x %d] x %d experts, %d rows: same bits as two launches%s", M, K,
+                 E, R, g_sk_tag);
+        pt_check_true(name, !memcmp(h[0], h[2], ny * 4) && !memcmp(h[1], h[3], ny * 4));
+    }
+    for (int i = 0; i < 4; i++)
+        lily_cuda_free(d[i]), free(h[i]);
+    lily_cuda_free(dX), lily_cuda_free(dgather), lily_cuda_free(dtiles), lily_cuda_free(dnt);
+    lily_cuda_dmat_free(&dG), lily_cuda_dmat_free(&dU);
+    for (int x = 0; x < E; x++)
+        pt_mat_free(&G[x]), pt_mat_free(&U[x]);
+    free(G), free(U), free(X), free(gather), free(tiles);
+}
+
+static void run_skinny(const op_row *r) {
+    if (r->op == OP_SKINNY_ARGS) { /* 16-row tiles are Q4 only */
+        lily_err e;
+        lily_mat b = pt_mat(LILY_DT_BF16, 64, 64);
+        lily_dmat db;
+        if (pt_ok(lily_cuda_dmat_upload(&b, 1, &db, &e), "upload", &e)) {
+            float *d = pt_dalloc(64 * 64 * 4);
+            int32_t one = 1, *dn = pt_idup(&one, 1);
+            pt_check_true("gemm_grouped refuses 16-row tiles of bf16 weights",
+                          lily_cuda_gemm_grouped(&db, d, 64, 1, NULL, dn, dn, 1,
+                                                 LILY_GEMM_SKINNY_BN, d, 64, NULL, &e) == -1);
+            lily_cuda_free(d), lily_cuda_free(dn);
+            lily_cuda_dmat_free(&db);
+        }
+        pt_mat_free(&b);
+        return;
+    }
+    int counts[SK_MAXE];
+    const int E = sk_counts(r, counts);
+    if (E < 1 || r->M < 1 || r->dim < 1 || ((r->gather || r->op == OP_SKINNY_PAIR) && r->n < 1)) {
+        pt_check_true("skinny row: counts and shape in range", 0);
+        return;
+    }
+    for (int m = 0; m < sk_modes(r); m++) {
+        sk_set_mode(r, m);
+        if (r->op == OP_SKINNY_PAIR)
+            sk_pair_case(r->M, r->dim, E, counts, r->n);
+        else
+            sk_grouped_case(r->M, r->dim, E, counts, r->n, r->gather);
+    }
+    sk_reset();
+}
+
+/* LILY_CUDA_TIME=1 (skinny selected) or 1s: the 35B-A3B expert GEMMs (256 experts, top-8;
+ * gate/up 512 x 2048 and down 2048 x 512) for chunks of 64 .. 512 tokens: the 32-row tiles of
+ * gemm.cu, the skinny kernel's forms, and the default form with one-pass GEMMs (variant 8: the hi
+ * plane alone); LILY_SKINNY_TIME_N (64, 128, 256, 512) and LILY_SKINNY_TIME_V (0 = 32-row tiles ..
+ * 8) pick one chunk size and one variant. */
+typedef struct {
+    lily_dmat *W;
+    float *X, *Y;
+    int ldx, nx, ldy, max_tiles, bn;
+    int32_t *gather, *tiles, *nt;
+} sk_tctx;
+
+static int sk_t_grouped(void *p) {
+    const sk_tctx *c = p;
+    lily_err e;
+    return lily_cuda_gemm_grouped(c->W, c->X, c->ldx, c->nx, c->gather, c->tiles, c->nt,
+                                  c->max_tiles, c->bn, c->Y, c->ldy, NULL, &e);
+}
+
+static lily_dmat sk_up_q4(int M, int K, int E) {
+    lily_err e;
+    lily_mat m = pt_mat(LILY_DT_Q4, M, K); /* one random expert, uploaded E times */
+    lily_mat *ms = malloc(sizeof(lily_mat) * E);
+    for (int x = 0; x < E; x++)
+        ms[x] = m;
+    lily_dmat d;
+    if (lily_cuda_dmat_upload(ms, E, &d, &e)) {
+        printf("FAIL upload: %s\n", e.msg);
+        exit(1);
+    }
+    pt_mat_free(&m);
+    free(ms);
+    return d;
+}
+
+static void skinny_timing(void) {
+    const int H = 2048, I = 512, E = 256, k = 8, nmax = 512;
+    lily_dmat Gs = sk_up_q4(I, H, E), Ds = sk_up_q4(H, I, E);
+    const size_t wbytes = lily_cuda_dmat_bytes(&Gs);
+    float *X = malloc((size_t)nmax * k * H * 4);
+    pt_fill(X, (size_t)nmax * k * H, 1.0f);
+    float *dX = pt_dup(X, (size_t)nmax * k * H);
+    float *dY = pt_dalloc((size_t)nmax * k * H * 4);
+    int counts[256];
+    int32_t *gather = malloc(sizeof(int32_t) * nmax * k), *tiles = malloc(12 * (nmax * k + E));
+    const int ns[4] = {64, 128, 256, 512};
+    const char *only_n = getenv("LILY_SKINNY_TIME_N"), *only_v = getenv("LILY_SKINNY_TIME_V");
+    for (int j = 0; j < 4; j++) {
+        const int n = ns[j];
+        if (only_n && atoi(only_n) != n) continue;
+        route_counts(n, E, k, counts);
+        for (int r = 0; r < n * k; r++)
+            gather[r] = (int32_t)(pt_rnd() % n);
+        int32_t *dgather = pt_idup(gather, (size_t)n * k);
+        /* 32-row tiles, then the skinny variants; 8: the default (cp pf1) with one-pass GEMMs */
+        for (int v = 0; v < 9; v++) {
+            if (only_v && atoi(only_v) != v) continue;
+            static const char *vn[9] = {"32-row tiles",  "skinny denorm", "skinny sub",
+                                        "skinny cp",     "skinny pf1",    "skinny pf2",
+                                        "skinny cp pf1", "skinny cp pf2", "cp pf1 1-pass"};
+            const int bn = v == 0 ? LILY_GEMM_GROUP_BN : LILY_GEMM_SKINNY_BN;
+            if (v) lily_cuda_skinny_variant(v == 2 ? LILY_SKINNY_SUB : LILY_SKINNY_DENORM);
+            lily_cuda_skinny_cp(v == 3 || v >= 6);
+            lily_cuda_skinny_pf(v == 4 || v == 6 || v == 8 ? 1 : v == 5 || v == 7 ? 2 : 0);
+            set_gemm_exact(v != 8);
+            int nt = pt_make_tiles(counts, E, bn, tiles);
+            sk_tctx c;
+            c.tiles = pt_idup(tiles, (size_t)3 * nt), c.nt = pt_idup(&nt, 1);
+            c.max_tiles = n * k / bn + E, c.bn = bn, c.Y = dY;
+            c.W = &Gs, c.X = dX, c.ldx = H, c.ldy = I, c.nx = n, c.gather = dgather;
+            float us = pt_time_median(sk_t_grouped, &c, 0);
+            printf("time gate/up 512 x 2048 x 256 n=%-4d %-14s %8.1f us  %6.2f TB/s of weights "
+                   "(%d tiles)\n",
+                   n, vn[v], us, wbytes / us * 1e-6, nt);
+            c.W = &Ds, c.ldx = I, c.ldy = H, c.nx = n * k, c.gather = NULL;
+            us = pt_time_median(sk_t_grouped, &c, 0);
+            printf("time down    2048 x 512 x 256 n=%-4d %-14s %8.1f us  %6.2f TB/s of weights\n",
+                   n, vn[v], us, wbytes / us * 1e-6);
+            lily_cuda_free(c.tiles), lily_cuda_free(c.nt);
+        }
+        set_gemm_exact(1);
+        lily_cuda_free(dgather);
+    }
+    sk_reset();
+    lily_cuda_dmat_free(&Gs), lily_cuda_dmat_free(&Ds);
+    lily_cuda_free(dX), lily_cuda_free(dY);
+    free(X), free(gather), free(tiles);
 }
 
 /* ---- MoE ------------------------------------------------------------------------------------- */
@@ -1316,6 +1860,8 @@ static void run_args(const op_row *r) {
     if (r->op == OP_GEMV_ARGS) {
         pt_check_true("gemv rejects 0 segments",
                       lily_cuda_gemv(NULL, 0, NULL, NULL, NULL, &e) == -1);
+        pt_check_true("gemv rows rejects 9 vectors",
+                      lily_cuda_gemv_rows(NULL, 1, LILY_GEMV_ROWS + 1, NULL, NULL, NULL, &e) == -1);
         return;
     }
     pt_check_true("gdn scan rejects Dk=64",
@@ -1332,6 +1878,8 @@ static void run_args(const op_row *r) {
  * (tensor-core sums, exp2f: ~1e-5); one bf16 pass rounds q, K, V and P to 8 bits (~2e-3). */
 #define TOL_EXACT 5e-5 /* relative to the RMS of sum p |v| / l: pt_check_scaled */
 #define TOL_FAST  1e-2
+/* attn_fa.cu's one fp16 pass rounds q, K, V and P to 11 bits (~2.4e-4 each) */
+#define TOL_FA    2e-3
 
 static float sig(float x) {
     return 1.0f / (1.0f + expf(-x));
@@ -1389,24 +1937,32 @@ static void set_want(int want) {
     lily_cuda_attn_decode_force_splits(want);
 }
 
-/* Prefill modes: the default (exact, split auto), fast, and the ws kernel unsplit and split in 3
- * (modes 2 and 3 differ from mode 0 at head dim 256 only). */
-static const int k_pre_modes = 4;
+/* Prefill modes: the default (exact, split auto), fast (at head dim 256 attn_fa.cu's one-pass
+ * wgmma kernel, split auto; attn.cu's one-pass kernel at other head dims), the ws kernel unsplit
+ * and split in 3, attn.cu's one-pass mma.sync kernel at head dim 256 (the kernel attn_fa.cu
+ * replaces), and the fa kernel unsplit and split in 3 (modes 2-6 differ from modes 0 and 1 at
+ * head dim 256 only). */
+static const int k_pre_modes = 7;
 static int pre_mode_exact(int m) {
-    return m != 1;
+    return m == 0 || m == 2 || m == 3;
 }
 static int pre_mode_dh256_only(int m) {
     return m >= 2;
 }
-static double pre_mode_tol(int m) {
-    return pre_mode_exact(m) ? TOL_EXACT : TOL_FAST;
+/* the fa kernel's bound where it runs (modes 1, 5, 6 at head dim 256) */
+static double pre_mode_tol(int m, int Dh) {
+    if (pre_mode_exact(m)) return TOL_EXACT;
+    return Dh == 256 && m != 4 ? TOL_FA : TOL_FAST;
 }
 static void set_pre_mode(int m) {
     set_exact(pre_mode_exact(m));
-    lily_cuda_attn_prefill_force_splits(m == 2 ? 1 : m == 3 ? 3 : 0);
+    lily_cuda_attn_prefill_force_splits(m == 2 || m == 5 ? 1 : m == 3 || m == 6 ? 3 : 0);
+    lily_cuda_attn_prefill_force_fast_kernel(m == 4);
 }
 static const char *pre_mode_name(int m) {
-    static const char *nm[] = {" (default)", " (fast)", " (ws unsplit)", " (ws split 3)"};
+    static const char *nm[] = {" (default)",    " (fast)",          " (ws unsplit)",
+                               " (ws split 3)", " (fast mma.sync)", " (fa unsplit)",
+                               " (fa split 3)"};
     return nm[m];
 }
 
@@ -1534,7 +2090,7 @@ static void prefill_case(int Nq, int Nkv, int Dh, int pos0, int n, int gated) {
         pt_get(got, dout, nq);
         snprintf(name, sizeof name, "attn prefill%s Nq=%d Nkv=%d Dh=%d pos0=%d n=%d%s",
                  pre_mode_name(m), Nq, Nkv, Dh, pos0, n, gated ? " gated" : "");
-        pt_check_scaled(name, got, ref, mag, nq, pre_mode_tol(m));
+        pt_check_scaled(name, got, ref, mag, nq, pre_mode_tol(m, Dh));
     }
     set_pre_mode(0); /* back to the defaults */
     lily_cuda_free(dk), lily_cuda_free(dv), lily_cuda_free(dq), lily_cuda_free(dg);
@@ -1718,7 +2274,8 @@ static void time_mode(tctx *cp, int maxc, int n) {
     const double rb = (double)lily_cuda_kv_bytes(1, 2, 256);
     static const int ctxs[] = {4096, 32768, 65536, 131072};
     static const int wants[] = {8, 16, 33, 66, 128};
-    const int pre_only = getenv("LILY_CUDA_TIME")[1] == 'p'; /* "1p": prefill only */
+    /* "1p", "1f": prefill only */
+    const int pre_only = getenv("LILY_CUDA_TIME")[1] == 'p' || getenv("LILY_CUDA_TIME")[1] == 'f';
     for (int i = 0; i < 4 && !pre_only; i++) {
         int p = ctxs[i] - 1;
         lily_cuda_h2d(c.pos, &p, 4, &e);
@@ -1736,9 +2293,11 @@ static void time_mode(tctx *cp, int maxc, int n) {
         }
         set_want(0);
     }
-    /* a 512-token chunk at 128K, and 4096-token chunks from 0 and at 28K (a 32K prompt's last) */
-    const int pn[3] = {n, 4096, 4096}, pp[3] = {maxc - n, 0, 32768 - 4096};
-    for (int k = 0; k < 3; k++) {
+    /* a 512-token chunk at 128K, and 4096-token chunks from 0, at 28K (a 32K prompt's last), at
+     * 32K, 64K and 124K (a 128K prompt's last) */
+    const int pn[6] = {n, 4096, 4096, 4096, 4096, 4096};
+    const int pp[6] = {maxc - n, 0, 32768 - 4096, 32768, 65536, maxc - 4096};
+    for (int k = 0; k < 6; k++) {
         const int p0 = pp[k];
         lily_cuda_h2d(c.pos, &p0, 4, &e);
         c.n = pn[k];
@@ -1778,7 +2337,13 @@ static void time_all(void) {
     c.part = pt_dalloc(lily_cuda_attn_prefill_scratch(16, 2, 256) * 4);
     c.pos = dev_pos(0);
     cudaStreamCreate(&c.st);
-    for (int m = 0; m < k_pre_modes; m++) {
+    /* "1f": the one-pass modes alone, attn.cu's mma.sync kernel then attn_fa.cu's (auto split,
+     * unsplit) */
+    static const int fast_modes[] = {4, 1, 5};
+    const int fast_only = getenv("LILY_CUDA_TIME")[1] == 'f';
+    const int nm = fast_only ? 3 : k_pre_modes;
+    for (int i = 0; i < nm; i++) {
+        const int m = fast_only ? fast_modes[i] : i;
         set_pre_mode(m);
         printf("time: mode%s\n", pre_mode_name(m));
         time_mode(&c, maxc, n);
@@ -1990,11 +2555,15 @@ static void row_desc(const op_row *r, char *s, size_t cap) {
     static const char *pks[] = {"copy", "rmsnorm", "gated"}, *eps[] = {"store", "add", "conv"};
     static const char *routes[] = {"gpu-routed", "experts-0..k-1", "skewed"};
     switch (r->op) {
-    case OP_GEMV: {
+    case OP_GEMV:
+    case OP_GEMV_ROWS: {
         int o = snprintf(s, cap, "%s cols=%d rows=", dt_names[r->dt], r->dim);
         for (int i = 0; i < r->nseg && o > 0 && (size_t)o < cap; i++)
             o += snprintf(s + o, cap - o, "%s%d", i ? "," : "", r->rows[i]);
-        if (o > 0 && (size_t)o < cap) snprintf(s + o, cap - o, " %s %s", pks[r->pro], eps[r->epi]);
+        if (o > 0 && (size_t)o < cap)
+            o += snprintf(s + o, cap - o, " %s %s", pks[r->pro], eps[r->epi]);
+        if (r->op == OP_GEMV_ROWS && o > 0 && (size_t)o < cap)
+            snprintf(s + o, cap - o, " x%d vectors", r->n);
         break;
     }
     case OP_MOE_DECODE:
@@ -2010,6 +2579,18 @@ static void row_desc(const op_row *r, char *s, size_t cap) {
         snprintf(s, cap, "E=%d k=%d H=%d I=%d Is=%d%s%s rows=%d %s", r->E, r->k, r->dim, r->I,
                  r->Is, r->sg ? " gated-shared" : "", r->stack ? " stacked" : "", r->n,
                  shares[r->route]);
+        break;
+    }
+    case OP_SKINNY:
+    case OP_SKINNY_PAIR: {
+        static const char *cs[] = {"C1", "C2", "C3", "C4", "routed"};
+        int o = snprintf(s, cap, "M=%d K=%d counts=%s", r->M, r->dim,
+                         r->cset >= 0 && r->cset <= SK_ROUTED ? cs[r->cset] : "?");
+        if (r->cset == SK_ROUTED && o > 0 && (size_t)o < cap)
+            o += snprintf(s + o, cap - o, " top-%d of %d", r->k, r->E);
+        if (o > 0 && (size_t)o < cap)
+            snprintf(s + o, cap - o, " n=%d%s%s", r->n, r->gather ? " gather" : "",
+                     r->spread ? " rows 1e-6..1e6" : "");
         break;
     }
     case OP_EMBED:
@@ -2040,13 +2621,18 @@ static void row_desc(const op_row *r, char *s, size_t cap) {
         break;
     case OP_GEMV_ARGS:
     case OP_GDN_ARGS:
-    case OP_ATTN_ARGS: snprintf(s, cap, "bad arguments"); break;
+    case OP_ATTN_ARGS:
+    case OP_SKINNY_ARGS: snprintf(s, cap, "bad arguments"); break;
     }
 }
 
 static void run_row(const op_row *r) {
     switch (r->op) {
     case OP_GEMV: run_gemv(r); break;
+    case OP_GEMV_ROWS: run_gemv_rows(r); break;
+    case OP_SKINNY:
+    case OP_SKINNY_PAIR:
+    case OP_SKINNY_ARGS: run_skinny(r); break;
     case OP_MOE_DECODE:
     case OP_MOE_GRAPH:
     case OP_MOE_PREFILL:
@@ -2087,8 +2673,12 @@ int main(int argc, char **argv) {
     const int small = env_is("LILY_GDN_QUICK", '1'), san1 = env_is("LILY_CUDA_SAN", '1');
     const int san2 = env_is("LILY_CUDA_SAN", '2');
     const char *tm = getenv("LILY_CUDA_TIME");
-    if (tm && !strcmp(tm, "1p")) { /* the attention prefill timing alone, no parity rows */
+    if (tm && (!strcmp(tm, "1p") || !strcmp(tm, "1f"))) { /* attention prefill timing alone */
         time_all();
+        return pt_finish();
+    }
+    if (tm && !strcmp(tm, "1s")) { /* the skinny expert GEMMs' timing alone */
+        skinny_timing();
         return pt_finish();
     }
     const int nrows = (int)(sizeof table / sizeof table[0]);
@@ -2124,6 +2714,8 @@ int main(int argc, char **argv) {
     if (env_is("LILY_CUDA_TIME", '1') && selected("gdn_scan", argc, argv)) scan_timing();
     /* and with the attention rows selected: decode and prefill at the 35B-A3B shape */
     if (env_is("LILY_CUDA_TIME", '1') && selected("attn_prefill", argc, argv)) time_all();
+    /* and with the skinny rows selected: the 35B-A3B expert GEMMs */
+    if (env_is("LILY_CUDA_TIME", '1') && selected("skinny", argc, argv)) skinny_timing();
     return pt_finish();
 }
 #endif

@@ -15,9 +15,10 @@
  *     y += scale_g * 2^24 * acc_g + bias_g * xsum_g,     y *= 2^e (the row multiplier)
  * with xsum_g the token's sum of (hi + lo) over the group. No per-weight FMA, no weight rounding:
  * only the activation split (~2^-22) and the fp32 accumulations separate the result from the
- * exact product (~1e-6 relative, tests/parity/test_cuda_skinny.c). With one-pass GEMMs
- * (lily_cuda_prec.gemm_exact 0) the hi plane alone goes in (8-byte B words, one mma per slice,
- * group sums of hi): one product per weight, the activations at fp16 precision (~2^-11).
+ * exact product (~1e-6 relative, the skinny rows of tests/parity/test_cuda_ops.c). With
+ * one-pass GEMMs (lily_cuda_prec.gemm_exact 0) the hi plane alone goes in (8-byte B words, one
+ * mma per slice, group sums of hi): one product per weight, the activations at fp16 precision
+ * (~2^-11).
  *
  * The B planes are laid out once per call by a small prep kernel ([nx][K] words in mma fragment
  * order, plus the group sums; without gather only the rows of the valid tiles), then every warp
