@@ -28,7 +28,11 @@
  * skinny (the grouped Q4 GEMM's 16-row expert tiles, backend/cuda/gemm_skinny.h, against
  * lily_cpu_matmul: uneven expert loads, with and without the row gather, odd group counts, X rows
  * 1e-6 .. 1e6, in every A form, staging and precision), skinny_pair (the gate/up pair launch bit
- * for bit as two launches), skinny_args.
+ * for bit as two launches), skinny_args;
+ * moe_rows (the decode of 1 to 8 rows at a padded stride: each row bit for bit the row alone, its
+ * routing the row alone's, its output against the CPU block; rows on their own experts, all on the
+ * same ones, pairs on the same ones); gdn_rows (the GDN decode step of 1 to 8 rows in one launch
+ * at padded strides: each row bit for bit the row alone, and against lily_cpu_gdn_scan).
  *
  * attn_prep (q/k RMSNorm, partial RoPE, int16 + scale cache rows against lily_cpu_rmsnorm +
  * lily_cpu_rope); attn_decode (split-K decode at contexts 1 to 131073, every split count 1 to 128,
@@ -99,12 +103,14 @@ typedef enum {
     OP_ATTN_DECODE,
     OP_ATTN_PREFILL,
     OP_ATTN_ARGS,
+    OP_MOE_ROWS,
+    OP_GDN_ROWS,
 } op_kind;
 static const char *op_names[] = {
     "gemv",        "gemv_rows",    "skinny",    "skinny_pair", "skinny_args",   "moe_decode",
     "moe_graph",   "moe_prefill",  "embed",     "rmsnorm",     "argmax",        "advance",
     "gdn_conv",    "gdn_scan",     "gdn_gnorm", "gemv_args",   "gdn_scan_args", "attn_prep",
-    "attn_decode", "attn_prefill", "attn_args"};
+    "attn_decode", "attn_prefill", "attn_args", "moe_rows",    "gdn_rows"};
 static const char *dt_names[] = {"f32", "bf16", "f16", "q4", "q8"};
 
 /* One row of the table. Fields an op does not use stay 0. */
@@ -160,6 +166,12 @@ enum { SK_C1, SK_C2, SK_C3, SK_C4, SK_ROUTED, SK_MAXE = 256 };
     {                                                                                         \
         .op = OP_MOE_##o, .E = e_, .k = k_, .dim = h, .I = i, .Is = is, .sg = g, .stack = st, \
         .n = n_, .route = r, .tol = OP_MOE_##o == OP_MOE_PREFILL ? 2e-3 : 1e-4                \
+    }
+/* share: 0 rows of their own, 1 every row the same input, 2 row r = row r % ceil(R / 2) */
+#define MOE_ROWS(e_, k_, h, i, is, g, st, rows, share, ...)                                    \
+    {                                                                                          \
+        .op = OP_MOE_ROWS, .E = e_, .k = k_, .dim = h, .I = i, .Is = is, .sg = g, .stack = st, \
+        .n = rows, .route = share, .tol = 1e-4, __VA_ARGS__                                    \
     }
 
 #define ATTN_DEC(nq, nkv, dh, c, sp, g, ...)                                                      \
@@ -405,6 +417,28 @@ static const op_row table[] = {
     ATTN_PRE(16, 2, 256, 0, 33, 1, .race = 2),
     ATTN_PRE(4, 4, 128, 70, 20, 0, .race = 2),
     {.op = OP_ATTN_ARGS},
+    /* the decode of R rows: the 35B-A3B's expert shapes (tensor-core kernels), rows on their own
+     * experts, all on the same ones, pairs on the same ones; the GEMV-kernel shapes; a dense MLP */
+    MOE_ROWS(64, 8, 2048, 512, 512, 1, 0, 1, 0),
+    MOE_ROWS(64, 8, 2048, 512, 512, 1, 0, 2, 0),
+    MOE_ROWS(64, 8, 2048, 512, 512, 1, 0, 2, 1, .nosan = 1),
+    MOE_ROWS(64, 8, 2048, 512, 512, 1, 0, 3, 2, .nosan = 1),
+    MOE_ROWS(64, 8, 2048, 512, 512, 1, 0, 8, 0, .nosan = 1),
+    MOE_ROWS(64, 8, 2048, 512, 512, 1, 1, 8, 1, .nosan = 1),
+    MOE_ROWS(256, 8, 2048, 512, 512, 1, 1, 8, 2, .nosan = 1),
+    MOE_ROWS(256, 8, 256, 128, 128, 1, 0, 5, 0),
+    MOE_ROWS(16, 2, 320, 192, 0, 0, 0, 7, 2),
+    MOE_ROWS(32, 4, 256, 128, 192, 1, 0, 4, 1),
+    MOE_ROWS(40, 3, 768, 320, 256, 0, 0, 8, 2),
+    MOE_ROWS(1024, 2, 256, 64, 64, 1, 0, 6, 0),
+    MOE_ROWS(0, 0, 512, 0, 1344, 0, 0, 3, 0),
+    MOE_ROWS(0, 0, 512, 0, 1344, 0, 1, 8, 2),
+    /* the GDN decode step of R rows in one launch (n: rows; the 35B's heads, odd head counts) */
+    {.op = OP_GDN_ROWS, .Nk = 16, .Nv = 32, .dim = 128, .n = 1, .tol = 1e-4},
+    {.op = OP_GDN_ROWS, .Nk = 16, .Nv = 32, .dim = 128, .n = 8, .tol = 1e-4, .nosan = 1},
+    {.op = OP_GDN_ROWS, .Nk = 4, .Nv = 12, .dim = 64, .n = 3, .tol = 1e-4},
+    {.op = OP_GDN_ROWS, .Nk = 1, .Nv = 3, .dim = 24, .n = 7, .tol = 1e-4},
+    {.op = OP_GDN_ROWS, .Nk = 2, .Nv = 2, .dim = 8, .n = 5, .tol = 1e-4},
 };
 
 /* The CPU reference blocks' threads (one per core: the references of the larger rows are GFLOPs) */
@@ -1211,6 +1245,127 @@ static void moe_decode_case(moe_fix *f, double tol) {
     free(x), free(u), free(ref);
 }
 
+/* The decode of R rows (lily_cuda_moe_decode_rows) at a padded row stride, under the router
+ * switch off (the router GEMV everywhere) and on (the default: one row alone runs the fused
+ * router, R rows the rows GEMV). Each row against the one-row decode of that row alone on a
+ * scratch of its own under the same switch: bit for bit, except R > 1 with the switch on, which
+ * compares the fused router with the GEMV (designed bit-identical, checked to 1e-6, the count of
+ * differing floats printed, as moe_decode does); its routing (idx, wt at r k) the same bits; its
+ * output against the CPU block with that routing; the padding between rows untouched. share: 0
+ * rows of their own (experts shared only by chance), 1 every row the same input (every expert
+ * shared by every row), 2 row r = row r % ceil(R / 2) (rows on the same experts beside others). */
+static void moe_rows_case(moe_fix *f, int R, int share, double tol) {
+    char name[240];
+    lily_err e;
+    const int H = f->H, k = f->k, ld = H + 4, kk = k ? k : 1;
+    if (R < 1 || R > LILY_MOE_ROWS || k > 32) {
+        pt_check_true("moe rows row: 1 <= rows <= LILY_MOE_ROWS, top-k <= 32", 0);
+        return;
+    }
+    const int distinct = share == 1 ? 1 : share == 2 ? (R + 1) / 2 : R;
+    const size_t nx = (size_t)R * ld;
+    float *x = malloc(nx * 4), *got = malloc(nx * 4), *one = malloc(H * 4), *u = malloc(H * 4);
+    float *ref = malloc(H * 4), *gwt = malloc((size_t)R * kk * 4), wt1[32];
+    int *gidx = malloc((size_t)R * kk * 4), idx1[32], cidx[32];
+    float *lg = malloc(((size_t)f->E + 1) * 4);
+    float cw[32];
+    for (int r = 0; r < R; r++) {
+        if (r < distinct)
+            pt_fill(x + (size_t)r * ld, ld, 2.0f);
+        else
+            memcpy(x + (size_t)r * ld, x + (size_t)(r % distinct) * ld, ld * 4);
+    }
+    float *dw = pt_dup(f->norm_w, H);
+    const size_t sb = lily_cuda_moe_decode_scratch(&f->m);
+    void *scr = pt_dalloc(sb), *scr1 = pt_dalloc(sb);
+    for (int sw = 1; sw >= 0; sw--) {
+        const char *tag = sw ? "router GEMV" : "default router";
+        lily_cuda_moe_force_unfused(sw);
+        float *dx = pt_dup(x, nx);
+        int rc = lily_cuda_moe_decode_scratch_init(scr, NULL, &e) ||
+                 lily_cuda_moe_decode_scratch_init(scr1, NULL, &e) ||
+                 lily_cuda_moe_decode_rows(&f->m, R, dx, ld, dw, 1e-6f, scr, NULL, &e) ||
+                 lily_cuda_sync(&e);
+        snprintf(name, sizeof name, "moe rows R=%d E=%d k=%d H=%d (%s): launch", R, f->E, k, H,
+                 tag);
+        if (!pt_ok(rc, name, &e)) {
+            lily_cuda_free(dx);
+            continue;
+        }
+        pt_get(got, dx, nx);
+        if (k) {
+            lily_cuda_d2h(gidx, lily_cuda_moe_decode_idx(&f->m, scr), (size_t)R * k * 4, &e);
+            lily_cuda_d2h(gwt, lily_cuda_moe_decode_wt(&f->m, scr), (size_t)R * k * 4, &e);
+        }
+        lily_cuda_free(dx);
+        int pad_bad = 0;
+        for (int r = 0; r < R; r++)
+            pad_bad += memcmp(got + (size_t)r * ld + H, x + (size_t)r * ld + H, (ld - H) * 4) != 0;
+        snprintf(name, sizeof name, "moe rows R=%d E=%d H=%d (%s): padding untouched (%d rows)", R,
+                 f->E, H, tag, pad_bad);
+        pt_check_true(name, pad_bad == 0);
+        const int bitwise = sw || R == 1;
+        for (int r = 0; r < R; r++) {
+            const float *xr = x + (size_t)r * ld, *gr = got + (size_t)r * ld;
+            /* the row alone, on the other scratch (its barrier pair set up for the fused form) */
+            float *d1 = pt_dup(xr, H);
+            rc = lily_cuda_moe_decode(&f->m, d1, dw, 1e-6f, scr1, NULL, &e) || lily_cuda_sync(&e);
+            if (!pt_ok(rc, "moe rows: the one-row decode", &e)) {
+                lily_cuda_free(d1);
+                continue;
+            }
+            pt_get(one, d1, H);
+            lily_cuda_free(d1);
+            int diff = 0;
+            for (int i = 0; i < H; i++)
+                diff += memcmp(&gr[i], &one[i], 4) != 0;
+            snprintf(name, sizeof name,
+                     "moe rows R=%d row %d E=%d k=%d H=%d I=%d Is=%d%s (%s) vs the row alone: %d "
+                     "of %d differ",
+                     R, r, f->E, k, H, f->I, f->Is, f->has_sg ? " gated" : "", tag, diff, H);
+            if (bitwise)
+                pt_check_true(name, diff == 0);
+            else
+                pt_check(name, gr, one, H, 1e-6);
+            lily_cpu_rmsnorm(xr, f->norm_w, H, 1e-6f, u);
+            if (k) {
+                lily_cuda_d2h(idx1, lily_cuda_moe_decode_idx(&f->m, scr1), k * 4, &e);
+                lily_cuda_d2h(wt1, lily_cuda_moe_decode_wt(&f->m, scr1), k * 4, &e);
+                snprintf(name, sizeof name,
+                         "moe rows R=%d row %d E=%d k=%d (%s): routing as the row alone (bitwise)",
+                         R, r, f->E, k, tag);
+                pt_check_true(name, !memcmp(idx1, gidx + (size_t)r * k, k * 4) &&
+                                        !memcmp(wt1, gwt + (size_t)r * k, k * 4));
+                /* against the CPU top-k, up to near ties: every chosen expert's CPU logit at
+                 * least the CPU's k-th largest (to 1e-4) */
+                moe_topk(f, u, 1, cidx, cw);
+                lily_cpu_matmul(pt_cpu(), &f->router, u, 1, H, lg, f->E, NULL);
+                float kth = lg[cidx[0]];
+                for (int j = 1; j < k; j++)
+                    kth = fminf(kth, lg[cidx[j]]);
+                int same = 1;
+                for (int j = 0; j < k; j++)
+                    same &= lg[gidx[(size_t)r * k + j]] >= kth - 1e-4f * (1.0f + fabsf(kth));
+                snprintf(name, sizeof name,
+                         "moe rows R=%d row %d E=%d k=%d (%s): routing is the CPU top-k (up to "
+                         "near ties)",
+                         R, r, f->E, k, tag);
+                pt_check_true(name, same);
+            }
+            memcpy(ref, xr, H * 4);
+            if (moe_ref(f, u, 1, k ? gidx + (size_t)r * k : NULL, k ? gwt + (size_t)r * k : NULL, 1,
+                        ref))
+                continue;
+            snprintf(name, sizeof name, "moe rows R=%d row %d E=%d k=%d H=%d (%s): out vs CPU", R,
+                     r, f->E, k, H, tag);
+            pt_check(name, gr, ref, H, tol);
+        }
+    }
+    lily_cuda_moe_force_unfused(1);
+    lily_cuda_free(scr), lily_cuda_free(scr1), lily_cuda_free(dw);
+    free(x), free(got), free(one), free(u), free(ref), free(gwt), free(gidx), free(lg);
+}
+
 /* The fused router under CUDA graph replay, as the backend runs it: two MoE "layers" on one
  * scratch captured into a graph with the switch on, replayed three times from the same input.
  * Replay 1 starts on a new scratch (poisoned, its barrier pair zeroed by
@@ -1360,6 +1515,8 @@ static void run_moe(const op_row *r) {
     if (moe_make(&f, r) == 0 && (!r->stack || moe_stack(&f) == 0)) {
         if (r->op == OP_MOE_DECODE)
             moe_decode_case(&f, r->tol);
+        else if (r->op == OP_MOE_ROWS)
+            moe_rows_case(&f, r->n, r->route, r->tol);
         else if (r->op == OP_MOE_GRAPH)
             moe_graph_case(&f);
         else
@@ -1574,11 +1731,126 @@ static void gnorm_case(int n, int nh, int hd, double tol) {
     free(o), free(z), free(w), free(g);
 }
 
+/* The GDN decode step of R rows in one launch (lily_cuda_gdn_step_rows) from random non-zero
+ * states, the rows' inputs and outputs at padded strides: each row's output and state bit for
+ * bit the one-token lily_cuda_gdn_scan of that row alone, and against lily_cpu_gdn_scan per head
+ * (norms and gates as scan_case); the padding between output rows untouched. */
+static void gdn_rows_case(int Nk, int Nv, int Dv, int R, double tol) {
+    const int Dk = 128, C = 2 * Nk * Dk + Nv * Dv;
+    const size_t dq = (size_t)C + 12, dba = 2 * (size_t)Nv + 5, dout = (size_t)Nv * Dv + 8;
+    const size_t sn = (size_t)Nv * Dk * Dv;
+    lily_err e;
+    char name[160];
+    if (R < 1 || R > LILY_GDN_ROWS) {
+        pt_check_true("gdn rows row: 1 <= rows <= LILY_GDN_ROWS", 0);
+        return;
+    }
+    float *qkv = malloc(R * dq * 4), *ba = malloc(R * dba * 4), *A_log = malloc(Nv * 4);
+    float *dtb = malloc(Nv * 4), *S = malloc(R * sn * 4), *go = malloc(R * dout * 4);
+    float *gS = malloc(sn * 4), *one = malloc(dout * 4), *oneS = malloc(sn * 4);
+    float *Sref = malloc(sn * 4), *oref = malloc((size_t)Nv * Dv * 4), *gSc = malloc(sn * 4);
+    float *beta = malloc(Nv * 4), *lam = malloc(Nv * 4), *q = malloc(C * 4);
+    pt_fill(qkv, R * dq, 1.0f);
+    pt_fill(ba, R * dba, 3.0f);
+    pt_fill(S, R * sn, 0.3f);
+    for (int j = 0; j < Nv; j++)
+        A_log[j] = pt_frand() * 1.5f, dtb[j] = pt_frand();
+    float *dq_ = pt_dup(qkv, R * dq), *dba_ = pt_dup(ba, R * dba);
+    float *dA = pt_dup(A_log, Nv), *ddt = pt_dup(dtb, Nv);
+    float *dS[LILY_GDN_ROWS] = {0};
+    for (int r = 0; r < R; r++)
+        dS[r] = pt_dup(S + (size_t)r * sn, sn); /* random contents: the device layout as is */
+    float *dO = pt_dalloc(R * dout * 4);
+    cudaMemset(dO, 0x7f, R * dout * 4); /* the padding's bytes, checked after */
+    int rc = lily_cuda_gdn_step_rows(dS, R, Nk, Nv, Dk, Dv, dq_, dq, dba_, dba_ + Nv, dba, dA, ddt,
+                                     dO, dout, NULL, &e);
+    snprintf(name, sizeof name, "gdn rows R=%d Nk=%d Nv=%d Dv=%d: launch", R, Nk, Nv, Dv);
+    if (pt_ok(rc, name, &e)) {
+        pt_get(go, dO, R * dout);
+        int pad_bad = 0;
+        for (int r = 0; r < R; r++)
+            for (size_t c = (size_t)Nv * Dv; c < dout; c++) {
+                uint32_t w;
+                memcpy(&w, &go[r * dout + c], 4);
+                pad_bad += w != 0x7f7f7f7fu;
+            }
+        snprintf(name, sizeof name, "gdn rows R=%d Nv=%d Dv=%d: padding untouched (%d)", R, Nv, Dv,
+                 pad_bad);
+        pt_check_true(name, pad_bad == 0);
+        for (int r = 0; r < R; r++) {
+            const float *xq = qkv + (size_t)r * dq, *xb = ba + (size_t)r * dba;
+            /* the row alone: the one-token scan on a copy of its state */
+            float *s1 = pt_dup(S + (size_t)r * sn, sn), *o1 = pt_dalloc(dout * 4);
+            rc = lily_cuda_gdn_scan(s1, Nk, Nv, Dk, Dv, 1, dq_ + (size_t)r * dq, (int)dq,
+                                    dba_ + (size_t)r * dba, dba_ + (size_t)r * dba + Nv, (int)dba,
+                                    dA, ddt, o1, (int)dout, NULL, &e);
+            if (!pt_ok(rc, "gdn rows: the row alone", &e)) break;
+            pt_get(one, o1, Nv * Dv);
+            pt_get(oneS, s1, sn);
+            pt_get(gS, dS[r], sn);
+            lily_cuda_free(s1), lily_cuda_free(o1);
+            snprintf(name, sizeof name,
+                     "gdn rows R=%d row %d Nk=%d Nv=%d Dv=%d: out and state = the row alone "
+                     "(bitwise)",
+                     R, r, Nk, Nv, Dv);
+            pt_check_true(name, !memcmp(one, go + (size_t)r * dout, (size_t)Nv * Dv * 4) &&
+                                    !memcmp(oneS, gS, sn * 4));
+            /* CPU: norms and gates of the row, then the reference step per head */
+            memcpy(q, xq, C * 4);
+            for (int i = 0; i < 2 * Nk; i++) {
+                float *h = q + (size_t)i * Dk;
+                double ss = 0;
+                for (int d = 0; d < Dk; d++)
+                    ss += (double)h[d] * h[d];
+                float f = (i < Nk ? 1.0f / sqrtf((float)Dk) : 1.0f) / sqrtf((float)ss + 1e-6f);
+                for (int d = 0; d < Dk; d++)
+                    h[d] *= f;
+            }
+            for (int j = 0; j < Nv; j++) {
+                beta[j] = sig_h(xb[j]);
+                lam[j] = expf(-expf(A_log[j]) * softplus_h(xb[Nv + j] + dtb[j]));
+            }
+            const float *Sr = S + (size_t)r * sn;
+            for (int j = 0; j < Nv; j++)
+                for (int k = 0; k < Dk; k++)
+                    for (int v = 0; v < Dv; v++)
+                        Sref[((size_t)j * Dk + k) * Dv + v] =
+                            Sr[lily_cuda_gdn_sidx(Dk, Dv, j, k, v)];
+            for (int j = 0; j < Nv; j++) {
+                int i = j / (Nv / Nk);
+                lily_cpu_gdn_scan(Sref + (size_t)j * Dk * Dv, Dk, Dv, 1, q + (size_t)i * Dk, C,
+                                  q + (size_t)Nk * Dk + (size_t)i * Dk, C,
+                                  q + (size_t)2 * Nk * Dk + (size_t)j * Dv, C, beta + j, lam + j,
+                                  Nv, oref + (size_t)j * Dv, Nv * Dv);
+            }
+            for (int j = 0; j < Nv; j++)
+                for (int k = 0; k < Dk; k++)
+                    for (int v = 0; v < Dv; v++)
+                        gSc[((size_t)j * Dk + k) * Dv + v] =
+                            gS[lily_cuda_gdn_sidx(Dk, Dv, j, k, v)];
+            snprintf(name, sizeof name, "gdn rows R=%d row %d Nk=%d Nv=%d Dv=%d: out vs CPU", R, r,
+                     Nk, Nv, Dv);
+            pt_check(name, go + (size_t)r * dout, oref, (size_t)Nv * Dv, tol);
+            snprintf(name, sizeof name, "gdn rows R=%d row %d Nk=%d Nv=%d Dv=%d: state vs CPU", R,
+                     r, Nk, Nv, Dv);
+            pt_check(name, gSc, Sref, sn, tol);
+        }
+    }
+    for (int r = 0; r < R; r++)
+        lily_cuda_free(dS[r]);
+    lily_cuda_free(dO), lily_cuda_free(dq_), lily_cuda_free(dba_), lily_cuda_free(dA);
+    lily_cuda_free(ddt);
+    free(qkv), free(ba), free(A_log), free(dtb), free(S), free(go), free(gS), free(one);
+    free(oneS), free(Sref), free(oref), free(gSc), free(beta), free(lam), free(q);
+}
+
 static void run_gdn(const op_row *r) {
     if (r->op == OP_GDN_CONV)
         conv_case(r->dim, r->K, r->n, r->tol);
     else if (r->op == OP_GDN_SCAN)
         scan_case(r->Nk, r->Nv, r->dim, r->n, r->tol);
+    else if (r->op == OP_GDN_ROWS)
+        gdn_rows_case(r->Nk, r->Nv, r->dim, r->n, r->tol);
     else
         gnorm_case(r->n, r->Nv, r->dim, r->tol);
 }
@@ -2302,6 +2574,13 @@ static void row_desc(const op_row *r, char *s, size_t cap) {
                  r->op == OP_MOE_PREFILL ? r->n : 1, r->op == OP_MOE_PREFILL ? " " : "",
                  r->op == OP_MOE_PREFILL ? (r->E ? routes[r->route] : "dense") : "");
         break;
+    case OP_MOE_ROWS: {
+        static const char *shares[] = {"own", "same", "pairs"};
+        snprintf(s, cap, "E=%d k=%d H=%d I=%d Is=%d%s%s rows=%d %s", r->E, r->k, r->dim, r->I,
+                 r->Is, r->sg ? " gated-shared" : "", r->stack ? " stacked" : "", r->n,
+                 shares[r->route]);
+        break;
+    }
     case OP_SKINNY:
     case OP_SKINNY_PAIR: {
         static const char *cs[] = {"C1", "C2", "C3", "C4", "routed"};
@@ -2325,6 +2604,9 @@ static void row_desc(const op_row *r, char *s, size_t cap) {
         snprintf(s, cap, "Nk=%d Nv=%d Dk=128 Dv=%d n=%d", r->Nk, r->Nv, r->dim, r->n);
         break;
     case OP_GDN_GNORM: snprintf(s, cap, "n=%d heads=%d x %d", r->n, r->Nv, r->dim); break;
+    case OP_GDN_ROWS:
+        snprintf(s, cap, "Nk=%d Nv=%d Dk=128 Dv=%d rows=%d", r->Nk, r->Nv, r->dim, r->n);
+        break;
     case OP_ATTN_PREP:
         snprintf(s, cap, "Nq=%d Nkv=%d Dh=%d R=%d pos0=%d n=%d%s", r->Nk, r->Nv, r->dim, r->R,
                  r->pos, r->n, r->gated ? " gated" : "");
@@ -2353,14 +2635,16 @@ static void run_row(const op_row *r) {
     case OP_SKINNY_ARGS: run_skinny(r); break;
     case OP_MOE_DECODE:
     case OP_MOE_GRAPH:
-    case OP_MOE_PREFILL: run_moe(r); break;
+    case OP_MOE_PREFILL:
+    case OP_MOE_ROWS: run_moe(r); break;
     case OP_EMBED: run_embed(r); break;
     case OP_RMSNORM: run_rmsnorm(r); break;
     case OP_ARGMAX: run_argmax(r); break;
     case OP_ADVANCE: run_advance(r); break;
     case OP_GDN_CONV:
     case OP_GDN_SCAN:
-    case OP_GDN_GNORM: run_gdn(r); break;
+    case OP_GDN_GNORM:
+    case OP_GDN_ROWS: run_gdn(r); break;
     case OP_GEMV_ARGS:
     case OP_GDN_ARGS: run_args(r); break;
     case OP_ATTN_PREP:

@@ -1,6 +1,9 @@
 /* The CUDA decode step of 1..LILY_MAX_ROWS rows (lily_backend_cuda.forward_rows) on synthetic
  * checkpoints (lily_mk_write, the "small" preset with the GDN key dim 128): MLX 4-bit (the Q4
- * tensor-core GEMVs), HF bf16, and MLX 4-bit with an odd hidden size (5 x 64: the generic GEMV).
+ * tensor-core GEMVs), HF bf16, MLX 4-bit with an odd hidden size (5 x 64: the generic GEMV),
+ * MLX 4-bit with 4 experts of which each token takes 2 (the rows of a step share their experts),
+ * and MLX 4-bit at hidden 512 with 128 experts of width 256, top-2 (rows mostly on experts of
+ * their own; the tensor-core MoE down kernel, which the others' width 128 does not take).
  * Each state is prefilled to its own length, so the rows sit at different positions; twins of
  * the states step alone through forward, and CPU states through the CPU backend. Checked: every
  * row's logits are bit for bit those of its twin stepped alone (memcmp), and close to the CPU's;
@@ -286,8 +289,8 @@ int main(void) {
     pt_need_gpu();
     char root[] = "/tmp/lily_cuda_rows_XXXXXX";
     if (!mkdtemp(root)) return 1;
-    static const char *labels[] = {"mlx4", "hf-bf16", "mlx4-h320"};
-    for (int v = 0; v < 3; v++) {
+    static const char *labels[] = {"mlx4", "hf-bf16", "mlx4-h320", "mlx4-e4k2", "mlx4-e128k2"};
+    for (int v = 0; v < 5; v++) {
         lily_mk_opts o;
         lily_err e;
         lily_mk_result r;
@@ -297,6 +300,11 @@ int main(void) {
         o.cfg.lin_dk = 128; /* the CUDA GDN scan is specialised for Dk = 128 */
         o.layout = v == 1 ? LILY_MK_HF : LILY_MK_MLX;
         if (v == 2) o.cfg.hidden = 320; /* 5 x 64: not a multiple of 256 */
+        if (v == 3) o.cfg.n_experts = 4, o.cfg.top_k = 2;
+        if (v == 4) {
+            o.cfg.hidden = 512, o.cfg.n_experts = 128, o.cfg.top_k = 2;
+            o.cfg.moe_inter = 256, o.cfg.shared_inter = 256;
+        }
         o.bits = 4;
         o.seed = 4321 + v;
         if (lily_mk_write(dir, &o, &r, &e)) {

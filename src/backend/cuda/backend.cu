@@ -11,13 +11,13 @@
  * the token id and position are read from device memory, refreshed by two small copies before
  * each replay. With the experimental engine option cuda_mega the graph holds the persistent
  * kernel of mega.h instead of the per-op launches. A decode step of several sessions
- * (forward_rows, draw_enqueue_rows) runs the GEMVs once for all rows (lily_cuda_gemv_rows) and the
- * MoE, GDN and attention steps per row on its own state, captured once per row count and set of
- * states. Prefill runs a chunk through the
- * tensor-core GEMMs, the grouped MoE, the GDN scan and flash attention on one stream with no host
- * synchronisation inside the chunk. Scratch is sized at open for the prefill chunk, so memory
- * beyond the KV caches does not grow with the prompt. Calls on one backend are serialised by a
- * mutex. */
+ * (forward_rows, draw_enqueue_rows) runs the GEMVs and the MoE block once for all rows
+ * (lily_cuda_gemv_rows, lily_cuda_moe_decode_rows), the GDN step of all rows in one launch
+ * (lily_cuda_gdn_step_rows) and the attention steps per row on its own state, captured once per
+ * row count and set of states. Prefill runs a chunk through the tensor-core GEMMs, the grouped
+ * MoE, the GDN scan and flash attention on one stream with no host synchronisation inside the
+ * chunk. Scratch is sized at open for the prefill chunk, so memory beyond the KV caches does not
+ * grow with the prompt. Calls on one backend are serialised by a mutex. */
 #include <math.h>
 #include <pthread.h>
 #include <stddef.h>
@@ -745,9 +745,11 @@ int decode_layers(lily_backend *b, lily_bstate *s, lily_err *e) {
 /* One decode step of R rows: row i consumes b->d_trow[i] at position b->d_prow[i] of s[i] and
  * writes its logits to b->logits_rows + i rows_ld(b). Op by op over the rows, each row with its own scratch
  * rows (x + i H, buf[k] + i maxw): the GEMVs take all rows in one pass over the weights
- * (lily_cuda_gemv_rows, the same per-row arithmetic as decode_layers' lily_cuda_gemv); the GDN
- * and attention steps and the MoE block run per row on its own state, with decode_layers'
- * kernels and arguments. So each row's logits are the 1-row step's bit for bit. */
+ * (lily_cuda_gemv_rows, the same per-row arithmetic as decode_layers' lily_cuda_gemv), and so
+ * does the MoE block (lily_cuda_moe_decode_rows, each row bit for bit lily_cuda_moe_decode); the
+ * GDN step of all rows is one launch of decode_layers' kernel (lily_cuda_gdn_step_rows), the
+ * attention steps run per row on its own state, with decode_layers' kernels and arguments. So
+ * each row's logits are the 1-row step's bit for bit. */
 int decode_rows(lily_backend *b, lily_bstate *const *s, int R, lily_err *e) {
     const lily_model *m = b->m;
     const lily_config *c = &m->cfg;
@@ -756,6 +758,8 @@ int decode_rows(lily_backend *b, lily_bstate *const *s, int R, lily_err *e) {
     const size_t W = (size_t)b->maxw;
     const float eps = c->rms_eps;
     static_assert(LILY_MAX_ROWS == LILY_GEMV_ROWS, "a rows step is one rows GEMV");
+    static_assert(LILY_MAX_ROWS == LILY_MOE_ROWS, "a rows step is one rows MoE decode");
+    static_assert(LILY_MAX_ROWS == LILY_GDN_ROWS, "a rows step is one rows GDN step");
     const float *xr[LILY_MAX_ROWS]; /* the rows' residuals */
     for (int i = 0; i < R; i++)
         xr[i] = b->x + (size_t)i * H;
@@ -808,13 +812,13 @@ int decode_rows(lily_backend *b, lily_bstate *const *s, int R, lily_err *e) {
                 seg[i][3] = {&ly->a, ba + Nv, LILY_GV_STORE, nullptr, nullptr, 0};
             }
             if (gemv_any_rows(&seg[0][0], 4, R, xr, norm, st, e)) return -1;
-            for (int i = 0; i < R; i++) {
-                float *cv = b->buf[0] + i * W, *ba = b->buf[2] + i * W, *o = b->buf[3] + i * W;
-                if (lily_cuda_gdn_scan(s[i]->S[l], c->lin_nk, Nv, c->lin_dk, c->lin_dv, 1, cv, b->C,
-                                       ba, ba + Nv, 2 * Nv, ly->A_log, ly->dt_bias, o, b->Zw, st,
-                                       e))
-                    return -1;
-            }
+            float *Sr[LILY_MAX_ROWS];
+            for (int i = 0; i < R; i++)
+                Sr[i] = s[i]->S[l];
+            if (lily_cuda_gdn_step_rows(Sr, R, c->lin_nk, Nv, c->lin_dk, c->lin_dv, b->buf[0], W,
+                                        b->buf[2], b->buf[2] + Nv, W, ly->A_log, ly->dt_bias,
+                                        b->buf[3], W, st, e))
+                return -1;
             lily_gemv_pro gp[LILY_MAX_ROWS];
             lily_gemv_seg os[LILY_MAX_ROWS];
             const float *ov[LILY_MAX_ROWS];
@@ -825,10 +829,8 @@ int decode_rows(lily_backend *b, lily_bstate *const *s, int R, lily_err *e) {
             }
             if (lily_cuda_gemv_rows(os, 1, R, ov, gp, st, e)) return -1;
         }
-        for (int i = 0; i < R; i++)
-            if (lily_cuda_moe_decode(&ly->moe, b->x + (size_t)i * H, ly->post_norm, eps, b->moe_dec,
-                                     st, e))
-                return -1;
+        if (lily_cuda_moe_decode_rows(&ly->moe, R, b->x, H, ly->post_norm, eps, b->moe_dec, st, e))
+            return -1;
     }
     lily_gemv_pro fn[LILY_MAX_ROWS];
     lily_gemv_seg hs[LILY_MAX_ROWS];

@@ -41,8 +41,15 @@ struct scan_in {
     float b, a;
 };
 
+/* The states of the rows of one launch (blockIdx.y = row): row r's state at S[r], its inputs and
+ * output at r times the strides from row 0's (a scan of n tokens is one row). */
+struct scan_rows {
+    float *S[LILY_GDN_ROWS];
+    size_t dqkv, dba, dout; /* floats from one row's qkv, b / a, o to the next */
+};
+
 __global__ void __launch_bounds__(kScanWarps * 32)
-    gdn_scan_kernel(float *__restrict__ S, int Nk, int Nv, int Dv, int n,
+    gdn_scan_kernel(const __grid_constant__ scan_rows rows, int Nk, int Nv, int Dv, int n,
                     const float *__restrict__ qkv, int ld, const float *__restrict__ bp,
                     const float *__restrict__ ap, int ldba, const float *__restrict__ A_log,
                     const float *__restrict__ dt_bias, float *__restrict__ o, int ldo) {
@@ -50,6 +57,12 @@ __global__ void __launch_bounds__(kScanWarps * 32)
     const int wid = blockIdx.x * kScanWarps + (threadIdx.x >> 5);
     const int groups = Dv / 8;
     if (wid >= Nv * groups) return;
+    const int row = blockIdx.y;
+    float *__restrict__ S = rows.S[row];
+    qkv += row * rows.dqkv;
+    bp += row * rows.dba;
+    ap += row * rows.dba;
+    o += row * rows.dout;
     const int j = wid / groups, g = wid % groups, i = j / (Nv / Nk);
     float *Sw = S + (((size_t)j * groups + g) * kDk + 4 * lane) * 8;
     float s[4][8];
@@ -436,6 +449,43 @@ __global__ void gated_rmsnorm_kernel(float *o, int ldo, const float *__restrict_
 
 } // namespace
 
+namespace {
+
+/* The one-warp-per-(head, 8 columns) scan of R rows (gdn_scan_kernel). */
+int scan_token(const scan_rows &rows, int R, int Nk, int Nv, int Dv, int n, const float *qkv,
+               int ldqkv, const float *b, const float *a, int ldba, const float *A_log,
+               const float *dt_bias, float *o, int ldo, lily_cuda_stream st, lily_err *e) {
+    int warps = Nv * (Dv / 8);
+    int blocks = (warps + kScanWarps - 1) / kScanWarps;
+    gdn_scan_kernel<<<dim3(blocks, R), kScanWarps * 32, 0, (cudaStream_t)st>>>(
+        rows, Nk, Nv, Dv, n, qkv, ldqkv, b, a, ldba, A_log, dt_bias, o, ldo);
+    LILY_CU_LAUNCHED(e);
+    return 0;
+}
+
+} // namespace
+
+extern "C" int lily_cuda_gdn_step_rows(float *const *S, int R, int Nk, int Nv, int Dk, int Dv,
+                                       const float *qkv, size_t dqkv, const float *b,
+                                       const float *a, size_t dba, const float *A_log,
+                                       const float *dt_bias, float *o, size_t dout,
+                                       lily_cuda_stream st, lily_err *e) {
+    if (Dk != kDk || Dv % 8 || Nk < 1 || Nv % Nk || dqkv % 4)
+        return lily_fail(e,
+                         "gdn step rows: unsupported shape Nk=%d Nv=%d Dk=%d Dv=%d (needs Dk=128,"
+                         " Dv%%8==0, Nv%%Nk==0, a row stride of whole float4s)",
+                         Nk, Nv, Dk, Dv);
+    if (R < 1 || R > LILY_GDN_ROWS)
+        return lily_fail(e, "gdn step rows: %d rows (1..%d)", R, LILY_GDN_ROWS);
+    scan_rows rows = {};
+    for (int r = 0; r < R; r++) {
+        if (!S[r]) return lily_fail(e, "gdn step rows: row %d has no state", r);
+        rows.S[r] = S[r];
+    }
+    rows.dqkv = dqkv, rows.dba = dba, rows.dout = dout;
+    return scan_token(rows, R, Nk, Nv, Dv, 1, qkv, 0, b, a, 0, A_log, dt_bias, o, 0, st, e);
+}
+
 extern "C" int lily_cuda_gdn_scan_with(int kernel, float *S, int Nk, int Nv, int Dk, int Dv, int n,
                                        const float *qkv, int ldqkv, const float *b, const float *a,
                                        int ldba, const float *A_log, const float *dt_bias, float *o,
@@ -450,10 +500,10 @@ extern "C" int lily_cuda_gdn_scan_with(int kernel, float *S, int Nk, int Nv, int
     if (n < 1) return 0;
     if (kernel == LILY_GDN_AUTO) kernel = n < kTiledMinTokens ? LILY_GDN_TOKEN : LILY_GDN_TILED4;
     if (kernel == LILY_GDN_TOKEN) {
-        int warps = Nv * (Dv / 8);
-        int blocks = (warps + kScanWarps - 1) / kScanWarps;
-        gdn_scan_kernel<<<blocks, kScanWarps * 32, 0, st>>>(S, Nk, Nv, Dv, n, qkv, ldqkv, b, a,
-                                                            ldba, A_log, dt_bias, o, ldo);
+        scan_rows rows = {};
+        rows.S[0] = S;
+        return scan_token(rows, 1, Nk, Nv, Dv, n, qkv, ldqkv, b, a, ldba, A_log, dt_bias, o, ldo,
+                          st, e);
     } else {
         /* 4 lanes per value column, the state kept divided by its decay since the last fold */
         auto k = gdn_tiled_kernel<4, 1, true>;

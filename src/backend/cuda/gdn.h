@@ -32,6 +32,16 @@ int lily_cuda_gdn_scan(float *S, int Nk, int Nv, int Dk, int Dv, int n, const fl
                        const float *b, const float *a, int ldba, const float *A_log,
                        const float *dt_bias, float *o, int ldo, lily_cuda_stream st, lily_err *e);
 
+#define LILY_GDN_ROWS 8 /* rows of one lily_cuda_gdn_step_rows call (LILY_MAX_ROWS) */
+
+/* One decode token of R rows (1..LILY_GDN_ROWS) in one launch: row r's state S[r], its inputs at
+ * qkv + r dqkv, b + r dba, a + r dba and its output at o + r dout (floats; dqkv a multiple of 4),
+ * each row bit for bit lily_cuda_gdn_scan of that row alone with n = 1 (the same kernel). */
+int lily_cuda_gdn_step_rows(float *const *S, int R, int Nk, int Nv, int Dk, int Dv,
+                            const float *qkv, size_t dqkv, const float *b, const float *a,
+                            size_t dba, const float *A_log, const float *dt_bias, float *o,
+                            size_t dout, lily_cuda_stream st, lily_err *e);
+
 /* Scan kernels, for tests and timing: AUTO = what lily_cuda_gdn_scan runs (TOKEN for short
  * chunks, else TILED4); TOKEN = one warp per (head, 8 value columns), inputs fetched one token
  * ahead; TILED4 = 4 lanes per value column, 32 columns per block, 16-token tiles in shared

@@ -13,6 +13,7 @@
 namespace {
 
 constexpr int kThreads = 256;
+constexpr int kRows = LILY_MOE_ROWS; /* rows the decode scratch holds */
 
 /* ---- decode -------------------------------------------------------------------------------- */
 
@@ -21,6 +22,8 @@ struct dec_layout {
     int imax;
 };
 
+/* Every per-row array holds kRows rows: row r's logits at r (E + 1), its idx and wt at r k, its
+ * shared gate at r, its h slots at r (k + 1) imax (slot k the shared expert's). */
 dec_layout dec_plan(const lily_cuda_moe *m) {
     dec_layout d;
     int I = m->k ? m->gate->rows : 0, Is = m->sh_gate ? m->sh_gate->rows : 0;
@@ -32,11 +35,11 @@ dec_layout dec_plan(const lily_cuda_moe *m) {
         return r;
     };
     d.bar = take(8); /* first, at the same offset for every shape (moe_router.cuh) */
-    d.logits = take(((size_t)m->E + 1) * 4);
-    d.idx = take((size_t)(m->k + 1) * 4);
-    d.wt = take((size_t)(m->k + 1) * 4);
-    d.sg = take(4);
-    d.h = take((size_t)(m->k + 1) * d.imax * 4);
+    d.logits = take(kRows * ((size_t)m->E + 1) * 4);
+    d.idx = take(kRows * (size_t)(m->k + 1) * 4);
+    d.wt = take(kRows * (size_t)(m->k + 1) * 4);
+    d.sg = take(kRows * 4);
+    d.h = take(kRows * (size_t)(m->k + 1) * d.imax * 4);
     d.total = o;
     return d;
 }
@@ -53,9 +56,12 @@ mat_ref ref_of(const lily_dmat *d) {
     return r;
 }
 
+/* A decode of R rows (1..kRows): row r's input at x + r ldx, its logits, idx, wt, sg and h at the
+ * row strides of dec_plan. */
 struct gu_params {
     const float *x, *norm_w;
     float eps;
+    int R, ldx;
     int H, E, k, norm, I, Is, has_sgate;
     const float *logits;
     mat_ref gate, up, sgate, sup;
@@ -69,6 +75,17 @@ struct gu_params {
     float *rlog;
     uint32_t *bar;
 };
+
+/* The row of a decode block and its index among that row's blocks: blockIdx.x = bx R + row, so
+ * the rows' blocks over the same weight rows are adjacent in launch order and run together
+ * (blocks that read the same matrix, the shared expert's or an expert several rows chose, find
+ * it in L2). R = 1: row 0, bx = blockIdx.x. */
+struct blk_pos {
+    int row, bx;
+};
+__device__ __forceinline__ blk_pos blk_of(int R) {
+    return {(int)blockIdx.x % R, (int)blockIdx.x / R};
+}
 
 /* Writes x * w (or x when w is NULL) in the transposed GEMV layout with its chunk sums, from
  * loads that are all independent, behind one barrier; returns the RMSNorm factor 1/rms (1 when
@@ -110,7 +127,7 @@ __device__ float xs_build(const float *x, const float *w, float eps, int cols, f
     return 1.0f / sqrtf(t / cols + eps);
 }
 
-/* grid (ceil(imax / rows per block), k + shared). */
+/* grid (ceil(imax / rows per block) R, k + shared). */
 template <int DT, int LPR>
 __global__ void __launch_bounds__(kThreads)
     moe_gate_up_kernel(const __grid_constant__ gu_params p) {
@@ -121,17 +138,19 @@ __global__ void __launch_bounds__(kThreads)
     float *xs = (float *)smem4, *xsum = xs + p.H;
     const int nchunk = p.H / wtype<DT>::epc;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const blk_pos bp = blk_of(p.R);
+    const float *logits = p.logits + (size_t)bp.row * (p.E + 1);
     /* the shared expert's blocks need no routing */
     if (p.k > 0 && warp == 0 && (int)blockIdx.y < p.k)
-        topk_warp(p.logits, p.E, p.k, p.norm, s_sl, s_idx, s_wt);
+        topk_warp(logits, p.E, p.k, p.norm, s_sl, s_idx, s_wt);
     __shared__ float red[32];
-    const float rs = xs_build<DT>(p.x, p.norm_w, p.eps, p.H, xs, xsum, red); /* its barrier
-                                                                      publishes s_idx/s_wt */
+    const float rs = xs_build<DT>(p.x + (size_t)bp.row * p.ldx, p.norm_w, p.eps, p.H, xs, xsum,
+                                  red); /* its barrier publishes s_idx/s_wt */
     const int slot = blockIdx.y;
-    if (blockIdx.x == 0 && slot == 0 && threadIdx.x == 0) {
+    if (bp.bx == 0 && slot == 0 && threadIdx.x == 0) {
         for (int j = 0; j < p.k; j++)
-            p.idx[j] = s_idx[j], p.wt[j] = s_wt[j];
-        *p.sg = p.has_sgate ? sigmoid_f(p.logits[p.E]) : 1.0f;
+            p.idx[bp.row * p.k + j] = s_idx[j], p.wt[bp.row * p.k + j] = s_wt[j];
+        p.sg[bp.row] = p.has_sgate ? sigmoid_f(logits[p.E]) : 1.0f;
     }
     const bool shared = slot >= p.k;
     const int rows = shared ? p.Is : p.I;
@@ -149,7 +168,7 @@ __global__ void __launch_bounds__(kThreads)
     const int sub = lane / LPR, sl = lane % LPR;
     const size_t rb = dmat_row_bytes(DT, p.H);
     const int ng = p.H / 64;
-    const int base = (blockIdx.x * (kThreads / 32) + warp) * 2 * rpg;
+    const int base = (bp.bx * (kThreads / 32) + warp) * 2 * rpg;
     const uint8_t *wr[4];
     const uint32_t *sbr[4];
     int r[2] = {base + sub, base + rpg + sub};
@@ -166,7 +185,8 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
     for (int u = 0; u < 2; u++) {
         float g = group_sum<LPR>(acc[2 * u]), v = group_sum<LPR>(acc[2 * u + 1]);
-        if (sl == 0 && r[u] < rows) p.h[(size_t)slot * p.imax + r[u]] = silu_f(g * rs) * (v * rs);
+        if (sl == 0 && r[u] < rows)
+            p.h[((size_t)bp.row * (p.k + 1) + slot) * p.imax + r[u]] = silu_f(g * rs) * (v * rs);
     }
 }
 
@@ -177,6 +197,7 @@ struct dn_params {
     int k, has_shared, I, Is, H, imax;
     mat_ref down, sdown;
     float *x;
+    int R, ldx;    /* rows, as in gu_params */
     uint32_t *bar; /* the fused router's barrier pair: (re)initialised here (moe_router.cuh) */
 };
 
@@ -197,8 +218,8 @@ __device__ __forceinline__ void bar_reset(uint32_t *bar) {
 constexpr int kDnBatch = 9;
 
 template <int DT, int LPR>
-__device__ __forceinline__ void dn_slot(const dn_params &p, int s, int ns, int o, const uint8_t *&w,
-                                        const uint32_t *&sb, int &nc) {
+__device__ __forceinline__ void dn_slot(const dn_params &p, const int32_t *idx, int s, int ns,
+                                        int o, const uint8_t *&w, const uint32_t *&sb, int &nc) {
     constexpr int epc = wtype<DT>::epc;
     bool ok = s < ns && o < p.H;
     int cols = s < p.k ? p.I : p.Is;
@@ -209,7 +230,7 @@ __device__ __forceinline__ void dn_slot(const dn_params &p, int s, int ns, int o
     const uint8_t *base;
     const uint32_t *sbase;
     if (s < p.k) {
-        int ex = p.idx[s];
+        int ex = idx[s];
         base = p.down.w + (size_t)ex * p.down.ws;
         sbase = p.down.sb ? p.down.sb + (size_t)ex * p.down.sbs : nullptr;
     } else {
@@ -232,8 +253,12 @@ __global__ void __launch_bounds__(kThreads) moe_down_kernel(const __grid_constan
     constexpr int rpg = 32 / LPR;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int sub = lane / LPR, sl = lane % LPR;
-    const int base0 = (blockIdx.x * (kThreads / 32) + warp) * rpg;
-    const int bstride = gridDim.x * (kThreads / 32) * rpg;
+    const blk_pos bp = blk_of(p.R);
+    const int base0 = (bp.bx * (kThreads / 32) + warp) * rpg;
+    const int bstride = (gridDim.x / p.R) * (kThreads / 32) * rpg;
+    const int32_t *idx = p.idx + bp.row * p.k;
+    const float *h = p.h + (size_t)bp.row * (p.k + 1) * p.imax;
+    float *x = p.x + (size_t)bp.row * p.ldx;
     /* prefetch: chunk sl of every slot of the first batch of this lane's first row */
     bar_reset(p.bar);
     uint4 w[B];
@@ -243,7 +268,7 @@ __global__ void __launch_bounds__(kThreads) moe_down_kernel(const __grid_constan
     int nc[B];
 #pragma unroll
     for (int i = 0; i < B; i++) {
-        dn_slot<DT, LPR>(p, i, ns, base0 + sub, wr[i], sbr[i], nc[i]);
+        dn_slot<DT, LPR>(p, idx, i, ns, base0 + sub, wr[i], sbr[i], nc[i]);
         bool ok = sl < nc[i];
         w[i] = ok ? ldg_stream(wr[i] + (size_t)sl * 16) : make_uint4(0, 0, 0, 0);
         sbv[i] = ok && DT != LILY_CW_BF16 ? __ldg(sbr[i] + sl / wtype<DT>::cpg) : 0u;
@@ -251,11 +276,11 @@ __global__ void __launch_bounds__(kThreads) moe_down_kernel(const __grid_constan
     for (int s = 0; s < ns; s++) {
         int cols = s < p.k ? p.I : p.Is;
         for (int c = threadIdx.x; c < cols; c += blockDim.x)
-            sm[s * stride + xs_index(c, epc, cols / epc)] = p.h[(size_t)s * p.imax + c];
+            sm[s * stride + xs_index(c, epc, cols / epc)] = h[(size_t)s * p.imax + c];
     }
     if (threadIdx.x < ns) {
         int s = threadIdx.x;
-        s_f[s] = s < p.k ? p.wt[s] : *p.sg;
+        s_f[s] = s < p.k ? p.wt[bp.row * p.k + s] : p.sg[bp.row];
     }
     __syncthreads();
     for (int s = 0; s < ns; s++) {
@@ -271,7 +296,7 @@ __global__ void __launch_bounds__(kThreads) moe_down_kernel(const __grid_constan
             if (!pre) {
 #pragma unroll
                 for (int i = 0; i < B; i++)
-                    dn_slot<DT, LPR>(p, s0 + i, ns, o, wr[i], sbr[i], nc[i]);
+                    dn_slot<DT, LPR>(p, idx, s0 + i, ns, o, wr[i], sbr[i], nc[i]);
             }
             int ncmax = 0;
 #pragma unroll
@@ -305,7 +330,7 @@ __global__ void __launch_bounds__(kThreads) moe_down_kernel(const __grid_constan
                 if (s0 + i < ns) total = fmaf(s_f[s0 + i], acc[i], total);
         }
         total = group_sum<LPR>(total);
-        if (sl == 0 && o < p.H) p.x[o] += total;
+        if (sl == 0 && o < p.H) x[o] += total;
     }
 }
 
@@ -323,8 +348,9 @@ struct gu_rows {
     int rows, tile, sg;
 };
 
-/* This lane's two rows (g, g + 8 of its tile) of slot's gate or up; ex: the slot's expert. */
-__device__ __forceinline__ gu_rows gu_q4mma_rows(const gu_params &p, int slot, bool shared, int ex,
+/* This lane's two rows (g, g + 8 of its tile) of slot's gate or up; ex: the slot's expert, bx the
+ * block's index among its row's blocks. */
+__device__ __forceinline__ gu_rows gu_q4mma_rows(const gu_params &p, bool shared, int ex, int bx,
                                                  int warp, int lane) {
     gu_rows g;
     g.rows = shared ? p.Is : p.I;
@@ -338,7 +364,7 @@ __device__ __forceinline__ gu_rows gu_q4mma_rows(const gu_params &p, int slot, b
     }
     const int ng = p.H / 64;
     g.sg = warp >> 2;
-    const int r = blockIdx.x * 32 + (g.tile & 1) * 16 + (lane >> 2);
+    const int r = bx * 32 + (g.tile & 1) * 16 + (lane >> 2);
     const size_t rb = (size_t)p.H / 2;
     g.r0 = r < g.rows ? wb + (size_t)r * rb : nullptr;
     g.r1 = r + 8 < g.rows ? wb + (size_t)(r + 8) * rb : nullptr;
@@ -355,9 +381,10 @@ __device__ __forceinline__ void gu_q4mma_first(const gu_params &p, const gu_rows
     if (g.sg + 2 < nsteps) q4_step_load(g.r0, g.s0, g.r1, g.s1, g.sg + 2, lane, R[1]);
 }
 
-/* The main loop (first batch already in R), the cross-warp sums and SiLU(gate) * up into h.
- * The planes must be published (a barrier) before the call. */
-__device__ __forceinline__ void gu_q4mma_main(const gu_params &p, const gu_rows &g, int slot,
+/* The main loop (first batch already in R), the cross-warp sums and SiLU(gate) * up into h's
+ * slot hs (row r's slot s: r (k + 1) + s). The planes must be published (a barrier) before the
+ * call. */
+__device__ __forceinline__ void gu_q4mma_main(const gu_params &p, const gu_rows &g, int hs, int bx,
                                               int lane, q4_step_regs (&R)[2], const uint32_t *xh,
                                               const uint32_t *xl, const float *xs2, float rs,
                                               float (*part)[64]) {
@@ -379,10 +406,10 @@ __device__ __forceinline__ void gu_q4mma_main(const gu_params &p, const gu_rows 
     }
     __syncthreads();
     if (threadIdx.x < 32) { /* tiles 0, 1: gate rows 0..31; tiles 2, 3: up */
-        const int i = threadIdx.x, row = blockIdx.x * 32 + i;
+        const int i = threadIdx.x, row = bx * 32 + i;
         float gt = part[0][i] + part[1][i];
         float u = part[0][32 + i] + part[1][32 + i];
-        if (row < g.rows) p.h[(size_t)slot * p.imax + row] = silu_f(gt * rs) * (u * rs);
+        if (row < g.rows) p.h[(size_t)hs * p.imax + row] = silu_f(gt * rs) * (u * rs);
     }
 }
 
@@ -399,22 +426,24 @@ __global__ void __launch_bounds__(kThreads)
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int slot = blockIdx.y;
     const bool shared = slot >= p.k;
-    if (!shared && warp == 0) topk_warp(p.logits, p.E, p.k, p.norm, s_sl, s_idx, s_wt);
+    const blk_pos bp = blk_of(p.R);
+    const float *logits = p.logits + (size_t)bp.row * (p.E + 1);
+    if (!shared && warp == 0) topk_warp(logits, p.E, p.k, p.norm, s_sl, s_idx, s_wt);
     __syncthreads();
-    if (blockIdx.x == 0 && slot == 0 && threadIdx.x == 0) {
+    if (bp.bx == 0 && slot == 0 && threadIdx.x == 0) {
         for (int j = 0; j < p.k; j++)
-            p.idx[j] = s_idx[j], p.wt[j] = s_wt[j];
-        *p.sg = p.has_sgate ? sigmoid_f(p.logits[p.E]) : 1.0f;
+            p.idx[bp.row * p.k + j] = s_idx[j], p.wt[bp.row * p.k + j] = s_wt[j];
+        p.sg[bp.row] = p.has_sgate ? sigmoid_f(logits[p.E]) : 1.0f;
     }
-    const gu_rows g = gu_q4mma_rows(p, slot, shared, shared ? 0 : s_idx[slot], warp, lane);
+    const gu_rows g = gu_q4mma_rows(p, shared, shared ? 0 : s_idx[slot], bp.bx, warp, lane);
     q4_step_regs R[2];
     gu_q4mma_first(p, g, lane, R);
+    const float *xv = p.x + (size_t)bp.row * p.ldx, *nw = p.norm_w;
     float ss = 0.f;
     for (int i = threadIdx.x; i < p.H / 4; i += blockDim.x) {
-        float4 a = ((const float4 *)p.x)[i];
+        float4 a = ((const float4 *)xv)[i];
         ss += a.x * a.x + a.y * a.y + a.z * a.z + a.w * a.w;
     }
-    const float *xv = p.x, *nw = p.norm_w;
     if (nw)
         q4x_convert(
             p.H, [&](int col) { return xv[col] * nw[col]; }, xh, xl, xs2);
@@ -423,10 +452,10 @@ __global__ void __launch_bounds__(kThreads)
             p.H, [&](int col) { return xv[col]; }, xh, xl, xs2);
     ss = block_sum(ss, red); /* its barriers also publish the planes */
     const float rs = p.norm_w ? 1.0f / sqrtf(ss / p.H + p.eps) : 1.0f;
-    gu_q4mma_main(p, g, slot, lane, R, xh, xl, xs2, rs, part);
+    gu_q4mma_main(p, g, bp.row * (p.k + 1) + slot, bp.bx, lane, R, xh, xl, xs2, rs, part);
 }
 
-/* The same launch with the router fused in (see moe_router.cuh): x'
+/* The same launch with the router fused in (see moe_router.cuh), for one row (R = 1): x'
  * goes to shared memory once, in fp32 for the router (transposed Q8 layout) and as the hi/lo
  * planes; the blocks' warps compute the router rows, the routed blocks wait at the grid barrier
  * (the shared expert's blocks only arrive: they need no routing) and run the top-k from the
@@ -491,15 +520,16 @@ __global__ void __launch_bounds__(kThreads)
             p.idx[j] = s_idx[j], p.wt[j] = s_wt[j];
         *p.sg = p.has_sgate ? sigmoid_f(ready ? __ldcg(p.rlog + p.E) : s_sgl) : 1.0f;
     }
-    const gu_rows g = gu_q4mma_rows(p, slot, shared, shared ? 0 : s_idx[slot], warp, lane);
+    const gu_rows g = gu_q4mma_rows(p, shared, shared ? 0 : s_idx[slot], blockIdx.x, warp, lane);
     q4_step_regs R[2];
     gu_q4mma_first(p, g, lane, R);
-    gu_q4mma_main(p, g, slot, lane, R, xh, xl, xs2, rs, part);
+    gu_q4mma_main(p, g, slot, blockIdx.x, lane, R, xh, xl, xs2, rs, part);
 }
 
-/* grid ceil(H / 16). A block owns 16 output rows; its warps take the (slot, 256-column step)
- * units w, w + 8, ... (8 routed experts x 2 steps + the shared expert's 2 for the 35B shape);
- * each slot's h goes to shared memory as hi/lo planes at imax-column strides. */
+/* grid ceil(H / 16) R. A block owns 16 output rows of one row of the step; its warps take the
+ * (slot, 256-column step) units w, w + 8, ... (8 routed experts x 2 steps + the shared expert's 2
+ * for the 35B shape); each slot's h goes to shared memory as hi/lo planes at imax-column
+ * strides. */
 __global__ void __launch_bounds__(kThreads)
     moe_down_q4mma_kernel(const __grid_constant__ dn_params p) {
     extern __shared__ float4 smem4[];
@@ -512,7 +542,9 @@ __global__ void __launch_bounds__(kThreads)
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int stepsI = p.I / 256, stepsS = p.Is / 256;
     const int units = p.k * stepsI + (p.has_shared ? stepsS : 0);
-    const int r = blockIdx.x * 16 + (lane >> 2);
+    const blk_pos bp = blk_of(p.R);
+    const int32_t *idx = p.idx + bp.row * p.k;
+    const int r = bp.bx * 16 + (lane >> 2);
     bar_reset(p.bar);
     auto unit = [&](int u, int &slot, int &step, const uint8_t *&r0, const uint32_t *&s0,
                     const uint8_t *&r1, const uint32_t *&s1) {
@@ -521,7 +553,7 @@ __global__ void __launch_bounds__(kThreads)
         const uint32_t *sbb;
         if (u < p.k * stepsI) {
             slot = u / stepsI, step = u % stepsI, cols = p.I;
-            int ex = p.idx[slot];
+            int ex = idx[slot];
             wb = p.down.w + (size_t)ex * p.down.ws;
             sbb = p.down.sb + (size_t)ex * p.down.sbs;
         } else {
@@ -556,11 +588,12 @@ __global__ void __launch_bounds__(kThreads)
     /* all slots' h as one vector of ns * imax columns (slot s at s * imax; columns of a shorter
      * slot past its width are never read) */
     {
-        const float *hv = p.h;
+        const float *hv = p.h + (size_t)bp.row * (p.k + 1) * p.imax;
         q4x_convert(
             ns * p.imax, [&](int col) { return hv[col]; }, xh, xl, xs2);
     }
-    if (threadIdx.x < ns) s_f[threadIdx.x] = (int)threadIdx.x < p.k ? p.wt[threadIdx.x] : *p.sg;
+    if (threadIdx.x < ns)
+        s_f[threadIdx.x] = (int)threadIdx.x < p.k ? p.wt[bp.row * p.k + threadIdx.x] : p.sg[bp.row];
     __syncthreads();
     float acc0 = 0.f, acc1 = 0.f;
     for (int u0 = warp; u0 < units; u0 += 8 * UB) {
@@ -584,11 +617,11 @@ __global__ void __launch_bounds__(kThreads)
     }
     __syncthreads();
     if (threadIdx.x < 16) {
-        const int i = threadIdx.x, row = blockIdx.x * 16 + i;
+        const int i = threadIdx.x, row = bp.bx * 16 + i;
         float t = 0.f;
         for (int w = 0; w < 8; w++)
             t += part[w][i];
-        if (row < p.H) p.x[row] += t;
+        if (row < p.H) p.x[(size_t)bp.row * p.ldx + row] += t;
     }
 }
 
@@ -598,7 +631,7 @@ int launch_gu_q4mma(const gu_params &p, int slots, lily_cuda_stream st, lily_err
         LILY_CU_TRY(cudaFuncSetAttribute(moe_gate_up_q4mma_kernel,
                                          cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem),
                     e);
-    dim3 grid((p.imax + 31) / 32, slots);
+    dim3 grid((p.imax + 31) / 32 * p.R, slots);
     LILY_CU_TRY(launch_kernel(moe_gate_up_q4mma_kernel, grid, dim3(kThreads), smem, st, p), e);
     return 0;
 }
@@ -659,16 +692,18 @@ bool fused_shape(const lily_cuda_moe *m) {
 /* lily_cuda_moe_force_unfused: the router GEMV even where the fused form would run */
 bool g_unfused = false;
 
-/* Decides the decode path: *fused when the shapes fit and the grid is resident. */
-int use_fused(const lily_cuda_moe *m, bool *fused, lily_err *e) {
+/* Decides the decode path of R rows: *fused when there is one row, the shapes fit and the grid is
+ * resident (several rows read the router once in the rows GEMV instead). */
+int use_fused(const lily_cuda_moe *m, int R, bool *fused, lily_err *e) {
     *fused = false;
-    if (g_unfused || !fused_shape(m)) return 0;
+    if (R != 1 || g_unfused || !fused_shape(m)) return 0;
     dec_layout d = dec_plan(m);
     int slots = m->k + (m->sh_gate ? 1 : 0);
     return gu_fused_resident(gu_fused_smem(m->gate->cols), (d.imax + 31) / 32 * slots, fused, e);
 }
 
 int launch_gu_q4mma_fused(const gu_params &p, int slots, lily_cuda_stream st, lily_err *e) {
+    if (p.R != 1) return lily_fail(e, "moe: the fused router runs one row (%d)", p.R);
     dim3 grid((p.imax + 31) / 32, slots);
     /* the shared memory attribute was set by gu_fused_resident */
     LILY_CU_TRY(launch_kernel(moe_gate_up_q4mma_fused_kernel, grid, dim3(kThreads),
@@ -684,9 +719,9 @@ int launch_dn_q4mma(const dn_params &p, lily_cuda_stream st, lily_err *e) {
         LILY_CU_TRY(cudaFuncSetAttribute(moe_down_q4mma_kernel,
                                          cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem),
                     e);
-    LILY_CU_TRY(
-        launch_kernel(moe_down_q4mma_kernel, dim3((p.H + 15) / 16), dim3(kThreads), smem, st, p),
-        e);
+    LILY_CU_TRY(launch_kernel(moe_down_q4mma_kernel, dim3((p.H + 15) / 16 * p.R), dim3(kThreads),
+                              smem, st, p),
+                e);
     return 0;
 }
 
@@ -698,7 +733,7 @@ int launch_gu(const gu_params &p, int slots, lily_cuda_stream st, lily_err *e) {
                                          cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem),
                     e);
     int rpb = (kThreads / 32) * 2 * (32 / LPR);
-    dim3 grid((p.imax + rpb - 1) / rpb, slots);
+    dim3 grid((p.imax + rpb - 1) / rpb * p.R, slots);
     LILY_CU_TRY(launch_kernel(moe_gate_up_kernel<DT, LPR>, grid, dim3(kThreads), smem, st, p), e);
     return 0;
 }
@@ -713,8 +748,9 @@ template <int DT, int LPR> int launch_dn(const dn_params &p, lily_cuda_stream st
     int rpb = (kThreads / 32) * (32 / LPR);
     int blocks = (p.H + rpb - 1) / rpb;
     if (blocks > 264) blocks = 264;
-    LILY_CU_TRY(launch_kernel(moe_down_kernel<DT, LPR>, dim3(blocks), dim3(kThreads), smem, st, p),
-                e);
+    LILY_CU_TRY(
+        launch_kernel(moe_down_kernel<DT, LPR>, dim3(blocks * p.R), dim3(kThreads), smem, st, p),
+        e);
     return 0;
 }
 
@@ -756,7 +792,7 @@ extern "C" size_t lily_cuda_moe_decode_scratch(const lily_cuda_moe *m) {
 extern "C" int lily_cuda_moe_decode_fuses(const lily_cuda_moe *m) {
     lily_err e;
     bool fused = false;
-    if (check_moe(m, &e) || use_fused(m, &fused, &e)) return 0;
+    if (check_moe(m, &e) || use_fused(m, 1, &fused, &e)) return 0;
     return fused;
 }
 
@@ -769,33 +805,57 @@ extern "C" const float *lily_cuda_moe_decode_wt(const lily_cuda_moe *m, const vo
 
 extern "C" int lily_cuda_moe_decode(const lily_cuda_moe *m, float *x, const float *norm_w,
                                     float eps, void *scratch, lily_cuda_stream st, lily_err *e) {
+    return lily_cuda_moe_decode_rows(m, 1, x, 0, norm_w, eps, scratch, st, e);
+}
+
+extern "C" int lily_cuda_moe_decode_rows(const lily_cuda_moe *m, int R, float *x, int ldx,
+                                         const float *norm_w, float eps, void *scratch,
+                                         lily_cuda_stream st, lily_err *e) {
     if (check_moe(m, e)) return -1;
+    if (R < 1 || R > kRows) return lily_fail(e, "moe decode: %d rows (1..%d)", R, kRows);
+    const lily_dmat *g = m->k ? m->gate : m->sh_gate, *dn = m->k ? m->down : m->sh_down;
+    if (R > 1 && ldx < g->cols)
+        return lily_fail(e, "moe decode: row stride %d under %d columns", ldx, g->cols);
+    if (((uintptr_t)x | (uintptr_t)((size_t)ldx * 4)) & 15)
+        return lily_fail(e, "moe decode: rows not 16-byte aligned");
     dec_layout d = dec_plan(m);
     char *s = (char *)scratch;
     float *logits = (float *)(s + d.logits);
     uint32_t *bar = (uint32_t *)(s + d.bar);
     bool fused;
-    if (use_fused(m, &fused, e)) return -1;
-    /* router and shared-gate logits: one GEMV launch when they share a format (unless the
-     * gate/up launch computes them) */
-    lily_gemv_pro pro = {LILY_GP_RMSNORM, norm_w, nullptr, 0, eps};
-    lily_gemv_seg seg[2];
+    if (use_fused(m, R, &fused, e)) return -1;
+    /* router and shared-gate logits of every row: one rows GEMV launch when they share a format
+     * (unless the gate/up launch computes them), each matrix read once for all rows */
+    const size_t lp = (size_t)m->E + 1; /* logits per row */
+    lily_gemv_pro pro[kRows];
+    const float *xr[kRows];
+    lily_gemv_seg seg[kRows][2], sgs[kRows];
     int ns = 0;
-    if (m->k > 0) seg[ns++] = {m->router, logits, LILY_GV_STORE, nullptr, nullptr, 0};
-    if (m->sh_gate_w) {
-        lily_gemv_seg sg = {m->sh_gate_w, logits + m->E, LILY_GV_STORE, nullptr, nullptr, 0};
-        if (ns && m->sh_gate_w->dt != m->router->dt) {
-            if (!fused && lily_cuda_gemv(&sg, 1, x, &pro, st, e)) return -1;
-        } else {
-            seg[ns++] = sg;
+    bool apart = false; /* the shared gate in a launch of its own (another format) */
+    for (int r = 0; r < R; r++) {
+        pro[r] = {LILY_GP_RMSNORM, norm_w, nullptr, 0, eps};
+        xr[r] = x + (size_t)r * ldx;
+        ns = 0;
+        if (m->k > 0)
+            seg[r][ns++] = {m->router, logits + r * lp, LILY_GV_STORE, nullptr, nullptr, 0};
+        if (m->sh_gate_w) {
+            lily_gemv_seg sg = {
+                m->sh_gate_w, logits + r * lp + m->E, LILY_GV_STORE, nullptr, nullptr, 0};
+            apart = ns && m->sh_gate_w->dt != m->router->dt;
+            if (apart)
+                sgs[r] = sg;
+            else
+                seg[r][ns++] = sg;
         }
     }
-    if (!fused && ns && lily_cuda_gemv(seg, ns, x, &pro, st, e)) return -1;
-    const lily_dmat *g = m->k ? m->gate : m->sh_gate, *dn = m->k ? m->down : m->sh_down;
+    if (!fused && apart && lily_cuda_gemv_rows(sgs, 1, R, xr, pro, st, e)) return -1;
+    if (!fused && ns && lily_cuda_gemv_rows(&seg[0][0], ns, R, xr, pro, st, e)) return -1;
     gu_params p = {};
     p.x = x;
     p.norm_w = norm_w;
     p.eps = eps;
+    p.R = R;
+    p.ldx = ldx;
     p.H = g->cols;
     p.E = m->E;
     p.k = m->k;
@@ -844,6 +904,8 @@ extern "C" int lily_cuda_moe_decode(const lily_cuda_moe *m, float *x, const floa
     q.down = ref_of(m->down);
     q.sdown = ref_of(m->sh_down);
     q.x = x;
+    q.R = R;
+    q.ldx = ldx;
     q.bar = bar;
     switch (dn->dt) {
     case LILY_CW_Q4:

@@ -10,6 +10,13 @@
  * router rows are computed inside the gate/up launch instead, behind a grid barrier (two
  * launches, bit-identical results; moe_router.cuh).
  *
+ * Decode of R rows (a step of several sessions, lily_cuda_moe_decode_rows; one token is R = 1):
+ * the router and shared-gate rows in one rows GEMV (each matrix read once for all rows; the fused
+ * router runs one row only), then the same two launches with R times the blocks, each row's
+ * blocks doing exactly the one-row work on its own input and scratch rows (so each row's result
+ * is the one-row result bit for bit), the rows' blocks over the same weight rows adjacent in
+ * launch order so that the shared expert and the experts several rows chose come from L2.
+ *
  * Prefill (a chunk of n tokens): router GEMM, per-token top-k with a per-expert histogram, a
  * one-block scan that makes expert offsets and two tile lists for the grouped GEMMs, an ordered
  * scatter (deterministic: grouped rows keep token order within an expert), grouped GEMMs for
@@ -31,6 +38,8 @@
 extern "C" {
 #endif
 
+#define LILY_MOE_ROWS 8 /* rows of one lily_cuda_moe_decode_rows call (LILY_MAX_ROWS) */
+
 typedef struct lily_cuda_moe {
     int E, k;                   /* routed experts and experts per token (0, 0 for a dense MLP) */
     int norm;                   /* renormalise the top-k weights */
@@ -45,9 +54,10 @@ typedef struct lily_cuda_moe {
     const lily_dmat *sh_gu;     /* [2 Is, H]: sh_gate over sh_up */
 } lily_cuda_moe;
 
-/* Bytes of scratch the decode step needs. Layers may share one scratch (the fused router's
- * barrier words sit at the same offset for every shape); lily_cuda_moe_decode_scratch_init must
- * run once on a new scratch before its first decode, the rest needs no initialisation. */
+/* Bytes of scratch the decode step needs (of up to LILY_MOE_ROWS rows). Layers may share one
+ * scratch (the fused router's barrier words sit at the same offset for every shape);
+ * lily_cuda_moe_decode_scratch_init must run once on a new scratch before its first decode, the
+ * rest needs no initialisation. */
 size_t lily_cuda_moe_decode_scratch(const lily_cuda_moe *m);
 /* Zeroes the fused router's barrier pair of a new decode scratch (moe_router.cuh): cudaMalloc
  * memory can hold a stale pair (a valid tag over a count that is not zero) from an earlier
@@ -59,10 +69,16 @@ int lily_cuda_moe_decode_fuses(const lily_cuda_moe *m);
 /* on != 0: the decode steps that follow run the router GEMV even where the fused form would run
  * (the two are designed to be bit-identical; tests compare them). Not thread-safe. */
 void lily_cuda_moe_force_unfused(int on);
-/* x [H] (residual, device) += MoE(RMSNorm(x; norm_w, eps)). */
+/* x [H] (residual, device) += MoE(RMSNorm(x; norm_w, eps)). lily_cuda_moe_decode_rows, R = 1. */
 int lily_cuda_moe_decode(const lily_cuda_moe *m, float *x, const float *norm_w, float eps,
                          void *scratch, lily_cuda_stream st, lily_err *e);
-/* The routing of the last decode step (device pointers into scratch): idx [k] int32, wt [k]. */
+/* For r < R (1..LILY_MOE_ROWS): x + r ldx [H] += MoE(RMSNorm(x + r ldx; norm_w, eps)), each row
+ * bit for bit lily_cuda_moe_decode of that row alone (rows 16-byte aligned, ldx >= H when
+ * R > 1). */
+int lily_cuda_moe_decode_rows(const lily_cuda_moe *m, int R, float *x, int ldx, const float *norm_w,
+                              float eps, void *scratch, lily_cuda_stream st, lily_err *e);
+/* The routing of the last decode step (device pointers into scratch): idx [k] int32, wt [k];
+ * row r of a step of several rows at idx + r k, wt + r k. */
 const int32_t *lily_cuda_moe_decode_idx(const lily_cuda_moe *m, const void *scratch);
 const float *lily_cuda_moe_decode_wt(const lily_cuda_moe *m, const void *scratch);
 
