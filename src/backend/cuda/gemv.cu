@@ -538,11 +538,28 @@ int launch(const gv_params &p, lily_cuda_stream st, lily_err *e) {
 }
 
 /* One vector: the NX = 1 instance (the 1-row decode's kernel); more: the NX = 8 instance with
- * p.nx of them. */
+ * p.nx of them where rows take whole warps (LPR 32, the common shapes), else one NX = 1 launch
+ * per vector (the same arithmetic per vector; the NX = 8 instances of the narrow row forms would
+ * double the file's compile time and the binaries' size for shapes the real models do not run). */
 template <int DT, int LPR, int CB>
 int launch_nx(const gv_params &p, lily_cuda_stream st, lily_err *e) {
-    return p.nx == 1 ? launch<DT, LPR, CB, 1>(p, st, e)
-                     : launch<DT, LPR, CB, LILY_GEMV_ROWS>(p, st, e);
+    if (p.nx == 1) return launch<DT, LPR, CB, 1>(p, st, e);
+    if constexpr (LPR == 32) {
+        return launch<DT, LPR, CB, LILY_GEMV_ROWS>(p, st, e);
+    } else {
+        for (int r = 0; r < p.nx; r++) {
+            gv_params q = p;
+            q.nx = 1;
+            q.x[0] = p.x[r];
+            q.pz[0] = p.pz[r];
+            for (int s = 0; s < LILY_GEMV_SEGS; s++) {
+                q.y[0][s] = p.y[r][s];
+                q.cs[0][s] = p.cs[r][s];
+            }
+            if (launch<DT, LPR, CB, 1>(q, st, e)) return -1;
+        }
+        return 0;
+    }
 }
 
 /* Lanes per row: the largest power of two <= 32 dividing the chunk count; chunks per lane per
