@@ -25,7 +25,10 @@ srv_start "$tmp/m" --api-key test-key-2 --ctx 1024 --threads 1 --log-format json
     2>"$tmp/log" || { echo "server did not start"; cat "$tmp/log"; exit 1; }
 echo "server at $SRV_URL"
 status=0
-(cd tests/js && node agent_apis.mjs "$SRV_URL" test-key-2) || status=1
+# the Qwen3.5 template (copied by srv_model when ../shared has it) opens <think> in the prompt
+think=0
+[ -f "$tmp/m/chat_template.jinja" ] && think=1
+(cd tests/js && THINK_TEMPLATE=$think node agent_apis.mjs "$SRV_URL" test-key-2) || status=1
 srv_stop || { echo "server exited with an error"; status=1; }
 # the log: one JSON line per request, with tokens for the generations
 node - "$tmp/log" <<'JS' || status=1
