@@ -113,6 +113,15 @@ struct lily_backend {
     smp_io *smp_rows;
     cudaGraphExec_t smp_rows_graph[LILY_MAX_ROWS];
     lily_mega *mega; /* the persistent decode kernel (opts.cuda_mega, experimental) or NULL */
+    /* profiling (set_profile): ms per op of the step program while not NULL; the op index of
+     * (layer + 1, kind) at prof_idx[(layer + 1) * LILY_OP_COUNT + kind] (-1: no such op), built
+     * once; a pool of n_prof_ev events (made while profiling), and per step the events recorded
+     * (prof_n) with the op each one closes (prof_op; -1 for the step's start) */
+    double *prof;
+    int *prof_idx;
+    cudaEvent_t *prof_ev;
+    int *prof_op;
+    int n_prof_ev, prof_n;
 };
 
 struct lily_bstate {
@@ -378,8 +387,104 @@ int mega_step(lily_backend *b, lily_bstate *s, lily_err *e) {
     return lily_cuda_mega_step(b->mega, &ms, b->st, e);
 }
 
+/* ---- profiling (set_profile) ---------------------------------------------------------------
+ *
+ * While b->prof is set, the decode step and the rows step run their launches directly on the
+ * stream instead of replaying their graphs (the same launches in the same order, so the same
+ * logits), with an event recorded after each group of launches: prof_begin before the first,
+ * prof_mark after each group, naming the program op the group is charged to, and prof_end at the
+ * end of the step adds each group's elapsed time to b->prof[op]. A group that fuses several
+ * program ops is charged to one of them (decode_layers says which); the others stay at 0. The
+ * capture functions clear b->prof around the capture, so no event is recorded into a graph. */
+
+/* Stops profiling and drops its events. */
+void prof_stop(lily_backend *b) {
+    if (b->prof_ev) {
+        cudaStreamSynchronize(b->st);
+        for (int i = 0; i < b->n_prof_ev; i++)
+            cudaEventDestroy(b->prof_ev[i]);
+    }
+    free(b->prof_ev);
+    free(b->prof_op);
+    b->prof_ev = nullptr;
+    b->prof_op = nullptr;
+    b->n_prof_ev = b->prof_n = 0;
+    b->prof = nullptr;
+}
+
+/* The (layer, kind) -> op index map of the step program (once) and the event pool (events: one
+ * for the step's start, then one per group, at most 5 a layer plus the embedding and lm_head).
+ * Returns 0, or -1 with profiling left off when something could not be made. */
+int prof_start(lily_backend *b, double *ms) {
+    const lily_config *c = &b->m->cfg;
+    if (!b->prof_idx) {
+        const size_t n = (size_t)(c->n_layers + 1) * LILY_OP_COUNT;
+        if (!(b->prof_idx = (int *)malloc(n * sizeof(int)))) return -1;
+        for (size_t i = 0; i < n; i++)
+            b->prof_idx[i] = -1;
+        lily_program prog;
+        lily_program_build(b->m, &prog);
+        for (int i = 0; i < prog.n_ops; i++)
+            b->prof_idx[(size_t)(prog.ops[i].layer + 1) * LILY_OP_COUNT + prog.ops[i].kind] = i;
+        lily_program_free(&prog);
+    }
+    if (!b->prof_ev) {
+        const int n = 6 * c->n_layers + 4;
+        b->prof_ev = (cudaEvent_t *)calloc((size_t)n, sizeof(cudaEvent_t));
+        b->prof_op = (int *)calloc((size_t)n, sizeof(int));
+        if (!b->prof_ev || !b->prof_op) {
+            prof_stop(b);
+            return -1;
+        }
+        for (; b->n_prof_ev < n; b->n_prof_ev++)
+            if (cudaEventCreate(&b->prof_ev[b->n_prof_ev]) != cudaSuccess) {
+                (void)cudaGetLastError();
+                prof_stop(b);
+                return -1;
+            }
+    }
+    b->prof = ms;
+    return 0;
+}
+
+/* An event after the group of launches just enqueued, charged to the op (layer, kind) of the
+ * program; nothing when not profiling. */
+void prof_mark(lily_backend *b, int layer, lily_op_kind kind) {
+    if (!b->prof || b->prof_n >= b->n_prof_ev) return;
+    b->prof_op[b->prof_n] = b->prof_idx[(size_t)(layer + 1) * LILY_OP_COUNT + kind];
+    cudaEventRecord(b->prof_ev[b->prof_n++], b->st);
+}
+
+void prof_begin(lily_backend *b) {
+    if (!b->prof) return;
+    b->prof_n = 0;
+    b->prof_op[b->prof_n] = -1;
+    cudaEventRecord(b->prof_ev[b->prof_n++], b->st);
+}
+
+/* Waits for the step and adds each group's time to b->prof. */
+int prof_end(lily_backend *b, lily_err *e) {
+    if (!b->prof) return 0;
+    LILY_CU_TRY(cudaStreamSynchronize(b->st), e);
+    for (int i = 1; i < b->prof_n; i++) {
+        float t = 0;
+        LILY_CU_TRY(cudaEventElapsedTime(&t, b->prof_ev[i - 1], b->prof_ev[i]), e);
+        if (b->prof_op[i] >= 0) b->prof[b->prof_op[i]] += t;
+    }
+    b->prof_n = 0;
+    return 0;
+}
+
+void cu_set_profile(lily_backend *b, double *ms) {
+    pthread_mutex_lock(&b->mu);
+    if (!ms || prof_start(b, ms)) prof_stop(b);
+    pthread_mutex_unlock(&b->mu);
+}
+
 void cu_close_impl(lily_backend *b) {
     if (!b) return;
+    prof_stop(b);
+    free(b->prof_idx);
     lily_cuda_mega_free(b->mega);
     if (b->L) {
         for (int l = 0; l < b->m->cfg.n_layers; l++)
@@ -692,6 +797,19 @@ int cu_state_copy(lily_backend *b, lily_bstate *dst, const lily_bstate *src, int
 
 /* ---- the step ------------------------------------------------------------------------------ */
 
+/* The program op the feed-forward block (one lily_cuda_moe_decode) is charged to. */
+lily_op_kind ffn_op(const lily_config *c) {
+    return c->is_moe ? LILY_OP_EXPERTS : LILY_OP_MLP;
+}
+
+/* One decode step of s. With profiling on (prof_mark), each group of launches is charged to one
+ * op of the program; the ops it fuses stay at 0: the q/k/v GEMV (with the in_norm prologue) to
+ * ATTN_PROJ, lily_cuda_attn_prep to ATTN_QK, lily_cuda_attn_decode (with the gate) to ATTN_CORE,
+ * the o GEMV (with the residual add) to ATTN_OUT; the qkv/z/b/a GEMV (in_norm, conv) to GDN_PROJ,
+ * lily_cuda_gdn_scan to GDN_RECUR, the out GEMV (gated norm, residual add) to GDN_OUT; the MoE
+ * block (post norm, router, top-k, experts, shared expert, combine, residual add) to EXPERTS (MLP
+ * for a dense model); the lm_head GEMV (with the final norm) to LM_HEAD. The argmax is no op of
+ * the program and is not timed. */
 int decode_layers(lily_backend *b, lily_bstate *s, lily_err *e) {
     const lily_model *m = b->m;
     const lily_config *c = &m->cfg;
@@ -699,6 +817,7 @@ int decode_layers(lily_backend *b, lily_bstate *s, lily_err *e) {
     int H = c->hidden, Nv = c->lin_nv;
     float eps = c->rms_eps;
     if (lily_cuda_embed(&b->embed, b->d_tok, 1, b->x, H, st, e)) return -1;
+    prof_mark(b, -1, LILY_OP_EMBED);
     for (int l = 0; l < c->n_layers; l++) {
         cu_layer *ly = &b->L[l];
         lily_gemv_pro norm = {LILY_GP_RMSNORM, ly->in_norm, nullptr, 0, eps};
@@ -708,37 +827,47 @@ int decode_layers(lily_backend *b, lily_bstate *s, lily_err *e) {
             lily_gemv_seg seg[3] = {{&ly->q, qg, LILY_GV_STORE, nullptr, nullptr, 0},
                                     {&ly->k, kb, LILY_GV_STORE, nullptr, nullptr, 0},
                                     {&ly->v, vb, LILY_GV_STORE, nullptr, nullptr, 0}};
-            if (gemv_any(seg, 3, b->x, &norm, st, e) ||
-                lily_cuda_attn_prep(qg, b->qw, kb, vb, b->kvw, 1, b->d_pos, c->n_q_heads,
+            if (gemv_any(seg, 3, b->x, &norm, st, e)) return -1;
+            prof_mark(b, l, LILY_OP_ATTN_PROJ);
+            if (lily_cuda_attn_prep(qg, b->qw, kb, vb, b->kvw, 1, b->d_pos, c->n_q_heads,
                                     c->n_kv_heads, c->head_dim, c->rope_dim, b->inv_freq,
                                     ly->q_norm, ly->k_norm, eps, c->attn_output_gate, q, gt,
-                                    s->k[l], s->v[l], st, e) ||
-                lily_cuda_attn_decode(q, s->k[l], s->v[l], b->d_pos, c->n_q_heads, c->n_kv_heads,
+                                    s->k[l], s->v[l], st, e))
+                return -1;
+            prof_mark(b, l, LILY_OP_ATTN_QK);
+            if (lily_cuda_attn_decode(q, s->k[l], s->v[l], b->d_pos, c->n_q_heads, c->n_kv_heads,
                                       c->head_dim, 1.0f / sqrtf((float)c->head_dim),
                                       c->attn_output_gate ? gt : nullptr, b->attn_part, s->splits,
                                       o, st, e))
                 return -1;
+            prof_mark(b, l, LILY_OP_ATTN_CORE);
             lily_gemv_seg os = {&ly->o, b->x, LILY_GV_ADD, nullptr, nullptr, 0};
             if (lily_cuda_gemv(&os, 1, o, nullptr, st, e)) return -1;
+            prof_mark(b, l, LILY_OP_ATTN_OUT);
         } else {
             float *cv = b->buf[0], *z = b->buf[1], *ba = b->buf[2], *o = b->buf[3];
             lily_gemv_seg seg[4] = {{&ly->qkv, cv, LILY_GV_CONV, s->conv[l], ly->conv_w, c->conv_k},
                                     {&ly->z, z, LILY_GV_STORE, nullptr, nullptr, 0},
                                     {&ly->b, ba, LILY_GV_STORE, nullptr, nullptr, 0},
                                     {&ly->a, ba + Nv, LILY_GV_STORE, nullptr, nullptr, 0}};
-            if (gemv_any(seg, 4, b->x, &norm, st, e) ||
-                lily_cuda_gdn_scan(s->S[l], c->lin_nk, Nv, c->lin_dk, c->lin_dv, 1, cv, b->C, ba,
+            if (gemv_any(seg, 4, b->x, &norm, st, e)) return -1;
+            prof_mark(b, l, LILY_OP_GDN_PROJ);
+            if (lily_cuda_gdn_scan(s->S[l], c->lin_nk, Nv, c->lin_dk, c->lin_dv, 1, cv, b->C, ba,
                                    ba + Nv, 2 * Nv, ly->A_log, ly->dt_bias, o, b->Zw, st, e))
                 return -1;
+            prof_mark(b, l, LILY_OP_GDN_RECUR);
             lily_gemv_pro gp = {LILY_GP_GATED, ly->gdn_norm, z, c->lin_dv, eps};
             lily_gemv_seg os = {&ly->out, b->x, LILY_GV_ADD, nullptr, nullptr, 0};
             if (lily_cuda_gemv(&os, 1, o, &gp, st, e)) return -1;
+            prof_mark(b, l, LILY_OP_GDN_OUT);
         }
         if (lily_cuda_moe_decode(&ly->moe, b->x, ly->post_norm, eps, b->moe_dec, st, e)) return -1;
+        prof_mark(b, l, ffn_op(c));
     }
     lily_gemv_pro fn = {LILY_GP_RMSNORM, b->final_norm, nullptr, 0, eps};
     lily_gemv_seg hs = {b->lm_head, b->logits, LILY_GV_STORE, nullptr, nullptr, 0};
     if (lily_cuda_gemv(&hs, 1, b->x, &fn, st, e)) return -1;
+    prof_mark(b, -1, LILY_OP_LM_HEAD);
     return lily_cuda_argmax(b->logits, c->vocab, (uint64_t *)(b->d_argmax + 2), b->d_argmax, st, e);
 }
 
@@ -749,7 +878,8 @@ int decode_layers(lily_backend *b, lily_bstate *s, lily_err *e) {
  * does the MoE block (lily_cuda_moe_decode_rows, each row bit for bit lily_cuda_moe_decode); the
  * GDN step of all rows is one launch of decode_layers' kernel (lily_cuda_gdn_step_rows), the
  * attention steps run per row on its own state, with decode_layers' kernels and arguments. So
- * each row's logits are the 1-row step's bit for bit. */
+ * each row's logits are the 1-row step's bit for bit. Profiling charges its groups to the ops
+ * decode_layers names, a group of per-row launches (attention prep, attention) as one. */
 int decode_rows(lily_backend *b, lily_bstate *const *s, int R, lily_err *e) {
     const lily_model *m = b->m;
     const lily_config *c = &m->cfg;
@@ -764,6 +894,7 @@ int decode_rows(lily_backend *b, lily_bstate *const *s, int R, lily_err *e) {
     for (int i = 0; i < R; i++)
         xr[i] = b->x + (size_t)i * H;
     if (lily_cuda_embed(&b->embed, b->d_trow, R, b->x, H, st, e)) return -1;
+    prof_mark(b, -1, LILY_OP_EMBED);
     for (int l = 0; l < c->n_layers; l++) {
         cu_layer *ly = &b->L[l];
         lily_gemv_pro norm[LILY_MAX_ROWS];
@@ -778,6 +909,7 @@ int decode_rows(lily_backend *b, lily_bstate *const *s, int R, lily_err *e) {
                 seg[i][2] = {&ly->v, vb, LILY_GV_STORE, nullptr, nullptr, 0};
             }
             if (gemv_any_rows(&seg[0][0], 3, R, xr, norm, st, e)) return -1;
+            prof_mark(b, l, LILY_OP_ATTN_PROJ);
             for (int i = 0; i < R; i++) {
                 float *qg = b->buf[0] + i * W, *kb = b->buf[1] + i * W, *vb = b->buf[2] + i * W;
                 float *q = b->buf[3] + i * W, *gt = b->buf[4] + i * W;
@@ -787,6 +919,7 @@ int decode_rows(lily_backend *b, lily_bstate *const *s, int R, lily_err *e) {
                                         s[i]->k[l], s[i]->v[l], st, e))
                     return -1;
             }
+            prof_mark(b, l, LILY_OP_ATTN_QK);
             for (int i = 0; i < R; i++) {
                 float *q = b->buf[3] + i * W, *gt = b->buf[4] + i * W, *o = b->buf[1] + i * W;
                 if (lily_cuda_attn_decode(
@@ -795,6 +928,7 @@ int decode_rows(lily_backend *b, lily_bstate *const *s, int R, lily_err *e) {
                         c->attn_output_gate ? gt : nullptr, b->attn_part, s[i]->splits, o, st, e))
                     return -1;
             }
+            prof_mark(b, l, LILY_OP_ATTN_CORE);
             lily_gemv_seg os[LILY_MAX_ROWS];
             const float *ov[LILY_MAX_ROWS];
             for (int i = 0; i < R; i++) {
@@ -802,6 +936,7 @@ int decode_rows(lily_backend *b, lily_bstate *const *s, int R, lily_err *e) {
                 ov[i] = b->buf[1] + i * W;
             }
             if (lily_cuda_gemv_rows(os, 1, R, ov, nullptr, st, e)) return -1;
+            prof_mark(b, l, LILY_OP_ATTN_OUT);
         } else {
             lily_gemv_seg seg[LILY_MAX_ROWS][4];
             for (int i = 0; i < R; i++) {
@@ -812,6 +947,7 @@ int decode_rows(lily_backend *b, lily_bstate *const *s, int R, lily_err *e) {
                 seg[i][3] = {&ly->a, ba + Nv, LILY_GV_STORE, nullptr, nullptr, 0};
             }
             if (gemv_any_rows(&seg[0][0], 4, R, xr, norm, st, e)) return -1;
+            prof_mark(b, l, LILY_OP_GDN_PROJ);
             float *Sr[LILY_MAX_ROWS];
             for (int i = 0; i < R; i++)
                 Sr[i] = s[i]->S[l];
@@ -819,6 +955,7 @@ int decode_rows(lily_backend *b, lily_bstate *const *s, int R, lily_err *e) {
                                         b->buf[2], b->buf[2] + Nv, W, ly->A_log, ly->dt_bias,
                                         b->buf[3], W, st, e))
                 return -1;
+            prof_mark(b, l, LILY_OP_GDN_RECUR);
             lily_gemv_pro gp[LILY_MAX_ROWS];
             lily_gemv_seg os[LILY_MAX_ROWS];
             const float *ov[LILY_MAX_ROWS];
@@ -828,9 +965,11 @@ int decode_rows(lily_backend *b, lily_bstate *const *s, int R, lily_err *e) {
                 ov[i] = b->buf[3] + i * W;
             }
             if (lily_cuda_gemv_rows(os, 1, R, ov, gp, st, e)) return -1;
+            prof_mark(b, l, LILY_OP_GDN_OUT);
         }
         if (lily_cuda_moe_decode_rows(&ly->moe, R, b->x, H, ly->post_norm, eps, b->moe_dec, st, e))
             return -1;
+        prof_mark(b, l, ffn_op(c));
     }
     lily_gemv_pro fn[LILY_MAX_ROWS];
     lily_gemv_seg hs[LILY_MAX_ROWS];
@@ -838,7 +977,9 @@ int decode_rows(lily_backend *b, lily_bstate *const *s, int R, lily_err *e) {
         fn[i] = {LILY_GP_RMSNORM, b->final_norm, nullptr, 0, eps};
         hs[i] = {b->lm_head, b->logits_rows + i * rows_ld(b), LILY_GV_STORE, nullptr, nullptr, 0};
     }
-    return lily_cuda_gemv_rows(hs, 1, R, xr, fn, st, e);
+    if (lily_cuda_gemv_rows(hs, 1, R, xr, fn, st, e)) return -1;
+    prof_mark(b, -1, LILY_OP_LM_HEAD);
+    return 0;
 }
 
 /* RMSNorm of rows that the exact GEMMs read next (held right after): the norm also writes their
@@ -945,17 +1086,27 @@ int prefill_layers(lily_backend *b, lily_bstate *s, int n, int all_logits, lily_
     return lily_cuda_gemv(&hs, 1, X + (size_t)(n - 1) * H, &fn, st, e);
 }
 
+/* The launches of one decode step of s (the persistent kernel when mega, else decode_layers), then
+ * its argmax fed into the next step's input (lily_cuda_advance). */
+int decode_step(lily_backend *b, lily_bstate *s, bool mega, lily_err *e) {
+    if (mega ? mega_step(b, s, e) : decode_layers(b, s, e)) return -1;
+    return lily_cuda_advance(b->d_argmax, b->d_tok, b->d_pos, b->d_ring, kRing, b->d_step, b->st,
+                             e);
+}
+
 /* Captures the decode step of state s into s->graph (once). */
 int capture_decode(lily_backend *b, lily_bstate *s, lily_err *e) {
     cudaGraph_t g = nullptr;
     lily_cuda_prec_set(b->prec); /* the captured kernels are this engine's */
-    LILY_CU_TRY(cudaStreamBeginCapture(b->st, cudaStreamCaptureModeRelaxed), e);
+    double *prof = b->prof;      /* no profiling event goes into the graph */
+    b->prof = nullptr;
+    cudaError_t ce = cudaStreamBeginCapture(b->st, cudaStreamCaptureModeRelaxed);
     /* the step ends by feeding its argmax into the next replay's input (used by
      * decode_greedy; forward() overwrites token and position before each replay) */
-    int rc =
-        (b->mega ? mega_step(b, s, e) : decode_layers(b, s, e)) ||
-        lily_cuda_advance(b->d_argmax, b->d_tok, b->d_pos, b->d_ring, kRing, b->d_step, b->st, e);
-    cudaError_t ce = cudaStreamEndCapture(b->st, &g);
+    int rc = ce != cudaSuccess ? lily_fail(e, "graph capture: %s", cudaGetErrorString(ce))
+                               : decode_step(b, s, b->mega != nullptr, e);
+    if (ce == cudaSuccess) ce = cudaStreamEndCapture(b->st, &g);
+    b->prof = prof;
     if (rc) {
         if (g) cudaGraphDestroy(g);
         (void)cudaGetLastError();
@@ -982,7 +1133,12 @@ int forward_locked(lily_backend *b, lily_bstate *s, const int32_t *tokens, int n
     const float *src = b->logits;
     size_t bytes = (size_t)c->vocab * 4;
     lily_cuda_prec_set(b->prec);
-    if (n == 1 && !all_logits) {
+    if (n == 1 && !all_logits && b->prof) {
+        /* profiled: the graph's launches run directly, timed op by op (the per-launch step even
+         * when the graph holds the persistent kernel) */
+        prof_begin(b);
+        if (decode_step(b, s, false, e) || prof_end(b, e)) return -1;
+    } else if (n == 1 && !all_logits) {
         if (!s->graph && capture_decode(b, s, e)) return -1;
         LILY_CU_TRY(cudaGraphLaunch(s->graph, b->st), e);
     } else {
@@ -1031,9 +1187,13 @@ int capture_rows(lily_backend *b, lily_bstate *const *s, int R, lily_err *e) {
     }
     cudaGraph_t g = nullptr;
     lily_cuda_prec_set(b->prec);
-    LILY_CU_TRY(cudaStreamBeginCapture(b->st, cudaStreamCaptureModeRelaxed), e);
-    int rc = decode_rows(b, s, R, e);
-    cudaError_t ce = cudaStreamEndCapture(b->st, &g);
+    double *prof = b->prof; /* no profiling event goes into the graph */
+    b->prof = nullptr;
+    cudaError_t ce = cudaStreamBeginCapture(b->st, cudaStreamCaptureModeRelaxed);
+    int rc = ce != cudaSuccess ? lily_fail(e, "rows graph capture: %s", cudaGetErrorString(ce))
+                               : decode_rows(b, s, R, e);
+    if (ce == cudaSuccess) ce = cudaStreamEndCapture(b->st, &g);
+    b->prof = prof;
     if (rc) {
         if (g) cudaGraphDestroy(g);
         (void)cudaGetLastError();
@@ -1051,8 +1211,15 @@ int capture_rows(lily_backend *b, lily_bstate *const *s, int R, lily_err *e) {
     return 0;
 }
 
-/* The captured step of R rows over s, captured first when there is none for these states. */
+/* The captured step of R rows over s, captured first when there is none for these states; when
+ * profiling, its launches run directly, timed op by op (waits for the step). */
 int rows_launch(lily_backend *b, lily_bstate *const *s, int R, lily_err *e) {
+    if (b->prof) {
+        lily_cuda_prec_set(b->prec);
+        prof_begin(b);
+        if (decode_rows(b, s, R, e)) return -1;
+        return prof_end(b, e);
+    }
     bool same = b->rows_graph[R - 1] != nullptr;
     for (int i = 0; i < R && same; i++)
         same = b->rows_s[R - 1][i] == s[i];
@@ -1432,6 +1599,6 @@ extern "C" const lily_backend_ops lily_backend_cuda = {
     cu_draw_discard,
     cu_draw_enqueue_rows,
     nullptr, /* program: the CUDA backend does not run the step program yet */
-    nullptr, /* set_profile */
+    cu_set_profile,
     cu_device_name,
 };
