@@ -10,7 +10,11 @@
  * row counts and state sets change between calls (the captured steps are re-made), two rows with
  * identical states and tokens (the same experts) give identical logits, a freed state's step is
  * not replayed, malformed calls are refused, and the rows draws (draw_enqueue_rows, pipelined one
- * step ahead) give the tokens that draw_enqueue gives each state alone with the same seeds. */
+ * step ahead) give the tokens that draw_enqueue gives each state alone with the same seeds.
+ * Profiling (set_profile): a profiled 1-row step (forward) and 4-row step (forward_rows) give
+ * logits bit for bit those of the same steps unprofiled (the captured graphs); the ops a launch
+ * group is charged to (the weight readers, the attention and GDN cores) get times > 0, the ops
+ * they fuse stay 0, and the times add up to less than the steps' wall time. */
 #include <stdio.h>
 
 #ifndef LILY_HAVE_CUDA
@@ -23,6 +27,7 @@ int main(void) {
 #include <string.h>
 
 #include "backend/backend.h"
+#include "base/timer.h"
 #include "model/mkmodel.h"
 #include "parity_util.h"
 
@@ -158,6 +163,85 @@ static void rnd_tokens(int32_t *t, int R, int V) {
         t[r] = (int32_t)(pt_rnd() % V);
 }
 
+/* The ops the CUDA step charges its launch groups to (backend.cu decode_layers); the rest are
+ * fused into them and get no time. */
+static int charged(lily_op_kind k) {
+    switch (k) {
+    case LILY_OP_EMBED:
+    case LILY_OP_ATTN_PROJ:
+    case LILY_OP_ATTN_QK:
+    case LILY_OP_ATTN_CORE:
+    case LILY_OP_ATTN_OUT:
+    case LILY_OP_GDN_PROJ:
+    case LILY_OP_GDN_RECUR:
+    case LILY_OP_GDN_OUT:
+    case LILY_OP_EXPERTS:
+    case LILY_OP_MLP:
+    case LILY_OP_LM_HEAD: return 1;
+    default: return 0;
+    }
+}
+
+/* A profiled step of the first R states of a[] against the same step unprofiled on their twins
+ * b[] (copied from a[] first): the same logits, times on the charged ops only, less in all than
+ * the wall time. Returns 1 when all hold, 0 when not, -1 on an error. */
+static int profiled(ctx *x, const lily_model *m, int R, lily_err *e) {
+    lily_program prog;
+    lily_program_build(m, &prog);
+    double *ms = calloc((size_t)prog.n_ops, sizeof(double));
+    float *ref[N] = {0}, *got[N] = {0};
+    lily_bstate *sa[N] = {0}, *sb[N] = {0};
+    int32_t tok[N];
+    int rc = -1, same = 1, bad;
+    double t0, wall, tot = 0;
+    rnd_tokens(tok, R, x->V);
+    for (int i = 0; i < R; i++) {
+        ref[i] = malloc((size_t)x->V * 4);
+        got[i] = malloc((size_t)x->V * 4);
+        sa[i] = x->a[i];
+        sb[i] = x->b[i];
+        if (x->gpu->state_copy(x->bg, x->b[i], x->a[i], x->pos[i], e)) goto done;
+    }
+    if (R == 1 ? x->gpu->forward(x->bg, sb[0], tok, 1, x->pos[0], ref[0], 0, e)
+               : x->gpu->forward_rows(x->bg, sb, tok, x->pos, R, ref, e))
+        goto done;
+    x->gpu->set_profile(x->bg, ms);
+    t0 = lily_now();
+    bad = R == 1 ? x->gpu->forward(x->bg, sa[0], tok, 1, x->pos[0], got[0], 0, e)
+                 : x->gpu->forward_rows(x->bg, sa, tok, x->pos, R, got, e);
+    wall = (lily_now() - t0) * 1e3;
+    x->gpu->set_profile(x->bg, NULL);
+    if (bad) goto done;
+    for (int i = 0; i < R; i++) {
+        x->pos[i]++;
+        if (memcmp(got[i], ref[i], (size_t)x->V * 4)) {
+            printf("  profiled row %d of %d: differs from the step unprofiled (rel %.3g)\n", i, R,
+                   rel_err(got[i], ref[i], x->V));
+            same = 0;
+        }
+    }
+    for (int i = 0; i < prog.n_ops; i++) {
+        const lily_op *op = &prog.ops[i];
+        tot += ms[i];
+        if (charged(op->kind) ? !(ms[i] > 0) : ms[i] != 0) {
+            printf("  profiled %d rows: op %d (%s, layer %d) took %.4f ms\n", R, i,
+                   lily_op_name(op->kind), op->layer, ms[i]);
+            same = 0;
+        }
+    }
+    if (!(tot < wall)) {
+        printf("  profiled %d rows: ops sum to %.4f ms, the step took %.4f ms\n", R, tot, wall);
+        same = 0;
+    }
+    rc = same;
+done:
+    for (int i = 0; i < R; i++)
+        free(ref[i]), free(got[i]);
+    free(ms);
+    lily_program_free(&prog);
+    return rc;
+}
+
 static void run_model(const char *dir, const char *label) {
     lily_err e;
     lily_model *m = NULL;
@@ -244,6 +328,14 @@ static void run_model(const char *dir, const char *label) {
         snprintf(what, sizeof what, "%s: rows draws = draws alone (8 rows at T=0.8, 3 at T=0)",
                  label);
         pt_check_true(what, r8 == 1 && r3 == 1);
+    }
+    /* profiled steps of 1 and 4 rows */
+    if (ok) {
+        int p1 = profiled(&x, m, 1, &e), p4 = p1 < 0 ? -1 : profiled(&x, m, 4, &e);
+        if (p1 < 0 || p4 < 0) printf("  profiled steps failed: %s\n", e.msg);
+        snprintf(what, sizeof what,
+                 "%s: profiled 1- and 4-row steps = unprofiled, times on the charged ops", label);
+        pt_check_true(what, p1 == 1 && p4 == 1);
     }
     /* malformed calls */
     if (ok) {
