@@ -20,6 +20,8 @@
 # GPU_CHECK_GENERATE=1 times lily generate with the next token drawn on the GPU against the host
 # sampler (lily stage). GPU_CHECK_AB_CARRIES compares whole builds (lily bench from each carry folder, alternated).
 # GPU_CHECK_GRAMMAR_35B=1 adds the 35B model to the grammar stage (constrained decode cost).
+# GPU_CHECK_ROWS=LIST times the decode step of LIST rows (lily bench --rows, e.g. 1,2,4,8) at
+# GPU_CHECK_ROWS_CTX (default 4K); GPU_CHECK_ROWS_PROFILE=1 adds --profile (each op's time).
 # GPU_CHECK_NCU_KERNEL profiles one kernel with every ncu section (bench stage). GPU_CHECK_BENCH_DIR picks where the synthetic 35B checkpoint is written (local
 # disk, ~19.5 GB; default /tmp/lily35b).
 set -u
@@ -299,10 +301,13 @@ PY
         fi
         if [ -n "${GPU_CHECK_ROWS:-}" ]; then
             # the decode step of 1-8 rows (one row per session; forward_rows), step time per row
-            # count at GPU_CHECK_ROWS_CTX (default 4K)
-            echo "-- rows ${GPU_CHECK_ROWS} at ${GPU_CHECK_ROWS_CTX:-4K}"
-            timeout 200 "$work/bin/lily" bench --model "$LILY_CUDA_BENCH_DIR" --backend cuda \
-                --rows "$GPU_CHECK_ROWS" --decode "${GPU_CHECK_ROWS_CTX:-4K}" --gen 64 2>&1 |
+            # count at GPU_CHECK_ROWS_CTX (default 4K); GPU_CHECK_ROWS_PROFILE=1: with the time of
+            # each op of the step (--profile: the steps run again, un-captured, op by op)
+            prof=
+            [ "${GPU_CHECK_ROWS_PROFILE:-0}" = 1 ] && prof=--profile
+            echo "-- rows ${GPU_CHECK_ROWS} at ${GPU_CHECK_ROWS_CTX:-4K} ${prof}"
+            timeout 400 "$work/bin/lily" bench --model "$LILY_CUDA_BENCH_DIR" --backend cuda \
+                --rows "$GPU_CHECK_ROWS" --decode "${GPU_CHECK_ROWS_CTX:-4K}" --gen 64 $prof 2>&1 |
                 grep -vE '^$|^lily: loading'
         fi
         if [ "${GPU_CHECK_GENERATE:-0}" = 1 ]; then

@@ -193,6 +193,13 @@ int lily_bench_step_run(const lily_bench_step *o) {
                 }
                 printf("  %-10s %5d %14s %9.4f (timed steps: %.3f ms)\n", "total", prog->n_ops, "",
                        tot, sms);
+                int fused = 0;
+                for (int k = 0; k < LILY_OP_COUNT; k++)
+                    fused += kc[k] > 0 && kms[k] == 0;
+                if (fused)
+                    printf("  (%d op kind%s at 0 ms: run fused into another op's launches, which "
+                           "is charged their time)\n",
+                           fused, fused > 1 ? "s" : "");
             }
             cJSON_AddItemToArray(jrows, jr);
         }

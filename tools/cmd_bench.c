@@ -52,9 +52,12 @@ static void usage(FILE *f) {
         "(llama-bench -o json output, or lily bench --json), up to 8 files.\n"
         "--rows times decode steps of 1..8 rows (sessions) each at every --decode depth\n"
         "(default 512), --gen steps each: step time and tok/s (CSV/JSON with --csv/--json);\n"
-        "--profile adds the time of each op of the step program; --program lists the\n"
-        "program (ops, weight bytes per token, buffers, dependencies). --cuda-mega\n"
-        "(experimental, CUDA) runs each decode step as one persistent kernel.\n");
+        "--profile adds the time of each op of the step program (CUDA: the profiled steps\n"
+        "run their launches un-captured with an event after each group of launches; an op\n"
+        "fused into another's launches shows 0 ms, its time counted in that op); --program\n"
+        "lists the program (ops, weight bytes per token, buffers, dependencies). --cuda-mega\n"
+        "(experimental, CUDA) runs each decode step as one persistent kernel; --profile\n"
+        "then still times the per-launch step (the persistent kernel has no per-op times).\n");
 }
 
 static int parse_list(const char *s, int *out, int *n) {
