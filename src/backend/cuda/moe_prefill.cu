@@ -53,7 +53,10 @@ pre_layout pre_plan(const lily_cuda_moe *m, int n) {
     d.counts = take((size_t)m->E * 4);
     const int cs = scat_chunk(nk);
     d.chunks = (int)((nk + cs - 1) / cs);
-    d.ccount = take((size_t)d.chunks * m->E * 4);
+    /* sized for the most chunks of any nk' <= nk (chunks drops from 128 to 64 where cs doubles),
+     * so the scratch of a chunk of n tokens holds the layout of every shorter chunk */
+    const size_t cbound = (nk + 511) / 512 > 128 ? (nk + 511) / 512 : 128;
+    d.ccount = take(cbound * m->E * 4);
     d.off = take(((size_t)m->E + 1) * 4);
     d.tiles = take((size_t)d.max_tiles * 12);
     d.tiles_s = take((size_t)d.max_tiles * 12);
