@@ -829,27 +829,28 @@ extern "C" int lily_cuda_moe_decode_rows(const lily_cuda_moe *m, int R, float *x
     const size_t lp = (size_t)m->E + 1; /* logits per row */
     lily_gemv_pro pro[kRows];
     const float *xr[kRows];
-    lily_gemv_seg seg[kRows][2], sgs[kRows];
-    int ns = 0;
-    bool apart = false; /* the shared gate in a launch of its own (another format) */
+    /* the shared gate in a launch of its own (another format) */
+    const bool apart = m->k > 0 && m->sh_gate_w && m->sh_gate_w->dt != m->router->dt;
+    /* seg holds row r's ns segments at r ns (the [nx][nseg] layout lily_cuda_gemv_rows reads) */
+    const int ns = (m->k > 0) + (m->sh_gate_w && !apart);
+    lily_gemv_seg seg[kRows * 2], sgs[kRows];
     for (int r = 0; r < R; r++) {
         pro[r] = {LILY_GP_RMSNORM, norm_w, nullptr, 0, eps};
         xr[r] = x + (size_t)r * ldx;
-        ns = 0;
-        if (m->k > 0)
-            seg[r][ns++] = {m->router, logits + r * lp, LILY_GV_STORE, nullptr, nullptr, 0};
+        lily_gemv_seg *sr = seg + r * ns;
+        int j = 0;
+        if (m->k > 0) sr[j++] = {m->router, logits + r * lp, LILY_GV_STORE, nullptr, nullptr, 0};
         if (m->sh_gate_w) {
             lily_gemv_seg sg = {
                 m->sh_gate_w, logits + r * lp + m->E, LILY_GV_STORE, nullptr, nullptr, 0};
-            apart = ns && m->sh_gate_w->dt != m->router->dt;
             if (apart)
                 sgs[r] = sg;
             else
-                seg[r][ns++] = sg;
+                sr[j++] = sg;
         }
     }
     if (!fused && apart && lily_cuda_gemv_rows(sgs, 1, R, xr, pro, st, e)) return -1;
-    if (!fused && ns && lily_cuda_gemv_rows(&seg[0][0], ns, R, xr, pro, st, e)) return -1;
+    if (!fused && ns && lily_cuda_gemv_rows(seg, ns, R, xr, pro, st, e)) return -1;
     gu_params p = {};
     p.x = x;
     p.norm_w = norm_w;
