@@ -189,6 +189,16 @@ static cudaError_t launch_kernel(void (*k)(P...), dim3 grid, dim3 block, size_t 
     return cudaLaunchKernelEx(&cfg, k, args...);
 }
 
+/* Raises kernel k's dynamic shared-memory limit on the current device to at least smem, never
+ * lowering it: a graph captured with a larger launch of k stays valid when a later launch of k
+ * (another row count, another matrix) needs less. */
+template <typename... P> static cudaError_t smem_at_least(void (*k)(P...), size_t smem) {
+    cudaFuncAttributes a;
+    cudaError_t r = cudaFuncGetAttributes(&a, k);
+    if (r != cudaSuccess || (size_t)a.maxDynamicSharedSizeBytes >= smem) return r;
+    return cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+}
+
 /* Bytes of one row of codes for a device weight type. */
 static __host__ __device__ __forceinline__ size_t dmat_row_bytes(int dt, int cols) {
     return dt == LILY_CW_Q4 ? (size_t)cols / 2 : dt == LILY_CW_Q8 ? (size_t)cols : (size_t)cols * 2;

@@ -478,10 +478,7 @@ int dev_init(lily_err *e) {
 
 template <int T, int NX> int launch_q4mma_t(const gv_params &p, lily_cuda_stream st, lily_err *e) {
     const size_t smem = q4mma_smem(p.cols, p.nx);
-    if (smem > 48 * 1024)
-        LILY_CU_TRY(cudaFuncSetAttribute(gemv_q4mma_kernel<T, NX>,
-                                         cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem),
-                    e);
+    if (smem > 48 * 1024) LILY_CU_TRY(smem_at_least(gemv_q4mma_kernel<T, NX>, smem), e);
     /* a longer matrix (lm_head) loops over row groups, so the prologue is not redone for each */
     int blocks = (p.total + 16 * T - 1) / (16 * T);
     if (blocks > 8 * g_sms) blocks = 8 * g_sms;
@@ -519,10 +516,7 @@ size_t gv_smem(const gv_params &p, int epc, int nx) {
 template <int DT, int LPR, int CB, int NX>
 int launch(const gv_params &p, lily_cuda_stream st, lily_err *e) {
     const size_t smem = gv_smem(p, wtype<DT>::epc, p.nx);
-    if (smem > 48 * 1024)
-        LILY_CU_TRY(cudaFuncSetAttribute(gemv_kernel<DT, LPR, CB, NX>,
-                                         cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem),
-                    e);
+    if (smem > 48 * 1024) LILY_CU_TRY(smem_at_least(gemv_kernel<DT, LPR, CB, NX>, smem), e);
     /* every block resident at once: each builds x' once, then loops over row steps */
     int per_sm = 1;
     LILY_CU_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, gemv_kernel<DT, LPR, CB, NX>,

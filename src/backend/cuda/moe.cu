@@ -627,10 +627,7 @@ __global__ void __launch_bounds__(kThreads)
 
 int launch_gu_q4mma(const gu_params &p, int slots, lily_cuda_stream st, lily_err *e) {
     size_t smem = (size_t)p.H * 4 /* 2 bf16 planes */ + (size_t)(p.H / 32) * 4;
-    if (smem > 40 * 1024)
-        LILY_CU_TRY(cudaFuncSetAttribute(moe_gate_up_q4mma_kernel,
-                                         cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem),
-                    e);
+    if (smem > 40 * 1024) LILY_CU_TRY(smem_at_least(moe_gate_up_q4mma_kernel, smem), e);
     dim3 grid((p.imax + 31) / 32 * p.R, slots);
     LILY_CU_TRY(launch_kernel(moe_gate_up_q4mma_kernel, grid, dim3(kThreads), smem, st, p), e);
     return 0;
@@ -662,11 +659,7 @@ int gu_fused_resident(size_t smem, int blocks, bool *ok, lily_err *e) {
         LILY_CU_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev), e);
     }
     if (smem != cached) {
-        if (smem > 40 * 1024)
-            LILY_CU_TRY(cudaFuncSetAttribute(moe_gate_up_q4mma_fused_kernel,
-                                             cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                             (int)smem),
-                        e);
+        if (smem > 40 * 1024) LILY_CU_TRY(smem_at_least(moe_gate_up_q4mma_fused_kernel, smem), e);
         LILY_CU_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
                         &per_sm, moe_gate_up_q4mma_fused_kernel, kThreads, smem),
                     e);
@@ -715,10 +708,7 @@ int launch_gu_q4mma_fused(const gu_params &p, int slots, lily_cuda_stream st, li
 int launch_dn_q4mma(const dn_params &p, lily_cuda_stream st, lily_err *e) {
     int ns = p.k + p.has_shared;
     size_t smem = (size_t)ns * ((size_t)p.imax * 4 /* 2 bf16 planes */ + (size_t)(p.imax / 32) * 4);
-    if (smem > 40 * 1024)
-        LILY_CU_TRY(cudaFuncSetAttribute(moe_down_q4mma_kernel,
-                                         cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem),
-                    e);
+    if (smem > 40 * 1024) LILY_CU_TRY(smem_at_least(moe_down_q4mma_kernel, smem), e);
     LILY_CU_TRY(launch_kernel(moe_down_q4mma_kernel, dim3((p.H + 15) / 16 * p.R), dim3(kThreads),
                               smem, st, p),
                 e);
@@ -728,10 +718,7 @@ int launch_dn_q4mma(const dn_params &p, lily_cuda_stream st, lily_err *e) {
 template <int DT, int LPR>
 int launch_gu(const gu_params &p, int slots, lily_cuda_stream st, lily_err *e) {
     size_t smem = ((size_t)p.H + p.H / wtype<DT>::epc) * 4;
-    if (smem > 40 * 1024)
-        LILY_CU_TRY(cudaFuncSetAttribute(moe_gate_up_kernel<DT, LPR>,
-                                         cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem),
-                    e);
+    if (smem > 40 * 1024) LILY_CU_TRY(smem_at_least(moe_gate_up_kernel<DT, LPR>, smem), e);
     int rpb = (kThreads / 32) * 2 * (32 / LPR);
     dim3 grid((p.imax + rpb - 1) / rpb * p.R, slots);
     LILY_CU_TRY(launch_kernel(moe_gate_up_kernel<DT, LPR>, grid, dim3(kThreads), smem, st, p), e);
@@ -741,10 +728,7 @@ int launch_gu(const gu_params &p, int slots, lily_cuda_stream st, lily_err *e) {
 template <int DT, int LPR> int launch_dn(const dn_params &p, lily_cuda_stream st, lily_err *e) {
     int ns = p.k + p.has_shared;
     size_t smem = (size_t)ns * ((p.imax + p.imax / wtype<DT>::epc + 3) & ~3) * 4;
-    if (smem > 40 * 1024)
-        LILY_CU_TRY(cudaFuncSetAttribute(moe_down_kernel<DT, LPR>,
-                                         cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem),
-                    e);
+    if (smem > 40 * 1024) LILY_CU_TRY(smem_at_least(moe_down_kernel<DT, LPR>, smem), e);
     int rpb = (kThreads / 32) * (32 / LPR);
     int blocks = (p.H + rpb - 1) / rpb;
     if (blocks > 264) blocks = 264;
