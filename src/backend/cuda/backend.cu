@@ -1546,11 +1546,11 @@ int cu_draw_enqueue_rows(lily_backend *b, lily_bstate *const *s, const int32_t *
 
 /* The oldest unread draw of s, when its step has finished (no lock: only s's event and slot). */
 int cu_draw_next(lily_backend *b, lily_bstate *s, int32_t *out, lily_err *e) {
-    (void)b;
     if (!s->h_draw || s->n_read == s->n_enq) return lily_fail(e, "draw: nothing enqueued to read");
     const unsigned slot = s->n_read % LILY_DRAW_AHEAD;
     cudaError_t ce = cudaEventSynchronize(s->draw_ev[slot]);
     if (ce != cudaSuccess) return lily_fail(e, "draw: %s", cudaGetErrorString(ce));
+    if (b->mega && lily_cuda_mega_failed(b->mega, e)) return -1; /* abandoned step: stale logits */
     *out = s->h_draw[slot];
     s->n_read++;
     return 0;
