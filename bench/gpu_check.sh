@@ -165,13 +165,16 @@ if [[ $skip != *" sanitizer "* ]] && command -v compute-sanitizer >/dev/null; th
     # makes the tests that have one run their sanitizer-sized case list (all paths, smaller shapes)
     for run in ${GPU_CHECK_SAN:-memcheck:gemv memcheck:gdn memcheck:gemm memcheck:attn memcheck:moe memcheck:sample
         racecheck:gemm racecheck:attn racecheck:sample}; do
-        tool=${run%:*} t=${run#*:}
+        # TOOL:TEST[:SECONDS] (the seconds override GPU_CHECK_SAN_S for that run)
+        tool=${run%%:*} t=${run#*:} own=
+        [[ $t == *:* ]] && own=${t#*:} t=${t%%:*}
         {
             # racecheck on attention and the sampler: their own, smaller case lists
             lvl=1
             [ "$run" = racecheck:attn ] || [ "$run" = racecheck:sample ] && lvl=2
             lim=${GPU_CHECK_SAN_S:-20}
             [ "$t" = sample ] && lim=${GPU_CHECK_SAN_S:-60} # racecheck: 24 s on an H100
+            [ -n "$own" ] && lim=$own
             # test_cuda_<t> where that program exists, else the rows of test_cuda_ops whose op
             # name contains <t> (gemv, moe, gdn, attn, embed, rmsnorm, argmax, advance)
             bin=("$work/bin/test_cuda_$t")
