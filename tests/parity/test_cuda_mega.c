@@ -2,8 +2,9 @@
  * CUDA decode (per-op launches) and the CPU backend, on synthetic checkpoints of several shapes:
  * the "small" preset in MLX 4-bit (Q4 weights, Q8 router and shared-expert gate), in HF bf16,
  * a variant in MLX 8-bit with wider heads (Dv = Dh = 128, 2 KV heads, top-8 of 64), and a dense
- * (non-MoE) model in MLX 4-bit. Each prefills a random prompt (one of 700 tokens, so the
- * attention splits hold several positions per warp), then decodes 24 teacher-forced steps on
+ * (non-MoE) model in MLX 4-bit. Each prefills a random prompt (one of 6500 tokens, so that each
+ * warp of an attention split streams several 16-position chunks through its stages: 33 or 36
+ * splits per KV head on 132 or 144 SMs), then decodes 24 teacher-forced steps on
  * the three backends: the mega logits must be close to both references and pick the same token
  * wherever the reference's top-2 gap is clear (at least 9 in 10: a near-tie of the router can
  * move a step, as in test_cuda_forward). Then greedy decoding through the captured graph
@@ -190,7 +191,7 @@ int main(void) {
     char root[] = "/tmp/lily_cuda_mega_XXXXXX";
     if (!mkdtemp(root)) return 1;
     static const char *labels[] = {"mlx4", "hf-bf16", "mlx8-wide", "dense-mlx4"};
-    static const int prompt[] = {700, 45, 131, 37};
+    static const int prompt[] = {6500, 45, 131, 37};
     /* under compute-sanitizer (LILY_CUDA_SAN, bench/gpu_check.sh): two models, short runs */
     const int san = getenv("LILY_CUDA_SAN") != NULL;
     for (int v = 0; v < 4; v++) {

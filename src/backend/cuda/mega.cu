@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend/cuda/attn_dec.cuh"
 #include "backend/cuda/attn_kv.cuh"
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/moe_route.cuh"
@@ -18,7 +19,9 @@ namespace {
 
 constexpr int kThreads = 256;
 constexpr int kWarps = kThreads / 32;
-constexpr int kSplits = 16; /* context splits per query head of the decode attention */
+/* context splits of the decode attention at most (the split tiles per KV head group are
+ * min(this, grid / groups), fixed at build) */
+constexpr int kMaxSplits = 128;
 constexpr int kMaxSeg = kMaxK + 1;
 constexpr int kMaxDeps = 3;
 constexpr long long kDefaultTimeoutNs = 10000000000ll;
@@ -28,8 +31,8 @@ enum mg_kind {
     MG_GEMV,       /* output rows of up to kMaxSeg matrices over one prologue */
     MG_GDN_REC,    /* a value head: delta-rule step + gated RMSNorm; Nv tiles */
     MG_ATTN_PREP,  /* a KV head: q/k norm + RoPE, the gate, K/V into the cache; Nkv tiles */
-    MG_ATTN_SPLIT, /* (query head, context split): partial softmax; Nq * kSplits tiles */
-    MG_ATTN_MERGE, /* a query head: merges its splits, times sigmoid(gate); Nq tiles */
+    MG_ATTN_SPLIT, /* (context split, KV head x group of 8 query heads): partials; ms * Nkv * MT */
+    MG_ATTN_MERGE, /* (query head, 32 columns): merges the splits, sigmoid(gate); Nq * Dh / 32 */
     MG_TOPK,       /* softmax top-k of the router logits; 1 tile */
     MG_DOWN,       /* x rows += routed experts' and shared (or dense) down projections */
     MG_ARGMAX      /* the argmax of the lm_head tiles' keys; 1 tile */
@@ -79,6 +82,10 @@ struct mg_cfg {
     const float *inv_freq;
     mg_mat embed;
     float *cv, *z, *ba, *og, *qg, *kvn, *q, *gate, *ao, *part, *rl, *rwt, *act, *sg;
+    /* decode attention: split tiles per KV head group (the max_splits and want of
+     * attn_dec.cuh's bodies), q's scale times log2(e), exact products (the step's precision) */
+    int ms, exact;
+    float qscale;
     int *ridx;
     unsigned long long *keys;
 };
@@ -461,85 +468,40 @@ __device__ void run_prep(const mg_op &op, int j, const mg_cfg &cf, const lily_me
     if (t == 0) *(float *)(kc + rb + so) = ks, *(float *)(vc + rb + so) = vs;
 }
 
-/* Query head h over its split sp of positions 0..pos: running max, sum and weighted V sum. */
+/* Tile (split s, KV head group y) of the decode attention: the per-op kernel's body
+ * (attn_dec.cuh) on warps 0..kDw-1, reading what this launch wrote coherently. */
+template <int DH>
+__device__ void attn_split_tile(const mg_op &op, int tile, const mg_cfg &cf,
+                                const lily_mega_state &st, float *smem) {
+    const uint8_t *kc = (const uint8_t *)st.k[op.layer], *vc = (const uint8_t *)st.v[op.layer];
+    const int G = cf.Nq / cf.Nkv, s = tile % cf.ms, y = tile / cf.ms;
+    if (cf.exact)
+        attn_decode_body<DH, true, true>(cf.q, kc, vc, cf.d_pos, cf.Nkv, G, cf.qscale, cf.ms, cf.ms,
+                                         cf.part, s, y, (uint16_t *)smem);
+    else
+        attn_decode_body<DH, false, true>(cf.q, kc, vc, cf.d_pos, cf.Nkv, G, cf.qscale, cf.ms,
+                                          cf.ms, cf.part, s, y, (uint16_t *)smem);
+}
+
+/* The other warps skip the body (its barriers are over warps 0..kDw-1) and wait at the tile's end
+ * barrier. */
 __device__ void run_split(const mg_op &op, int tile, const mg_cfg &cf, const lily_mega_state &st,
                           float *smem) {
-    const int h = tile / kSplits, sp = tile % kSplits, Dh = cf.Dh, t = threadIdx.x;
-    const int j = h / (cf.Nq / cf.Nkv), nu = Dh / 32;
-    const int warp = t >> 5, lane = t & 31;
-    const int n = *(volatile const int32_t *)cf.d_pos + 1;
-    const int len = (n + kSplits - 1) / kSplits, p0 = sp * len, p1 = min(n, p0 + len);
-    float *sq = smem, *wacc = smem + Dh, *wml = wacc + kWarps * Dh;
-    const float scale = 1.0f / sqrtf((float)Dh);
-    if (t < Dh) sq[t] = __ldcg(cf.q + (size_t)h * Dh + t) * scale;
-    __syncthreads();
-    const uint8_t *kc = (const uint8_t *)st.k[op.layer], *vc = (const uint8_t *)st.v[op.layer];
-    const size_t rbytes = kv_row_bytes(cf.Nkv, Dh), so = (size_t)cf.Nkv * Dh * 2 + (size_t)j * 4;
-    float m = -INFINITY, l = 0.f, acc[8];
-#pragma unroll
-    for (int u = 0; u < 8; u++)
-        acc[u] = 0.f;
-    for (int p = p0 + warp; p < p1; p += kWarps) {
-        const uint8_t *kr = kc + (size_t)p * rbytes, *vr = vc + (size_t)p * rbytes;
-        const uint16_t *kq = (const uint16_t *)kr + (size_t)j * Dh;
-        const uint16_t *vq = (const uint16_t *)vr + (size_t)j * Dh;
-        float s = 0.f;
-#pragma unroll
-        for (int u = 0; u < 8; u++)
-            if (u < nu)
-                s = fmaf(sq[lane + 32 * u], (float)((int)__ldcg(kq + lane + 32 * u) - 32768), s);
-        s = warp_sum(s) * __ldcg((const float *)(kr + so));
-        const float mn = fmaxf(m, s), c = expf(m - mn), pw = expf(s - mn);
-        l = fmaf(l, c, pw);
-        const float pv = pw * __ldcg((const float *)(vr + so));
-#pragma unroll
-        for (int u = 0; u < 8; u++)
-            if (u < nu)
-                acc[u] = fmaf(acc[u], c, pv * (float)((int)__ldcg(vq + lane + 32 * u) - 32768));
-        m = mn;
-    }
-#pragma unroll
-    for (int u = 0; u < 8; u++)
-        if (u < nu) wacc[warp * Dh + lane + 32 * u] = acc[u];
-    if (lane == 0) wml[2 * warp] = m, wml[2 * warp + 1] = l;
-    __syncthreads();
-    if (t < Dh) {
-        float M = -INFINITY;
-        for (int w = 0; w < kWarps; w++)
-            M = fmaxf(M, wml[2 * w]);
-        float L = 0.f, A = 0.f;
-        if (M > -INFINITY)
-            for (int w = 0; w < kWarps; w++) {
-                if (wml[2 * w] == -INFINITY) continue;
-                const float f = expf(wml[2 * w] - M);
-                L = fmaf(wml[2 * w + 1], f, L);
-                A = fmaf(wacc[w * Dh + t], f, A);
-            }
-        float *out = cf.part + (size_t)tile * (Dh + 2);
-        out[2 + t] = A;
-        if (t == 0) out[0] = M, out[1] = L;
+    if (threadIdx.x >= kDw * 32) return;
+    switch (cf.Dh) {
+    case 64: attn_split_tile<64>(op, tile, cf, st, smem); break;
+    case 128: attn_split_tile<128>(op, tile, cf, st, smem); break;
+    default: attn_split_tile<256>(op, tile, cf, st, smem);
     }
 }
 
-__device__ void run_merge(int h, const mg_cfg &cf) {
-    const int Dh = cf.Dh, t = threadIdx.x;
-    if (t >= Dh) return;
-    const float *pp = cf.part + (size_t)h * kSplits * (Dh + 2);
-    float M = -INFINITY;
-    for (int s = 0; s < kSplits; s++)
-        M = fmaxf(M, __ldcg(pp + (size_t)s * (Dh + 2)));
-    float L = 0.f, A = 0.f;
-    for (int s = 0; s < kSplits; s++) {
-        const float *q = pp + (size_t)s * (Dh + 2);
-        const float ms = __ldcg(q);
-        if (ms == -INFINITY) continue;
-        const float f = expf(ms - M);
-        L = fmaf(__ldcg(q + 1), f, L);
-        A = fmaf(__ldcg(q + 2 + t), f, A);
-    }
-    float o = A / L;
-    if (cf.gated) o *= sigmoid_f(__ldcg(cf.gate + (size_t)h * Dh + t));
-    cf.ao[(size_t)h * Dh + t] = o;
+/* Tile (query head, 32 columns) of the merge: the per-op combine's body (all 256 threads), its
+ * output times sigmoid(gate) when the model gates, into ao. */
+static_assert(kThreads == 256, "attn_combine_body takes a block of 256 threads");
+__device__ void run_merge(int tile, const mg_cfg &cf, float *smem) {
+    const int nb = cf.Dh / 32;
+    attn_combine_body<true>(cf.part, cf.d_pos, cf.Nq, cf.Dh, cf.ms, cf.ms,
+                            cf.gated ? cf.gate : nullptr, cf.ao, tile / nb, tile % nb, smem);
 }
 
 __device__ void run_topk(const mg_cfg &cf, float *smem) {
@@ -653,7 +615,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         case MG_GDN_REC: run_gdn(op, it.y, cf, st, smem, red); break;
         case MG_ATTN_PREP: run_prep(op, it.y, cf, st, smem, red); break;
         case MG_ATTN_SPLIT: run_split(op, it.y, cf, st, smem); break;
-        case MG_ATTN_MERGE: run_merge(it.y, cf); break;
+        case MG_ATTN_MERGE: run_merge(it.y, cf, smem); break;
         case MG_TOPK: run_topk(cf, smem); break;
         case MG_DOWN: run_down(op, it.y, cf, smem, red); break;
         default: run_argmax(cf, red8);
@@ -751,6 +713,20 @@ int rows_per_tile(int total_rows, int grid, int seg_rows) {
     return r < cap ? r : cap;
 }
 
+/* Shared memory of the decode attention's body at head dim Dh (one of check_shapes'). */
+size_t dec_smem_bytes(int Dh) {
+    return Dh == 64 ? dec2_cfg<64>::smem : Dh == 128 ? dec2_cfg<128>::smem : dec2_cfg<256>::smem;
+}
+
+/* Split tiles per KV head group of the decode attention: as many as fill the grid (one block
+ * per SM is resident), as the per-op launch picks them (attn.cu), at most kMaxSplits. */
+int attn_splits(const lily_config *c, int grid) {
+    if (c->n_kv_heads < 1) return 1;
+    const int groups = c->n_kv_heads * ((c->n_q_heads / c->n_kv_heads + 7) / 8);
+    const int ms = grid / groups;
+    return ms < 1 ? 1 : ms > kMaxSplits ? kMaxSplits : ms;
+}
+
 int check_shapes(const lily_mega_model *mm, lily_err *e) {
     const lily_config *c = &mm->m->cfg;
     if (c->n_layers > LILY_MEGA_MAX_LAYERS)
@@ -764,8 +740,11 @@ int check_shapes(const lily_mega_model *mm, lily_err *e) {
             c->lin_dk % (kThreads / Dv))
             return lily_fail(e, "mega: GDN head dims Dk=%d Dv=%d unsupported", c->lin_dk, Dv);
     }
-    if (has_attn && (c->head_dim > kThreads || c->head_dim % 32))
-        return lily_fail(e, "mega: head dim %d unsupported", c->head_dim);
+    /* the head dims the decode body is instantiated for (attn.cu's) */
+    if (has_attn && ((c->head_dim != 64 && c->head_dim != 128 && c->head_dim != 256) ||
+                     c->n_kv_heads < 1 || c->n_q_heads % c->n_kv_heads))
+        return lily_fail(e, "mega: attention shape Nq=%d Nkv=%d Dh=%d unsupported", c->n_q_heads,
+                         c->n_kv_heads, c->head_dim);
     if (c->is_moe && (c->top_k < 1 || c->top_k > kMaxK || c->n_experts > 1024))
         return lily_fail(e, "mega: top-%d of %d experts unsupported", c->top_k, c->n_experts);
     for (int l = 0; l < c->n_layers && c->is_moe; l++) { /* the shapes the MoE kernels take */
@@ -792,7 +771,7 @@ size_t take(size_t *at, size_t n) {
     return o;
 }
 
-layout plan(const lily_config *c, int nkeys) {
+layout plan(const lily_config *c, int nkeys, int ms) {
     layout L = {};
     size_t at = 0;
     const size_t C = 2 * (size_t)c->lin_nk * c->lin_dk + (size_t)c->lin_nv * c->lin_dv;
@@ -809,7 +788,7 @@ layout plan(const lily_config *c, int nkeys) {
     L.q = take(&at, qd + 1);
     L.gate = take(&at, qd + 1);
     L.ao = take(&at, qd + 1);
-    L.part = take(&at, (size_t)c->n_q_heads * kSplits * (c->head_dim + 2) + 1);
+    L.part = take(&at, (size_t)ms * c->n_q_heads * (c->head_dim + 2) + 1);
     L.rl = take(&at, (size_t)c->n_experts + 1);
     L.rwt = take(&at, (size_t)k + 1);
     L.act = take(&at, (size_t)k * c->moe_inter + (size_t)(sh > 0 ? sh : 0) + 1);
@@ -860,10 +839,12 @@ int build_ops(const lily_mega_model *mm, builder *b, const mg_cfg *cf, int lm_rp
             prev = b->n - 1;
             break;
         case LILY_OP_ATTN_CORE: {
-            add_op(b, MG_ATTN_SPLIT, l, c->n_q_heads * kSplits, prev, -1, -1);
-            const size_t need = (size_t)(kWarps + 1) * c->head_dim + 2 * kWarps;
+            const int MT = (c->n_q_heads / c->n_kv_heads + 7) / 8;
+            add_op(b, MG_ATTN_SPLIT, l, cf->ms * c->n_kv_heads * MT, prev, -1, -1);
+            /* the body's Q tile and stages; the merge's split factors (fewer) */
+            const size_t need = dec_smem_bytes(c->head_dim) / 4;
             b->smem = b->smem > need ? b->smem : need;
-            add_op(b, MG_ATTN_MERGE, l, c->n_q_heads, b->n - 1, -1, -1);
+            add_op(b, MG_ATTN_MERGE, l, c->n_q_heads * (c->head_dim / 32), b->n - 1, -1, -1);
             prev = b->n - 1;
             break;
         }
@@ -1011,7 +992,8 @@ extern "C" int lily_cuda_mega_create(const lily_mega_model *mm, lily_mega **out,
     builder b = {nullptr, 0, 0, g->grid, 64};
     const int lm_rpt = rows_per_tile(mm->lm_head->rows, g->grid, mm->lm_head->rows);
     const int nkeys = (mm->lm_head->rows + lm_rpt - 1) / lm_rpt;
-    const layout L = plan(c, nkeys);
+    const int ms = attn_splits(c, g->grid);
+    const layout L = plan(c, nkeys, ms);
     int rc = -1;
     do {
         if (!(g->scratch = (float *)lily_cuda_alloc(L.total * 4, e))) break;
@@ -1025,6 +1007,8 @@ extern "C" int lily_cuda_mega_create(const lily_mega_model *mm, lily_mega **out,
         cf.gated = c->attn_output_gate, cf.E = c->n_experts, cf.topk = c->is_moe ? c->top_k : 0;
         cf.normk = c->norm_topk_prob, cf.I = c->moe_inter, cf.Is = c->shared_inter;
         cf.nkeys = nkeys, cf.eps = c->rms_eps;
+        cf.ms = ms, cf.exact = 1;
+        cf.qscale = 1.0f / sqrtf((float)c->head_dim) * kLog2e; /* as the per-op decode's */
         cf.d_tok = mm->d_tok, cf.d_pos = mm->d_pos, cf.d_argmax = mm->d_argmax, cf.x = mm->x;
         cf.inv_freq = mm->inv_freq, cf.embed = dmat(mm->embed);
         cf.cv = S + L.cv, cf.z = S + L.z, cf.ba = S + L.ba, cf.og = S + L.og, cf.qg = S + L.qg;
@@ -1081,9 +1065,8 @@ extern "C" int lily_cuda_mega_create(const lily_mega_model *mm, lily_mega **out,
             break;
         }
         *g->err_h = 0;
-        if (g->smem > 48 * 1024 &&
-            cudaFuncSetAttribute(mega_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                 (int)g->smem) != cudaSuccess) {
+        /* only ever raised: another instance's captured step may need more */
+        if (g->smem > 48 * 1024 && smem_at_least(mega_kernel, g->smem) != cudaSuccess) {
             lily_fail(e, "mega: %zu bytes of shared memory", g->smem);
             break;
         }
@@ -1110,6 +1093,7 @@ extern "C" int lily_cuda_mega_create(const lily_mega_model *mm, lily_mega **out,
 extern "C" int lily_cuda_mega_step(lily_mega *g, const lily_mega_state *s, lily_cuda_stream st,
                                    lily_err *e) {
     if (*(volatile int *)g->err_h) return lily_cuda_mega_failed(g, e);
+    g->cf.exact = lily_cuda_prec_get().attn_exact; /* the attention products of the per-op path */
     LILY_CU_TRY(launch_kernel(mega_kernel, dim3(g->grid), dim3(kThreads), g->smem, st,
                               (const mg_op *)g->ops, (const int2 *)g->items, (const int *)g->offs,
                               g->cnt, g->sync, g->err, g->err_d, g->timeout_ns, g->cf, *s),

@@ -4,7 +4,7 @@
  * list: the program's ops, fused where a tile can do two of them (the norms into the GEMV
  * prologues, the residual adds, the GDN conv and the output gates into epilogues), become "mega
  * ops", each split into tiles (a slice of output rows of a GEMV, a value head of the GDN
- * recurrence, a KV head of the attention prep, a (query head, context split) of the attention,
+ * recurrence, a KV head of the attention prep, a (context split, KV head group) of the attention,
  * ...). Every mega op has a completion counter in device memory; a tile waits (thread 0 spins
  * with backoff on an acquire load) until the counters of the ops it depends on reach
  * (epoch + 1) x their tile counts, where epoch is the number of steps completed, so counters are
@@ -81,7 +81,8 @@ int lily_cuda_mega_create(const lily_mega_model *mm, lily_mega **out, lily_err *
 void lily_cuda_mega_free(lily_mega *g);
 
 /* Enqueues one decode step on st (capturable in a CUDA graph): x, logits and the argmax for the
- * token *d_tok at position *d_pos, updating the state. */
+ * token *d_tok at position *d_pos, updating the state. The attention runs the per-op decode's
+ * products in the calling thread's precision (lily_cuda_prec_get().attn_exact). */
 int lily_cuda_mega_step(lily_mega *g, const lily_mega_state *s, lily_cuda_stream st, lily_err *e);
 
 /* After the stream has synchronised: non-zero (with a message) when a step timed out waiting. */
