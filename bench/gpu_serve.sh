@@ -20,6 +20,7 @@ set -u
 mode=${1:-run}
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
+. bench/serve_lib.sh
 carry=${GPU_SERVE_CARRY:-.devcarry-serve}
 
 if [ "$mode" = prepare ]; then
@@ -35,9 +36,7 @@ if [ "$mode" = prepare ]; then
     mkdir -p "$p/bin" "$p/lib" "$p/tok"
     cp "$bd/lily" "$bd/test_gen_draw" "$p/bin/" && strip "$p/bin/lily" "$p/bin/test_gen_draw"
     # every shared library but the C runtime's (the GPU machine has no libmicrohttpd)
-    ldd "$bd/lily" | awk '/=> \//{print $3}' |
-        grep -vE '/(libc|libm|libstdc\+\+|libgcc_s|libdl|librt|libpthread|ld-linux)[.-]' |
-        while read -r so; do cp -L "$so" "$p/lib/"; done
+    pack_libs "$bd/lily" "$p/lib"
     cp "$tok"/tokenizer.json "$tok"/tokenizer_config.json "$p/tok/"
     git rev-parse --short HEAD >"$p/commit"
     mkdir -p "$carry"
@@ -64,11 +63,7 @@ fi
 "$w/bin/lily" serve --model "$model" --backend "${GPU_SERVE_BACKEND:-cuda}" --host 127.0.0.1 --port 0 \
     --port-file "$w/port" --ctx 8192 >"$w/serve.log" 2>&1 &
 pid=$!
-for _ in $(seq 1 240); do
-    [ -s "$w/port" ] && curl -sf "http://127.0.0.1:$(cat "$w/port")/health" >/dev/null && break
-    kill -0 $pid 2>/dev/null || { echo "lily serve exited:"; tail -20 "$w/serve.log"; exit 1; }
-    sleep 0.5
-done
+serve_up $pid "$w/port" "$w/serve.log" 120
 url="http://127.0.0.1:$(cat "$w/port")/v1/chat/completions"
 echo "server up: $url"
 fails=0

@@ -20,6 +20,7 @@ set -u
 mode=${1:-run}
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
+. bench/serve_lib.sh
 carry=.devcarry-slots
 if [ "$mode" = prepare ]; then
     set -e
@@ -34,9 +35,7 @@ if [ "$mode" = prepare ]; then
     mkdir -p "$p/bin" "$p/lib" "$p/tok"
     cp "$bd/lily" "$bd/test_gen_slots" "$p/bin/" && strip "$p/bin/lily" "$p/bin/test_gen_slots"
     cp "$tok"/tokenizer.json "$tok"/tokenizer_config.json "$p/tok/"
-    ldd "$bd/lily" | awk '/=> \//{print $3}' |
-        grep -vE '/(libc|libm|libstdc\+\+|libgcc_s|libdl|librt|libpthread|ld-linux)[.-]' |
-        while read -r so; do cp -L "$so" "$p/lib/"; done
+    pack_libs "$bd/lily" "$p/lib"
     git rev-parse --short HEAD >"$p/commit"
     mkdir -p "$carry"
     tar -C "$p" -cf - . | xz -6 -T2 >"$carry/slots.tar.xz"
@@ -59,11 +58,7 @@ LD_LIBRARY_PATH=$ld LILY_TEST_BACKEND=${GPU_SLOTS_BACKEND:-cuda} "$w/bin/test_ge
 LD_LIBRARY_PATH=$ld "$w/bin/lily" serve --model models/tiny-trained --backend "${GPU_SLOTS_BACKEND:-cuda}" --port 0 --port-file "$w/port" \
     --parallel 4 --ctx 2048 >"$w/serve.log" 2>&1 &
 pid=$!
-for _ in $(seq 1 240); do
-    [ -s "$w/port" ] && curl -sf "http://127.0.0.1:$(cat "$w/port")/health" >/dev/null && break
-    kill -0 $pid 2>/dev/null || { echo "lily serve exited:"; tail -20 "$w/serve.log"; exit 1; }
-    sleep 0.5
-done
+serve_up $pid "$w/port" "$w/serve.log" 120
 python3 - "http://127.0.0.1:$(cat "$w/port")" <<'PY' || fails=$((fails + 1))
 import json, sys, threading, time, urllib.request
 base = sys.argv[1]
@@ -125,11 +120,7 @@ if [ "${GPU_SLOTS_35B:-1}" = 1 ]; then
     LD_LIBRARY_PATH=$ld "$w/bin/lily" serve --model "$model" --backend "${GPU_SLOTS_BACKEND:-cuda}" --port 0 \
         --port-file "$w/port" --parallel 8 --ctx $((ctx + 4 * ntok + 256)) >"$w/serve35.log" 2>&1 &
     pid=$!
-    for _ in $(seq 1 480); do
-        [ -s "$w/port" ] && curl -sf "http://127.0.0.1:$(cat "$w/port")/health" >/dev/null && break
-        kill -0 $pid 2>/dev/null || { echo "lily serve exited:"; tail -20 "$w/serve35.log"; exit 1; }
-        sleep 0.5
-    done
+    serve_up $pid "$w/port" "$w/serve35.log" 240
     timeout 600 python3 bench/serve_slots.py "http://127.0.0.1:$(cat "$w/port")" --model "$model" \
         --context "$ctx" --tokens "$ntok" --ttft-prompt 512 --rounds "${GPU_SLOTS_ROUNDS:-2}" \
         --json "$out/serve_slots.json" || fails=$((fails + 1))
