@@ -226,6 +226,11 @@ static const op_row table[] = {
     GEMV_ROWS(BF16, 4096, RMSNORM, STORE, 8, 5),
     GEMV_ROWS(F32, 768, NONE, CONV, 8, 1000, 37),
     GEMV_ROWS(Q4, 16384, RMSNORM, STORE, 3, 33),
+    /* vectors split over launches of the 8-vector kernels (227 KB per block): tensor-core Q4 at
+     * 8192 columns 5 + 3, the fp32 kernel (BF16) at 16384 columns 3 + 3 + 2; at Q4 16384 above
+     * one vector a launch (the 1-vector kernel alone) */
+    GEMV_ROWS(Q4, 8192, RMSNORM, STORE, 8, 33),
+    GEMV_ROWS(BF16, 16384, RMSNORM, STORE, 8, 33),
 
     /* skinny: the grouped Q4 GEMM's 16-row expert tiles (lily_cuda_gemm_grouped, tile_rows 16)
      * against lily_cpu_matmul: M, K, count set, tokens, gather. Count sets: C1 {0, 1, 7, 8, 9, 0,
