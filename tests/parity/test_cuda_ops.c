@@ -1893,40 +1893,54 @@ static float sig(float x) {
 /* The reference: causal GQA attention as lily_cpu_attention computes it, but with the softmax
  * sum and the weighted sum of V accumulated in double. lily_cpu_attention's fp32 sums over a long
  * context are themselves off by ~1e-5 of the output's RMS where attention is flat (|O| much
- * smaller than the sum of |p v|), which is the size of TOL_EXACT. scr: [ctx] floats. */
-static void ref_attention(const float *q, int n, int pos, const float *kc, const float *vc, int Nq,
-                          int Nkv, int Dh, float scale, float *out, float *mag, float *scr) {
-    int rep = Nq / Nkv, qd = Nq * Dh, kd = Nkv * Dh;
+ * smaller than the sum of |p v|), which is the size of TOL_EXACT. One task of g_pool per (token,
+ * query head), each with its own sums: the same numbers as one thread. */
+typedef struct {
+    const float *q, *kc, *vc;
+    int pos, Nq, Nkv, Dh;
+    float scale;
+    float *out, *mag;
+} ref_attn_ctx;
+
+static void ref_attention_task(void *p, int task, int thread) {
+    const ref_attn_ctx *c = p;
+    (void)thread;
+    const int Nq = c->Nq, Dh = c->Dh, t = task / Nq, h = task % Nq;
+    int rep = Nq / c->Nkv, qd = Nq * Dh, kd = c->Nkv * Dh;
+    const float *qv = c->q + (size_t)t * qd + (size_t)h * Dh;
+    int g = h / rep, len = c->pos + t + 1;
     double *acc = malloc((size_t)Dh * 2 * sizeof(double)), *am = acc + Dh;
-    for (int t = 0; t < n; t++)
-        for (int h = 0; h < Nq; h++) {
-            const float *qv = q + (size_t)t * qd + (size_t)h * Dh;
-            int g = h / rep, len = pos + t + 1;
-            float mx = -INFINITY;
-            for (int s = 0; s < len; s++) {
-                const float *kv = kc + (size_t)s * kd + (size_t)g * Dh;
-                double dot = 0;
-                for (int d = 0; d < Dh; d++)
-                    dot += (double)qv[d] * kv[d];
-                scr[s] = (float)(dot * scale);
-                mx = fmaxf(mx, scr[s]);
-            }
-            double sum = 0;
-            for (int d = 0; d < Dh; d++)
-                acc[d] = am[d] = 0;
-            for (int s = 0; s < len; s++) {
-                double w = exp((double)scr[s] - mx);
-                const float *vv = vc + (size_t)s * kd + (size_t)g * Dh;
-                sum += w;
-                for (int d = 0; d < Dh; d++)
-                    acc[d] += w * vv[d], am[d] += w * fabsf(vv[d]);
-            }
-            float *o = out + (size_t)t * qd + (size_t)h * Dh;
-            float *m = mag + (size_t)t * qd + (size_t)h * Dh;
-            for (int d = 0; d < Dh; d++)
-                o[d] = (float)(acc[d] / sum), m[d] = (float)(am[d] / sum);
-        }
-    free(acc);
+    float *scr = malloc((size_t)len * sizeof(float));
+    float mx = -INFINITY;
+    for (int s = 0; s < len; s++) {
+        const float *kv = c->kc + (size_t)s * kd + (size_t)g * Dh;
+        double dot = 0;
+        for (int d = 0; d < Dh; d++)
+            dot += (double)qv[d] * kv[d];
+        scr[s] = (float)(dot * c->scale);
+        mx = fmaxf(mx, scr[s]);
+    }
+    double sum = 0;
+    for (int d = 0; d < Dh; d++)
+        acc[d] = am[d] = 0;
+    for (int s = 0; s < len; s++) {
+        double w = exp((double)scr[s] - mx);
+        const float *vv = c->vc + (size_t)s * kd + (size_t)g * Dh;
+        sum += w;
+        for (int d = 0; d < Dh; d++)
+            acc[d] += w * vv[d], am[d] += w * fabsf(vv[d]);
+    }
+    float *o = c->out + (size_t)t * qd + (size_t)h * Dh;
+    float *m = c->mag + (size_t)t * qd + (size_t)h * Dh;
+    for (int d = 0; d < Dh; d++)
+        o[d] = (float)(acc[d] / sum), m[d] = (float)(am[d] / sum);
+    free(acc), free(scr);
+}
+
+static void ref_attention(const float *q, int n, int pos, const float *kc, const float *vc, int Nq,
+                          int Nkv, int Dh, float scale, float *out, float *mag) {
+    ref_attn_ctx c = {q, kc, vc, pos, Nq, Nkv, Dh, scale, out, mag};
+    lily_pool_run(g_pool, ref_attention_task, &c, n * Nq);
 }
 
 /* attn_exact of the calls that follow (the GEMMs stay exact) */
@@ -2034,8 +2048,7 @@ static void decode_case(int Nq, int Nkv, int Dh, int ctx, int splits, int gated)
     pt_fill(q, qd, 1.5f);
     pt_fill(gate, qd, 3.0f);
     float scale = 1.0f / sqrtf((float)Dh);
-    float *scr = malloc((size_t)ctx * 4);
-    ref_attention(q, 1, ctx - 1, kc, vc, Nq, Nkv, Dh, scale, ref, mag, scr);
+    ref_attention(q, 1, ctx - 1, kc, vc, Nq, Nkv, Dh, scale, ref, mag);
     if (gated)
         for (int i = 0; i < qd; i++)
             ref[i] *= sig(gate[i]), mag[i] *= sig(gate[i]);
@@ -2058,7 +2071,7 @@ static void decode_case(int Nq, int Nkv, int Dh, int ctx, int splits, int gated)
     set_exact(1);
     lily_cuda_free(dk), lily_cuda_free(dv), lily_cuda_free(dq), lily_cuda_free(dg);
     lily_cuda_free(dout), lily_cuda_free(dscr), lily_cuda_free(dp);
-    free(kc), free(vc), free(q), free(gate), free(ref), free(mag), free(scr), free(got);
+    free(kc), free(vc), free(q), free(gate), free(ref), free(mag), free(got);
 }
 
 static void prefill_case(int Nq, int Nkv, int Dh, int pos0, int n, int gated) {
@@ -2075,8 +2088,7 @@ static void prefill_case(int Nq, int Nkv, int Dh, int pos0, int n, int gated) {
     pt_fill(q, nq, 1.5f);
     pt_fill(gate, nq, 3.0f);
     float scale = 1.0f / sqrtf((float)Dh);
-    float *scr = malloc((size_t)ctx * 4);
-    ref_attention(q, n, pos0, kc, vc, Nq, Nkv, Dh, scale, ref, mag, scr);
+    ref_attention(q, n, pos0, kc, vc, Nq, Nkv, Dh, scale, ref, mag);
     if (gated)
         for (size_t i = 0; i < nq; i++)
             ref[i] *= sig(gate[i]), mag[i] *= sig(gate[i]);
@@ -2100,7 +2112,7 @@ static void prefill_case(int Nq, int Nkv, int Dh, int pos0, int n, int gated) {
     set_pre_mode(0); /* back to the defaults */
     lily_cuda_free(dk), lily_cuda_free(dv), lily_cuda_free(dq), lily_cuda_free(dg);
     lily_cuda_free(dout), lily_cuda_free(dp), lily_cuda_free(dpart);
-    free(kc), free(vc), free(q), free(gate), free(ref), free(mag), free(scr), free(got);
+    free(kc), free(vc), free(q), free(gate), free(ref), free(mag), free(got);
 }
 
 /* Rows of the GPU cache (positions pos0.., all heads) against fp32 reference rows ref [n][Nkv*Dh]:
