@@ -24,12 +24,13 @@ struct pre_layout {
     int max_tiles, I, Is, H, chunks; /* max_tiles: the entries of each tile list */
 };
 
-/* Assignments per scatter chunk: one warp places a chunk's rows (scatter_kernel). 512, halved
- * down to 64 while that gives fewer than 64 chunks (a short chunk's few warps would each place
- * many rows); the scan walks the chunks per expert, so large chunks keep 512. */
+/* Assignments per scatter chunk: one warp places a chunk's rows (scatter_kernel). kScatMax,
+ * halved down to kScatMin while that gives fewer than 64 chunks (a short chunk's few warps would
+ * each place many rows); the scan walks the chunks per expert, so large chunks keep kScatMax. */
+constexpr int kScatMax = 512, kScatMin = 64;
 __host__ __device__ __forceinline__ int scat_chunk(size_t nk) {
-    int cs = 512;
-    while (cs > 64 && nk / (size_t)cs < 64)
+    int cs = kScatMax;
+    while (cs > kScatMin && nk / (size_t)cs < 64)
         cs >>= 1;
     return cs;
 }
@@ -53,9 +54,10 @@ pre_layout pre_plan(const lily_cuda_moe *m, int n) {
     d.counts = take((size_t)m->E * 4);
     const int cs = scat_chunk(nk);
     d.chunks = (int)((nk + cs - 1) / cs);
-    /* sized for the most chunks of any nk' <= nk (chunks drops from 128 to 64 where cs doubles),
-     * so the scratch of a chunk of n tokens holds the layout of every shorter chunk */
-    const size_t cbound = (nk + 511) / 512 > 128 ? (nk + 511) / 512 : 128;
+    /* sized for the most chunks of any nk' <= nk, so the scratch of a chunk of n tokens holds the
+     * layout of every shorter chunk: the chunk count is not monotone (it drops from 128 to 64
+     * where cs doubles); below kScatMax, nk' < 128 cs, so at most 128 chunks */
+    const size_t cmax = (nk + kScatMax - 1) / kScatMax, cbound = cmax > 128 ? cmax : 128;
     d.ccount = take(cbound * m->E * 4);
     d.off = take(((size_t)m->E + 1) * 4);
     d.tiles = take((size_t)d.max_tiles * 12);
