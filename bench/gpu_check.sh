@@ -265,7 +265,8 @@ PY
             # GPU_CHECK_AB="--precision default;--precision fast" (';' between variants,
             # ' ' between the options of one), GPU_CHECK_AB_LIST (prefill lengths),
             # GPU_CHECK_AB_TURN (agent turns, lily bench --turn: "512@32K,512@128K"),
-            # GPU_CHECK_AB_ROUNDS (default 2)
+            # GPU_CHECK_AB_ROUNDS (default 2), GPU_CHECK_AB_DECODE (decode contexts, default 256),
+            # GPU_CHECK_AB_GEN (decoded tokens per context, default 8)
             IFS=';' read -r -a abv <<<"$GPU_CHECK_AB"
             for r in $(seq 1 "${GPU_CHECK_AB_ROUNDS:-2}"); do
                 for v in "${abv[@]}"; do
@@ -273,7 +274,8 @@ PY
                     timeout 200 "$work/bin/lily" bench --model "$LILY_CUDA_BENCH_DIR" $v \
                         --backend cuda --prefill "${GPU_CHECK_AB_LIST:-256,512,1K,4K}" \
                         ${GPU_CHECK_AB_TURN:+--turn "$GPU_CHECK_AB_TURN"} \
-                        --decode 256 --gen 8 --rounds 1 2>&1 | grep -E '^ +[0-9]|rror'
+                        --decode "${GPU_CHECK_AB_DECODE:-256}" --gen "${GPU_CHECK_AB_GEN:-8}" \
+                        --rounds 1 2>&1 | grep -E '^ +[0-9]|rror'
                 done
             done
         fi

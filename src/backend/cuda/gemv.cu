@@ -282,11 +282,28 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(const __grid_constant__ 
     }
 }
 
-/* Q4 with cols % 256 == 0 on tensor cores (q4mma.cuh). A block owns T 16-row tiles (16 T rows);
- * its 8 warps split into T tiles x 8 / T step groups: warp w takes tile w % T and the 256-column
- * steps w / T, w / T + 8 / T, ..., two steps' loads issued together before any math. Partials meet
- * in shared memory in a fixed order. T is chosen per launch so that the grid fits in one wave
- * (2 blocks per SM): a second wave of a few blocks doubled a launch's time. */
+/* Q4 with cols % 256 == 0 on tensor cores, 1 to 8 input vectors in one pass over the weights.
+ * mma.sync m16n8k16: A = 16 weight rows x 16 columns (nibbles as the exact bf16 numbers 128 + q,
+ * as in q4mma.cuh), B = those 16 columns of x for 8 columns n = 2 v + pl: vector v (of 4 per
+ * pass; a second pass with the same A takes vectors 4..7) and plane pl, the high (0) or low (1)
+ * bf16 half of x = hi + lo (x - hi - lo ~ 2^-17 |x|: the result matches fp32 to ~1e-6). So the
+ * weights are unpacked once for every vector, and each mma's 16 columns lie in one 64-column
+ * scale group: lane t of a quad owns columns 16 t .. 16 t + 15 of each group (two code words),
+ * and the 4 mmas of a group take its columns 8 i + {pp, pp + 4} and 8 i + {pp + 1, pp + 5} of
+ * word i = j / 2, pp = 2 (j % 2). Lane (g, t) ends with rows g and g + 8 of vector 4 p + t,
+ * hi and lo in its two D columns, to which it applies the group's scale and bias itself; a
+ * vector's arithmetic is the same whatever the other vectors are (each D column is computed
+ * apart), so a row's result does not depend on how many rows share the launch.
+ *
+ * Shared layout of vector v's planes (cols words at v cols): group G's 64 words at 64 G; word
+ * 32 i + 8 t + 4 pl + 2 jj + b holds plane pl of columns c = 64 G + 16 t + 8 i + 2 jj + b (low
+ * half) and c + 4 (high half). Lane (g, t) reads its 8 words of a group as two 16-byte loads at
+ * 8 t + 4 pl and + 32: the 8 lanes of a quarter warp hit 8 distinct 16-byte bank groups.
+ *
+ * A block owns T 16-row tiles (16 T rows); its 8 warps split into T tiles x 8 / T step groups
+ * (a step is 256 columns), two steps' loads issued together before any math. Partials meet in
+ * shared memory in a fixed order. T is chosen per matrix so that the grid fits in one wave (2
+ * blocks per SM): a second wave of a few blocks doubled a launch's time. */
 int g_sms = 0;
 
 __device__ __forceinline__ void gv_row_ptr(const gv_params &p, int row, int ng, const uint8_t *&w,
@@ -302,157 +319,247 @@ __device__ __forceinline__ void gv_row_ptr(const gv_params &p, int row, int ng, 
         }
 }
 
-/* One tile step's math for nx (<= NX) input vectors (q4_step_math's, the A fragments unpacked
- * once for all of them): vector x's hi/lo planes and chunk sums at xp + x pw words (hi, lo: half
- * words each, then the sums), its partials in acc0[x] / acc1[x]. Each vector's mma sequence and
- * fp32 operations are q4_step_math's for that vector alone, which NX == 1 runs. */
-template <int NX>
-__device__ __forceinline__ void gv_q4_math(const q4_step_regs &Rg, const uint32_t *xp, int pw,
-                                           int half, int step, int lane, int nx, float (&acc0)[NX],
-                                           float (&acc1)[NX]) {
-    (void)nx; /* 1 when NX == 1 */
-    if constexpr (NX == 1) {
-        q4_step_math(Rg, xp, xp + half, (const float *)(xp + 2 * half), step, lane, acc0[0],
-                     acc1[0]);
-    } else {
-        const int g = lane >> 2, t = lane & 3;
-        const int hl = g >> 2, ms = (g >> 1) & 1, h = g & 1;
-        const bool active = (t >> 1) == h;
-        /* this lane's B words of every vector: chunk 4 ms + t of the step, plane hl */
-        const size_t boff = (size_t)(hl ? half : 0) + ((size_t)step * 8 + 4 * ms + t) * 16;
-        float d[NX][4];
+static __device__ __forceinline__ uint2 ldg_stream8(const void *p) {
+    uint2 r;
+    asm("ld.global.nc.L1::no_allocate.v2.u32 {%0,%1}, [%2];" : "=r"(r.x), "=r"(r.y) : "l"(p));
+    return r;
+}
+
+/* The loads of one step for rows g (r0) and g + 8 (r1): this lane's two code words of each of
+ * the step's 4 groups, and the 4 groups' scale/bias words. A NULL row loads zeros. */
+struct q4r_regs {
+    uint2 w[8];  /* [row][group of the step] */
+    uint4 sb[2]; /* [row]: groups 4 step .. 4 step + 3 */
+};
+
+__device__ __forceinline__ void q4r_load(const uint8_t *r0, const uint32_t *s0, const uint8_t *r1,
+                                         const uint32_t *s1, int step, int lane, q4r_regs &R) {
+    const size_t off = (size_t)step * 128 + 8 * (lane & 3);
+    const uint2 z2 = make_uint2(0u, 0u);
 #pragma unroll
-        for (int x = 0; x < NX; x++)
-            d[x][0] = d[x][1] = d[x][2] = d[x][3] = 0.f;
+    for (int G = 0; G < 4; G++) {
+        R.w[G] = r0 ? ldg_stream8(r0 + off + 32 * G) : z2;
+        R.w[4 + G] = r1 ? ldg_stream8(r1 + off + 32 * G) : z2;
+    }
+    const uint4 z4 = make_uint4(0u, 0u, 0u, 0u);
+    R.sb[0] = r0 ? __ldg((const uint4 *)(s0 + 4 * step)) : z4;
+    R.sb[1] = r1 ? __ldg((const uint4 *)(s1 + 4 * step)) : z4;
+}
+
+__device__ __forceinline__ uint32_t u4_at(const uint4 &u, int i) {
+    return i == 0 ? u.x : i == 1 ? u.y : i == 2 ? u.z : u.w;
+}
+
+/* One step's math for the P passes: adds to acc0[p] / acc1[p] the products of rows g / g + 8
+ * with vector 4 p + t (t = lane % 4) over the step's 4 groups. xp: the planes, xs: the group
+ * sums of hi + lo [nx][ng]. */
+template <int P>
+__device__ __forceinline__ void q4r_math(const q4r_regs &R, const uint32_t *xp, const float *xs,
+                                         int cols, int ng, int nx, int step, int lane,
+                                         float (&acc0)[P], float (&acc1)[P]) {
+    const int g = lane >> 2, t = lane & 3;
 #pragma unroll
-        for (int m = 0; m < 2; m++) {
-            const uint32_t wg[4] = {Rg.w[m].x, Rg.w[m].y, Rg.w[m].z, Rg.w[m].w};
-            const uint32_t wg8[4] = {Rg.w[2 + m].x, Rg.w[2 + m].y, Rg.w[2 + m].z, Rg.w[2 + m].w};
-            const bool use = active && ms == m;
+    for (int Gl = 0; Gl < 4; Gl++) {
+        const int G = step * 4 + Gl;
+        uint4 bq[P][2];
 #pragma unroll
-            for (int st = 0; st < 8; st++) {
-                const int i = st >> 1, pp = (st & 1) * 2;
-                uint32_t a[4] = {q4_pair(wg[i], pp), q4_pair(wg8[i], pp), q4_pair(wg[i], pp + 1),
-                                 q4_pair(wg8[i], pp + 1)};
-#pragma unroll
-                for (int x = 0; x < NX; x++) {
-                    if (x >= nx) break; /* warp-uniform: the mma is warp-wide */
-                    uint2 u = use ? ((const uint2 *)(xp + (size_t)x * pw + boff))[st]
-                                  : make_uint2(0u, 0u);
-                    uint32_t b[2] = {u.x, u.y};
-                    mma_bf16(d[x], a, b);
-                }
+        for (int p = 0; p < P; p++) {
+            const int v = 4 * p + (g >> 1);
+            if (v < nx) {
+                const uint4 *src =
+                    (const uint4 *)(xp + (size_t)v * cols + 64 * G + 8 * t + 4 * (g & 1));
+                bq[p][0] = src[0];
+                bq[p][1] = src[8];
+            } else {
+                bq[p][0] = bq[p][1] = make_uint4(0u, 0u, 0u, 0u);
             }
         }
-        const int G = step * 4 + ((2 * t) & 3);
+        float d[P][4];
 #pragma unroll
-        for (int x = 0; x < NX; x++) {
-            if (x >= nx) break;
-            acc0[x] =
-                fmaf(lo_bf16(Rg.sb[0].x), d[x][0], fmaf(lo_bf16(Rg.sb[0].y), d[x][1], acc0[x]));
-            acc1[x] =
-                fmaf(lo_bf16(Rg.sb[1].x), d[x][2], fmaf(lo_bf16(Rg.sb[1].y), d[x][3], acc1[x]));
-            if (t < 2) {
-                const float *xs = (const float *)(xp + (size_t)x * pw + 2 * half);
-                const float x0 = xs[2 * G] + xs[2 * G + 1], x1 = xs[2 * G + 2] + xs[2 * G + 3];
-                acc0[x] =
-                    fmaf(hi_bf16(Rg.sb[0].x) - 128.f * lo_bf16(Rg.sb[0].x), x0,
-                         fmaf(hi_bf16(Rg.sb[0].y) - 128.f * lo_bf16(Rg.sb[0].y), x1, acc0[x]));
-                acc1[x] =
-                    fmaf(hi_bf16(Rg.sb[1].x) - 128.f * lo_bf16(Rg.sb[1].x), x0,
-                         fmaf(hi_bf16(Rg.sb[1].y) - 128.f * lo_bf16(Rg.sb[1].y), x1, acc1[x]));
+        for (int p = 0; p < P; p++)
+            d[p][0] = d[p][1] = d[p][2] = d[p][3] = 0.f;
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            const int i = j >> 1, pp = (j & 1) * 2;
+            const uint32_t w0 = i ? R.w[Gl].y : R.w[Gl].x, w1 = i ? R.w[4 + Gl].y : R.w[4 + Gl].x;
+            const uint32_t a[4] = {q4_pair(w0, pp), q4_pair(w1, pp), q4_pair(w0, pp + 1),
+                                   q4_pair(w1, pp + 1)};
+#pragma unroll
+            for (int p = 0; p < P; p++) {
+                const uint4 &u = bq[p][i];
+                const uint32_t b[2] = {(j & 1) ? u.z : u.x, (j & 1) ? u.w : u.y};
+                mma_bf16(d[p], a, b);
             }
+        }
+        /* d[p][0], d[p][1]: row g, vector 4 p + t, hi and lo; d[p][2], d[p][3]: row g + 8 */
+        const uint32_t sw0 = u4_at(R.sb[0], Gl), sw1 = u4_at(R.sb[1], Gl);
+        const float s0 = lo_bf16(sw0), s1 = lo_bf16(sw1);
+        const float c0 = hi_bf16(sw0) - 128.f * s0, c1 = hi_bf16(sw1) - 128.f * s1;
+#pragma unroll
+        for (int p = 0; p < P; p++) {
+            const int v = 4 * p + t;
+            const float xg = v < nx ? xs[v * ng + G] : 0.f;
+            acc0[p] = fmaf(c0, xg, fmaf(s0, d[p][0], fmaf(s0, d[p][1], acc0[p])));
+            acc1[p] = fmaf(c1, xg, fmaf(s1, d[p][2], fmaf(s1, d[p][3], acc1[p])));
         }
     }
 }
 
-/* Shared memory of the tensor-core kernel for NX input vectors: x' (fp32), its chunk sums, the
- * prologue's scratch (8 + cols / 4 + cols / head floats at most, head >= 4), then per vector its
- * hi/lo planes and chunk sums (cols + cols / 32 words), then the partials (128 floats per
- * vector). */
-size_t q4mma_smem(int cols, int nx) {
-    const int nchunk = cols / 32;
-    size_t floats = (size_t)cols + nchunk + 8 + cols / 2 + (size_t)nx * (cols + nchunk) + 128 * nx;
+/* Shared memory of the rows kernel (floats): the planes [nx][cols], group sums and RMSNorm
+ * item sums [nx][ng] each, the gated prologue's head factors [nx][cols / head], the RMSNorm
+ * factors [8], the partials [nx][128]. */
+size_t q4r_smem(const gv_params &p, int nx) {
+    const int ng = p.cols / 64, nh = p.pro == LILY_GP_GATED ? p.cols / p.head : 0;
+    size_t floats = (size_t)nx * ((size_t)p.cols + 2 * ng + nh + 128) + 8;
     return (floats * 4 + 15) & ~(size_t)15;
 }
 
-template <int T, int NX>
-__global__ void __launch_bounds__(kThreads) gemv_q4mma_kernel(const __grid_constant__ gv_params p) {
+/* x' of every vector into the planes, with all its global loads independent: the gated
+ * prologue first sums x^2 per float4 into scratch over the planes and per head into hf (two
+ * barriers); then each warp converts (vector, group) items, lane L taking the column pair of
+ * word L (see above): x' = x * w (RMSNORM; the factor is applied to the dot products) or
+ * x * w[c % head] * silu(z) * hf (GATED), split into hi and lo; the group's sum of hi + lo
+ * into xs and, for RMSNORM, its sum of x^2 into ssi. Ends with a barrier. */
+__device__ __forceinline__ void q4r_prologue(const gv_params &p, uint32_t *xp, float *xs,
+                                             float *ssi, float *hf) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    const int ng = p.cols / 64;
+    if (p.pro == LILY_GP_GATED) {
+        const int nq = p.cols / 4, hq = p.head / 4, nh = p.cols / p.head;
+        float *sq = (float *)xp; /* [nx][nq], before the planes are written */
+#pragma unroll 4
+        for (int q = threadIdx.x; q < p.nx * nq; q += blockDim.x) {
+            const float4 a = __ldg((const float4 *)p.x[q / nq] + q % nq);
+            sq[q] = a.x * a.x + a.y * a.y + a.z * a.z + a.w * a.w;
+        }
+        __syncthreads();
+        for (int it = threadIdx.x; it < p.nx * nh; it += blockDim.x) {
+            const float *s4 = sq + (size_t)it * hq; /* vector it / nh, head it % nh */
+            float s = 0.f;
+            for (int j = 0; j < hq; j++)
+                s += s4[j];
+            hf[it] = 1.0f / sqrtf(s / p.head + p.eps);
+        }
+        __syncthreads();
+    }
+    const int i = lane >> 4, t = (lane >> 2) & 3, jj = (lane >> 1) & 1, b = lane & 1;
+    const int cl = 16 * t + 8 * i + 2 * jj + b, wl = 32 * i + 8 * t + 2 * jj + b;
+    const int nit = p.nx * ng;
+    constexpr int U = 4; /* items whose loads are in flight together */
+    for (int base = warp; base < nit; base += U * nw) {
+        float x0[U], x1[U], f0[U], f1[U];
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            const int it = base + u * nw;
+            x0[u] = x1[u] = 0.f;
+            f0[u] = f1[u] = 1.f;
+            if (it < nit) {
+                const int v = it / ng, c = 64 * (it % ng) + cl;
+                x0[u] = __ldg(p.x[v] + c);
+                x1[u] = __ldg(p.x[v] + c + 4);
+                if (p.pro == LILY_GP_RMSNORM) {
+                    f0[u] = __ldg(p.pw + c);
+                    f1[u] = __ldg(p.pw + c + 4);
+                } else if (p.pro == LILY_GP_GATED) {
+                    const float *z = p.pz[v];
+                    f0[u] = __ldg(p.pw + c % p.head) * silu_f(__ldg(z + c)) *
+                            hf[v * (p.cols / p.head) + c / p.head];
+                    f1[u] = __ldg(p.pw + (c + 4) % p.head) * silu_f(__ldg(z + c + 4)) *
+                            hf[v * (p.cols / p.head) + (c + 4) / p.head];
+                }
+            }
+        }
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            const int it = base + u * nw;
+            if (it >= nit) break; /* warp-uniform */
+            const int v = it / ng, G = it % ng;
+            float sq = x0[u] * x0[u] + x1[u] * x1[u];
+            const float a0 = x0[u] * f0[u], a1 = x1[u] * f1[u];
+            const uint16_t h0 = f2bf(a0), h1 = f2bf(a1);
+            const uint16_t l0 = f2bf(a0 - bf16f(h0)), l1 = f2bf(a1 - bf16f(h1));
+            uint32_t *w = xp + (size_t)v * p.cols + 64 * G + wl;
+            w[0] = h0 | ((uint32_t)h1 << 16);
+            w[4] = l0 | ((uint32_t)l1 << 16);
+            float gs = warp_sum((bf16f(h0) + bf16f(l0)) + (bf16f(h1) + bf16f(l1)));
+            if (p.pro == LILY_GP_RMSNORM) sq = warp_sum(sq);
+            if (lane == 0) {
+                xs[it] = gs;
+                ssi[it] = sq;
+            }
+        }
+    }
+    __syncthreads();
+}
+
+template <int T, int P>
+__global__ void __launch_bounds__(kThreads) gemv_q4r_kernel(const __grid_constant__ gv_params p) {
     constexpr int ROWS = 16 * T, NSG = 8 / T;
     extern __shared__ float4 smem4[];
-    const int nchunk = p.cols / 32, ng = p.cols / 64, nsteps = p.cols / 256;
-    const int half = p.cols / 2, pw = p.cols + nchunk;
-    float4 *xs4 = smem4;
-    float *xsum = (float *)(smem4 + p.cols / 4);
-    float *red = xsum + nchunk;                        /* prologue scratch */
-    uint32_t *xp = (uint32_t *)(red + 8 + p.cols / 2); /* past any prologue's scratch */
-    float *part = (float *)(xp + (size_t)p.nx * pw);   /* [nx][NSG step groups][ROWS] */
+    const int ng = p.cols / 64, nsteps = p.cols / 256;
+    const int nh = p.pro == LILY_GP_GATED ? p.cols / p.head : 0;
+    uint32_t *xp = (uint32_t *)smem4;                 /* [nx][cols] planes */
+    float *xs = (float *)(xp + (size_t)p.nx * p.cols); /* [nx][ng] group sums */
+    float *ssi = xs + p.nx * ng;                       /* [nx][ng] RMSNorm: sums of x^2 */
+    float *hf = ssi + p.nx * ng;                       /* [nx][nh] gated: head factors */
+    float *sc = hf + p.nx * nh;                        /* [8] RMSNorm factors */
+    float *part = sc + 8;                              /* [nx][NSG][ROWS] */
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int tile = warp % T, sg = warp / T;
     const int ngroups = (p.total + ROWS - 1) / ROWS;
     const uint8_t *r0, *r1;
     const uint32_t *s0, *s1;
-    q4_step_regs R[2];
+    q4r_regs R[2];
     /* the first row group's loads do not depend on x: issue them before the prologue */
     int row0 = blockIdx.x * ROWS + tile * 16 + (lane >> 2);
     gv_row_ptr(p, row0, ng, r0, s0);
     gv_row_ptr(p, row0 + 8, ng, r1, s1);
-    if (sg < nsteps) q4_step_load(r0, s0, r1, s1, sg, lane, R[0]);
-    if (sg + NSG < nsteps) q4_step_load(r0, s0, r1, s1, sg + NSG, lane, R[1]);
-    const float *xsf = (const float *)xs4;
-    float scale[NX];
-#pragma unroll
-    for (int x = 0; x < NX; x++) {
-        scale[x] = 0.f;
-        if (x >= p.nx) continue; /* block-uniform */
-        if (x) __syncthreads();  /* the last vector's conversion has read x' */
-        scale[x] = gv_prologue<LILY_CW_Q4>(p, p.x[x], p.pz[x], xs4, xsum, nchunk, red);
-        uint32_t *xh = xp + (size_t)x * pw;
-        q4x_convert(
-            p.cols, [&](int col) { return xsf[xs_index(col, 32, nchunk)]; }, xh, xh + half,
-            (float *)(xh + 2 * half));
+    if (sg < nsteps) q4r_load(r0, s0, r1, s1, sg, lane, R[0]);
+    if (sg + NSG < nsteps) q4r_load(r0, s0, r1, s1, sg + NSG, lane, R[1]);
+    q4r_prologue(p, xp, xs, ssi, hf);
+    if (p.pro == LILY_GP_RMSNORM && warp < p.nx) { /* read after the first group's barrier */
+        float s = 0.f;
+        for (int G = lane; G < ng; G += 32)
+            s += ssi[warp * ng + G];
+        s = warp_sum(s);
+        if (lane == 0) sc[warp] = 1.0f / sqrtf(s / p.cols + p.eps);
     }
-    __syncthreads();
     for (int grp = blockIdx.x; grp < ngroups; grp += gridDim.x) {
         if (grp != (int)blockIdx.x) {
             row0 = grp * ROWS + tile * 16 + (lane >> 2);
             gv_row_ptr(p, row0, ng, r0, s0);
             gv_row_ptr(p, row0 + 8, ng, r1, s1);
         }
-        float acc0[NX], acc1[NX];
+        float acc0[P], acc1[P];
 #pragma unroll
-        for (int x = 0; x < NX; x++)
-            acc0[x] = acc1[x] = 0.f;
+        for (int q = 0; q < P; q++)
+            acc0[q] = acc1[q] = 0.f;
         for (int st = sg; st < nsteps; st += 2 * NSG) {
             if (st != sg || grp != (int)blockIdx.x) {
-                q4_step_load(r0, s0, r1, s1, st, lane, R[0]);
-                if (st + NSG < nsteps) q4_step_load(r0, s0, r1, s1, st + NSG, lane, R[1]);
+                q4r_load(r0, s0, r1, s1, st, lane, R[0]);
+                if (st + NSG < nsteps) q4r_load(r0, s0, r1, s1, st + NSG, lane, R[1]);
             }
-            gv_q4_math<NX>(R[0], xp, pw, half, st, lane, p.nx, acc0, acc1);
+            q4r_math<P>(R[0], xp, xs, p.cols, ng, p.nx, st, lane, acc0, acc1);
             if (st + NSG < nsteps)
-                gv_q4_math<NX>(R[1], xp, pw, half, st + NSG, lane, p.nx, acc0, acc1);
+                q4r_math<P>(R[1], xp, xs, p.cols, ng, p.nx, st + NSG, lane, acc0, acc1);
         }
 #pragma unroll
-        for (int x = 0; x < NX; x++) {
-            if (x >= p.nx) break; /* block-uniform */
-            acc0[x] = quad_sum(acc0[x]);
-            acc1[x] = quad_sum(acc1[x]);
-            if ((lane & 3) == 0) {
-                part[(x * NSG + sg) * ROWS + tile * 16 + (lane >> 2)] = acc0[x];
-                part[(x * NSG + sg) * ROWS + tile * 16 + (lane >> 2) + 8] = acc1[x];
+        for (int q = 0; q < P; q++) {
+            const int v = 4 * q + (lane & 3);
+            if (v < p.nx) {
+                part[(v * NSG + sg) * ROWS + tile * 16 + (lane >> 2)] = acc0[q];
+                part[(v * NSG + sg) * ROWS + tile * 16 + (lane >> 2) + 8] = acc1[q];
             }
         }
         __syncthreads();
         if (threadIdx.x < ROWS) {
             const int row = grp * ROWS + threadIdx.x;
-#pragma unroll
-            for (int x = 0; x < NX; x++) {
-                if (x >= p.nx) break;
+            for (int x = 0; x < p.nx; x++) {
                 float a = 0.f;
 #pragma unroll
                 for (int g = 0; g < NSG; g++)
                     a += part[(x * NSG + g) * ROWS + threadIdx.x];
-                a *= scale[x];
+                if (p.pro == LILY_GP_RMSNORM) a *= sc[x];
 #pragma unroll
                 for (int s = 0; s < LILY_GEMV_SEGS; s++)
                     if (s < p.nseg && row >= p.s[s].row0 && row < p.s[s].row0 + p.s[s].rows)
@@ -476,31 +583,30 @@ int dev_init(lily_err *e) {
     return 0;
 }
 
-template <int T, int NX> int launch_q4mma_t(const gv_params &p, lily_cuda_stream st, lily_err *e) {
-    const size_t smem = q4mma_smem(p.cols, p.nx);
-    if (smem > 48 * 1024) LILY_CU_TRY(smem_at_least(gemv_q4mma_kernel<T, NX>, smem), e);
+template <int T, int P> int launch_q4r_t(const gv_params &p, lily_cuda_stream st, lily_err *e) {
+    const size_t smem = q4r_smem(p, p.nx);
+    if (smem > 48 * 1024) LILY_CU_TRY(smem_at_least(gemv_q4r_kernel<T, P>, smem), e);
     /* a longer matrix (lm_head) loops over row groups, so the prologue is not redone for each */
     int blocks = (p.total + 16 * T - 1) / (16 * T);
     if (blocks > 8 * g_sms) blocks = 8 * g_sms;
-    LILY_CU_TRY(launch_kernel(gemv_q4mma_kernel<T, NX>, dim3(blocks), dim3(kThreads), smem, st, p),
+    LILY_CU_TRY(launch_kernel(gemv_q4r_kernel<T, P>, dim3(blocks), dim3(kThreads), smem, st, p),
                 e);
     return 0;
 }
 
-/* One vector: the NX = 1 instance (the 1-row decode's kernel); more: the NX = 8 instance with
- * p.nx of them. */
-template <int T> int launch_q4mma_nx(const gv_params &p, lily_cuda_stream st, lily_err *e) {
-    return p.nx == 1 ? launch_q4mma_t<T, 1>(p, st, e) : launch_q4mma_t<T, LILY_GEMV_ROWS>(p, st, e);
+/* Up to 4 vectors: one pass per mma; 5 to 8: two passes (vectors 4..7 in the second). */
+template <int T> int launch_q4r_p(const gv_params &p, lily_cuda_stream st, lily_err *e) {
+    return p.nx <= 4 ? launch_q4r_t<T, 1>(p, st, e) : launch_q4r_t<T, 2>(p, st, e);
 }
 
 /* The tile count per block depends on the matrix alone (never on nx), so a row's partial sums
  * meet in the same order whatever the number of vectors. */
-int launch_q4mma(const gv_params &p, lily_cuda_stream st, lily_err *e) {
+int launch_q4r(const gv_params &p, lily_cuda_stream st, lily_err *e) {
     /* the fewest tiles per block whose grid fits in one wave of 2 blocks per SM */
     const int wave = 2 * g_sms;
-    if ((p.total + 15) / 16 <= wave) return launch_q4mma_nx<1>(p, st, e);
-    if ((p.total + 31) / 32 <= wave) return launch_q4mma_nx<2>(p, st, e);
-    return launch_q4mma_nx<4>(p, st, e);
+    if ((p.total + 15) / 16 <= wave) return launch_q4r_p<1>(p, st, e);
+    if ((p.total + 31) / 32 <= wave) return launch_q4r_p<2>(p, st, e);
+    return launch_q4r_p<4>(p, st, e);
 }
 
 /* Shared memory of the fp32 kernel for nx input vectors of p. */
@@ -636,7 +742,7 @@ extern "C" int lily_cuda_gemv_rows(const lily_gemv_seg *segs, int nseg, int nx,
     for (int r0 = 0; r0 < nx;) {
         int k = nx - r0;
         while (k > 1 &&
-               (mma ? q4mma_smem(p.cols, k) : gv_smem(p, epc_of(dt), k)) > (size_t)g_smem_max)
+               (mma ? q4r_smem(p, k) : gv_smem(p, epc_of(dt), k)) > (size_t)g_smem_max)
             k--;
         gv_params q = p;
         q.nx = k;
@@ -650,7 +756,7 @@ extern "C" int lily_cuda_gemv_rows(const lily_gemv_seg *segs, int nseg, int nx,
         }
         int rc;
         if (mma)
-            rc = launch_q4mma(q, st, e);
+            rc = launch_q4r(q, st, e);
         else if (dt == LILY_CW_Q4)
             rc = launch_dt<LILY_CW_Q4>(q, st, e);
         else if (dt == LILY_CW_Q8)
