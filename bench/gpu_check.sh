@@ -115,7 +115,7 @@ if [[ ${GPU_CHECK_ATTN_TIME:-0} == [1f] ]] && [ -x "$work/bin/test_cuda_ops" ]; 
 fi
 
 if [ -n "${GPU_CHECK_KTIME:-}" ]; then
-    # kernel timing modes of parity tests: GPU_CHECK_KTIME="gdn_chunk:1 moe_tiles:1p" runs
+    # kernel timing modes of parity tests: GPU_CHECK_KTIME="gemm:1 sample:1" runs
     # LILY_CUDA_TIME=<mode> test_cuda_<name> (each test's header says what it prints)
     for kt in $GPU_CHECK_KTIME; do
         echo "== kernel timing: LILY_CUDA_TIME=${kt#*:} test_cuda_${kt%%:*}"

@@ -41,9 +41,9 @@
  * 64, 128, 256, in every prefill mode: default (exact), fast (at head dim 256 attn_fa.cu's one-pass
  * fp16 wgmma kernel, to its own bound TOL_FA; attn.cu's one-pass bf16 kernel at other head dims),
  * and at head dim 256 the ws kernel unsplit and split in 3 (lily_cuda_attn_prefill_force_splits),
- * attn.cu's one-pass kernel (lily_cuda_attn_prefill_force_fast_kernel), the fa kernel unsplit and
- * split in 3). The attention reference is attention with double sums on the values the int16 cache
- * holds; the exact modes agree to fp32 accumulation level, the one-pass modes to a looser bound.
+ * the fa kernel unsplit and split in 3). The attention reference is attention with double sums on
+ * the values the int16 cache holds; the exact modes agree to fp32 accumulation level, the one-pass
+ * modes to a looser bound.
  *
  * Sanitizer-sized runs: LILY_GDN_QUICK=1 leaves out the long scans, LILY_CUDA_SAN=1 the 40K-131K
  * attention contexts and deep prefills and the 35B-sized skinny shapes, LILY_CUDA_SAN=2 runs the
@@ -54,8 +54,8 @@
  * 28672, 32768, 65536 and 126976, in microseconds and TFLOP/s of the causal products; cudaEvent,
  * median of 20); LILY_CUDA_TIME=1p the prefill chunks alone (no rows: for profilers, 23 launches
  * per chunk and mode, 3 warm-ups and 20 timed); LILY_CUDA_TIME=1f the same for the one-pass modes
- * alone (attn.cu's mma.sync kernel, then attn_fa.cu's split as the SMs call for, and unsplit). With
- * the skinny rows selected LILY_CUDA_TIME=1 also times the 35B-A3B expert GEMMs (skinny_timing);
+ * alone (attn_fa.cu's kernel split as the SMs call for, and unsplit). With the skinny rows
+ * selected LILY_CUDA_TIME=1 also times the 35B-A3B expert GEMMs (skinny_timing);
  * LILY_CUDA_TIME=1s that alone (LILY_SKINNY_TIME_N / _V pick a chunk size / a variant). The prefill
  * GEMMs (test_cuda_gemm) and the sampler (test_cuda_sample) keep their programs. */
 #include <stdio.h>
@@ -70,7 +70,6 @@ int main(void) {
 
 #include "backend/cpu/blocks.h"
 #include "backend/cuda/attn.h"
-#include "backend/cuda/attn_fa.h"
 #include "backend/cuda/attn_wg.h"
 #include "backend/cuda/gemm.h"
 #include "backend/cuda/gemm_skinny.h"
@@ -393,8 +392,7 @@ static const op_row table[] = {
     ATTN_DEC(16, 2, 256, 7, 1, 1, .race = 2),
     ATTN_DEC(8, 2, 128, 300, 3, 0, .race = 2),
     /* attn_prefill: Nq, Nkv, Dh, pos0, n, gated (every prefill mode: default, fast, and at Dh 256
-     * the ws kernel unsplit and split in 3, attn.cu's one-pass mma.sync kernel, the fa kernel
-     * unsplit and split in 3) */
+     * the ws kernel unsplit and split in 3, the fa kernel unsplit and split in 3) */
     ATTN_PRE(16, 2, 256, 0, 1, 1),
     ATTN_PRE(16, 2, 256, 0, 77, 1),
     ATTN_PRE(16, 2, 256, 3000, 512, 1, .nosan = 1),
@@ -1958,30 +1956,27 @@ static void set_want(int want) {
 
 /* Prefill modes: the default (exact, split auto), fast (at head dim 256 attn_fa.cu's one-pass
  * wgmma kernel, split auto; attn.cu's one-pass kernel at other head dims), the ws kernel unsplit
- * and split in 3, attn.cu's one-pass mma.sync kernel at head dim 256 (the kernel attn_fa.cu
- * replaces), and the fa kernel unsplit and split in 3 (modes 2-6 differ from modes 0 and 1 at
- * head dim 256 only). */
-static const int k_pre_modes = 7;
+ * and split in 3, and the fa kernel unsplit and split in 3 (modes 2-5 differ from modes 0 and 1
+ * at head dim 256 only). */
+static const int k_pre_modes = 6;
 static int pre_mode_exact(int m) {
     return m == 0 || m == 2 || m == 3;
 }
 static int pre_mode_dh256_only(int m) {
     return m >= 2;
 }
-/* the fa kernel's bound where it runs (modes 1, 5, 6 at head dim 256) */
+/* the fa kernel's bound where it runs (modes 1, 4, 5 at head dim 256) */
 static double pre_mode_tol(int m, int Dh) {
     if (pre_mode_exact(m)) return TOL_EXACT;
-    return Dh == 256 && m != 4 ? TOL_FA : TOL_FAST;
+    return Dh == 256 ? TOL_FA : TOL_FAST;
 }
 static void set_pre_mode(int m) {
     set_exact(pre_mode_exact(m));
-    lily_cuda_attn_prefill_force_splits(m == 2 || m == 5 ? 1 : m == 3 || m == 6 ? 3 : 0);
-    lily_cuda_attn_prefill_force_fast_kernel(m == 4);
+    lily_cuda_attn_prefill_force_splits(m == 2 || m == 4 ? 1 : m == 3 || m == 5 ? 3 : 0);
 }
 static const char *pre_mode_name(int m) {
-    static const char *nm[] = {" (default)",    " (fast)",          " (ws unsplit)",
-                               " (ws split 3)", " (fast mma.sync)", " (fa unsplit)",
-                               " (fa split 3)"};
+    static const char *nm[] = {" (default)",    " (fast)",       " (ws unsplit)",
+                               " (ws split 3)", " (fa unsplit)", " (fa split 3)"};
     return nm[m];
 }
 
@@ -2354,11 +2349,10 @@ static void time_all(void) {
     c.part = pt_dalloc(lily_cuda_attn_prefill_scratch(16, 2, 256) * 4);
     c.pos = dev_pos(0);
     cudaStreamCreate(&c.st);
-    /* "1f": the one-pass modes alone, attn.cu's mma.sync kernel then attn_fa.cu's (auto split,
-     * unsplit) */
-    static const int fast_modes[] = {4, 1, 5};
+    /* "1f": the one-pass modes alone, attn_fa.cu's kernel (auto split, unsplit) */
+    static const int fast_modes[] = {1, 4};
     const int fast_only = getenv("LILY_CUDA_TIME")[1] == 'f';
-    const int nm = fast_only ? 3 : k_pre_modes;
+    const int nm = fast_only ? 2 : k_pre_modes;
     for (int i = 0; i < nm; i++) {
         const int m = fast_only ? fast_modes[i] : i;
         set_pre_mode(m);

@@ -222,7 +222,8 @@ __device__ __forceinline__ void group_bar(int grp) {
  * domain (scale * log2(e) and the K scales applied to S); tiles wholly below the block's first
  * query position skip the causal mask. The K/V codes are split into bf16 hi (and, EX, lo) in
  * registers after ldmatrix, by each warp for its own products: converting a tile once in shared
- * memory would need room for the hi and lo tiles, which Dh 256 with two groups does not have.
+ * memory would need room for the hi and lo tiles, which Dh 256 with two groups did not have
+ * (head dim 256 now runs attn_wg.h's and attn_fa.h's kernels; this one runs 64 and 128).
  * EX: the codes split into their bytes as exact fp16 values instead (codes_f16: hi = c >> 8,
  * lo = (c & 255) / 256, 5 instructions per two codes where the bf16 split takes 11), q and P into
  * fp16 hi + lo (q lo as a second smem tile); products qhi*(khi + klo) + qlo*khi and likewise
@@ -612,14 +613,6 @@ extern "C" int lily_cuda_attn_decode(const float *q, const void *kc_, const void
                               e);
 }
 
-namespace {
-int g_fast_kernel; /* lily_cuda_attn_prefill_force_fast_kernel: 0 attn_fa.cu's, 1 mma.sync */
-} // namespace
-
-extern "C" void lily_cuda_attn_prefill_force_fast_kernel(int k) {
-    g_fast_kernel = k == 1;
-}
-
 #define LILY_PRE_CASE(DH, G) \
     if (Dh == DH && G_ == G) \
         return launch_prefill<DH, G>(q, n, kc, vc, d_pos, Nkv, scale, gate, out, st, e);
@@ -631,21 +624,21 @@ extern "C" int lily_cuda_attn_prefill(const float *q, int n, const void *kc_, co
     if (!shape_ok(Nq, Nkv, Dh))
         return lily_fail(e, "attention: unsupported shape Nq=%d Nkv=%d Dh=%d", Nq, Nkv, Dh);
     if (n < 1) return 0;
+    /* head dim 256 (every G of shape_ok): the wgmma kernels, exact (attn_wg.h) or one-pass
+     * (attn_fa.h); 64 and 128: this file's mma.sync kernel */
     if (lily_cuda_attn_wg_ok(Nq, Nkv, Dh)) {
         if (lily_cuda_prec_get().attn_exact)
             return lily_cuda_attn_prefill_ws(q, n, kc_, vc_, d_pos, Nq, Nkv, Dh, scale, gate, out,
                                              part, st, e);
-        if (!g_fast_kernel)
-            return lily_cuda_attn_prefill_fa(q, n, kc_, vc_, d_pos, Nq, Nkv, Dh, scale, gate, out,
-                                             part, st, e);
+        return lily_cuda_attn_prefill_fa(q, n, kc_, vc_, d_pos, Nq, Nkv, Dh, scale, gate, out, part,
+                                         st, e);
     }
     const uint8_t *kc = (const uint8_t *)kc_, *vc = (const uint8_t *)vc_;
     int G_ = Nq / Nkv;
     // clang-format off
     LILY_PRE_CASE(64, 1) LILY_PRE_CASE(64, 2) LILY_PRE_CASE(64, 4) LILY_PRE_CASE(64, 8)
     LILY_PRE_CASE(64, 16) LILY_PRE_CASE(128, 1) LILY_PRE_CASE(128, 2) LILY_PRE_CASE(128, 4)
-    LILY_PRE_CASE(128, 8) LILY_PRE_CASE(128, 16) LILY_PRE_CASE(256, 1) LILY_PRE_CASE(256, 2)
-    LILY_PRE_CASE(256, 4) LILY_PRE_CASE(256, 8) LILY_PRE_CASE(256, 16)
+    LILY_PRE_CASE(128, 8) LILY_PRE_CASE(128, 16)
         // clang-format on
         return lily_fail(e, "attention: no kernel for Dh=%d G=%d", Dh, G_);
 }

@@ -35,11 +35,6 @@ int lily_cuda_attn_prefill_fa(const float *q, int n, const void *kc, const void 
                               const float *gate, float *out, float *part, lily_cuda_stream st,
                               lily_err *e);
 
-/* Which kernel the one-pass prefill calls that follow run at head dim 256 (tests and
- * measurements until the mma.sync one is retired; not thread-safe): 0 this file's (the
- * default), 1 attn.cu's mma.sync kernel. */
-void lily_cuda_attn_prefill_force_fast_kernel(int k);
-
 #ifdef __cplusplus
 }
 #endif

@@ -45,7 +45,6 @@ namespace {
 
 constexpr int kMaxSplits = 128; /* decode attention splits (device-side choice below this) */
 constexpr int kRing = 1024;     /* greedy loop: replays between two reads of the token ring */
-constexpr int kGdnPiece = 4096; /* prefill GDN: tokens per lily_cuda_gdn_chunk call (workspace) */
 
 struct cu_layer {
     float *in_norm, *post_norm;
@@ -88,8 +87,6 @@ struct lily_backend {
     /* scratch */
     float *x, *a, *buf[5], *attn_part, *attn_pre, *logits, *logits_all;
     void *moe_dec, *moe_pre;
-    float *gdn_ws; /* lily_cuda_gdn_chunk's workspace, gdn_ws_bytes for kGdnPiece tokens */
-    size_t gdn_ws_bytes;
     int32_t *d_tok, *d_pos, *d_argmax;
     int32_t *d_ring, *d_step; /* greedy loop: tokens of consecutive graph replays */
     int32_t *h_tok, *h_pos;   /* pinned */
@@ -493,9 +490,9 @@ void cu_close_impl(lily_backend *b) {
     }
     lily_cuda_dmat_free(&b->embed);
     lily_cuda_dmat_free(&b->lm_head_own);
-    float *fs[] = {b->final_norm, b->inv_freq, b->x,          b->a,      b->buf[0],
-                   b->buf[1],     b->buf[2],   b->buf[3],     b->buf[4], b->attn_part,
-                   b->attn_pre,   b->logits,   b->logits_all, b->gdn_ws};
+    float *fs[] = {b->final_norm, b->inv_freq, b->x,         b->a,      b->buf[0],
+                   b->buf[1],     b->buf[2],   b->buf[3],    b->buf[4], b->attn_part,
+                   b->attn_pre,   b->logits,   b->logits_all};
     for (float *f : fs)
         lily_cuda_free(f);
     lily_cuda_free(b->moe_dec);
@@ -613,11 +610,6 @@ int cu_open(const lily_model *m, const lily_engine_opts *opts, lily_backend **ou
         const size_t pre = lily_cuda_attn_prefill_scratch(c->n_q_heads, c->n_kv_heads, c->head_dim);
         if (pre && !(b->attn_pre = (float *)lily_cuda_alloc(pre * 4, e))) break;
         if (!(b->logits = (float *)lily_cuda_alloc((size_t)c->vocab * 4, e))) break;
-        if (c->lin_nv > 0) { /* the chunked GDN prefill, in pieces of at most kGdnPiece tokens */
-            b->gdn_ws_bytes =
-                lily_cuda_gdn_chunk_ws(c->lin_nv, c->lin_dv, n < kGdnPiece ? n : kGdnPiece);
-            if (!(b->gdn_ws = (float *)lily_cuda_alloc(b->gdn_ws_bytes, e))) break;
-        }
         if (!(b->logits_rows = (float *)lily_cuda_alloc(LILY_MAX_ROWS * rows_ld(b) * 4, e)) ||
             !(b->d_trow = (int32_t *)lily_cuda_alloc(LILY_MAX_ROWS * 4, e)) ||
             !(b->d_prow = (int32_t *)lily_cuda_alloc(LILY_MAX_ROWS * 4, e)))
@@ -991,23 +983,6 @@ int norm_for_gemms(const float *x, int ldx, const float *w, int n, int dim, floa
     return lily_cuda_rmsnorm(x, ldx, w, n, dim, eps, y, ldy, st, e);
 }
 
-/* The GDN recurrence of a prefill chunk: the chunked form (gdn.h), kGdnPiece tokens a call so the
- * workspace stays bounded; cv: the conv output [n][C], ba: b | a at ldba, o: [n][Zw]. */
-static int gdn_prefill(lily_backend *b, float *S, int n, const float *cv, const float *ba, int ldba,
-                       const cu_layer *ly, float *o, cudaStream_t st, lily_err *e) {
-    const lily_config *c = &b->m->cfg;
-    for (int t0 = 0; t0 < n; t0 += kGdnPiece) {
-        const int m = n - t0 < kGdnPiece ? n - t0 : kGdnPiece;
-        const float *bt = ba + (size_t)t0 * ldba;
-        if (lily_cuda_gdn_chunk(S, c->lin_nk, c->lin_nv, c->lin_dk, c->lin_dv, m,
-                                cv + (size_t)t0 * b->C, b->C, bt, bt + c->lin_nv, ldba, ly->A_log,
-                                ly->dt_bias, o + (size_t)t0 * b->Zw, b->Zw, b->gdn_ws,
-                                b->gdn_ws_bytes, st, e))
-            return -1;
-    }
-    return 0;
-}
-
 int prefill_layers(lily_backend *b, lily_bstate *s, int n, int all_logits, lily_err *e) {
     const lily_model *m = b->m;
     const lily_config *c = &m->cfg;
@@ -1067,7 +1042,8 @@ int prefill_layers(lily_backend *b, lily_bstate *s, int n, int all_logits, lily_
             if (rc ||
                 lily_cuda_conv_silu(raw, ldr, n, C, c->conv_k, s->conv[l], ly->conv_w, cv, C, st,
                                     e) ||
-                gdn_prefill(b, s->S[l], n, cv, ba, ldba, ly, o, st, e) ||
+                lily_cuda_gdn_scan(s->S[l], c->lin_nk, Nv, c->lin_dk, c->lin_dv, n, cv, C, ba,
+                                   ba + Nv, ldba, ly->A_log, ly->dt_bias, o, Zw, st, e) ||
                 lily_cuda_gated_rmsnorm(o, Zw, z, ldz, n, Nv, c->lin_dv, ly->gdn_norm, eps, st,
                                         e) ||
                 lily_cuda_gemm(&ly->out, o, Zw, n, X, H, 1, st, e))

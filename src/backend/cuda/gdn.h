@@ -54,25 +54,6 @@ int lily_cuda_gdn_scan_with(int kernel, float *S, int Nk, int Nv, int Dk, int Dv
                             const float *A_log, const float *dt_bias, float *o, int ldo,
                             lily_cuda_stream st, lily_err *e);
 
-/* The prefill recurrence in the chunked (WY) form (gdn_chunk.cu; the formulas and a plain-C
- * reference in tests/unit/gdn_chunk_ref.h): 64-token chunks, the state-independent products and
- * the triangular solve of every chunk in parallel, then the chain over chunks with the fp32 state
- * slice in shared memory. Same arguments and results as lily_cuda_gdn_scan (rounded differently:
- * fp32 throughout), plus a device workspace of lily_cuda_gdn_chunk_ws(Nv, Dv, n) bytes. */
-size_t lily_cuda_gdn_chunk_ws(int Nv, int Dv, int n);
-int lily_cuda_gdn_chunk(float *S, int Nk, int Nv, int Dk, int Dv, int n, const float *qkv,
-                        int ldqkv, const float *b, const float *a, int ldba, const float *A_log,
-                        const float *dt_bias, float *o, int ldo, float *ws, size_t ws_bytes,
-                        lily_cuda_stream st, lily_err *e);
-/* Forms of the chunked prefill's state phase, for tests and timing: AUTO = what
- * lily_cuda_gdn_chunk runs (TC); SIMT = the products on the CUDA cores in fp32; TC = on tensor
- * cores (mma.sync tf32, each operand split into two tf32 parts: 3 products per tile). */
-enum { LILY_GDN_CHUNK_AUTO = 0, LILY_GDN_CHUNK_SIMT, LILY_GDN_CHUNK_TC };
-int lily_cuda_gdn_chunk_with(int form, float *S, int Nk, int Nv, int Dk, int Dv, int n,
-                             const float *qkv, int ldqkv, const float *b, const float *a, int ldba,
-                             const float *A_log, const float *dt_bias, float *o, int ldo, float *ws,
-                             size_t ws_bytes, lily_cuda_stream st, lily_err *e);
-
 /* Depthwise causal conv (K taps, tap K-1 on the current input) + SiLU over n tokens of C
  * channels. in: [n][ldin]; state: [K-1][C] previous inputs, oldest first, updated; w: [C][K];
  * out: [n][ldout], a separate buffer (tokens run in parallel, so out must not alias in). */

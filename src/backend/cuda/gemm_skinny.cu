@@ -325,8 +325,8 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks) skinny_kernel(const s
 /* One thread per (row, group, lane q): the 16 split words of columns 64 G + 16 q .. + 15 become
  * the 4 B words of lane q (see the file comment), and the quad sums the group's hi + lo. Rows:
  * all nx, or (tiles != NULL: X read without gather, so each row is in at most one tile) those
- * of the valid tiles, grid.y being the tile list (the rows a small-tile launch reads of a MoE
- * chunk whose other rows run on larger tiles); none when the list is empty. ONE:
+ * of the valid tiles, grid.y being the tile list (a MoE chunk's down projection: the rows its
+ * tiles read); none when the list is empty. ONE:
  * the hi halves of those words alone, as 8-byte words at the same indices (rows of K / 4), and
  * the sums of hi (then y = sum_c w_c hi_c exactly up to the fp32 sums: an fp16-activation
  * product, its error centred like the weights, not carried by the uncentred codes). */

@@ -18,14 +18,13 @@
  * launch order so that the shared expert and the experts several rows chose come from L2.
  *
  * Prefill (a chunk of n tokens): router GEMM, per-token top-k with a per-expert histogram, a
- * one-block scan that makes expert offsets and two tile lists for the grouped GEMMs, an ordered
+ * one-block scan that makes expert offsets and the tile list of the grouped GEMMs, an ordered
  * scatter (deterministic: grouped rows keep token order within an expert), grouped GEMMs for
- * gate, up and down over each list, and a gather-back that adds the weighted expert rows and the
- * sigmoid-gated shared expert into the residual. The tiles are sized per expert by its row count
- * on the device (no host sync): an expert with few rows gets 16-row tiles on the skinny Q4 kernel
- * (gemm_skinny.h), a loaded one 64-row tiles (the wgmma kernel in exact mode), an expert with no
- * rows no tile; each list's grid is sized by the most tiles any histogram can give. Scratch is
- * bounded by the chunk size. */
+ * gate, up and down, and a gather-back that adds the weighted expert rows and the sigmoid-gated
+ * shared expert into the residual. One tile height per chunk, from the average rows per expert:
+ * 64 rows when the experts average >= 64, else 16 rows on the skinny Q4 kernel (gemm_skinny.h)
+ * for Q4 experts, else 32; an expert with no rows makes no tile. Scratch is bounded by the chunk
+ * size. */
 #ifndef LILY_BACKEND_CUDA_MOE_H
 #define LILY_BACKEND_CUDA_MOE_H
 
@@ -95,19 +94,6 @@ const float *lily_cuda_moe_prefill_wt(const lily_cuda_moe *m, int n, const void 
 int lily_cuda_moe_prefill_routed(const lily_cuda_moe *m, const float *u, int n, const int32_t *idx,
                                  const float *wt, float *x, void *scratch, lily_cuda_stream st,
                                  lily_err *e);
-
-/* How prefill chunks tile the experts' rows. EXPERT (the default: below 64, tail 0, upto 64):
- * per expert, fewer than `below` rows on small tiles (16 rows on the skinny kernel for Q4
- * experts, else 32), the rest on 64-row tiles, except a loaded expert's last partial tile when it
- * has at most `tail` rows (<= the small tile), which goes to the small tiles; chunks that average
- * `upto` or more rows per expert (0: none) put every expert on 64-row tiles. UNIFORM: one tile
- * height per chunk from the average rows per expert (64 from 64 rows on average, else 16 for Q4
- * or 32), the other arguments unused. For tests and measurements; not thread-safe. */
-enum { LILY_MOE_TILES_EXPERT = 0, LILY_MOE_TILES_UNIFORM = 1 };
-void lily_cuda_moe_prefill_tiles(int mode, int below, int tail, int upto);
-/* The tile counts of the last prefill of n tokens (device int32 [2] in scratch): the 64-row (or
- * UNIFORM's) tiles, then the small ones. For tests. */
-const int32_t *lily_cuda_moe_prefill_ntiles(const lily_cuda_moe *m, int n, const void *scratch);
 
 #ifdef __cplusplus
 }

@@ -14,14 +14,13 @@
 
 namespace {
 
-constexpr int GBN = LILY_GEMM_GROUP_BN;     /* the small tiles of experts that are not Q4 */
-constexpr int kMinBN = LILY_GEMM_SKINNY_BN; /* the smallest tile: the tile lists are sized for it */
+constexpr int GBN = LILY_GEMM_GROUP_BN;     /* the expert tile of chunks that are not Q4 */
+constexpr int kMinBN = LILY_GEMM_SKINNY_BN; /* the smallest tile: the tile list is sized for it */
 
 struct pre_layout {
-    size_t logits, idx, wt, counts, off, tiles, tiles_s, ntiles, gather, slot, hg, hu, yg, sgu, ys,
-        total;
+    size_t logits, idx, wt, counts, off, tiles, ntiles, gather, slot, hg, hu, yg, sgu, ys, total;
     size_t ccount; /* [chunks][E]: assignments per expert in each scatter chunk, then their bases */
-    int max_tiles, I, Is, H, chunks; /* max_tiles: the entries of each tile list */
+    int max_tiles, I, Is, H, chunks; /* max_tiles: the entries of the tile list */
 };
 
 /* Assignments per scatter chunk: one warp places a chunk's rows (scatter_kernel). kScatMax,
@@ -61,8 +60,7 @@ pre_layout pre_plan(const lily_cuda_moe *m, int n) {
     d.ccount = take(cbound * m->E * 4);
     d.off = take(((size_t)m->E + 1) * 4);
     d.tiles = take((size_t)d.max_tiles * 12);
-    d.tiles_s = take((size_t)d.max_tiles * 12);
-    d.ntiles = take(2 * 4);
+    d.ntiles = take(4);
     d.gather = take(nk * 4);
     d.slot = take(nk * 4);
     d.hg = take(nk * d.I * 4);
@@ -117,74 +115,48 @@ __global__ void chunk_count_kernel(const int32_t *__restrict__ idx, int nk, int 
         ccount[(size_t)blockIdx.x * E + e] = hist[e];
 }
 
-/* How the experts' rows become GEMM tiles: an expert with fewer than `below` rows takes tiles of
- * `sr` rows (the small class), one with more takes tiles of `br` rows (the large class), except
- * that its last partial tile goes to the small class when it has at most `tail` rows (0: never).
- * Experts with no rows make no tiles. below = tail = 0 gives every expert br-row tiles. */
-struct tile_rule {
-    int sr, br, below, tail;
-};
-
-/* One block of 1024 threads: expert offsets and the two tile lists of the grouped GEMMs (large
- * class in tiles_l, small in tiles_s, counts in ntiles[0] and [1]), then each chunk's per-expert
- * counts become its first grouped row per expert (ccount in place). The scans are warp shuffles
- * plus one pass over the 32 warp totals; each thread reads its expert's chunk counts 16 at a time
- * before writing them back (one read after each write, the compiler cannot reorder them: one L2
- * round trip per chunk). */
+/* One block of 1024 threads: expert offsets and the grouped GEMM's tile list; then each chunk's
+ * per-expert counts become its first grouped row per expert (ccount in place). The scans are
+ * warp shuffles plus one pass over the 32 warp totals; each thread reads its expert's chunk
+ * counts 16 at a time before writing them back (one read after each write, the compiler cannot
+ * reorder them: one L2 round trip per chunk). */
 __global__ void __launch_bounds__(1024)
-    scan_kernel(const int32_t *__restrict__ counts, int E, tile_rule r, int32_t *off,
-                int32_t *tiles_l, int32_t *tiles_s, int32_t *ntiles, int32_t *ccount, int chunks) {
-    __shared__ int s_wc[32], s_wl[32], s_ws[32];
+    scan_kernel(const int32_t *__restrict__ counts, int E, int gbn, int32_t *off, int32_t *tiles,
+                int32_t *ntiles, int32_t *ccount, int chunks) {
+    __shared__ int s_wc[32], s_wt[32];
     const int e = threadIdx.x, lane = e & 31, warp = e >> 5;
-    const int c = e < E ? counts[e] : 0;
-    int nl, ns, rl; /* large tiles, small tiles, rows in large tiles */
-    if (c < r.below) {
-        nl = 0, rl = 0;
-    } else {
-        const int rem = c % r.br;
-        rl = rem > 0 && rem <= r.tail ? c - rem : c;
-        nl = (rl + r.br - 1) / r.br;
-    }
-    ns = (c - rl + r.sr - 1) / r.sr;
-    int ic = c, il = nl, is = ns; /* inclusive scans within the warp */
+    const int c = e < E ? counts[e] : 0, nt = (c + gbn - 1) / gbn;
+    int ic = c, it = nt; /* inclusive scans within the warp */
 #pragma unroll
     for (int o = 1; o < 32; o <<= 1) {
-        const int a = __shfl_up_sync(0xffffffffu, ic, o), b = __shfl_up_sync(0xffffffffu, il, o),
-                  d = __shfl_up_sync(0xffffffffu, is, o);
-        if (lane >= o) ic += a, il += b, is += d;
+        const int a = __shfl_up_sync(0xffffffffu, ic, o), b = __shfl_up_sync(0xffffffffu, it, o);
+        if (lane >= o) ic += a, it += b;
     }
-    if (lane == 31) s_wc[warp] = ic, s_wl[warp] = il, s_ws[warp] = is;
+    if (lane == 31) s_wc[warp] = ic, s_wt[warp] = it;
     __syncthreads();
     if (warp == 0) { /* exclusive scan of the warp totals */
-        const int wc = s_wc[lane], wl = s_wl[lane], ws = s_ws[lane];
-        int xc = wc, xl = wl, xs = ws;
+        const int wc = s_wc[lane], wt = s_wt[lane];
+        int xc = wc, xt = wt;
 #pragma unroll
         for (int o = 1; o < 32; o <<= 1) {
             const int a = __shfl_up_sync(0xffffffffu, xc, o),
-                      b = __shfl_up_sync(0xffffffffu, xl, o),
-                      d = __shfl_up_sync(0xffffffffu, xs, o);
-            if (lane >= o) xc += a, xl += b, xs += d;
+                      b = __shfl_up_sync(0xffffffffu, xt, o);
+            if (lane >= o) xc += a, xt += b;
         }
-        s_wc[lane] = xc - wc, s_wl[lane] = xl - wl, s_ws[lane] = xs - ws;
+        s_wc[lane] = xc - wc, s_wt[lane] = xt - wt;
         if (lane == 31) {
             off[E] = xc;
-            ntiles[0] = xl;
-            ntiles[1] = xs;
+            *ntiles = xt;
         }
     }
     __syncthreads();
     if (e >= E) return;
-    const int r0 = s_wc[warp] + ic - c, l0 = s_wl[warp] + il - nl, t0 = s_ws[warp] + is - ns;
+    const int r0 = s_wc[warp] + ic - c, t0 = s_wt[warp] + it - nt;
     off[e] = r0;
-    for (int i = 0; i < nl; i++) {
-        tiles_l[3 * (l0 + i)] = e;
-        tiles_l[3 * (l0 + i) + 1] = r0 + i * r.br;
-        tiles_l[3 * (l0 + i) + 2] = min(r.br, rl - i * r.br);
-    }
-    for (int i = 0; i < ns; i++) {
-        tiles_s[3 * (t0 + i)] = e;
-        tiles_s[3 * (t0 + i) + 1] = r0 + rl + i * r.sr;
-        tiles_s[3 * (t0 + i) + 2] = min(r.sr, c - rl - i * r.sr);
+    for (int i = 0; i < nt; i++) {
+        tiles[3 * (t0 + i)] = e;
+        tiles[3 * (t0 + i) + 1] = r0 + i * gbn;
+        tiles[3 * (t0 + i) + 2] = min(gbn, c - i * gbn);
     }
     int run = r0;
     for (int ch0 = 0; ch0 < chunks; ch0 += 16) {
@@ -267,60 +239,6 @@ int silu_mul(float *g, const float *u, int ld, int rows, int K, lily_cuda_stream
     return 0;
 }
 
-/* The tiling of prefill chunks (lily_cuda_moe_prefill_tiles). */
-int g_tiles = LILY_MOE_TILES_EXPERT, g_below = 64, g_tail = 0, g_upto = 64;
-
-/* The tile rule of a chunk of nk assignments over E experts; q4: the experts are Q4 (the skinny
- * kernel runs their small tiles). */
-tile_rule pick_rule(int nk, int E, bool q4) {
-    if (g_tiles == LILY_MOE_TILES_UNIFORM) {
-        /* one tile height per chunk from the average rows per expert: 64 when the experts
-         * average >= 64 rows, 16 (skinny) when fewer and Q4, else 32 */
-        const int gbn = E > 0 && nk >= 64 * E ? 64 : q4 ? kMinBN : GBN;
-        return tile_rule{gbn, gbn, 0, 0};
-    }
-    /* per expert: fewer than g_below rows on the small tiles (16 rows through the skinny kernel
-     * for Q4 weights, which reads the codes without dequantizing them; else 32), the rest on
-     * 64-row tiles (the wgmma kernel in exact mode); from g_upto rows per expert on average, every
-     * expert on 64-row tiles (no small-tile launches: before it knows whether any tile is small,
-     * the skinny kernel lays out every row of u and, in one-pass mode, splits every row of the
-     * down projection's input) */
-    const int sr = q4 ? kMinBN : GBN;
-    if (g_upto > 0 && nk >= (long)g_upto * E) return tile_rule{sr, 64, 0, 0};
-    return tile_rule{sr, 64, g_below, g_tail < sr ? g_tail : sr};
-}
-
-/* The most tiles each list can hold under rule r for nk assignments over E experts, whatever the
- * histogram (the grids' tile rows: blocks past the device count exit at once). */
-void rule_bounds(tile_rule r, int nk, int E, int *max_l, int *max_s) {
-    const int used = E < nk ? E : nk; /* experts with rows */
-    /* large: each expert with rows in it has >= below rows */
-    const int big = r.below > 0 ? (used < nk / r.below ? used : nk / r.below) : used;
-    *max_l = (nk + r.br - 1) / r.br + big;
-    const int per_b = r.below > 1 ? (r.below - 1 + r.sr - 1) / r.sr : 0;
-    const int per_t = r.tail > 0 ? (r.tail + r.sr - 1) / r.sr : 0;
-    const int per = per_b > per_t ? per_b : per_t;
-    const int whole = (nk + r.sr - 1) / r.sr + used;
-    *max_s = (long)used * per < whole ? used * per : whole;
-}
-
-/* Gate and up over one tile list of `rows`-row tiles into hg, hu (a pair launch on the skinny
- * kernel). */
-int gate_up(const lily_cuda_moe *m, const float *u, int H, int n, const int32_t *gather,
-            const int32_t *tiles, const int32_t *ntiles, int max_tiles, int rows, float *hg,
-            float *hu, int I, lily_cuda_stream st, lily_err *e) {
-    if (max_tiles < 1) return 0;
-    if (rows == kMinBN)
-        return lily_cuda_gemm_skinny_grouped_pair(m->gate, m->up, u, H, n, gather, tiles, ntiles,
-                                                  max_tiles, hg, hu, I, st, e);
-    return lily_cuda_gemm_grouped(m->gate, u, H, n, gather, tiles, ntiles, max_tiles, rows, hg, I,
-                                  st, e) ||
-                   lily_cuda_gemm_grouped(m->up, u, H, n, gather, tiles, ntiles, max_tiles, rows,
-                                          hu, I, st, e)
-               ? -1
-               : 0;
-}
-
 int prefill_body(const lily_cuda_moe *m, const float *u, int n, const int32_t *given_idx,
                  const float *given_wt, float *x, void *scratch, lily_cuda_stream st, lily_err *e) {
     if (check_moe(m, e)) return -1;
@@ -330,20 +248,20 @@ int prefill_body(const lily_cuda_moe *m, const float *u, int n, const int32_t *g
     float *logits = (float *)(s + d.logits);
     int ldl = m->E + 1, H = d.H, k = m->k, E = m->E;
     int nk = n * k;
+    /* rows per expert tile, one height per chunk: 64 when the experts average >= 64 rows (half
+     * the dequantization per token); 16 (the skinny kernel, gemm_skinny.h: no dequantization)
+     * when they average fewer and the experts are Q4; else 32 (bench/NOTES-cuda.md, "Moved from
+     * src comments"; per-expert heights lost to it, "Prefill winners" there) */
     const bool q4 =
         k > 0 && m->gate->dt == LILY_CW_Q4 && m->up->dt == LILY_CW_Q4 && m->down->dt == LILY_CW_Q4;
     bool gw_done = false; /* the shared expert's gate logit is in logits column E */
-    const tile_rule rule = pick_rule(nk, E, q4);
-    int max_l = 0, max_s = 0;
-    if (k > 0) rule_bounds(rule, nk, E, &max_l, &max_s);
-    if (max_l > d.max_tiles || max_s > d.max_tiles)
-        return lily_fail(e, "moe prefill: %d / %d tiles over a list of %d", max_l, max_s,
-                         d.max_tiles);
+    const int gbn = E > 0 && nk >= 64 * E ? 64 : q4 ? kMinBN : GBN;
+    /* the grid's tile rows: the most tiles gbn-row tiles can make (<= d.max_tiles) */
+    const int max_tiles = k > 0 ? (nk + gbn - 1) / gbn + E : 0;
     const int32_t *idx = (const int32_t *)(s + d.idx);
     const float *wt = (const float *)(s + d.wt);
     int32_t *slot = (int32_t *)(s + d.slot);
-    int32_t *tiles_l = (int32_t *)(s + d.tiles), *tiles_s = (int32_t *)(s + d.tiles_s);
-    int32_t *ntiles = (int32_t *)(s + d.ntiles);
+    int32_t *tiles = (int32_t *)(s + d.tiles), *ntiles = (int32_t *)(s + d.ntiles);
     if (k > 0) {
         int32_t *counts = (int32_t *)(s + d.counts);
         LILY_CU_TRY(cudaMemsetAsync(counts, 0, (size_t)E * 4, st), e);
@@ -366,15 +284,21 @@ int prefill_body(const lily_cuda_moe *m, const float *u, int n, const int32_t *g
         int32_t *ccount = (int32_t *)(s + d.ccount);
         chunk_count_kernel<<<d.chunks, 256, (size_t)E * 4, st>>>(idx, nk, E, ccount);
         LILY_CU_LAUNCHED(e);
-        scan_kernel<<<1, 1024, 0, st>>>(counts, E, rule, off, tiles_l, tiles_s, ntiles, ccount,
-                                        d.chunks);
+        scan_kernel<<<1, 1024, 0, st>>>(counts, E, gbn, off, tiles, ntiles, ccount, d.chunks);
         LILY_CU_LAUNCHED(e);
         scatter_kernel<<<d.chunks, 32, (size_t)E * 4, st>>>(idx, nk, k, E, ccount, gather, slot);
         LILY_CU_LAUNCHED(e);
         float *hg = (float *)(s + d.hg), *hu = (float *)(s + d.hu);
-        if (gate_up(m, u, H, n, gather, tiles_l, ntiles, max_l, rule.br, hg, hu, d.I, st, e) ||
-            gate_up(m, u, H, n, gather, tiles_s, ntiles + 1, max_s, rule.sr, hg, hu, d.I, st, e))
+        if (gbn == kMinBN) { /* gate and up in one launch */
+            if (lily_cuda_gemm_skinny_grouped_pair(m->gate, m->up, u, H, n, gather, tiles, ntiles,
+                                                   max_tiles, hg, hu, d.I, st, e))
+                return -1;
+        } else if (lily_cuda_gemm_grouped(m->gate, u, H, n, gather, tiles, ntiles, max_tiles, gbn,
+                                          hg, d.I, st, e) ||
+                   lily_cuda_gemm_grouped(m->up, u, H, n, gather, tiles, ntiles, max_tiles, gbn, hu,
+                                          d.I, st, e)) {
             return -1;
+        }
     }
     /* the shared expert's gate/up and gate logit before the routed down projection: they read u,
      * which the exact GEMMs then split once (gemm_split.h) */
@@ -401,12 +325,9 @@ int prefill_body(const lily_cuda_moe *m, const float *u, int n, const int32_t *g
     lily_cuda_xsplit_hold(nullptr);
     if (k > 0) {
         float *hg = (float *)(s + d.hg), *hu = (float *)(s + d.hu), *yg = (float *)(s + d.yg);
-        /* both lists read the same rows of hg (in exact mode the split words held under hg) */
         int rc = silu_mul(hg, hu, d.I, nk, d.I, st, e) ||
-                 (max_l > 0 && lily_cuda_gemm_grouped(m->down, hg, d.I, nk, nullptr, tiles_l,
-                                                      ntiles, max_l, rule.br, yg, H, st, e)) ||
-                 (max_s > 0 && lily_cuda_gemm_grouped(m->down, hg, d.I, nk, nullptr, tiles_s,
-                                                      ntiles + 1, max_s, rule.sr, yg, H, st, e));
+                 lily_cuda_gemm_grouped(m->down, hg, d.I, nk, nullptr, tiles, ntiles, max_tiles,
+                                        gbn, yg, H, st, e);
         lily_cuda_xsplit_hold(nullptr);
         if (rc) return -1;
     }
@@ -429,13 +350,6 @@ int prefill_common(const lily_cuda_moe *m, const float *u, int n, const int32_t 
 
 } // namespace
 
-extern "C" void lily_cuda_moe_prefill_tiles(int mode, int below, int tail, int upto) {
-    g_tiles = mode == LILY_MOE_TILES_UNIFORM ? mode : LILY_MOE_TILES_EXPERT;
-    g_below = below > 0 ? below : 0;
-    g_tail = tail > 0 ? tail : 0;
-    g_upto = upto > 0 ? upto : 0;
-}
-
 extern "C" size_t lily_cuda_moe_prefill_scratch(const lily_cuda_moe *m, int n) {
     return pre_plan(m, n).total;
 }
@@ -455,11 +369,6 @@ extern "C" int lily_cuda_moe_prefill_routed(const lily_cuda_moe *m, const float 
 extern "C" const int32_t *lily_cuda_moe_prefill_idx(const lily_cuda_moe *m, int n,
                                                     const void *scratch) {
     return (const int32_t *)((const char *)scratch + pre_plan(m, n).idx);
-}
-
-extern "C" const int32_t *lily_cuda_moe_prefill_ntiles(const lily_cuda_moe *m, int n,
-                                                       const void *scratch) {
-    return (const int32_t *)((const char *)scratch + pre_plan(m, n).ntiles);
 }
 
 extern "C" const float *lily_cuda_moe_prefill_wt(const lily_cuda_moe *m, int n,
