@@ -498,7 +498,7 @@ __global__ void __launch_bounds__(kThreads) gemv_q4r_kernel(const __grid_constan
     extern __shared__ float4 smem4[];
     const int ng = p.cols / 64, nsteps = p.cols / 256;
     const int nh = p.pro == LILY_GP_GATED ? p.cols / p.head : 0;
-    uint32_t *xp = (uint32_t *)smem4;                 /* [nx][cols] planes */
+    uint32_t *xp = (uint32_t *)smem4;                  /* [nx][cols] planes */
     float *xs = (float *)(xp + (size_t)p.nx * p.cols); /* [nx][ng] group sums */
     float *ssi = xs + p.nx * ng;                       /* [nx][ng] RMSNorm: sums of x^2 */
     float *hf = ssi + p.nx * ng;                       /* [nx][nh] gated: head factors */
@@ -589,8 +589,7 @@ template <int T, int P> int launch_q4r_t(const gv_params &p, lily_cuda_stream st
     /* a longer matrix (lm_head) loops over row groups, so the prologue is not redone for each */
     int blocks = (p.total + 16 * T - 1) / (16 * T);
     if (blocks > 8 * g_sms) blocks = 8 * g_sms;
-    LILY_CU_TRY(launch_kernel(gemv_q4r_kernel<T, P>, dim3(blocks), dim3(kThreads), smem, st, p),
-                e);
+    LILY_CU_TRY(launch_kernel(gemv_q4r_kernel<T, P>, dim3(blocks), dim3(kThreads), smem, st, p), e);
     return 0;
 }
 
@@ -741,8 +740,7 @@ extern "C" int lily_cuda_gemv_rows(const lily_gemv_seg *segs, int nseg, int nx,
      * depend on the group it runs in */
     for (int r0 = 0; r0 < nx;) {
         int k = nx - r0;
-        while (k > 1 &&
-               (mma ? q4r_smem(p, k) : gv_smem(p, epc_of(dt), k)) > (size_t)g_smem_max)
+        while (k > 1 && (mma ? q4r_smem(p, k) : gv_smem(p, epc_of(dt), k)) > (size_t)g_smem_max)
             k--;
         gv_params q = p;
         q.nx = k;
