@@ -111,7 +111,7 @@ if [ "${GPU_SLOTS_35B:-1}" = 1 ]; then
     ntok=${GPU_SLOTS_TOKENS:-256}
     echo "== serve_slots: $model, --parallel 8, streams at a context of $ctx tokens, $ntok tokens each"
     if [ ! -f "$model/config.json" ]; then
-        "$w/bin/lily" mkmodel --out "$model" --preset "${GPU_SLOTS_PRESET:-35b-a3b}" --layout mlx4 \
+        LD_LIBRARY_PATH=$ld "$w/bin/lily" mkmodel --out "$model" --preset "${GPU_SLOTS_PRESET:-35b-a3b}" --layout mlx4 \
             --tokenizer "$w/tok" --quiet || { echo "mkmodel failed"; exit 1; }
     fi
     rm -f "$w/port"

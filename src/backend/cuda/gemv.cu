@@ -406,33 +406,45 @@ __device__ __forceinline__ void q4r_math(const q4r_regs &R, const uint32_t *xp, 
 }
 
 /* Shared memory of the rows kernel (floats): the planes [nx][cols], group sums and RMSNorm
- * item sums [nx][ng] each, the gated prologue's head factors [nx][cols / head], the RMSNorm
- * factors [8], the partials [nx][128]. */
+ * item sums [nx][ng] each; gated: the head factors [nx][cols / head] and the sums of x^2 per
+ * float4 [nx][cols / 4]; the RMSNorm factors [8], the partials [nx][128]. */
 size_t q4r_smem(const gv_params &p, int nx) {
-    const int ng = p.cols / 64, nh = p.pro == LILY_GP_GATED ? p.cols / p.head : 0;
-    size_t floats = (size_t)nx * ((size_t)p.cols + 2 * ng + nh + 128) + 8;
+    const int ng = p.cols / 64;
+    const int gated = p.pro == LILY_GP_GATED ? p.cols / p.head + p.cols / 4 : 0;
+    size_t floats = (size_t)nx * ((size_t)p.cols + 2 * ng + gated + 128) + 8;
     return (floats * 4 + 15) & ~(size_t)15;
 }
 
-/* x' of every vector into the planes, with all its global loads independent: the gated
- * prologue first sums x^2 per float4 into scratch over the planes and per head into hf (two
- * barriers); then each warp converts (vector, group) items, lane L taking the column pair of
- * word L (see above): x' = x * w (RMSNORM; the factor is applied to the dot products) or
- * x * w[c % head] * silu(z) * hf (GATED), split into hi and lo; the group's sum of hi + lo
- * into xs and, for RMSNORM, its sum of x^2 into ssi. Ends with a barrier. */
+/* x' of every vector into the planes. Pass 1, every thread, float4 loads all independent:
+ * x (gated: x * w[c % head] * silu(z), and each float4's sum of x^2 into sq) staged as fp32 in
+ * the planes' own place, [v][c]; gated: the head factors hf from sq. Pass 2, a warp per
+ * (vector, group) item, lane L taking the column pair of word L (see above): x' = x * w
+ * (RMSNORM; the factor is applied to the dot products) or the staged value * hf (GATED), split
+ * into hi and lo and written over the group's staged floats once the warp has read them all;
+ * the group's sum of hi + lo into xs and, for RMSNORM, its sum of x^2 into ssi. Ends with a
+ * barrier. */
 __device__ __forceinline__ void q4r_prologue(const gv_params &p, uint32_t *xp, float *xs,
-                                             float *ssi, float *hf) {
+                                             float *ssi, float *hf, float *sq) {
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
-    const int ng = p.cols / 64;
-    if (p.pro == LILY_GP_GATED) {
-        const int nq = p.cols / 4, hq = p.head / 4, nh = p.cols / p.head;
-        float *sq = (float *)xp; /* [nx][nq], before the planes are written */
+    const int ng = p.cols / 64, nq = p.cols / 4;
+    const bool gated = p.pro == LILY_GP_GATED;
+    float *xf = (float *)xp;
 #pragma unroll 4
-        for (int q = threadIdx.x; q < p.nx * nq; q += blockDim.x) {
-            const float4 a = __ldg((const float4 *)p.x[q / nq] + q % nq);
+    for (int q = threadIdx.x; q < p.nx * nq; q += blockDim.x) {
+        const int v = q / nq, c4 = q % nq;
+        float4 a = __ldg((const float4 *)p.x[v] + c4);
+        if (gated) {
+            const float4 w = __ldg((const float4 *)p.pw + c4 % (p.head / 4));
+            const float4 z = __ldg((const float4 *)p.pz[v] + c4);
             sq[q] = a.x * a.x + a.y * a.y + a.z * a.z + a.w * a.w;
+            a = make_float4(a.x * w.x * silu_f(z.x), a.y * w.y * silu_f(z.y),
+                            a.z * w.z * silu_f(z.z), a.w * w.w * silu_f(z.w));
         }
-        __syncthreads();
+        ((float4 *)xf)[q] = a;
+    }
+    __syncthreads();
+    if (gated) {
+        const int hq = p.head / 4, nh = p.cols / p.head;
         for (int it = threadIdx.x; it < p.nx * nh; it += blockDim.x) {
             const float *s4 = sq + (size_t)it * hq; /* vector it / nh, head it % nh */
             float s = 0.f;
@@ -444,49 +456,31 @@ __device__ __forceinline__ void q4r_prologue(const gv_params &p, uint32_t *xp, f
     }
     const int i = lane >> 4, t = (lane >> 2) & 3, jj = (lane >> 1) & 1, b = lane & 1;
     const int cl = 16 * t + 8 * i + 2 * jj + b, wl = 32 * i + 8 * t + 2 * jj + b;
-    const int nit = p.nx * ng;
-    constexpr int U = 4; /* items whose loads are in flight together */
-    for (int base = warp; base < nit; base += U * nw) {
-        float x0[U], x1[U], f0[U], f1[U];
-#pragma unroll
-        for (int u = 0; u < U; u++) {
-            const int it = base + u * nw;
-            x0[u] = x1[u] = 0.f;
-            f0[u] = f1[u] = 1.f;
-            if (it < nit) {
-                const int v = it / ng, c = 64 * (it % ng) + cl;
-                x0[u] = __ldg(p.x[v] + c);
-                x1[u] = __ldg(p.x[v] + c + 4);
-                if (p.pro == LILY_GP_RMSNORM) {
-                    f0[u] = __ldg(p.pw + c);
-                    f1[u] = __ldg(p.pw + c + 4);
-                } else if (p.pro == LILY_GP_GATED) {
-                    const float *z = p.pz[v];
-                    f0[u] = __ldg(p.pw + c % p.head) * silu_f(__ldg(z + c)) *
-                            hf[v * (p.cols / p.head) + c / p.head];
-                    f1[u] = __ldg(p.pw + (c + 4) % p.head) * silu_f(__ldg(z + c + 4)) *
-                            hf[v * (p.cols / p.head) + (c + 4) / p.head];
-                }
-            }
+    for (int it = warp; it < p.nx * ng; it += nw) { /* warp-uniform */
+        const int v = it / ng, c = 64 * (it % ng) + cl;
+        float *g = xf + (size_t)v * p.cols + 64 * (it % ng);
+        const float x0 = g[cl], x1 = g[cl + 4];
+        float a0 = x0, a1 = x1, sqs = 0.f;
+        if (p.pro == LILY_GP_RMSNORM) {
+            sqs = x0 * x0 + x1 * x1;
+            a0 *= __ldg(p.pw + c);
+            a1 *= __ldg(p.pw + c + 4);
+        } else if (gated) {
+            const float *f = hf + v * (p.cols / p.head);
+            a0 *= f[c / p.head];
+            a1 *= f[(c + 4) / p.head];
         }
-#pragma unroll
-        for (int u = 0; u < U; u++) {
-            const int it = base + u * nw;
-            if (it >= nit) break; /* warp-uniform */
-            const int v = it / ng, G = it % ng;
-            float sq = x0[u] * x0[u] + x1[u] * x1[u];
-            const float a0 = x0[u] * f0[u], a1 = x1[u] * f1[u];
-            const uint16_t h0 = f2bf(a0), h1 = f2bf(a1);
-            const uint16_t l0 = f2bf(a0 - bf16f(h0)), l1 = f2bf(a1 - bf16f(h1));
-            uint32_t *w = xp + (size_t)v * p.cols + 64 * G + wl;
-            w[0] = h0 | ((uint32_t)h1 << 16);
-            w[4] = l0 | ((uint32_t)l1 << 16);
-            float gs = warp_sum((bf16f(h0) + bf16f(l0)) + (bf16f(h1) + bf16f(l1)));
-            if (p.pro == LILY_GP_RMSNORM) sq = warp_sum(sq);
-            if (lane == 0) {
-                xs[it] = gs;
-                ssi[it] = sq;
-            }
+        const uint16_t h0 = f2bf(a0), h1 = f2bf(a1);
+        const uint16_t l0 = f2bf(a0 - bf16f(h0)), l1 = f2bf(a1 - bf16f(h1));
+        __syncwarp(); /* every lane has read the group's staged floats */
+        uint32_t *w = (uint32_t *)g + wl;
+        w[0] = h0 | ((uint32_t)h1 << 16);
+        w[4] = l0 | ((uint32_t)l1 << 16);
+        const float gs = warp_sum((bf16f(h0) + bf16f(l0)) + (bf16f(h1) + bf16f(l1)));
+        if (p.pro == LILY_GP_RMSNORM) sqs = warp_sum(sqs);
+        if (lane == 0) {
+            xs[it] = gs;
+            ssi[it] = sqs;
         }
     }
     __syncthreads();
@@ -502,7 +496,8 @@ __global__ void __launch_bounds__(kThreads) gemv_q4r_kernel(const __grid_constan
     float *xs = (float *)(xp + (size_t)p.nx * p.cols); /* [nx][ng] group sums */
     float *ssi = xs + p.nx * ng;                       /* [nx][ng] RMSNorm: sums of x^2 */
     float *hf = ssi + p.nx * ng;                       /* [nx][nh] gated: head factors */
-    float *sc = hf + p.nx * nh;                        /* [8] RMSNorm factors */
+    float *sq = hf + p.nx * nh;                        /* [nx][cols / 4] gated: sums of x^2 */
+    float *sc = sq + (nh ? p.nx * (p.cols / 4) : 0);   /* [8] RMSNorm factors */
     float *part = sc + 8;                              /* [nx][NSG][ROWS] */
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int tile = warp % T, sg = warp / T;
@@ -516,7 +511,7 @@ __global__ void __launch_bounds__(kThreads) gemv_q4r_kernel(const __grid_constan
     gv_row_ptr(p, row0 + 8, ng, r1, s1);
     if (sg < nsteps) q4r_load(r0, s0, r1, s1, sg, lane, R[0]);
     if (sg + NSG < nsteps) q4r_load(r0, s0, r1, s1, sg + NSG, lane, R[1]);
-    q4r_prologue(p, xp, xs, ssi, hf);
+    q4r_prologue(p, xp, xs, ssi, hf, sq);
     if (p.pro == LILY_GP_RMSNORM && warp < p.nx) { /* read after the first group's barrier */
         float s = 0.f;
         for (int G = lane; G < ng; G += 32)
