@@ -121,7 +121,8 @@ if [ "${GPU_SLOTS_35B:-1}" = 1 ]; then
         --port-file "$w/port" --parallel 8 --ctx $((ctx + 4 * ntok + 256)) >"$w/serve35.log" 2>&1 &
     pid=$!
     serve_up $pid "$w/port" "$w/serve35.log" 240
-    timeout 600 python3 bench/serve_slots.py "http://127.0.0.1:$(cat "$w/port")" --model "$model" \
+    # GPU_SLOTS_BAN=1: the end-of-turn tokens banned (logit_bias: the draws go to the host)
+    timeout 600 python3 bench/serve_slots.py "http://127.0.0.1:$(cat "$w/port")" ${GPU_SLOTS_BAN:+--model "$model"} \
         --context "$ctx" --tokens "$ntok" --ttft-prompt 512 --rounds "${GPU_SLOTS_ROUNDS:-2}" \
         --json "$out/serve_slots.json" || fails=$((fails + 1))
     kill -TERM $pid; wait $pid || { echo "server did not exit cleanly"; fails=$((fails + 1)); }

@@ -406,20 +406,23 @@ __device__ __forceinline__ void q4r_math(const q4r_regs &R, const uint32_t *xp, 
 }
 
 /* Shared memory of the rows kernel (floats): the planes [nx][cols], group sums and RMSNorm
- * item sums [nx][ng] each; gated: the head factors [nx][cols / head] and the sums of x^2 per
- * float4 [nx][cols / 4]; the RMSNorm factors [8], the partials [nx][128]. */
+ * item sums [nx][ng] each; gated: the head factors [nx][cols / head]; both norms: the sums of
+ * x^2 per float4 [nx][cols / 4]; the RMSNorm factors [8], the partials [nx][128]. */
 size_t q4r_smem(const gv_params &p, int nx) {
     const int ng = p.cols / 64;
-    const int gated = p.pro == LILY_GP_GATED ? p.cols / p.head + p.cols / 4 : 0;
-    size_t floats = (size_t)nx * ((size_t)p.cols + 2 * ng + gated + 128) + 8;
+    const int extra = p.pro == LILY_GP_GATED     ? p.cols / p.head + p.cols / 4
+                      : p.pro == LILY_GP_RMSNORM ? p.cols / 4
+                                                 : 0;
+    size_t floats = (size_t)nx * ((size_t)p.cols + 2 * ng + extra + 128) + 8;
     return (floats * 4 + 15) & ~(size_t)15;
 }
 
 /* x' of every vector into the planes. Pass 1, every thread, float4 loads all independent:
- * x (gated: x * w[c % head] * silu(z), and each float4's sum of x^2 into sq) staged as fp32 in
+ * x * w (RMSNORM) or x * w[c % head] * silu(z) (GATED) or x, with each float4's sum of x^2 into
+ * sq (both norms), staged as fp32 in
  * the planes' own place, [v][c]; gated: the head factors hf from sq. Pass 2, a warp per
- * (vector, group) item, lane L taking the column pair of word L (see above): x' = x * w
- * (RMSNORM; the factor is applied to the dot products) or the staged value * hf (GATED), split
+ * (vector, group) item, lane L taking the column pair of word L (see above): x' = the staged
+ * value (RMSNORM: its factor is applied to the dot products) or that * hf (GATED), split
  * into hi and lo and written over the group's staged floats once the warp has read them all;
  * the group's sum of hi + lo into xs and, for RMSNORM, its sum of x^2 into ssi. Ends with a
  * barrier. */
@@ -427,18 +430,21 @@ __device__ __forceinline__ void q4r_prologue(const gv_params &p, uint32_t *xp, f
                                              float *ssi, float *hf, float *sq) {
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
     const int ng = p.cols / 64, nq = p.cols / 4;
-    const bool gated = p.pro == LILY_GP_GATED;
+    const bool gated = p.pro == LILY_GP_GATED, norm = p.pro == LILY_GP_RMSNORM;
     float *xf = (float *)xp;
 #pragma unroll 4
     for (int q = threadIdx.x; q < p.nx * nq; q += blockDim.x) {
         const int v = q / nq, c4 = q % nq;
         float4 a = __ldg((const float4 *)p.x[v] + c4);
+        if (gated || norm) sq[q] = a.x * a.x + a.y * a.y + a.z * a.z + a.w * a.w;
         if (gated) {
             const float4 w = __ldg((const float4 *)p.pw + c4 % (p.head / 4));
             const float4 z = __ldg((const float4 *)p.pz[v] + c4);
-            sq[q] = a.x * a.x + a.y * a.y + a.z * a.z + a.w * a.w;
             a = make_float4(a.x * w.x * silu_f(z.x), a.y * w.y * silu_f(z.y),
                             a.z * w.z * silu_f(z.z), a.w * w.w * silu_f(z.w));
+        } else if (norm) {
+            const float4 w = __ldg((const float4 *)p.pw + c4);
+            a = make_float4(a.x * w.x, a.y * w.y, a.z * w.z, a.w * w.w);
         }
         ((float4 *)xf)[q] = a;
     }
@@ -461,10 +467,8 @@ __device__ __forceinline__ void q4r_prologue(const gv_params &p, uint32_t *xp, f
         float *g = xf + (size_t)v * p.cols + 64 * (it % ng);
         const float x0 = g[cl], x1 = g[cl + 4];
         float a0 = x0, a1 = x1, sqs = 0.f;
-        if (p.pro == LILY_GP_RMSNORM) {
-            sqs = x0 * x0 + x1 * x1;
-            a0 *= __ldg(p.pw + c);
-            a1 *= __ldg(p.pw + c + 4);
+        if (norm) { /* the group's 16 float4 sums of x^2 */
+            sqs = lane < 16 ? sq[(size_t)v * nq + 16 * (it % ng) + lane] : 0.f;
         } else if (gated) {
             const float *f = hf + v * (p.cols / p.head);
             a0 *= f[c / p.head];
@@ -477,7 +481,7 @@ __device__ __forceinline__ void q4r_prologue(const gv_params &p, uint32_t *xp, f
         w[0] = h0 | ((uint32_t)h1 << 16);
         w[4] = l0 | ((uint32_t)l1 << 16);
         const float gs = warp_sum((bf16f(h0) + bf16f(l0)) + (bf16f(h1) + bf16f(l1)));
-        if (p.pro == LILY_GP_RMSNORM) sqs = warp_sum(sqs);
+        if (norm) sqs = warp_sum(sqs);
         if (lane == 0) {
             xs[it] = gs;
             ssi[it] = sqs;
@@ -496,9 +500,9 @@ __global__ void __launch_bounds__(kThreads) gemv_q4r_kernel(const __grid_constan
     float *xs = (float *)(xp + (size_t)p.nx * p.cols); /* [nx][ng] group sums */
     float *ssi = xs + p.nx * ng;                       /* [nx][ng] RMSNorm: sums of x^2 */
     float *hf = ssi + p.nx * ng;                       /* [nx][nh] gated: head factors */
-    float *sq = hf + p.nx * nh;                        /* [nx][cols / 4] gated: sums of x^2 */
-    float *sc = sq + (nh ? p.nx * (p.cols / 4) : 0);   /* [8] RMSNorm factors */
-    float *part = sc + 8;                              /* [nx][NSG][ROWS] */
+    float *sq = hf + p.nx * nh; /* [nx][cols / 4] gated, RMSNorm: sums of x^2 per float4 */
+    float *sc = sq + (p.pro == LILY_GP_GATED || p.pro == LILY_GP_RMSNORM ? p.nx * (p.cols / 4) : 0);
+    float *part = sc + 8; /* [nx][NSG][ROWS] */
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int tile = warp % T, sg = warp / T;
     const int ngroups = (p.total + ROWS - 1) / ROWS;
