@@ -8,7 +8,9 @@
 # `lily serve --backend cuda --parallel 8`: bench/serve_slots.py's aggregate decode tok/s with
 # 1, 2, 4, 8 streams at a 4K context and the time to first token of a 512-token request while 7
 # streams decode (GPU_SLOTS_35B=0 leaves it out; GPU_SLOTS_CTX, GPU_SLOTS_TOKENS,
-# GPU_SLOTS_ROUNDS set its context, tokens per stream and rounds).
+# GPU_SLOTS_ROUNDS set its context, tokens per stream and rounds; GPU_SLOTS_BAN=1 bans the
+# end-of-turn tokens with logit_bias so every stream runs its full length, which sends the draws
+# to the host: the default measures the default path, draws on the GPU).
 #
 #   bash bench/gpu_slots.sh prepare   # here: build with CUDA, pack lily, test_gen_slots, the
 #                                     # shared libraries and the tokenizer files into
