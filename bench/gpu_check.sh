@@ -78,7 +78,9 @@ mkdir -p "$out"
 log="$out/gpu_check.log"
 work=/tmp/lily_gpu_check
 rm -rf "$work" && mkdir -p "$work/logs"
-logs=$work/logs # per-test logs, packed into $OUT/logs.tgz at the end ($OUT returns <= 8 files)
+logs=$work/logs # per-test logs, packed into $OUT/logs-HHMMSS.tgz at the end (one per run, so
+# several runs in one device call keep theirs; $OUT returns <= 8 files)
+run_id=$(date -u +%H%M%S)
 tar -C "$work" -xJf "$carry/cuda.tar.xz"
 export LD_LIBRARY_PATH="$work/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 exec > >(tee -a "$log") 2>&1
@@ -380,4 +382,4 @@ if [[ $skip != *" slots "* ]] && [ -f .devcarry-slots/slots.tar.xz ]; then
     OUT=$out timeout 560 bash bench/gpu_slots.sh run 2>&1 | tail -30
 fi
 echo "== done $(date -u +%FT%TZ)"
-tar -C "$work" -czf "$out/logs.tgz" logs
+tar -C "$work" -czf "$out/logs-$run_id.tgz" logs
