@@ -10,7 +10,8 @@
 # streams decode (GPU_SLOTS_35B=0 leaves it out; GPU_SLOTS_CTX, GPU_SLOTS_TOKENS,
 # GPU_SLOTS_ROUNDS set its context, tokens per stream and rounds; GPU_SLOTS_BAN=1 bans the
 # end-of-turn tokens with logit_bias so every stream runs its full length, which sends the draws
-# to the host: the default measures the default path, draws on the GPU).
+# to the host: the default measures the default path, draws on the GPU; GPU_SLOTS_SERVE_OPTS adds
+# options of that lily serve, e.g. "--prefill-chunk 512").
 #
 #   bash bench/gpu_slots.sh prepare   # here: build with CUDA, pack lily, test_gen_slots, the
 #                                     # shared libraries and the tokenizer files into
@@ -120,7 +121,8 @@ if [ "${GPU_SLOTS_35B:-1}" = 1 ]; then
     # each slot's context: the prompt, 4 x the tokens (the TTFT part's background streams), the
     # template's tokens
     LD_LIBRARY_PATH=$ld "$w/bin/lily" serve --model "$model" --backend "${GPU_SLOTS_BACKEND:-cuda}" --port 0 \
-        --port-file "$w/port" --parallel 8 --ctx $((ctx + 4 * ntok + 256)) >"$w/serve35.log" 2>&1 &
+        --port-file "$w/port" --parallel 8 --ctx $((ctx + 4 * ntok + 256)) ${GPU_SLOTS_SERVE_OPTS:-} \
+        >"$w/serve35.log" 2>&1 &
     pid=$!
     serve_up $pid "$w/port" "$w/serve35.log" 240
     # GPU_SLOTS_BAN=1: the end-of-turn tokens banned (logit_bias: the draws go to the host)
