@@ -22,7 +22,8 @@
 # GPU_CHECK_GRAMMAR_35B=1 adds the 35B model to the grammar stage (constrained decode cost).
 # GPU_CHECK_ROWS=LIST times the decode step of LIST rows (lily bench --rows, e.g. 1,2,4,8) at
 # GPU_CHECK_ROWS_CTX (default 4K); GPU_CHECK_ROWS_PROFILE=1 adds --profile (each op's time).
-# GPU_CHECK_NCU_KERNEL profiles one kernel with every ncu section (bench stage). GPU_CHECK_BENCH_DIR picks where the synthetic 35B checkpoint is written (local
+# GPU_CHECK_NCU_KERNEL profiles one kernel with every ncu section (bench stage); GPU_CHECK_NCU_ROWS=N
+# does the same for the decode step's GEMV and MoE launches at N rows (lily stage). GPU_CHECK_BENCH_DIR picks where the synthetic 35B checkpoint is written (local
 # disk, ~19.5 GB; default /tmp/lily35b).
 set -u
 mode=${1:-run}
@@ -321,6 +322,21 @@ PY
             timeout 400 "$work/bin/lily" bench --model "$LILY_CUDA_BENCH_DIR" --backend cuda \
                 --rows "$GPU_CHECK_ROWS" --decode "${GPU_CHECK_ROWS_CTX:-4K}" --gen 64 $prof 2>&1 |
                 grep -vE '^$|^lily: loading'
+        fi
+        if [ -n "${GPU_CHECK_NCU_ROWS:-}" ] && command -v ncu >/dev/null; then
+            # every ncu section of a few launches of the decode step's GEMV and MoE kernels at
+            # GPU_CHECK_NCU_ROWS rows (4K context; GPU_CHECK_NCU_ROWS_KERNEL: a regex of kernel
+            # names, GPU_CHECK_NCU_ROWS_SKIP launches skipped first); ncu_rows.txt comes back
+            echo "== ncu rows ${GPU_CHECK_NCU_ROWS}: ${GPU_CHECK_NCU_ROWS_KERNEL:-gemv_q4r|moe_gate_up|moe_down}"
+            timeout 300 ncu --set full -k "regex:${GPU_CHECK_NCU_ROWS_KERNEL:-gemv_q4r|moe_gate_up|moe_down}" \
+                --launch-skip "${GPU_CHECK_NCU_ROWS_SKIP:-200}" --launch-count "${GPU_CHECK_NCU_ROWS_COUNT:-6}" \
+                --export "$work/ncu_rows" "$work/bin/lily" bench --model "$LILY_CUDA_BENCH_DIR" \
+                --backend cuda --rows "$GPU_CHECK_NCU_ROWS" --decode 4K --gen 4 \
+                >"$logs/ncu_rows_run.log" 2>&1
+            ncu --import "$work/ncu_rows.ncu-rep" --page details --print-details all \
+                >"$out/ncu_rows.txt" 2>&1
+            grep -E "^  [a-z_].*\(|Duration|Grid Size|Block Size|Memory Th|DRAM Th|L2 Cache Th|Registers Per|Achieved Occ|Dynamic Shared" \
+                "$out/ncu_rows.txt" | head -120
         fi
         if [ "${GPU_CHECK_GENERATE:-0}" = 1 ]; then
             # tokens drawn on the GPU (lily_session_decode_sample) against the host sampler
