@@ -8,7 +8,7 @@
  *   test_cuda_ops [FILTER...]   only the rows whose op name contains one of the FILTERs
  *                               (e.g. "gemv", "moe", "moe_prefill", "embed")
  *
- * Ops: gemv (decode GEMV: every weight type, prologue copy / RMSNorm / per-head gated RMSNorm,
+ * Ops: gemv (decode GEMV: every weight type, prologue copy / RMSNorm,
  * epilogue store / add / causal conv + SiLU with its state update, odd row counts, 64 .. 16384
  * columns); gemv_rows (lily_cuda_gemv_rows, 1 to 8 input vectors through the same weights, against
  * lily_cuda_gemv of each vector alone, bit for bit: outputs and conv states); moe_decode (the fused
@@ -32,7 +32,8 @@
  * moe_rows (the decode of 1 to 8 rows at a padded stride: each row bit for bit the row alone, its
  * routing the row alone's, its output against the CPU block; rows on their own experts, all on the
  * same ones, pairs on the same ones); gdn_rows (the GDN decode step of 1 to 8 rows in one launch
- * at padded strides: each row bit for bit the row alone, and against lily_cpu_gdn_scan).
+ * at padded strides, with the output's gated RMSNorm: each row bit for bit the row alone, and
+ * against lily_cpu_gdn_scan and the gated RMSNorm; heads of 1 to 32 warps).
  *
  * attn_prep (q/k RMSNorm, partial RoPE, int16 + scale cache rows against lily_cpu_rmsnorm +
  * lily_cpu_rope); attn_decode (split-K decode at contexts 1 to 131073, every split count 1 to 128,
@@ -189,7 +190,7 @@ static const op_row table[] = {
      * upload: ~2^-9 per weight), the segments' rows */
     GEMV(Q4, 2048, RMSNORM, STORE, 1e-4, 1000, 37, 513),
     GEMV(Q4, 2048, NONE, STORE, 1e-4, 8192),
-    GEMV(Q4, 4096, GATED, ADD, 1e-4, 1000, 37),
+    GEMV(Q4, 4096, NONE, ADD, 1e-4, 1000, 37),
     GEMV(Q4, 512, NONE, ADD, 1e-4, 1000, 37, 513),
     GEMV(Q4, 64, RMSNORM, STORE, 1e-4, 256, 1, 7, 300),
     GEMV(Q4, 192, NONE, STORE, 1e-4, 5),
@@ -197,7 +198,7 @@ static const op_row table[] = {
     GEMV(Q8, 2048, RMSNORM, STORE, 1e-4, 256, 1),
     GEMV(Q8, 320, NONE, STORE, 1e-4, 1000, 37, 513),
     GEMV(BF16, 2048, RMSNORM, STORE, 1e-4, 1000, 37, 513),
-    GEMV(BF16, 576, GATED, ADD, 1e-4, 256, 1, 7, 300),
+    GEMV(BF16, 576, NONE, ADD, 1e-4, 256, 1, 7, 300),
     GEMV(BF16, 64, NONE, CONV, 1e-4, 5),
     GEMV(F32, 768, NONE, STORE, 1e-2, 1000, 37),
     /* a wide input: dynamic shared memory above 48 KiB (16384 columns is the widest the CPU
@@ -216,12 +217,12 @@ static const op_row table[] = {
     GEMV_ROWS(Q4, 2048, RMSNORM, STORE, 6, 300, 37, 5, 1000),
     GEMV_ROWS(Q4, 2048, RMSNORM, STORE, 7, 300, 37, 5, 1000),
     GEMV_ROWS(Q4, 2048, RMSNORM, STORE, 8, 300, 37, 5, 1000),
-    GEMV_ROWS(Q4, 4096, GATED, ADD, 8, 1000, 37),
+    GEMV_ROWS(Q4, 4096, NONE, ADD, 8, 1000, 37),
     GEMV_ROWS(Q4, 512, NONE, ADD, 5, 1000, 37, 513),
     GEMV_ROWS(Q4, 320, RMSNORM, CONV, 7, 1000, 37, 513),
     GEMV_ROWS(Q4, 64, RMSNORM, STORE, 8, 256, 1, 7, 300),
     GEMV_ROWS(Q8, 2048, RMSNORM, STORE, 6, 256, 1),
-    GEMV_ROWS(BF16, 576, GATED, ADD, 3, 256, 1, 7, 300),
+    GEMV_ROWS(BF16, 576, NONE, ADD, 3, 256, 1, 7, 300),
     GEMV_ROWS(BF16, 4096, RMSNORM, STORE, 8, 5),
     GEMV_ROWS(F32, 768, NONE, CONV, 8, 1000, 37),
     GEMV_ROWS(Q4, 16384, RMSNORM, STORE, 3, 33),
@@ -442,6 +443,9 @@ static const op_row table[] = {
     {.op = OP_GDN_ROWS, .Nk = 4, .Nv = 12, .dim = 64, .n = 3, .tol = 1e-4},
     {.op = OP_GDN_ROWS, .Nk = 1, .Nv = 3, .dim = 24, .n = 7, .tol = 1e-4},
     {.op = OP_GDN_ROWS, .Nk = 2, .Nv = 2, .dim = 8, .n = 5, .tol = 1e-4},
+    /* a head of 32 warps (a cluster of 8 blocks), of 5 warps (5 blocks of one) */
+    {.op = OP_GDN_ROWS, .Nk = 2, .Nv = 4, .dim = 256, .n = 2, .tol = 1e-4},
+    {.op = OP_GDN_ROWS, .Nk = 1, .Nv = 2, .dim = 40, .n = 3, .tol = 1e-4},
 };
 
 /* The CPU reference blocks' threads (one per core: the references of the larger rows are GFLOPs) */
@@ -467,25 +471,15 @@ static void run_gemv(const op_row *r) {
         return;
     }
     float *x = malloc(cols * 4), *xp = malloc(cols * 4), *w = malloc(cols * 4);
-    float *z = malloc(cols * 4);
     pt_fill(x, cols, 2.0f);
     for (int i = 0; i < cols; i++)
         w[i] = 0.5f + pt_frand() * 0.5f;
-    pt_fill(z, cols, 3.0f);
-    int head = 128 <= cols && cols % 128 == 0 ? 128 : 64;
     /* the CPU form of the prologue */
-    if (pk == LILY_GP_RMSNORM) {
+    if (pk == LILY_GP_RMSNORM)
         lily_cpu_rmsnorm(x, w, cols, 1e-6f, xp);
-    } else if (pk == LILY_GP_GATED) {
-        for (int h = 0; h < cols / head; h++) {
-            lily_cpu_rmsnorm(x + h * head, w, head, 1e-6f, xp + h * head);
-            for (int i = 0; i < head; i++)
-                xp[h * head + i] *= silu_h(z[h * head + i]);
-        }
-    } else {
+    else
         memcpy(xp, x, cols * 4);
-    }
-    float *dx = pt_dup(x, cols), *dw = pt_dup(w, cols), *dz = pt_dup(z, cols);
+    float *dx = pt_dup(x, cols), *dw = pt_dup(w, cols);
     float *ref[LILY_GEMV_SEGS], *dy[LILY_GEMV_SEGS], *dcs[LILY_GEMV_SEGS], *dcw[LILY_GEMV_SEGS];
     float *cs[LILY_GEMV_SEGS], *cw[LILY_GEMV_SEGS];
     const int K = 4;
@@ -518,10 +512,10 @@ static void run_gemv(const op_row *r) {
         free(y0);
         seg[s] = (lily_gemv_seg){&dm[s], dy[s], epi, dcs[s], dcw[s], K};
     }
-    lily_gemv_pro pro = {pk, dw, dz, head, 1e-6f};
+    lily_gemv_pro pro = {pk, dw, 1e-6f};
     int rc = lily_cuda_gemv(seg, nseg, dx, &pro, NULL, &e);
     if (!pt_ok(rc, "gemv launch", &e)) return;
-    static const char *pks[] = {"copy", "rmsnorm", "gated"};
+    static const char *pks[] = {"copy", "rmsnorm"};
     static const char *eps[] = {"store", "add", "conv"};
     for (int s = 0; s < nseg; s++) {
         float *got = malloc(rows[s] * 4);
@@ -542,11 +536,11 @@ static void run_gemv(const op_row *r) {
         lily_cuda_dmat_free(&dm[s]);
         pt_mat_free(&m[s]);
     }
-    lily_cuda_free(dx), lily_cuda_free(dw), lily_cuda_free(dz);
-    free(x), free(xp), free(w), free(z);
+    lily_cuda_free(dx), lily_cuda_free(dw);
+    free(x), free(xp), free(w);
 }
 
-/* lily_cuda_gemv_rows with r->n input vectors (their own x, gate z, outputs and conv states)
+/* lily_cuda_gemv_rows with r->n input vectors (their own x, outputs and conv states)
  * against lily_cuda_gemv of each vector alone: bit for bit (memcmp), outputs and conv states. */
 static void run_gemv_rows(const op_row *r) {
     enum { K = 4, NX = LILY_GEMV_ROWS, MAXR = 8192 };
@@ -564,11 +558,9 @@ static void run_gemv_rows(const op_row *r) {
     lily_mat m[LILY_GEMV_SEGS];
     lily_dmat dm[LILY_GEMV_SEGS];
     lily_gemv_seg seg[NX * LILY_GEMV_SEGS], one[LILY_GEMV_SEGS];
-    lily_gemv_pro pro[NX];
     const float *xr[NX];
-    float *dx[NX], *dz[NX], *y[2][NX][LILY_GEMV_SEGS], *cs[2][NX][LILY_GEMV_SEGS];
+    float *dx[NX], *y[2][NX][LILY_GEMV_SEGS], *cs[2][NX][LILY_GEMV_SEGS];
     float *cw[LILY_GEMV_SEGS];
-    const int head = 128 <= cols && cols % 128 == 0 ? 128 : 64;
     float *h = malloc((size_t)(cols > MAXR ? cols : MAXR) * K * 4);
     pt_fill(h, cols, 1.0f);
     for (int i = 0; i < cols; i++)
@@ -583,9 +575,6 @@ static void run_gemv_rows(const op_row *r) {
     for (int v = 0; v < nx; v++) {
         pt_fill(h, cols, 2.0f);
         xr[v] = dx[v] = pt_dup(h, cols);
-        pt_fill(h, cols, 3.0f);
-        dz[v] = pt_dup(h, cols);
-        pro[v] = (lily_gemv_pro){pk, dw, dz[v], head, 1e-6f};
         for (int s = 0; s < nseg; s++) {
             pt_fill(h, rows[s], 1.0f); /* both runs start from the same y (ADD) and state */
             y[0][v][s] = pt_dup(h, rows[s]);
@@ -596,13 +585,14 @@ static void run_gemv_rows(const op_row *r) {
             seg[v * nseg + s] = (lily_gemv_seg){&dm[s], y[0][v][s], epi, cs[0][v][s], cw[s], K};
         }
     }
-    int ok = pt_ok(lily_cuda_gemv_rows(seg, nseg, nx, xr, pk ? pro : NULL, NULL, &e), "rows", &e);
+    const lily_gemv_pro pro = {pk, dw, 1e-6f};
+    int ok = pt_ok(lily_cuda_gemv_rows(seg, nseg, nx, xr, pk ? &pro : NULL, NULL, &e), "rows", &e);
     for (int v = 0; v < nx && ok; v++) {
         for (int s = 0; s < nseg; s++)
             one[s] = (lily_gemv_seg){&dm[s], y[1][v][s], epi, cs[1][v][s], cw[s], K};
-        ok = pt_ok(lily_cuda_gemv(one, nseg, dx[v], pk ? &pro[v] : NULL, NULL, &e), "alone", &e);
+        ok = pt_ok(lily_cuda_gemv(one, nseg, dx[v], pk ? &pro : NULL, NULL, &e), "alone", &e);
     }
-    static const char *pks[] = {"copy", "rmsnorm", "gated"};
+    static const char *pks[] = {"copy", "rmsnorm"};
     static const char *eps[] = {"store", "add", "conv"};
     int same = ok;
     float *a = malloc((size_t)MAXR * K * 4), *b = malloc((size_t)MAXR * K * 4);
@@ -621,7 +611,7 @@ static void run_gemv_rows(const op_row *r) {
              dt_names[dt], nx, cols, nseg, pks[pk], eps[epi]);
     pt_check_true(name, same);
     for (int v = 0; v < nx; v++) {
-        lily_cuda_free(dx[v]), lily_cuda_free(dz[v]);
+        lily_cuda_free(dx[v]);
         for (int s = 0; s < nseg; s++)
             for (int k = 0; k < 2; k++)
                 lily_cuda_free(y[k][v][s]), lily_cuda_free(cs[k][v][s]);
@@ -1735,12 +1725,14 @@ static void gnorm_case(int n, int nh, int hd, double tol) {
 }
 
 /* The GDN decode step of R rows in one launch (lily_cuda_gdn_step_rows) from random non-zero
- * states, the rows' inputs and outputs at padded strides: each row's output and state bit for
- * bit the one-token lily_cuda_gdn_scan of that row alone, and against lily_cpu_gdn_scan per head
- * (norms and gates as scan_case); the padding between output rows untouched. */
+ * states, the rows' inputs, gates and outputs at padded strides: each row's output and state bit
+ * for bit the same call with that row alone (R = 1), and against lily_cpu_gdn_scan per head
+ * (norms and gates as scan_case) followed by the gated RMSNorm (lily_cpu_rmsnorm, silu(z)); the
+ * padding between output rows untouched. */
 static void gdn_rows_case(int Nk, int Nv, int Dv, int R, double tol) {
     const int Dk = 128, C = 2 * Nk * Dk + Nv * Dv;
     const size_t dq = (size_t)C + 12, dba = 2 * (size_t)Nv + 5, dout = (size_t)Nv * Dv + 8;
+    const size_t dzs = (size_t)Nv * Dv + 3;
     const size_t sn = (size_t)Nv * Dk * Dv;
     lily_err e;
     char name[160];
@@ -1753,6 +1745,11 @@ static void gdn_rows_case(int Nk, int Nv, int Dv, int R, double tol) {
     float *gS = malloc(sn * 4), *one = malloc(dout * 4), *oneS = malloc(sn * 4);
     float *Sref = malloc(sn * 4), *oref = malloc((size_t)Nv * Dv * 4), *gSc = malloc(sn * 4);
     float *beta = malloc(Nv * 4), *lam = malloc(Nv * 4), *q = malloc(C * 4);
+    float *z = malloc(R * dzs * 4), *nw = malloc(Dv * 4);
+    pt_fill(z, R * dzs, 3.0f);
+    for (int i = 0; i < Dv; i++)
+        nw[i] = 0.5f + 0.5f * pt_frand();
+    float *dz = pt_dup(z, R * dzs), *dnw = pt_dup(nw, Dv);
     pt_fill(qkv, R * dq, 1.0f);
     pt_fill(ba, R * dba, 3.0f);
     pt_fill(S, R * sn, 0.3f);
@@ -1766,7 +1763,7 @@ static void gdn_rows_case(int Nk, int Nv, int Dv, int R, double tol) {
     float *dO = pt_dalloc(R * dout * 4);
     cudaMemset(dO, 0x7f, R * dout * 4); /* the padding's bytes, checked after */
     int rc = lily_cuda_gdn_step_rows(dS, R, Nk, Nv, Dk, Dv, dq_, dq, dba_, dba_ + Nv, dba, dA, ddt,
-                                     dO, dout, NULL, &e);
+                                     dz, dzs, dnw, 1e-6f, dO, dout, NULL, &e);
     snprintf(name, sizeof name, "gdn rows R=%d Nk=%d Nv=%d Dv=%d: launch", R, Nk, Nv, Dv);
     if (pt_ok(rc, name, &e)) {
         pt_get(go, dO, R * dout);
@@ -1782,11 +1779,11 @@ static void gdn_rows_case(int Nk, int Nv, int Dv, int R, double tol) {
         pt_check_true(name, pad_bad == 0);
         for (int r = 0; r < R; r++) {
             const float *xq = qkv + (size_t)r * dq, *xb = ba + (size_t)r * dba;
-            /* the row alone: the one-token scan on a copy of its state */
+            /* the row alone: R = 1 on a copy of its state */
             float *s1 = pt_dup(S + (size_t)r * sn, sn), *o1 = pt_dalloc(dout * 4);
-            rc = lily_cuda_gdn_scan(s1, Nk, Nv, Dk, Dv, 1, dq_ + (size_t)r * dq, (int)dq,
-                                    dba_ + (size_t)r * dba, dba_ + (size_t)r * dba + Nv, (int)dba,
-                                    dA, ddt, o1, (int)dout, NULL, &e);
+            rc = lily_cuda_gdn_step_rows(&s1, 1, Nk, Nv, Dk, Dv, dq_ + (size_t)r * dq, 0,
+                                         dba_ + (size_t)r * dba, dba_ + (size_t)r * dba + Nv, 0, dA,
+                                         ddt, dz + (size_t)r * dzs, 0, dnw, 1e-6f, o1, 0, NULL, &e);
             if (!pt_ok(rc, "gdn rows: the row alone", &e)) break;
             pt_get(one, o1, Nv * Dv);
             pt_get(oneS, s1, sn);
@@ -1826,6 +1823,12 @@ static void gdn_rows_case(int Nk, int Nv, int Dv, int R, double tol) {
                                   q + (size_t)2 * Nk * Dk + (size_t)j * Dv, C, beta + j, lam + j,
                                   Nv, oref + (size_t)j * Dv, Nv * Dv);
             }
+            for (int j = 0; j < Nv; j++) { /* the gated RMSNorm of each head */
+                float *oh = oref + (size_t)j * Dv;
+                lily_cpu_rmsnorm(oh, nw, Dv, 1e-6f, oh);
+                for (int v = 0; v < Dv; v++)
+                    oh[v] *= silu_h(z[(size_t)r * dzs + (size_t)j * Dv + v]);
+            }
             for (int j = 0; j < Nv; j++)
                 for (int k = 0; k < Dk; k++)
                     for (int v = 0; v < Dv; v++)
@@ -1842,9 +1845,10 @@ static void gdn_rows_case(int Nk, int Nv, int Dv, int R, double tol) {
     for (int r = 0; r < R; r++)
         lily_cuda_free(dS[r]);
     lily_cuda_free(dO), lily_cuda_free(dq_), lily_cuda_free(dba_), lily_cuda_free(dA);
-    lily_cuda_free(ddt);
+    lily_cuda_free(ddt), lily_cuda_free(dz), lily_cuda_free(dnw);
     free(qkv), free(ba), free(A_log), free(dtb), free(S), free(go), free(gS), free(one);
-    free(oneS), free(Sref), free(oref), free(gSc), free(beta), free(lam), free(q);
+    free(oneS), free(Sref), free(oref), free(gSc), free(beta), free(lam), free(q), free(z);
+    free(nw);
 }
 
 static void run_gdn(const op_row *r) {
@@ -1873,6 +1877,14 @@ static void run_args(const op_row *r) {
     pt_check_true("gdn scan rejects an unknown kernel",
                   lily_cuda_gdn_scan_with(LILY_GDN_TILED4 + 1, NULL, 1, 1, 128, 8, 1, NULL, 4, NULL,
                                           NULL, 1, NULL, NULL, NULL, 1, NULL, &e) == -1);
+    float *S0 = NULL;
+    pt_check_true("gdn step rows rejects Dv=264 (a head of 33 warps)",
+                  lily_cuda_gdn_step_rows(&S0, 1, 1, 1, 128, 264, NULL, 0, NULL, NULL, 0, NULL,
+                                          NULL, NULL, 0, NULL, 1e-6f, NULL, 0, NULL, &e) == -1);
+    pt_check_true("gdn step rows rejects 9 rows",
+                  lily_cuda_gdn_step_rows(&S0, LILY_GDN_ROWS + 1, 1, 1, 128, 128, NULL, 0, NULL,
+                                          NULL, 0, NULL, NULL, NULL, 0, NULL, 1e-6f, NULL, 0, NULL,
+                                          &e) == -1);
 }
 
 /* ---- attention: prep, decode, prefill ---------------------------------------------------- */
@@ -2563,7 +2575,7 @@ static void run_advance(const op_row *r) {
 
 /* The row's shape and variant in words. */
 static void row_desc(const op_row *r, char *s, size_t cap) {
-    static const char *pks[] = {"copy", "rmsnorm", "gated"}, *eps[] = {"store", "add", "conv"};
+    static const char *pks[] = {"copy", "rmsnorm"}, *eps[] = {"store", "add", "conv"};
     static const char *routes[] = {"gpu-routed", "experts-0..k-1", "skewed"};
     switch (r->op) {
     case OP_GEMV:

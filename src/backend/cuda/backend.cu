@@ -328,8 +328,8 @@ int gemv_any(const lily_gemv_seg *segs, int n, const float *x, const lily_gemv_p
     return 0;
 }
 
-/* gemv_any over nx input vectors (lily_cuda_gemv_rows): segs [nx][n], x [nx], pro [nx] or
- * NULL. */
+/* gemv_any over nx input vectors (lily_cuda_gemv_rows): segs [nx][n], x [nx], pro NULL or the
+ * one prologue of every vector. */
 int gemv_any_rows(const lily_gemv_seg *segs, int n, int nx, const float *const *x,
                   const lily_gemv_pro *pro, cudaStream_t st, lily_err *e) {
     int done[LILY_GEMV_SEGS] = {0};
@@ -812,7 +812,7 @@ int decode_layers(lily_backend *b, lily_bstate *s, lily_err *e) {
     prof_mark(b, -1, LILY_OP_EMBED);
     for (int l = 0; l < c->n_layers; l++) {
         cu_layer *ly = &b->L[l];
-        lily_gemv_pro norm = {LILY_GP_RMSNORM, ly->in_norm, nullptr, 0, eps};
+        lily_gemv_pro norm = {LILY_GP_RMSNORM, ly->in_norm, eps};
         if (c->layer_is_attn[l]) {
             float *qg = b->buf[0], *kb = b->buf[1], *vb = b->buf[2], *q = b->buf[3];
             float *gt = b->buf[4], *o = b->buf[1];
@@ -844,19 +844,20 @@ int decode_layers(lily_backend *b, lily_bstate *s, lily_err *e) {
                                     {&ly->a, ba + Nv, LILY_GV_STORE, nullptr, nullptr, 0}};
             if (gemv_any(seg, 4, b->x, &norm, st, e)) return -1;
             prof_mark(b, l, LILY_OP_GDN_PROJ);
-            if (lily_cuda_gdn_scan(s->S[l], c->lin_nk, Nv, c->lin_dk, c->lin_dv, 1, cv, b->C, ba,
-                                   ba + Nv, 2 * Nv, ly->A_log, ly->dt_bias, o, b->Zw, st, e))
+            float *S = s->S[l];
+            if (lily_cuda_gdn_step_rows(&S, 1, c->lin_nk, Nv, c->lin_dk, c->lin_dv, cv, 0, ba,
+                                        ba + Nv, 0, ly->A_log, ly->dt_bias, z, 0, ly->gdn_norm, eps,
+                                        o, 0, st, e))
                 return -1;
             prof_mark(b, l, LILY_OP_GDN_RECUR);
-            lily_gemv_pro gp = {LILY_GP_GATED, ly->gdn_norm, z, c->lin_dv, eps};
             lily_gemv_seg os = {&ly->out, b->x, LILY_GV_ADD, nullptr, nullptr, 0};
-            if (lily_cuda_gemv(&os, 1, o, &gp, st, e)) return -1;
+            if (lily_cuda_gemv(&os, 1, o, nullptr, st, e)) return -1;
             prof_mark(b, l, LILY_OP_GDN_OUT);
         }
         if (lily_cuda_moe_decode(&ly->moe, b->x, ly->post_norm, eps, b->moe_dec, st, e)) return -1;
         prof_mark(b, l, ffn_op(c));
     }
-    lily_gemv_pro fn = {LILY_GP_RMSNORM, b->final_norm, nullptr, 0, eps};
+    lily_gemv_pro fn = {LILY_GP_RMSNORM, b->final_norm, eps};
     lily_gemv_seg hs = {b->lm_head, b->logits, LILY_GV_STORE, nullptr, nullptr, 0};
     if (lily_cuda_gemv(&hs, 1, b->x, &fn, st, e)) return -1;
     prof_mark(b, -1, LILY_OP_LM_HEAD);
@@ -889,9 +890,7 @@ int decode_rows(lily_backend *b, lily_bstate *const *s, int R, lily_err *e) {
     prof_mark(b, -1, LILY_OP_EMBED);
     for (int l = 0; l < c->n_layers; l++) {
         cu_layer *ly = &b->L[l];
-        lily_gemv_pro norm[LILY_MAX_ROWS];
-        for (int i = 0; i < R; i++)
-            norm[i] = {LILY_GP_RMSNORM, ly->in_norm, nullptr, 0, eps};
+        const lily_gemv_pro norm = {LILY_GP_RMSNORM, ly->in_norm, eps};
         if (c->layer_is_attn[l]) {
             lily_gemv_seg seg[LILY_MAX_ROWS][3];
             for (int i = 0; i < R; i++) {
@@ -900,7 +899,7 @@ int decode_rows(lily_backend *b, lily_bstate *const *s, int R, lily_err *e) {
                 seg[i][1] = {&ly->k, kb, LILY_GV_STORE, nullptr, nullptr, 0};
                 seg[i][2] = {&ly->v, vb, LILY_GV_STORE, nullptr, nullptr, 0};
             }
-            if (gemv_any_rows(&seg[0][0], 3, R, xr, norm, st, e)) return -1;
+            if (gemv_any_rows(&seg[0][0], 3, R, xr, &norm, st, e)) return -1;
             prof_mark(b, l, LILY_OP_ATTN_PROJ);
             for (int i = 0; i < R; i++) {
                 float *qg = b->buf[0] + i * W, *kb = b->buf[1] + i * W, *vb = b->buf[2] + i * W;
@@ -938,38 +937,35 @@ int decode_rows(lily_backend *b, lily_bstate *const *s, int R, lily_err *e) {
                 seg[i][2] = {&ly->b, ba, LILY_GV_STORE, nullptr, nullptr, 0};
                 seg[i][3] = {&ly->a, ba + Nv, LILY_GV_STORE, nullptr, nullptr, 0};
             }
-            if (gemv_any_rows(&seg[0][0], 4, R, xr, norm, st, e)) return -1;
+            if (gemv_any_rows(&seg[0][0], 4, R, xr, &norm, st, e)) return -1;
             prof_mark(b, l, LILY_OP_GDN_PROJ);
             float *Sr[LILY_MAX_ROWS];
             for (int i = 0; i < R; i++)
                 Sr[i] = s[i]->S[l];
             if (lily_cuda_gdn_step_rows(Sr, R, c->lin_nk, Nv, c->lin_dk, c->lin_dv, b->buf[0], W,
                                         b->buf[2], b->buf[2] + Nv, W, ly->A_log, ly->dt_bias,
-                                        b->buf[3], W, st, e))
+                                        b->buf[1], W, ly->gdn_norm, eps, b->buf[3], W, st, e))
                 return -1;
             prof_mark(b, l, LILY_OP_GDN_RECUR);
-            lily_gemv_pro gp[LILY_MAX_ROWS];
             lily_gemv_seg os[LILY_MAX_ROWS];
             const float *ov[LILY_MAX_ROWS];
             for (int i = 0; i < R; i++) {
-                gp[i] = {LILY_GP_GATED, ly->gdn_norm, b->buf[1] + i * W, c->lin_dv, eps};
                 os[i] = {&ly->out, b->x + (size_t)i * H, LILY_GV_ADD, nullptr, nullptr, 0};
                 ov[i] = b->buf[3] + i * W;
             }
-            if (lily_cuda_gemv_rows(os, 1, R, ov, gp, st, e)) return -1;
+            if (lily_cuda_gemv_rows(os, 1, R, ov, nullptr, st, e)) return -1;
             prof_mark(b, l, LILY_OP_GDN_OUT);
         }
         if (lily_cuda_moe_decode_rows(&ly->moe, R, b->x, H, ly->post_norm, eps, b->moe_dec, st, e))
             return -1;
         prof_mark(b, l, ffn_op(c));
     }
-    lily_gemv_pro fn[LILY_MAX_ROWS];
+    const lily_gemv_pro fn = {LILY_GP_RMSNORM, b->final_norm, eps};
     lily_gemv_seg hs[LILY_MAX_ROWS];
     for (int i = 0; i < R; i++) {
-        fn[i] = {LILY_GP_RMSNORM, b->final_norm, nullptr, 0, eps};
         hs[i] = {b->lm_head, b->logits_rows + i * rows_ld(b), LILY_GV_STORE, nullptr, nullptr, 0};
     }
-    if (lily_cuda_gemv_rows(hs, 1, R, xr, fn, st, e)) return -1;
+    if (lily_cuda_gemv_rows(hs, 1, R, xr, &fn, st, e)) return -1;
     prof_mark(b, -1, LILY_OP_LM_HEAD);
     return 0;
 }
@@ -1057,7 +1053,7 @@ int prefill_layers(lily_backend *b, lily_bstate *s, int n, int all_logits, lily_
         if (lily_cuda_rmsnorm(X, H, b->final_norm, n, H, eps, A, H, st, e)) return -1;
         return lily_cuda_gemm(b->lm_head, A, H, n, b->logits_all, c->vocab, 0, st, e);
     }
-    lily_gemv_pro fn = {LILY_GP_RMSNORM, b->final_norm, nullptr, 0, eps};
+    lily_gemv_pro fn = {LILY_GP_RMSNORM, b->final_norm, eps};
     lily_gemv_seg hs = {b->lm_head, b->logits, LILY_GV_STORE, nullptr, nullptr, 0};
     return lily_cuda_gemv(&hs, 1, X + (size_t)(n - 1) * H, &fn, st, e);
 }

@@ -1,6 +1,8 @@
 /* Gated DeltaNet kernels (see gdn.h). */
 #include "backend/cuda/gdn.h"
 
+#include <cooperative_groups.h>
+
 #include "backend/cuda/common.cuh"
 
 namespace {
@@ -149,6 +151,115 @@ __global__ void __launch_bounds__(kScanWarps * 32)
         *(float4 *)(Sw + r * 8) = make_float4(s[r][0], s[r][1], s[r][2], s[r][3]);
         *(float4 *)(Sw + r * 8 + 4) = make_float4(s[r][4], s[r][5], s[r][6], s[r][7]);
     }
+}
+
+/* The decode step of R rows (blockIdx.y = row) with the output's gated RMSNorm: per value head
+ * j, o_j = rmsnorm(S_j^T q) * w * silu(z_j). The warps are gdn_scan_kernel's at n = 1 (one per
+ * head and 8 value columns); a head's Dv / 8 warps are the blocks of one cluster, which read
+ * each other's per-warp sums of squares from shared memory in one fixed order, so the head's
+ * norm needs no second launch and no GEMV prologue. */
+struct step_rows {
+    float *S[LILY_GDN_ROWS];
+    size_t dqkv, dba, dz, dout; /* floats from one row's qkv, b / a, z, o to the next */
+};
+
+constexpr int kStepWarps = 4; /* warps per block at most; a head is 1..8 blocks */
+
+__global__ void __launch_bounds__(kStepWarps * 32)
+    gdn_step_kernel(const __grid_constant__ step_rows rows, int Nk, int Nv, int Dv,
+                    const float *__restrict__ qkv, const float *__restrict__ bp,
+                    const float *__restrict__ ap, const float *__restrict__ A_log,
+                    const float *__restrict__ dt_bias, const float *__restrict__ z,
+                    const float *__restrict__ nw, float eps, float *__restrict__ o) {
+    namespace cg = cooperative_groups;
+    cg::cluster_group cl = cg::this_cluster();
+    __shared__ float red[kStepWarps];
+    const int lane = threadIdx.x & 31, nwb = blockDim.x >> 5;
+    const int nb = (int)cl.num_blocks(), part = (int)cl.block_rank();
+    const int j = blockIdx.x / nb, g = part * nwb + (threadIdx.x >> 5), i = j / (Nv / Nk);
+    const int row = blockIdx.y;
+    const int groups = Dv / 8;
+    float *__restrict__ S = rows.S[row];
+    qkv += row * rows.dqkv;
+    bp += row * rows.dba;
+    ap += row * rows.dba;
+    z += row * rows.dz;
+    o += row * rows.dout;
+    float *Sw = S + (((size_t)j * groups + g) * kDk + 4 * lane) * 8;
+    float s[4][8];
+#pragma unroll
+    for (int r = 0; r < 4; r++) {
+        float4 x = *(const float4 *)(Sw + r * 8), y = *(const float4 *)(Sw + r * 8 + 4);
+        s[r][0] = x.x, s[r][1] = x.y, s[r][2] = x.z, s[r][3] = x.w;
+        s[r][4] = y.x, s[r][5] = y.y, s[r][6] = y.z, s[r][7] = y.w;
+    }
+    const int my_c = (lane >> 2) & 7, col = j * Dv + 8 * g + my_c;
+    const float4 q4 = *(const float4 *)(qkv + i * kDk + 4 * lane);
+    const float4 k4 = *(const float4 *)(qkv + Nk * kDk + i * kDk + 4 * lane);
+    const int vo = 2 * Nk * kDk + j * Dv + 8 * g;
+    const float4 v0 = *(const float4 *)(qkv + vo), v1 = *(const float4 *)(qkv + vo + 4);
+    const float zc = z[col], wc = nw[8 * g + my_c];
+    float q[4] = {q4.x, q4.y, q4.z, q4.w}, k[4] = {k4.x, k4.y, k4.z, k4.w};
+    const float v[8] = {v0.x, v0.y, v0.z, v0.w, v1.x, v1.y, v1.z, v1.w};
+    float qs = q[0] * q[0] + q[1] * q[1] + q[2] * q[2] + q[3] * q[3];
+    float ks = k[0] * k[0] + k[1] * k[1] + k[2] * k[2] + k[3] * k[3];
+    qs = warp_sum(qs);
+    ks = warp_sum(ks);
+    const float qr = (1.0f / sqrtf((float)kDk)) / sqrtf(qs + 1e-6f), kr = 1.0f / sqrtf(ks + 1e-6f);
+#pragma unroll
+    for (int r = 0; r < 4; r++)
+        q[r] *= qr, k[r] *= kr;
+    const float xa = ap[j] + dt_bias[j];
+    const float sp = xa > 20.0f ? xa : log1pf(expf(xa));
+    const float lam = expf(-expf(A_log[j]) * sp), beta = sigmoid_f(bp[j]);
+    float m[8];
+#pragma unroll
+    for (int c = 0; c < 8; c++)
+        m[c] = 0.f;
+#pragma unroll
+    for (int r = 0; r < 4; r++)
+#pragma unroll
+        for (int c = 0; c < 8; c++) {
+            s[r][c] *= lam;
+            m[c] = fmaf(s[r][c], k[r], m[c]);
+        }
+    const float mc = reduce8(m, lane);
+    float vc = v[0];
+#pragma unroll
+    for (int c = 1; c < 8; c++)
+        if (c == my_c) vc = v[c];
+    const float dc = beta * (vc - mc);
+    float d[8], oc[8];
+#pragma unroll
+    for (int c = 0; c < 8; c++) {
+        d[c] = __shfl_sync(0xffffffffu, dc, 4 * c);
+        oc[c] = 0.f;
+    }
+#pragma unroll
+    for (int r = 0; r < 4; r++)
+#pragma unroll
+        for (int c = 0; c < 8; c++) {
+            s[r][c] = fmaf(k[r], d[c], s[r][c]);
+            oc[c] = fmaf(s[r][c], q[r], oc[c]);
+        }
+#pragma unroll
+    for (int r = 0; r < 4; r++) {
+        *(float4 *)(Sw + r * 8) = make_float4(s[r][0], s[r][1], s[r][2], s[r][3]);
+        *(float4 *)(Sw + r * 8 + 4) = make_float4(s[r][4], s[r][5], s[r][6], s[r][7]);
+    }
+    const float out = reduce8(oc, lane); /* every lane of column my_c holds it */
+    const float sq = warp_sum((lane & 3) == 0 ? out * out : 0.f);
+    if (lane == 0) red[threadIdx.x >> 5] = sq;
+    cl.sync(); /* every block's red is written */
+    float t = 0.f;
+    for (int b = 0; b < nb; b++) {
+        const float *rb = cl.map_shared_rank(red, b);
+        for (int w = 0; w < nwb; w++)
+            t += rb[w]; /* the head's warps in order, the same in every thread */
+    }
+    const float rn = 1.0f / sqrtf(t / Dv + eps);
+    if ((lane & 3) == 0) o[col] = out * rn * wc * silu_f(zc);
+    cl.sync(); /* no block leaves while another reads its red */
 }
 
 /* Prefill scan, tiled. The per-token scan above is latency-bound at n = 512 (4 warps per SM,
@@ -468,22 +579,43 @@ int scan_token(const scan_rows &rows, int R, int Nk, int Nv, int Dv, int n, cons
 extern "C" int lily_cuda_gdn_step_rows(float *const *S, int R, int Nk, int Nv, int Dk, int Dv,
                                        const float *qkv, size_t dqkv, const float *b,
                                        const float *a, size_t dba, const float *A_log,
-                                       const float *dt_bias, float *o, size_t dout,
+                                       const float *dt_bias, const float *z, size_t dz,
+                                       const float *norm_w, float eps, float *o, size_t dout,
                                        lily_cuda_stream st, lily_err *e) {
-    if (Dk != kDk || Dv % 8 || Nk < 1 || Nv % Nk || dqkv % 4)
+    /* a head's warps in nb blocks of at most kStepWarps, nb dividing them (a cluster: <= 8) */
+    const int W = Dv / 8;
+    int nb = (W + kStepWarps - 1) / kStepWarps;
+    while (nb <= 8 && W % nb)
+        nb++;
+    if (Dk != kDk || Dv % 8 || nb > 8 || Nk < 1 || Nv % Nk || dqkv % 4)
         return lily_fail(e,
                          "gdn step rows: unsupported shape Nk=%d Nv=%d Dk=%d Dv=%d (needs Dk=128,"
-                         " Dv%%8==0, Nv%%Nk==0, a row stride of whole float4s)",
+                         " Dv%%8==0, Dv<=256, Nv%%Nk==0, a row stride of whole float4s)",
                          Nk, Nv, Dk, Dv);
     if (R < 1 || R > LILY_GDN_ROWS)
         return lily_fail(e, "gdn step rows: %d rows (1..%d)", R, LILY_GDN_ROWS);
-    scan_rows rows = {};
+    if (!z || !norm_w) return lily_fail(e, "gdn step rows: no gate or norm weight");
+    step_rows rows = {};
     for (int r = 0; r < R; r++) {
         if (!S[r]) return lily_fail(e, "gdn step rows: row %d has no state", r);
         rows.S[r] = S[r];
     }
-    rows.dqkv = dqkv, rows.dba = dba, rows.dout = dout;
-    return scan_token(rows, R, Nk, Nv, Dv, 1, qkv, 0, b, a, 0, A_log, dt_bias, o, 0, st, e);
+    rows.dqkv = dqkv, rows.dba = dba, rows.dz = dz, rows.dout = dout;
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3(Nv * nb, R);
+    cfg.blockDim = dim3(W / nb * 32);
+    cfg.stream = (cudaStream_t)st;
+    cudaLaunchAttribute at[1];
+    at[0].id = cudaLaunchAttributeClusterDimension;
+    at[0].val.clusterDim.x = nb;
+    at[0].val.clusterDim.y = 1;
+    at[0].val.clusterDim.z = 1;
+    cfg.attrs = at;
+    cfg.numAttrs = 1;
+    LILY_CU_TRY(cudaLaunchKernelEx(&cfg, gdn_step_kernel, rows, Nk, Nv, Dv, qkv, b, a, A_log,
+                                   dt_bias, z, norm_w, eps, o),
+                e);
+    return 0;
 }
 
 extern "C" int lily_cuda_gdn_scan_with(int kernel, float *S, int Nk, int Nv, int Dk, int Dv, int n,

@@ -1,7 +1,7 @@
 /* Gated DeltaNet on the GPU: the causal conv + SiLU over a chunk, the recurrence (a sequential
  * scan with the fp32 state held in registers: one warp per 8 value columns per token for decode,
  * a tiled kernel with inputs staged in shared memory for prefill), and the per-head gated
- * RMSNorm of the prefill path (decode fuses it into the out_proj GEMV prologue, see gemv.h).
+ * RMSNorm of the prefill path (the decode step, lily_cuda_gdn_step_rows, applies it itself).
  *
  * Recurrent state layout (backend-internal): per value head j, the Dk x Dv fp32 matrix S[k][v] is
  * stored as [Dv/8][Dk][8], so the warp that owns 8 value columns reads one contiguous 4 KiB block
@@ -34,13 +34,17 @@ int lily_cuda_gdn_scan(float *S, int Nk, int Nv, int Dk, int Dv, int n, const fl
 
 #define LILY_GDN_ROWS 8 /* rows of one lily_cuda_gdn_step_rows call (LILY_MAX_ROWS) */
 
-/* One decode token of R rows (1..LILY_GDN_ROWS) in one launch: row r's state S[r], its inputs at
- * qkv + r dqkv, b + r dba, a + r dba and its output at o + r dout (floats; dqkv a multiple of 4),
- * each row bit for bit lily_cuda_gdn_scan of that row alone with n = 1 (the same kernel). */
+/* One decode token of R rows (1..LILY_GDN_ROWS) in one launch, with the output's gated RMSNorm:
+ * row r's state S[r], its inputs at qkv + r dqkv, b + r dba, a + r dba (as lily_cuda_gdn_scan's
+ * at n = 1), its gate z + r dz [Nv * Dv] and its output at o + r dout (floats; dqkv a multiple
+ * of 4): o_j = rmsnorm(S_j^T q, norm_w [Dv], eps) * silu(z_j) per value head j, the
+ * recurrence as lily_cuda_gdn_scan's. Each row's result is the same whatever R is (the decode
+ * step of one row is this call with R = 1). Needs Dv <= 256. */
 int lily_cuda_gdn_step_rows(float *const *S, int R, int Nk, int Nv, int Dk, int Dv,
                             const float *qkv, size_t dqkv, const float *b, const float *a,
-                            size_t dba, const float *A_log, const float *dt_bias, float *o,
-                            size_t dout, lily_cuda_stream st, lily_err *e);
+                            size_t dba, const float *A_log, const float *dt_bias, const float *z,
+                            size_t dz, const float *norm_w, float eps, float *o, size_t dout,
+                            lily_cuda_stream st, lily_err *e);
 
 /* Scan kernels, for tests and timing: AUTO = what lily_cuda_gdn_scan runs (TOKEN for short
  * chunks, else TILED4); TOKEN = one warp per (head, 8 value columns), inputs fetched one token

@@ -23,80 +23,34 @@ struct gv_seg {
     size_t rb; /* row bytes */
 };
 
-/* The input vectors x[r] (and the gated prologue's z[r]) and each segment's output y[r][s] and
- * conv state cs[r][s] of vector r < nx (at most the kernel's NX). */
+/* The input vectors x[r] and each segment's output y[r][s] and conv state cs[r][s] of vector
+ * r < nx (at most the kernel's NX). */
 struct gv_params {
     gv_seg s[LILY_GEMV_SEGS];
     float *y[LILY_GEMV_ROWS][LILY_GEMV_SEGS];
     float *cs[LILY_GEMV_ROWS][LILY_GEMV_SEGS];
     const float *x[LILY_GEMV_ROWS];
-    const float *pz[LILY_GEMV_ROWS];
     int nseg, cols, total, nx;
-    int pro, head;
+    int pro;
     const float *pw;
     float eps;
 };
 
 /* Builds x' in the transposed layout and its chunk sums, from float4 loads that are all
  * independent. RMSNORM stores x * w and returns the factor 1/rms for the caller to apply to the
- * dot products; GATED needs its per-head factors inside x' and rescales in place. red: shared
- * scratch of blockDim/32 + cols/head floats. */
+ * dot products. red: shared scratch of blockDim/32 floats. */
 template <int DT>
-__device__ float gv_prologue(const gv_params &p, const float *x, const float *pz, float4 *xs4,
-                             float *xsum, int nchunk, float *red) {
+__device__ float gv_prologue(const gv_params &p, const float *x, float4 *xs4, float *xsum,
+                             int nchunk, float *red) {
     constexpr int q_per_chunk = wtype<DT>::epc / 4; /* float4s per chunk */
     const int nq = p.cols / 4, nw = blockDim.x >> 5;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const float4 *x4 = (const float4 *)x;
     float ss = 0.f;
-    if (p.pro == LILY_GP_GATED) {
-        /* pass 1: u = x * w[i % head] * silu(z), and each float4's sum of x^2 */
-        float *part = red + nw; /* [nq]: reused below for the per-head factors */
-        const float4 *w4 = (const float4 *)p.pw, *z4 = (const float4 *)pz;
-        const int hq = p.head / 4;
-#pragma unroll 4
-        for (int q = threadIdx.x; q < nq; q += blockDim.x) {
-            const float4 a = x4[q], w = w4[q % hq], z = z4[q];
-            part[q] = a.x * a.x + a.y * a.y + a.z * a.z + a.w * a.w;
-            int c = q / q_per_chunk, i = q % q_per_chunk;
-            xs4[i * nchunk + c] = make_float4(a.x * w.x * silu_f(z.x), a.y * w.y * silu_f(z.y),
-                                              a.z * w.z * silu_f(z.z), a.w * w.w * silu_f(z.w));
-        }
-        __syncthreads();
-        /* one warp per head sums its float4 partials in a fixed order (deterministic) */
-        const int nh = p.cols / p.head;
-        for (int h = warp; h < nh; h += nw) {
-            float s = 0.f;
-            for (int j = lane; j < hq; j += 32)
-                s += part[h * hq + j];
-            s = warp_sum(s);
-            __syncwarp();
-            if (lane == 0) red[nw + nq + h] = 1.0f / sqrtf(s / p.head + p.eps);
-        }
-        __syncthreads();
-        /* q0 is warp-uniform: whole warps take part in the chunk-sum shuffles */
-        for (int q0 = warp * 32; q0 < nq; q0 += blockDim.x) {
-            const int q = q0 + lane, c = q / q_per_chunk, i = q % q_per_chunk;
-            float4 u = make_float4(0.f, 0.f, 0.f, 0.f);
-            if (q < nq) {
-                float r = red[nw + nq + q / hq];
-                u = xs4[i * nchunk + c];
-                u = make_float4(u.x * r, u.y * r, u.z * r, u.w * r);
-                xs4[i * nchunk + c] = u;
-            }
-            /* a chunk's float4s are lanes of one warp, all or none below nq */
-            if (DT != LILY_CW_BF16) {
-                float t = group_sum<q_per_chunk>((u.x + u.y) + (u.z + u.w));
-                if (i == 0 && q < nq) xsum[c] = t;
-            }
-        }
-        __syncthreads();
-        return 1.0f;
-    }
     const float4 *w4 = (const float4 *)p.pw;
     const bool norm = p.pro == LILY_GP_RMSNORM;
 #pragma unroll 4
-    for (int q0 = warp * 32; q0 < nq; q0 += blockDim.x) { /* warp-uniform, as above */
+    for (int q0 = warp * 32; q0 < nq; q0 += blockDim.x) { /* warp-uniform: shuffles below */
         const int q = q0 + lane, c = q / q_per_chunk, i = q % q_per_chunk;
         float4 a = make_float4(0.f, 0.f, 0.f, 0.f);
         if (q < nq) {
@@ -248,7 +202,7 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(const __grid_constant__ 
         if (x >= p.nx) continue; /* block-uniform */
         if (x) __syncthreads();  /* the prologue's scratch (red) is reused */
         float *xr = xs + (size_t)x * rs;
-        scale[x] = gv_prologue<DT>(p, p.x[x], p.pz[x], (float4 *)xr, xr + p.cols, nchunk, red);
+        scale[x] = gv_prologue<DT>(p, p.x[x], (float4 *)xr, xr + p.cols, nchunk, red);
     }
     for (int base = base0; base < p.total; base += stride) {
         if (base != base0) {
@@ -406,74 +360,48 @@ __device__ __forceinline__ void q4r_math(const q4r_regs &R, const uint32_t *xp, 
 }
 
 /* Shared memory of the rows kernel (floats): the planes [nx][cols], group sums and RMSNorm
- * item sums [nx][ng] each; gated: the head factors [nx][cols / head]; both norms: the sums of
- * x^2 per float4 [nx][cols / 4]; the RMSNorm factors [8], the partials [nx][128]. */
+ * item sums [nx][ng] each; RMSNorm: the sums of x^2 per float4 [nx][cols / 4]; the RMSNorm
+ * factors [8], the partials [nx][128]. */
 size_t q4r_smem(const gv_params &p, int nx) {
     const int ng = p.cols / 64;
-    const int extra = p.pro == LILY_GP_GATED     ? p.cols / p.head + p.cols / 4
-                      : p.pro == LILY_GP_RMSNORM ? p.cols / 4
-                                                 : 0;
+    const int extra = p.pro == LILY_GP_RMSNORM ? p.cols / 4 : 0;
     size_t floats = (size_t)nx * ((size_t)p.cols + 2 * ng + extra + 128) + 8;
     return (floats * 4 + 15) & ~(size_t)15;
 }
 
 /* x' of every vector into the planes. Pass 1, every thread, float4 loads all independent:
- * x * w (RMSNORM) or x * w[c % head] * silu(z) (GATED) or x, with each float4's sum of x^2 into
- * sq (both norms), staged as fp32 in
- * the planes' own place, [v][c]; gated: the head factors hf from sq. Pass 2, a warp per
- * (vector, group) item, lane L taking the column pair of word L (see above): x' = the staged
- * value (RMSNORM: its factor is applied to the dot products) or that * hf (GATED), split
- * into hi and lo and written over the group's staged floats once the warp has read them all;
- * the group's sum of hi + lo into xs and, for RMSNORM, its sum of x^2 into ssi. Ends with a
- * barrier. */
+ * x * w (RMSNORM) or x, with each float4's sum of x^2 into sq (RMSNORM), staged as fp32 in the
+ * planes' own place, [v][c]. Pass 2, a warp per (vector, group) item, lane L taking the column
+ * pair of word L (see above): x' = the staged value (RMSNORM: its factor is applied to the dot
+ * products), split into hi and lo and written over the group's staged floats once the warp has
+ * read them all; the group's sum of hi + lo into xs and, for RMSNORM, its sum of x^2 into ssi.
+ * Ends with a barrier. */
 __device__ __forceinline__ void q4r_prologue(const gv_params &p, uint32_t *xp, float *xs,
-                                             float *ssi, float *hf, float *sq) {
+                                             float *ssi, float *sq) {
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
     const int ng = p.cols / 64, nq = p.cols / 4;
-    const bool gated = p.pro == LILY_GP_GATED, norm = p.pro == LILY_GP_RMSNORM;
+    const bool norm = p.pro == LILY_GP_RMSNORM;
     float *xf = (float *)xp;
 #pragma unroll 4
     for (int q = threadIdx.x; q < p.nx * nq; q += blockDim.x) {
         const int v = q / nq, c4 = q % nq;
         float4 a = __ldg((const float4 *)p.x[v] + c4);
-        if (gated || norm) sq[q] = a.x * a.x + a.y * a.y + a.z * a.z + a.w * a.w;
-        if (gated) {
-            const float4 w = __ldg((const float4 *)p.pw + c4 % (p.head / 4));
-            const float4 z = __ldg((const float4 *)p.pz[v] + c4);
-            a = make_float4(a.x * w.x * silu_f(z.x), a.y * w.y * silu_f(z.y),
-                            a.z * w.z * silu_f(z.z), a.w * w.w * silu_f(z.w));
-        } else if (norm) {
+        if (norm) {
+            sq[q] = a.x * a.x + a.y * a.y + a.z * a.z + a.w * a.w;
             const float4 w = __ldg((const float4 *)p.pw + c4);
             a = make_float4(a.x * w.x, a.y * w.y, a.z * w.z, a.w * w.w);
         }
         ((float4 *)xf)[q] = a;
     }
     __syncthreads();
-    if (gated) {
-        const int hq = p.head / 4, nh = p.cols / p.head;
-        for (int it = threadIdx.x; it < p.nx * nh; it += blockDim.x) {
-            const float *s4 = sq + (size_t)it * hq; /* vector it / nh, head it % nh */
-            float s = 0.f;
-            for (int j = 0; j < hq; j++)
-                s += s4[j];
-            hf[it] = 1.0f / sqrtf(s / p.head + p.eps);
-        }
-        __syncthreads();
-    }
     const int i = lane >> 4, t = (lane >> 2) & 3, jj = (lane >> 1) & 1, b = lane & 1;
     const int cl = 16 * t + 8 * i + 2 * jj + b, wl = 32 * i + 8 * t + 2 * jj + b;
     for (int it = warp; it < p.nx * ng; it += nw) { /* warp-uniform */
-        const int v = it / ng, c = 64 * (it % ng) + cl;
+        const int v = it / ng;
         float *g = xf + (size_t)v * p.cols + 64 * (it % ng);
-        const float x0 = g[cl], x1 = g[cl + 4];
-        float a0 = x0, a1 = x1, sqs = 0.f;
-        if (norm) { /* the group's 16 float4 sums of x^2 */
-            sqs = lane < 16 ? sq[(size_t)v * nq + 16 * (it % ng) + lane] : 0.f;
-        } else if (gated) {
-            const float *f = hf + v * (p.cols / p.head);
-            a0 *= f[c / p.head];
-            a1 *= f[(c + 4) / p.head];
-        }
+        const float a0 = g[cl], a1 = g[cl + 4];
+        /* RMSNORM: the group's 16 float4 sums of x^2 */
+        float sqs = norm && lane < 16 ? sq[(size_t)v * nq + 16 * (it % ng) + lane] : 0.f;
         const uint16_t h0 = f2bf(a0), h1 = f2bf(a1);
         const uint16_t l0 = f2bf(a0 - bf16f(h0)), l1 = f2bf(a1 - bf16f(h1));
         __syncwarp(); /* every lane has read the group's staged floats */
@@ -495,13 +423,11 @@ __global__ void __launch_bounds__(kThreads) gemv_q4r_kernel(const __grid_constan
     constexpr int ROWS = 16 * T, NSG = 8 / T;
     extern __shared__ float4 smem4[];
     const int ng = p.cols / 64, nsteps = p.cols / 256;
-    const int nh = p.pro == LILY_GP_GATED ? p.cols / p.head : 0;
     uint32_t *xp = (uint32_t *)smem4;                  /* [nx][cols] planes */
     float *xs = (float *)(xp + (size_t)p.nx * p.cols); /* [nx][ng] group sums */
     float *ssi = xs + p.nx * ng;                       /* [nx][ng] RMSNorm: sums of x^2 */
-    float *hf = ssi + p.nx * ng;                       /* [nx][nh] gated: head factors */
-    float *sq = hf + p.nx * nh; /* [nx][cols / 4] gated, RMSNorm: sums of x^2 per float4 */
-    float *sc = sq + (p.pro == LILY_GP_GATED || p.pro == LILY_GP_RMSNORM ? p.nx * (p.cols / 4) : 0);
+    float *sq = ssi + p.nx * ng; /* [nx][cols / 4] RMSNorm: sums of x^2 per float4 */
+    float *sc = sq + (p.pro == LILY_GP_RMSNORM ? p.nx * (p.cols / 4) : 0);
     float *part = sc + 8; /* [nx][NSG][ROWS] */
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int tile = warp % T, sg = warp / T;
@@ -515,7 +441,7 @@ __global__ void __launch_bounds__(kThreads) gemv_q4r_kernel(const __grid_constan
     gv_row_ptr(p, row0 + 8, ng, r1, s1);
     if (sg < nsteps) q4r_load(r0, s0, r1, s1, sg, lane, R[0]);
     if (sg + NSG < nsteps) q4r_load(r0, s0, r1, s1, sg + NSG, lane, R[1]);
-    q4r_prologue(p, xp, xs, ssi, hf, sq);
+    q4r_prologue(p, xp, xs, ssi, sq);
     if (p.pro == LILY_GP_RMSNORM && warp < p.nx) { /* read after the first group's barrier */
         float s = 0.f;
         for (int G = lane; G < ng; G += 32)
@@ -610,10 +536,7 @@ int launch_q4r(const gv_params &p, lily_cuda_stream st, lily_err *e) {
 /* Shared memory of the fp32 kernel for nx input vectors of p. */
 size_t gv_smem(const gv_params &p, int epc, int nx) {
     int nchunk = p.cols / epc;
-    int nh = p.pro == LILY_GP_GATED ? p.cols / p.head : 0;
-    int nq = p.pro == LILY_GP_GATED ? p.cols / 4 : 0;
-    size_t smem =
-        (size_t)nx * gv_row_floats(p.cols, nchunk) * 4 + (size_t)(kThreads / 32 + nq + nh) * 4;
+    size_t smem = (size_t)nx * gv_row_floats(p.cols, nchunk) * 4 + (size_t)(kThreads / 32) * 4;
     return (smem + 15) & ~(size_t)15;
 }
 
@@ -649,7 +572,6 @@ int launch_nx(const gv_params &p, lily_cuda_stream st, lily_err *e) {
             gv_params q = p;
             q.nx = 1;
             q.x[0] = p.x[r];
-            q.pz[0] = p.pz[r];
             for (int s = 0; s < LILY_GEMV_SEGS; s++) {
                 q.y[0][s] = p.y[r][s];
                 q.cs[0][s] = p.cs[r][s];
@@ -722,17 +644,11 @@ extern "C" int lily_cuda_gemv_rows(const lily_gemv_seg *segs, int nseg, int nx,
     }
     p.total = row0;
     if (pro) {
+        if (pro->kind != LILY_GP_NONE && pro->kind != LILY_GP_RMSNORM)
+            return lily_fail(e, "gemv: unknown prologue %d", pro->kind);
         p.pro = pro->kind;
         p.pw = pro->w;
-        p.head = pro->head;
         p.eps = pro->eps;
-        if (p.pro == LILY_GP_GATED && (p.head < 4 || p.head % 4 || p.cols % p.head))
-            return lily_fail(e, "gemv: gated prologue head %d (a multiple of 4 dividing %d)",
-                             p.head, p.cols);
-        for (int r = 1; r < nx; r++)
-            if (pro[r].kind != pro->kind || pro[r].w != pro->w || pro[r].head != pro->head ||
-                pro[r].eps != pro->eps)
-                return lily_fail(e, "gemv: vector %d's prologue differs from vector 0's", r);
     }
     const bool mma = dt == LILY_CW_Q4 && p.cols % 256 == 0;
     /* the vectors in groups that fit one launch's shared memory: each vector's results do not
@@ -745,7 +661,6 @@ extern "C" int lily_cuda_gemv_rows(const lily_gemv_seg *segs, int nseg, int nx,
         q.nx = k;
         for (int r = 0; r < k; r++) {
             q.x[r] = x[r0 + r];
-            q.pz[r] = pro ? pro[r0 + r].z : nullptr;
             for (int i = 0; i < nseg; i++) {
                 q.y[r][i] = segs[(r0 + r) * nseg + i].y;
                 q.cs[r][i] = segs[(r0 + r) * nseg + i].conv_state;

@@ -811,7 +811,7 @@ extern "C" int lily_cuda_moe_decode_rows(const lily_cuda_moe *m, int R, float *x
     /* router and shared-gate logits of every row: one rows GEMV launch when they share a format
      * (unless the gate/up launch computes them), each matrix read once for all rows */
     const size_t lp = (size_t)m->E + 1; /* logits per row */
-    lily_gemv_pro pro[kRows];
+    const lily_gemv_pro pro = {LILY_GP_RMSNORM, norm_w, eps};
     const float *xr[kRows];
     /* the shared gate in a launch of its own (another format) */
     const bool apart = m->k > 0 && m->sh_gate_w && m->sh_gate_w->dt != m->router->dt;
@@ -819,7 +819,6 @@ extern "C" int lily_cuda_moe_decode_rows(const lily_cuda_moe *m, int R, float *x
     const int ns = (m->k > 0) + (m->sh_gate_w && !apart);
     lily_gemv_seg seg[kRows * 2], sgs[kRows];
     for (int r = 0; r < R; r++) {
-        pro[r] = {LILY_GP_RMSNORM, norm_w, nullptr, 0, eps};
         xr[r] = x + (size_t)r * ldx;
         lily_gemv_seg *sr = seg + r * ns;
         int j = 0;
@@ -833,8 +832,8 @@ extern "C" int lily_cuda_moe_decode_rows(const lily_cuda_moe *m, int R, float *x
                 sr[j++] = sg;
         }
     }
-    if (!fused && apart && lily_cuda_gemv_rows(sgs, 1, R, xr, pro, st, e)) return -1;
-    if (!fused && ns && lily_cuda_gemv_rows(seg, ns, R, xr, pro, st, e)) return -1;
+    if (!fused && apart && lily_cuda_gemv_rows(sgs, 1, R, xr, &pro, st, e)) return -1;
+    if (!fused && ns && lily_cuda_gemv_rows(seg, ns, R, xr, &pro, st, e)) return -1;
     gu_params p = {};
     p.x = x;
     p.norm_w = norm_w;
