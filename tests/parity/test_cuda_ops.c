@@ -33,7 +33,9 @@
  * routing the row alone's, its output against the CPU block; rows on their own experts, all on the
  * same ones, pairs on the same ones); gdn_rows (the GDN decode step of 1 to 8 rows in one launch
  * at padded strides, with the output's gated RMSNorm: each row bit for bit the row alone, and
- * against lily_cpu_gdn_scan and the gated RMSNorm; heads of 1 to 32 warps).
+ * against lily_cpu_gdn_scan and the gated RMSNorm; heads of 1 to 32 warps); attn_rows (the
+ * attention decode of 1 to 8 rows, prep and split decode, each row its own cache, context and
+ * split count: bit for bit the row alone, in both precisions).
  *
  * attn_prep (q/k RMSNorm, partial RoPE, int16 + scale cache rows against lily_cpu_rmsnorm +
  * lily_cpu_rope); attn_decode (split-K decode at contexts 1 to 131073, every split count 1 to 128,
@@ -105,12 +107,13 @@ typedef enum {
     OP_ATTN_ARGS,
     OP_MOE_ROWS,
     OP_GDN_ROWS,
+    OP_ATTN_ROWS,
 } op_kind;
 static const char *op_names[] = {
     "gemv",        "gemv_rows",    "skinny",    "skinny_pair", "skinny_args",   "moe_decode",
     "moe_graph",   "moe_prefill",  "embed",     "rmsnorm",     "argmax",        "advance",
     "gdn_conv",    "gdn_scan",     "gdn_gnorm", "gemv_args",   "gdn_scan_args", "attn_prep",
-    "attn_decode", "attn_prefill", "attn_args", "moe_rows",    "gdn_rows"};
+    "attn_decode", "attn_prefill", "attn_args", "moe_rows",    "gdn_rows",      "attn_rows"};
 static const char *dt_names[] = {"f32", "bf16", "f16", "q4", "q8"};
 
 /* One row of the table. Fields an op does not use stay 0. */
@@ -421,6 +424,13 @@ static const op_row table[] = {
     ATTN_PRE(16, 2, 256, 0, 33, 1, .race = 2),
     ATTN_PRE(4, 4, 128, 70, 20, 0, .race = 2),
     {.op = OP_ATTN_ARGS},
+    /* attn_rows: Nq, Nkv, Dh, rows, gated (the rows step's prep and split decode, each row bit for
+     * bit alone, both precisions) */
+    {.op = OP_ATTN_ROWS, .Nk = 16, .Nv = 2, .dim = 256, .n = 1, .gated = 1},
+    {.op = OP_ATTN_ROWS, .Nk = 16, .Nv = 2, .dim = 256, .n = 8, .gated = 1, .nosan = 1},
+    {.op = OP_ATTN_ROWS, .Nk = 16, .Nv = 2, .dim = 256, .n = 3, .gated = 0},
+    {.op = OP_ATTN_ROWS, .Nk = 8, .Nv = 1, .dim = 128, .n = 5, .gated = 1},
+    {.op = OP_ATTN_ROWS, .Nk = 4, .Nv = 4, .dim = 64, .n = 2, .gated = 0},
     /* the decode of R rows: the 35B-A3B's expert shapes (tensor-core kernels), rows on their own
      * experts, all on the same ones, pairs on the same ones; the GEMV-kernel shapes; a dense MLP */
     MOE_ROWS(64, 8, 2048, 512, 512, 1, 0, 1, 0),
@@ -2231,6 +2241,118 @@ static void prep_case(int Nq, int Nkv, int Dh, int R, int pos0, int n, int gated
     free(rv), free(gq), free(gg);
 }
 
+/* R rows of the attention decode step (lily_cuda_attn_prep_rows, lily_cuda_attn_decode_rows):
+ * each row its own cache (contexts 1 to ~5000, random rows), position, split count and scratch,
+ * its inputs at a padded row stride; against the same token run alone through lily_cuda_attn_prep
+ * and lily_cuda_attn_decode on copies of its cache, bit for bit: q, gate, the K/V rows written,
+ * the output; in both precisions. (The alone path's accuracy: prep_case and decode_case.) */
+static void attn_rows_case(int Nq, int Nkv, int Dh, int R, int gated) {
+    enum { MR = LILY_ATTN_ROWS };
+    lily_err e;
+    char name[200];
+    if (R < 1 || R > MR) {
+        pt_check_true("attn rows row: 1 <= rows <= LILY_ATTN_ROWS", 0);
+        return;
+    }
+    static const int ctxs[MR] = {4097, 1, 700, 33, 2050, 17, 5003, 129};
+    static const int splits[MR] = {128, 1, 22, 2, 64, 1, 128, 5};
+    const int qw = Nq * Dh * (gated ? 2 : 1), kvw = Nkv * Dh, Rr = Dh / 4;
+    const int W = (qw > 2 * kvw ? qw : 2 * kvw) + 12; /* the rows' stride, padded */
+    const size_t part = lily_cuda_attn_decode_scratch(Nq, Dh, 128),
+                 rb = lily_cuda_kv_bytes(1, Nkv, Dh);
+    float *in = malloc((size_t)R * W * 4 * 3), *qn = malloc(Dh * 4), *kn = malloc(Dh * 4);
+    float *inv = malloc((Rr / 2 + 1) * 4);
+    pt_fill(in, (size_t)R * W * 3, 2.0f);
+    for (int i = 0; i < Dh; i++)
+        qn[i] = 1 + 0.3f * pt_frand(), kn[i] = 1 + 0.3f * pt_frand();
+    for (int i = 0; i < Rr / 2; i++)
+        inv[i] = 1.0f / powf(1e7f, (float)(2 * i) / (float)Rr);
+    float *dqg = pt_dup(in, (size_t)R * W), *dk = pt_dup(in + (size_t)R * W, (size_t)R * W);
+    float *dv = pt_dup(in + (size_t)2 * R * W, (size_t)R * W);
+    float *dqn = pt_dup(qn, Dh), *dkn = pt_dup(kn, Dh), *dinv = pt_dup(inv, Rr / 2 + 1);
+    void *kc[MR], *vc[MR], *kc1[MR], *vc1[MR];
+    int32_t pos[MR], *dpos = lily_cuda_alloc(MR * 4, &e);
+    for (int i = 0; i < R; i++) {
+        float *hk, *hv;
+        pos[i] = ctxs[i] - 1;
+        make_cache(ctxs[i], Nkv, Dh, &hk, &kc[i]);
+        make_cache(ctxs[i], Nkv, Dh, &hv, &vc[i]);
+        free(hk), free(hv);
+        const size_t cb = lily_cuda_kv_bytes(ctxs[i], Nkv, Dh);
+        kc1[i] = pt_dalloc(cb), vc1[i] = pt_dalloc(cb);
+        cudaMemcpy(kc1[i], kc[i], cb, cudaMemcpyDeviceToDevice);
+        cudaMemcpy(vc1[i], vc[i], cb, cudaMemcpyDeviceToDevice);
+    }
+    lily_cuda_h2d(dpos, pos, R * 4, &e);
+    float *dq = pt_dalloc((size_t)R * W * 4), *dg = pt_dalloc((size_t)R * W * 4);
+    float *dout = pt_dalloc((size_t)R * W * 4), *dpart = pt_dalloc(R * part * 4);
+    float *q1 = pt_dalloc((size_t)Nq * Dh * 4), *g1 = pt_dalloc((size_t)Nq * Dh * 4);
+    float *o1 = pt_dalloc((size_t)Nq * Dh * 4), *p1 = pt_dalloc(part * 4);
+    float *a = malloc((size_t)Nq * Dh * 4), *b = malloc((size_t)Nq * Dh * 4);
+    uint8_t *ra = malloc(rb), *rbb = malloc(rb);
+    const float scale = 1.0f / sqrtf((float)Dh);
+    for (int ex = 1; ex >= 0; ex--) {
+        set_exact(ex);
+        lily_attn_drow dr[MR];
+        for (int i = 0; i < R; i++)
+            dr[i] = (lily_attn_drow){dq + (size_t)i * W,
+                                     kc[i],
+                                     vc[i],
+                                     dpos + i,
+                                     gated ? dg + (size_t)i * W : NULL,
+                                     dpart + i * part,
+                                     splits[i],
+                                     dout + (size_t)i * W};
+        int rc = lily_cuda_attn_prep_rows(dqg, W, dk, dv, W, R, dpos, Nq, Nkv, Dh, Rr, dinv, dqn,
+                                          dkn, 1e-6f, gated, dq, dg, W, kc, vc, NULL, &e);
+        snprintf(name, sizeof name, "attn rows R=%d Nq=%d Nkv=%d Dh=%d: prep", R, Nq, Nkv, Dh);
+        if (!pt_ok(rc, name, &e)) break;
+        rc = lily_cuda_attn_decode_rows(dr, R, Nq, Nkv, Dh, scale, NULL, &e);
+        snprintf(name, sizeof name, "attn rows R=%d Nq=%d Nkv=%d Dh=%d: decode", R, Nq, Nkv, Dh);
+        if (!pt_ok(rc, name, &e)) break;
+        for (int i = 0; i < R; i++) {
+            rc = lily_cuda_attn_prep(dqg + (size_t)i * W, W, dk + (size_t)i * W, dv + (size_t)i * W,
+                                     W, 1, dpos + i, Nq, Nkv, Dh, Rr, dinv, dqn, dkn, 1e-6f, gated,
+                                     q1, g1, kc1[i], vc1[i], NULL, &e);
+            rc = rc || lily_cuda_attn_decode(q1, kc1[i], vc1[i], dpos + i, Nq, Nkv, Dh, scale,
+                                             gated ? g1 : NULL, p1, splits[i], o1, NULL, &e);
+            if (!pt_ok(rc, "attn rows: the row alone", &e)) break;
+            int same = 1;
+            pt_get(a, dq + (size_t)i * W, (size_t)Nq * Dh);
+            pt_get(b, q1, (size_t)Nq * Dh);
+            same = same && !memcmp(a, b, (size_t)Nq * Dh * 4);
+            if (gated) {
+                pt_get(a, dg + (size_t)i * W, (size_t)Nq * Dh);
+                pt_get(b, g1, (size_t)Nq * Dh);
+                same = same && !memcmp(a, b, (size_t)Nq * Dh * 4);
+            }
+            for (int kv = 0; kv < 2; kv++) {
+                lily_cuda_d2h(ra, (uint8_t *)(kv ? vc[i] : kc[i]) + (size_t)pos[i] * rb, rb, &e);
+                lily_cuda_d2h(rbb, (uint8_t *)(kv ? vc1[i] : kc1[i]) + (size_t)pos[i] * rb, rb, &e);
+                same = same && !memcmp(ra, rbb, rb);
+            }
+            pt_get(a, dout + (size_t)i * W, (size_t)Nq * Dh);
+            pt_get(b, o1, (size_t)Nq * Dh);
+            same = same && !memcmp(a, b, (size_t)Nq * Dh * 4);
+            snprintf(name, sizeof name,
+                     "attn rows R=%d row %d ctx=%d splits=%d Nq=%d Nkv=%d Dh=%d%s %s: q, gate, K/V "
+                     "rows, out = the row alone (bitwise)",
+                     R, i, ctxs[i], splits[i], Nq, Nkv, Dh, gated ? " gated" : "",
+                     ex ? "exact" : "fast");
+            pt_check_true(name, same);
+        }
+    }
+    set_exact(1);
+    for (int i = 0; i < R; i++)
+        lily_cuda_free(kc[i]), lily_cuda_free(vc[i]), lily_cuda_free(kc1[i]),
+            lily_cuda_free(vc1[i]);
+    lily_cuda_free(dqg), lily_cuda_free(dk), lily_cuda_free(dv), lily_cuda_free(dqn);
+    lily_cuda_free(dkn), lily_cuda_free(dinv), lily_cuda_free(dpos), lily_cuda_free(dq);
+    lily_cuda_free(dg), lily_cuda_free(dout), lily_cuda_free(dpart), lily_cuda_free(q1);
+    lily_cuda_free(g1), lily_cuda_free(o1), lily_cuda_free(p1);
+    free(in), free(qn), free(kn), free(inv), free(a), free(b), free(ra), free(rbb);
+}
+
 /* ---- timing mode (LILY_CUDA_TIME=1) ---- */
 
 typedef struct {
@@ -2386,6 +2508,8 @@ static void run_attn(const op_row *r) {
         set_want(0);
     } else if (r->op == OP_ATTN_PREFILL) {
         prefill_case(r->Nk, r->Nv, r->dim, r->pos, r->n, r->gated);
+    } else if (r->op == OP_ATTN_ROWS) {
+        attn_rows_case(r->Nk, r->Nv, r->dim, r->n, r->gated);
     } else {
         lily_err e;
         pt_check_true("attention rejects Dh=96",
@@ -2642,6 +2766,10 @@ static void row_desc(const op_row *r, char *s, size_t cap) {
         snprintf(s, cap, "Nq=%d Nkv=%d Dh=%d pos0=%d n=%d%s", r->Nk, r->Nv, r->dim, r->pos, r->n,
                  r->gated ? " gated" : "");
         break;
+    case OP_ATTN_ROWS:
+        snprintf(s, cap, "Nq=%d Nkv=%d Dh=%d rows=%d%s", r->Nk, r->Nv, r->dim, r->n,
+                 r->gated ? " gated" : "");
+        break;
     case OP_GEMV_ARGS:
     case OP_GDN_ARGS:
     case OP_ATTN_ARGS:
@@ -2673,6 +2801,7 @@ static void run_row(const op_row *r) {
     case OP_ATTN_PREP:
     case OP_ATTN_DECODE:
     case OP_ATTN_PREFILL:
+    case OP_ATTN_ROWS:
     case OP_ATTN_ARGS: run_attn(r); break;
     }
 }

@@ -35,6 +35,13 @@ __device__ __forceinline__ uint16_t kv_code(float x, float s) {
 
 /* ---- prep: norms, RoPE, cache append --------------------------------------------------------- */
 
+/* The caches of a prep launch: one for every token (a chunk of one sequence), or token t's own
+ * (rows: one token of each of n sequences, at its own position d_pos[t]). */
+struct prep_caches {
+    uint8_t *kc[LILY_ATTN_ROWS], *vc[LILY_ATTN_ROWS];
+    int rows;
+};
+
 /* grid (n, Nq + Nkv), block Dh threads. Block y < Nq: query head; else KV head y - Nq (the branch
  * is uniform per block, so the KV blocks' reductions may synchronise). */
 __global__ void attn_prep_kernel(const float *__restrict__ qg, int ldqg,
@@ -42,11 +49,12 @@ __global__ void attn_prep_kernel(const float *__restrict__ qg, int ldqg,
                                  const int32_t *d_pos, int Nq, int Nkv, int Dh, int R,
                                  const float *__restrict__ inv_freq, const float *__restrict__ qn,
                                  const float *__restrict__ kn, float eps, int gated, float *q_out,
-                                 float *gate_out, uint8_t *kc, uint8_t *vc) {
+                                 float *gate_out, int ldq, const __grid_constant__ prep_caches cs) {
     __shared__ float red[32];
     __shared__ float xs[256];
     int t = blockIdx.x, h = blockIdx.y, d = threadIdx.x;
-    int pos = *d_pos + t;
+    int pos = cs.rows ? d_pos[t] : *d_pos + t;
+    uint8_t *kc = cs.kc[cs.rows ? t : 0], *vc = cs.vc[cs.rows ? t : 0];
     bool isq = h < Nq;
     const float *src = isq ? qg + (size_t)t * ldqg + (size_t)h * Dh * (gated ? 2 : 1)
                            : k + (size_t)t * ldkv + (size_t)(h - Nq) * Dh;
@@ -64,7 +72,7 @@ __global__ void attn_prep_kernel(const float *__restrict__ qg, int ldqg,
         x = d < half ? xs[d] * c - xs[d + half] * s : xs[d] * c + xs[d - half] * s;
     }
     if (isq) {
-        size_t o = (size_t)t * Nq * Dh + (size_t)h * Dh + d;
+        size_t o = (size_t)t * ldq + (size_t)h * Dh + d;
         q_out[o] = x;
         if (gated) gate_out[o] = src[Dh + d];
     } else {
@@ -140,25 +148,32 @@ __device__ __forceinline__ void byte_products(float *c0, float *c1, const uint32
 
 /* ---- decode on tensor cores: the default (attn_dec.cuh) -------------------------------------- */
 
-/* grid (max_splits, Nkv * MT) with MT = ceil(G / 8): block (s, y) runs attn_decode_body. */
+/* The rows of one decode launch (lily_attn_drow each), by value in the kernels' parameters. */
+struct dec_rows {
+    lily_attn_drow r[LILY_ATTN_ROWS];
+};
+
+/* grid (the rows' largest max_splits, Nkv * MT, R) with MT = ceil(G / 8): block (s, y, i) runs
+ * attn_decode_body for row i (nothing past the row's own max_splits). */
 template <int DH, bool EX>
 __global__ void __launch_bounds__(kDw * 32, 1)
-    attn_decode_mma_kernel(const float *__restrict__ q, const uint8_t *__restrict__ kc,
-                           const uint8_t *__restrict__ vc, const int32_t *d_pos, int Nkv, int G,
-                           float qscale, int max_splits, int want, float *__restrict__ part) {
+    attn_decode_mma_kernel(const __grid_constant__ dec_rows rows, int Nkv, int G, float qscale,
+                           int want) {
     extern __shared__ uint4 dec_smem[];
-    attn_decode_body<DH, EX, false>(q, kc, vc, d_pos, Nkv, G, qscale, max_splits, want, part,
-                                    blockIdx.x, blockIdx.y, (uint16_t *)dec_smem);
+    const lily_attn_drow &r = rows.r[blockIdx.z];
+    if ((int)blockIdx.x >= r.max_splits) return;
+    attn_decode_body<DH, EX, false>(r.q, (const uint8_t *)r.kc, (const uint8_t *)r.vc, r.d_pos, Nkv,
+                                    G, qscale, r.max_splits, want, r.part, blockIdx.x, blockIdx.y,
+                                    (uint16_t *)dec_smem);
 }
 
-/* grid (Nq, Dh / 32), 256 threads; dynamic smem: min(max_splits, want) floats. Block (h, cb)
- * runs attn_combine_body. */
+/* grid (Nq, Dh / 32, R), 256 threads; dynamic smem: min(max_splits, want) floats of the rows'
+ * largest max_splits. Block (h, cb, i) runs attn_combine_body for row i. */
 __global__ void __launch_bounds__(256)
-    attn_combine2_kernel(const float *__restrict__ part, const int32_t *d_pos, int Nq, int Dh,
-                         int max_splits, int want, const float *__restrict__ gate,
-                         float *__restrict__ out) {
+    attn_combine2_kernel(const __grid_constant__ dec_rows rows, int Nq, int Dh, int want) {
     extern __shared__ float fs[];
-    attn_combine_body<false>(part, d_pos, Nq, Dh, max_splits, want, gate, out, blockIdx.x,
+    const lily_attn_drow &r = rows.r[blockIdx.z];
+    attn_combine_body<false>(r.part, r.d_pos, Nq, Dh, r.max_splits, want, r.gate, r.out, blockIdx.x,
                              blockIdx.y, fs);
 }
 
@@ -166,9 +181,8 @@ __global__ void __launch_bounds__(256)
 int g_decode_want = 0;
 
 template <int DH, bool EX>
-int launch_decode_mma(const float *q, const uint8_t *kc, const uint8_t *vc, const int32_t *d_pos,
-                      int Nq, int Nkv, float scale, const float *gate, float *part, int max_splits,
-                      float *out, lily_cuda_stream st, lily_err *e) {
+int launch_decode_mma(const dec_rows &rows, int R, int Nq, int Nkv, float scale,
+                      lily_cuda_stream st, lily_err *e) {
     const size_t smem = dec2_cfg<DH>::smem;
     /* blocks resident at once, per device (and variant): set up once, so the host cost stays off
      * the step */
@@ -192,13 +206,15 @@ int launch_decode_mma(const float *q, const uint8_t *kc, const uint8_t *vc, cons
     /* one wave: as many splits as fill the SMs (blocks of a split past the live context exit) */
     int want = g_decode_want > 0 ? g_decode_want : resident[dev] / (Nkv * MT);
     if (want < 1) want = 1;
-    dim3 grid(max_splits, Nkv * MT);
-    attn_decode_mma_kernel<DH, EX><<<grid, kDw * 32, smem, st>>>(
-        q, kc, vc, d_pos, Nkv, G, scale * kLog2e, max_splits, want, part);
+    int ms = 1;
+    for (int i = 0; i < R; i++)
+        ms = rows.r[i].max_splits > ms ? rows.r[i].max_splits : ms;
+    dim3 grid(ms, Nkv * MT, R);
+    attn_decode_mma_kernel<DH, EX>
+        <<<grid, kDw * 32, smem, st>>>(rows, Nkv, G, scale * kLog2e, want);
     LILY_CU_LAUNCHED(e);
-    size_t fsm = (size_t)(want < max_splits ? want : max_splits) * sizeof(float);
-    attn_combine2_kernel<<<dim3(Nq, DH / 32), 256, fsm, st>>>(part, d_pos, Nq, DH, max_splits, want,
-                                                              gate, out);
+    size_t fsm = (size_t)(want < ms ? want : ms) * sizeof(float);
+    attn_combine2_kernel<<<dim3(Nq, DH / 32, R), 256, fsm, st>>>(rows, Nq, DH, want);
     LILY_CU_LAUNCHED(e);
     return 0;
 }
@@ -567,10 +583,35 @@ extern "C" int lily_cuda_attn_prep(const float *qg, int ldqg, const float *k, co
     if (!shape_ok(Nq, Nkv, Dh) || R < 0 || R > Dh || R % 2)
         return lily_fail(e, "attention: unsupported shape Nq=%d Nkv=%d Dh=%d R=%d", Nq, Nkv, Dh, R);
     if (n < 1) return 0;
+    prep_caches cs = {};
+    cs.kc[0] = (uint8_t *)kc, cs.vc[0] = (uint8_t *)vc;
     dim3 grid(n, Nq + Nkv);
     attn_prep_kernel<<<grid, Dh, 0, st>>>(qg, ldqg, k, v, ldkv, d_pos, Nq, Nkv, Dh, R, inv_freq, qn,
-                                          kn, eps, gated, q_out, gate_out, (uint8_t *)kc,
-                                          (uint8_t *)vc);
+                                          kn, eps, gated, q_out, gate_out, Nq * Dh, cs);
+    LILY_CU_LAUNCHED(e);
+    return 0;
+}
+
+extern "C" int lily_cuda_attn_prep_rows(const float *qg, int ldqg, const float *k, const float *v,
+                                        int ldkv, int n, const int32_t *d_pos, int Nq, int Nkv,
+                                        int Dh, int R, const float *inv_freq, const float *qn,
+                                        const float *kn, float eps, int gated, float *q_out,
+                                        float *gate_out, int ldq, void *const *kc, void *const *vc,
+                                        lily_cuda_stream st, lily_err *e) {
+    if (!shape_ok(Nq, Nkv, Dh) || R < 0 || R > Dh || R % 2)
+        return lily_fail(e, "attention: unsupported shape Nq=%d Nkv=%d Dh=%d R=%d", Nq, Nkv, Dh, R);
+    if (n < 1 || n > LILY_ATTN_ROWS)
+        return lily_fail(e, "attention prep: %d rows (1..%d)", n, LILY_ATTN_ROWS);
+    if (ldq < Nq * Dh) return lily_fail(e, "attention prep: q stride %d < %d", ldq, Nq * Dh);
+    prep_caches cs = {};
+    cs.rows = 1;
+    for (int i = 0; i < n; i++) {
+        if (!kc[i] || !vc[i]) return lily_fail(e, "attention prep: row %d has no cache", i);
+        cs.kc[i] = (uint8_t *)kc[i], cs.vc[i] = (uint8_t *)vc[i];
+    }
+    dim3 grid(n, Nq + Nkv);
+    attn_prep_kernel<<<grid, Dh, 0, st>>>(qg, ldqg, k, v, ldkv, d_pos, Nq, Nkv, Dh, R, inv_freq, qn,
+                                          kn, eps, gated, q_out, gate_out, ldq, cs);
     LILY_CU_LAUNCHED(e);
     return 0;
 }
@@ -585,32 +626,37 @@ extern "C" size_t lily_cuda_attn_decode_scratch(int Nq, int Dh, int max_splits) 
 
 namespace {
 template <int DH>
-int launch_decode(const float *q, const uint8_t *kc, const uint8_t *vc, const int32_t *d_pos,
-                  int Nq, int Nkv, float scale, const float *gate, float *part, int max_splits,
-                  float *out, lily_cuda_stream st, lily_err *e) {
+int launch_decode(const dec_rows &rows, int R, int Nq, int Nkv, float scale, lily_cuda_stream st,
+                  lily_err *e) {
     if (lily_cuda_prec_get().attn_exact)
-        return launch_decode_mma<DH, true>(q, kc, vc, d_pos, Nq, Nkv, scale, gate, part, max_splits,
-                                           out, st, e);
-    return launch_decode_mma<DH, false>(q, kc, vc, d_pos, Nq, Nkv, scale, gate, part, max_splits,
-                                        out, st, e);
+        return launch_decode_mma<DH, true>(rows, R, Nq, Nkv, scale, st, e);
+    return launch_decode_mma<DH, false>(rows, R, Nq, Nkv, scale, st, e);
 }
 } // namespace
 
-extern "C" int lily_cuda_attn_decode(const float *q, const void *kc_, const void *vc_,
+extern "C" int lily_cuda_attn_decode_rows(const lily_attn_drow *r, int R, int Nq, int Nkv, int Dh,
+                                          float scale, lily_cuda_stream st, lily_err *e) {
+    if (!shape_ok(Nq, Nkv, Dh))
+        return lily_fail(e, "attention: unsupported shape Nq=%d Nkv=%d Dh=%d", Nq, Nkv, Dh);
+    if (R < 1 || R > LILY_ATTN_ROWS)
+        return lily_fail(e, "attention: %d decode rows (1..%d)", R, LILY_ATTN_ROWS);
+    dec_rows rows = {};
+    for (int i = 0; i < R; i++) {
+        if (r[i].max_splits < 1 || !r[i].q || !r[i].kc || !r[i].vc || !r[i].part || !r[i].out)
+            return lily_fail(e, "attention: decode row %d lacks a buffer or splits", i);
+        rows.r[i] = r[i];
+    }
+    if (Dh == 64) return launch_decode<64>(rows, R, Nq, Nkv, scale, st, e);
+    if (Dh == 128) return launch_decode<128>(rows, R, Nq, Nkv, scale, st, e);
+    return launch_decode<256>(rows, R, Nq, Nkv, scale, st, e);
+}
+
+extern "C" int lily_cuda_attn_decode(const float *q, const void *kc, const void *vc,
                                      const int32_t *d_pos, int Nq, int Nkv, int Dh, float scale,
                                      const float *gate, float *scratch, int max_splits, float *out,
                                      lily_cuda_stream st, lily_err *e) {
-    if (!shape_ok(Nq, Nkv, Dh) || max_splits < 1)
-        return lily_fail(e, "attention: unsupported shape Nq=%d Nkv=%d Dh=%d", Nq, Nkv, Dh);
-    const uint8_t *kc = (const uint8_t *)kc_, *vc = (const uint8_t *)vc_;
-    if (Dh == 64)
-        return launch_decode<64>(q, kc, vc, d_pos, Nq, Nkv, scale, gate, scratch, max_splits, out,
-                                 st, e);
-    if (Dh == 128)
-        return launch_decode<128>(q, kc, vc, d_pos, Nq, Nkv, scale, gate, scratch, max_splits, out,
-                                  st, e);
-    return launch_decode<256>(q, kc, vc, d_pos, Nq, Nkv, scale, gate, scratch, max_splits, out, st,
-                              e);
+    const lily_attn_drow r = {q, kc, vc, d_pos, gate, scratch, max_splits, out};
+    return lily_cuda_attn_decode_rows(&r, 1, Nq, Nkv, Dh, scale, st, e);
 }
 
 #define LILY_PRE_CASE(DH, G) \

@@ -65,6 +65,18 @@ int lily_cuda_attn_prep(const float *qg, int ldqg, const float *k, const float *
                         const float *qn, const float *kn, float eps, int gated, float *q_out,
                         float *gate_out, void *kc, void *vc, lily_cuda_stream st, lily_err *e);
 
+#define LILY_ATTN_ROWS 8 /* rows of one rows call (LILY_MAX_ROWS) */
+
+/* lily_cuda_attn_prep of one token of each of n sequences (rows, 1..LILY_ATTN_ROWS): token t at
+ * position d_pos[t] (d_pos: [n] device), its q/k/v at row t of qg / k / v, its q and gate at
+ * row t of q_out / gate_out (stride ldq >= Nq Dh) and its K/V rows into its own kc[t] / vc[t].
+ * Each row bit for bit lily_cuda_attn_prep of that token alone. */
+int lily_cuda_attn_prep_rows(const float *qg, int ldqg, const float *k, const float *v, int ldkv,
+                             int n, const int32_t *d_pos, int Nq, int Nkv, int Dh, int R,
+                             const float *inv_freq, const float *qn, const float *kn, float eps,
+                             int gated, float *q_out, float *gate_out, int ldq, void *const *kc,
+                             void *const *vc, lily_cuda_stream st, lily_err *e);
+
 /* Floats of split scratch lily_cuda_attn_decode needs. */
 size_t lily_cuda_attn_decode_scratch(int Nq, int Dh, int max_splits);
 
@@ -73,6 +85,23 @@ size_t lily_cuda_attn_decode_scratch(int Nq, int Dh, int max_splits);
 int lily_cuda_attn_decode(const float *q, const void *kc, const void *vc, const int32_t *d_pos,
                           int Nq, int Nkv, int Dh, float scale, const float *gate, float *scratch,
                           int max_splits, float *out, lily_cuda_stream st, lily_err *e);
+
+/* One row of a decode launch: lily_cuda_attn_decode's arguments (scratch = part). */
+typedef struct lily_attn_drow {
+    const float *q;
+    const void *kc, *vc;
+    const int32_t *d_pos;
+    const float *gate; /* NULL: no output gate */
+    float *part;       /* lily_cuda_attn_decode_scratch(Nq, Dh, max_splits) floats, its own */
+    int max_splits;
+    float *out;
+} lily_attn_drow;
+
+/* lily_cuda_attn_decode of R rows (1..LILY_ATTN_ROWS; each its own cache, position, splits and
+ * scratch) in one split launch and one merge: row i's output is bit for bit what
+ * lily_cuda_attn_decode gives it alone (which is this call with R = 1). */
+int lily_cuda_attn_decode_rows(const lily_attn_drow *rows, int R, int Nq, int Nkv, int Dh,
+                               float scale, lily_cuda_stream st, lily_err *e);
 
 /* Forces the split target of the decode calls that follow (want > 0: that many splits, capped
  * by max_splits) or restores the automatic one (0: as many as fill the SMs). Tests and

@@ -603,8 +603,11 @@ int cu_open(const lily_model *m, const lily_engine_opts *opts, lily_backend **ou
                       fn * (i == 0 && inw > b->maxw ? inw : b->maxw) * 4, e)))
                 break;
         if (i < 5) break;
+        /* each row of a rows step its own (lily_cuda_attn_decode_rows) */
         if (!(b->attn_part = (float *)lily_cuda_alloc(
-                  lily_cuda_attn_decode_scratch(c->n_q_heads, c->head_dim, kMaxSplits) * 4, e)))
+                  LILY_MAX_ROWS *
+                      lily_cuda_attn_decode_scratch(c->n_q_heads, c->head_dim, kMaxSplits) * 4,
+                  e)))
             break;
         /* the split form of the attention prefill (short chunks deep in the cache) */
         const size_t pre = lily_cuda_attn_prefill_scratch(c->n_q_heads, c->n_kv_heads, c->head_dim);
@@ -883,6 +886,7 @@ int decode_rows(lily_backend *b, lily_bstate *const *s, int R, lily_err *e) {
     static_assert(LILY_MAX_ROWS == LILY_GEMV_ROWS, "a rows step is one rows GEMV");
     static_assert(LILY_MAX_ROWS == LILY_MOE_ROWS, "a rows step is one rows MoE decode");
     static_assert(LILY_MAX_ROWS == LILY_GDN_ROWS, "a rows step is one rows GDN step");
+    static_assert(LILY_MAX_ROWS == LILY_ATTN_ROWS, "a rows step is one rows attention decode");
     const float *xr[LILY_MAX_ROWS]; /* the rows' residuals */
     for (int i = 0; i < R; i++)
         xr[i] = b->x + (size_t)i * H;
@@ -901,24 +905,25 @@ int decode_rows(lily_backend *b, lily_bstate *const *s, int R, lily_err *e) {
             }
             if (gemv_any_rows(&seg[0][0], 3, R, xr, &norm, st, e)) return -1;
             prof_mark(b, l, LILY_OP_ATTN_PROJ);
+            void *kc[LILY_MAX_ROWS], *vc[LILY_MAX_ROWS];
+            lily_attn_drow ar[LILY_MAX_ROWS];
+            const size_t part =
+                lily_cuda_attn_decode_scratch(c->n_q_heads, c->head_dim, kMaxSplits);
             for (int i = 0; i < R; i++) {
-                float *qg = b->buf[0] + i * W, *kb = b->buf[1] + i * W, *vb = b->buf[2] + i * W;
-                float *q = b->buf[3] + i * W, *gt = b->buf[4] + i * W;
-                if (lily_cuda_attn_prep(qg, b->qw, kb, vb, b->kvw, 1, b->d_prow + i, c->n_q_heads,
-                                        c->n_kv_heads, c->head_dim, c->rope_dim, b->inv_freq,
-                                        ly->q_norm, ly->k_norm, eps, c->attn_output_gate, q, gt,
-                                        s[i]->k[l], s[i]->v[l], st, e))
-                    return -1;
+                kc[i] = s[i]->k[l], vc[i] = s[i]->v[l];
+                const float *gt = c->attn_output_gate ? b->buf[4] + i * W : nullptr;
+                ar[i] = {b->buf[3] + i * W,       s[i]->k[l],   s[i]->v[l],       b->d_prow + i, gt,
+                         b->attn_part + i * part, s[i]->splits, b->buf[1] + i * W};
             }
+            if (lily_cuda_attn_prep_rows(
+                    b->buf[0], W, b->buf[1], b->buf[2], W, R, b->d_prow, c->n_q_heads,
+                    c->n_kv_heads, c->head_dim, c->rope_dim, b->inv_freq, ly->q_norm, ly->k_norm,
+                    eps, c->attn_output_gate, b->buf[3], b->buf[4], W, kc, vc, st, e))
+                return -1;
             prof_mark(b, l, LILY_OP_ATTN_QK);
-            for (int i = 0; i < R; i++) {
-                float *q = b->buf[3] + i * W, *gt = b->buf[4] + i * W, *o = b->buf[1] + i * W;
-                if (lily_cuda_attn_decode(
-                        q, s[i]->k[l], s[i]->v[l], b->d_prow + i, c->n_q_heads, c->n_kv_heads,
-                        c->head_dim, 1.0f / sqrtf((float)c->head_dim),
-                        c->attn_output_gate ? gt : nullptr, b->attn_part, s[i]->splits, o, st, e))
-                    return -1;
-            }
+            if (lily_cuda_attn_decode_rows(ar, R, c->n_q_heads, c->n_kv_heads, c->head_dim,
+                                           1.0f / sqrtf((float)c->head_dim), st, e))
+                return -1;
             prof_mark(b, l, LILY_OP_ATTN_CORE);
             lily_gemv_seg os[LILY_MAX_ROWS];
             const float *ov[LILY_MAX_ROWS];
