@@ -26,7 +26,7 @@ static void usage(FILE *f) {
         "  --parallel N          requests generating at once, 1..8 (default 4 on CUDA, 2 on\n"
         "                        CPU); each slot holds a session of --ctx tokens\n"
         "  --parallel-queue N    requests waiting for a slot before 503 (default 64)\n"
-        "  --prefill-chunk N     prompt tokens prefilled between two decode steps (256)\n"
+        "  --prefill-chunk N     prompt tokens prefilled between two decode steps (512)\n"
         "  --max-body BYTES      request body limit, K/M suffix (default 32M)\n"
         "  --snapshot-mem MB     prefix-cache memory (default 2048)\n"
         "  --backend cpu|cuda    (default cpu)   --threads N\n" LILY_CLI_ENGINE_USAGE

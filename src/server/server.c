@@ -108,7 +108,7 @@ int lily_server_main(const lily_server_opts *o) {
                 LILY_MAX_ROWS);
         goto out;
     }
-    s->prefill_chunk = o->prefill_chunk > 0 ? o->prefill_chunk : 256;
+    s->prefill_chunk = o->prefill_chunk > 0 ? o->prefill_chunk : 512;
     if (!o->quiet) {
         char mem[32];
         lily_bar_bytes(mem, sizeof mem,

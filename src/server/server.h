@@ -16,7 +16,7 @@ typedef struct lily_server_opts {
     int strict_model;     /* 404 for a request naming another model */
     int ctx;              /* per-request context; 0 = min(model max, 32768) */
     int parallel;         /* requests generating at once (slots), 1..8; 0 = 4 on CUDA, 2 on CPU */
-    int prefill_chunk;    /* prompt tokens prefilled between two decode steps; 0 = 256 */
+    int prefill_chunk;    /* prompt tokens prefilled between two decode steps; 0 = 512 */
     int queue;            /* requests waiting for a slot before 503; 0 = 64 */
     size_t max_body;      /* bytes; 0 = 32 MiB */
     size_t snapshot_mem;  /* prefix-cache bytes; 0 = 2 GiB */
