@@ -94,6 +94,8 @@ for t in "$work"/bin/test_*; do
     [[ $skip == *" parity "* ]] && break
     name=$(basename "$t")
     [ "$name" = test_cuda_bench ] && continue
+    # GPU_CHECK_ONLY="test_cuda_gemm test_cuda_rows": those programs of the pack alone
+    [ -n "${GPU_CHECK_ONLY:-}" ] && [[ " $GPU_CHECK_ONLY " != *" $name "* ]] && continue
     start=$(date +%s%N)
     lim=300
     [ "$name" = test_cuda_ops ] && lim=600 # the table: what several programs of 300 s each held
