@@ -38,6 +38,60 @@ __device__ __forceinline__ float reduce8(const float (&v)[8], int lane) {
     return r;
 }
 
+/* One token of the warp's (head, 8 value columns) recurrence on its state s (lane: key rows
+ * 4 lane .. 4 lane + 3 of the 8 columns): q, k raw (L2-normalised here, q also by 1/sqrt(Dk)),
+ * v the 8 columns' values, a and b the raw decay and beta logits. Returns column
+ * (lane >> 2) & 7's output S^T q, in every lane of that column. */
+__device__ __forceinline__ float gdn_token(float (&s)[4][8], float (&q)[4], float (&k)[4],
+                                           const float (&v)[8], float a, float b, float negA,
+                                           float dtb, int lane) {
+    const int my_c = (lane >> 2) & 7;
+    float qs = q[0] * q[0] + q[1] * q[1] + q[2] * q[2] + q[3] * q[3];
+    float ks = k[0] * k[0] + k[1] * k[1] + k[2] * k[2] + k[3] * k[3];
+    qs = warp_sum(qs);
+    ks = warp_sum(ks);
+    const float qr = (1.0f / sqrtf((float)kDk)) / sqrtf(qs + 1e-6f), kr = 1.0f / sqrtf(ks + 1e-6f);
+#pragma unroll
+    for (int r = 0; r < 4; r++)
+        q[r] *= qr, k[r] *= kr;
+    const float x = a + dtb;
+    const float sp = x > 20.0f ? x : log1pf(expf(x));
+    const float lam = expf(negA * sp), beta = sigmoid_f(b);
+    /* decay and retrieve: m = (lam S)^T k */
+    float m[8];
+#pragma unroll
+    for (int c = 0; c < 8; c++)
+        m[c] = 0.f;
+#pragma unroll
+    for (int r = 0; r < 4; r++)
+#pragma unroll
+        for (int c = 0; c < 8; c++) {
+            s[r][c] *= lam;
+            m[c] = fmaf(s[r][c], k[r], m[c]);
+        }
+    const float mc = reduce8(m, lane);
+    float vc = v[0];
+#pragma unroll
+    for (int c = 1; c < 8; c++)
+        if (c == my_c) vc = v[c];
+    const float dc = beta * (vc - mc);
+    /* rank-1 write and read-out: S += k d^T; o = S^T q */
+    float d[8], oc[8];
+#pragma unroll
+    for (int c = 0; c < 8; c++) {
+        d[c] = __shfl_sync(0xffffffffu, dc, 4 * c);
+        oc[c] = 0.f;
+    }
+#pragma unroll
+    for (int r = 0; r < 4; r++)
+#pragma unroll
+        for (int c = 0; c < 8; c++) {
+            s[r][c] = fmaf(k[r], d[c], s[r][c]);
+            oc[c] = fmaf(s[r][c], q[r], oc[c]);
+        }
+    return reduce8(oc, lane);
+}
+
 struct scan_in {
     float4 q, k, v0, v1;
     float b, a;
@@ -75,7 +129,6 @@ __global__ void __launch_bounds__(kScanWarps * 32)
         s[r][4] = y.x, s[r][5] = y.y, s[r][6] = y.z, s[r][7] = y.w;
     }
     const float negA = -expf(A_log[j]), dtb = dt_bias[j];
-    const float qscale = 1.0f / sqrtf((float)kDk);
     const int qo = i * kDk + 4 * lane, ko = Nk * kDk + i * kDk + 4 * lane;
     const int vo = 2 * Nk * kDk + j * Dv + 8 * g;
     const int my_c = (lane >> 2) & 7;
@@ -97,52 +150,7 @@ __global__ void __launch_bounds__(kScanWarps * 32)
         float k[4] = {cur.k.x, cur.k.y, cur.k.z, cur.k.w};
         const float v[8] = {cur.v0.x, cur.v0.y, cur.v0.z, cur.v0.w,
                             cur.v1.x, cur.v1.y, cur.v1.z, cur.v1.w};
-        float qs = q[0] * q[0] + q[1] * q[1] + q[2] * q[2] + q[3] * q[3];
-        float ks = k[0] * k[0] + k[1] * k[1] + k[2] * k[2] + k[3] * k[3];
-        qs = warp_sum(qs);
-        ks = warp_sum(ks);
-        float qr = qscale / sqrtf(qs + 1e-6f), kr = 1.0f / sqrtf(ks + 1e-6f);
-#pragma unroll
-        for (int r = 0; r < 4; r++)
-            q[r] *= qr, k[r] *= kr;
-        float x = cur.a + dtb;
-        float sp = x > 20.0f ? x : log1pf(expf(x));
-        float lam = expf(negA * sp), beta = sigmoid_f(cur.b);
-        /* decay and retrieve: m = (lam S)^T k */
-        float m[8];
-#pragma unroll
-        for (int c = 0; c < 8; c++)
-            m[c] = 0.f;
-#pragma unroll
-        for (int r = 0; r < 4; r++)
-#pragma unroll
-            for (int c = 0; c < 8; c++) {
-                s[r][c] *= lam;
-                m[c] = fmaf(s[r][c], k[r], m[c]);
-            }
-        float mc = reduce8(m, lane);
-        float vc = v[0];
-#pragma unroll
-        for (int c = 1; c < 8; c++)
-            if (c == my_c) vc = v[c];
-        float dc = beta * (vc - mc);
-        float d[8];
-#pragma unroll
-        for (int c = 0; c < 8; c++)
-            d[c] = __shfl_sync(0xffffffffu, dc, 4 * c);
-        /* rank-1 write and read-out: S += k d^T; o = S^T q */
-        float oc[8];
-#pragma unroll
-        for (int c = 0; c < 8; c++)
-            oc[c] = 0.f;
-#pragma unroll
-        for (int r = 0; r < 4; r++)
-#pragma unroll
-            for (int c = 0; c < 8; c++) {
-                s[r][c] = fmaf(k[r], d[c], s[r][c]);
-                oc[c] = fmaf(s[r][c], q[r], oc[c]);
-            }
-        float out = reduce8(oc, lane);
+        const float out = gdn_token(s, q, k, v, cur.a, cur.b, negA, dtb, lane);
         if ((lane & 3) == 0) o[(size_t)t * ldo + (size_t)j * Dv + 8 * g + my_c] = out;
         cur = nxt;
     }
@@ -201,53 +209,12 @@ __global__ void __launch_bounds__(kStepWarps * 32)
     const float zc = z[col], wc = nw[8 * g + my_c];
     float q[4] = {q4.x, q4.y, q4.z, q4.w}, k[4] = {k4.x, k4.y, k4.z, k4.w};
     const float v[8] = {v0.x, v0.y, v0.z, v0.w, v1.x, v1.y, v1.z, v1.w};
-    float qs = q[0] * q[0] + q[1] * q[1] + q[2] * q[2] + q[3] * q[3];
-    float ks = k[0] * k[0] + k[1] * k[1] + k[2] * k[2] + k[3] * k[3];
-    qs = warp_sum(qs);
-    ks = warp_sum(ks);
-    const float qr = (1.0f / sqrtf((float)kDk)) / sqrtf(qs + 1e-6f), kr = 1.0f / sqrtf(ks + 1e-6f);
-#pragma unroll
-    for (int r = 0; r < 4; r++)
-        q[r] *= qr, k[r] *= kr;
-    const float xa = ap[j] + dt_bias[j];
-    const float sp = xa > 20.0f ? xa : log1pf(expf(xa));
-    const float lam = expf(-expf(A_log[j]) * sp), beta = sigmoid_f(bp[j]);
-    float m[8];
-#pragma unroll
-    for (int c = 0; c < 8; c++)
-        m[c] = 0.f;
-#pragma unroll
-    for (int r = 0; r < 4; r++)
-#pragma unroll
-        for (int c = 0; c < 8; c++) {
-            s[r][c] *= lam;
-            m[c] = fmaf(s[r][c], k[r], m[c]);
-        }
-    const float mc = reduce8(m, lane);
-    float vc = v[0];
-#pragma unroll
-    for (int c = 1; c < 8; c++)
-        if (c == my_c) vc = v[c];
-    const float dc = beta * (vc - mc);
-    float d[8], oc[8];
-#pragma unroll
-    for (int c = 0; c < 8; c++) {
-        d[c] = __shfl_sync(0xffffffffu, dc, 4 * c);
-        oc[c] = 0.f;
-    }
-#pragma unroll
-    for (int r = 0; r < 4; r++)
-#pragma unroll
-        for (int c = 0; c < 8; c++) {
-            s[r][c] = fmaf(k[r], d[c], s[r][c]);
-            oc[c] = fmaf(s[r][c], q[r], oc[c]);
-        }
+    const float out = gdn_token(s, q, k, v, ap[j], bp[j], -expf(A_log[j]), dt_bias[j], lane);
 #pragma unroll
     for (int r = 0; r < 4; r++) {
         *(float4 *)(Sw + r * 8) = make_float4(s[r][0], s[r][1], s[r][2], s[r][3]);
         *(float4 *)(Sw + r * 8 + 4) = make_float4(s[r][4], s[r][5], s[r][6], s[r][7]);
     }
-    const float out = reduce8(oc, lane); /* every lane of column my_c holds it */
     const float sq = warp_sum((lane & 3) == 0 ? out * out : 0.f);
     if (lane == 0) red[threadIdx.x >> 5] = sq;
     cl.sync(); /* every block's red is written */
