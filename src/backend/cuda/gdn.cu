@@ -38,6 +38,23 @@ __device__ __forceinline__ float reduce8(const float (&v)[8], int lane) {
     return r;
 }
 
+/* The lane's 4 key rows x 8 value columns of a warp's state block (layout: gdn.h). */
+__device__ __forceinline__ void state_load(const float *Sw, float (&s)[4][8]) {
+#pragma unroll
+    for (int r = 0; r < 4; r++) {
+        float4 x = *(const float4 *)(Sw + r * 8), y = *(const float4 *)(Sw + r * 8 + 4);
+        s[r][0] = x.x, s[r][1] = x.y, s[r][2] = x.z, s[r][3] = x.w;
+        s[r][4] = y.x, s[r][5] = y.y, s[r][6] = y.z, s[r][7] = y.w;
+    }
+}
+__device__ __forceinline__ void state_store(float *Sw, const float (&s)[4][8]) {
+#pragma unroll
+    for (int r = 0; r < 4; r++) {
+        *(float4 *)(Sw + r * 8) = make_float4(s[r][0], s[r][1], s[r][2], s[r][3]);
+        *(float4 *)(Sw + r * 8 + 4) = make_float4(s[r][4], s[r][5], s[r][6], s[r][7]);
+    }
+}
+
 /* One token of the warp's (head, 8 value columns) recurrence on its state s (lane: key rows
  * 4 lane .. 4 lane + 3 of the 8 columns): q, k raw (L2-normalised here, q also by 1/sqrt(Dk)),
  * v the 8 columns' values, a and b the raw decay and beta logits. Returns column
@@ -122,12 +139,7 @@ __global__ void __launch_bounds__(kScanWarps * 32)
     const int j = wid / groups, g = wid % groups, i = j / (Nv / Nk);
     float *Sw = S + (((size_t)j * groups + g) * kDk + 4 * lane) * 8;
     float s[4][8];
-#pragma unroll
-    for (int r = 0; r < 4; r++) {
-        float4 x = *(const float4 *)(Sw + r * 8), y = *(const float4 *)(Sw + r * 8 + 4);
-        s[r][0] = x.x, s[r][1] = x.y, s[r][2] = x.z, s[r][3] = x.w;
-        s[r][4] = y.x, s[r][5] = y.y, s[r][6] = y.z, s[r][7] = y.w;
-    }
+    state_load(Sw, s);
     const float negA = -expf(A_log[j]), dtb = dt_bias[j];
     const int qo = i * kDk + 4 * lane, ko = Nk * kDk + i * kDk + 4 * lane;
     const int vo = 2 * Nk * kDk + j * Dv + 8 * g;
@@ -154,11 +166,7 @@ __global__ void __launch_bounds__(kScanWarps * 32)
         if ((lane & 3) == 0) o[(size_t)t * ldo + (size_t)j * Dv + 8 * g + my_c] = out;
         cur = nxt;
     }
-#pragma unroll
-    for (int r = 0; r < 4; r++) {
-        *(float4 *)(Sw + r * 8) = make_float4(s[r][0], s[r][1], s[r][2], s[r][3]);
-        *(float4 *)(Sw + r * 8 + 4) = make_float4(s[r][4], s[r][5], s[r][6], s[r][7]);
-    }
+    state_store(Sw, s);
 }
 
 /* The decode step of R rows (blockIdx.y = row) with the output's gated RMSNorm: per value head
@@ -195,12 +203,7 @@ __global__ void __launch_bounds__(kStepWarps * 32)
     o += row * rows.dout;
     float *Sw = S + (((size_t)j * groups + g) * kDk + 4 * lane) * 8;
     float s[4][8];
-#pragma unroll
-    for (int r = 0; r < 4; r++) {
-        float4 x = *(const float4 *)(Sw + r * 8), y = *(const float4 *)(Sw + r * 8 + 4);
-        s[r][0] = x.x, s[r][1] = x.y, s[r][2] = x.z, s[r][3] = x.w;
-        s[r][4] = y.x, s[r][5] = y.y, s[r][6] = y.z, s[r][7] = y.w;
-    }
+    state_load(Sw, s);
     const int my_c = (lane >> 2) & 7, col = j * Dv + 8 * g + my_c;
     const float4 q4 = *(const float4 *)(qkv + i * kDk + 4 * lane);
     const float4 k4 = *(const float4 *)(qkv + Nk * kDk + i * kDk + 4 * lane);
@@ -210,11 +213,7 @@ __global__ void __launch_bounds__(kStepWarps * 32)
     float q[4] = {q4.x, q4.y, q4.z, q4.w}, k[4] = {k4.x, k4.y, k4.z, k4.w};
     const float v[8] = {v0.x, v0.y, v0.z, v0.w, v1.x, v1.y, v1.z, v1.w};
     const float out = gdn_token(s, q, k, v, ap[j], bp[j], -expf(A_log[j]), dt_bias[j], lane);
-#pragma unroll
-    for (int r = 0; r < 4; r++) {
-        *(float4 *)(Sw + r * 8) = make_float4(s[r][0], s[r][1], s[r][2], s[r][3]);
-        *(float4 *)(Sw + r * 8 + 4) = make_float4(s[r][4], s[r][5], s[r][6], s[r][7]);
-    }
+    state_store(Sw, s);
     const float sq = warp_sum((lane & 3) == 0 ? out * out : 0.f);
     if (lane == 0) red[threadIdx.x >> 5] = sq;
     cl.sync(); /* every block's red is written */
