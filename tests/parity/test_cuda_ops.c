@@ -24,7 +24,7 @@
  * random, a tie won by the lowest index); advance (the decode ring's step counter near the ends of
  * int32); gdn_conv (causal conv + SiLU and its state against lily_cpu_conv_silu); gdn_scan (the
  * recurrence: L2 norms, gates and lily_cpu_gdn_scan per head from a random non-zero state, 1 token
- * to 2048, every scan kernel, output and final state); gdn_gnorm (the per-head gated RMSNorm);
+ * to 2048, output and final state); gdn_gnorm (the per-head gated RMSNorm);
  * skinny (the grouped Q4 GEMM's 16-row expert tiles, backend/cuda/gemm_skinny.h, against
  * lily_cpu_matmul: uneven expert loads, with and without the row gather, odd group counts, X rows
  * 1e-6 .. 1e6, in every A form, staging and precision), skinny_pair (the gate/up pair launch bit
@@ -328,8 +328,8 @@ static const op_row table[] = {
     {.op = OP_GDN_CONV, .dim = 1001, .K = 4, .n = 2, .tol = 1e-5},
     {.op = OP_GDN_CONV, .dim = 777, .K = 4, .n = 301, .tol = 1e-5},
     {.op = OP_GDN_CONV, .dim = 130, .K = 3, .n = 5, .tol = 1e-5},
-    /* gdn_scan: key heads, value heads, Dv, tokens; every scan kernel (auto, token, tiled4) from
-     * one random non-zero state, output and final state */
+    /* gdn_scan: key heads, value heads, Dv, tokens; from one random non-zero state, output and
+     * final state */
     {.op = OP_GDN_SCAN, .Nk = 16, .Nv = 32, .dim = 128, .n = 1, .tol = 1e-4},
     {.op = OP_GDN_SCAN, .Nk = 16, .Nv = 32, .dim = 128, .n = 7, .tol = 1e-4},
     {.op = OP_GDN_SCAN, .Nk = 16, .Nv = 32, .dim = 128, .n = 64, .tol = 1e-4, .big = 1},
@@ -1537,11 +1537,8 @@ static float softplus_h(float x) {
     return x > 20.0f ? x : log1pf(expf(x));
 }
 
-static const char *const kernel_name[] = {"auto", "token", "tiled4"};
-#define N_KERNELS 3
-
-/* The CPU reference from a random non-zero state, then every scan kernel from the same state,
- * comparing output and final state. */
+/* The CPU reference from a random non-zero state, then the scan from the same state, comparing
+ * output and final state. */
 static void scan_case(int Nk, int Nv, int Dv, int n, double tol) {
     const int Dk = 128, C = 2 * Nk * Dk + Nv * Dv, ld = C + 4, ldba = 2 * Nv + 3;
     lily_err e;
@@ -1593,12 +1590,11 @@ static void scan_case(int Nk, int Nv, int Dv, int n, double tol) {
     }
     float *go = malloc((size_t)n * ldo * 4), *gS = malloc(sn * 4), *gSc = malloc(sn * 4);
     float *gop = malloc((size_t)n * Nv * Dv * 4);
-    for (int kern = 0; kern < N_KERNELS; kern++) {
+    {
         float *dS = pt_dup(Sg, sn), *dO = pt_dalloc((size_t)n * ldo * 4);
-        int rc = lily_cuda_gdn_scan_with(kern, dS, Nk, Nv, Dk, Dv, n, dqkv, ld, dba, dba + Nv, ldba,
-                                         dA, ddt, dO, ldo, NULL, &e);
-        snprintf(name, sizeof name, "gdn scan %s launch", kernel_name[kern]);
-        if (!pt_ok(rc, name, &e)) return;
+        int rc = lily_cuda_gdn_scan(dS, Nk, Nv, Dk, Dv, n, dqkv, ld, dba, dba + Nv, ldba, dA, ddt,
+                                    dO, ldo, NULL, &e);
+        if (!pt_ok(rc, "gdn scan launch", &e)) return;
         pt_get(go, dO, (size_t)n * ldo);
         pt_get(gS, dS, sn);
         for (int t = 0; t < n; t++)
@@ -1607,11 +1603,9 @@ static void scan_case(int Nk, int Nv, int Dv, int n, double tol) {
             for (int k = 0; k < Dk; k++)
                 for (int v = 0; v < Dv; v++)
                     gSc[((size_t)j * Dk + k) * Dv + v] = gS[lily_cuda_gdn_sidx(Dk, Dv, j, k, v)];
-        snprintf(name, sizeof name, "gdn scan %-9s out   Nk=%d Nv=%d Dv=%d n=%d", kernel_name[kern],
-                 Nk, Nv, Dv, n);
+        snprintf(name, sizeof name, "gdn scan out   Nk=%d Nv=%d Dv=%d n=%d", Nk, Nv, Dv, n);
         pt_check(name, gop, o, (size_t)n * Nv * Dv, tol);
-        snprintf(name, sizeof name, "gdn scan %-9s state Nk=%d Nv=%d Dv=%d n=%d", kernel_name[kern],
-                 Nk, Nv, Dv, n);
+        snprintf(name, sizeof name, "gdn scan state Nk=%d Nv=%d Dv=%d n=%d", Nk, Nv, Dv, n);
         pt_check(name, gSc, Sref, sn, tol);
         lily_cuda_free(dS), lily_cuda_free(dO);
     }
@@ -1620,7 +1614,7 @@ static void scan_case(int Nk, int Nv, int Dv, int n, double tol) {
     free(Sref), free(o), free(go), free(gS), free(gSc), free(gop);
 }
 
-/* LILY_CUDA_TIME=1: cudaEvent median of 20 launches of each scan kernel at the 35B-A3B shape
+/* LILY_CUDA_TIME=1: cudaEvent median of 20 launches of the scan at the 35B-A3B shape
  * (Nk=16, Nv=32, Dk=Dv=128), one GDN layer per launch. Prints, asserts nothing. */
 static void scan_timing(void) {
     enum { reps = 20 };
@@ -1641,22 +1635,19 @@ static void scan_timing(void) {
     cudaEvent_t ev[2 * reps];
     for (int r = 0; r < 2 * reps; r++)
         cudaEventCreate(&ev[r]);
-    printf("timing (us per layer, median of %d), Nk=%d Nv=%d Dk=Dv=%d:\n%6s", reps, Nk, Nv, Dk,
-           "n");
-    for (int k = 0; k < N_KERNELS; k++)
-        printf(" %9s", kernel_name[k]);
-    printf("\n");
+    printf("timing (us per layer, median of %d), Nk=%d Nv=%d Dk=Dv=%d:\n%6s %9s\n", reps, Nk, Nv,
+           Dk, "n", "scan");
     for (size_t li = 0; li < sizeof lens / sizeof *lens; li++) {
         int n = lens[li];
         printf("%6d", n);
-        for (int k = 0; k < N_KERNELS; k++) {
+        {
             float ms[reps];
-            int rc = lily_cuda_gdn_scan_with(k, dS, Nk, Nv, Dk, Dv, n, dqkv, C, dba, dba + Nv,
-                                             2 * Nv, dA, ddt, dO, Nv * Dv, NULL, &e); /* warm */
+            int rc = lily_cuda_gdn_scan(dS, Nk, Nv, Dk, Dv, n, dqkv, C, dba, dba + Nv, 2 * Nv, dA,
+                                        ddt, dO, Nv * Dv, NULL, &e); /* warm */
             for (int r = 0; r < reps && !rc; r++) {
                 cudaEventRecord(ev[2 * r], NULL);
-                rc = lily_cuda_gdn_scan_with(k, dS, Nk, Nv, Dk, Dv, n, dqkv, C, dba, dba + Nv,
-                                             2 * Nv, dA, ddt, dO, Nv * Dv, NULL, &e);
+                rc = lily_cuda_gdn_scan(dS, Nk, Nv, Dk, Dv, n, dqkv, C, dba, dba + Nv, 2 * Nv, dA,
+                                        ddt, dO, Nv * Dv, NULL, &e);
                 cudaEventRecord(ev[2 * r + 1], NULL);
             }
             if (rc || lily_cuda_sync(&e)) {
@@ -1884,9 +1875,9 @@ static void run_args(const op_row *r) {
     pt_check_true("gdn scan rejects Dk=64",
                   lily_cuda_gdn_scan(NULL, 1, 1, 64, 64, 1, NULL, 4, NULL, NULL, 1, NULL, NULL,
                                      NULL, 1, NULL, &e) == -1);
-    pt_check_true("gdn scan rejects an unknown kernel",
-                  lily_cuda_gdn_scan_with(LILY_GDN_TILED4 + 1, NULL, 1, 1, 128, 8, 1, NULL, 4, NULL,
-                                          NULL, 1, NULL, NULL, NULL, 1, NULL, &e) == -1);
+    pt_check_true("gdn scan rejects Dv=12 (not a multiple of 8)",
+                  lily_cuda_gdn_scan(NULL, 1, 1, 128, 12, 1, NULL, 4, NULL, NULL, 1, NULL, NULL,
+                                     NULL, 1, NULL, &e) == -1);
     float *S0 = NULL;
     pt_check_true("gdn step rows rejects Dv=264 (a head of 33 warps)",
                   lily_cuda_gdn_step_rows(&S0, 1, 1, 1, 128, 264, NULL, 0, NULL, NULL, 0, NULL,

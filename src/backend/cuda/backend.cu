@@ -801,10 +801,10 @@ lily_op_kind ffn_op(const lily_config *c) {
  * op of the program; the ops it fuses stay at 0: the q/k/v GEMV (with the in_norm prologue) to
  * ATTN_PROJ, lily_cuda_attn_prep to ATTN_QK, lily_cuda_attn_decode (with the gate) to ATTN_CORE,
  * the o GEMV (with the residual add) to ATTN_OUT; the qkv/z/b/a GEMV (in_norm, conv) to GDN_PROJ,
- * lily_cuda_gdn_scan to GDN_RECUR, the out GEMV (gated norm, residual add) to GDN_OUT; the MoE
- * block (post norm, router, top-k, experts, shared expert, combine, residual add) to EXPERTS (MLP
- * for a dense model); the lm_head GEMV (with the final norm) to LM_HEAD. The argmax is no op of
- * the program and is not timed. */
+ * lily_cuda_gdn_step_rows (with the gated norm) to GDN_RECUR, the out GEMV (residual add) to
+ * GDN_OUT; the MoE block (post norm, router, top-k, experts, shared expert, combine, residual add)
+ * to EXPERTS (MLP for a dense model); the lm_head GEMV (with the final norm) to LM_HEAD. The
+ * argmax is no op of the program and is not timed. */
 int decode_layers(lily_backend *b, lily_bstate *s, lily_err *e) {
     const lily_model *m = b->m;
     const lily_config *c = &m->cfg;

@@ -7,12 +7,7 @@
 
 namespace {
 
-constexpr int kDk = 128;      /* key dim: 4 rows per lane */
-constexpr int kScanWarps = 4; /* warps per block; each warp owns (head, 8 value columns) */
-/* The automatic choice: the per-token scan below this many tokens, else the tiled one with the
- * lazy decay (timings: bench/NOTES-cuda-gdn.md and bench/NOTES-cuda.md, "Moved from src
- * comments"); at n = 1 the two are within noise, so decode keeps the per-token kernel. */
-constexpr int kTiledMinTokens = 2;
+constexpr int kDk = 128; /* key dim: 4 rows per lane */
 
 /* Reduce-scatter of 8 values over the 32 lanes: afterwards lane l holds the full sum of value
  * c = (l >> 2) & 7 (9 shuffles instead of 8 x 5). */
@@ -109,69 +104,9 @@ __device__ __forceinline__ float gdn_token(float (&s)[4][8], float (&q)[4], floa
     return reduce8(oc, lane);
 }
 
-struct scan_in {
-    float4 q, k, v0, v1;
-    float b, a;
-};
-
-/* The states of the rows of one launch (blockIdx.y = row): row r's state at S[r], its inputs and
- * output at r times the strides from row 0's (a scan of n tokens is one row). */
-struct scan_rows {
-    float *S[LILY_GDN_ROWS];
-    size_t dqkv, dba, dout; /* floats from one row's qkv, b / a, o to the next */
-};
-
-__global__ void __launch_bounds__(kScanWarps * 32)
-    gdn_scan_kernel(const __grid_constant__ scan_rows rows, int Nk, int Nv, int Dv, int n,
-                    const float *__restrict__ qkv, int ld, const float *__restrict__ bp,
-                    const float *__restrict__ ap, int ldba, const float *__restrict__ A_log,
-                    const float *__restrict__ dt_bias, float *__restrict__ o, int ldo) {
-    const int lane = threadIdx.x & 31;
-    const int wid = blockIdx.x * kScanWarps + (threadIdx.x >> 5);
-    const int groups = Dv / 8;
-    if (wid >= Nv * groups) return;
-    const int row = blockIdx.y;
-    float *__restrict__ S = rows.S[row];
-    qkv += row * rows.dqkv;
-    bp += row * rows.dba;
-    ap += row * rows.dba;
-    o += row * rows.dout;
-    const int j = wid / groups, g = wid % groups, i = j / (Nv / Nk);
-    float *Sw = S + (((size_t)j * groups + g) * kDk + 4 * lane) * 8;
-    float s[4][8];
-    state_load(Sw, s);
-    const float negA = -expf(A_log[j]), dtb = dt_bias[j];
-    const int qo = i * kDk + 4 * lane, ko = Nk * kDk + i * kDk + 4 * lane;
-    const int vo = 2 * Nk * kDk + j * Dv + 8 * g;
-    const int my_c = (lane >> 2) & 7;
-    auto load = [&](int t) {
-        scan_in in;
-        const float *row = qkv + (size_t)t * ld;
-        in.q = *(const float4 *)(row + qo);
-        in.k = *(const float4 *)(row + ko);
-        in.v0 = *(const float4 *)(row + vo);
-        in.v1 = *(const float4 *)(row + vo + 4);
-        in.b = bp[(size_t)t * ldba + j];
-        in.a = ap[(size_t)t * ldba + j];
-        return in;
-    };
-    scan_in cur = load(0);
-    for (int t = 0; t < n; t++) {
-        scan_in nxt = t + 1 < n ? load(t + 1) : cur; /* prefetch the next token */
-        float q[4] = {cur.q.x, cur.q.y, cur.q.z, cur.q.w};
-        float k[4] = {cur.k.x, cur.k.y, cur.k.z, cur.k.w};
-        const float v[8] = {cur.v0.x, cur.v0.y, cur.v0.z, cur.v0.w,
-                            cur.v1.x, cur.v1.y, cur.v1.z, cur.v1.w};
-        const float out = gdn_token(s, q, k, v, cur.a, cur.b, negA, dtb, lane);
-        if ((lane & 3) == 0) o[(size_t)t * ldo + (size_t)j * Dv + 8 * g + my_c] = out;
-        cur = nxt;
-    }
-    state_store(Sw, s);
-}
-
 /* The decode step of R rows (blockIdx.y = row) with the output's gated RMSNorm: per value head
- * j, o_j = rmsnorm(S_j^T q) * w * silu(z_j). The warps are gdn_scan_kernel's at n = 1 (one per
- * head and 8 value columns); a head's Dv / 8 warps are the blocks of one cluster, which read
+ * j, o_j = rmsnorm(S_j^T q) * w * silu(z_j). One warp per head and 8 value columns (gdn_token);
+ * a head's Dv / 8 warps are the blocks of one cluster, which read
  * each other's per-warp sums of squares from shared memory in one fixed order, so the head's
  * norm needs no second launch and no GEMV prologue. */
 struct step_rows {
@@ -228,15 +163,15 @@ __global__ void __launch_bounds__(kStepWarps * 32)
     cl.sync(); /* no block leaves while another reads its red */
 }
 
-/* Prefill scan, tiled. The per-token scan above is latency-bound at n = 512 (4 warps per SM,
- * ~36 shuffles per token on the dependency chain, inputs fetched one token ahead). Here P lanes
- * share one value column (each holds 128/P of its key rows), so the per-token reductions of
- * S^T k and S^T q are log2(P) shuffles; a block owns kTileCols columns of one head and stages
+/* Prefill scan, tiled (every chunk, one token included). A warp per (head, 8 columns) stepping
+ * token by token, as the decode step above does, is latency-bound over a chunk (~36 shuffles per
+ * token on the dependency chain). Here P lanes share one value column (each holds 128/P of its
+ * key rows), so the per-token reductions of S^T k and S^T q are log2(P) shuffles; a block owns kTileCols columns of one head and stages
  * kTileTok tokens of raw q, k, v, b, a in shared memory with cp.async, one tile ahead. The
  * per-token scalars (L2 norms, k.q, gates) are computed once per tile by the whole block, so the
  * token loop reads them as two broadcast float4s. As in lily_cpu_gdn_scan, o = lam S^T q + (k.q) d
  * lets one pass over the old state give both dot products. With C > 1 each thread would keep C
- * adjacent columns; the one launch (lily_cuda_gdn_scan_with) runs P = 4, C = 1 with the lazy
+ * adjacent columns; the one launch (lily_cuda_gdn_scan) runs P = 4, C = 1 with the lazy
  * decay (the other forms measured slower: bench/NOTES-cuda.md). */
 constexpr int kTileCols = 32; /* value columns per block */
 constexpr int kTileTok = 16;  /* tokens per shared-memory stage */
@@ -526,22 +461,6 @@ __global__ void gated_rmsnorm_kernel(float *o, int ldo, const float *__restrict_
 
 } // namespace
 
-namespace {
-
-/* The one-warp-per-(head, 8 columns) scan of R rows (gdn_scan_kernel). */
-int scan_token(const scan_rows &rows, int R, int Nk, int Nv, int Dv, int n, const float *qkv,
-               int ldqkv, const float *b, const float *a, int ldba, const float *A_log,
-               const float *dt_bias, float *o, int ldo, lily_cuda_stream st, lily_err *e) {
-    int warps = Nv * (Dv / 8);
-    int blocks = (warps + kScanWarps - 1) / kScanWarps;
-    gdn_scan_kernel<<<dim3(blocks, R), kScanWarps * 32, 0, (cudaStream_t)st>>>(
-        rows, Nk, Nv, Dv, n, qkv, ldqkv, b, a, ldba, A_log, dt_bias, o, ldo);
-    LILY_CU_LAUNCHED(e);
-    return 0;
-}
-
-} // namespace
-
 extern "C" int lily_cuda_gdn_step_rows(float *const *S, int R, int Nk, int Nv, int Dk, int Dv,
                                        const float *qkv, size_t dqkv, const float *b,
                                        const float *a, size_t dba, const float *A_log,
@@ -584,42 +503,23 @@ extern "C" int lily_cuda_gdn_step_rows(float *const *S, int R, int Nk, int Nv, i
     return 0;
 }
 
-extern "C" int lily_cuda_gdn_scan_with(int kernel, float *S, int Nk, int Nv, int Dk, int Dv, int n,
-                                       const float *qkv, int ldqkv, const float *b, const float *a,
-                                       int ldba, const float *A_log, const float *dt_bias, float *o,
-                                       int ldo, lily_cuda_stream st, lily_err *e) {
+extern "C" int lily_cuda_gdn_scan(float *S, int Nk, int Nv, int Dk, int Dv, int n, const float *qkv,
+                                  int ldqkv, const float *b, const float *a, int ldba,
+                                  const float *A_log, const float *dt_bias, float *o, int ldo,
+                                  lily_cuda_stream st, lily_err *e) {
     if (Dk != kDk || Dv % 8 || Nk < 1 || Nv % Nk || ldqkv % 4)
         return lily_fail(e,
                          "gdn scan: unsupported shape Nk=%d Nv=%d Dk=%d Dv=%d (needs Dk=128,"
                          " Dv%%8==0, Nv%%Nk==0)",
                          Nk, Nv, Dk, Dv);
-    if (kernel < LILY_GDN_AUTO || kernel > LILY_GDN_TILED4)
-        return lily_fail(e, "gdn scan: unknown kernel %d", kernel);
     if (n < 1) return 0;
-    if (kernel == LILY_GDN_AUTO) kernel = n < kTiledMinTokens ? LILY_GDN_TOKEN : LILY_GDN_TILED4;
-    if (kernel == LILY_GDN_TOKEN) {
-        scan_rows rows = {};
-        rows.S[0] = S;
-        return scan_token(rows, 1, Nk, Nv, Dv, n, qkv, ldqkv, b, a, ldba, A_log, dt_bias, o, ldo,
-                          st, e);
-    } else {
-        /* 4 lanes per value column, the state kept divided by its decay since the last fold */
-        auto k = gdn_tiled_kernel<4, 1, true>;
-        const int threads = kTileCols * 4;
-        int blocks = Nv * ((Dv + kTileCols - 1) / kTileCols);
-        k<<<blocks, threads, 0, st>>>(S, Nk, Nv, Dv, n, qkv, ldqkv, b, a, ldba, A_log, dt_bias, o,
-                                      ldo);
-    }
+    /* 4 lanes per value column, the state kept divided by its decay since the last fold */
+    auto k = gdn_tiled_kernel<4, 1, true>;
+    const int threads = kTileCols * 4;
+    int blocks = Nv * ((Dv + kTileCols - 1) / kTileCols);
+    k<<<blocks, threads, 0, st>>>(S, Nk, Nv, Dv, n, qkv, ldqkv, b, a, ldba, A_log, dt_bias, o, ldo);
     LILY_CU_LAUNCHED(e);
     return 0;
-}
-
-extern "C" int lily_cuda_gdn_scan(float *S, int Nk, int Nv, int Dk, int Dv, int n, const float *qkv,
-                                  int ldqkv, const float *b, const float *a, int ldba,
-                                  const float *A_log, const float *dt_bias, float *o, int ldo,
-                                  lily_cuda_stream st, lily_err *e) {
-    return lily_cuda_gdn_scan_with(LILY_GDN_AUTO, S, Nk, Nv, Dk, Dv, n, qkv, ldqkv, b, a, ldba,
-                                   A_log, dt_bias, o, ldo, st, e);
 }
 
 extern "C" int lily_cuda_conv_silu(const float *in, int ldin, int n, int C, int K, float *state,

@@ -1,6 +1,6 @@
 /* Gated DeltaNet on the GPU: the causal conv + SiLU over a chunk, the recurrence (a sequential
  * scan with the fp32 state held in registers: one warp per 8 value columns per token for decode,
- * a tiled kernel with inputs staged in shared memory for prefill), and the per-head gated
+ * a tiled kernel with inputs staged in shared memory for every prefill chunk), and the per-head gated
  * RMSNorm of the prefill path (the decode step, lily_cuda_gdn_step_rows, applies it itself).
  *
  * Recurrent state layout (backend-internal): per value head j, the Dk x Dv fp32 matrix S[k][v] is
@@ -27,7 +27,7 @@ static inline size_t lily_cuda_gdn_sidx(int Dk, int Dv, int j, int k, int v) {
  * b, a: raw beta and decay logits at b[t*ldba + j], a[t*ldba + j]; A_log, dt_bias: [Nv].
  * Per token and head: q, k are L2-normalised (eps 1e-6 inside the sum), q scaled by 1/sqrt(Dk),
  * beta = sigmoid(b), lambda = exp(-exp(A_log) * softplus(a + dt_bias)); then the delta rule.
- * o: [n][ldo], head j at columns j*Dv. Picks the kernel by n (LILY_GDN_AUTO below). */
+ * o: [n][ldo], head j at columns j*Dv. One kernel (gdn.cu's tiled scan) for every n. */
 int lily_cuda_gdn_scan(float *S, int Nk, int Nv, int Dk, int Dv, int n, const float *qkv, int ldqkv,
                        const float *b, const float *a, int ldba, const float *A_log,
                        const float *dt_bias, float *o, int ldo, lily_cuda_stream st, lily_err *e);
@@ -44,18 +44,6 @@ int lily_cuda_gdn_step_rows(float *const *S, int R, int Nk, int Nv, int Dk, int 
                             const float *qkv, size_t dqkv, const float *b, const float *a,
                             size_t dba, const float *A_log, const float *dt_bias, const float *z,
                             size_t dz, const float *norm_w, float eps, float *o, size_t dout,
-                            lily_cuda_stream st, lily_err *e);
-
-/* Scan kernels, for tests and timing: AUTO = what lily_cuda_gdn_scan runs (TOKEN for short
- * chunks, else TILED4); TOKEN = one warp per (head, 8 value columns), inputs fetched one token
- * ahead; TILED4 = 4 lanes per value column, 32 columns per block, 16-token tiles in shared
- * memory, the state kept divided by its decay since the last fold (gdn.cu). */
-enum { LILY_GDN_AUTO = 0, LILY_GDN_TOKEN, LILY_GDN_TILED4 };
-
-/* lily_cuda_gdn_scan with the kernel forced (LILY_GDN_*); same arguments and results. */
-int lily_cuda_gdn_scan_with(int kernel, float *S, int Nk, int Nv, int Dk, int Dv, int n,
-                            const float *qkv, int ldqkv, const float *b, const float *a, int ldba,
-                            const float *A_log, const float *dt_bias, float *o, int ldo,
                             lily_cuda_stream st, lily_err *e);
 
 /* Depthwise causal conv (K taps, tap K-1 on the current input) + SiLU over n tokens of C
