@@ -69,10 +69,21 @@ class Bench:
         return {"t0": t0, "times": times, "prompt": usage.get("prompt_tokens", 0),
                 "n": usage.get("completion_tokens", 0)}
 
-    def at_once(self, jobs):
-        """Runs stream(*job) for every job in threads; their results in order."""
+    def at_once(self, jobs, poll=None):
+        """Runs stream(*job) for every job in threads; their results in order. With poll (a
+        list), (time, decode rows so far) samples of the server's metrics go to it meanwhile."""
         out = [None] * len(jobs)
         errs = []
+        done = threading.Event()
+
+        def poller():
+            while not done.is_set():
+                v = self.steps()
+                poll.append((time.perf_counter(), v["decode_rows_total"]))
+                time.sleep(0.01)
+        pt = threading.Thread(target=poller) if poll is not None else None
+        if pt:
+            pt.start()
 
         def go(k):
             try:
@@ -84,6 +95,9 @@ class Bench:
             t.start()
         for t in ts:
             t.join()
+        done.set()
+        if pt:
+            pt.join()
         if errs:
             raise errs[0]
         return out
@@ -99,14 +113,24 @@ class Bench:
         return v
 
 
-def window(runs):
-    """Tokens/s over the span where every run decodes, and the tokens counted in it."""
+def rows_at(poll, t):
+    """The server's decode rows at time t, interpolated between the samples around it."""
+    for (t0, v0), (t1, v1) in zip(poll, poll[1:]):
+        if t0 <= t <= t1:
+            return v0 + (v1 - v0) * (t - t0) / (t1 - t0) if t1 > t0 else v1
+    return poll[0][1] if t < poll[0][0] else poll[-1][1]
+
+
+def window(runs, poll):
+    """Tokens/s over the span where every run decodes (the server's decode rows in it), the
+    tokens, and the content events that arrived in it per token."""
     a = max(r["times"][0] for r in runs)
     b = min(r["times"][-1] for r in runs)
-    if b <= a:
-        return 0.0, 0
-    n = sum(1 for r in runs for t in r["times"] if a < t <= b)
-    return n / (b - a), n
+    if b <= a or len(poll) < 2:
+        return 0.0, 0, 0.0
+    n = rows_at(poll, b) - rows_at(poll, a)
+    ev = sum(1 for r in runs for t in r["times"] if a < t <= b)
+    return n / (b - a), round(n), ev / n if n > 0 else 0.0
 
 
 def main():
@@ -133,6 +157,7 @@ def main():
     agg = {n: [] for n in ns}
     st = {n: {"rows": 0.0, "s": 0.0, "n": 0.0} for n in ns}
     ctx_seen = {n: [] for n in ns}
+    evs = {n: [] for n in ns}
     for r in range(a.rounds):
         for n in (ns if r % 2 == 0 else ns[::-1]):  # alternated: the machine's drift falls alike
             jobs = []
@@ -141,19 +166,21 @@ def main():
                 text = prompt_of(words(a.context), seed) if a.context else f"Say something about {WORDS[i]}."
                 jobs.append((text, a.tokens, seed))
             m0 = B.steps()
-            runs = B.at_once(jobs)
+            poll = []
+            runs = B.at_once(jobs, poll)
             m1 = B.steps()
             if any(len(x["times"]) < 2 for x in runs):
                 sys.exit(f"serve_slots: a stream of {n} gave fewer than 2 tokens")
-            tps, counted = window(runs)
+            tps, counted, evpt = window(runs, poll)
             agg[n].append((tps, counted))
+            evs[n].append(evpt)
             ctx_seen[n] += [x["prompt"] for x in runs]
             st[n]["rows"] += m1["decode_rows_total"] - m0["decode_rows_total"]
             st[n]["s"] += m1["step_seconds_total"] - m0["step_seconds_total"]
             st[n]["n"] += m1["decode_steps_total"] - m0["decode_steps_total"]
     one = sum(x for x, _ in agg[ns[0]]) / a.rounds
     print(f"streams  prompt tokens  aggregate tok/s (mean of {a.rounds}; tokens in the window)  "
-          f"per stream  vs {ns[0]}  in the steps tok/s  ms/step")
+          f"per stream  vs {ns[0]}  in the steps tok/s  ms/step  events/token")
     for n in ns:
         mean = sum(x for x, _ in agg[n]) / a.rounds
         s = st[n]
@@ -161,10 +188,12 @@ def main():
         ms = 1e3 * s["s"] / s["n"] if s["n"] else 0
         p = sum(ctx_seen[n]) / len(ctx_seen[n])
         print(f"{n:7d}  {p:13.0f}  {mean:10.1f} ({', '.join(f'{x:.1f}/{c}' for x, c in agg[n])})  "
-              f"{mean / n:10.1f}  {mean / one if one else 0:5.2f}x  {steps_tps:18.1f}  {ms:7.2f}")
+              f"{mean / n:10.1f}  {mean / one if one else 0:5.2f}x  {steps_tps:18.1f}  {ms:7.2f}  "
+              f"{', '.join(f'{x:.2f}' for x in evs[n])}")
         res["streams"][n] = {"aggregate_tps": mean, "rounds": [x for x, _ in agg[n]],
                              "window_tokens": [c for _, c in agg[n]], "prompt_tokens": p,
-                             "steps_tps": steps_tps, "ms_per_step": ms}
+                             "steps_tps": steps_tps, "ms_per_step": ms,
+                             "events_per_token": evs[n]}
 
     # TTFT of a P-token prompt: idle, then while 7 streams (at the context) decode
     idle, busy, step_ms = [], [], []
