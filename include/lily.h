@@ -118,6 +118,9 @@ const lily_model_info *lily_engine_info(const lily_engine *eng);
 /* Bytes the state of a session with room for max_ctx tokens takes on the backend (KV cache of
  * the attention layers, GDN conv and recurrent states). */
 size_t lily_engine_session_bytes(const lily_engine *eng, int max_ctx);
+/* Bytes of the backend's device memory in use now (weights, states, scratch; the driver's
+ * count, other processes' included); 0 for the CPU backend or when the driver cannot tell. */
+size_t lily_engine_device_used(const lily_engine *eng);
 
 /* A session with room for max_ctx tokens of context (0 = min(max_position, 4096)). */
 int lily_session_create(lily_engine *eng, int max_ctx, lily_session **out, lily_err *err);

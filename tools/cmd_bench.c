@@ -8,7 +8,10 @@
  * not asked for are absent ("-" in the table, null in the JSON, empty in the CSV). An untimed
  * warm-up pass (every length up to 8K once) comes first, so one-time costs (lazy kernel loading,
  * the decode graph's capture) stay out of the figures. The header names the machine (CPU or GPU
- * model, threads) and the commit, as does the JSON.
+ * model, threads) and the commit, as does the JSON. On a GPU a last column gives the device's
+ * memory in use after each length's rounds (GiB, the driver's count): the weights and the
+ * session's state are allocated before the first row, so what it gains from row to row is the
+ * scratch the longer prompts took.
  *
  * --turn N@D times what an agent loop pays per turn: N new tokens prefilled onto a session that
  * already holds D (the D-token context is prefilled once, untimed, and snapshotted; each round
@@ -93,6 +96,7 @@ static int parse_turns(const char *s, int *nw, int *depth, int *n) {
 typedef struct {
     int len, do_prefill, do_decode;
     double pp_ts[MAX_ROUNDS], tg_ts[MAX_ROUNDS]; /* tok/s of each round */
+    size_t dev_used;                             /* device bytes in use after the rounds */
 } bench_row;
 
 typedef struct {
@@ -421,9 +425,10 @@ int lily_cmd_bench(int argc, char **argv) {
               lily_session_decode_greedy(s, argmax(lily_session_logits(s), in->vocab_size),
                                          gen < 4 ? gen : 4, gen_out, &e) != 0);
     }
+    const int dev = lily_engine_device_used(eng) > 0;
     if (nr && !rc)
-        fprintf(t, "%8s %22s %10s %20s %10s\n", "context", "prefill tok/s", "TFLOP/s",
-                "decode tok/s", "GB/s");
+        fprintf(t, "%8s %22s %10s %20s %10s%s\n", "context", "prefill tok/s", "TFLOP/s",
+                "decode tok/s", "GB/s", dev ? "  dev GiB" : "");
     /* Each row's rounds back to back, then the row is printed: the figures appear as they are
      * measured. FLOPs per prefill token: 2 per active matrix weight (lm_head only for the last
      * token), and the causal attention term over the prompt. Decode bytes: active weights + GDN
@@ -450,6 +455,7 @@ int lily_cmd_bench(int argc, char **argv) {
             row->tg_ts[r] = gen / (lily_now() - t2);
         }
         if (rc) break;
+        row->dev_used = lily_engine_device_used(eng);
         stat pp = row->do_prefill ? stats(row->pp_ts, rounds) : (stat){NAN, NAN};
         stat tg = row->do_decode ? stats(row->tg_ts, rounds) : (stat){NAN, NAN};
         double flops = (double)in->flops_per_token * row->len +
@@ -465,7 +471,9 @@ int lily_cmd_bench(int argc, char **argv) {
         cell(c2, sizeof c2, 10, (stat){tflops, NAN}, 3);
         cell(c3, sizeof c3, 20, tg, 2);
         cell(c4, sizeof c4, 10, (stat){gbs, NAN}, 1);
-        fprintf(t, "%8d %s %s %s %s\n", row->len, c1, c2, c3, c4);
+        fprintf(t, "%8d %s %s %s %s", row->len, c1, c2, c3, c4);
+        if (dev) fprintf(t, " %8.2f", row->dev_used / 1073741824.0);
+        fputc('\n', t);
         fflush(t);
         cJSON *jr = cJSON_CreateObject();
         cJSON_AddNumberToObject(jr, "len", row->len);
@@ -475,6 +483,8 @@ int lily_cmd_bench(int argc, char **argv) {
         cJSON_AddItemToObject(jr, "decode_tok_s", jnum(tg.mean));
         cJSON_AddItemToObject(jr, "decode_tok_s_sd", jnum(tg.sd));
         cJSON_AddItemToObject(jr, "decode_gb_s", jnum(gbs));
+        cJSON_AddItemToObject(jr, "device_used_bytes",
+                              dev ? cJSON_CreateNumber((double)row->dev_used) : cJSON_CreateNull());
         if (row->do_prefill)
             cJSON_AddItemToObject(jr, "prefill_samples", jsamples(row->pp_ts, rounds));
         if (row->do_decode)

@@ -100,6 +100,10 @@ typedef struct lily_backend_ops {
     /* The device's name (the GPU's) into buf; NULL for the CPU backends (the engine reads the
      * CPU's model name itself). */
     void (*device_name)(lily_backend *b, char *buf, size_t len);
+    /* Optional (NULL: no device of its own): the bytes of the device's memory in use now, as its
+     * driver reports them (weights, states and the backend's scratch, plus any other process's);
+     * 0 when it cannot tell. */
+    size_t (*device_used)(lily_backend *b);
 } lily_backend_ops;
 
 extern const lily_backend_ops lily_backend_cpu;

@@ -189,6 +189,10 @@ size_t lily_engine_session_bytes(const lily_engine *eng, int max_ctx) {
     return eng->ops->state_bytes(eng->be, max_ctx);
 }
 
+size_t lily_engine_device_used(const lily_engine *eng) {
+    return eng->ops->device_used ? eng->ops->device_used(eng->be) : 0;
+}
+
 int lily_session_create(lily_engine *eng, int max_ctx, lily_session **out, lily_err *err) {
     *out = NULL;
     int cap = eng->model->cfg.max_position;

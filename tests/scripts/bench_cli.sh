@@ -35,6 +35,7 @@ for n in (96, 33):
     assert ok(rows[n]["decode_tok_s"]) and ok(rows[n]["decode_gb_s"]), rows[n]
 assert rows[48]["decode_tok_s"] is None and rows[33]["prefill_tok_s"] is None
 assert rows[48]["decode_gb_s"] is None and rows[33]["prefill_tflops"] is None
+assert all(r["device_used_bytes"] is None for r in rows.values()), rows  # the CPU has no device memory
 for n in (48, 96):
     r = rows[n]
     assert len(r["prefill_samples"]) == 2 and r["prefill_tok_s_sd"] >= 0, r

@@ -1550,6 +1550,16 @@ void cu_device_name(lily_backend *b, char *buf, size_t len) {
         snprintf(buf, len, "%s", p.name);
 }
 
+size_t cu_device_used(lily_backend *b) {
+    (void)b;
+    size_t fr = 0, tot = 0;
+    if (cudaMemGetInfo(&fr, &tot) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return 0;
+    }
+    return tot - fr;
+}
+
 } // namespace
 
 /* Prefill chunk 8192: a larger chunk gives every expert more rows per grouped GEMM (8192 tokens
@@ -1578,4 +1588,5 @@ extern "C" const lily_backend_ops lily_backend_cuda = {
     nullptr, /* program: the CUDA backend does not run the step program yet */
     cu_set_profile,
     cu_device_name,
+    cu_device_used,
 };
