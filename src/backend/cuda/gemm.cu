@@ -568,13 +568,13 @@ bool use_q4(int dt, int M, int K, int n, bool grouped) {
     return !grouped && K >= 1024 && (long)((M + 255) / 256) * ((n + 63) / 64) < 120;
 }
 
-/* AUTO sends an exact dense Q4 GEMM to the wgmma kernel (gemm_wg.h: 256 x 128 blocks, one per
- * SM) when it has at least kWgMinBlocks blocks, and every exact grouped one with 64-row tiles
+/* AUTO sends a dense Q4 GEMM to the wgmma kernel (gemm_wg.h: 256 x 128 blocks, one per SM; exact
+ * or one pass) when it has at least kWgMinBlocks blocks, and every grouped one with 64-row tiles
  * (measurements: bench/NOTES-cuda.md, "Moved from src comments"). */
 constexpr int kWgMinBlocks = 16;
 
 bool use_wg(int dt, int M, int n, bool grouped) {
-    if (dt != LILY_CW_Q4 || !lily_cuda_gemm_exact()) return false;
+    if (dt != LILY_CW_Q4) return false;
     if (g_select == LILY_GEMM_WG) return true;
     if (g_select != LILY_GEMM_AUTO) return false;
     if (grouped) return true;

@@ -49,14 +49,14 @@ int lily_cuda_gemm_grouped(const lily_dmat *W, const float *X, int ldx, int nx,
                            int max_tiles, int tile_rows, float *Y, int ldy, lily_cuda_stream st,
                            lily_err *e);
 
-/* Which kernel runs Q4 weights. AUTO (the default): in exact mode, the wgmma kernel (gemm_wg.h)
- * for dense GEMMs of at least 16 of its 256 x 128 blocks and for grouped ones with 64-row tiles;
+/* Which kernel runs Q4 weights. AUTO (the default): the wgmma kernel (gemm_wg.h; exact or one
+ * pass) for dense GEMMs of at least 16 of its 256 x 128 blocks and for grouped ones with 64-row tiles;
  * else the gemm_q4.h kernel (128-row tiles, split-K) when K >= 1024 and this file's 256 x 64
  * tiles would give fewer than 120 blocks (at a 512-token chunk: GDN out / attn o, router, GDN
  * b/a, shared gate/up), where it was measured faster (NOTES-cuda-gemm.md); this file's 256-row
  * kernel otherwise (its split-K writes partial sums that a second kernel adds in k order: the same
  * sums on every run). Q4: every Q4 GEMM on gemm_q4.h (its grouped form with 32-row tiles); WG:
- * every exact Q4 GEMM that gemm_wg.h can run (small dense grids split-K). Tests force Q4 or WG
+ * every Q4 GEMM that gemm_wg.h can run (small dense grids split-K). Tests force Q4 or WG
  * to cover those kernels on every shape; not thread-safe. */
 enum { LILY_GEMM_AUTO = 0, LILY_GEMM_Q4 = 2, LILY_GEMM_WG = 3 };
 void lily_cuda_gemm_select(int which);

@@ -127,6 +127,7 @@ __host__ __device__ __forceinline__ int plane_col(int s, int p) {
  * (a grouped launch without gather: each row in at most one tile), only the rows of the valid
  * tiles, grid.y over the tile list, trows rows a tile at most; with d_ntiles alone (grouped, with
  * gather), every row unless the list is empty. */
+template <bool ONE>
 __global__ void planes_kernel(const uint32_t *__restrict__ words, size_t slices, int K,
                               const int32_t *__restrict__ tiles,
                               const int32_t *__restrict__ d_ntiles, int trows,
@@ -154,6 +155,7 @@ __global__ void planes_kernel(const uint32_t *__restrict__ words, size_t slices,
     uint4 *dh = (uint4 *)(hi + base), *dl = (uint4 *)(lo + base);
     dh[0] = make_uint4(h[0], h[1], h[2], h[3]);
     dh[1] = make_uint4(h[4], h[5], h[6], h[7]);
+    if (ONE) return; /* the one-pass products read the hi plane alone */
     dl[0] = make_uint4(l[0], l[1], l[2], l[3]);
     dl[1] = make_uint4(l[4], l[5], l[6], l[7]);
 }
@@ -180,8 +182,10 @@ struct wg_maps {
 };
 
 /* Dense: grid (token blocks, row blocks, k splits). Grouped (a.tiles): grid (row blocks, tiles), tile y is
- * tiles[y] when y < *d_ntiles, its X rows through a.gather, its Y rows in tile order. */
-template <int NT, int LOOP, bool SWZ>
+ * tiles[y] when y < *d_ntiles, its X rows through a.gather, its Y rows in tile order. ONE: one
+ * product per weight, against the hi plane alone (the stages keep their layout; the lo plane's
+ * place stays unused). */
+template <int NT, int LOOP, bool SWZ, bool ONE>
 __global__ void __launch_bounds__(kThreads, 1)
     wg_kernel(const wg_args a, const __grid_constant__ wg_maps mp) {
     constexpr bool TMA = LOOP == 4;
@@ -245,7 +249,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         if constexpr (TMA) { /* one thread, three copies, counted in bytes on the barrier */
             if (tid == 0) {
                 uint64_t *bar = s_bar + sl;
-                lily_mbar_expect(bar, STAGE);
+                lily_mbar_expect(bar, ONE ? S::OFF_LO : STAGE);
                 lily_tma_2d(st, &mp.codes, kt * 32, m0, bar);
                 lily_tma_2d(st + S::OFF_SB, &mp.sb, kt & ~3, m0, bar);
                 lily_tma_3d(st + S::OFF_HI, &mp.planes, kt * BK, row0, 0, bar);
@@ -272,7 +276,7 @@ __global__ void __launch_bounds__(kThreads, 1)
                 const size_t off = (size_t)xoff[j] + (size_t)kt * BK;
                 uint8_t *d = st + (SWZ ? lily_swz128(t, c) : c * KCH + t * 16);
                 cp_async16(d + S::OFF_HI, ok ? a.hi + off : a.hi, ok);
-                cp_async16(d + S::OFF_LO, ok ? a.lo + off : a.lo, ok);
+                if (!ONE) cp_async16(d + S::OFF_LO, ok ? a.lo + off : a.lo, ok);
             }
         }
     };
@@ -331,10 +335,10 @@ __global__ void __launch_bounds__(kThreads, 1)
             for (int u = 0; u < 2; u++) {
                 if constexpr (NT == 128) {
                     wgmma_128(acc[u], af[u][sl], dh);
-                    wgmma_128(acc[u], af[u][sl], dl);
+                    if (!ONE) wgmma_128(acc[u], af[u][sl], dl);
                 } else {
                     wgmma_64(acc[u], af[u][sl], dh);
-                    wgmma_64(acc[u], af[u][sl], dl);
+                    if (!ONE) wgmma_64(acc[u], af[u][sl], dl);
                 }
             }
         }
@@ -504,26 +508,30 @@ int make_planes(const float *X, int ldx, int nx, int K, const int32_t *tiles,
     /* tiles: the grouped tiles' rows only (64 a tile at most) */
     const size_t span = tiles ? (size_t)64 * (K / 16) : slices;
     const dim3 grid((unsigned)((span + 255) / 256), tiles ? (unsigned)max_tiles : 1u);
-    planes_kernel<<<grid, 256, 0, (cudaStream_t)st>>>(words, slices, K, tiles, d_ntiles, 64,
-                                                      g_planes, g_planes + g_cap);
+    if (lily_cuda_gemm_exact())
+        planes_kernel<false><<<grid, 256, 0, (cudaStream_t)st>>>(words, slices, K, tiles, d_ntiles,
+                                                                 64, g_planes, g_planes + g_cap);
+    else
+        planes_kernel<true><<<grid, 256, 0, (cudaStream_t)st>>>(words, slices, K, tiles, d_ntiles,
+                                                                64, g_planes, g_planes + g_cap);
     LILY_CU_LAUNCHED(e);
     *hi = g_planes, *lo = g_planes + g_cap;
     return 0;
 }
 
-template <int NT, int LOOP, bool SWZ>
+template <int NT, int LOOP, bool SWZ, bool ONE>
 int launch_p(const wg_args &a, const wg_maps &mp, dim3 grid, lily_cuda_stream st, lily_err *e) {
     /* SWZ: room to align to 1 KB */
     constexpr int smem = wshape < NT, LOOP == 4 ? 4 : 1 > ::SMEM + (SWZ ? 1024 : 0);
     static bool attr = false; /* benign race: the call is idempotent */
     if (!attr) {
-        LILY_CU_TRY(cudaFuncSetAttribute(wg_kernel<NT, LOOP, SWZ>,
+        LILY_CU_TRY(cudaFuncSetAttribute(wg_kernel<NT, LOOP, SWZ, ONE>,
                                          cudaFuncAttributeMaxDynamicSharedMemorySize, smem),
                     e);
         attr = true;
     }
     if (grid.y > 65535) return lily_fail(e, "gemm_wg: grid of %u x %u blocks", grid.x, grid.y);
-    wg_kernel<NT, LOOP, SWZ><<<grid, kThreads, smem, (cudaStream_t)st>>>(a, mp);
+    wg_kernel<NT, LOOP, SWZ, ONE><<<grid, kThreads, smem, (cudaStream_t)st>>>(a, mp);
     LILY_CU_LAUNCHED(e);
     return 0;
 }
@@ -539,8 +547,11 @@ int g_force_split = 0; /* > 0: the dense kernel's split-K factor (tests) */
 template <int NT>
 int launch(const wg_args &a, const wg_maps &mp, bool tma, dim3 grid, lily_cuda_stream st,
            lily_err *e) {
-    return tma ? launch_p<NT, 4, true>(a, mp, grid, st, e)
-               : launch_p<NT, 2, true>(a, mp, grid, st, e);
+    if (lily_cuda_gemm_exact())
+        return tma ? launch_p<NT, 4, true, false>(a, mp, grid, st, e)
+                   : launch_p<NT, 2, true, false>(a, mp, grid, st, e);
+    return tma ? launch_p<NT, 4, true, true>(a, mp, grid, st, e)
+               : launch_p<NT, 2, true, true>(a, mp, grid, st, e);
 }
 
 /* The TMA maps of a dense launch (wg_maps): 0, 1 = this launch cannot use them (it runs form
@@ -556,7 +567,7 @@ int tma_maps(const lily_dmat *W, const wg_args &a, int nt, wg_maps *mp, lily_err
     const uint32_t sbx[2] = {4, BM};
     const uint64_t pd[3] = {(uint64_t)K, (uint64_t)a.n, 2};
     const uint64_t ps[2] = {(uint64_t)K * 2, (uint64_t)(a.lo - a.hi) * 2};
-    const uint32_t pb[3] = {BK, (uint32_t)nt, 2};
+    const uint32_t pb[3] = {BK, (uint32_t)nt, lily_cuda_gemm_exact() ? 2u : 1u};
     if (lily_tma_map(&mp->codes, CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, W->w, cd, cs, cb,
                      CU_TENSOR_MAP_SWIZZLE_32B, e) ||
         lily_tma_map(&mp->sb, CU_TENSOR_MAP_DATA_TYPE_UINT32, 2, W->sb, sd, ss, sbx,

@@ -1,4 +1,4 @@
-/* Exact dense Q4 prefill GEMM on Hopper's warpgroup MMA (wgmma), for the large grids where the
+/* Dense Q4 prefill GEMM on Hopper's warpgroup MMA (wgmma), for the large grids where the
  * mma.sync kernels (gemm.cu, gemm_q4.cu) run latency-bound: ncu had the exact 256 x 64 tiles at
  * 46 % tensor pipe and 43 % issue slots, two fp16 mma.sync per product plus the weight
  * dequantization on every warp.
@@ -14,7 +14,10 @@
  * 16-wide slice is the register permutation of gemm_q4.cu (a Q4 word gives the pair of columns
  * 8w + j, 8w + j + 4 with one shift and one mask); the planes are written in that order by a
  * small kernel from the split words, so A and B agree. fp32 accumulation, each output times the
- * token's row multiplier. Q4 weights, K a multiple of 64; exact mode only. */
+ * token's row multiplier. Q4 weights, K a multiple of 64. With lily_cuda_prec.gemm_exact 0 (the
+ * engine's default precision) one product per weight: the hi plane alone (activations as fp16
+ * with the row's power-of-two scale, 11 significant bits), the lo plane neither written nor
+ * copied. */
 #ifndef LILY_BACKEND_CUDA_GEMM_WG_H
 #define LILY_BACKEND_CUDA_GEMM_WG_H
 
@@ -24,7 +27,8 @@
 extern "C" {
 #endif
 
-/* As lily_cuda_gemm (gemm.h) for a single Q4 matrix, every product exact (hi and lo planes).
+/* As lily_cuda_gemm (gemm.h) for a single Q4 matrix: exact (hi and lo planes) or one pass (hi),
+ * as lily_cuda_gemm_exact() says.
  * A grid of at most 66 blocks (half the SMs) splits its k range (up to 8 ways, >= 4 k-steps each) into
  * partial sums that gemm_partial.h adds in k order. */
 int lily_cuda_gemm_wg(const lily_dmat *W, const float *X, int ldx, int n, float *Y, int ldy,
