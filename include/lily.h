@@ -36,15 +36,16 @@ typedef enum lily_backend_kind {
 /* How the backend's products are computed. */
 typedef enum lily_precision {
     /* The backend's default: the CPU multiplies 4-bit weights with activations quantised to
-     * 16-bit codes (int16 products on AVX-512 VNNI and AVX2, fp32 otherwise); CUDA runs one bf16
-     * pass in the prefill GEMMs and attention (as FAST). Every default path passes the trained
+     * 16-bit codes (int16 products on AVX-512 VNNI and AVX2, fp32 otherwise); CUDA multiplies once
+     * in the prefill GEMMs (the 4-bit ones on fp16 activations with a row scale, the others on
+     * bf16) and in attention (bf16), as FAST. Every default path passes the trained
      * model's quality gate (BENCHMARKS.md). */
     LILY_PRECISION_DEFAULT = 0,
     /* Reference arithmetic: the CPU keeps every product in fp32 (what the GPU parity tests
      * compare against); CUDA splits GEMM activations into fp16 hi + lo and attention operands
      * into exact parts (~1e-5 of the fp32 CPU reference). */
     LILY_PRECISION_EXACT = 1,
-    /* CUDA as DEFAULT (bf16 operands multiplied once in the prefill GEMMs and attention); the
+    /* CUDA as DEFAULT (operands multiplied once in the prefill GEMMs and attention); the
      * CPU as DEFAULT but with 8-bit activations in the decode products (BENCHMARKS.md gives the
      * quality of each). */
     LILY_PRECISION_FAST = 2,

@@ -534,7 +534,7 @@ int cu_open(const lily_model *m, const lily_engine_opts *opts, lily_backend **ou
     if (!b) return lily_fail(e, "out of memory");
     b->m = m;
     /* the one place that maps a precision to the CUDA kernels: EXACT runs the exact (split
-     * operand) GEMMs and attention, DEFAULT and FAST one bf16 pass of each (the trained model's
+     * operand) GEMMs and attention, DEFAULT and FAST one pass of each (the trained model's
      * quality gate, BENCHMARKS.md) */
     const int exact = opts->precision == LILY_PRECISION_EXACT;
     b->prec.gemm_exact = exact;

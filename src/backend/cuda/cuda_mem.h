@@ -69,7 +69,8 @@ size_t lily_cuda_dmat_bytes(const lily_dmat *m);
 
 /* How the prefill GEMMs (gemm.h, gemm_split.h) and attention (attn.h) multiply: exact (GEMM
  * activations split into fp16 hi + lo; attention on the K/V codes and q, p split into exact
- * parts) or one bf16 pass. The backend sets it from its engine's precision at the start of every
+ * parts) or one pass (the Q4 GEMMs that gemm_wg.h runs: the fp16 hi words alone; the others and
+ * attention: bf16). The backend sets it from its engine's precision at the start of every
  * call that launches work (backend.cu), tests directly; it holds for the calling thread. A new
  * thread starts with both exact. */
 typedef struct lily_cuda_prec {
