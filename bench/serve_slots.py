@@ -9,10 +9,14 @@ idle server. Python's standard library only (the GPU machine has no node).
 
 --model DIR (the served checkpoint) names the end-of-turn tokens to ban (logit_bias), so every
 stream runs to --tokens. Aggregate decode tok/s is measured in the window where every stream of
-the round decodes: from the last stream's first token to the first stream's last token, counting
-the tokens (stream events) that arrive in it, so the prompts' prefill (interleaved with the
-first streams' decoding) stays out of it. "In the steps" is the server's own
-lily_decode_rows_total over lily_step_seconds_total for the round (every step, any row count).
+the round decodes: from the last stream's first token to the first stream's last token, so the
+prompts' prefill (interleaved with the first streams' decoding) stays out of it. Its tokens are
+the server's own count (lily_decode_rows_total, polled every 10 ms and interpolated at the
+window's ends), and the content events per token are printed beside (a token need not give text
+at once: part of a UTF-8 character, a held-back stop string or tag). "ms/step in the window" is
+streams / aggregate: every step there has one row per stream. "Round's steps" is the server's
+lily_decode_rows_total over lily_step_seconds_total for the whole round: every step, most of them
+with fewer rows while the other streams' prompts prefill, so it is not the window's rate.
 """
 import argparse
 import json
@@ -180,7 +184,7 @@ def main():
             st[n]["n"] += m1["decode_steps_total"] - m0["decode_steps_total"]
     one = sum(x for x, _ in agg[ns[0]]) / a.rounds
     print(f"streams  prompt tokens  aggregate tok/s (mean of {a.rounds}; tokens in the window)  "
-          f"per stream  vs {ns[0]}  in the steps tok/s  ms/step  events/token")
+          f"per stream  vs {ns[0]}  ms/step in the window  round's steps: tok/s, ms/step  events/token")
     for n in ns:
         mean = sum(x for x, _ in agg[n]) / a.rounds
         s = st[n]
@@ -188,10 +192,12 @@ def main():
         ms = 1e3 * s["s"] / s["n"] if s["n"] else 0
         p = sum(ctx_seen[n]) / len(ctx_seen[n])
         print(f"{n:7d}  {p:13.0f}  {mean:10.1f} ({', '.join(f'{x:.1f}/{c}' for x, c in agg[n])})  "
-              f"{mean / n:10.1f}  {mean / one if one else 0:5.2f}x  {steps_tps:18.1f}  {ms:7.2f}  "
+              f"{mean / n:10.1f}  {mean / one if one else 0:5.2f}x  {1e3 * n / mean if mean else 0:20.2f}  "
+              f"{steps_tps:14.1f}  {ms:8.2f}  "
               f"{', '.join(f'{x:.2f}' for x in evs[n])}")
         res["streams"][n] = {"aggregate_tps": mean, "rounds": [x for x, _ in agg[n]],
                              "window_tokens": [c for _, c in agg[n]], "prompt_tokens": p,
+                             "window_ms_per_step": 1e3 * n / mean if mean else 0,
                              "steps_tps": steps_tps, "ms_per_step": ms,
                              "events_per_token": evs[n]}
 
