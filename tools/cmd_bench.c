@@ -10,8 +10,8 @@
  * the decode graph's capture) stay out of the figures. The header names the machine (CPU or GPU
  * model, threads) and the commit, as does the JSON. On a GPU a last column gives the device's
  * memory in use after each length's rounds (GiB, the driver's count): the weights and the
- * session's state are allocated before the first row, so what it gains from row to row is the
- * scratch the longer prompts took.
+ * session's state are allocated before the first row, so what it gains from row to row is memory
+ * the longer prompts took (scratch, or what the driver allocates for kernels first run there).
  *
  * --turn N@D times what an agent loop pays per turn: N new tokens prefilled onto a session that
  * already holds D (the D-token context is prefilled once, untimed, and snapshotted; each round
